@@ -1,0 +1,19 @@
+#pragma once
+
+// The subcommands of the `poolrun` binary. Each takes its arguments (without the subcommand name)
+// and the streams to write to, and returns the process exit status: 0 success, 1 failure, 2 bad
+// input or usage. User-facing errors are printed as one line "poolrun: error: ..." on `err`.
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace poolrun::launcher {
+
+// poolrun topo [--from FILE] [--format matrix|json|nccl-xml|dot|svg] [--sysfs-root DIR] [-o FILE]
+int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Exit status for an exception escaping a command, after printing it.
+int reportError(const std::exception& e, std::ostream& err);
+
+}  // namespace poolrun::launcher

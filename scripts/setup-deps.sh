@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of poolrun from Debian's archive (Debian 12).
+# Idempotent: quiet when everything is already there. CUDA/NCCL are not installed here; the build
+# uses them when /usr/local/cuda exists and skips the GPU paths cleanly when it does not.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ make pkg-config
+  libhwloc-dev hwloc
+  libopenmpi-dev openmpi-bin libucx-dev
+  libboost-program-options-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libpugixml-dev libfmt-dev libsqlite3-dev libtomlplusplus-dev
+  clang libclang-rt-14-dev clang-format
+  graphviz
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup-deps: installing ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs the dependencies, builds and runs the whole test suite: the format check, the main
+# build (warnings as errors) with every test tier, the unit tests again under AddressSanitizer and
+# UndefinedBehaviorSanitizer, and each fuzz target for a bounded time. This is what CI runs.
+#   POOLRUN_FUZZ_SECONDS  seconds per fuzz target (default 60)
+#   POOLRUN_SKIP_SANITIZE=1, POOLRUN_SKIP_FUZZ=1  leave those stages out (local iterations)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+fuzz_seconds=${POOLRUN_FUZZ_SECONDS:-60}
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "dependencies"
+scripts/setup-deps.sh
+
+step "format"
+scripts/check-format.sh
+
+step "build (warnings as errors)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOOLRUN_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+
+step "tests: unit, integration, real-machines"
+ctest --test-dir build --output-on-failure -j "$jobs" -LE 'gpu|bench'
+
+if [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ]; then
+  step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPOOLRUN_WERROR=ON \
+    -DPOOLRUN_SANITIZE=address,undefined -DPOOLRUN_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-asan -j "$jobs"
+  # Open MPI's plugins leak at exit; tests that call MPI_Init need detect_leaks=0 (set per test).
+  ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -L 'unit|real-machines'
+fi
+
+if [ "${POOLRUN_SKIP_FUZZ:-0}" != 1 ]; then
+  step "fuzz targets (${fuzz_seconds}s each)"
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPOOLRUN_BUILD_FUZZERS=ON -DPOOLRUN_BUILD_TESTS=ON -DPOOLRUN_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-fuzz -j "$jobs" --target fuzz_targets
+  for fuzzer in build-fuzz/tests/fuzz/fuzz_*; do
+    [ -x "$fuzzer" ] || continue
+    name=$(basename "$fuzzer")
+    corpus=$(mktemp -d)
+    cp tests/fuzz/corpus/"${name#fuzz_}"/* "$corpus"/
+    echo "$name: ${fuzz_seconds}s from $(ls "$corpus" | wc -l) seeds"
+    "$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
+      "$corpus" 2>&1 | tail -n 3
+    rm -rf "$corpus"
+  done
+fi
+
+step "all tests passed"

@@ -1,0 +1,112 @@
+// The poolrun.topology/1 JSON document.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/writers.hpp"
+#include "support/fixtures.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+using nlohmann::json;
+
+NodeTopology shipped() {
+  return readTopologyFile(poolrun::test::sourceDir() / "topologies/hgx-h100-8gpu-8nic.xml");
+}
+
+TEST(TopologyJsonTest, HasTheStableFields) {
+  json doc = json::parse(toJson(shipped()).dump());
+  EXPECT_EQ(doc["schema"], "poolrun.topology/1");
+  ASSERT_EQ(doc["gpus"].size(), 8u);
+  const json& g = doc["gpus"][0];
+  EXPECT_EQ(g["index"], 0);
+  EXPECT_EQ(g["pci"], "0000:13:00.0");
+  EXPECT_EQ(g["vendor"], "NVIDIA");
+  EXPECT_EQ(g["numa"], 0);
+  EXPECT_TRUE(g.contains("model"));
+  const json& n = doc["nics"][0];
+  EXPECT_EQ(n["name"], "mlx5_0");
+  EXPECT_EQ(n["pci"], "0000:12:00.0");
+  EXPECT_EQ(n["numa"], 0);
+  const json& p = n["ports"][0];
+  EXPECT_EQ(p["port"], 1);
+  EXPECT_EQ(p["link_layer"], "infiniband");
+  EXPECT_EQ(p["state"], "active");
+  EXPECT_EQ(p["rate_gbps"], 400);
+  EXPECT_TRUE(p["netdev"].is_null());
+  EXPECT_TRUE(p["roce_v2_gid_index"].is_null());
+  EXPECT_EQ(doc["paths"]["GPU0"]["GPU7"], "NV18");
+  EXPECT_EQ(doc["paths"]["GPU0"]["mlx5_0"], "PIX");
+  EXPECT_EQ(doc["paths"]["GPU0"]["mlx5_4"], "SYS");
+  EXPECT_EQ(doc["paths"]["mlx5_0"]["GPU0"], "PIX");
+  EXPECT_FALSE(doc["paths"]["GPU0"].contains("GPU0"));
+}
+
+TEST(TopologyJsonTest, RoundTripsExactly) {
+  NodeTopology t = shipped();
+  t.nics[1].ports[0].link_layer = LinkLayer::kEthernet;
+  t.nics[1].ports[0].roce_v2_gid_index = 3;
+  t.nics[1].ports[0].netdev = "enp18s0np0";
+  t.gpus[2].uuid = "GPU-1234";
+  NodeTopology back = fromJson(json::parse(toJson(t).dump()), "t.json");
+  back.source = t.source;
+  EXPECT_EQ(back, t);
+}
+
+struct Bad {
+  const char* name;
+  std::function<void(json&)> mutate;
+  const char* message;
+};
+
+class TopologyJsonBadInput : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(TopologyJsonBadInput, NamesTheField) {
+  json doc = json::parse(toJson(shipped()).dump());
+  GetParam().mutate(doc);
+  try {
+    fromJson(doc, "bad.json");
+    FAIL() << "accepted " << GetParam().name;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
+    EXPECT_TRUE(std::string(e.what()).starts_with("bad.json: ")) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TopologyJsonBadInput,
+    ::testing::Values(
+        Bad{"schema", [](json& d) { d["schema"] = "poolrun.topology/9"; }, "expected \"poolrun.topology/1\""},
+        Bad{"not object", [](json& d) { d = json::array(); }, "expected an object"},
+        Bad{"gpu pci", [](json& d) { d["gpus"][1]["pci"] = "nope"; },
+            "gpus[1]: field \"pci\" must be a PCI address"},
+        Bad{"gpus type", [](json& d) { d["gpus"] = 3; }, "field \"gpus\" must be an array"},
+        Bad{"cpuset", [](json& d) { d["numa_nodes"][0]["cpuset"] = "0-"; },
+            "numa_nodes[0]: field \"cpuset\""},
+        Bad{"switch parent", [](json& d) { d["switches"][0]["parent"] = 5; }, "must name an earlier switch"},
+        Bad{"placement", [](json& d) { d["gpus"][0]["placement"]["switch"] = 99; },
+            "switch 99 does not exist"},
+        Bad{"nvlink peer",
+            [](json& d) {
+              d["gpus"][0]["nvlinks"] = json::array({{{"peer", "GPU42"}, {"count", 2}}});
+            },
+            "peer GPU42 does not exist"},
+        Bad{"nic name", [](json& d) { d["nics"][0].erase("name"); }, "missing field \"name\""},
+        Bad{"int type", [](json& d) { d["nics"][0]["ports"][0]["port"] = "one"; }, "must be an integer"}),
+    [](const ::testing::TestParamInfo<Bad>& param) {
+      std::string n = param.param.name;
+      for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return n;
+    });
+
+TEST(TopologyJsonTest, ReadsJsonFilesAndReportsSyntaxErrors) {
+  EXPECT_THROW(fromJson(json::parse("{}"), "empty.json"), Error);
+}
+
+}  // namespace
+}  // namespace poolrun::topo

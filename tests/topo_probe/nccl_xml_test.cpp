@@ -1,0 +1,170 @@
+// The NCCL topology XML reader and writer on documents the tests write.
+
+#include <gtest/gtest.h>
+
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/writers.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+// Two-level Broadcom Gen4 switch (flattened as NCCL does), a GPU pair on NVLink, a RoCE NIC, a
+// bare IB hint and an NCCL socket NIC with no PCI function.
+constexpr const char* kDump = R"(<system version="1">
+  <cpu numaid="0" affinity="0000ffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="106">
+    <pci busid="0000:0c:00.0" class="0x060400" vendor="0x1000" device="0xc010" subsystem_vendor="0x1000" subsystem_device="0xa096">
+      <pci busid="0000:0e:00.0" class="0x060400" vendor="0x1000" device="0xc010" subsystem_vendor="0x1000" subsystem_device="0xa096">
+        <pci busid="0000:13:00.0" class="0x030200" vendor="0x10de" device="0x20b2" link_speed="16 GT/s" link_width="16">
+          <gpu dev="0" sm="80" rank="0" gdr="1">
+            <nvlink target="0000:93:00.0" count="4" tclass="0x030200"/>
+          </gpu>
+        </pci>
+      </pci>
+      <pci busid="0000:1a:00.0" class="0x020000" vendor="0x15b3" device="0x101d">
+        <nic>
+          <net name="mlx5_bond_1" dev="1" speed="200000" port="1" latency="0.000000" guid="0x1" maxconn="262144" gdr="1"/>
+        </nic>
+      </pci>
+    </pci>
+  </cpu>
+  <cpu numaid="1" affinity="ffff0000" arch="x86_64" vendor="GenuineIntel">
+    <pci busid="0000:93:00.0" class="0x030200" vendor="0x10de" device="0x20b2">
+      <gpu dev="1" sm="80" rank="1" gdr="1">
+        <nvlink target="0000:13:00.0" count="4" tclass="0x030200"/>
+      </gpu>
+    </pci>
+    <pci busid="0101:00:00.0" class="0x020700"/>
+    <nic>
+      <net name="eth0" dev="0" speed="100000" port="0" latency="0.000000" guid="0x0" maxconn="65536" gdr="0"/>
+    </nic>
+  </cpu>
+</system>
+)";
+
+TEST(NcclXmlReaderTest, ReadsDumpsAndHints) {
+  NodeTopology t = readNcclXmlString(kDump, "dump.xml");
+  ASSERT_EQ(t.gpus.size(), 2u);
+  ASSERT_EQ(t.nics.size(), 3u);
+  EXPECT_EQ(t.switches.size(), 1u) << "the Gen4 pair is one switch";
+  EXPECT_EQ(t.gpus[0].sm, 80);
+  EXPECT_EQ(t.gpus[0].link.speed_gts, 16);
+  EXPECT_EQ(t.gpus[0].link.width, 16);
+  EXPECT_EQ(t.gpuToGpu(0, 1).str(), "NV4");
+  EXPECT_EQ(t.numa_nodes[1].cpus.toList(), "16-31");
+  const Nic* roce = t.nicByName("mlx5_bond_1");
+  ASSERT_NE(roce, nullptr);
+  EXPECT_EQ(roce->ports[0].link_layer, LinkLayer::kEthernet);
+  EXPECT_EQ(roce->ports[0].rate_gbps, 200);
+  EXPECT_EQ(t.gpuToNic(0, static_cast<int>(roce - t.nics.data())).str(), "PIX");
+  const Nic* hint = t.nicByName("pci:0101:00:00.0");
+  ASSERT_NE(hint, nullptr);
+  EXPECT_EQ(hint->ports[0].link_layer, LinkLayer::kInfiniBand);
+  EXPECT_EQ(hint->ports[0].state, PortState::kUnknown);
+  const Nic* socket = t.nicByName("eth0");
+  ASSERT_NE(socket, nullptr);
+  EXPECT_FALSE(socket->has_pci);
+  EXPECT_EQ(socket->at.numa, 1);
+}
+
+TEST(NcclXmlWriterTest, WritesWhatItReadsBack) {
+  NodeTopology t = readNcclXmlString(kDump, "dump.xml");
+  std::string xml = toNcclXml(t);
+  EXPECT_NE(
+      xml.find(
+          "<cpu numaid=\"0\" affinity=\"0000ffff\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" "
+          "modelid=\"106\">"),
+      std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("<gpu dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\">"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("link_speed=\"16 GT/s\" link_width=\"16\""), std::string::npos) << xml;
+  NodeTopology back = readNcclXmlString(xml, "back.xml");
+  ASSERT_EQ(back.gpus.size(), 2u);
+  ASSERT_EQ(back.nics.size(), 3u);
+  EXPECT_EQ(back.gpuToGpu(0, 1).str(), "NV4");
+  for (size_t n = 0; n < 3; ++n) {
+    EXPECT_EQ(back.nics[n].name, t.nics[n].name);
+    EXPECT_EQ(back.gpuToNic(0, int(n)).str(), t.gpuToNic(0, int(n)).str());
+  }
+}
+
+struct Bad {
+  const char* name;
+  std::string xml;
+  const char* message;
+};
+
+class NcclXmlBadInput : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(NcclXmlBadInput, OneClearLineNamingTheFile) {
+  try {
+    readNcclXmlString(GetParam().xml, "bad.xml");
+    FAIL() << "accepted " << GetParam().name;
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+    EXPECT_TRUE(what.starts_with("bad.xml: ")) << what;
+    EXPECT_NE(what.find(GetParam().message), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+std::string nest(int depth) {
+  std::string s = "<system version=\"1\"><cpu numaid=\"0\">";
+  for (int i = 0; i < depth; ++i) s += "<pci busid=\"0000:01:00.0\" class=\"0x060400\">";
+  for (int i = 0; i < depth; ++i) s += "</pci>";
+  return s + "</cpu></system>";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, NcclXmlBadInput,
+    ::testing::Values(
+        Bad{"truncated", std::string(kDump).substr(0, 300), "malformed XML at line"},
+        Bad{"unclosed", "<system version=\"1\"><cpu numaid=\"0\">", "malformed XML at line 1"},
+        Bad{"graph", "<graphs version=\"1\"><graph id=\"0\"/></graphs>", "NCCL graph file"},
+        Bad{"other root", "<html/>", "not an NCCL topology"},
+        Bad{"unknown attribute",
+            "<system version=\"1\"><cpu numaid=\"0\"><pci busId=\"0000:01:00.0\"/></cpu></system>",
+            "unknown attribute 'busId'"},
+        Bad{"unknown element", "<system version=\"1\"><cpu numaid=\"0\"><gpu/></cpu></system>",
+            "unexpected <gpu>"},
+        Bad{"bad busid",
+            "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"zz\" class=\"0x030200\"/></cpu></system>",
+            "bad busid \"zz\""},
+        Bad{"bad class",
+            "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" "
+            "class=\"display\"/></cpu></system>",
+            "class=\"display\" is not a hexadecimal number"},
+        Bad{"bad numaid", "<system version=\"1\"><cpu numaid=\"x\"/></system>",
+            "numaid=\"x\" is not an integer"},
+        Bad{"duplicate numa", "<system version=\"1\"><cpu numaid=\"0\"/><cpu numaid=\"0\"/></system>",
+            "appears twice"},
+        Bad{"no cpu", "<system version=\"1\"/>", "no <cpu> element"},
+        Bad{"bad affinity", "<system version=\"1\"><cpu numaid=\"0\" affinity=\"xyz\"/></system>",
+            "affinity"},
+        Bad{"deep", nest(40), "deeper than"}));
+
+TEST(NcclXmlReaderTest, WarnsAboutNvLinkToAMissingGpu) {
+  std::string xml =
+      "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\">"
+      "<gpu dev=\"0\" sm=\"90\" rank=\"0\" gdr=\"1\"><nvlink target=\"0000:02:00.0\" count=\"2\" "
+      "tclass=\"0x030200\"/>"
+      "</gpu></pci></cpu></system>";
+  NodeTopology t = readNcclXmlString(xml, "x.xml");
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("0000:02:00.0"), std::string::npos);
+  EXPECT_TRUE(t.gpus[0].nvlinks.empty());
+}
+
+TEST(TopologyFileTest, DetectsFormatsAndRejectsOthers) {
+  EXPECT_THROW(readTopologyFile("/nonexistent/topo.xml"), Error);
+  try {
+    readTopologyFile("/nonexistent/topo.xml");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_STREQ(e.what(), "/nonexistent/topo.xml: no such file (check the path)");
+  }
+}
+
+}  // namespace
+}  // namespace poolrun::topo

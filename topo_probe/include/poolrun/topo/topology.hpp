@@ -1,0 +1,202 @@
+#pragma once
+
+// NodeTopology: how one machine's CPUs, NUMA nodes, PCIe switches, GPUs and RDMA NICs are wired.
+// It is a plain value: sources (live probe, hwloc XML, NCCL XML, JSON) produce it, writers (JSON,
+// NCCL XML, matrix, DOT) and the planner consume it. Indexes into its vectors are its identities.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "poolrun/topo/cpuset.hpp"
+
+namespace poolrun::topo {
+
+inline constexpr int kNone = -1;  // "unknown" or "not attached" for the int references below
+inline constexpr uint16_t kVendorNvidia = 0x10de;
+inline constexpr uint16_t kVendorMellanox = 0x15b3;
+inline constexpr uint16_t kVendorAmazon = 0x1d0f;
+inline constexpr uint16_t kVendorAmd = 0x1002;
+inline constexpr uint16_t kVendorIntel = 0x8086;
+
+// A PCI function address, domain:bus:device.function.
+struct PciAddress {
+  uint32_t domain = 0;
+  uint8_t bus = 0;
+  uint8_t device = 0;
+  uint8_t function = 0;
+
+  // Accepts "dddd:bb:dd.f" and "bb:dd.f" (domain 0), any hex case, and NCCL's 16-digit domains.
+  static std::optional<PciAddress> parse(std::string_view text);
+  std::string str() const;  // lowercase "dddd:bb:dd.f"
+  auto operator<=>(const PciAddress&) const = default;
+};
+
+// Path types between two devices, as nvidia-smi and NCCL name them, from closest to farthest.
+enum class PathType { kNVLink, kPIX, kPXB, kPHB, kNODE, kSYS };
+
+struct Path {
+  PathType type = PathType::kSYS;
+  int nvlinks = 0;  // with kNVLink: the number of links ("NV12")
+
+  std::string str() const;
+  static std::optional<Path> parse(std::string_view text);
+  bool operator==(const Path&) const = default;
+};
+
+// PCIe link of a device or switch port, where known (0 = unknown).
+struct PciLink {
+  double speed_gts = 0;  // per lane, GT/s (2.5, 5, 8, 16, 32, 64)
+  int width = 0;         // lanes
+  double gbyte_s = 0;    // usable bandwidth, GB/s, as hwloc reports it
+  bool operator==(const PciLink&) const = default;
+};
+
+struct Package {
+  int os_index = 0;
+  CpuSet cpus;
+  std::string vendor;  // "GenuineIntel", "AuthenticAMD", ...
+  std::string model;   // "Intel(R) Xeon(R) Platinum 8480+"
+  int family = kNone;
+  int model_number = kNone;
+  bool operator==(const Package&) const = default;
+};
+
+struct NumaNode {
+  int os_index = 0;
+  CpuSet cpus;  // empty for CPU-less (GPU memory) NUMA nodes
+  uint64_t memory_bytes = 0;
+  int package = kNone;  // Package::os_index
+  bool operator==(const NumaNode&) const = default;
+};
+
+// A PCI root complex (hwloc "HostBridge"). NCCL XML records none.
+struct HostBridge {
+  std::string buses;  // "0000:[00-0f]"
+  int numa = kNone;   // NumaNode::os_index of its locality, where it is one NUMA node
+  bool operator==(const HostBridge&) const = default;
+};
+
+// A PCIe switch (the upstream port and its downstream ports as one node, as NCCL models it), or a
+// CPU root port that devices hang from directly.
+struct PciSwitch {
+  PciAddress pci;  // the upstream port (or the root port)
+  uint16_t vendor = 0;
+  uint16_t device = 0;
+  bool root_port = false;
+  int parent = kNone;       // index into NodeTopology::switches
+  int host_bridge = kNone;  // index into NodeTopology::host_bridges
+  int numa = kNone;
+  PciLink link;
+  bool operator==(const PciSwitch&) const = default;
+};
+
+// Where a PCI device sits: the chain to the CPU that path classification walks.
+struct PciPlacement {
+  int switch_index = kNone;  // nearest switch above the device
+  int host_bridge = kNone;
+  int numa = kNone;     // NumaNode::os_index, kNone where the locality spans several
+  int package = kNone;  // Package::os_index
+  bool operator==(const PciPlacement&) const = default;
+};
+
+struct NvLinkPeer {
+  int gpu = kNone;   // peer GPU index, or kNone for a non-GPU peer
+  std::string peer;  // "GPU3", "nvswitch", "cpu"
+  int count = 0;     // links
+  bool operator==(const NvLinkPeer&) const = default;
+};
+
+struct Gpu {
+  int index = 0;  // position in PCI bus order (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+  PciAddress pci;
+  uint16_t vendor = 0;
+  uint16_t device = 0;
+  uint32_t pci_class = 0;  // 24-bit class code, e.g. 0x030200
+  std::string model;       // "NVIDIA H100 80GB HBM3", where known
+  int sm = 0;              // compute capability x10 (80, 90, 100), 0 where unknown or not NVIDIA
+  uint64_t memory_bytes = 0;
+  std::string uuid;
+  CpuSet cpus;  // local CPUs
+  PciPlacement at;
+  PciLink link;
+  std::vector<NvLinkPeer> nvlinks;
+  int nvswitch_links = 0;  // links to NVSwitches (all GPUs on the switch fabric are reachable)
+
+  bool isNvidia() const { return vendor == kVendorNvidia; }
+  bool operator==(const Gpu&) const = default;
+};
+
+enum class LinkLayer { kInfiniBand, kEthernet, kUnspecified };
+enum class PortState { kUnknown, kDown, kInit, kArmed, kActive, kActiveDefer };
+
+struct NicPort {
+  int port = 1;
+  LinkLayer link_layer = LinkLayer::kUnspecified;
+  PortState state = PortState::kUnknown;
+  double rate_gbps = 0;  // 0 where unknown
+  std::string netdev;
+  std::optional<int> roce_v2_gid_index;  // Ethernet ports: the RoCE v2 GID with an IPv4 address
+
+  bool up() const { return state == PortState::kActive || state == PortState::kActiveDefer; }
+  bool operator==(const NicPort&) const = default;
+};
+
+struct Nic {
+  std::string name;  // RDMA device ("mlx5_3"), or "pci:BUSID" where the source names none
+  PciAddress pci;
+  bool has_pci = true;  // false for a NIC the source names without a PCI function (NCCL <nic> under <cpu>)
+  uint16_t vendor = 0;
+  uint16_t device = 0;
+  uint32_t pci_class = 0;
+  CpuSet cpus;
+  PciPlacement at;
+  PciLink link;
+  std::vector<NicPort> ports;
+  bool operator==(const Nic&) const = default;
+};
+
+struct NodeTopology {
+  std::string hostname;
+  std::string source;  // "live", "hwloc-xml:PATH", "nccl-xml:PATH", "json:PATH"
+  std::vector<Package> packages;
+  std::vector<NumaNode> numa_nodes;
+  std::vector<HostBridge> host_bridges;
+  std::vector<PciSwitch> switches;
+  std::vector<Gpu> gpus;              // sorted by PCI address; Gpu::index == position
+  std::vector<Nic> nics;              // sorted by name
+  bool nvswitch = false;              // an NVSwitch fabric connects the GPUs
+  std::vector<std::string> warnings;  // what the source could not read, for the user
+
+  // Label of a device in matrices and JSON "paths": "GPU<index>" or the NIC's name.
+  static std::string gpuLabel(int index) { return "GPU" + std::to_string(index); }
+
+  // Path between two GPUs, a GPU and a NIC, two NICs (indexes into gpus / nics).
+  Path gpuToGpu(int a, int b) const;
+  Path gpuToNic(int gpu, int nic) const;
+  Path nicToNic(int a, int b) const;
+  Path pciPath(const PciPlacement& a, const PciPlacement& b) const;
+
+  // The CPUs of the whole node.
+  CpuSet allCpus() const;
+  const NumaNode* numaNode(int os_index) const;
+  const Nic* nicByName(const std::string& name) const;
+
+  // Sorts GPUs by PCI address and renumbers them, sorts NICs by name, fixes NVLink peer labels.
+  void normalize();
+  bool operator==(const NodeTopology&) const = default;
+};
+
+std::string toString(LinkLayer layer);
+std::string toString(PortState state);
+LinkLayer linkLayerFromString(std::string_view text);  // sysfs or JSON spelling
+PortState portStateFromString(std::string_view text);  // "4: ACTIVE", "active", "4"
+
+// Compute capability (x10) of an NVIDIA PCI device id, 0 where unknown.
+int smFromPciDevice(uint16_t device);
+// "NVIDIA", "AMD", "Intel", "Mellanox", "Amazon" or the hex id.
+std::string vendorName(uint16_t vendor);
+
+}  // namespace poolrun::topo

@@ -1,0 +1,404 @@
+// The "poolrun.topology/1" JSON document.
+
+#include <nlohmann/json.hpp>
+
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/writers.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+ojson optionalInt(int v) {
+  return v == kNone ? ojson(nullptr) : ojson(v);
+}
+
+std::string hex4(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%04x", v);
+  return buf;
+}
+
+std::string hex6(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%06x", v);
+  return buf;
+}
+
+ojson linkJson(const PciLink& l) {
+  return {{"speed_gts", l.speed_gts}, {"width", l.width}, {"gbyte_s", l.gbyte_s}};
+}
+
+ojson placementJson(const PciPlacement& at) {
+  return {{"switch", optionalInt(at.switch_index)},
+          {"host_bridge", optionalInt(at.host_bridge)},
+          {"numa", optionalInt(at.numa)},
+          {"package", optionalInt(at.package)}};
+}
+
+// Reading: every accessor names the field it was looking for.
+class Fields {
+ public:
+  Fields(const json& j, std::string where, const std::string& file)
+      : j_(j), where_(std::move(where)), file_(file) {
+    if (!j_.is_object()) fail("expected an object");
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw badInput(file_ + ": " + where_ + ": " + what);
+  }
+
+  const json& get(const char* key) const {
+    auto it = j_.find(key);
+    if (it == j_.end()) fail(std::string("missing field \"") + key + "\"");
+    return *it;
+  }
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+  std::string str(const char* key, const std::string& fallback = "") const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_string()) fail(std::string("field \"") + key + "\" must be a string");
+    return j_[key].get<std::string>();
+  }
+  int integer(const char* key, int fallback = kNone) const {
+    if (!has(key)) return fallback;
+    const json& v = j_[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
+      fail(std::string("field \"") + key + "\" must be an integer");
+    }
+    return v.get<int>();
+  }
+  double number(const char* key) const {
+    if (!has(key)) return 0;
+    if (!j_[key].is_number()) fail(std::string("field \"") + key + "\" must be a number");
+    return j_[key].get<double>();
+  }
+  uint64_t u64(const char* key) const {
+    if (!has(key)) return 0;
+    if (!j_[key].is_number_unsigned() && !(j_[key].is_number_integer() && j_[key].get<int64_t>() >= 0)) {
+      fail(std::string("field \"") + key + "\" must be a non-negative integer");
+    }
+    return j_[key].get<uint64_t>();
+  }
+  bool boolean(const char* key) const {
+    if (!has(key)) return false;
+    if (!j_[key].is_boolean()) fail(std::string("field \"") + key + "\" must be true or false");
+    return j_[key].get<bool>();
+  }
+  uint32_t hex(const char* key) const {
+    std::string s = str(key);
+    if (s.empty()) return 0;
+    try {
+      size_t used = 0;
+      unsigned long v = std::stoul(s, &used, 16);
+      if (used != s.size() || v > 0xffffffffUL) throw std::invalid_argument(s);
+      return static_cast<uint32_t>(v);
+    } catch (const std::exception&) {
+      fail(std::string("field \"") + key + "\" must be hexadecimal, got \"" + s + "\"");
+    }
+  }
+  CpuSet cpus(const char* key) const {
+    try {
+      return CpuSet::parseList(str(key));
+    } catch (const Error& e) {
+      fail(std::string("field \"") + key + "\": " + e.what());
+    }
+  }
+  PciAddress pci(const char* key) const {
+    std::string s = str(key);
+    auto a = PciAddress::parse(s);
+    if (!a) fail(std::string("field \"") + key + "\" must be a PCI address dddd:bb:dd.f, got \"" + s + "\"");
+    return *a;
+  }
+  const json& array(const char* key) const {
+    static const json kEmpty = json::array();
+    if (!has(key)) return kEmpty;
+    if (!j_[key].is_array()) fail(std::string("field \"") + key + "\" must be an array");
+    return j_[key];
+  }
+  PciLink link() const {
+    PciLink l;
+    if (!has("link")) return l;
+    Fields f(j_["link"], where_ + ".link", file_);
+    l.speed_gts = f.number("speed_gts");
+    l.width = f.integer("width", 0);
+    l.gbyte_s = f.number("gbyte_s");
+    return l;
+  }
+  PciPlacement placement(size_t switches, size_t bridges) const {
+    PciPlacement at;
+    at.switch_index = integer("switch");
+    at.host_bridge = integer("host_bridge");
+    at.numa = integer("numa");
+    at.package = integer("package");
+    if (at.switch_index != kNone &&
+        (at.switch_index < 0 || static_cast<size_t>(at.switch_index) >= switches)) {
+      fail("switch " + std::to_string(at.switch_index) + " does not exist");
+    }
+    if (at.host_bridge != kNone && (at.host_bridge < 0 || static_cast<size_t>(at.host_bridge) >= bridges)) {
+      fail("host_bridge " + std::to_string(at.host_bridge) + " does not exist");
+    }
+    return at;
+  }
+
+ private:
+  const json& j_;
+  std::string where_;
+  const std::string& file_;
+};
+
+std::string at(const char* what, size_t i) {
+  return std::string(what) + "[" + std::to_string(i) + "]";
+}
+
+}  // namespace
+
+ojson toJson(const NodeTopology& topo) {
+  ojson doc;
+  doc["schema"] = kTopologySchema;
+  doc["hostname"] = topo.hostname;
+  doc["source"] = topo.source;
+  ojson packages = ojson::array();
+  for (const Package& p : topo.packages) {
+    packages.push_back({{"index", p.os_index},
+                        {"cpuset", p.cpus.toList()},
+                        {"vendor", p.vendor},
+                        {"model", p.model},
+                        {"family", optionalInt(p.family)},
+                        {"model_number", optionalInt(p.model_number)}});
+  }
+  doc["packages"] = packages;
+  ojson numa = ojson::array();
+  for (const NumaNode& n : topo.numa_nodes) {
+    numa.push_back({{"index", n.os_index},
+                    {"cpuset", n.cpus.toList()},
+                    {"memory_bytes", n.memory_bytes},
+                    {"package", optionalInt(n.package)}});
+  }
+  doc["numa_nodes"] = numa;
+  ojson bridges = ojson::array();
+  for (const HostBridge& b : topo.host_bridges)
+    bridges.push_back({{"buses", b.buses}, {"numa", optionalInt(b.numa)}});
+  doc["host_bridges"] = bridges;
+  ojson switches = ojson::array();
+  for (const PciSwitch& s : topo.switches) {
+    switches.push_back({{"pci", s.pci.str()},
+                        {"vendor_id", hex4(s.vendor)},
+                        {"device_id", hex4(s.device)},
+                        {"root_port", s.root_port},
+                        {"parent", optionalInt(s.parent)},
+                        {"host_bridge", optionalInt(s.host_bridge)},
+                        {"numa", optionalInt(s.numa)},
+                        {"link", linkJson(s.link)}});
+  }
+  doc["switches"] = switches;
+  ojson gpus = ojson::array();
+  for (const Gpu& g : topo.gpus) {
+    ojson links = ojson::array();
+    for (const NvLinkPeer& p : g.nvlinks) links.push_back({{"peer", p.peer}, {"count", p.count}});
+    gpus.push_back({{"index", g.index},
+                    {"pci", g.pci.str()},
+                    {"vendor", vendorName(g.vendor)},
+                    {"vendor_id", hex4(g.vendor)},
+                    {"device_id", hex4(g.device)},
+                    {"class", hex6(g.pci_class)},
+                    {"cuda", g.isNvidia()},
+                    {"model", g.model},
+                    {"sm", g.sm == 0 ? ojson(nullptr) : ojson(g.sm)},
+                    {"memory_bytes", g.memory_bytes},
+                    {"uuid", g.uuid.empty() ? ojson(nullptr) : ojson(g.uuid)},
+                    {"numa", optionalInt(g.at.numa)},
+                    {"cpuset", g.cpus.toList()},
+                    {"placement", placementJson(g.at)},
+                    {"link", linkJson(g.link)},
+                    {"nvlinks", links},
+                    {"nvswitch_links", g.nvswitch_links}});
+  }
+  doc["gpus"] = gpus;
+  ojson nics = ojson::array();
+  for (const Nic& n : topo.nics) {
+    ojson ports = ojson::array();
+    for (const NicPort& p : n.ports) {
+      ports.push_back(
+          {{"port", p.port},
+           {"link_layer", toString(p.link_layer)},
+           {"state", toString(p.state)},
+           {"rate_gbps", p.rate_gbps},
+           {"netdev", p.netdev.empty() ? ojson(nullptr) : ojson(p.netdev)},
+           {"roce_v2_gid_index", p.roce_v2_gid_index ? ojson(*p.roce_v2_gid_index) : ojson(nullptr)}});
+    }
+    nics.push_back({{"name", n.name},
+                    {"pci", n.has_pci ? ojson(n.pci.str()) : ojson(nullptr)},
+                    {"vendor", vendorName(n.vendor)},
+                    {"vendor_id", hex4(n.vendor)},
+                    {"device_id", hex4(n.device)},
+                    {"class", hex6(n.pci_class)},
+                    {"numa", optionalInt(n.at.numa)},
+                    {"cpuset", n.cpus.toList()},
+                    {"placement", placementJson(n.at)},
+                    {"link", linkJson(n.link)},
+                    {"ports", ports}});
+  }
+  doc["nics"] = nics;
+  doc["nvswitch"] = topo.nvswitch;
+  ojson paths = ojson::object();
+  auto labelOfNic = [&](size_t i) { return topo.nics[i].name; };
+  for (size_t a = 0; a < topo.gpus.size(); ++a) {
+    ojson row = ojson::object();
+    for (size_t b = 0; b < topo.gpus.size(); ++b) {
+      if (a != b) row[NodeTopology::gpuLabel(static_cast<int>(b))] = topo.gpuToGpu(int(a), int(b)).str();
+    }
+    for (size_t n = 0; n < topo.nics.size(); ++n) row[labelOfNic(n)] = topo.gpuToNic(int(a), int(n)).str();
+    paths[NodeTopology::gpuLabel(static_cast<int>(a))] = row;
+  }
+  for (size_t a = 0; a < topo.nics.size(); ++a) {
+    ojson row = ojson::object();
+    for (size_t g = 0; g < topo.gpus.size(); ++g) {
+      row[NodeTopology::gpuLabel(static_cast<int>(g))] = topo.gpuToNic(int(g), int(a)).str();
+    }
+    for (size_t b = 0; b < topo.nics.size(); ++b) {
+      if (a != b) row[labelOfNic(b)] = topo.nicToNic(int(a), int(b)).str();
+    }
+    paths[labelOfNic(a)] = row;
+  }
+  doc["paths"] = paths;
+  doc["warnings"] = topo.warnings;
+  return doc;
+}
+
+NodeTopology fromJson(const json& doc, const std::string& name) {
+  Fields top(doc, "document", name);
+  std::string schema = top.str("schema");
+  if (schema != kTopologySchema) {
+    top.fail("schema is \"" + schema + "\", expected \"" + kTopologySchema + "\"");
+  }
+  NodeTopology t;
+  t.hostname = top.str("hostname");
+  t.source = "json:" + name;
+  const json& packages = top.array("packages");
+  for (size_t i = 0; i < packages.size(); ++i) {
+    Fields f(packages[i], at("packages", i), name);
+    Package p;
+    p.os_index = f.integer("index", static_cast<int>(i));
+    p.cpus = f.cpus("cpuset");
+    p.vendor = f.str("vendor");
+    p.model = f.str("model");
+    p.family = f.integer("family");
+    p.model_number = f.integer("model_number");
+    t.packages.push_back(std::move(p));
+  }
+  const json& numa = top.array("numa_nodes");
+  for (size_t i = 0; i < numa.size(); ++i) {
+    Fields f(numa[i], at("numa_nodes", i), name);
+    NumaNode n;
+    n.os_index = f.integer("index", static_cast<int>(i));
+    n.cpus = f.cpus("cpuset");
+    n.memory_bytes = f.u64("memory_bytes");
+    n.package = f.integer("package");
+    t.numa_nodes.push_back(std::move(n));
+  }
+  const json& bridges = top.array("host_bridges");
+  for (size_t i = 0; i < bridges.size(); ++i) {
+    Fields f(bridges[i], at("host_bridges", i), name);
+    t.host_bridges.push_back({f.str("buses"), f.integer("numa")});
+  }
+  const json& switches = top.array("switches");
+  for (size_t i = 0; i < switches.size(); ++i) {
+    Fields f(switches[i], at("switches", i), name);
+    PciSwitch s;
+    s.pci = f.pci("pci");
+    s.vendor = static_cast<uint16_t>(f.hex("vendor_id"));
+    s.device = static_cast<uint16_t>(f.hex("device_id"));
+    s.root_port = f.boolean("root_port");
+    s.parent = f.integer("parent");
+    // Parents come first, so a parent index below i also rules out cycles.
+    if (s.parent != kNone && (s.parent < 0 || static_cast<size_t>(s.parent) >= i)) {
+      f.fail("parent " + std::to_string(s.parent) + " must name an earlier switch");
+    }
+    s.host_bridge = f.integer("host_bridge");
+    if (s.host_bridge != kNone &&
+        (s.host_bridge < 0 || static_cast<size_t>(s.host_bridge) >= bridges.size())) {
+      f.fail("host_bridge " + std::to_string(s.host_bridge) + " does not exist");
+    }
+    s.numa = f.integer("numa");
+    s.link = f.link();
+    t.switches.push_back(s);
+  }
+  const json& gpus = top.array("gpus");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    Fields f(gpus[i], at("gpus", i), name);
+    Gpu g;
+    g.index = static_cast<int>(i);
+    g.pci = f.pci("pci");
+    g.vendor = static_cast<uint16_t>(f.hex("vendor_id"));
+    g.device = static_cast<uint16_t>(f.hex("device_id"));
+    g.pci_class = f.hex("class");
+    g.model = f.str("model");
+    g.sm = f.integer("sm", 0);
+    g.memory_bytes = f.u64("memory_bytes");
+    g.uuid = f.str("uuid");
+    g.cpus = f.cpus("cpuset");
+    g.at = f.has("placement") ? Fields(f.get("placement"), at("gpus", i) + ".placement", name)
+                                    .placement(t.switches.size(), t.host_bridges.size())
+                              : PciPlacement{};
+    if (!f.has("placement")) g.at.numa = f.integer("numa");
+    g.link = f.link();
+    const json& links = f.array("nvlinks");
+    for (size_t l = 0; l < links.size(); ++l) {
+      Fields lf(links[l], at("gpus", i) + "." + at("nvlinks", l), name);
+      NvLinkPeer p;
+      p.peer = lf.str("peer");
+      p.count = lf.integer("count", 0);
+      if (p.peer.starts_with("GPU")) {
+        try {
+          p.gpu = std::stoi(p.peer.substr(3));
+        } catch (const std::exception&) {
+          lf.fail("bad peer \"" + p.peer + "\"");
+        }
+        if (p.gpu < 0 || static_cast<size_t>(p.gpu) >= gpus.size())
+          lf.fail("peer " + p.peer + " does not exist");
+      }
+      g.nvlinks.push_back(p);
+    }
+    g.nvswitch_links = f.integer("nvswitch_links", 0);
+    t.gpus.push_back(std::move(g));
+  }
+  const json& nics = top.array("nics");
+  for (size_t i = 0; i < nics.size(); ++i) {
+    Fields f(nics[i], at("nics", i), name);
+    Nic n;
+    n.name = f.str("name");
+    if (n.name.empty()) f.fail("missing field \"name\"");
+    n.has_pci = f.has("pci");
+    if (n.has_pci) n.pci = f.pci("pci");
+    n.vendor = static_cast<uint16_t>(f.hex("vendor_id"));
+    n.device = static_cast<uint16_t>(f.hex("device_id"));
+    n.pci_class = f.hex("class");
+    n.cpus = f.cpus("cpuset");
+    n.at = f.has("placement") ? Fields(f.get("placement"), at("nics", i) + ".placement", name)
+                                    .placement(t.switches.size(), t.host_bridges.size())
+                              : PciPlacement{};
+    if (!f.has("placement")) n.at.numa = f.integer("numa");
+    n.link = f.link();
+    const json& ports = f.array("ports");
+    for (size_t p = 0; p < ports.size(); ++p) {
+      Fields pf(ports[p], at("nics", i) + "." + at("ports", p), name);
+      NicPort port;
+      port.port = pf.integer("port", 1);
+      port.link_layer = linkLayerFromString(pf.str("link_layer"));
+      port.state = portStateFromString(pf.str("state"));
+      port.rate_gbps = pf.number("rate_gbps");
+      port.netdev = pf.str("netdev");
+      if (pf.has("roce_v2_gid_index")) port.roce_v2_gid_index = pf.integer("roce_v2_gid_index");
+      n.ports.push_back(port);
+    }
+    t.nics.push_back(std::move(n));
+  }
+  t.nvswitch = top.boolean("nvswitch");
+  t.normalize();
+  return t;
+}
+
+}  // namespace poolrun::topo

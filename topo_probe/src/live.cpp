@@ -1,0 +1,136 @@
+// Telling the file formats apart, the live probe, and the TopologySource implementations.
+
+#include <nlohmann/json.hpp>
+
+#include "file_util.hpp"
+#include "hwloc_source.hpp"
+#include "nvml.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/sysfs.hpp"
+#include "poolrun/topo/writers.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+// The first element name of an XML text, skipping the prolog, comments and doctype.
+std::string firstElement(const std::string& text) {
+  size_t pos = 0;
+  while ((pos = text.find('<', pos)) != std::string::npos) {
+    if (text.compare(pos, 4, "<!--") == 0) {
+      size_t end = text.find("-->", pos + 4);
+      if (end == std::string::npos) return "";
+      pos = end + 3;
+    } else if (text.compare(pos, 2, "<?") == 0 || text.compare(pos, 2, "<!") == 0) {
+      pos = text.find('>', pos);
+      if (pos == std::string::npos) return "";
+    } else {
+      size_t end = pos + 1;
+      while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_' ||
+                                   text[end] == '-' || text[end] == ':')) {
+        ++end;
+      }
+      return text.substr(pos + 1, end - pos - 1);
+    }
+  }
+  return "";
+}
+
+FileFormat detectFormatOf(const std::string& text, const std::string& name) {
+  size_t i = text.find_first_not_of(" \t\r\n");
+  if (i == std::string::npos) throw badInput(name + ": file is empty; expected hwloc XML, NCCL XML or JSON");
+  if (text[i] == '{') return FileFormat::kJson;
+  if (text[i] != '<') {
+    throw badInput(name + ": not a topology file (expected hwloc XML, NCCL topology XML or poolrun JSON)");
+  }
+  std::string root = firstElement(text);
+  if (root == "topology") return FileFormat::kHwlocXml;
+  if (root == "system") return FileFormat::kNcclXml;
+  if (root == "graphs") {
+    throw badInput(name +
+                   ": this is an NCCL graph file (NCCL_GRAPH_FILE, <graphs>), not a topology; give the "
+                   "NCCL_TOPO_FILE (<system>) instead");
+  }
+  if (root.empty()) throw badInput(name + ": malformed XML: no root element (truncated?)");
+  throw badInput(name + ": XML root element <" + root +
+                 "> is not a topology (expected <topology> from hwloc or <system> from NCCL)");
+}
+
+NodeTopology readJsonText(const std::string& text, const std::string& name) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw badInput(name + ": malformed JSON at byte " + std::to_string(e.byte) + " (" + e.what() + ")");
+  }
+  return fromJson(doc, name);
+}
+
+class FileSource final : public TopologySource {
+ public:
+  explicit FileSource(std::filesystem::path file) : file_(std::move(file)) {}
+  NodeTopology load() override { return readTopologyFile(file_); }
+  std::string describe() const override { return "file " + file_.string(); }
+
+ private:
+  std::filesystem::path file_;
+};
+
+class LiveSource final : public TopologySource {
+ public:
+  explicit LiveSource(LiveOptions options) : options_(std::move(options)) {}
+  NodeTopology load() override { return probeLive(options_); }
+  std::string describe() const override {
+    return "this machine (hwloc, sysfs " + options_.sysfs_root.string() + ")";
+  }
+
+ private:
+  LiveOptions options_;
+};
+
+}  // namespace
+
+FileFormat detectFormat(const std::filesystem::path& file) {
+  return detectFormatOf(detail::readWholeFile(file), file.string());
+}
+
+NodeTopology readTopologyFile(const std::filesystem::path& file) {
+  std::string text = detail::readWholeFile(file);
+  std::string name = file.string();
+  switch (detectFormatOf(text, name)) {
+    case FileFormat::kHwlocXml:
+      return readHwlocXmlString(text, name);
+    case FileFormat::kNcclXml:
+      return readNcclXmlString(text, name);
+    case FileFormat::kJson:
+      return readJsonText(text, name);
+  }
+  throw Error(ErrorCode::kInternal, "unreachable");
+}
+
+NodeTopology probeLive(const LiveOptions& options) {
+  NodeTopology topo = detail::probeHwlocLive();
+  std::vector<std::string> warnings;
+  auto devices = readRdmaDevices(options.sysfs_root, warnings);
+  mergeRdmaDevices(topo, devices);
+  for (std::string& w : warnings) topo.warnings.push_back(std::move(w));
+  if (options.use_nvml && !topo.gpus.empty()) {
+    std::string why;
+    if (auto gpus = detail::queryNvml(why)) {
+      detail::mergeNvml(topo, *gpus);
+    } else {
+      topo.warnings.push_back(why);
+    }
+  }
+  return topo;
+}
+
+std::unique_ptr<TopologySource> makeFileSource(std::filesystem::path file) {
+  return std::make_unique<FileSource>(std::move(file));
+}
+
+std::unique_ptr<TopologySource> makeLiveSource(LiveOptions options) {
+  return std::make_unique<LiveSource>(std::move(options));
+}
+
+}  // namespace poolrun::topo

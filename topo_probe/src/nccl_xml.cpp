@@ -1,0 +1,604 @@
+// NCCL's topology XML (NCCL_TOPO_FILE): reading full dumps and sparse hint files, and writing a
+// file that NCCL loads. In that format each <pci> bridge is one PCIe switch and each <cpu> one
+// NUMA node; there are no host bridges.
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <pugixml.hpp>
+#include <set>
+#include <sstream>
+
+#include "file_util.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/writers.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+constexpr int kMaxDepth = 32;
+
+// Attributes that NCCL 2.x writes or reads, per element. Anything else is most likely a typo
+// (`busId` for `busid`) that would silently drop a device, so it is an error.
+const std::map<std::string, std::set<std::string>, std::less<>>& knownAttributes() {
+  static const std::map<std::string, std::set<std::string>, std::less<>> kKnown = {
+      {"system", {"version"}},
+      {"cpu", {"numaid", "affinity", "arch", "vendor", "familyid", "modelid", "host_hash"}},
+      {"pci",
+       {"busid", "class", "vendor", "device", "subsystem_vendor", "subsystem_device", "link_speed",
+        "link_width", "keep"}},
+      {"gpu", {"dev", "sm", "rank", "gdr", "keep"}},
+      {"nvlink", {"target", "count", "tclass"}},
+      {"c2c", {"bw", "count"}},
+      {"nic", {"keep"}},
+      {"net", {"name", "dev", "speed", "port", "latency", "guid", "maxconn", "gdr", "coll", "keep"}},
+  };
+  return kKnown;
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string name) : name_(std::move(name)) {}
+
+  NodeTopology read(const std::string& xml) {
+    pugi::xml_document doc;
+    pugi::xml_parse_result r = doc.load_buffer(xml.data(), xml.size());
+    if (!r) {
+      fail("malformed XML at line " + std::to_string(detail::lineOf(xml, r.offset)) + ": " + r.description());
+    }
+    pugi::xml_node root = doc.document_element();
+    if (std::strcmp(root.name(), "graphs") == 0) {
+      fail(
+          "this is an NCCL graph file (NCCL_GRAPH_FILE, <graphs>), not a topology; give the NCCL_TOPO_FILE "
+          "(<system>) instead");
+    }
+    if (std::strcmp(root.name(), "system") != 0) {
+      fail("not an NCCL topology (root element <" + std::string(root.name()) + ">, expected <system>)");
+    }
+    checkAttributes(root);
+    out_.source = "nccl-xml:" + name_;
+    for (pugi::xml_node child : root.children()) {
+      if (child.type() != pugi::node_element) continue;
+      if (std::strcmp(child.name(), "cpu") != 0) {
+        fail(where(child) + "unexpected <" + std::string(child.name()) + "> under <system> (expected <cpu>)");
+      }
+      readCpu(child);
+    }
+    if (out_.numa_nodes.empty()) fail("no <cpu> element: the file describes no NUMA node");
+    resolveNvLinks();
+    if (unclassified_ > 0) {
+      out_.warnings.push_back(
+          name_ + ": " + std::to_string(unclassified_) +
+          " <pci> devices have no class and no <gpu>/<nic>; they are neither GPUs nor NICs here");
+    }
+    out_.normalize();
+    return std::move(out_);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const { throw badInput(name_ + ": " + what); }
+
+  static std::string where(pugi::xml_node node) {
+    std::string busid = node.attribute("busid").as_string();
+    return "<" + std::string(node.name()) + (busid.empty() ? "" : " busid=\"" + busid + "\"") + ">: ";
+  }
+
+  void checkAttributes(pugi::xml_node node) const {
+    const auto& known = knownAttributes();
+    auto it = known.find(node.name());
+    if (it == known.end()) {
+      fail(where(node) + "unknown element <" + std::string(node.name()) + ">");
+    }
+    for (pugi::xml_attribute a : node.attributes()) {
+      if (!it->second.contains(a.name())) {
+        std::string list;
+        for (const std::string& k : it->second) list += (list.empty() ? "" : ", ") + k;
+        fail(where(node) + "unknown attribute '" + std::string(a.name()) + "' (known: " + list + ")");
+      }
+    }
+  }
+
+  int intAttr(pugi::xml_node node, const char* attr, int fallback) const {
+    pugi::xml_attribute a = node.attribute(attr);
+    if (a.empty() || *a.value() == '\0') return fallback;
+    std::string_view v = a.value();
+    int value = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+    if (ec != std::errc() || end != v.data() + v.size()) {
+      fail(where(node) + "attribute " + attr + "=\"" + std::string(v) + "\" is not an integer");
+    }
+    return value;
+  }
+
+  uint32_t hexAttr(pugi::xml_node node, const char* attr) const {
+    pugi::xml_attribute a = node.attribute(attr);
+    if (a.empty() || *a.value() == '\0') return 0;
+    std::string_view v = a.value();
+    std::string_view digits = v.starts_with("0x") || v.starts_with("0X") ? v.substr(2) : v;
+    uint64_t value = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || value > 0xffffffffu) {
+      fail(where(node) + "attribute " + attr + "=\"" + std::string(v) + "\" is not a hexadecimal number");
+    }
+    return static_cast<uint32_t>(value);
+  }
+
+  PciAddress busid(pugi::xml_node node) const {
+    std::string text = node.attribute("busid").as_string();
+    if (text.empty()) fail(where(node) + "missing busid attribute");
+    auto a = PciAddress::parse(text);
+    if (!a) fail(where(node) + "bad busid \"" + text + "\" (expected dddd:bb:dd.f)");
+    return *a;
+  }
+
+  PciLink link(pugi::xml_node node) const {
+    PciLink l;
+    std::string speed = node.attribute("link_speed").as_string();
+    if (!speed.empty()) {
+      double gts = 0;
+      auto [end, ec] = std::from_chars(speed.data(), speed.data() + speed.size(), gts);
+      if (ec == std::errc() && end != speed.data()) l.speed_gts = gts;
+    }
+    l.width = std::max(0, intAttr(node, "link_width", 0));
+    if (l.speed_gts > 0 && l.width > 0) {
+      double encoding = l.speed_gts >= 8 ? 128.0 / 130.0 : 0.8;
+      l.gbyte_s = l.speed_gts * l.width * encoding / 8;
+    }
+    return l;
+  }
+
+  void readCpu(pugi::xml_node cpu) {
+    checkAttributes(cpu);
+    NumaNode numa;
+    numa.os_index = intAttr(cpu, "numaid", static_cast<int>(out_.numa_nodes.size()));
+    if (numa.os_index < 0 || numa.os_index > 4095) fail(where(cpu) + "numaid out of range");
+    if (out_.numaNode(numa.os_index) != nullptr) {
+      fail(where(cpu) + "numaid " + std::to_string(numa.os_index) + " appears twice");
+    }
+    try {
+      std::string affinity = cpu.attribute("affinity").as_string();
+      if (!affinity.empty()) numa.cpus = CpuSet::parseMask(affinity);
+    } catch (const Error& e) {
+      fail(where(cpu) + "affinity: " + e.what());
+    }
+    numa.package = numa.os_index;
+    Package pkg;
+    pkg.os_index = numa.os_index;
+    pkg.cpus = numa.cpus;
+    pkg.vendor = cpu.attribute("vendor").as_string();
+    pkg.family = intAttr(cpu, "familyid", kNone);
+    pkg.model_number = intAttr(cpu, "modelid", kNone);
+    out_.numa_nodes.push_back(numa);
+    out_.packages.push_back(pkg);
+    PciPlacement at;
+    at.numa = numa.os_index;
+    at.package = numa.os_index;
+    for (pugi::xml_node child : cpu.children()) {
+      if (child.type() != pugi::node_element) continue;
+      if (std::strcmp(child.name(), "pci") == 0) {
+        readPci(child, at, numa.cpus, 0);
+      } else if (std::strcmp(child.name(), "nic") == 0) {
+        readNic(child, nullptr, at, numa.cpus);
+      } else {
+        fail(where(child) + "unexpected <" + std::string(child.name()) + "> under <cpu>");
+      }
+    }
+  }
+
+  static bool hasChild(pugi::xml_node node, const char* name) { return !node.child(name).empty(); }
+
+  // Broadcom PEX Gen4/Gen5 switches show two levels that NCCL flattens into one.
+  static int bcmGen(uint32_t vendor, uint32_t device, uint32_t subVendor) {
+    if (vendor != 0x1000 || subVendor != 0x1000) return 0;
+    if (device == 0xc010) return 4;
+    if (device == 0xc030) return 5;
+    return 0;
+  }
+
+  void readPci(pugi::xml_node pci, PciPlacement at, const CpuSet& cpus, int depth) {
+    if (depth > kMaxDepth) fail(where(pci) + "PCI tree deeper than " + std::to_string(kMaxDepth) + " levels");
+    checkAttributes(pci);
+    PciAddress addr = busid(pci);
+    uint32_t cls = hexAttr(pci, "class");
+    uint32_t vendor = hexAttr(pci, "vendor");
+    uint32_t device = hexAttr(pci, "device");
+    bool bridge = (cls >> 8) == 0x0604 || (cls == 0 && hasChild(pci, "pci"));
+    if (bridge) {
+      int gen = bcmGen(vendor, device, hexAttr(pci, "subsystem_vendor"));
+      bool merge = gen != 0 && at.switch_index != kNone && switchGen_[at.switch_index] == gen;
+      if (!merge) {
+        PciSwitch s;
+        s.pci = addr;
+        s.vendor = static_cast<uint16_t>(vendor);
+        s.device = static_cast<uint16_t>(device);
+        s.parent = at.switch_index;
+        s.numa = at.numa;
+        s.link = link(pci);
+        out_.switches.push_back(s);
+        at.switch_index = static_cast<int>(out_.switches.size()) - 1;
+        switchGen_[at.switch_index] = gen;
+      }
+      for (pugi::xml_node child : pci.children()) {
+        if (child.type() != pugi::node_element) continue;
+        if (std::strcmp(child.name(), "pci") != 0) {
+          fail(where(child) + "unexpected <" + std::string(child.name()) + "> under a PCI switch");
+        }
+        readPci(child, at, cpus, depth + 1);
+      }
+      return;
+    }
+    for (pugi::xml_node child : pci.children()) {
+      if (child.type() != pugi::node_element) continue;
+      std::string_view n = child.name();
+      if (n != "gpu" && n != "nic")
+        fail(where(child) + "unexpected <" + std::string(n) + "> under a PCI device");
+    }
+    bool gpu = (cls >> 16) == 0x03 || hasChild(pci, "gpu");
+    bool nic = (cls >> 16) == 0x02 || hasChild(pci, "nic");
+    if (gpu) {
+      readGpu(pci, addr, cls, vendor, device, at, cpus);
+    } else if (nic) {
+      readNic(pci.child("nic"), &pci, at, cpus);
+    } else if (cls == 0) {
+      ++unclassified_;
+    }
+  }
+
+  void readGpu(pugi::xml_node pci, PciAddress addr, uint32_t cls, uint32_t vendor, uint32_t device,
+               const PciPlacement& at, const CpuSet& cpus) {
+    Gpu g;
+    g.pci = addr;
+    g.pci_class = cls != 0 ? cls : 0x030200;
+    g.vendor = static_cast<uint16_t>(vendor != 0 ? vendor : kVendorNvidia);
+    g.device = static_cast<uint16_t>(device);
+    g.at = at;
+    g.cpus = cpus;
+    g.link = link(pci);
+    if (g.isNvidia() && g.device != 0) g.sm = smFromPciDevice(g.device);
+    pugi::xml_node gx = pci.child("gpu");
+    if (!gx.empty()) {
+      checkAttributes(gx);
+      int sm = intAttr(gx, "sm", 0);
+      if (sm < 0 || sm > 1000) fail(where(pci) + "<gpu sm=\"" + std::to_string(sm) + "\"> out of range");
+      if (sm > 0) g.sm = sm;
+      for (pugi::xml_node link : gx.children()) {
+        if (link.type() != pugi::node_element) continue;
+        checkAttributes(link);
+        if (std::strcmp(link.name(), "nvlink") != 0) continue;  // <c2c> is the CPU link of Grace
+        int count = intAttr(link, "count", 0);
+        if (count < 0 || count > 1024) fail(where(pci) + "<nvlink count> out of range");
+        uint32_t tclass = hexAttr(link, "tclass");
+        std::string target = link.attribute("target").as_string();
+        auto t = PciAddress::parse(target);
+        if (!t) fail(where(pci) + "<nvlink target=\"" + target + "\"> is not a PCI address");
+        if (tclass == 0x068000) {
+          g.nvswitch_links += count;
+        } else if (tclass == 0x068001 || tclass == 0x060000) {
+          g.nvlinks.push_back({kNone, "cpu", count});
+        } else if (*t != addr) {
+          pendingLinks_.push_back({out_.gpus.size(), *t, count});
+        }
+      }
+    }
+    g.index = static_cast<int>(out_.gpus.size());
+    out_.gpus.push_back(std::move(g));
+  }
+
+  // `nic` may be empty (a bare NIC <pci>); `pci` is null for a <nic> directly under <cpu>.
+  void readNic(pugi::xml_node nic, const pugi::xml_node* pci, const PciPlacement& at, const CpuSet& cpus) {
+    Nic base;
+    base.at = at;
+    base.cpus = cpus;
+    if (pci != nullptr) {
+      base.pci = busid(*pci);
+      base.pci_class = hexAttr(*pci, "class");
+      base.vendor = static_cast<uint16_t>(hexAttr(*pci, "vendor"));
+      base.device = static_cast<uint16_t>(hexAttr(*pci, "device"));
+      base.link = link(*pci);
+    } else {
+      base.has_pci = false;
+    }
+    LinkLayer layer = (base.pci_class >> 8) == 0x0207                     ? LinkLayer::kInfiniBand
+                      : base.vendor == kVendorAmazon                      ? LinkLayer::kUnspecified
+                      : (base.pci_class >> 8) == 0x0200 || pci == nullptr ? LinkLayer::kEthernet
+                                                                          : LinkLayer::kUnspecified;
+    std::vector<Nic> found;
+    if (!nic.empty()) {
+      checkAttributes(nic);
+      for (pugi::xml_node net : nic.children()) {
+        if (net.type() != pugi::node_element) continue;
+        if (std::strcmp(net.name(), "net") != 0) fail(where(net) + "unexpected element under <nic>");
+        checkAttributes(net);
+        std::string name = net.attribute("name").as_string();
+        if (name.empty()) fail("<net> without a name attribute");
+        NicPort port;
+        port.port = std::max(1, intAttr(net, "port", 1));
+        port.state = PortState::kActive;  // NCCL lists the ports it found active
+        port.rate_gbps = intAttr(net, "speed", 0) / 1000.0;
+        port.link_layer = layer;
+        auto same = std::find_if(found.begin(), found.end(), [&](const Nic& n) { return n.name == name; });
+        if (same == found.end()) {
+          found.push_back(base);
+          found.back().name = name;
+          same = found.end() - 1;
+        }
+        same->ports.push_back(port);
+      }
+    }
+    if (found.empty()) {
+      if (pci == nullptr) fail("<nic> under <cpu> without a <net>: nothing names the NIC");
+      found.push_back(base);
+      found.back().name = "pci:" + base.pci.str();
+      NicPort port;
+      port.link_layer = layer;
+      found.back().ports.push_back(port);
+    }
+    for (Nic& n : found) {
+      if (out_.nicByName(n.name) != nullptr) fail("NIC " + n.name + " appears twice");
+      out_.nics.push_back(std::move(n));
+    }
+  }
+
+  void resolveNvLinks() {
+    for (const PendingLink& l : pendingLinks_) {
+      auto peer =
+          std::find_if(out_.gpus.begin(), out_.gpus.end(), [&](const Gpu& g) { return g.pci == l.target; });
+      if (peer == out_.gpus.end()) {
+        out_.warnings.push_back(name_ + ": NVLink to " + l.target.str() + ", which is not a GPU in the file");
+        continue;
+      }
+      out_.gpus[l.gpu].nvlinks.push_back({peer->index, NodeTopology::gpuLabel(peer->index), l.count});
+    }
+  }
+
+  struct PendingLink {
+    size_t gpu;
+    PciAddress target;
+    int count;
+  };
+
+  std::string name_;
+  NodeTopology out_;
+  std::map<int, int> switchGen_;
+  std::vector<PendingLink> pendingLinks_;
+  int unclassified_ = 0;
+};
+
+// ---- writer ----
+
+std::string hex(uint32_t value, int digits) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%0*x", digits, value);
+  return buf;
+}
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// NCCL wants a generation name ("16 GT/s") and a width; hwloc only knows GB/s, so pick the
+// x16 generation closest to it.
+std::string linkAttrs(const PciLink& link) {
+  double gts = link.speed_gts;
+  int width = link.width;
+  if ((gts == 0 || width == 0) && link.gbyte_s > 0) {
+    width = 16;
+    double perLane = link.gbyte_s * 8 / 16;
+    static constexpr double kGens[] = {2.5, 5, 8, 16, 32, 64};
+    gts = kGens[0];
+    for (double g : kGens) {
+      double usable = g * (g >= 8 ? 128.0 / 130.0 : 0.8);
+      if (std::abs(usable - perLane) < std::abs(gts * (gts >= 8 ? 128.0 / 130.0 : 0.8) - perLane)) gts = g;
+    }
+  }
+  if (gts == 0 || width == 0) return "";
+  std::ostringstream s;
+  s << " link_speed=\"" << gts << " GT/s\" link_width=\"" << width << "\"";
+  return s.str();
+}
+
+class Writer {
+ public:
+  explicit Writer(const NodeTopology& topo) : topo_(topo) {}
+
+  std::string write() {
+    out_ << "<system version=\"1\">\n";
+    std::vector<int> numas;
+    for (const NumaNode& n : topo_.numa_nodes) numas.push_back(n.os_index);
+    if (numas.empty()) numas.push_back(0);
+    size_t words = 1;
+    for (const NumaNode& n : topo_.numa_nodes) {
+      if (!n.cpus.empty()) words = std::max<size_t>(words, n.cpus.cpus().back() / 32 + 1);
+    }
+    for (int numa : numas) writeCpu(numa, numa == numas.front(), words);
+    out_ << "</system>\n";
+    return out_.str();
+  }
+
+ private:
+  // Devices of unknown locality go under the first <cpu>.
+  bool belongs(int numa, bool first, const PciPlacement& at) const {
+    int n = at.numa;
+    if (n == kNone && at.package != kNone) {
+      for (const NumaNode& node : topo_.numa_nodes) {
+        if (node.package == at.package) {
+          n = node.os_index;
+          break;
+        }
+      }
+    }
+    return n == numa || (first && (n == kNone || topo_.numaNode(n) == nullptr));
+  }
+
+  void writeCpu(int numa, bool first, size_t words) {
+    const NumaNode* node = topo_.numaNode(numa);
+    const Package* pkg = nullptr;
+    for (const Package& p : topo_.packages) {
+      if (node != nullptr && p.os_index == node->package) pkg = &p;
+    }
+    out_ << "  <cpu numaid=\"" << numa << "\"";
+    if (node != nullptr && !node->cpus.empty()) out_ << " affinity=\"" << node->cpus.toMask(words) << "\"";
+    if (pkg != nullptr && !pkg->vendor.empty()) {
+      out_ << " arch=\"x86_64\" vendor=\"" << escape(pkg->vendor) << "\"";
+      if (pkg->family != kNone) out_ << " familyid=\"" << pkg->family << "\"";
+      if (pkg->model_number != kNone) out_ << " modelid=\"" << pkg->model_number << "\"";
+    }
+    out_ << ">\n";
+    for (size_t s = 0; s < topo_.switches.size(); ++s) {
+      const PciSwitch& sw = topo_.switches[s];
+      PciPlacement at;
+      at.numa = sw.numa;
+      if (sw.parent == kNone && belongs(numa, first, at)) writeSwitch(static_cast<int>(s), 2);
+    }
+    writeDevicesAt(kNone, numa, first, 2);
+    for (const Nic& n : topo_.nics) {
+      if (!n.has_pci && belongs(numa, first, n.at)) writeNet(n, 2);
+    }
+    out_ << "  </cpu>\n";
+  }
+
+  void indent(int depth) { out_ << std::string(static_cast<size_t>(depth) * 2, ' '); }
+
+  void writeSwitch(int s, int depth) {
+    const PciSwitch& sw = topo_.switches[static_cast<size_t>(s)];
+    indent(depth);
+    out_ << "<pci busid=\"" << sw.pci.str() << "\" class=\"0x060400\"";
+    if (sw.vendor != 0)
+      out_ << " vendor=\"" << hex(sw.vendor, 4) << "\" device=\"" << hex(sw.device, 4) << "\"";
+    out_ << linkAttrs(sw.link) << ">\n";
+    for (size_t c = 0; c < topo_.switches.size(); ++c) {
+      if (topo_.switches[c].parent == s) writeSwitch(static_cast<int>(c), depth + 1);
+    }
+    writeDevicesAt(s, kNone, false, depth + 1);
+    indent(depth);
+    out_ << "</pci>\n";
+  }
+
+  // GPUs and NICs under switch `s`, or (s == kNone) directly under NUMA node `numa`.
+  void writeDevicesAt(int s, int numa, bool first, int depth) {
+    auto here = [&](const PciPlacement& at) {
+      return s != kNone ? at.switch_index == s : at.switch_index == kNone && belongs(numa, first, at);
+    };
+    for (const Gpu& g : topo_.gpus) {
+      if (here(g.at)) writeGpu(g, depth);
+    }
+    for (const Nic& n : topo_.nics) {
+      if (n.has_pci && here(n.at)) writeNic(n, depth);
+    }
+  }
+
+  void writeGpu(const Gpu& g, int depth) {
+    indent(depth);
+    out_ << "<pci busid=\"" << g.pci.str() << "\" class=\""
+         << hex(g.pci_class != 0 ? g.pci_class : 0x030200, 6) << "\"";
+    if (g.vendor != 0) out_ << " vendor=\"" << hex(g.vendor, 4) << "\"";
+    if (g.device != 0) out_ << " device=\"" << hex(g.device, 4) << "\"";
+    out_ << linkAttrs(g.link);
+    // NCCL requires dev, sm, rank and gdr on a <gpu>; without a known sm the bare <pci> is the hint.
+    if (!g.isNvidia() || g.sm == 0) {
+      out_ << "/>\n";
+      return;
+    }
+    out_ << ">\n";
+    indent(depth + 1);
+    out_ << "<gpu dev=\"" << g.index << "\" sm=\"" << g.sm << "\" rank=\"" << g.index << "\" gdr=\"1\"";
+    bool links = g.nvswitch_links > 0 || !g.nvlinks.empty();
+    out_ << (links ? ">\n" : "/>\n");
+    if (g.nvswitch_links > 0) {
+      indent(depth + 2);
+      out_ << "<nvlink target=\"ffff:ff:00.0\" count=\"" << g.nvswitch_links << "\" tclass=\"0x068000\"/>\n";
+    }
+    for (const NvLinkPeer& p : g.nvlinks) {
+      indent(depth + 2);
+      if (p.gpu != kNone) {
+        out_ << "<nvlink target=\"" << topo_.gpus[static_cast<size_t>(p.gpu)].pci.str() << "\" count=\""
+             << p.count << "\" tclass=\"0x030200\"/>\n";
+      } else if (p.peer == "cpu") {
+        out_ << "<nvlink target=\"" << g.pci.str() << "\" count=\"" << p.count
+             << "\" tclass=\"0x068001\"/>\n";
+      }
+    }
+    if (links) {
+      indent(depth + 1);
+      out_ << "</gpu>\n";
+    }
+    indent(depth);
+    out_ << "</pci>\n";
+  }
+
+  void writeNic(const Nic& n, int depth) {
+    indent(depth);
+    uint32_t cls = n.pci_class;
+    if (cls == 0) {
+      bool ib = !n.ports.empty() && n.ports.front().link_layer == LinkLayer::kInfiniBand;
+      cls = ib ? 0x020700 : 0x020000;
+    }
+    out_ << "<pci busid=\"" << n.pci.str() << "\" class=\"" << hex(cls, 6) << "\"";
+    if (n.vendor != 0) out_ << " vendor=\"" << hex(n.vendor, 4) << "\"";
+    if (n.device != 0) out_ << " device=\"" << hex(n.device, 4) << "\"";
+    out_ << linkAttrs(n.link);
+    if (n.name.starts_with("pci:")) {
+      out_ << "/>\n";
+      return;
+    }
+    out_ << ">\n";
+    writeNet(n, depth + 1);
+    indent(depth);
+    out_ << "</pci>\n";
+  }
+
+  void writeNet(const Nic& n, int depth) {
+    indent(depth);
+    out_ << "<nic>\n";
+    int dev = static_cast<int>(&n - topo_.nics.data());
+    for (const NicPort& p : n.ports) {
+      indent(depth + 1);
+      out_ << "<net name=\"" << escape(n.name) << "\" dev=\"" << dev << "\" speed=\""
+           << static_cast<long>(p.rate_gbps * 1000) << "\" port=\"" << p.port
+           << "\" latency=\"0.000000\" guid=\"0x0\" maxconn=\"131072\" gdr=\""
+           << (n.vendor == kVendorMellanox ? 1 : 0) << "\"/>\n";
+    }
+    indent(depth);
+    out_ << "</nic>\n";
+  }
+
+  const NodeTopology& topo_;
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+NodeTopology readNcclXmlString(const std::string& xml, const std::string& name) {
+  return Reader(name).read(xml);
+}
+
+NodeTopology readNcclXml(const std::filesystem::path& file) {
+  return readNcclXmlString(detail::readWholeFile(file), file.string());
+}
+
+std::string toNcclXml(const NodeTopology& topo) {
+  return Writer(topo).write();
+}
+
+}  // namespace poolrun::topo

@@ -1,0 +1,34 @@
+#pragma once
+
+// NVML opened with dlopen, so that poolrun starts on machines without the NVIDIA driver. Only the
+// few calls the prober needs: identity, memory and NVLink peers of each GPU.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "poolrun/topo/topology.hpp"
+
+namespace poolrun::topo::detail {
+
+struct NvmlLink {
+  PciAddress remote;
+  bool remote_is_gpu = false;  // else an NVSwitch (or the CPU on POWER)
+};
+
+struct NvmlGpu {
+  PciAddress pci;
+  std::string name;
+  std::string uuid;
+  uint64_t memory_bytes = 0;
+  int sm = 0;
+  std::vector<NvmlLink> links;  // active links only
+};
+
+// The GPUs NVML sees, or std::nullopt where NVML is absent or fails to initialise (`why` says).
+std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why);
+
+// Adds what NVML knows (UUID, memory, model, NVLink peers, NVSwitch links) to the GPUs of `topo`.
+void mergeNvml(NodeTopology& topo, const std::vector<NvmlGpu>& gpus);
+
+}  // namespace poolrun::topo::detail
