@@ -13,6 +13,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  topo     show how this node's GPUs, NICs, PCIe switches and NUMA nodes are wired\n"
+    "  plan     show which GPU, NIC(s), cores and environment every rank of a job would get\n"
     "\n"
     "Run `poolrun <command> --help` for the options of a command.\n";
 
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   try {
     if (command == "topo") return poolrun::launcher::topoCommand(args, std::cout, std::cerr);
+    if (command == "plan") return poolrun::launcher::planCommand(args, std::cout, std::cerr);
   } catch (const std::exception& e) {
     return poolrun::launcher::reportError(e, std::cerr);
   }

@@ -91,6 +91,7 @@ class Converter {
     out_.hostname = info(machine, "HostName");
     readPackages();
     readNumaNodes();
+    readCores();
     for (hwloc_obj_t obj = nullptr; (obj = hwloc_get_next_pcidev(topo_, obj)) != nullptr;) readPciDevice(obj);
     readNvLinks();
     out_.normalize();
@@ -134,6 +135,15 @@ class Converter {
       node.memory_bytes = obj->attr->numanode.local_memory;
       node.package = packageOf(obj);
       out_.numa_nodes.push_back(std::move(node));
+    }
+  }
+
+  void readCores() {
+    int n = hwloc_get_nbobjs_by_type(topo_, HWLOC_OBJ_CORE);
+    for (int i = 0; i < n; ++i) {
+      hwloc_obj_t core = hwloc_get_obj_by_type(topo_, HWLOC_OBJ_CORE, static_cast<unsigned>(i));
+      CpuSet pus = toCpuSet(core->cpuset);
+      if (!pus.empty()) out_.cores.push_back(std::move(pus));
     }
   }
 

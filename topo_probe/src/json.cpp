@@ -178,6 +178,9 @@ ojson toJson(const NodeTopology& topo) {
                     {"package", optionalInt(n.package)}});
   }
   doc["numa_nodes"] = numa;
+  ojson cores = ojson::array();
+  for (const CpuSet& c : topo.cores) cores.push_back(c.toList());
+  doc["cores"] = cores;
   ojson bridges = ojson::array();
   for (const HostBridge& b : topo.host_bridges)
     bridges.push_back({{"buses", b.buses}, {"numa", optionalInt(b.numa)}});
@@ -298,6 +301,15 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     n.memory_bytes = f.u64("memory_bytes");
     n.package = f.integer("package");
     t.numa_nodes.push_back(std::move(n));
+  }
+  const json& cores = top.array("cores");
+  for (size_t i = 0; i < cores.size(); ++i) {
+    if (!cores[i].is_string()) top.fail("cores[" + std::to_string(i) + "] must be a cpulist string");
+    try {
+      t.cores.push_back(CpuSet::parseList(cores[i].get<std::string>()));
+    } catch (const Error& e) {
+      top.fail("cores[" + std::to_string(i) + "]: " + e.what());
+    }
   }
   const json& bridges = top.array("host_bridges");
   for (size_t i = 0; i < bridges.size(); ++i) {

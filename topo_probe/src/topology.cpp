@@ -142,6 +142,14 @@ CpuSet NodeTopology::allCpus() const {
   return all;
 }
 
+std::vector<CpuSet> NodeTopology::coresOrCpus() const {
+  if (!cores.empty()) return cores;
+  std::vector<CpuSet> out;
+  CpuSet all = allCpus();
+  for (unsigned cpu : all.cpus()) out.push_back(CpuSet({cpu}));
+  return out;
+}
+
 const NumaNode* NodeTopology::numaNode(int os_index) const {
   for (const NumaNode& n : numa_nodes) {
     if (n.os_index == os_index) return &n;

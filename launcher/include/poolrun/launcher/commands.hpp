@@ -13,6 +13,9 @@ namespace poolrun::launcher {
 // poolrun topo [--from FILE] [--format matrix|json|nccl-xml|dot|svg] [--sysfs-root DIR] [-o FILE]
 int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// poolrun plan (--cluster FILE | --from TOPOLOGY) -n N [--gpus-per-node K] [--fabric ...] [--json] [--out DIR]
+int planCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // Exit status for an exception escaping a command, after printing it.
 int reportError(const std::exception& e, std::ostream& err);
 

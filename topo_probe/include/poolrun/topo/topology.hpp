@@ -163,6 +163,9 @@ struct NodeTopology {
   std::string source;  // "live", "hwloc-xml:PATH", "nccl-xml:PATH", "json:PATH"
   std::vector<Package> packages;
   std::vector<NumaNode> numa_nodes;
+  // Cores in hwloc's logical order, each with its hardware threads (OS indexes). Empty where the
+  // source does not say (NCCL XML): then every CPU counts as a core of its own.
+  std::vector<CpuSet> cores;
   std::vector<HostBridge> host_bridges;
   std::vector<PciSwitch> switches;
   std::vector<Gpu> gpus;              // sorted by PCI address; Gpu::index == position
@@ -181,6 +184,8 @@ struct NodeTopology {
 
   // The CPUs of the whole node.
   CpuSet allCpus() const;
+  // Cores (see `cores`), or one per CPU where the source named no cores.
+  std::vector<CpuSet> coresOrCpus() const;
   const NumaNode* numaNode(int os_index) const;
   const Nic* nicByName(const std::string& name) const;
 

@@ -1,0 +1,110 @@
+#pragma once
+
+// The binding planner: given the GPUs a job holds on each node and each node's NodeTopology, it
+// decides every rank's node, local rank, GPU, NIC(s), cores, memory node, GPUDirect RDMA setting
+// and environment, so that NCCL, UCX and Open MPI use the hardware the way it is wired.
+//
+// Planning is pure: no I/O, no clock, the same inputs give the same plan. Requests that cannot be
+// met throw poolrun::Error (kBadInput) saying why, before anything starts.
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/topology.hpp"
+
+namespace poolrun::launcher {
+
+enum class GdrMode { kAuto, kOn, kOff };
+std::string toString(GdrMode mode);
+GdrMode gdrModeFromString(std::string_view text);  // auto | on | off
+
+// The GPUs a job holds on one node (indexes into the node topology's gpus).
+struct NodeGrant {
+  const topo::ClusterNode* node = nullptr;
+  std::vector<int> gpus;
+};
+
+struct PlanRequest {
+  int ranks = 0;
+  int gpus_per_node = 0;              // 0: every GPU each node grants
+  std::optional<topo::Fabric> fabric;  // nullopt: the best fabric every node has
+  GdrMode gdr = GdrMode::kAuto;
+  std::optional<int> roce_tc;                  // NCCL_IB_TC for RoCE
+  std::map<std::string, std::string> user_env;  // variables the user set; they always win
+};
+
+struct NicChoice {
+  std::string name;  // RDMA device (mlx5_3) or the topology's label (pci:..., eth0)
+  int port = 1;
+  std::string netdev;
+  topo::LinkLayer link_layer = topo::LinkLayer::kUnspecified;
+  std::optional<int> roce_v2_gid_index;
+  double rate_gbps = 0;
+  bool verbs = false;  // InfiniBand or RoCE through ibverbs: NCCL_IB_* and UCX apply
+};
+
+struct RankPlan {
+  int rank = 0;
+  int node_index = 0;  // into JobPlan::nodes
+  int local_rank = 0;
+  int local_size = 0;
+  int gpu = 0;         // index in the node topology (PCI bus order)
+  int cuda_index = 0;  // CUDA device index with CUDA_DEVICE_ORDER=PCI_BUS_ID (NVIDIA GPUs only)
+  topo::PciAddress gpu_pci;
+  std::vector<NicChoice> nics;
+  topo::Path gpu_nic_path;  // to the first NIC
+  bool gdr = false;
+  std::string gdr_reason;
+  int numa = topo::kNone;
+  topo::CpuSet cpuset;
+  bool shares_cpus = false;   // more ranks than CPUs in its domain
+  std::string rankfile_slots;  // logical core (or hardware thread) indexes for the rankfile
+  std::vector<std::pair<std::string, std::string>> env;  // what the rank gets, in a fixed order
+  std::map<std::string, std::string> user_won;           // variable -> the value the plan wanted
+  std::vector<std::string> notes;
+};
+
+struct NodePlan {
+  std::string name;
+  topo::ClusterNode node;  // a copy: the plan does not depend on the cluster outliving it
+  int first_rank = 0;
+  int ranks = 0;
+};
+
+struct JobPlan {
+  topo::Fabric fabric = topo::Fabric::kTcp;
+  std::vector<NodePlan> nodes;
+  std::vector<RankPlan> ranks;
+  bool hwthread_slots = false;  // rankfile slots are hardware threads (--use-hwthread-cpus / :HWTCPUS)
+  std::vector<std::string> notes;
+
+  const NodePlan& nodeOf(const RankPlan& r) const { return nodes[static_cast<size_t>(r.node_index)]; }
+};
+
+// Plans `request.ranks` ranks on the grants (every granted GPU gets one rank, in grant order of
+// nodes after the leaf-switch ordering). Throws poolrun::Error on requests that cannot be met.
+JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& request);
+
+// Without a pool (`poolrun plan`): takes `gpus_per_node` (or all) GPUs of the cluster's nodes in
+// leaf-switch order until `ranks` are placed, the best-connected GPUs of a node first.
+std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const PlanRequest& request);
+
+// The "poolrun.plan/1" document.
+nlohmann::ordered_json planToJson(const JobPlan& plan);
+// The table `poolrun plan` prints.
+std::string planTable(const JobPlan& plan);
+// An Open MPI rankfile ("rank N=HOST slot=LIST"): the same text for 4.1 and 5.x.
+std::string rankfile(const JobPlan& plan);
+
+// Writes the job directory: plan.json, rankfile, and NCCL topology XML per node (topo-NODE.xml).
+void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir);
+
+// The variables the planner may set (so that callers can tell which user variables matter).
+const std::vector<std::string>& plannedVariables();
+
+}  // namespace poolrun::launcher

@@ -1,0 +1,633 @@
+// The binding planner (see plan.hpp). Each distinct (topology, granted GPUs) pair is planned once
+// and reused, so that a 12,500-node cluster of one machine type costs one node's planning.
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "poolrun/launcher/plan.hpp"
+#include "poolrun/topo/error.hpp"
+
+namespace poolrun::launcher {
+namespace {
+
+using topo::CpuSet;
+using topo::Fabric;
+using topo::LinkLayer;
+using topo::NodeTopology;
+using topo::Path;
+using topo::PathType;
+
+int rankOf(const Path& p) {
+  // Lower is closer; more NVLinks is closer still.
+  return p.type == PathType::kNVLink ? -p.nvlinks : static_cast<int>(p.type);
+}
+
+bool usable(const topo::NicPort& p) {
+  // Sources that do not record the state (NCCL hint files) list ports that NCCL would use.
+  return p.up() || p.state == topo::PortState::kUnknown;
+}
+
+bool isRdmaName(const std::string& name) {
+  static const char* kPrefixes[] = {"mlx", "rocep", "ibp", "irdma", "bnxt_re", "qedr", "hns", "erdma",
+                                    "efa",  "rdmap", "hfi1",  "qib",     "ionic", "siw", "rxe"};
+  for (const char* p : kPrefixes) {
+    if (name.starts_with(p)) return true;
+  }
+  return false;
+}
+
+// What a port can carry: the verbs fabric it belongs to, if any.
+bool carries(const topo::Nic& nic, const topo::NicPort& port, Fabric fabric) {
+  bool verbsNic = isRdmaName(nic.name) && nic.vendor != topo::kVendorAmazon;
+  switch (fabric) {
+    case Fabric::kIb: return port.link_layer == LinkLayer::kInfiniBand;
+    case Fabric::kRoce: return port.link_layer == LinkLayer::kEthernet && verbsNic;
+    case Fabric::kTcp:
+      return !port.netdev.empty() || (!verbsNic && !nic.name.starts_with("pci:") && nic.vendor != topo::kVendorAmazon);
+  }
+  return false;
+}
+
+// NICs that are neither InfiniBand nor RoCE (EFA) or that the topology does not name: usable for
+// placement on any fabric, but without NCCL_IB_* and UCX variables.
+bool opaque(const topo::Nic& nic) {
+  return nic.vendor == topo::kVendorAmazon || nic.name.starts_with("pci:") ||
+         (nic.ports.size() == 1 && nic.ports[0].link_layer == LinkLayer::kUnspecified);
+}
+
+bool nodeHas(const NodeTopology& t, Fabric fabric) {
+  for (const topo::Nic& nic : t.nics) {
+    for (const topo::NicPort& p : nic.ports) {
+      if (usable(p) && carries(nic, p, fabric)) return true;
+    }
+  }
+  return false;
+}
+
+Fabric chooseFabric(const std::vector<NodeGrant>& grants, const PlanRequest& request) {
+  auto supports = [](const NodeGrant& g, Fabric f) {
+    return g.node->fabric ? *g.node->fabric == f || f == Fabric::kTcp : nodeHas(*g.node->topology, f);
+  };
+  if (request.fabric) {
+    if (*request.fabric == Fabric::kTcp) return Fabric::kTcp;
+    for (const NodeGrant& g : grants) {
+      if (!supports(g, *request.fabric)) {
+        throw badInput("--fabric " + toString(*request.fabric) + ": node " + g.node->name + " has no usable " +
+                       (*request.fabric == Fabric::kIb ? "InfiniBand" : "RoCE") +
+                       " port (see `poolrun topo`); use --fabric auto or pick other nodes");
+      }
+    }
+    return *request.fabric;
+  }
+  for (Fabric f : {Fabric::kIb, Fabric::kRoce}) {
+    if (std::all_of(grants.begin(), grants.end(), [&](const NodeGrant& g) { return supports(g, f); })) return f;
+  }
+  return Fabric::kTcp;
+}
+
+// GPUs of a node in the order that puts the fastest link between consecutive ranks: from the
+// first GPU, always the closest not yet taken (NVLink, then one switch, then one NUMA node).
+std::vector<int> chainOrder(const NodeTopology& t, std::vector<int> gpus) {
+  std::sort(gpus.begin(), gpus.end());
+  std::vector<int> out;
+  std::vector<bool> taken(gpus.size(), false);
+  for (size_t step = 0; step < gpus.size(); ++step) {
+    size_t pick = 0;
+    if (step == 0) {
+      pick = 0;
+    } else {
+      int best = 1 << 30;
+      for (size_t i = 0; i < gpus.size(); ++i) {
+        if (taken[i]) continue;
+        int r = rankOf(t.gpuToGpu(out.back(), gpus[i]));
+        if (r < best) best = r, pick = i;
+      }
+    }
+    taken[pick] = true;
+    out.push_back(gpus[pick]);
+  }
+  return out;
+}
+
+// One local rank's node-level decisions (the same on every node of the same type and grant).
+struct LocalPlan {
+  int gpu = 0;
+  int cuda_index = 0;
+  std::vector<NicChoice> nics;
+  Path path;
+  bool gdr = false;
+  std::string gdr_reason;
+  int numa = topo::kNone;
+  CpuSet cpuset;
+  bool shares_cpus = false;
+  bool whole_cores = true;
+  std::vector<std::string> notes;
+};
+
+struct NodeTemplate {
+  std::vector<LocalPlan> locals;
+  std::vector<unsigned> coreLogical;  // per OS CPU: logical core index
+  std::vector<unsigned> puLogical;    // per OS CPU: logical hardware-thread index
+};
+
+struct Candidate {
+  int nic;
+  int port;  // index into ports
+  Path path;
+};
+
+std::vector<NicChoice> choose(const NodeTopology& t, const std::vector<Candidate>& picked) {
+  std::vector<NicChoice> out;
+  for (const Candidate& c : picked) {
+    const topo::Nic& nic = t.nics[static_cast<size_t>(c.nic)];
+    const topo::NicPort& port = nic.ports[static_cast<size_t>(c.port)];
+    NicChoice ch;
+    ch.name = nic.name;
+    ch.port = port.port;
+    ch.netdev = port.netdev;
+    if (ch.netdev.empty() && !isRdmaName(nic.name) && !opaque(nic)) ch.netdev = nic.name;  // NCCL socket NIC
+    ch.link_layer = port.link_layer;
+    ch.roce_v2_gid_index = port.roce_v2_gid_index;
+    ch.rate_gbps = port.rate_gbps;
+    ch.verbs = !opaque(nic) && isRdmaName(nic.name) &&
+               (port.link_layer == LinkLayer::kInfiniBand || port.link_layer == LinkLayer::kEthernet);
+    out.push_back(std::move(ch));
+  }
+  return out;
+}
+
+void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vector<LocalPlan>& locals) {
+  // Usable ports of the job's fabric (and opaque NICs, which any fabric may use).
+  std::vector<std::pair<int, int>> ports;  // (nic, port index)
+  for (size_t n = 0; n < t.nics.size(); ++n) {
+    const topo::Nic& nic = t.nics[n];
+    for (size_t p = 0; p < nic.ports.size(); ++p) {
+      if (usable(nic.ports[p]) && (carries(nic, nic.ports[p], fabric) || opaque(nic))) {
+        ports.emplace_back(static_cast<int>(n), static_cast<int>(p));
+        break;  // one port per NIC: NCCL treats each port as its own device anyway
+      }
+    }
+  }
+  if (ports.empty()) {
+    for (LocalPlan& l : locals) {
+      l.notes.push_back("no usable " + toString(fabric) + " NIC on this node: NCCL falls back to its own choice");
+      l.gdr_reason = "no NIC";
+    }
+    return;
+  }
+  size_t cap = (locals.size() + ports.size() - 1) / ports.size();
+  std::vector<size_t> load(ports.size(), 0);
+  // Best path of each GPU to each candidate.
+  std::vector<std::vector<Path>> paths(locals.size());
+  std::vector<int> bestRank(locals.size(), 1 << 30);
+  for (size_t l = 0; l < locals.size(); ++l) {
+    for (const auto& [n, p] : ports) {
+      paths[l].push_back(t.gpuToNic(locals[l].gpu, n));
+      bestRank[l] = std::min(bestRank[l], rankOf(paths[l].back()));
+    }
+  }
+  // GPUs whose best set is smallest choose first, so that shared NICs go where they are needed.
+  std::vector<size_t> order(locals.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto bestCount = [&](size_t l) {
+    return std::count_if(paths[l].begin(), paths[l].end(), [&](const Path& p) { return rankOf(p) == bestRank[l]; });
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bestCount(a) < bestCount(b); });
+
+  // GPUs sharing one best set with more NICs than GPUs split the set between them.
+  std::map<std::vector<size_t>, std::vector<size_t>> groups;  // best set -> GPUs
+  for (size_t l = 0; l < locals.size(); ++l) {
+    std::vector<size_t> set;
+    for (size_t c = 0; c < ports.size(); ++c) {
+      if (rankOf(paths[l][c]) == bestRank[l]) set.push_back(c);
+    }
+    groups[set].push_back(l);
+  }
+  // Only NICs on the group's own PCIe switch(es) that no other GPU counts among its closest.
+  std::vector<size_t> claims(ports.size(), 0);
+  for (const auto& [set, members] : groups) {
+    for (size_t c : set) claims[c] += members.size();
+  }
+  std::vector<bool> done(locals.size(), false);
+  for (const auto& [set, members] : groups) {
+    if (set.size() <= members.size() || bestRank[members[0]] > static_cast<int>(PathType::kPXB)) continue;
+    bool own = std::all_of(set.begin(), set.end(), [&](size_t c) { return claims[c] == members.size(); });
+    if (!own) continue;
+    for (size_t i = 0; i < members.size(); ++i) {
+      std::vector<Candidate> picked;
+      for (size_t c = i; c < set.size(); c += members.size()) {
+        picked.push_back({ports[set[c]].first, ports[set[c]].second, paths[members[i]][set[c]]});
+        ++load[set[c]];
+      }
+      locals[members[i]].nics = choose(t, picked);
+      locals[members[i]].path = picked.front().path;
+      done[members[i]] = true;
+    }
+  }
+  for (size_t l : order) {
+    if (done[l]) continue;
+    LocalPlan& lp = locals[l];
+    const topo::Gpu& gpu = t.gpus[static_cast<size_t>(lp.gpu)];
+    bool nearby = bestRank[l] < static_cast<int>(PathType::kSYS);
+    // Among the closest (or, with none nearby, those of the GPU's socket): least loaded, then fastest.
+    std::optional<size_t> pick;
+    bool sameSocket = false;
+    auto better = [&](size_t c, size_t than) {
+      bool capC = load[c] < cap, capT = load[than] < cap;
+      if (capC != capT) return capC;
+      if (load[c] != load[than]) return load[c] < load[than];
+      const auto& pc = t.nics[static_cast<size_t>(ports[c].first)].ports[static_cast<size_t>(ports[c].second)];
+      const auto& pt = t.nics[static_cast<size_t>(ports[than].first)].ports[static_cast<size_t>(ports[than].second)];
+      if (pc.rate_gbps != pt.rate_gbps) return pc.rate_gbps > pt.rate_gbps;
+      return c < than;
+    };
+    for (size_t c = 0; c < ports.size(); ++c) {
+      bool eligible = nearby ? rankOf(paths[l][c]) == bestRank[l]
+                             : t.nics[static_cast<size_t>(ports[c].first)].at.package == gpu.at.package;
+      if (eligible && (!pick || better(c, *pick))) pick = c;
+    }
+    sameSocket = pick.has_value();
+    if (!pick) {
+      for (size_t c = 0; c < ports.size(); ++c) {
+        if (!pick || better(c, *pick)) pick = c;
+      }
+    }
+    ++load[*pick];
+    lp.nics = choose(t, {{ports[*pick].first, ports[*pick].second, paths[l][*pick]}});
+    lp.path = paths[l][*pick];
+    if (!nearby) {
+      lp.notes.push_back("no NIC near GPU" + std::to_string(lp.gpu) + ": using " + lp.nics[0].name + " (" +
+                         lp.path.str() + "), the least loaded NIC " +
+                         (sameSocket ? "of its socket" : "of the node (none in its socket)"));
+    }
+  }
+  // GPUDirect RDMA.
+  for (LocalPlan& lp : locals) {
+    PathType p = lp.path.type;
+    bool close = p == PathType::kPIX || p == PathType::kPXB;
+    bool viaCpu = p == PathType::kPHB || p == PathType::kNODE;
+    if (gdrMode == GdrMode::kOff) {
+      lp.gdr = false;
+      lp.gdr_reason = "off (--gdr off)";
+    } else if (close) {
+      lp.gdr = true;
+      lp.gdr_reason = "on: GPU and NIC share a PCIe switch (" + lp.path.str() + ")";
+    } else if (viaCpu && gdrMode == GdrMode::kOn) {
+      lp.gdr = true;
+      lp.gdr_reason = "on (--gdr on): path " + lp.path.str() + " crosses the CPU";
+    } else {
+      lp.gdr = false;
+      lp.gdr_reason = "off: path " + lp.path.str() + (viaCpu ? " crosses the CPU (--gdr on enables it)" : " crosses sockets");
+    }
+  }
+}
+
+// The CPUs a GPU's rank may use: its NUMA node, else its package, else its locality.
+CpuSet cpuDomain(const NodeTopology& t, const topo::Gpu& gpu, int& numa) {
+  numa = gpu.at.numa;
+  if (const topo::NumaNode* n = t.numaNode(gpu.at.numa); n != nullptr && !n->cpus.empty()) return n->cpus;
+  for (const topo::Package& p : t.packages) {
+    if (p.os_index == gpu.at.package && !p.cpus.empty()) return p.cpus;
+  }
+  if (!gpu.cpus.empty()) return gpu.cpus;
+  return t.allCpus();
+}
+
+void assignCpus(const NodeTopology& t, NodeTemplate& tpl) {
+  std::vector<CpuSet> cores = t.coresOrCpus();
+  std::map<std::string, std::vector<size_t>> byDomain;
+  std::map<std::string, CpuSet> domains;
+  for (size_t l = 0; l < tpl.locals.size(); ++l) {
+    LocalPlan& lp = tpl.locals[l];
+    CpuSet d = cpuDomain(t, t.gpus[static_cast<size_t>(lp.gpu)], lp.numa);
+    domains[d.toList()] = d;
+    byDomain[d.toList()].push_back(l);
+  }
+  for (const auto& [key, members] : byDomain) {
+    const CpuSet& domain = domains[key];
+    std::vector<CpuSet> mine;
+    for (const CpuSet& c : cores) {
+      CpuSet in = c & domain;
+      if (!in.empty()) mine.push_back(in);
+    }
+    size_t k = members.size(), nc = mine.size();
+    size_t npu = domain.size();
+    if (nc == 0) {
+      for (size_t m : members) tpl.locals[m].notes.push_back("no CPUs known for GPU" + std::to_string(tpl.locals[m].gpu));
+      continue;
+    }
+    if (k <= nc) {
+      // Whole cores: contiguous blocks, the first (nc % k) ranks one core more.
+      size_t at = 0;
+      for (size_t i = 0; i < k; ++i) {
+        size_t take = nc / k + (i < nc % k ? 1 : 0);
+        CpuSet s;
+        for (size_t c = at; c < at + take; ++c) s = s | mine[c];
+        at += take;
+        tpl.locals[members[i]].cpuset = s;
+      }
+    } else {
+      // More ranks than cores: hardware threads, first thread of every core first.
+      std::vector<unsigned> threads;
+      for (size_t level = 0;; ++level) {
+        bool any = false;
+        for (const CpuSet& c : mine) {
+          if (level < c.size()) threads.push_back(c.cpus()[level]), any = true;
+        }
+        if (!any) break;
+      }
+      for (size_t i = 0; i < k; ++i) {
+        LocalPlan& lp = tpl.locals[members[i]];
+        lp.cpuset = CpuSet({threads[i % threads.size()]});
+        lp.whole_cores = false;
+        if (k > npu) {
+          lp.shares_cpus = true;
+          lp.notes.push_back(std::to_string(k) + " ranks share the " + std::to_string(npu) +
+                             " CPUs of their NUMA domain (" + domain.toList() + "): ranks share CPUs");
+        }
+      }
+    }
+  }
+}
+
+NodeTemplate planNode(const topo::ClusterNode& node, std::vector<int> gpus, Fabric fabric, GdrMode gdr) {
+  const NodeTopology& t = *node.topology;
+  NodeTemplate tpl;
+  std::vector<int> cuda(t.gpus.size(), -1);
+  int next = 0;
+  for (const topo::Gpu& g : t.gpus) {
+    if (g.isNvidia()) cuda[static_cast<size_t>(g.index)] = next++;
+  }
+  for (int g : chainOrder(t, std::move(gpus))) {
+    LocalPlan lp;
+    lp.gpu = g;
+    lp.cuda_index = cuda[static_cast<size_t>(g)];
+    tpl.locals.push_back(std::move(lp));
+  }
+  assignNics(t, fabric, gdr, tpl.locals);
+  assignCpus(t, tpl);
+  std::vector<CpuSet> cores = t.coresOrCpus();
+  unsigned maxCpu = 0;
+  for (const CpuSet& c : cores) {
+    if (!c.empty()) maxCpu = std::max(maxCpu, c.cpus().back());
+  }
+  tpl.coreLogical.assign(maxCpu + 1, 0);
+  tpl.puLogical.assign(maxCpu + 1, 0);
+  unsigned pu = 0;
+  for (size_t c = 0; c < cores.size(); ++c) {
+    for (unsigned cpu : cores[c].cpus()) {
+      tpl.coreLogical[cpu] = static_cast<unsigned>(c);
+      tpl.puLogical[cpu] = pu++;
+    }
+  }
+  return tpl;
+}
+
+std::string logicalList(const CpuSet& cpus, const std::vector<unsigned>& logical) {
+  std::vector<unsigned> idx;
+  for (unsigned c : cpus.cpus()) {
+    if (c < logical.size()) idx.push_back(logical[c]);
+  }
+  return CpuSet(std::move(idx)).toList();
+}
+
+std::string joinNics(const std::vector<NicChoice>& nics, bool exact, bool withPort) {
+  std::string out = exact ? "=" : "";
+  for (size_t i = 0; i < nics.size(); ++i) {
+    if (i > 0) out += ',';
+    out += nics[i].name;
+    if (withPort) out += ":" + std::to_string(nics[i].port);
+  }
+  return out;
+}
+
+std::string ncclGdrLevel(const Path& p) {
+  switch (p.type) {
+    case PathType::kPIX: return "PIX";
+    case PathType::kPXB: return "PXB";
+    default: return "PHB";  // NODE counts as PHB for NCCL
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fabric fabric, const PlanRequest& req,
+                                                         std::vector<std::string>& notes) {
+  std::vector<std::pair<std::string, std::string>> env;
+  env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(lp.cuda_index));
+  std::vector<NicChoice> verbs, opaqueNics;
+  std::string netdevs;
+  for (const NicChoice& n : lp.nics) {
+    (n.verbs ? verbs : opaqueNics).push_back(n);
+    if (!n.netdev.empty()) netdevs += (netdevs.empty() ? "=" : ",") + n.netdev;
+  }
+  if (fabric == Fabric::kTcp) {
+    env.emplace_back("NCCL_IB_DISABLE", "1");
+    if (!netdevs.empty()) {
+      env.emplace_back("NCCL_SOCKET_IFNAME", netdevs);
+      env.emplace_back("UCX_NET_DEVICES", netdevs.substr(1));
+    }
+  } else if (!verbs.empty()) {
+    env.emplace_back("NCCL_IB_HCA", joinNics(verbs, true, true));
+    env.emplace_back("UCX_NET_DEVICES", joinNics(verbs, false, true));
+    if (!netdevs.empty()) env.emplace_back("NCCL_SOCKET_IFNAME", netdevs);
+    if (fabric == Fabric::kRoce) {
+      std::set<int> gids;
+      for (const NicChoice& n : verbs) {
+        if (n.roce_v2_gid_index) gids.insert(*n.roce_v2_gid_index);
+      }
+      if (gids.size() == 1 && std::all_of(verbs.begin(), verbs.end(), [](const NicChoice& n) { return n.roce_v2_gid_index; })) {
+        env.emplace_back("NCCL_IB_GID_INDEX", std::to_string(*gids.begin()));
+      } else {
+        notes.push_back(gids.empty() ? "RoCE v2 GID index unknown (no IPv4 RoCE v2 GID read): NCCL picks its own"
+                                     : "the chosen RoCE NICs have different RoCE v2 GID indexes: NCCL picks per NIC");
+      }
+      if (req.roce_tc) env.emplace_back("NCCL_IB_TC", std::to_string(*req.roce_tc));
+    }
+    env.emplace_back("NCCL_NET_GDR_LEVEL", lp.gdr ? ncclGdrLevel(lp.path) : "LOC");
+    env.emplace_back("NCCL_NET_GDR_READ", lp.gdr ? "1" : "0");
+  }
+  for (const NicChoice& n : opaqueNics) {
+    notes.push_back("NIC " + n.name +
+                    " is neither InfiniBand nor RoCE (or unnamed): no NCCL_IB_* or UCX_NET_DEVICES for it; NCCL's net "
+                    "plugin chooses");
+  }
+  return env;
+}
+
+}  // namespace
+
+std::string toString(GdrMode mode) {
+  switch (mode) {
+    case GdrMode::kAuto: return "auto";
+    case GdrMode::kOn: return "on";
+    case GdrMode::kOff: return "off";
+  }
+  return "auto";
+}
+
+GdrMode gdrModeFromString(std::string_view text) {
+  if (text == "auto") return GdrMode::kAuto;
+  if (text == "on") return GdrMode::kOn;
+  if (text == "off") return GdrMode::kOff;
+  throw badInput("unknown --gdr '" + std::string(text) + "' (use auto, on or off)");
+}
+
+const std::vector<std::string>& plannedVariables() {
+  static const std::vector<std::string> kVars = {
+      "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NCCL_IB_DISABLE",    "NCCL_IB_HCA",       "UCX_NET_DEVICES",
+      "NCCL_SOCKET_IFNAME", "NCCL_IB_GID_INDEX",  "NCCL_IB_TC",         "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ",
+      "RANK",              "WORLD_SIZE",           "LOCAL_RANK",         "LOCAL_WORLD_SIZE"};
+  return kVars;
+}
+
+// Nodes under one leaf switch next to each other (in order of first appearance), NCCL's ring
+// following rank order; nodes keep their order otherwise.
+static std::vector<size_t> switchOrder(const std::vector<const topo::ClusterNode*>& nodes) {
+  std::map<std::string, size_t> firstSeen;
+  for (size_t i = 0; i < nodes.size(); ++i) firstSeen.emplace(nodes[i]->switch_name, i);
+  std::vector<size_t> order(nodes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return firstSeen[nodes[a]->switch_name] < firstSeen[nodes[b]->switch_name];
+  });
+  return order;
+}
+
+std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const PlanRequest& request) {
+  if (request.ranks <= 0) throw badInput("-n " + std::to_string(request.ranks) + ": the job needs at least one rank");
+  std::vector<const topo::ClusterNode*> nodes;
+  size_t total = 0;
+  for (const topo::ClusterNode& n : cluster.nodes) {
+    size_t nvidia = std::count_if(n.topology->gpus.begin(), n.topology->gpus.end(),
+                                  [](const topo::Gpu& g) { return g.isNvidia(); });
+    if (request.gpus_per_node > 0 && static_cast<size_t>(request.gpus_per_node) > nvidia) {
+      throw badInput("--gpus-per-node " + std::to_string(request.gpus_per_node) + ": node " + n.name + " has " +
+                     std::to_string(nvidia) + " NVIDIA GPUs");
+    }
+    if (nvidia == 0) continue;
+    nodes.push_back(&n);
+    total += request.gpus_per_node > 0 ? static_cast<size_t>(request.gpus_per_node) : nvidia;
+  }
+  if (static_cast<size_t>(request.ranks) > total) {
+    throw badInput("-n " + std::to_string(request.ranks) + ": " + cluster.file.string() + " has " + std::to_string(total) +
+                   " GPUs" + (request.gpus_per_node > 0 ? " at --gpus-per-node " + std::to_string(request.gpus_per_node) : "") +
+                   " on " + std::to_string(nodes.size()) + " nodes; ask for fewer ranks");
+  }
+  std::vector<NodeGrant> grants;
+  int left = request.ranks;
+  std::map<const NodeTopology*, std::vector<int>> chains;
+  for (size_t i : switchOrder(nodes)) {
+    if (left == 0) break;
+    const NodeTopology& t = *nodes[i]->topology;
+    auto it = chains.find(&t);
+    if (it == chains.end()) {
+      std::vector<int> all;
+      for (const topo::Gpu& g : t.gpus) {
+        if (g.isNvidia()) all.push_back(g.index);
+      }
+      it = chains.emplace(&t, chainOrder(t, all)).first;
+    }
+    int take = std::min<int>(left, request.gpus_per_node > 0 ? request.gpus_per_node : static_cast<int>(it->second.size()));
+    NodeGrant g;
+    g.node = nodes[i];
+    g.gpus.assign(it->second.begin(), it->second.begin() + take);
+    left -= take;
+    grants.push_back(std::move(g));
+  }
+  return grants;
+}
+
+JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& request) {
+  size_t held = 0;
+  for (const NodeGrant& g : grants) held += g.gpus.size();
+  if (request.ranks <= 0) throw badInput("-n " + std::to_string(request.ranks) + ": the job needs at least one rank");
+  if (static_cast<size_t>(request.ranks) != held) {
+    throw badInput("-n " + std::to_string(request.ranks) + " ranks but the job holds " + std::to_string(held) +
+                   " GPUs; one rank per GPU");
+  }
+  for (const NodeGrant& g : grants) {
+    for (int gpu : g.gpus) {
+      if (gpu < 0 || static_cast<size_t>(gpu) >= g.node->topology->gpus.size()) {
+        throw badInput("node " + g.node->name + " has no GPU " + std::to_string(gpu));
+      }
+      if (!g.node->topology->gpus[static_cast<size_t>(gpu)].isNvidia()) {
+        throw badInput("GPU" + std::to_string(gpu) + " of node " + g.node->name + " is not an NVIDIA GPU; poolrun runs CUDA ranks");
+      }
+    }
+  }
+  JobPlan plan;
+  plan.fabric = chooseFabric(grants, request);
+  std::vector<const topo::ClusterNode*> nodes;
+  for (const NodeGrant& g : grants) nodes.push_back(g.node);
+  std::map<std::pair<const NodeTopology*, std::vector<int>>, NodeTemplate> templates;
+  std::vector<const NodeTemplate*> nodeTemplates;
+  plan.ranks.reserve(static_cast<size_t>(request.ranks));
+  plan.nodes.reserve(grants.size());
+  int rank = 0;
+  for (size_t gi : switchOrder(nodes)) {
+    const NodeGrant& grant = grants[gi];
+    std::vector<int> key = grant.gpus;
+    std::sort(key.begin(), key.end());
+    auto it = templates.find({grant.node->topology.get(), key});
+    if (it == templates.end()) {
+      it = templates.emplace(std::make_pair(grant.node->topology.get(), key),
+                             planNode(*grant.node, grant.gpus, plan.fabric, request.gdr))
+               .first;
+    }
+    const NodeTemplate& tpl = it->second;
+    nodeTemplates.push_back(&tpl);
+    NodePlan np;
+    np.name = grant.node->name;
+    np.node = *grant.node;
+    np.first_rank = rank;
+    np.ranks = static_cast<int>(tpl.locals.size());
+    plan.nodes.push_back(np);
+    for (size_t l = 0; l < tpl.locals.size(); ++l) {
+      const LocalPlan& lp = tpl.locals[l];
+      if (!lp.whole_cores) plan.hwthread_slots = true;
+      RankPlan r;
+      r.rank = rank++;
+      r.node_index = static_cast<int>(plan.nodes.size()) - 1;
+      r.local_rank = static_cast<int>(l);
+      r.local_size = np.ranks;
+      r.gpu = lp.gpu;
+      r.cuda_index = lp.cuda_index;
+      r.gpu_pci = grant.node->topology->gpus[static_cast<size_t>(lp.gpu)].pci;
+      r.nics = lp.nics;
+      r.gpu_nic_path = lp.path;
+      r.gdr = lp.gdr;
+      r.gdr_reason = lp.gdr_reason;
+      r.numa = lp.numa;
+      r.cpuset = lp.cpuset;
+      r.shares_cpus = lp.shares_cpus;
+      r.notes = lp.notes;
+      r.env = rankEnv(lp, plan.fabric, request, r.notes);
+      r.env.emplace_back("RANK", std::to_string(r.rank));
+      r.env.emplace_back("WORLD_SIZE", std::to_string(request.ranks));
+      r.env.emplace_back("LOCAL_RANK", std::to_string(r.local_rank));
+      r.env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(r.local_size));
+      for (auto& [name, value] : r.env) {
+        auto user = request.user_env.find(name);
+        if (user != request.user_env.end() && user->second != value) {
+          r.user_won[name] = value;
+          value = user->second;
+        }
+      }
+      plan.ranks.push_back(std::move(r));
+    }
+  }
+  // Rankfile slots, once the job knows whether any rank needs hardware threads.
+  for (RankPlan& r : plan.ranks) {
+    const NodeTemplate& tpl = *nodeTemplates[static_cast<size_t>(r.node_index)];
+    r.rankfile_slots = logicalList(r.cpuset, plan.hwthread_slots ? tpl.puLogical : tpl.coreLogical);
+  }
+  if (plan.hwthread_slots) {
+    plan.notes.push_back("some ranks have single hardware threads: the rankfile names hardware threads "
+                         "(mpirun --use-hwthread-cpus in Open MPI 4.x, :HWTCPUS in 5.x)");
+  }
+  return plan;
+}
+
+}  // namespace poolrun::launcher

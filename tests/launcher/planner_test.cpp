@@ -1,0 +1,551 @@
+// The binding planner: table-driven on topologies the tests write and on the real fixtures,
+// property tests over generated machines.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "poolrun/launcher/plan.hpp"
+#include "poolrun/topo/error.hpp"
+#include "support/fixtures.hpp"
+#include "support/synthetic.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::launcher {
+namespace {
+
+using poolrun::test::synthetic;
+using poolrun::test::SyntheticSpec;
+using topo::Cluster;
+
+Cluster clusterOf(const topo::NodeTopology& t, int nodes, std::vector<std::string> switches = {}) {
+  Cluster c;
+  c.file = "test-cluster.toml";
+  auto shared = std::make_shared<const topo::NodeTopology>(t);
+  for (int i = 0; i < nodes; ++i) {
+    topo::ClusterNode n;
+    n.name = "n" + std::to_string(i + 1);
+    n.topology = shared;
+    n.topology_file = "synthetic";
+    if (!switches.empty()) n.switch_name = switches[static_cast<size_t>(i) % switches.size()];
+    c.nodes.push_back(n);
+  }
+  return c;
+}
+
+JobPlan planOn(const Cluster& c, PlanRequest req) { return makePlan(grantFromCluster(c, req), req); }
+
+std::string env(const RankPlan& r, const std::string& name) {
+  for (const auto& [k, v] : r.env) {
+    if (k == name) return v;
+  }
+  return "<unset>";
+}
+
+std::string nicNames(const RankPlan& r) {
+  std::string out;
+  for (const NicChoice& n : r.nics) out += (out.empty() ? "" : ",") + n.name;
+  return out;
+}
+
+// Invariants every plan keeps: each granted GPU used once per node, CPU sets disjoint and inside
+// the GPU's NUMA node, exact-match HCA strings, local ranks contiguous.
+void checkInvariants(const JobPlan& plan) {
+  std::map<std::string, std::set<int>> gpus;
+  std::map<std::string, topo::CpuSet> used;
+  int expectedRank = 0;
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(r.rank, expectedRank++);
+    const NodePlan& n = plan.nodeOf(r);
+    EXPECT_EQ(r.rank, n.first_rank + r.local_rank);
+    EXPECT_TRUE(gpus[n.name].insert(r.gpu).second) << "GPU" << r.gpu << " twice on " << n.name;
+    if (!r.shares_cpus) {
+      EXPECT_FALSE(used[n.name].intersects(r.cpuset)) << "rank " << r.rank << " cpus " << r.cpuset.toList();
+      used[n.name] = used[n.name] | r.cpuset;
+    }
+    EXPECT_FALSE(r.cpuset.empty());
+    if (const topo::NumaNode* numa = n.node.topology->numaNode(r.numa); numa != nullptr && !numa->cpus.empty()) {
+      EXPECT_EQ((r.cpuset & numa->cpus), r.cpuset) << "rank " << r.rank << " is not NUMA-local";
+    }
+    std::string hca = env(r, "NCCL_IB_HCA");
+    if (hca != "<unset>" && !r.user_won.contains("NCCL_IB_HCA")) {
+      EXPECT_EQ(hca[0], '=') << hca;
+      for (const NicChoice& nic : r.nics) EXPECT_NE(hca.find(nic.name + ":" + std::to_string(nic.port)), std::string::npos);
+    }
+    EXPECT_EQ(env(r, "RANK"), std::to_string(r.rank));
+    EXPECT_EQ(env(r, "LOCAL_RANK"), std::to_string(r.local_rank));
+    EXPECT_EQ(env(r, "WORLD_SIZE"), std::to_string(plan.ranks.size()));
+  }
+}
+
+struct Case {
+  const char* name;
+  SyntheticSpec spec;
+  PlanRequest request;
+  std::function<void(const JobPlan&)> check;
+};
+
+PlanRequest ranks(int n) {
+  PlanRequest r;
+  r.ranks = n;
+  return r;
+}
+
+PlanRequest with(PlanRequest r, std::function<void(PlanRequest&)> f) {
+  f(r);
+  return r;
+}
+
+SyntheticSpec spec(std::function<void(SyntheticSpec&)> f) {
+  SyntheticSpec s;
+  f(s);
+  return s;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> kCases = {
+      {"Gpu8Nic8", SyntheticSpec{}, ranks(8),
+       [](const JobPlan& p) {
+         EXPECT_EQ(p.fabric, topo::Fabric::kIb);
+         std::set<std::string> nics;
+         for (const RankPlan& r : p.ranks) {
+           ASSERT_EQ(r.nics.size(), 1u);
+           nics.insert(r.nics[0].name);
+           EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
+           EXPECT_TRUE(r.gdr);
+           EXPECT_EQ(env(r, "NCCL_NET_GDR_LEVEL"), "PIX");
+           EXPECT_EQ(env(r, "NCCL_NET_GDR_READ"), "1");
+           EXPECT_EQ(env(r, "CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+           EXPECT_EQ(env(r, "CUDA_VISIBLE_DEVICES"), std::to_string(r.gpu));
+           EXPECT_EQ(env(r, "NCCL_SOCKET_IFNAME"), "=ib" + r.nics[0].name.substr(5));
+         }
+         EXPECT_EQ(nics.size(), 8u) << "every NIC serves one GPU";
+         // 4 ranks per NUMA node of 16 cores x 2 threads: 4 whole cores each.
+         EXPECT_EQ(p.ranks[0].cpuset.toList(), "0-3,32-35");
+         EXPECT_EQ(p.ranks[0].rankfile_slots, "0-3");
+         EXPECT_EQ(p.ranks[4].cpuset.toList(), "16-19,48-51");
+         EXPECT_FALSE(p.hwthread_slots);
+       }},
+      {"Gpu8Nic4", spec([](SyntheticSpec& s) { s.nics = 4; }), ranks(8),
+       [](const JobPlan& p) {
+         std::map<std::string, int> load;
+         for (const RankPlan& r : p.ranks) {
+           ++load[r.nics.at(0).name];
+           EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
+         }
+         for (const auto& [nic, n] : load) EXPECT_EQ(n, 2) << nic;
+       }},
+      {"Gpu8Nic1", spec([](SyntheticSpec& s) { s.nics = 1; }), ranks(8),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) EXPECT_EQ(r.nics.at(0).name, "mlx5_0");
+         std::map<int, std::string> path;
+         for (const RankPlan& r : p.ranks) path[r.gpu] = r.gpu_nic_path.str();
+         EXPECT_EQ(path[0], "PIX");
+         EXPECT_EQ(path[2], "PHB");
+         EXPECT_EQ(path[7], "SYS");
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_EQ(r.gdr, r.gpu < 2) << "GPU" << r.gpu << ": " << r.gdr_reason;
+           if (r.gpu >= 4) {
+             ASSERT_FALSE(r.notes.empty());
+             EXPECT_NE(r.notes[0].find("no NIC near GPU"), std::string::npos) << r.notes[0];
+             EXPECT_EQ(env(r, "NCCL_NET_GDR_LEVEL"), "LOC");
+           }
+         }
+       }},
+      {"Gpu8Nic1GdrOn", spec([](SyntheticSpec& s) { s.nics = 1; }),
+       with(ranks(8), [](PlanRequest& r) { r.gdr = GdrMode::kOn; }),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_EQ(r.gdr, r.gpu < 4) << "GPU" << r.gpu << ": " << r.gdr_reason;
+           if (r.gpu == 2) {
+             EXPECT_EQ(env(r, "NCCL_NET_GDR_LEVEL"), "PHB") << "NODE counts as PHB for NCCL";
+           }
+         }
+       }},
+      {"GdrOff", SyntheticSpec{}, with(ranks(8), [](PlanRequest& r) { r.gdr = GdrMode::kOff; }),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_FALSE(r.gdr);
+           EXPECT_EQ(env(r, "NCCL_NET_GDR_LEVEL"), "LOC");
+         }
+       }},
+      {"RoceWithGidTable",
+       spec([](SyntheticSpec& s) {
+         s.layer = topo::LinkLayer::kEthernet;
+         s.gid_index = 3;
+       }),
+       with(ranks(8), [](PlanRequest& r) { r.roce_tc = 106; }),
+       [](const JobPlan& p) {
+         EXPECT_EQ(p.fabric, topo::Fabric::kRoce);
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_EQ(env(r, "NCCL_IB_GID_INDEX"), "3");
+           EXPECT_EQ(env(r, "NCCL_IB_TC"), "106");
+           EXPECT_EQ(env(r, "NCCL_IB_HCA"), "=" + r.nics.at(0).name + ":1");
+         }
+       }},
+      {"RoceWithoutGid", spec([](SyntheticSpec& s) { s.layer = topo::LinkLayer::kEthernet; }), ranks(2),
+       [](const JobPlan& p) {
+         EXPECT_EQ(env(p.ranks[0], "NCCL_IB_GID_INDEX"), "<unset>");
+         EXPECT_NE(p.ranks[0].notes.at(0).find("GID index unknown"), std::string::npos);
+       }},
+      {"MixedIbAndEthernetPorts", spec([](SyntheticSpec& s) { s.ethernet_nics = {1, 3, 5, 7}; }), ranks(8),
+       [](const JobPlan& p) {
+         EXPECT_EQ(p.fabric, topo::Fabric::kIb);
+         std::map<std::string, int> load;
+         for (const RankPlan& r : p.ranks) ++load[r.nics.at(0).name];
+         EXPECT_EQ(load, (std::map<std::string, int>{{"mlx5_0", 2}, {"mlx5_2", 2}, {"mlx5_4", 2}, {"mlx5_6", 2}}));
+       }},
+      {"ExplicitRoceOnMixedPorts", spec([](SyntheticSpec& s) { s.ethernet_nics = {1, 3, 5, 7}; }),
+       with(ranks(8), [](PlanRequest& r) { r.fabric = topo::Fabric::kRoce; }),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) EXPECT_EQ(r.nics.at(0).link_layer, topo::LinkLayer::kEthernet);
+       }},
+      {"PortDown", spec([](SyntheticSpec& s) { s.down_nics = {0}; }), ranks(8),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_NE(r.nics.at(0).name, "mlx5_0");
+           if (r.gpu < 2) {
+             EXPECT_EQ(r.nics.at(0).name, "mlx5_1");
+           }
+         }
+       }},
+      {"MoreNicsThanGpus", spec([](SyntheticSpec& s) { s.gpus = 4; }), ranks(4),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) {
+           ASSERT_EQ(r.nics.size(), 2u) << "a rank gets all the NICs of its switch";
+           EXPECT_EQ(env(r, "NCCL_IB_HCA"), "=" + r.nics[0].name + ":1," + r.nics[1].name + ":1");
+           EXPECT_EQ(env(r, "UCX_NET_DEVICES"), r.nics[0].name + ":1," + r.nics[1].name + ":1");
+         }
+       }},
+      {"HyperthreadsWhenCoresRunOut", spec([](SyntheticSpec& s) { s.cores_per_numa = 2; }), ranks(8),
+       [](const JobPlan& p) {
+         EXPECT_TRUE(p.hwthread_slots);
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_EQ(r.cpuset.size(), 1u);
+           EXPECT_FALSE(r.shares_cpus);
+         }
+         // First threads of both cores, then the second threads: CPUs 0, 1, then 4, 5 (siblings).
+         EXPECT_EQ(p.ranks[0].cpuset.toList(), "0");
+         EXPECT_EQ(p.ranks[2].cpuset.toList(), "4");
+         EXPECT_EQ(p.ranks[2].rankfile_slots, "1") << "logical hardware thread index";
+       }},
+      {"SharedCpus",
+       spec([](SyntheticSpec& s) {
+         s.cores_per_numa = 1;
+         s.threads = 1;
+       }),
+       ranks(8),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_TRUE(r.shares_cpus);
+           EXPECT_NE(r.notes.back().find("ranks share CPUs"), std::string::npos);
+         }
+       }},
+      {"Tcp", SyntheticSpec{}, with(ranks(4), [](PlanRequest& r) { r.fabric = topo::Fabric::kTcp; }),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_EQ(env(r, "NCCL_IB_DISABLE"), "1");
+           EXPECT_EQ(env(r, "NCCL_IB_HCA"), "<unset>");
+           EXPECT_EQ(env(r, "NCCL_SOCKET_IFNAME").substr(0, 3), "=ib");
+         }
+       }},
+      {"UserValueWins", SyntheticSpec{},
+       with(ranks(2), [](PlanRequest& r) { r.user_env["NCCL_IB_HCA"] = "mlx5"; }),
+       [](const JobPlan& p) {
+         EXPECT_EQ(env(p.ranks[0], "NCCL_IB_HCA"), "mlx5");
+         EXPECT_EQ(p.ranks[0].user_won.at("NCCL_IB_HCA"), "=mlx5_0:1");
+         nlohmann::json doc = nlohmann::json::parse(planToJson(p).dump());
+         EXPECT_EQ(doc["ranks"][0]["user_won"]["NCCL_IB_HCA"]["planned"], "=mlx5_0:1");
+       }},
+      {"GpusPerNode", SyntheticSpec{}, with(ranks(6), [](PlanRequest& r) { r.gpus_per_node = 2; }),
+       [](const JobPlan& p) {
+         ASSERT_EQ(p.nodes.size(), 3u);
+         for (const NodePlan& n : p.nodes) EXPECT_EQ(n.ranks, 2);
+         // The two GPUs of one PCIe switch (the best-connected pair).
+         EXPECT_EQ(p.ranks[0].gpu, 0);
+         EXPECT_EQ(p.ranks[1].gpu, 1);
+       }},
+  };
+  return kCases;
+}
+
+class PlannerTable : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlannerTable, Plans) {
+  const Case& c = GetParam();
+  JobPlan plan = planOn(clusterOf(synthetic(c.spec), 4), c.request);
+  checkInvariants(plan);
+  c.check(plan);
+}
+
+INSTANTIATE_TEST_SUITE_P(Synthetic, PlannerTable, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& param) { return std::string(param.param.name); });
+
+TEST(PlannerTest, LeafSwitchNeighboursAreAdjacentInRankOrder) {
+  JobPlan plan = planOn(clusterOf(synthetic({}), 4, {"leaf1", "leaf2"}), ranks(32));
+  std::vector<std::string> order;
+  for (const NodePlan& n : plan.nodes) order.push_back(n.name);
+  EXPECT_EQ(order, (std::vector<std::string>{"n1", "n3", "n2", "n4"}));
+}
+
+TEST(PlannerTest, ConsecutiveRanksShareTheFastestLink) {
+  // No switches; NVLink between GPU0-GPU2 and GPU2-GPU1 and GPU1-GPU3.
+  SyntheticSpec s;
+  s.switches = 0;
+  s.numa = 1;
+  s.gpus = 4;
+  s.nics = 0;
+  s.nvswitch_links = 0;
+  topo::NodeTopology t = synthetic(s);
+  auto link = [&](int a, int b) {
+    t.gpus[static_cast<size_t>(a)].nvlinks.push_back({b, "GPU" + std::to_string(b), 4});
+    t.gpus[static_cast<size_t>(b)].nvlinks.push_back({a, "GPU" + std::to_string(a), 4});
+  };
+  link(0, 2);
+  link(2, 1);
+  link(1, 3);
+  PlanRequest req = ranks(4);
+  req.fabric = topo::Fabric::kTcp;
+  JobPlan plan = planOn(clusterOf(t, 1), req);
+  std::vector<int> gpus;
+  for (const RankPlan& r : plan.ranks) gpus.push_back(r.gpu);
+  EXPECT_EQ(gpus, (std::vector<int>{0, 2, 1, 3}));
+}
+
+TEST(PlannerTest, CudaIndexSkipsNonNvidiaGpus) {
+  topo::NodeTopology t = synthetic({});
+  t.gpus[0].vendor = topo::kVendorAmd;
+  Cluster c = clusterOf(t, 1);
+  JobPlan plan = planOn(c, ranks(7));
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_NE(r.gpu, 0);
+    EXPECT_EQ(r.cuda_index, r.gpu - 1);
+  }
+}
+
+struct Refusal {
+  const char* name;
+  PlanRequest request;
+  const char* message;
+};
+
+class PlannerRefuses : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(PlannerRefuses, BeforeAnythingStarts) {
+  Cluster c = clusterOf(synthetic({}), 2);
+  try {
+    planOn(c, GetParam().request);
+    FAIL() << "planned " << GetParam().name;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PlannerRefuses,
+    ::testing::Values(
+        Refusal{"TooManyRanks", ranks(17), "-n 17: test-cluster.toml has 16 GPUs on 2 nodes"},
+        Refusal{"ZeroRanks", ranks(0), "at least one rank"},
+        Refusal{"GpusPerNode", with(ranks(8), [](PlanRequest& r) { r.gpus_per_node = 9; }),
+                "--gpus-per-node 9: node n1 has 8 NVIDIA GPUs"},
+        Refusal{"MissingFabric", with(ranks(8), [](PlanRequest& r) { r.fabric = topo::Fabric::kRoce; }),
+                "--fabric roce: node n1 has no usable RoCE port"}),
+    [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.name); });
+
+TEST(PlannerTest, RandomMachinesKeepTheInvariants) {
+  std::mt19937 rng(20261129);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int iter = 0; iter < 300; ++iter) {
+    SyntheticSpec s;
+    s.numa = pick(1, 4);
+    s.cores_per_numa = pick(1, 12);
+    s.threads = pick(1, 2);
+    s.switches = pick(0, 8);
+    s.gpus = pick(1, 16);
+    s.nics = s.switches == 0 ? 0 : pick(0, 12);
+    for (int n = 0; n < s.nics; ++n) {
+      if (pick(0, 5) == 0) s.down_nics.insert(n);
+    }
+    s.nvswitch_links = pick(0, 1) * 18;
+    SCOPED_TRACE("iteration " + std::to_string(iter) + ": numa " + std::to_string(s.numa) + " cores " +
+                 std::to_string(s.cores_per_numa) + "x" + std::to_string(s.threads) + " switches " +
+                 std::to_string(s.switches) + " gpus " + std::to_string(s.gpus) + " nics " + std::to_string(s.nics) +
+                 " down " + std::to_string(s.down_nics.size()));
+    topo::NodeTopology t = synthetic(s);
+    PlanRequest req = ranks(pick(1, s.gpus * 2));
+    if (s.nics == 0 || static_cast<int>(s.down_nics.size()) == s.nics) req.fabric = topo::Fabric::kTcp;
+    JobPlan plan = planOn(clusterOf(t, 2), req);
+    checkInvariants(plan);
+    // Every rank's NIC is at its GPU's best distance, or it says why not.
+    for (const RankPlan& r : plan.ranks) {
+      if (r.nics.empty()) continue;
+      int best = 99;
+      for (size_t n = 0; n < t.nics.size(); ++n) {
+        if (t.nics[n].ports[0].up()) best = std::min(best, static_cast<int>(t.gpuToNic(r.gpu, static_cast<int>(n)).type));
+      }
+      if (best < static_cast<int>(topo::PathType::kSYS)) {
+        EXPECT_EQ(static_cast<int>(r.gpu_nic_path.type), best) << "rank " << r.rank;
+      }
+    }
+    // NICs at the same best distance carry loads that differ by at most one.
+    std::map<std::string, std::map<std::string, int>> load;  // node -> nic -> GPUs
+    for (const RankPlan& r : plan.ranks) {
+      for (const NicChoice& n : r.nics) ++load[plan.nodeOf(r).name][n.name];
+    }
+    for (const RankPlan& r : plan.ranks) {
+      if (r.nics.size() != 1 || r.gpu_nic_path.type == topo::PathType::kSYS) continue;
+      for (size_t n = 0; n < t.nics.size(); ++n) {
+        if (!t.nics[n].ports[0].up() || t.gpuToNic(r.gpu, int(n)).type != r.gpu_nic_path.type) continue;
+        auto& l = load[plan.nodeOf(r).name];
+        EXPECT_LE(l[r.nics[0].name], l[t.nics[n].name] + 1) << "rank " << r.rank << " " << r.nics[0].name << " vs "
+                                                             << t.nics[n].name << "\n" << planTable(plan);
+      }
+    }
+  }
+}
+
+// ---- the real fixtures ----
+
+Cluster fixtureCluster(const std::filesystem::path& file, int nodes) {
+  Cluster c = topo::singleNodeCluster(file);
+  topo::ClusterNode proto = c.nodes[0];
+  c.nodes.clear();
+  for (int i = 0; i < nodes; ++i) {
+    proto.name = "node" + std::to_string(i);
+    c.nodes.push_back(proto);
+  }
+  return c;
+}
+
+TEST(PlannerFixtures, JurecaEachGpuGetsTheNicOnItsSwitch) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  JobPlan plan = planOn(fixtureCluster(dir / "hwloc-xml/psmgmt_topo.jrc0323.xml", 2), ranks(8));
+  checkInvariants(plan);
+  std::map<std::string, std::string> want = {
+      {"0000:03:00.0", "mlx5_0"}, {"0000:44:00.0", "mlx5_1"}, {"0000:84:00.0", "mlx5_2"}, {"0000:c4:00.0", "mlx5_3"}};
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(nicNames(r), want[r.gpu_pci.str()]) << r.gpu_pci.str();
+    EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
+    EXPECT_TRUE(r.gdr);
+    EXPECT_EQ(r.cpuset.size(), 32u) << "a whole NUMA node of 16 cores x 2 threads";
+  }
+}
+
+TEST(PlannerFixtures, AzureNdv4OneNicPerGpuOnItsSwitch) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  JobPlan plan = planOn(fixtureCluster(dir / "nccl-topo/azure_ndv4-topo.xml", 2), ranks(16));
+  checkInvariants(plan);
+  std::map<std::string, int> load;
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
+    if (r.node_index == 0) ++load[nicNames(r)];
+  }
+  EXPECT_EQ(load.size(), 8u);
+}
+
+TEST(PlannerFixtures, AwsEfaGetsNoVerbsVariables) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  JobPlan plan = planOn(fixtureCluster(dir / "nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml", 1), ranks(8));
+  checkInvariants(plan);
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
+    EXPECT_EQ(env(r, "NCCL_IB_HCA"), "<unset>");
+    EXPECT_EQ(env(r, "UCX_NET_DEVICES"), "<unset>");
+    bool said = false;
+    for (const std::string& n : r.notes) said |= n.find("neither InfiniBand nor RoCE") != std::string::npos;
+    EXPECT_TRUE(said);
+  }
+}
+
+TEST(PlannerFixtures, XeWithDownPortsAndALonelyGpu) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  JobPlan plan = planOn(fixtureCluster(dir / "hwloc-xml/flux-core_ipa20.xml", 1), ranks(4));
+  checkInvariants(plan);
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(nicNames(r), "mlx5_0") << "the only port that is up";
+    if (r.gpu_pci.str() == "0000:cb:00.0") {
+      ASSERT_FALSE(r.notes.empty());
+      EXPECT_NE(r.notes[0].find("no NIC near"), std::string::npos);
+    }
+  }
+}
+
+TEST(PlannerFixtures, RoceBondsBehindGpuSwitches) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  Cluster c = fixtureCluster(dir / "nccl-topo/simai_topo_8A100_4CX6.xml", 2);
+  JobPlan plan = planOn(c, ranks(16));
+  EXPECT_EQ(plan.fabric, topo::Fabric::kRoce);
+  checkInvariants(plan);
+  std::map<std::string, int> load;
+  for (const RankPlan& r : plan.ranks) {
+    EXPECT_EQ(r.gpu_nic_path.str(), "PXB");
+    EXPECT_NE(nicNames(r), "mlx5_bond_0") << "the frontend NIC";
+    if (r.node_index == 0) ++load[nicNames(r)];
+  }
+  for (const auto& [nic, n] : load) EXPECT_EQ(n, 2) << nic;
+}
+
+TEST(PlannerFixtures, Dgx2SixteenGpusOnFourCpus) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  JobPlan plan = planOn(fixtureCluster(dir / "hwloc-xml/hwloc_nvidiaDGX2.v2.xml", 1), ranks(16));
+  checkInvariants(plan);
+  for (const RankPlan& r : plan.ranks) EXPECT_TRUE(r.shares_cpus);
+  EXPECT_TRUE(plan.hwthread_slots);
+}
+
+TEST(PlannerFixtures, ClusterFilesThatShip) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  for (const char* file : {"clusters/fixtures-ib.toml", "clusters/fixtures-mixed.toml", "clusters/hgx-h100.toml"}) {
+    Cluster c = topo::readClusterFile(poolrun::test::sourceDir() / file);
+    int gpus = 0;
+    for (const topo::ClusterNode& n : c.nodes) gpus += static_cast<int>(n.topology->gpus.size());
+    ASSERT_GT(gpus, 0) << file;
+    PlanRequest req = ranks(std::min(gpus, 16));
+    req.fabric = topo::Fabric::kTcp;
+    checkInvariants(planOn(c, req));
+  }
+}
+
+// ---- outputs ----
+
+TEST(PlanOutputTest, JobDirectoryHasPlanRankfileAndTopologies) {
+  JobPlan plan = planOn(clusterOf(synthetic({}), 2), ranks(16));
+  poolrun::test::TempDir tmp;
+  writeJobDir(plan, tmp.path() / "job");
+  std::ifstream rf(tmp.path() / "job/rankfile");
+  std::string line;
+  std::getline(rf, line);
+  EXPECT_EQ(line, "rank 0=n1 slot=0-3");
+  nlohmann::json doc = nlohmann::json::parse(std::ifstream(tmp.path() / "job/plan.json"));
+  EXPECT_EQ(doc["schema"], "poolrun.plan/1");
+  ASSERT_EQ(doc["ranks"].size(), 16u);
+  const nlohmann::json& r = doc["ranks"][9];
+  EXPECT_EQ(r["rank"], 9);
+  EXPECT_EQ(r["node"], "n2");
+  EXPECT_EQ(r["local_rank"], 1);
+  EXPECT_EQ(r["gpu"]["index"], 1);
+  EXPECT_EQ(r["gpu"]["pci"], plan.ranks[9].gpu_pci.str());
+  EXPECT_EQ(r["nics"][0], "mlx5_1");
+  EXPECT_EQ(r["gpu_nic_path"], "PIX");
+  EXPECT_EQ(r["gdr"], true);
+  EXPECT_EQ(r["numa"], 0);
+  EXPECT_EQ(r["cpuset"], "4-7,36-39");
+  EXPECT_EQ(r["env"]["NCCL_IB_HCA"], "=mlx5_1:1");
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "job/topo-n1.xml"));
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "job/topo-n2.xml"));
+}
+
+TEST(PlanOutputTest, TableHasOneRowPerRankAndTheNotes) {
+  JobPlan plan = planOn(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nics = 1; })), 1), ranks(8));
+  std::string table = planTable(plan);
+  EXPECT_NE(table.find("RANK  NODE  LOCAL  GPU  BUS ID"), std::string::npos) << table;
+  EXPECT_NE(table.find("notes:"), std::string::npos);
+  EXPECT_NE(table.find("no NIC near GPU4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace poolrun::launcher

@@ -1,0 +1,125 @@
+// Hostlists and cluster files.
+
+#include <gtest/gtest.h>
+
+#include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/hostlist.hpp"
+#include "support/fixtures.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+using V = std::vector<std::string>;
+
+TEST(HostlistTest, Expands) {
+  EXPECT_EQ(expandHostlist("dgx[01-03]"), (V{"dgx01", "dgx02", "dgx03"}));
+  EXPECT_EQ(expandHostlist("dgx[08-10]"), (V{"dgx08", "dgx09", "dgx10"}));
+  EXPECT_EQ(expandHostlist("gpu[1-2,7],login1"), (V{"gpu1", "gpu2", "gpu7", "login1"}));
+  EXPECT_EQ(expandHostlist("r[1-2]n[01-02]"), (V{"r1n01", "r1n02", "r2n01", "r2n02"}));
+  EXPECT_EQ(expandHostlist("single"), (V{"single"}));
+  EXPECT_EQ(expandHostlist("n[5]"), (V{"n5"}));
+  EXPECT_EQ(expandHostlist("n[1-3]-ib"), (V{"n1-ib", "n2-ib", "n3-ib"}));
+}
+
+TEST(HostlistTest, RejectsMalformedLists) {
+  for (const char* bad : {"n[1-2", "n1-2]", "n[2-1]", "n[a-b]", "n[]", "n[1-]", ",n1", "n[[1]]", "n[1-99999999]"}) {
+    try {
+      expandHostlist(bad);
+      FAIL() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("bad hostlist '") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(expandHostlist("n[1-100]", 50), Error);
+}
+
+TEST(HostlistTest, CompressesRoundTrip) {
+  for (const char* list : {"dgx[01-03,05]", "gpu[1-2,7],login1", "a1,b[2-3]", "n[08-12]"}) {
+    EXPECT_EQ(compressHostlist(expandHostlist(list)), list);
+  }
+  EXPECT_EQ(compressHostlist({"n1", "n2", "n3"}), "n[1-3]");
+  EXPECT_EQ(compressHostlist({}), "");
+}
+
+constexpr const char* kTopo = R"(<system version="1"><cpu numaid="0" affinity="ff">
+<pci busid="0000:01:00.0" class="0x030200" vendor="0x10de" device="0x2330"/>
+<pci busid="0000:02:00.0" class="0x020700" vendor="0x15b3" device="0x1021"/></cpu></system>)";
+
+TEST(ClusterFileTest, ReadsGroupsWithSharedTopologies) {
+  poolrun::test::TempDir tmp;
+  tmp.write("topo/node.xml", kTopo);
+  auto file = tmp.write("c.toml", R"(
+[[group]]
+nodes = "a[01-02]"
+topology = "topo/node.xml"
+switch = "leaf1"
+rail_group = "x"
+fabric = "roce"
+labels = { rack = "r1", gpu = "h100" }
+
+[[group]]
+nodes = "b1"
+topology = "topo/node.xml"
+)");
+  Cluster c = readClusterFile(file);
+  ASSERT_EQ(c.nodes.size(), 3u);
+  EXPECT_EQ(c.nodes[0].name, "a01");
+  EXPECT_EQ(c.nodes[0].switch_name, "leaf1");
+  EXPECT_EQ(c.nodes[0].rail_group, "x");
+  EXPECT_EQ(c.nodes[0].fabric, Fabric::kRoce);
+  EXPECT_EQ(c.nodes[0].labels.at("rack"), "r1");
+  EXPECT_EQ(c.nodes[0].topology.get(), c.nodes[2].topology.get()) << "one file is read once";
+  EXPECT_EQ(c.nodes[2].topology->gpus.size(), 1u);
+  EXPECT_FALSE(c.nodes[2].fabric.has_value());
+  EXPECT_EQ(c.node("b1"), &c.nodes[2]);
+}
+
+struct Bad {
+  const char* toml;
+  const char* message;
+};
+
+class ClusterFileErrors : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(ClusterFileErrors, NameTheFileAndTheProblem) {
+  poolrun::test::TempDir tmp;
+  tmp.write("node.xml", kTopo);
+  auto file = tmp.write("c.toml", GetParam().toml);
+  try {
+    readClusterFile(file);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with(file.string())) << e.what();
+    EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ClusterFileErrors,
+    ::testing::Values(Bad{"", "no [[group]]"}, Bad{"[[group]\n", ":1: "},
+                      Bad{"name = 'x'\n[[group]]\nnodes='a'\ntopology='node.xml'\n", "unknown top-level key 'name'"},
+                      Bad{"[[group]]\ntopology='node.xml'\n", "group 1: missing 'nodes'"},
+                      Bad{"[[group]]\nnodes='a'\n", "group 1: missing 'topology'"},
+                      Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nswich='x'\n", "unknown key 'swich'"},
+                      Bad{"[[group]]\nnodes=3\ntopology='node.xml'\n", "'nodes' must be a string"},
+                      Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nfabric='ethernet'\n", "unknown fabric 'ethernet'"},
+                      Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels='r1'\n", "'labels' must be a table"},
+                      Bad{"[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\n[[group]]\nnodes='a2'\ntopology='node.xml'\n",
+                          "group 2: node a2 is already in an earlier group"},
+                      Bad{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}));
+
+TEST(ClusterFileTest, FixturesFolderOverride) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  poolrun::test::TempDir tmp;
+  auto file = tmp.write("c.toml", "[[group]]\nnodes='x'\ntopology='../../shared/fixtures/nccl-topo/azure_ndv2-topo.xml'\n");
+  setenv("POOLRUN_FIXTURES", dir.c_str(), 1);
+  Cluster c = readClusterFile(file);
+  unsetenv("POOLRUN_FIXTURES");
+  EXPECT_EQ(c.nodes[0].topology_file, dir / "nccl-topo/azure_ndv2-topo.xml");
+  EXPECT_EQ(c.nodes[0].topology->gpus.size(), 8u);
+}
+
+}  // namespace
+}  // namespace poolrun::topo

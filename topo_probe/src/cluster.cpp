@@ -1,0 +1,154 @@
+#include "poolrun/topo/cluster.hpp"
+
+#include <cstdlib>
+#include <set>
+#include <toml++/toml.h>
+
+#include "file_util.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/hostlist.hpp"
+#include "poolrun/topo/sources.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+std::filesystem::path resolveTopology(const std::filesystem::path& clusterFile, const std::string& value) {
+  std::filesystem::path p(value);
+  const char* fixtures = std::getenv("POOLRUN_FIXTURES");
+  if (fixtures != nullptr && *fixtures != '\0') {
+    const std::string marker = "shared/fixtures/";
+    size_t at = value.find(marker);
+    if (at != std::string::npos) return std::filesystem::path(fixtures) / value.substr(at + marker.size());
+  }
+  if (p.is_relative()) p = clusterFile.parent_path() / p;
+  return p.lexically_normal();
+}
+
+}  // namespace
+
+std::string toString(Fabric fabric) {
+  switch (fabric) {
+    case Fabric::kIb: return "ib";
+    case Fabric::kRoce: return "roce";
+    case Fabric::kTcp: return "tcp";
+  }
+  return "tcp";
+}
+
+Fabric fabricFromString(std::string_view text) {
+  if (text == "ib") return Fabric::kIb;
+  if (text == "roce") return Fabric::kRoce;
+  if (text == "tcp") return Fabric::kTcp;
+  throw badInput("unknown fabric '" + std::string(text) + "' (use ib, roce or tcp)");
+}
+
+const ClusterNode* Cluster::node(const std::string& name) const {
+  for (const ClusterNode& n : nodes) {
+    if (n.name == name) return &n;
+  }
+  return nullptr;
+}
+
+Cluster readClusterString(const std::string& text, const std::filesystem::path& file) {
+  const std::string name = file.string();
+  toml::table doc;
+  try {
+    doc = toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    throw badInput(name + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+  }
+  for (auto&& [key, value] : doc) {
+    if (key.str() != "group") {
+      throw badInput(name + ": unknown top-level key '" + std::string(key.str()) + "' (expected [[group]] tables)");
+    }
+  }
+  const toml::array* groups = doc["group"].as_array();
+  if (groups == nullptr || groups->empty()) {
+    throw badInput(name + ": no [[group]] of nodes (see the cluster file format in topo_probe/README.md)");
+  }
+  Cluster cluster;
+  cluster.file = file;
+  std::map<std::filesystem::path, std::shared_ptr<const NodeTopology>> loaded;
+  std::set<std::string> seen;
+  static const std::set<std::string> kKeys = {"nodes", "topology", "switch", "rail_group", "fabric", "labels"};
+  for (size_t g = 0; g < groups->size(); ++g) {
+    const toml::table* group = (*groups)[g].as_table();
+    std::string where = name + ": group " + std::to_string(g + 1);
+    if (group == nullptr) throw badInput(where + ": must be a table");
+    for (auto&& [key, value] : *group) {
+      if (!kKeys.contains(std::string(key.str()))) {
+        throw badInput(where + ": unknown key '" + std::string(key.str()) +
+                       "' (known: nodes, topology, switch, rail_group, fabric, labels)");
+      }
+    }
+    auto str = [&](const char* key, bool required) -> std::string {
+      const toml::node* n = group->get(key);
+      if (n == nullptr) {
+        if (required) throw badInput(where + ": missing '" + key + "'");
+        return "";
+      }
+      if (!n->is_string()) throw badInput(where + ": '" + key + "' must be a string");
+      return std::string(*n->value<std::string>());
+    };
+    std::vector<std::string> hosts;
+    try {
+      hosts = expandHostlist(str("nodes", true));
+    } catch (const Error& e) {
+      throw badInput(where + ": " + e.what());
+    }
+    std::filesystem::path topoFile = resolveTopology(file, str("topology", true));
+    auto it = loaded.find(topoFile);
+    if (it == loaded.end()) {
+      try {
+        it = loaded.emplace(topoFile, std::make_shared<const NodeTopology>(readTopologyFile(topoFile))).first;
+      } catch (const Error& e) {
+        throw Error(e.code(), where + ": topology: " + e.what());
+      }
+    }
+    ClusterNode proto;
+    proto.topology = it->second;
+    proto.topology_file = topoFile;
+    proto.switch_name = str("switch", false);
+    proto.rail_group = str("rail_group", false);
+    if (std::string f = str("fabric", false); !f.empty()) {
+      try {
+        proto.fabric = fabricFromString(f);
+      } catch (const Error& e) {
+        throw badInput(where + ": " + e.what());
+      }
+    }
+    if (const toml::node* labels = group->get("labels")) {
+      const toml::table* t = labels->as_table();
+      if (t == nullptr) throw badInput(where + ": 'labels' must be a table, e.g. labels = { rack = \"r1\" }");
+      for (auto&& [k, v] : *t) {
+        if (!v.is_string()) throw badInput(where + ": label '" + std::string(k.str()) + "' must be a string");
+        proto.labels[std::string(k.str())] = std::string(*v.value<std::string>());
+      }
+    }
+    for (std::string& host : hosts) {
+      if (!seen.insert(host).second) throw badInput(where + ": node " + host + " is already in an earlier group");
+      ClusterNode node = proto;
+      node.name = std::move(host);
+      cluster.nodes.push_back(std::move(node));
+    }
+  }
+  return cluster;
+}
+
+Cluster readClusterFile(const std::filesystem::path& file) {
+  return readClusterString(detail::readWholeFile(file, size_t{64} << 20), file);
+}
+
+Cluster singleNodeCluster(const std::filesystem::path& topologyFile) {
+  auto topo = std::make_shared<const NodeTopology>(readTopologyFile(topologyFile));
+  Cluster c;
+  c.file = topologyFile;
+  ClusterNode n;
+  n.name = topo->hostname.empty() ? "node0" : topo->hostname;
+  n.topology = topo;
+  n.topology_file = topologyFile;
+  c.nodes.push_back(std::move(n));
+  return c;
+}
+
+}  // namespace poolrun::topo
