@@ -13,7 +13,8 @@ namespace poolrun::launcher {
 namespace {
 
 constexpr const char* kPlanUsage =
-    "usage: poolrun plan (--cluster FILE | --from TOPOLOGY) -n N [--gpus-per-node K] [--fabric auto|ib|roce|tcp]\n"
+    "usage: poolrun plan (--cluster FILE | --from TOPOLOGY) -n N [--gpus-per-node K] [--fabric "
+    "auto|ib|roce|tcp]\n"
     "                    [--gdr auto|on|off] [--roce-tc N] [-x VAR=VALUE]... [--json] [--out DIR]\n"
     "Shows which GPU, NIC(s), cores and environment every rank would get.\n";
 
@@ -24,16 +25,17 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
   std::string clusterFile, from, fabric = "auto", gdr = "auto", outDir;
   int ranks = 0, gpusPerNode = 0, roceTc = -1;
   std::vector<std::string> exports;
-  opts.add_options()("help,h", "show this help")("cluster", po::value(&clusterFile), "the cluster file (TOML)")(
+  opts.add_options()("help,h", "show this help")("cluster", po::value(&clusterFile),
+                                                 "the cluster file (TOML)")(
       "from", po::value(&from), "plan on the one node this topology file describes")(
-      ",n", po::value(&ranks), "number of ranks (one per GPU)")(
-      "gpus-per-node", po::value(&gpusPerNode), "GPUs to use on each node (default: all)")(
+      ",n", po::value(&ranks), "number of ranks (one per GPU)")("gpus-per-node", po::value(&gpusPerNode),
+                                                                "GPUs to use on each node (default: all)")(
       "fabric", po::value(&fabric), "auto (default), ib, roce or tcp")(
       "gdr", po::value(&gdr), "GPUDirect RDMA: auto (PXB or closer), on (also PHB), off")(
       "roce-tc", po::value(&roceTc), "RoCE traffic class (NCCL_IB_TC)")(
       ",x", po::value(&exports), "VAR=VALUE the ranks get; wins over what the plan would set")(
-      "json", "print the poolrun.plan/1 document")("out", po::value(&outDir),
-                                                    "write the job directory (plan.json, rankfile, topo-NODE.xml)");
+      "json", "print the poolrun.plan/1 document")(
+      "out", po::value(&outDir), "write the job directory (plan.json, rankfile, topo-NODE.xml)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -57,12 +59,14 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
   try {
     PlanRequest request;
     request.ranks = ranks;
-    if (gpusPerNode < 0) throw badInput("--gpus-per-node " + std::to_string(gpusPerNode) + " must be positive");
+    if (gpusPerNode < 0)
+      throw badInput("--gpus-per-node " + std::to_string(gpusPerNode) + " must be positive");
     request.gpus_per_node = gpusPerNode;
     if (fabric != "auto") request.fabric = topo::fabricFromString(fabric);
     request.gdr = gdrModeFromString(gdr);
     if (vm.count("roce-tc")) {
-      if (roceTc < 0 || roceTc > 255) throw badInput("--roce-tc " + std::to_string(roceTc) + " must be 0-255");
+      if (roceTc < 0 || roceTc > 255)
+        throw badInput("--roce-tc " + std::to_string(roceTc) + " must be 0-255");
       request.roce_tc = roceTc;
     }
     // What the user set in the environment or with -x wins over the plan.
@@ -74,11 +78,12 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
       if (eq == std::string::npos || eq == 0) throw badInput("-x '" + x + "': expected VAR=VALUE");
       request.user_env[x.substr(0, eq)] = x.substr(eq + 1);
     }
-    topo::Cluster cluster = clusterFile.empty() ? topo::singleNodeCluster(from) : topo::readClusterFile(clusterFile);
+    topo::Cluster cluster =
+        clusterFile.empty() ? topo::singleNodeCluster(from) : topo::readClusterFile(clusterFile);
     JobPlan plan = makePlan(grantFromCluster(cluster, request), request);
     if (!outDir.empty()) writeJobDir(plan, outDir);
     if (vm.count("json")) {
-      out << planToJson(plan).dump(2) << "\n";
+      out << planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       out << planTable(plan);
       if (!outDir.empty()) out << "\njob directory: " << outDir << "\n";

@@ -26,7 +26,8 @@ void writeFile(const std::filesystem::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::binary);
   out << text;
   if (!out) {
-    throw Error(ErrorCode::kIo, file.string() + ": cannot write (check that the folder is writable and has space)");
+    throw Error(ErrorCode::kIo,
+                file.string() + ": cannot write (check that the folder is writable and has space)");
   }
 }
 
@@ -52,35 +53,38 @@ ojson planToJson(const JobPlan& plan) {
     ojson nics = ojson::array(), ports = ojson::array();
     for (const NicChoice& n : r.nics) {
       nics.push_back(n.name);
-      ports.push_back({{"name", n.name},
-                       {"port", n.port},
-                       {"netdev", n.netdev.empty() ? ojson(nullptr) : ojson(n.netdev)},
-                       {"link_layer", topo::toString(n.link_layer)},
-                       {"rate_gbps", n.rate_gbps},
-                       {"roce_v2_gid_index", n.roce_v2_gid_index ? ojson(*n.roce_v2_gid_index) : ojson(nullptr)}});
+      ports.push_back(
+          {{"name", n.name},
+           {"port", n.port},
+           {"netdev", n.netdev.empty() ? ojson(nullptr) : ojson(n.netdev)},
+           {"link_layer", topo::toString(n.link_layer)},
+           {"rate_gbps", n.rate_gbps},
+           {"roce_v2_gid_index", n.roce_v2_gid_index ? ojson(*n.roce_v2_gid_index) : ojson(nullptr)}});
     }
     ojson env = ojson::object();
     for (const auto& [k, v] : r.env) env[k] = v;
     ojson won = ojson::object();
     for (const auto& [k, planned] : r.user_won) won[k] = {{"user", env[k]}, {"planned", planned}};
     const topo::Gpu& gpu = plan.nodeOf(r).node.topology->gpus[static_cast<size_t>(r.gpu)];
-    ranks.push_back({{"rank", r.rank},
-                     {"node", plan.nodeOf(r).name},
-                     {"local_rank", r.local_rank},
-                     {"local_size", r.local_size},
-                     {"gpu", {{"index", r.gpu}, {"cuda_index", r.cuda_index}, {"pci", r.gpu_pci.str()}, {"model", gpu.model}}},
-                     {"nics", nics},
-                     {"nic_ports", ports},
-                     {"gpu_nic_path", r.nics.empty() ? ojson(nullptr) : ojson(r.gpu_nic_path.str())},
-                     {"gdr", r.gdr},
-                     {"gdr_reason", r.gdr_reason},
-                     {"numa", r.numa == topo::kNone ? ojson(nullptr) : ojson(r.numa)},
-                     {"cpuset", r.cpuset.toList()},
-                     {"shares_cpus", r.shares_cpus},
-                     {"rankfile_slots", r.rankfile_slots},
-                     {"env", env},
-                     {"user_won", won},
-                     {"notes", r.notes}});
+    ranks.push_back(
+        {{"rank", r.rank},
+         {"node", plan.nodeOf(r).name},
+         {"local_rank", r.local_rank},
+         {"local_size", r.local_size},
+         {"gpu",
+          {{"index", r.gpu}, {"cuda_index", r.cuda_index}, {"pci", r.gpu_pci.str()}, {"model", gpu.model}}},
+         {"nics", nics},
+         {"nic_ports", ports},
+         {"gpu_nic_path", r.nics.empty() ? ojson(nullptr) : ojson(r.gpu_nic_path.str())},
+         {"gdr", r.gdr},
+         {"gdr_reason", r.gdr_reason},
+         {"numa", r.numa == topo::kNone ? ojson(nullptr) : ojson(r.numa)},
+         {"cpuset", r.cpuset.toList()},
+         {"shares_cpus", r.shares_cpus},
+         {"rankfile_slots", r.rankfile_slots},
+         {"env", env},
+         {"user_won", won},
+         {"notes", r.notes}});
   }
   doc["ranks"] = ranks;
   doc["notes"] = plan.notes;
@@ -91,23 +95,26 @@ std::string planTable(const JobPlan& plan) {
   struct Row {
     std::vector<std::string> cells;
   };
-  std::vector<std::string> head = {"RANK", "NODE", "LOCAL", "GPU", "BUS ID", "NIC(S)", "PATH", "GDR", "NUMA", "CPUS"};
+  std::vector<std::string> head = {"RANK",   "NODE", "LOCAL", "GPU",  "BUS ID",
+                                   "NIC(S)", "PATH", "GDR",   "NUMA", "CPUS"};
   std::vector<Row> rows;
   for (const RankPlan& r : plan.ranks) {
-    rows.push_back({{std::to_string(r.rank), plan.nodeOf(r).name, std::to_string(r.local_rank), std::to_string(r.gpu),
-                     r.gpu_pci.str(), nicList(r), r.nics.empty() ? "-" : r.gpu_nic_path.str(), r.gdr ? "on" : "off",
-                     r.numa == topo::kNone ? "-" : std::to_string(r.numa), r.cpuset.toList()}});
+    rows.push_back(
+        {{std::to_string(r.rank), plan.nodeOf(r).name, std::to_string(r.local_rank), std::to_string(r.gpu),
+          r.gpu_pci.str(), nicList(r), r.nics.empty() ? "-" : r.gpu_nic_path.str(), r.gdr ? "on" : "off",
+          r.numa == topo::kNone ? "-" : std::to_string(r.numa), r.cpuset.toList()}});
   }
   std::vector<size_t> width(head.size());
   for (size_t c = 0; c < head.size(); ++c) {
     width[c] = head[c].size();
     for (const Row& row : rows) width[c] = std::max(width[c], row.cells[c].size());
   }
-  std::string out = fmt::format("fabric {} · {} ranks on {} nodes\n", toString(plan.fabric), plan.ranks.size(),
-                                plan.nodes.size());
+  std::string out = fmt::format("fabric {} · {} ranks on {} nodes\n", toString(plan.fabric),
+                                plan.ranks.size(), plan.nodes.size());
   auto line = [&](const std::vector<std::string>& cells) {
     std::string l;
-    for (size_t c = 0; c < cells.size(); ++c) l += fmt::format("{:<{}}", cells[c], width[c] + (c + 1 < cells.size() ? 2 : 0));
+    for (size_t c = 0; c < cells.size(); ++c)
+      l += fmt::format("{:<{}}", cells[c], width[c] + (c + 1 < cells.size() ? 2 : 0));
     while (!l.empty() && l.back() == ' ') l.pop_back();
     out += l + "\n";
   };
@@ -139,7 +146,8 @@ void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(ErrorCode::kIo, dir.string() + ": cannot create the job directory: " + ec.message());
-  writeFile(dir / "plan.json", planToJson(plan).dump(2) + "\n");
+  writeFile(dir / "plan.json",
+            planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   writeFile(dir / "rankfile", rankfile(plan));
   std::map<const topo::NodeTopology*, std::string> xml;
   for (const NodePlan& n : plan.nodes) {

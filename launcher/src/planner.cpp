@@ -30,8 +30,8 @@ bool usable(const topo::NicPort& p) {
 }
 
 bool isRdmaName(const std::string& name) {
-  static const char* kPrefixes[] = {"mlx", "rocep", "ibp", "irdma", "bnxt_re", "qedr", "hns", "erdma",
-                                    "efa",  "rdmap", "hfi1",  "qib",     "ionic", "siw", "rxe"};
+  static const char* kPrefixes[] = {"mlx", "rocep", "ibp",  "irdma", "bnxt_re", "qedr", "hns", "erdma",
+                                    "efa", "rdmap", "hfi1", "qib",   "ionic",   "siw",  "rxe"};
   for (const char* p : kPrefixes) {
     if (name.starts_with(p)) return true;
   }
@@ -42,10 +42,13 @@ bool isRdmaName(const std::string& name) {
 bool carries(const topo::Nic& nic, const topo::NicPort& port, Fabric fabric) {
   bool verbsNic = isRdmaName(nic.name) && nic.vendor != topo::kVendorAmazon;
   switch (fabric) {
-    case Fabric::kIb: return port.link_layer == LinkLayer::kInfiniBand;
-    case Fabric::kRoce: return port.link_layer == LinkLayer::kEthernet && verbsNic;
+    case Fabric::kIb:
+      return port.link_layer == LinkLayer::kInfiniBand;
+    case Fabric::kRoce:
+      return port.link_layer == LinkLayer::kEthernet && verbsNic;
     case Fabric::kTcp:
-      return !port.netdev.empty() || (!verbsNic && !nic.name.starts_with("pci:") && nic.vendor != topo::kVendorAmazon);
+      return !port.netdev.empty() ||
+             (!verbsNic && !nic.name.starts_with("pci:") && nic.vendor != topo::kVendorAmazon);
   }
   return false;
 }
@@ -74,15 +77,16 @@ Fabric chooseFabric(const std::vector<NodeGrant>& grants, const PlanRequest& req
     if (*request.fabric == Fabric::kTcp) return Fabric::kTcp;
     for (const NodeGrant& g : grants) {
       if (!supports(g, *request.fabric)) {
-        throw badInput("--fabric " + toString(*request.fabric) + ": node " + g.node->name + " has no usable " +
-                       (*request.fabric == Fabric::kIb ? "InfiniBand" : "RoCE") +
+        throw badInput("--fabric " + toString(*request.fabric) + ": node " + g.node->name +
+                       " has no usable " + (*request.fabric == Fabric::kIb ? "InfiniBand" : "RoCE") +
                        " port (see `poolrun topo`); use --fabric auto or pick other nodes");
       }
     }
     return *request.fabric;
   }
   for (Fabric f : {Fabric::kIb, Fabric::kRoce}) {
-    if (std::all_of(grants.begin(), grants.end(), [&](const NodeGrant& g) { return supports(g, f); })) return f;
+    if (std::all_of(grants.begin(), grants.end(), [&](const NodeGrant& g) { return supports(g, f); }))
+      return f;
   }
   return Fabric::kTcp;
 }
@@ -172,7 +176,8 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
   }
   if (ports.empty()) {
     for (LocalPlan& l : locals) {
-      l.notes.push_back("no usable " + toString(fabric) + " NIC on this node: NCCL falls back to its own choice");
+      l.notes.push_back("no usable " + toString(fabric) +
+                        " NIC on this node: NCCL falls back to its own choice");
       l.gdr_reason = "no NIC";
     }
     return;
@@ -192,9 +197,11 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
   std::vector<size_t> order(locals.size());
   std::iota(order.begin(), order.end(), 0);
   auto bestCount = [&](size_t l) {
-    return std::count_if(paths[l].begin(), paths[l].end(), [&](const Path& p) { return rankOf(p) == bestRank[l]; });
+    return std::count_if(paths[l].begin(), paths[l].end(),
+                         [&](const Path& p) { return rankOf(p) == bestRank[l]; });
   };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bestCount(a) < bestCount(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bestCount(a) < bestCount(b); });
 
   // GPUs sharing one best set with more NICs than GPUs split the set between them.
   std::map<std::vector<size_t>, std::vector<size_t>> groups;  // best set -> GPUs
@@ -238,8 +245,10 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
       bool capC = load[c] < cap, capT = load[than] < cap;
       if (capC != capT) return capC;
       if (load[c] != load[than]) return load[c] < load[than];
-      const auto& pc = t.nics[static_cast<size_t>(ports[c].first)].ports[static_cast<size_t>(ports[c].second)];
-      const auto& pt = t.nics[static_cast<size_t>(ports[than].first)].ports[static_cast<size_t>(ports[than].second)];
+      const auto& pc =
+          t.nics[static_cast<size_t>(ports[c].first)].ports[static_cast<size_t>(ports[c].second)];
+      const auto& pt =
+          t.nics[static_cast<size_t>(ports[than].first)].ports[static_cast<size_t>(ports[than].second)];
       if (pc.rate_gbps != pt.rate_gbps) return pc.rate_gbps > pt.rate_gbps;
       return c < than;
     };
@@ -279,7 +288,8 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
       lp.gdr_reason = "on (--gdr on): path " + lp.path.str() + " crosses the CPU";
     } else {
       lp.gdr = false;
-      lp.gdr_reason = "off: path " + lp.path.str() + (viaCpu ? " crosses the CPU (--gdr on enables it)" : " crosses sockets");
+      lp.gdr_reason = "off: path " + lp.path.str() +
+                      (viaCpu ? " crosses the CPU (--gdr on enables it)" : " crosses sockets");
     }
   }
 }
@@ -315,7 +325,8 @@ void assignCpus(const NodeTopology& t, NodeTemplate& tpl) {
     size_t k = members.size(), nc = mine.size();
     size_t npu = domain.size();
     if (nc == 0) {
-      for (size_t m : members) tpl.locals[m].notes.push_back("no CPUs known for GPU" + std::to_string(tpl.locals[m].gpu));
+      for (size_t m : members)
+        tpl.locals[m].notes.push_back("no CPUs known for GPU" + std::to_string(tpl.locals[m].gpu));
       continue;
     }
     if (k <= nc) {
@@ -405,13 +416,17 @@ std::string joinNics(const std::vector<NicChoice>& nics, bool exact, bool withPo
 
 std::string ncclGdrLevel(const Path& p) {
   switch (p.type) {
-    case PathType::kPIX: return "PIX";
-    case PathType::kPXB: return "PXB";
-    default: return "PHB";  // NODE counts as PHB for NCCL
+    case PathType::kPIX:
+      return "PIX";
+    case PathType::kPXB:
+      return "PXB";
+    default:
+      return "PHB";  // NODE counts as PHB for NCCL
   }
 }
 
-std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fabric fabric, const PlanRequest& req,
+std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fabric fabric,
+                                                         const PlanRequest& req,
                                                          std::vector<std::string>& notes) {
   std::vector<std::pair<std::string, std::string>> env;
   env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
@@ -437,11 +452,13 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fa
       for (const NicChoice& n : verbs) {
         if (n.roce_v2_gid_index) gids.insert(*n.roce_v2_gid_index);
       }
-      if (gids.size() == 1 && std::all_of(verbs.begin(), verbs.end(), [](const NicChoice& n) { return n.roce_v2_gid_index; })) {
+      if (gids.size() == 1 &&
+          std::all_of(verbs.begin(), verbs.end(), [](const NicChoice& n) { return n.roce_v2_gid_index; })) {
         env.emplace_back("NCCL_IB_GID_INDEX", std::to_string(*gids.begin()));
       } else {
-        notes.push_back(gids.empty() ? "RoCE v2 GID index unknown (no IPv4 RoCE v2 GID read): NCCL picks its own"
-                                     : "the chosen RoCE NICs have different RoCE v2 GID indexes: NCCL picks per NIC");
+        notes.push_back(gids.empty()
+                            ? "RoCE v2 GID index unknown (no IPv4 RoCE v2 GID read): NCCL picks its own"
+                            : "the chosen RoCE NICs have different RoCE v2 GID indexes: NCCL picks per NIC");
       }
       if (req.roce_tc) env.emplace_back("NCCL_IB_TC", std::to_string(*req.roce_tc));
     }
@@ -449,9 +466,10 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fa
     env.emplace_back("NCCL_NET_GDR_READ", lp.gdr ? "1" : "0");
   }
   for (const NicChoice& n : opaqueNics) {
-    notes.push_back("NIC " + n.name +
-                    " is neither InfiniBand nor RoCE (or unnamed): no NCCL_IB_* or UCX_NET_DEVICES for it; NCCL's net "
-                    "plugin chooses");
+    notes.push_back(
+        "NIC " + n.name +
+        " is neither InfiniBand nor RoCE (or unnamed): no NCCL_IB_* or UCX_NET_DEVICES for it; NCCL's net "
+        "plugin chooses");
   }
   return env;
 }
@@ -460,9 +478,12 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fa
 
 std::string toString(GdrMode mode) {
   switch (mode) {
-    case GdrMode::kAuto: return "auto";
-    case GdrMode::kOn: return "on";
-    case GdrMode::kOff: return "off";
+    case GdrMode::kAuto:
+      return "auto";
+    case GdrMode::kOn:
+      return "on";
+    case GdrMode::kOff:
+      return "off";
   }
   return "auto";
 }
@@ -475,10 +496,20 @@ GdrMode gdrModeFromString(std::string_view text) {
 }
 
 const std::vector<std::string>& plannedVariables() {
-  static const std::vector<std::string> kVars = {
-      "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NCCL_IB_DISABLE",    "NCCL_IB_HCA",       "UCX_NET_DEVICES",
-      "NCCL_SOCKET_IFNAME", "NCCL_IB_GID_INDEX",  "NCCL_IB_TC",         "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ",
-      "RANK",              "WORLD_SIZE",           "LOCAL_RANK",         "LOCAL_WORLD_SIZE"};
+  static const std::vector<std::string> kVars = {"CUDA_DEVICE_ORDER",
+                                                 "CUDA_VISIBLE_DEVICES",
+                                                 "NCCL_IB_DISABLE",
+                                                 "NCCL_IB_HCA",
+                                                 "UCX_NET_DEVICES",
+                                                 "NCCL_SOCKET_IFNAME",
+                                                 "NCCL_IB_GID_INDEX",
+                                                 "NCCL_IB_TC",
+                                                 "NCCL_NET_GDR_LEVEL",
+                                                 "NCCL_NET_GDR_READ",
+                                                 "RANK",
+                                                 "WORLD_SIZE",
+                                                 "LOCAL_RANK",
+                                                 "LOCAL_WORLD_SIZE"};
   return kVars;
 }
 
@@ -496,24 +527,27 @@ static std::vector<size_t> switchOrder(const std::vector<const topo::ClusterNode
 }
 
 std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const PlanRequest& request) {
-  if (request.ranks <= 0) throw badInput("-n " + std::to_string(request.ranks) + ": the job needs at least one rank");
+  if (request.ranks <= 0)
+    throw badInput("-n " + std::to_string(request.ranks) + ": the job needs at least one rank");
   std::vector<const topo::ClusterNode*> nodes;
   size_t total = 0;
   for (const topo::ClusterNode& n : cluster.nodes) {
     size_t nvidia = std::count_if(n.topology->gpus.begin(), n.topology->gpus.end(),
                                   [](const topo::Gpu& g) { return g.isNvidia(); });
     if (request.gpus_per_node > 0 && static_cast<size_t>(request.gpus_per_node) > nvidia) {
-      throw badInput("--gpus-per-node " + std::to_string(request.gpus_per_node) + ": node " + n.name + " has " +
-                     std::to_string(nvidia) + " NVIDIA GPUs");
+      throw badInput("--gpus-per-node " + std::to_string(request.gpus_per_node) + ": node " + n.name +
+                     " has " + std::to_string(nvidia) + " NVIDIA GPUs");
     }
     if (nvidia == 0) continue;
     nodes.push_back(&n);
     total += request.gpus_per_node > 0 ? static_cast<size_t>(request.gpus_per_node) : nvidia;
   }
   if (static_cast<size_t>(request.ranks) > total) {
-    throw badInput("-n " + std::to_string(request.ranks) + ": " + cluster.file.string() + " has " + std::to_string(total) +
-                   " GPUs" + (request.gpus_per_node > 0 ? " at --gpus-per-node " + std::to_string(request.gpus_per_node) : "") +
-                   " on " + std::to_string(nodes.size()) + " nodes; ask for fewer ranks");
+    throw badInput(
+        "-n " + std::to_string(request.ranks) + ": " + cluster.file.string() + " has " +
+        std::to_string(total) + " GPUs" +
+        (request.gpus_per_node > 0 ? " at --gpus-per-node " + std::to_string(request.gpus_per_node) : "") +
+        " on " + std::to_string(nodes.size()) + " nodes; ask for fewer ranks");
   }
   std::vector<NodeGrant> grants;
   int left = request.ranks;
@@ -529,7 +563,8 @@ std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const Plan
       }
       it = chains.emplace(&t, chainOrder(t, all)).first;
     }
-    int take = std::min<int>(left, request.gpus_per_node > 0 ? request.gpus_per_node : static_cast<int>(it->second.size()));
+    int take = std::min<int>(
+        left, request.gpus_per_node > 0 ? request.gpus_per_node : static_cast<int>(it->second.size()));
     NodeGrant g;
     g.node = nodes[i];
     g.gpus.assign(it->second.begin(), it->second.begin() + take);
@@ -542,10 +577,11 @@ std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const Plan
 JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& request) {
   size_t held = 0;
   for (const NodeGrant& g : grants) held += g.gpus.size();
-  if (request.ranks <= 0) throw badInput("-n " + std::to_string(request.ranks) + ": the job needs at least one rank");
+  if (request.ranks <= 0)
+    throw badInput("-n " + std::to_string(request.ranks) + ": the job needs at least one rank");
   if (static_cast<size_t>(request.ranks) != held) {
-    throw badInput("-n " + std::to_string(request.ranks) + " ranks but the job holds " + std::to_string(held) +
-                   " GPUs; one rank per GPU");
+    throw badInput("-n " + std::to_string(request.ranks) + " ranks but the job holds " +
+                   std::to_string(held) + " GPUs; one rank per GPU");
   }
   for (const NodeGrant& g : grants) {
     for (int gpu : g.gpus) {
@@ -553,7 +589,8 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
         throw badInput("node " + g.node->name + " has no GPU " + std::to_string(gpu));
       }
       if (!g.node->topology->gpus[static_cast<size_t>(gpu)].isNvidia()) {
-        throw badInput("GPU" + std::to_string(gpu) + " of node " + g.node->name + " is not an NVIDIA GPU; poolrun runs CUDA ranks");
+        throw badInput("GPU" + std::to_string(gpu) + " of node " + g.node->name +
+                       " is not an NVIDIA GPU; poolrun runs CUDA ranks");
       }
     }
   }
@@ -572,8 +609,9 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
     std::sort(key.begin(), key.end());
     auto it = templates.find({grant.node->topology.get(), key});
     if (it == templates.end()) {
-      it = templates.emplace(std::make_pair(grant.node->topology.get(), key),
-                             planNode(*grant.node, grant.gpus, plan.fabric, request.gdr))
+      it = templates
+               .emplace(std::make_pair(grant.node->topology.get(), key),
+                        planNode(*grant.node, grant.gpus, plan.fabric, request.gdr))
                .first;
     }
     const NodeTemplate& tpl = it->second;
@@ -624,8 +662,9 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
     r.rankfile_slots = logicalList(r.cpuset, plan.hwthread_slots ? tpl.puLogical : tpl.coreLogical);
   }
   if (plan.hwthread_slots) {
-    plan.notes.push_back("some ranks have single hardware threads: the rankfile names hardware threads "
-                         "(mpirun --use-hwthread-cpus in Open MPI 4.x, :HWTCPUS in 5.x)");
+    plan.notes.push_back(
+        "some ranks have single hardware threads: the rankfile names hardware threads "
+        "(mpirun --use-hwthread-cpus in Open MPI 4.x, :HWTCPUS in 5.x)");
   }
   return plan;
 }

@@ -107,7 +107,7 @@ int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     if (format == "matrix") {
       text = topo::toMatrix(t);
     } else if (format == "json") {
-      text = topo::toJson(t).dump(2) + "\n";
+      text = topo::toJson(t).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     } else if (format == "nccl-xml") {
       text = topo::toNcclXml(t);
     } else if (format == "dot") {

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string again = poolrun::topo::toNcclXml(topo);
     poolrun::topo::NodeTopology back = poolrun::topo::readNcclXmlString(again, "fuzz-rewritten.xml");
     if (back.gpus.size() != topo.gpus.size()) __builtin_trap();
-    (void)poolrun::topo::toJson(topo).dump();
+    (void)poolrun::topo::toJson(topo).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   } catch (const poolrun::Error&) {
   }
   return 0;

@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (doc.is_discarded()) return 0;
   try {
     poolrun::topo::NodeTopology topo = poolrun::topo::fromJson(doc, "fuzz.json");
-    (void)poolrun::topo::toJson(topo).dump();
+    (void)poolrun::topo::toJson(topo).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     (void)poolrun::topo::toMatrix(topo);
   } catch (const poolrun::Error&) {
   }

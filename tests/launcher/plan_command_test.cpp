@@ -21,8 +21,8 @@ struct Result {
 
 Result run(const std::string& args, const std::string& envPrefix = "") {
   TempDir tmp;
-  std::string cmd = envPrefix + " " + POOLRUN_BINARY + " " + args + " >" + (tmp.path() / "out").string() + " 2>" +
-                    (tmp.path() / "err").string() + " </dev/null";
+  std::string cmd = envPrefix + " " + POOLRUN_BINARY + " " + args + " >" + (tmp.path() / "out").string() +
+                    " 2>" + (tmp.path() / "err").string() + " </dev/null";
   int raw = std::system(cmd.c_str());
   Result r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
@@ -34,20 +34,23 @@ Result run(const std::string& args, const std::string& envPrefix = "") {
   return r;
 }
 
-std::string src(const char* rel) { return (poolrun::test::sourceDir() / rel).string(); }
+std::string src(const char* rel) {
+  return (poolrun::test::sourceDir() / rel).string();
+}
 
 TEST(PlanCommandTest, TableForTheShippedCluster) {
   Result r = run("plan --cluster " + src("clusters/hgx-h100.toml") + " -n 16");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("fabric ib · 16 ranks on 2 nodes"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("RANK  NODE   LOCAL  GPU  BUS ID"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("hgx02  7      7    0000:f3:00.0  mlx5_7  PIX   on   1     56-63"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hgx02  7      7    0000:f3:00.0  mlx5_7  PIX   on   1     56-63"), std::string::npos)
+      << r.out;
 }
 
 TEST(PlanCommandTest, JsonAndJobDirectory) {
   TempDir tmp;
-  Result r = run("plan --cluster " + src("clusters/hgx-h100.toml") + " -n 24 --gpus-per-node 4 --json --out " +
-                 (tmp.path() / "job").string());
+  Result r = run("plan --cluster " + src("clusters/hgx-h100.toml") +
+                 " -n 24 --gpus-per-node 4 --json --out " + (tmp.path() / "job").string());
   ASSERT_EQ(r.status, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["schema"], "poolrun.plan/1");
@@ -92,7 +95,8 @@ TEST_P(PlanCommandErrors, ExitTwoWithTheReason) {
   tmp.write("broken.toml", "[[group]\nnodes = 3\n");
   std::string args = GetParam().args;
   for (size_t at; (at = args.find("TMP")) != std::string::npos;) args.replace(at, 3, tmp.path().string());
-  for (size_t at; (at = args.find("SRC")) != std::string::npos;) args.replace(at, 3, poolrun::test::sourceDir().string());
+  for (size_t at; (at = args.find("SRC")) != std::string::npos;)
+    args.replace(at, 3, poolrun::test::sourceDir().string());
   Result r = run(args);
   EXPECT_EQ(r.status, 2) << r.out << r.err;
   EXPECT_NE(r.err.find(GetParam().message), std::string::npos) << r.err;
@@ -102,11 +106,14 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, PlanCommandErrors,
     ::testing::Values(
         Bad{"plan --cluster SRC/clusters/hgx-h100.toml -n 129", "-n 129: "},
-        Bad{"plan --cluster SRC/clusters/hgx-h100.toml -n 8 --gpus-per-node 9", "--gpus-per-node 9: node hgx01 has 8"},
-        Bad{"plan --cluster SRC/clusters/hgx-h100.toml -n 8 --fabric roce", "--fabric roce: node hgx01 has no usable RoCE"},
+        Bad{"plan --cluster SRC/clusters/hgx-h100.toml -n 8 --gpus-per-node 9",
+            "--gpus-per-node 9: node hgx01 has 8"},
+        Bad{"plan --cluster SRC/clusters/hgx-h100.toml -n 8 --fabric roce",
+            "--fabric roce: node hgx01 has no usable RoCE"},
         Bad{"plan --cluster SRC/clusters/hgx-h100.toml -n 8 --fabric fddi", "unknown fabric 'fddi'"},
         Bad{"plan --cluster SRC/clusters/hgx-h100.toml -n 8 --gdr maybe", "unknown --gdr 'maybe'"},
-        Bad{"plan --cluster TMP/missing-topo.toml -n 2", "missing-topo.toml: group 1: topology: "}, Bad{"plan --cluster TMP/missing-topo.toml -n 2", "/nope.xml: no such file (check the path)"},
+        Bad{"plan --cluster TMP/missing-topo.toml -n 2", "missing-topo.toml: group 1: topology: "},
+        Bad{"plan --cluster TMP/missing-topo.toml -n 2", "/nope.xml: no such file (check the path)"},
         Bad{"plan --cluster TMP/typo.toml -n 2", "unknown key 'topolgy'"},
         Bad{"plan --cluster TMP/badlist.toml -n 2", "range '2-1' goes backwards"},
         Bad{"plan --cluster TMP/broken.toml -n 2", "broken.toml:1:"},

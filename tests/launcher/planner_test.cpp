@@ -36,7 +36,9 @@ Cluster clusterOf(const topo::NodeTopology& t, int nodes, std::vector<std::strin
   return c;
 }
 
-JobPlan planOn(const Cluster& c, PlanRequest req) { return makePlan(grantFromCluster(c, req), req); }
+JobPlan planOn(const Cluster& c, PlanRequest req) {
+  return makePlan(grantFromCluster(c, req), req);
+}
 
 std::string env(const RankPlan& r, const std::string& name) {
   for (const auto& [k, v] : r.env) {
@@ -67,13 +69,15 @@ void checkInvariants(const JobPlan& plan) {
       used[n.name] = used[n.name] | r.cpuset;
     }
     EXPECT_FALSE(r.cpuset.empty());
-    if (const topo::NumaNode* numa = n.node.topology->numaNode(r.numa); numa != nullptr && !numa->cpus.empty()) {
+    if (const topo::NumaNode* numa = n.node.topology->numaNode(r.numa);
+        numa != nullptr && !numa->cpus.empty()) {
       EXPECT_EQ((r.cpuset & numa->cpus), r.cpuset) << "rank " << r.rank << " is not NUMA-local";
     }
     std::string hca = env(r, "NCCL_IB_HCA");
     if (hca != "<unset>" && !r.user_won.contains("NCCL_IB_HCA")) {
       EXPECT_EQ(hca[0], '=') << hca;
-      for (const NicChoice& nic : r.nics) EXPECT_NE(hca.find(nic.name + ":" + std::to_string(nic.port)), std::string::npos);
+      for (const NicChoice& nic : r.nics)
+        EXPECT_NE(hca.find(nic.name + ":" + std::to_string(nic.port)), std::string::npos);
     }
     EXPECT_EQ(env(r, "RANK"), std::to_string(r.rank));
     EXPECT_EQ(env(r, "LOCAL_RANK"), std::to_string(r.local_rank));
@@ -172,8 +176,7 @@ const std::vector<Case>& cases() {
            EXPECT_EQ(env(r, "NCCL_NET_GDR_LEVEL"), "LOC");
          }
        }},
-      {"RoceWithGidTable",
-       spec([](SyntheticSpec& s) {
+      {"RoceWithGidTable", spec([](SyntheticSpec& s) {
          s.layer = topo::LinkLayer::kEthernet;
          s.gid_index = 3;
        }),
@@ -191,14 +194,20 @@ const std::vector<Case>& cases() {
          EXPECT_EQ(env(p.ranks[0], "NCCL_IB_GID_INDEX"), "<unset>");
          EXPECT_NE(p.ranks[0].notes.at(0).find("GID index unknown"), std::string::npos);
        }},
-      {"MixedIbAndEthernetPorts", spec([](SyntheticSpec& s) { s.ethernet_nics = {1, 3, 5, 7}; }), ranks(8),
+      {"MixedIbAndEthernetPorts", spec([](SyntheticSpec& s) {
+         s.ethernet_nics = {1, 3, 5, 7};
+       }),
+       ranks(8),
        [](const JobPlan& p) {
          EXPECT_EQ(p.fabric, topo::Fabric::kIb);
          std::map<std::string, int> load;
          for (const RankPlan& r : p.ranks) ++load[r.nics.at(0).name];
-         EXPECT_EQ(load, (std::map<std::string, int>{{"mlx5_0", 2}, {"mlx5_2", 2}, {"mlx5_4", 2}, {"mlx5_6", 2}}));
+         EXPECT_EQ(load,
+                   (std::map<std::string, int>{{"mlx5_0", 2}, {"mlx5_2", 2}, {"mlx5_4", 2}, {"mlx5_6", 2}}));
        }},
-      {"ExplicitRoceOnMixedPorts", spec([](SyntheticSpec& s) { s.ethernet_nics = {1, 3, 5, 7}; }),
+      {"ExplicitRoceOnMixedPorts", spec([](SyntheticSpec& s) {
+         s.ethernet_nics = {1, 3, 5, 7};
+       }),
        with(ranks(8), [](PlanRequest& r) { r.fabric = topo::Fabric::kRoce; }),
        [](const JobPlan& p) {
          for (const RankPlan& r : p.ranks) EXPECT_EQ(r.nics.at(0).link_layer, topo::LinkLayer::kEthernet);
@@ -232,8 +241,7 @@ const std::vector<Case>& cases() {
          EXPECT_EQ(p.ranks[2].cpuset.toList(), "4");
          EXPECT_EQ(p.ranks[2].rankfile_slots, "1") << "logical hardware thread index";
        }},
-      {"SharedCpus",
-       spec([](SyntheticSpec& s) {
+      {"SharedCpus", spec([](SyntheticSpec& s) {
          s.cores_per_numa = 1;
          s.threads = 1;
        }),
@@ -282,7 +290,9 @@ TEST_P(PlannerTable, Plans) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Synthetic, PlannerTable, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& param) { return std::string(param.param.name); });
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           return std::string(param.param.name);
+                         });
 
 TEST(PlannerTest, LeafSwitchNeighboursAreAdjacentInRankOrder) {
   JobPlan plan = planOn(clusterOf(synthetic({}), 4, {"leaf1", "leaf2"}), ranks(32));
@@ -347,13 +357,13 @@ TEST_P(PlannerRefuses, BeforeAnythingStarts) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, PlannerRefuses,
-    ::testing::Values(
-        Refusal{"TooManyRanks", ranks(17), "-n 17: test-cluster.toml has 16 GPUs on 2 nodes"},
-        Refusal{"ZeroRanks", ranks(0), "at least one rank"},
-        Refusal{"GpusPerNode", with(ranks(8), [](PlanRequest& r) { r.gpus_per_node = 9; }),
-                "--gpus-per-node 9: node n1 has 8 NVIDIA GPUs"},
-        Refusal{"MissingFabric", with(ranks(8), [](PlanRequest& r) { r.fabric = topo::Fabric::kRoce; }),
-                "--fabric roce: node n1 has no usable RoCE port"}),
+    ::testing::Values(Refusal{"TooManyRanks", ranks(17), "-n 17: test-cluster.toml has 16 GPUs on 2 nodes"},
+                      Refusal{"ZeroRanks", ranks(0), "at least one rank"},
+                      Refusal{"GpusPerNode", with(ranks(8), [](PlanRequest& r) { r.gpus_per_node = 9; }),
+                              "--gpus-per-node 9: node n1 has 8 NVIDIA GPUs"},
+                      Refusal{"MissingFabric",
+                              with(ranks(8), [](PlanRequest& r) { r.fabric = topo::Fabric::kRoce; }),
+                              "--fabric roce: node n1 has no usable RoCE port"}),
     [](const ::testing::TestParamInfo<Refusal>& param) { return std::string(param.param.name); });
 
 TEST(PlannerTest, RandomMachinesKeepTheInvariants) {
@@ -373,8 +383,8 @@ TEST(PlannerTest, RandomMachinesKeepTheInvariants) {
     s.nvswitch_links = pick(0, 1) * 18;
     SCOPED_TRACE("iteration " + std::to_string(iter) + ": numa " + std::to_string(s.numa) + " cores " +
                  std::to_string(s.cores_per_numa) + "x" + std::to_string(s.threads) + " switches " +
-                 std::to_string(s.switches) + " gpus " + std::to_string(s.gpus) + " nics " + std::to_string(s.nics) +
-                 " down " + std::to_string(s.down_nics.size()));
+                 std::to_string(s.switches) + " gpus " + std::to_string(s.gpus) + " nics " +
+                 std::to_string(s.nics) + " down " + std::to_string(s.down_nics.size()));
     topo::NodeTopology t = synthetic(s);
     PlanRequest req = ranks(pick(1, s.gpus * 2));
     if (s.nics == 0 || static_cast<int>(s.down_nics.size()) == s.nics) req.fabric = topo::Fabric::kTcp;
@@ -385,7 +395,8 @@ TEST(PlannerTest, RandomMachinesKeepTheInvariants) {
       if (r.nics.empty()) continue;
       int best = 99;
       for (size_t n = 0; n < t.nics.size(); ++n) {
-        if (t.nics[n].ports[0].up()) best = std::min(best, static_cast<int>(t.gpuToNic(r.gpu, static_cast<int>(n)).type));
+        if (t.nics[n].ports[0].up())
+          best = std::min(best, static_cast<int>(t.gpuToNic(r.gpu, static_cast<int>(n)).type));
       }
       if (best < static_cast<int>(topo::PathType::kSYS)) {
         EXPECT_EQ(static_cast<int>(r.gpu_nic_path.type), best) << "rank " << r.rank;
@@ -401,8 +412,9 @@ TEST(PlannerTest, RandomMachinesKeepTheInvariants) {
       for (size_t n = 0; n < t.nics.size(); ++n) {
         if (!t.nics[n].ports[0].up() || t.gpuToNic(r.gpu, int(n)).type != r.gpu_nic_path.type) continue;
         auto& l = load[plan.nodeOf(r).name];
-        EXPECT_LE(l[r.nics[0].name], l[t.nics[n].name] + 1) << "rank " << r.rank << " " << r.nics[0].name << " vs "
-                                                             << t.nics[n].name << "\n" << planTable(plan);
+        EXPECT_LE(l[r.nics[0].name], l[t.nics[n].name] + 1)
+            << "rank " << r.rank << " " << r.nics[0].name << " vs " << t.nics[n].name << "\n"
+            << planTable(plan);
       }
     }
   }
@@ -425,8 +437,10 @@ TEST(PlannerFixtures, JurecaEachGpuGetsTheNicOnItsSwitch) {
   POOLRUN_REQUIRE_FIXTURES(dir);
   JobPlan plan = planOn(fixtureCluster(dir / "hwloc-xml/psmgmt_topo.jrc0323.xml", 2), ranks(8));
   checkInvariants(plan);
-  std::map<std::string, std::string> want = {
-      {"0000:03:00.0", "mlx5_0"}, {"0000:44:00.0", "mlx5_1"}, {"0000:84:00.0", "mlx5_2"}, {"0000:c4:00.0", "mlx5_3"}};
+  std::map<std::string, std::string> want = {{"0000:03:00.0", "mlx5_0"},
+                                             {"0000:44:00.0", "mlx5_1"},
+                                             {"0000:84:00.0", "mlx5_2"},
+                                             {"0000:c4:00.0", "mlx5_3"}};
   for (const RankPlan& r : plan.ranks) {
     EXPECT_EQ(nicNames(r), want[r.gpu_pci.str()]) << r.gpu_pci.str();
     EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
@@ -499,7 +513,8 @@ TEST(PlannerFixtures, Dgx2SixteenGpusOnFourCpus) {
 
 TEST(PlannerFixtures, ClusterFilesThatShip) {
   POOLRUN_REQUIRE_FIXTURES(dir);
-  for (const char* file : {"clusters/fixtures-ib.toml", "clusters/fixtures-mixed.toml", "clusters/hgx-h100.toml"}) {
+  for (const char* file :
+       {"clusters/fixtures-ib.toml", "clusters/fixtures-mixed.toml", "clusters/hgx-h100.toml"}) {
     Cluster c = topo::readClusterFile(poolrun::test::sourceDir() / file);
     int gpus = 0;
     for (const topo::ClusterNode& n : c.nodes) gpus += static_cast<int>(n.topology->gpus.size());

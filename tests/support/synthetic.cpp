@@ -47,7 +47,8 @@ topo::NodeTopology synthetic(const SyntheticSpec& spec) {
     at.numa = s != kNone ? numaOfSwitch(s) : 0;
     at.host_bridge = at.numa;
     at.package = at.numa;
-    return std::make_pair(at, PciAddress{0, static_cast<uint8_t>(0x10 + std::max(s, 0) * 0x10 + base + i % 8), 0, 0});
+    return std::make_pair(
+        at, PciAddress{0, static_cast<uint8_t>(0x10 + std::max(s, 0) * 0x10 + base + i % 8), 0, 0});
   };
   for (int g = 0; g < spec.gpus; ++g) {
     auto [at, pci] = place(g, spec.gpus, 1);

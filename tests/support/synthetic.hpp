@@ -21,10 +21,10 @@ struct SyntheticSpec {
   int nics = 8;
   topo::LinkLayer layer = topo::LinkLayer::kInfiniBand;
   double rate_gbps = 400;
-  std::optional<int> gid_index;  // RoCE v2 GID index of every Ethernet port
-  std::set<int> down_nics;       // NIC indexes whose port is down
-  std::set<int> ethernet_nics;   // NIC indexes with an Ethernet port whatever `layer` says
-  int nvswitch_links = 18;       // 0: PCIe only
+  std::optional<int> gid_index;       // RoCE v2 GID index of every Ethernet port
+  std::set<int> down_nics;            // NIC indexes whose port is down
+  std::set<int> ethernet_nics;        // NIC indexes with an Ethernet port whatever `layer` says
+  int nvswitch_links = 18;            // 0: PCIe only
   std::optional<int> nics_on_switch;  // put every NIC on this switch instead of spreading them
 };
 

@@ -24,12 +24,14 @@ TEST(HostlistTest, Expands) {
 }
 
 TEST(HostlistTest, RejectsMalformedLists) {
-  for (const char* bad : {"n[1-2", "n1-2]", "n[2-1]", "n[a-b]", "n[]", "n[1-]", ",n1", "n[[1]]", "n[1-99999999]"}) {
+  for (const char* bad :
+       {"n[1-2", "n1-2]", "n[2-1]", "n[a-b]", "n[]", "n[1-]", ",n1", "n[[1]]", "n[1-99999999]"}) {
     try {
       expandHostlist(bad);
       FAIL() << "accepted " << bad;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("bad hostlist '") + bad + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("bad hostlist '") + bad + "'"), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_THROW(expandHostlist("n[1-100]", 50), Error);
@@ -98,22 +100,24 @@ TEST_P(ClusterFileErrors, NameTheFileAndTheProblem) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, ClusterFileErrors,
-    ::testing::Values(Bad{"", "no [[group]]"}, Bad{"[[group]\n", ":1: "},
-                      Bad{"name = 'x'\n[[group]]\nnodes='a'\ntopology='node.xml'\n", "unknown top-level key 'name'"},
-                      Bad{"[[group]]\ntopology='node.xml'\n", "group 1: missing 'nodes'"},
-                      Bad{"[[group]]\nnodes='a'\n", "group 1: missing 'topology'"},
-                      Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nswich='x'\n", "unknown key 'swich'"},
-                      Bad{"[[group]]\nnodes=3\ntopology='node.xml'\n", "'nodes' must be a string"},
-                      Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nfabric='ethernet'\n", "unknown fabric 'ethernet'"},
-                      Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels='r1'\n", "'labels' must be a table"},
-                      Bad{"[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\n[[group]]\nnodes='a2'\ntopology='node.xml'\n",
-                          "group 2: node a2 is already in an earlier group"},
-                      Bad{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}));
+    ::testing::Values(
+        Bad{"", "no [[group]]"}, Bad{"[[group]\n", ":1: "},
+        Bad{"name = 'x'\n[[group]]\nnodes='a'\ntopology='node.xml'\n", "unknown top-level key 'name'"},
+        Bad{"[[group]]\ntopology='node.xml'\n", "group 1: missing 'nodes'"},
+        Bad{"[[group]]\nnodes='a'\n", "group 1: missing 'topology'"},
+        Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nswich='x'\n", "unknown key 'swich'"},
+        Bad{"[[group]]\nnodes=3\ntopology='node.xml'\n", "'nodes' must be a string"},
+        Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nfabric='ethernet'\n", "unknown fabric 'ethernet'"},
+        Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels='r1'\n", "'labels' must be a table"},
+        Bad{"[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\n[[group]]\nnodes='a2'\ntopology='node.xml'\n",
+            "group 2: node a2 is already in an earlier group"},
+        Bad{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}));
 
 TEST(ClusterFileTest, FixturesFolderOverride) {
   POOLRUN_REQUIRE_FIXTURES(dir);
   poolrun::test::TempDir tmp;
-  auto file = tmp.write("c.toml", "[[group]]\nnodes='x'\ntopology='../../shared/fixtures/nccl-topo/azure_ndv2-topo.xml'\n");
+  auto file = tmp.write(
+      "c.toml", "[[group]]\nnodes='x'\ntopology='../../shared/fixtures/nccl-topo/azure_ndv2-topo.xml'\n");
   setenv("POOLRUN_FIXTURES", dir.c_str(), 1);
   Cluster c = readClusterFile(file);
   unsetenv("POOLRUN_FIXTURES");

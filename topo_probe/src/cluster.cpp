@@ -1,8 +1,8 @@
 #include "poolrun/topo/cluster.hpp"
 
+#include <toml++/toml.h>
 #include <cstdlib>
 #include <set>
-#include <toml++/toml.h>
 
 #include "file_util.hpp"
 #include "poolrun/topo/error.hpp"
@@ -28,9 +28,12 @@ std::filesystem::path resolveTopology(const std::filesystem::path& clusterFile, 
 
 std::string toString(Fabric fabric) {
   switch (fabric) {
-    case Fabric::kIb: return "ib";
-    case Fabric::kRoce: return "roce";
-    case Fabric::kTcp: return "tcp";
+    case Fabric::kIb:
+      return "ib";
+    case Fabric::kRoce:
+      return "roce";
+    case Fabric::kTcp:
+      return "tcp";
   }
   return "tcp";
 }
@@ -59,7 +62,8 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
   }
   for (auto&& [key, value] : doc) {
     if (key.str() != "group") {
-      throw badInput(name + ": unknown top-level key '" + std::string(key.str()) + "' (expected [[group]] tables)");
+      throw badInput(name + ": unknown top-level key '" + std::string(key.str()) +
+                     "' (expected [[group]] tables)");
     }
   }
   const toml::array* groups = doc["group"].as_array();
@@ -70,7 +74,8 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
   cluster.file = file;
   std::map<std::filesystem::path, std::shared_ptr<const NodeTopology>> loaded;
   std::set<std::string> seen;
-  static const std::set<std::string> kKeys = {"nodes", "topology", "switch", "rail_group", "fabric", "labels"};
+  static const std::set<std::string> kKeys = {"nodes",      "topology", "switch",
+                                              "rail_group", "fabric",   "labels"};
   for (size_t g = 0; g < groups->size(); ++g) {
     const toml::table* group = (*groups)[g].as_table();
     std::string where = name + ": group " + std::to_string(g + 1);
@@ -126,7 +131,8 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
       }
     }
     for (std::string& host : hosts) {
-      if (!seen.insert(host).second) throw badInput(where + ": node " + host + " is already in an earlier group");
+      if (!seen.insert(host).second)
+        throw badInput(where + ": node " + host + " is already in an earlier group");
       ClusterNode node = proto;
       node.name = std::move(host);
       cluster.nodes.push_back(std::move(node));

@@ -35,15 +35,17 @@ std::vector<std::string> expandRange(std::string_view whole, std::string_view in
   size_t start = 0;
   while (start <= inside.size()) {
     size_t comma = inside.find(',', start);
-    std::string_view item = inside.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    std::string_view item =
+        inside.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     start = comma == std::string_view::npos ? inside.size() + 1 : comma + 1;
     size_t dash = item.find('-');
-    std::string_view lo = item.substr(0, dash), hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
+    std::string_view lo = item.substr(0, dash),
+                     hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
     unsigned long a = 0, b = 0;
     auto pa = std::from_chars(lo.data(), lo.data() + lo.size(), a);
     auto pb = std::from_chars(hi.data(), hi.data() + hi.size(), b);
-    if (lo.empty() || hi.empty() || pa.ec != std::errc() || pa.ptr != lo.data() + lo.size() || pb.ec != std::errc() ||
-        pb.ptr != hi.data() + hi.size()) {
+    if (lo.empty() || hi.empty() || pa.ec != std::errc() || pa.ptr != lo.data() + lo.size() ||
+        pb.ec != std::errc() || pb.ptr != hi.data() + hi.size()) {
       bad(whole, "range '" + std::string(item) + "' is not N or N-M");
     }
     if (a > b) bad(whole, "range '" + std::string(item) + "' goes backwards");
@@ -63,7 +65,8 @@ void expandOne(std::string_view whole, std::string_view item, std::vector<std::s
   size_t pos = 0;
   while (pos < item.size()) {
     size_t open = item.find('[', pos);
-    std::string_view literal = item.substr(pos, open == std::string_view::npos ? std::string_view::npos : open - pos);
+    std::string_view literal =
+        item.substr(pos, open == std::string_view::npos ? std::string_view::npos : open - pos);
     for (std::string& p : partial) p += literal;
     if (open == std::string_view::npos) break;
     size_t close = item.find(']', open);

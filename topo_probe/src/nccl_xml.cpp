@@ -313,6 +313,9 @@ class Reader {
         checkAttributes(net);
         std::string name = net.attribute("name").as_string();
         if (name.empty()) fail("<net> without a name attribute");
+        if (!std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+          fail("<net name> must be a device name of printable ASCII characters");
+        }
         NicPort port;
         port.port = std::max(1, intAttr(net, "port", 1));
         port.state = PortState::kActive;  // NCCL lists the ports it found active

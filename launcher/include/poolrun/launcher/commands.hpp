@@ -13,7 +13,7 @@ namespace poolrun::launcher {
 // poolrun topo [--from FILE] [--format matrix|json|nccl-xml|dot|svg] [--sysfs-root DIR] [-o FILE]
 int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-// poolrun plan (--cluster FILE | --from TOPOLOGY) -n N [--gpus-per-node K] [--fabric ...] [--json] [--out DIR]
+// poolrun plan (--cluster FILE | --from TOPOLOGY) -n N [--gpus-per-node K] [--fabric F] [--json] [--out D]
 int planCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Exit status for an exception escaping a command, after printing it.

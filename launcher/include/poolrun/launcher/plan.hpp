@@ -31,10 +31,10 @@ struct NodeGrant {
 
 struct PlanRequest {
   int ranks = 0;
-  int gpus_per_node = 0;              // 0: every GPU each node grants
+  int gpus_per_node = 0;               // 0: every GPU each node grants
   std::optional<topo::Fabric> fabric;  // nullopt: the best fabric every node has
   GdrMode gdr = GdrMode::kAuto;
-  std::optional<int> roce_tc;                  // NCCL_IB_TC for RoCE
+  std::optional<int> roce_tc;                   // NCCL_IB_TC for RoCE
   std::map<std::string, std::string> user_env;  // variables the user set; they always win
 };
 
@@ -62,7 +62,7 @@ struct RankPlan {
   std::string gdr_reason;
   int numa = topo::kNone;
   topo::CpuSet cpuset;
-  bool shares_cpus = false;   // more ranks than CPUs in its domain
+  bool shares_cpus = false;    // more ranks than CPUs in its domain
   std::string rankfile_slots;  // logical core (or hardware thread) indexes for the rankfile
   std::vector<std::pair<std::string, std::string>> env;  // what the rank gets, in a fixed order
   std::map<std::string, std::string> user_won;           // variable -> the value the plan wanted
