@@ -26,3 +26,8 @@ if(NOT POOLRUN_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "poolrun: GPU paths (CUDA/NCCL) ${POOLRUN_HAVE_CUDA}")
+
+# The GPU pool: its state in SQLite, poold's HTTP server and client with cpp-httplib.
+find_package(SQLite3 REQUIRED)
+pkg_check_modules(CPPHTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib>=0.11)
+find_package(Threads REQUIRED)

@@ -11,6 +11,7 @@ packages=(
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpugixml-dev libfmt-dev libsqlite3-dev libtomlplusplus-dev
+  libcpp-httplib-dev
   clang libclang-rt-14-dev clang-format
   graphviz
 )

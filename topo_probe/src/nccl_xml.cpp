@@ -38,6 +38,8 @@ const std::map<std::string, std::set<std::string>, std::less<>>& knownAttributes
   return kKnown;
 }
 
+std::string hex(uint32_t value, int digits);
+
 class Reader {
  public:
   explicit Reader(std::string name) : name_(std::move(name)) {}
@@ -91,7 +93,10 @@ class Reader {
     if (it == known.end()) {
       fail(where(node) + "unknown element <" + std::string(node.name()) + ">");
     }
+    std::set<std::string_view> seen;
     for (pugi::xml_attribute a : node.attributes()) {
+      if (!seen.insert(a.name()).second)
+        fail(where(node) + "attribute '" + std::string(a.name()) + "' appears twice");
       if (!it->second.contains(a.name())) {
         std::string list;
         for (const std::string& k : it->second) list += (list.empty() ? "" : ", ") + k;
@@ -237,6 +242,12 @@ class Reader {
     }
     bool gpu = (cls >> 16) == 0x03 || hasChild(pci, "gpu");
     bool nic = (cls >> 16) == 0x02 || hasChild(pci, "nic");
+    if (cls != 0 &&
+        ((hasChild(pci, "gpu") && (cls >> 16) != 0x03) || (hasChild(pci, "nic") && (cls >> 16) != 0x02))) {
+      fail(where(pci) + "class " + hex(cls, 6) + " does not match its <" +
+           (hasChild(pci, "gpu") ? "gpu" : "nic") + "> (GPUs are 0x03xxxx, NICs 0x02xxxx)");
+    }
+    if (gpu && nic) fail(where(pci) + "a PCI device cannot be both a GPU and a NIC");
     if (gpu) {
       readGpu(pci, addr, cls, vendor, device, at, cpus);
     } else if (nic) {
@@ -553,7 +564,7 @@ class Writer {
   void writeNic(const Nic& n, int depth) {
     indent(depth);
     uint32_t cls = n.pci_class;
-    if (cls == 0) {
+    if ((cls >> 16) != 0x02) {  // NCCL knows NICs by class 0x02xxxx (old HCAs report 0x0c06, 0x0280)
       bool ib = !n.ports.empty() && n.ports.front().link_layer == LinkLayer::kInfiniBand;
       cls = ib ? 0x020700 : 0x020000;
     }

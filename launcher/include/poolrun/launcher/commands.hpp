@@ -16,6 +16,12 @@ int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::os
 // poolrun plan (--cluster FILE | --from TOPOLOGY) -n N [--gpus-per-node K] [--fabric F] [--json] [--out D]
 int planCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// poolrun tuner explain --config FILE [...] | poolrun tuner calibrate --config FILE LOG...
+int tunerCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// poolrun [options] -n N [--] PROGRAM [ARGS...]: run a job (see run_command.cpp for the options).
+int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // Exit status for an exception escaping a command, after printing it.
 int reportError(const std::exception& e, std::ostream& err);
 

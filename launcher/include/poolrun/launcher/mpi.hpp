@@ -1,0 +1,66 @@
+#pragma once
+
+// The Open MPI command line for a plan: the installed flavour (4.x mpirun, 5.x mpirun/prterun)
+// decides the syntax; the plan decides the hosts, the rankfile and every rank's environment.
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "poolrun/launcher/plan.hpp"
+
+namespace poolrun::launcher {
+
+enum class MpiFlavor { kOmpi4, kOmpi5 };
+std::string toString(MpiFlavor flavor);
+
+struct MpiInstall {
+  std::string mpirun;  // path or name of the binary
+  MpiFlavor flavor = MpiFlavor::kOmpi4;
+  std::string version;  // "4.1.4"
+};
+
+// Runs `mpirun --version` to learn the flavour. `forced` skips the detection. Throws
+// poolrun::Error (kNotFound) naming the binary when it cannot be run, (kUnsupported) when it is not
+// Open MPI 4 or 5.
+MpiInstall detectMpi(const std::string& mpirun, std::optional<MpiFlavor> forced);
+// The flavour in `mpirun --version` output, if it is Open MPI.
+std::optional<std::pair<MpiFlavor, std::string>> parseMpiVersion(const std::string& output);
+
+struct LaunchSpec {
+  const JobPlan* plan = nullptr;
+  std::filesystem::path job_dir;
+  std::string rank_wrapper;  // poolrun-rank
+  std::vector<std::string> program;
+  // Simulated cluster: every node runs here, started by this agent, over loopback.
+  bool simulated = false;
+  std::string sim_agent;
+  int local_cores = 1;  // cores (or hardware threads) of this machine the sim rankfile maps onto
+  int local_threads = 1;
+  // Variables every rank gets (-x NAME, value set in mpirun's environment).
+  std::vector<std::pair<std::string, std::string>> job_env;
+  // The user's pass-through: -x VAR[=VALUE] and --mca KEY VALUE.
+  std::vector<std::string> user_exports;
+  std::vector<std::pair<std::string, std::string>> user_mca;
+};
+
+struct MpiCommand {
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;  // set in mpirun's environment
+  std::string hostfile, rankfile;                        // text written to the job directory
+};
+
+// The command for `spec`; pure (the caller writes hostfile and rankfile into the job directory).
+MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi);
+
+// The POOLRUN_RANK_ENV document of a plan (see poolrun/runtime/rank_env.hpp for the format). For a
+// simulated cluster it adds POOLRUN_PLANNED_CPUSET, the cores the plan chose on the real node.
+std::string encodeRankEnv(const JobPlan& plan, bool simulated);
+
+// `a b 'c d'`: the command as a shell would need it.
+std::string shellJoin(const std::vector<std::string>& argv);
+
+}  // namespace poolrun::launcher

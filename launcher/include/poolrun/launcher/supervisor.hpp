@@ -1,0 +1,54 @@
+#pragma once
+
+// Runs mpirun and watches it: forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT (a second SIGINT within
+// a few seconds kills it), ends it past a timeout, renews the lease on a period, and reports which
+// rank failed and how. mpirun dies with poolrun (PR_SET_PDEATHSIG), and nothing of its process
+// group is left running when supervise() returns.
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace poolrun::launcher {
+
+// Exit statuses poolrun itself returns (documented in the README).
+inline constexpr int kExitUsage = 2;        // bad command line
+inline constexpr int kExitTimeout = 124;    // --timeout ended the job
+inline constexpr int kExitRefused = 125;    // poolrun refused to start: the request cannot be met
+inline constexpr int kExitLeaseLost = 126;  // the lease could not be renewed and the job was ended
+
+struct RankFailure {
+  int rank = -1;
+  std::string node;  // from mpirun's message where it names one
+  int exit_code = 0;
+  int signal = 0;
+};
+
+// What mpirun's (Open MPI 4.x or 5.x) error text says about the first failing rank.
+std::optional<RankFailure> parseMpiFailure(const std::string& text);
+
+struct SuperviseOptions {
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::optional<std::chrono::milliseconds> timeout;
+  std::chrono::milliseconds renew_every{20000};
+  std::function<bool()> renew;  // false: the lease is gone; the job is ended
+  std::chrono::milliseconds kill_grace{10000};
+};
+
+struct SuperviseResult {
+  int exit_status = 0;  // what poolrun should return
+  std::optional<RankFailure> failure;
+  int forwarded_signal = 0;  // the signal a user sent, if any
+  bool timed_out = false;
+  bool lease_lost = false;
+};
+
+// Starts argv and returns when it and its process group are gone. Messages go to `err`.
+SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err);
+
+}  // namespace poolrun::launcher

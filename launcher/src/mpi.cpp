@@ -1,0 +1,191 @@
+#include "poolrun/launcher/mpi.hpp"
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "poolrun/topo/error.hpp"
+
+namespace poolrun::launcher {
+namespace {
+
+std::string joinSlots(const std::vector<unsigned>& slots) {
+  return topo::CpuSet(slots).toList();
+}
+
+// A planned rankfile slot list (logical indexes on the planned node) mapped onto this machine:
+// index modulo the cores here.
+std::string mapSlots(const std::string& planned, int localCount) {
+  topo::CpuSet set = topo::CpuSet::parseList(planned);
+  std::vector<unsigned> mapped;
+  for (unsigned s : set.cpus()) mapped.push_back(s % static_cast<unsigned>(std::max(localCount, 1)));
+  return joinSlots(mapped);
+}
+
+}  // namespace
+
+std::string toString(MpiFlavor flavor) {
+  return flavor == MpiFlavor::kOmpi4 ? "ompi4" : "ompi5";
+}
+
+std::optional<std::pair<MpiFlavor, std::string>> parseMpiVersion(const std::string& output) {
+  static const std::regex kVersion(
+      R"((mpirun|prterun|prte|mpiexec) \((Open MPI|OpenRTE|PRRTE)\) ([0-9]+)\.([0-9]+)(\.[0-9]+)?)");
+  std::smatch m;
+  if (!std::regex_search(output, m, kVersion)) return std::nullopt;
+  int major = std::stoi(m[3].str());
+  std::string version = m[3].str() + "." + m[4].str() + m[5].str();
+  if (m[2] == "PRRTE" || major >= 5) return std::make_pair(MpiFlavor::kOmpi5, version);
+  if (major == 4) return std::make_pair(MpiFlavor::kOmpi4, version);
+  return std::nullopt;
+}
+
+MpiInstall detectMpi(const std::string& mpirun, std::optional<MpiFlavor> forced) {
+  MpiInstall install;
+  install.mpirun = mpirun;
+  if (forced) {
+    install.flavor = *forced;
+    return install;
+  }
+  std::string cmd = shellJoin({mpirun, "--version"}) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  int status = -1;
+  if (p != nullptr) {
+    char buf[512];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    status = pclose(p);
+  }
+  if (status != 0 && out.empty()) {
+    throw Error(ErrorCode::kNotFound, "cannot run '" + mpirun +
+                                          " --version': is Open MPI installed (apt-get install openmpi-bin)? "
+                                          "Or name the binary with --mpirun PATH");
+  }
+  auto parsed = parseMpiVersion(out);
+  if (!parsed) {
+    std::string first = out.substr(0, out.find('\n'));
+    throw Error(ErrorCode::kUnsupported, "'" + mpirun + " --version' says \"" + first +
+                                             "\": poolrun drives Open MPI 4.x and 5.x; use --mpirun PATH or "
+                                             "--mpi-flavor ompi4|ompi5");
+  }
+  install.flavor = parsed->first;
+  install.version = parsed->second;
+  return install;
+}
+
+std::string shellJoin(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& a : argv) {
+    if (!out.empty()) out += ' ';
+    bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string_view("-_./:=,@%+").find(c) != std::string_view::npos;
+    });
+    if (plain) {
+      out += a;
+    } else {
+      out += '\'';
+      for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      out += '\'';
+    }
+  }
+  return out;
+}
+
+std::string encodeRankEnv(const JobPlan& plan, bool simulated) {
+  using ojson = nlohmann::ordered_json;
+  std::map<std::vector<std::pair<std::string, std::string>>, size_t> setIndex;
+  std::vector<std::vector<std::pair<std::string, std::string>>> sets;
+  std::map<std::vector<size_t>, size_t> templateIndex;
+  std::vector<std::vector<size_t>> templates;
+  ojson runs = ojson::array();
+  for (const NodePlan& node : plan.nodes) {
+    std::vector<size_t> tpl;
+    for (int r = node.first_rank; r < node.first_rank + node.ranks; ++r) {
+      const RankPlan& rank = plan.ranks[static_cast<size_t>(r)];
+      // RANK is the only variable that differs between identical nodes; poolrun-rank takes it
+      // from Open MPI's own OMPI_COMM_WORLD_RANK instead.
+      std::vector<std::pair<std::string, std::string>> env;
+      for (const auto& kv : rank.env) {
+        if (kv.first != "RANK") env.push_back(kv);
+      }
+      if (simulated) env.emplace_back("POOLRUN_PLANNED_CPUSET", rank.cpuset.toList());
+      auto [it, added] = setIndex.emplace(env, sets.size());
+      if (added) sets.push_back(env);
+      tpl.push_back(it->second);
+    }
+    auto [tit, tadded] = templateIndex.emplace(tpl, templates.size());
+    if (tadded) templates.push_back(tpl);
+    if (!runs.empty()) {
+      ojson& last = runs.back();
+      int64_t first = last[0], nodes = last[1], per = last[2];
+      if (last[3] == tit->second && per == node.ranks && first + nodes * per == node.first_rank) {
+        last[1] = nodes + 1;
+        continue;
+      }
+    }
+    runs.push_back({node.first_rank, 1, node.ranks, tit->second});
+  }
+  ojson doc;
+  doc["schema"] = "poolrun.rank-env/1";
+  ojson jsets = ojson::array();
+  for (const auto& set : sets) {
+    ojson o = ojson::object();
+    for (const auto& [k, v] : set) o[k] = v;
+    jsets.push_back(o);
+  }
+  doc["sets"] = jsets;
+  doc["templates"] = templates;
+  doc["runs"] = runs;
+  return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
+  const JobPlan& plan = *spec.plan;
+  MpiCommand cmd;
+  bool ompi4 = mpi.flavor == MpiFlavor::kOmpi4;
+  for (const NodePlan& n : plan.nodes) cmd.hostfile += n.name + " slots=" + std::to_string(n.ranks) + "\n";
+  int localCount = plan.hwthread_slots ? spec.local_cores * spec.local_threads : spec.local_cores;
+  for (const RankPlan& r : plan.ranks) {
+    std::string slots = spec.simulated ? mapSlots(r.rankfile_slots, localCount) : r.rankfile_slots;
+    cmd.rankfile += "rank " + std::to_string(r.rank) + "=" + plan.nodeOf(r).name + " slot=" + slots + "\n";
+  }
+  std::string hostfile = (spec.job_dir / "hostfile").string();
+  std::string rankfile = (spec.job_dir / "rankfile.mpi").string();
+  auto& a = cmd.argv;
+  a = {mpi.mpirun, "-np", std::to_string(plan.ranks.size()), "--hostfile", hostfile};
+  if (ompi4) {
+    a.insert(a.end(), {"--rankfile", rankfile});
+    if (plan.hwthread_slots) a.push_back("--use-hwthread-cpus");
+  } else {
+    a.insert(a.end(), {"--map-by", "rankfile:file=" + rankfile + (plan.hwthread_slots ? ":HWTCPUS" : "")});
+  }
+  auto mca = [&](const std::string& k, const std::string& v) { a.insert(a.end(), {"--mca", k, v}); };
+  auto runtimeMca = [&](const std::string& k, const std::string& v) {
+    a.insert(a.end(), {ompi4 ? "--mca" : "--prtemca", k, v});
+  };
+  if (spec.simulated) {
+    runtimeMca(ompi4 ? "plm_rsh_agent" : "plm_ssh_agent", spec.sim_agent);
+    mca("pml", "ob1");
+    mca("btl", "self,tcp");
+    mca("btl_tcp_if_include", "lo");
+    runtimeMca("oob_tcp_if_include", "lo");
+    mca("mpi_yield_when_idle", "1");
+    cmd.env.emplace_back("PMIX_MCA_gds", "hash");
+  } else if (plan.fabric != topo::Fabric::kTcp) {
+    mca("pml", "ucx");
+  }
+  for (const auto& [k, v] : spec.user_mca) mca(k, v);
+  for (const auto& [name, value] : spec.job_env) {
+    cmd.env.emplace_back(name, value);
+    a.insert(a.end(), {"-x", name});
+  }
+  for (const std::string& x : spec.user_exports) a.insert(a.end(), {"-x", x});
+  a.push_back(spec.rank_wrapper);
+  a.insert(a.end(), spec.program.begin(), spec.program.end());
+  return cmd;
+}
+
+}  // namespace poolrun::launcher

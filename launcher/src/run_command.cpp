@@ -1,0 +1,350 @@
+// poolrun [options] -n N [--] PROGRAM [ARGS...]: lease, plan, job directory, mpirun, supervision,
+// release.
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/mpi.hpp"
+#include "poolrun/launcher/plan.hpp"
+#include "poolrun/launcher/supervisor.hpp"
+#include "poolrun/pool/client.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/sources.hpp"
+
+namespace po = boost::program_options;
+
+namespace poolrun::launcher {
+namespace {
+
+constexpr const char* kRunUsage =
+    "usage: poolrun [options] -n N [--] PROGRAM [ARGS...]\n"
+    "Takes N GPUs from the pool, binds every rank to its GPU, NIC(s) and cores, runs PROGRAM under\n"
+    "Open MPI and gives the GPUs back however the job ends.\n";
+
+std::filesystem::path selfDir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::current_path() : exe.parent_path();
+}
+
+// A binary or library built next to poolrun (build tree) or installed beside it.
+std::string sibling(const std::string& name) {
+  std::filesystem::path dir = selfDir();
+  for (const char* sub : {".", "../runtime", "../launcher", "../nccl_tuner", "../lib", "../bin"}) {
+    std::filesystem::path p = dir / sub / name;
+    if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p).string();
+  }
+  return name;  // from PATH
+}
+
+std::filesystem::path stateDir() {
+  if (const char* d = std::getenv("POOLRUN_STATE_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* d = std::getenv("XDG_STATE_HOME"); d != nullptr && *d != '\0')
+    return std::filesystem::path(d) / "poolrun";
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home != nullptr ? home : "/tmp") / ".local/state/poolrun";
+}
+
+std::string userName() {
+  if (const passwd* pw = getpwuid(getuid()); pw != nullptr) return pw->pw_name;
+  return "uid" + std::to_string(getuid());
+}
+
+int localCount(bool threads) {
+  topo::NodeTopology here = topo::probeLive({.sysfs_root = "/nonexistent", .use_nvml = false});
+  return static_cast<int>(threads ? here.allCpus().size() : here.coresOrCpus().size());
+}
+
+// The tuner configuration ("poolrun.tuner/1") for the job's hardware.
+nlohmann::ordered_json tunerConfig(const JobPlan& plan) {
+  const RankPlan& r0 = plan.ranks.front();
+  const topo::NodeTopology& t = *plan.nodeOf(r0).node.topology;
+  const topo::Gpu& gpu = t.gpus[static_cast<size_t>(r0.gpu)];
+  int links = gpu.nvswitch_links;
+  for (const topo::NvLinkPeer& p : gpu.nvlinks) links += p.gpu != topo::kNone ? p.count : 0;
+  double perLink = gpu.sm >= 100 ? 50 : gpu.sm == 60 ? 20 : 25;  // GB/s per link and direction
+  std::set<std::string> nics;
+  bool gdr = true;
+  for (const RankPlan& r : plan.ranks) {
+    if (r.node_index != 0) break;
+    for (const NicChoice& n : r.nics) nics.insert(n.name);
+    gdr = gdr && r.gdr;
+  }
+  std::string vendor = t.packages.empty() ? "" : t.packages.front().vendor;
+  return {{"schema", "poolrun.tuner/1"},
+          {"fabric", toString(plan.fabric)},
+          {"nodes", plan.nodes.size()},
+          {"gpus_per_node", plan.nodes.front().ranks},
+          {"gpu",
+           {{"sm", gpu.sm},
+            {"nvlink_gbyte_s", links * perLink},
+            {"nvswitch", t.nvswitch},
+            {"nvls", t.nvswitch && gpu.sm >= 90}}},
+          {"net",
+           {{"nics_per_node", nics.size()},
+            {"nic_gbit_s", r0.nics.empty() ? 0.0 : r0.nics.front().rate_gbps},
+            {"gdr", gdr && !nics.empty()},
+            {"sharp", false}}},
+          {"cpu_vendor", vendor == "AuthenticAMD"   ? "amd"
+                         : vendor == "GenuineIntel" ? "intel"
+                                                    : "other"}};
+}
+
+// Releases the lease on every way out of the scope.
+class LeaseGuard {
+ public:
+  LeaseGuard(pool::PoolClient& pool, std::string id, std::ostream& err)
+      : pool_(pool), id_(std::move(id)), err_(err) {}
+  ~LeaseGuard() {
+    try {
+      pool_.release(id_);
+    } catch (const std::exception& e) {
+      err_ << "poolrun: warning: could not release lease " << id_ << " (" << e.what()
+           << "); it expires at the end of its time to live\n";
+    }
+  }
+  LeaseGuard(const LeaseGuard&) = delete;
+  LeaseGuard& operator=(const LeaseGuard&) = delete;
+
+ private:
+  pool::PoolClient& pool_;
+  std::string id_;
+  std::ostream& err_;
+};
+
+// Splits the command line at the program: options before it, PROGRAM [ARGS...] after.
+void splitProgram(const std::vector<std::string>& args, const po::options_description& opts,
+                  std::vector<std::string>& options, std::vector<std::string>& program,
+                  std::vector<std::pair<std::string, std::string>>& mca) {
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-') break;
+    if (a == "--mca") {
+      if (i + 2 >= args.size()) throw po::error("--mca needs KEY VALUE");
+      mca.emplace_back(args[i + 1], args[i + 2]);
+      i += 2;
+      continue;
+    }
+    options.push_back(a);
+    std::string name = a.starts_with("--") ? a.substr(2) : a.substr(0, 2);
+    if (a.find('=') != std::string::npos || (!a.starts_with("--") && a.size() > 2)) continue;
+    const po::option_description* d = opts.find_nothrow(name, false);
+    if (d != nullptr && d->semantic()->max_tokens() > 0 && i + 1 < args.size()) options.push_back(args[++i]);
+  }
+  program.assign(args.begin() + static_cast<ptrdiff_t>(std::min(i, args.size())), args.end());
+}
+
+}  // namespace
+
+int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  po::options_description opts("poolrun options");
+  int ranks = 0, gpusPerNode = 0, priority = 0, roceTc = -1;
+  double wait = -1, leaseTtl = 60, timeout = 0;
+  std::string poolUri = "local", fabric = "auto", gdr = "auto", tuner = "on", name, mpiFlavor = "auto",
+              mpirun = "mpirun", jobDir, tokenFile;
+  std::vector<std::string> exports;
+  opts.add_options()("help,h", "show this help")(",n", po::value(&ranks), "number of ranks, one per GPU")(
+      "pool", po::value(&poolUri), "local (default), http://HOST:PORT or sim:CLUSTER_FILE")(
+      "gpus-per-node", po::value(&gpusPerNode), "GPUs per node (default: any split)")(
+      "priority", po::value(&priority), "queue priority (higher first)")(
+      "wait", po::value(&wait), "seconds to wait in the queue (default: while the pool could ever fit it)")(
+      "name", po::value(&name), "job name")("fabric", po::value(&fabric), "auto, ib, roce or tcp")(
+      "gdr", po::value(&gdr), "GPUDirect RDMA: auto, on, off")("roce-tc", po::value(&roceTc),
+                                                               "RoCE traffic class")(
+      "tuner", po::value(&tuner), "on (default): NCCL uses poolrun's tuner plugin; off")(
+      ",x", po::value(&exports), "VAR[=VALUE] for every rank (wins over the plan)")(
+      "mpi-flavor", po::value(&mpiFlavor), "auto (default), ompi4 or ompi5")(
+      "mpirun", po::value(&mpirun), "the mpirun (or prterun) binary")(
+      "dry-run", "print the plan and the exact command; start nothing")(
+      "job-dir", po::value(&jobDir), "job directory (default: under the state directory)")(
+      "lease-ttl", po::value(&leaseTtl),
+      "lease time to live in seconds, renewed at a third of it (default 60)")("timeout", po::value(&timeout),
+                                                                              "end the job after SECONDS")(
+      "token-file", po::value(&tokenFile), "bearer token for http pools (default: $POOLRUN_TOKEN)");
+  std::vector<std::string> optionArgs, program;
+  std::vector<std::pair<std::string, std::string>> mca;
+  po::variables_map vm;
+  try {
+    splitProgram(args, opts, optionArgs, program, mca);
+    po::store(po::command_line_parser(optionArgs).options(opts).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
+    return kExitUsage;
+  }
+  if (vm.count("help")) {
+    out << kRunUsage << opts << "\nmpirun options: --mca KEY VALUE is passed through.\n"
+        << "exit status: the first failing rank's code (128+N for signal N); 124 timeout; 125 refused to "
+           "start;\n"
+        << "126 lease lost; 2 bad command line.\n";
+    return 0;
+  }
+  if (!vm.count("-n") || program.empty()) {
+    err << "poolrun: error: " << (program.empty() ? "no PROGRAM to run" : "-n N is required") << "\n"
+        << kRunUsage;
+    return kExitUsage;
+  }
+  try {
+    PlanRequest request;
+    request.ranks = ranks;
+    request.gpus_per_node = gpusPerNode;
+    if (fabric != "auto") request.fabric = topo::fabricFromString(fabric);
+    request.gdr = gdrModeFromString(gdr);
+    if (vm.count("roce-tc")) request.roce_tc = roceTc;
+    if (tuner != "on" && tuner != "off") throw badInput("--tuner '" + tuner + "': use on or off");
+    if (leaseTtl < 3) throw badInput("--lease-ttl " + std::to_string(leaseTtl) + ": at least 3 seconds");
+    std::optional<MpiFlavor> flavor;
+    if (mpiFlavor == "ompi4")
+      flavor = MpiFlavor::kOmpi4;
+    else if (mpiFlavor == "ompi5")
+      flavor = MpiFlavor::kOmpi5;
+    else if (mpiFlavor != "auto")
+      throw badInput("--mpi-flavor '" + mpiFlavor + "': use auto, ompi4 or ompi5");
+    for (const std::string& var : plannedVariables()) {
+      if (const char* v = std::getenv(var.c_str())) request.user_env[var] = v;
+    }
+    for (const std::string& x : exports) {
+      size_t eq = x.find('=');
+      std::string var = x.substr(0, eq);
+      if (var.empty()) throw badInput("-x '" + x + "': expected VAR or VAR=VALUE");
+      if (eq != std::string::npos) {
+        request.user_env[var] = x.substr(eq + 1);
+      } else if (const char* v = std::getenv(var.c_str())) {
+        request.user_env[var] = v;
+      }
+    }
+
+    pool::ClientOptions copts;
+    if (!tokenFile.empty()) {
+      std::ifstream tf(tokenFile);
+      if (!(tf >> copts.token)) throw badInput("--token-file " + tokenFile + ": cannot read a token from it");
+    } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
+      copts.token = t;
+    }
+    copts.owner = userName();
+    std::unique_ptr<pool::PoolClient> pool = pool::openPool(poolUri, copts);
+    bool simulated = poolUri.starts_with("sim:");
+
+    pool::LeaseRequest lr;
+    lr.gpus = ranks;
+    lr.gpus_per_node = gpusPerNode;
+    if (request.fabric != topo::Fabric::kTcp) lr.fabric = request.fabric;  // every node can do TCP
+    lr.priority = priority;
+    lr.owner = copts.owner;
+    lr.job_name = name.empty() ? std::filesystem::path(program[0]).filename().string() : name;
+    if (wait >= 0) lr.wait = std::chrono::seconds(static_cast<long>(wait));
+    lr.ttl = std::chrono::seconds(static_cast<long>(leaseTtl));
+    if (timeout > 0)
+      lr.max_duration = std::chrono::seconds(static_cast<long>(timeout) + static_cast<long>(leaseTtl));
+    int lastPosition = -1;
+    pool::Lease lease = pool->acquire(lr, [&](int position) {
+      if (position != lastPosition)
+        err << "poolrun: waiting in the queue of " << pool->describe() << ": position " << position << "\n";
+      lastPosition = position;
+    });
+    LeaseGuard guard(*pool, lease.id, err);
+
+    // The leased GPUs, node by node in the pool's order.
+    std::vector<topo::ClusterNode> nodes;
+    std::vector<NodeGrant> grants;
+    for (const pool::GpuRef& g : lease.gpus) {
+      if (nodes.empty() || nodes.back().name != g.node) nodes.push_back(pool->node(g.node));
+    }
+    for (const topo::ClusterNode& n : nodes) {
+      NodeGrant grant;
+      grant.node = &n;
+      for (const pool::GpuRef& g : lease.gpus) {
+        if (g.node == n.name) grant.gpus.push_back(g.index);
+      }
+      grants.push_back(std::move(grant));
+    }
+    JobPlan plan = makePlan(grants, request);
+
+    std::filesystem::path dir =
+        jobDir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(jobDir);
+    writeJobDir(plan, dir);
+    LaunchSpec spec;
+    spec.plan = &plan;
+    spec.job_dir = dir;
+    spec.rank_wrapper = sibling("poolrun-rank");
+    spec.program = program;
+    spec.simulated = simulated;
+    spec.sim_agent = sibling("poolrun-sim-agent");
+    if (simulated) {
+      spec.local_cores = localCount(false);
+      spec.local_threads = std::max(1, localCount(true) / std::max(spec.local_cores, 1));
+    }
+    spec.user_mca = mca;
+    spec.user_exports = exports;
+    spec.job_env.emplace_back("POOLRUN_RANK_ENV", encodeRankEnv(plan, simulated));
+    spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
+    spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
+    const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");
+    if (tuner == "on" && userPlugin == nullptr) {
+      std::string config = tunerConfig(plan).dump(2);
+      std::ofstream(dir / "tuner.json") << config << "\n";
+      spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
+      spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", tunerConfig(plan).dump());
+    }
+    MpiInstall mpi = detectMpi(mpirun, flavor);
+    MpiCommand cmd = buildMpiCommand(spec, mpi);
+    std::ofstream(dir / "hostfile") << cmd.hostfile;
+    std::ofstream(dir / "rankfile.mpi") << cmd.rankfile;
+    std::ofstream(dir / "command") << shellJoin(cmd.argv) << "\n";
+
+    if (vm.count("dry-run")) {
+      out << planTable(plan) << "\nlease " << lease.id << " from " << pool->describe()
+          << " (released: dry run)\n"
+          << "job directory: " << dir.string() << "\n\n";
+      for (const auto& [k, v] : cmd.env) {
+        if (k != "POOLRUN_RANK_ENV" && k != "POOLRUN_TUNER_CONFIG")
+          out << k << "=" << shellJoin({v}) << " \\\n";
+      }
+      out << shellJoin(cmd.argv) << "\n";
+      return 0;
+    }
+
+    SuperviseOptions so;
+    so.argv = cmd.argv;
+    so.env = cmd.env;
+    if (timeout > 0) so.timeout = std::chrono::milliseconds(static_cast<long>(timeout * 1000));
+    so.renew_every = std::chrono::milliseconds(static_cast<long>(leaseTtl * 1000 / 3));
+    so.renew = [&] {
+      try {
+        pool->renew(lease.id);
+        return true;
+      } catch (const std::exception& e) {
+        err << "poolrun: warning: renewing lease " << lease.id << " failed: " << e.what() << "\n";
+        return false;
+      }
+    };
+    SuperviseResult r = supervise(so, err);
+    if (r.failure && r.failure->rank >= 0 && static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
+      const RankPlan& rp = plan.ranks[static_cast<size_t>(r.failure->rank)];
+      err << "poolrun: rank " << rp.rank << " on node " << plan.nodeOf(rp).name << " (GPU " << rp.gpu << ") "
+          << (r.failure->signal != 0 ? "was killed by signal " + std::to_string(r.failure->signal)
+                                     : "exited with code " + std::to_string(r.failure->exit_code))
+          << "\n";
+    }
+    return r.exit_status;
+  } catch (const std::exception& e) {
+    err << "poolrun: error: " << e.what() << "\n";
+    const auto* pe = dynamic_cast<const Error*>(&e);
+    return pe != nullptr && pe->code() == ErrorCode::kInternal ? 1 : kExitRefused;
+  }
+}
+
+}  // namespace poolrun::launcher

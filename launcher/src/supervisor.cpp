@@ -1,0 +1,206 @@
+#include "poolrun/launcher/supervisor.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <regex>
+
+#include "poolrun/topo/error.hpp"
+
+namespace poolrun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+std::string signalName(int sig) {
+  const char* d = strsignal(sig);
+  return "signal " + std::to_string(sig) + (d != nullptr ? std::string(" (") + d + ")" : "");
+}
+
+}  // namespace
+
+std::optional<RankFailure> parseMpiFailure(const std::string& text) {
+  // "process rank 1 with PID 1234 on node n1 exited on signal 9 (Killed)"
+  static const std::regex kSignal(
+      R"(process rank ([0-9]+) with PID [0-9]+ on node (\S+) exited on signal ([0-9]+))");
+  // "Process name: [[48101,1],1]\n  Exit code:    3" (4.x), "[prterun-host-123@1,1]" (5.x)
+  static const std::regex kExit(
+      R"(Process name:\s*\[\[?[^\]]*[,@][0-9]+\]?,([0-9]+)\]\s*\n\s*Exit code:\s*([0-9]+))");
+  static const std::regex kExit5(R"(Process name:\s*\[[^,\]]+,([0-9]+)\]\s*\n\s*Exit code:\s*([0-9]+))");
+  std::smatch m;
+  if (std::regex_search(text, m, kSignal)) {
+    RankFailure f;
+    f.rank = std::stoi(m[1].str());
+    f.node = m[2].str();
+    f.signal = std::stoi(m[3].str());
+    return f;
+  }
+  if (std::regex_search(text, m, kExit) || std::regex_search(text, m, kExit5)) {
+    RankFailure f;
+    f.rank = std::stoi(m[1].str());
+    f.exit_code = std::stoi(m[2].str());
+    return f;
+  }
+  return std::nullopt;
+}
+
+SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
+  sigset_t mask, old;
+  sigemptyset(&mask);
+  for (int s : kForwarded) sigaddset(&mask, s);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, &old);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  int errPipe[2];
+  if (sfd < 0 || pipe2(errPipe, O_CLOEXEC) != 0) {
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    throw Error(ErrorCode::kIo, std::string("cannot set up process supervision: ") + std::strerror(errno));
+  }
+  pid_t parent = getpid();
+  pid_t child = fork();
+  if (child < 0) {
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    throw Error(ErrorCode::kIo, std::string("cannot start mpirun: fork: ") + std::strerror(errno));
+  }
+  if (child == 0) {
+    // mpirun gets its own process group (terminal signals reach poolrun only, which forwards them
+    // once) and dies with poolrun.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    dup2(errPipe[1], STDERR_FILENO);
+    for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::string msg = "poolrun: error: cannot run " + options.argv[0] + ": " + std::strerror(errno) + "\n";
+    (void)!write(STDERR_FILENO, msg.data(), msg.size());
+    _exit(127);
+  }
+  setpgid(child, child);  // also here, so that the group exists before any signal is forwarded
+  close(errPipe[1]);
+
+  SuperviseResult result;
+  std::string errText;  // mpirun's stderr, kept for the failure report (bounded)
+  auto start = Clock::now();
+  auto nextRenew = start + options.renew_every;
+  std::optional<Clock::time_point> killAt, lastInt;
+  bool exited = false;
+  int status = 0;
+  bool pipeOpen = true;
+
+  auto terminate = [&](const char* why) {
+    if (!killAt) {
+      kill(child, SIGTERM);
+      killAt = Clock::now() + options.kill_grace;
+      err << "poolrun: " << why << "\n";
+    }
+  };
+
+  while (!exited || pipeOpen) {
+    auto now = Clock::now();
+    auto deadline = now + std::chrono::seconds(1);
+    if (!exited) {
+      if (options.renew) deadline = std::min(deadline, nextRenew);
+      if (options.timeout) deadline = std::min(deadline, start + *options.timeout);
+      if (killAt) deadline = std::min(deadline, *killAt);
+    }
+    int waitMs = static_cast<int>(
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()));
+    pollfd fds[2] = {{sfd, POLLIN, 0}, {pipeOpen ? errPipe[0] : -1, POLLIN, 0}};
+    int n = poll(fds, 2, exited ? 200 : waitMs);
+    if (n < 0 && errno != EINTR) break;
+    if (fds[1].revents & (POLLIN | POLLHUP)) {
+      char buf[4096];
+      ssize_t got = read(errPipe[0], buf, sizeof buf);
+      if (got <= 0) {
+        pipeOpen = false;
+      } else {
+        err.write(buf, got);
+        err.flush();
+        if (errText.size() < (1u << 20)) errText.append(buf, static_cast<size_t>(got));
+      }
+    }
+    if (exited && n == 0) break;  // mpirun is gone and its stderr has been quiet
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) == sizeof si) {
+        int sig = static_cast<int>(si.ssi_signo);
+        if (sig == SIGCHLD) {
+          if (!exited && waitpid(child, &status, WNOHANG) == child) exited = true;
+          continue;
+        }
+        if (exited) continue;
+        result.forwarded_signal = sig;
+        if (sig == SIGINT && lastInt && Clock::now() - *lastInt < std::chrono::seconds(3)) {
+          err << "poolrun: second interrupt: killing the job\n";
+          kill(-child, SIGKILL);
+          continue;
+        }
+        if (sig == SIGINT) lastInt = Clock::now();
+        err << "poolrun: forwarding " << signalName(sig) << " to mpirun"
+            << (sig == SIGINT ? " (Ctrl-C again within 3 s kills it)" : "") << "\n";
+        kill(child, sig);
+      }
+    }
+    if (exited) continue;
+    now = Clock::now();
+    if (options.timeout && now >= start + *options.timeout && !result.timed_out) {
+      result.timed_out = true;
+      terminate(
+          ("the job ran past --timeout " + std::to_string(options.timeout->count() / 1000) + " s: ending it")
+              .c_str());
+    }
+    if (options.renew && now >= nextRenew) {
+      nextRenew = now + options.renew_every;
+      if (!options.renew() && !result.lease_lost) {
+        result.lease_lost = true;
+        terminate(
+            "the lease could not be renewed (expired or released): ending the job, whose GPUs are no longer "
+            "held");
+      }
+    }
+    if (killAt && now >= *killAt) {
+      kill(-child, SIGKILL);
+      killAt = now + std::chrono::hours(1);
+    }
+  }
+  if (!exited) waitpid(child, &status, 0);
+  kill(-child, SIGKILL);  // anything of the job still in mpirun's process group
+  close(errPipe[0]);
+  close(sfd);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+
+  result.failure = parseMpiFailure(errText);
+  if (result.timed_out) {
+    result.exit_status = kExitTimeout;
+  } else if (result.lease_lost) {
+    result.exit_status = kExitLeaseLost;
+  } else if (result.failure) {
+    result.exit_status = result.failure->signal != 0
+                             ? 128 + result.failure->signal
+                             : (result.failure->exit_code != 0 ? result.failure->exit_code : 1);
+  } else if (WIFEXITED(status)) {
+    result.exit_status = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.exit_status = 128 + WTERMSIG(status);
+  }
+  // A job the user interrupted ends as the signal says, whatever mpirun made of it.
+  if (result.forwarded_signal != 0 && !result.timed_out && !result.lease_lost) {
+    result.exit_status = 128 + result.forwarded_signal;
+  }
+  return result;
+}
+
+}  // namespace poolrun::launcher

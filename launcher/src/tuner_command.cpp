@@ -1,0 +1,236 @@
+// poolrun tuner explain | calibrate: what the NCCL tuner plugin decides, and feeding it measurements.
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "poolrun/launcher/commands.hpp"
+#include "poolrun/tuner/calibrate.hpp"
+#include "poolrun/tuner/config.hpp"
+#include "poolrun/tuner/explain.hpp"
+
+namespace po = boost::program_options;
+
+namespace poolrun::launcher {
+namespace {
+
+constexpr const char* kTunerUsage =
+    "usage: poolrun tuner explain --config FILE [--coll C] [--nranks N] [--nnodes M] [--min-bytes B]\n"
+    "                             [--max-bytes B] [--json]\n"
+    "       poolrun tuner calibrate --config FILE [-o OUT] [--coll C] [--algo A] [--proto P]\n"
+    "                               [--nranks N] [--nnodes M] LOG...\n"
+    "explain: what the NCCL tuner plugin chooses for each power-of-two size, and every candidate.\n"
+    "calibrate: read nccl-tests outputs and write their times into the configuration's calibration.\n";
+
+constexpr const char* kCollHint = "allreduce, allgather, reducescatter, broadcast or reduce";
+
+std::string readText(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw tuner::ConfigError(what + " " + path + ": cannot read it (check the path)");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Parses the options; returns -1 to go on, else the exit status (help printed or bad usage).
+int parse(const po::options_description& opts, const po::positional_options_description* positional,
+          const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  try {
+    auto parser = po::command_line_parser(args).options(opts);
+    if (positional != nullptr) parser.positional(*positional);
+    po::store(parser.run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    err << "poolrun: error: " << e.what() << "\n" << kTunerUsage;
+    return 2;
+  }
+  if (vm.count("help")) {
+    out << kTunerUsage << opts;
+    return 0;
+  }
+  if (!vm.count("config")) {
+    err << "poolrun: error: --config FILE is required (a poolrun.tuner/1 JSON file)\n";
+    return 2;
+  }
+  return -1;
+}
+
+int explainCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  po::options_description opts("poolrun tuner explain options");
+  std::string config, coll = "allreduce", minBytes = "8", maxBytes = "1GiB";
+  int nranks = 0, nnodes = 0;
+  opts.add_options()("help,h", "show this help")("config", po::value(&config),
+                                                 "the tuner configuration (JSON)")(
+      "coll", po::value(&coll), "allreduce (default), allgather, reducescatter, broadcast or reduce")(
+      "nranks", po::value(&nranks),
+      "communicator size (default: nodes x gpus_per_node of the configuration)")(
+      "nnodes", po::value(&nnodes), "nodes the communicator spans (default: the configuration's nodes)")(
+      "min-bytes", po::value(&minBytes), "smallest size, e.g. 8, 64K, 1MiB (default 8)")(
+      "max-bytes", po::value(&maxBytes), "largest size (default 1GiB)")(
+      "json", "print a poolrun.tuner-explain/1 document");
+  po::variables_map vm;
+  if (int status = parse(opts, nullptr, args, vm, out, err); status >= 0) return status;
+  auto c = tuner::parseColl(coll);
+  if (!c) {
+    err << "poolrun: error: unknown --coll '" << coll << "' (use " << kCollHint << ")\n";
+    return 2;
+  }
+  if (vm.count("nranks") && nranks < 1) {
+    err << "poolrun: error: --nranks " << nranks << " must be at least 1\n";
+    return 2;
+  }
+  if (vm.count("nnodes") && nnodes < 1) {
+    err << "poolrun: error: --nnodes " << nnodes << " must be at least 1\n";
+    return 2;
+  }
+  try {
+    tuner::TunerConfig cfg = tuner::parseConfig(readText(config, "tuner config"), config);
+    tuner::ExplainOptions options;
+    options.coll = *c;
+    options.nranks = nranks;
+    options.nnodes = nnodes;
+    options.min_bytes = tuner::parseBytes(minBytes, "--min-bytes");
+    options.max_bytes = tuner::parseBytes(maxBytes, "--max-bytes");
+    tuner::Explanation e = tuner::explain(cfg, options);
+    if (vm.count("json")) {
+      out << tuner::explainJson(cfg, e).dump(2) << "\n";
+    } else {
+      out << tuner::explainText(cfg, e);
+    }
+    return 0;
+  } catch (const tuner::ConfigError& e) {
+    err << "poolrun: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    return reportError(e, err);
+  }
+}
+
+int calibrateCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  po::options_description opts("poolrun tuner calibrate options");
+  std::string config, output, coll, algo, proto;
+  int nranks = 0, nnodes = 0;
+  std::vector<std::string> logs;
+  opts.add_options()("help,h", "show this help")("config", po::value(&config),
+                                                 "the tuner configuration (JSON)")(
+      "output,o", po::value(&output),
+      "write the result here ('-' for standard output; default: --config in place)")(
+      "coll", po::value(&coll), "the collective, where the logs do not name it")(
+      "algo", po::value(&algo), "the algorithm the runs forced (NCCL_ALGO), where the logs do not show it")(
+      "proto", po::value(&proto), "the protocol the runs forced (NCCL_PROTO), where the logs do not show it")(
+      "nranks", po::value(&nranks), "ranks of the runs, where the logs do not list them")(
+      "nnodes", po::value(&nnodes), "nodes of the runs, where the logs do not list them")(
+      "log", po::value(&logs), "nccl-tests output (positional)");
+  po::positional_options_description positional;
+  positional.add("log", -1);
+  po::variables_map vm;
+  if (int status = parse(opts, &positional, args, vm, out, err); status >= 0) return status;
+  if (logs.empty()) {
+    err << "poolrun: error: no nccl-tests logs given (poolrun tuner calibrate --config FILE LOG...)\n";
+    return 2;
+  }
+  tuner::LogOverrides overrides;
+  if (!coll.empty() && !(overrides.coll = tuner::parseColl(coll))) {
+    err << "poolrun: error: unknown --coll '" << coll << "' (use " << kCollHint << ")\n";
+    return 2;
+  }
+  if (!algo.empty() && !(overrides.algo = tuner::parseAlgo(algo))) {
+    err << "poolrun: error: unknown --algo '" << algo
+        << "' (use Ring, Tree, NVLS, NVLSTree, CollNetDirect, CollNetChain or PAT)\n";
+    return 2;
+  }
+  if (!proto.empty() && !(overrides.proto = tuner::parseProto(proto))) {
+    err << "poolrun: error: unknown --proto '" << proto << "' (use LL, LL128 or Simple)\n";
+    return 2;
+  }
+  if (vm.count("nranks")) {
+    if (nranks < 1) {
+      err << "poolrun: error: --nranks " << nranks << " must be at least 1\n";
+      return 2;
+    }
+    overrides.nranks = nranks;
+  }
+  if (vm.count("nnodes")) {
+    if (nnodes < 1) {
+      err << "poolrun: error: --nnodes " << nnodes << " must be at least 1\n";
+      return 2;
+    }
+    overrides.nnodes = nnodes;
+  }
+  try {
+    const std::string text = readText(config, "tuner config");
+    tuner::parseConfig(text, config);  // the configuration must be valid before it is extended
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text);
+    std::vector<tuner::Measurement> all;
+    for (const std::string& log : logs) {
+      tuner::ParsedLog parsed = tuner::parseNcclTestsLog(readText(log, "nccl-tests log"), log, overrides);
+      for (const std::string& w : parsed.warnings) err << "poolrun: warning: " << w << "\n";
+      all.insert(all.end(), parsed.measurements.begin(), parsed.measurements.end());
+    }
+    tuner::MergeStats stats = tuner::mergeCalibration(doc, all);
+    const std::string result = doc.dump(2) + "\n";
+    tuner::parseConfig(result, output.empty() ? config : output);
+    size_t forced = 0;
+    for (const auto& m : all) forced += m.algo && m.proto ? 1 : 0;
+    const std::string target = output.empty() ? config : output;
+    if (target == "-") {
+      out << result;
+    } else {
+      const std::string tmp = target + ".tmp";
+      {
+        std::ofstream file(tmp, std::ios::binary);
+        file << result;
+        if (!file) {
+          err << "poolrun: error: " << tmp << ": cannot write (check the folder exists and is writable)\n";
+          return 1;
+        }
+      }
+      std::error_code ec;
+      std::filesystem::rename(tmp, target, ec);
+      if (ec) {
+        std::filesystem::remove(tmp, ec);
+        err << "poolrun: error: " << target << ": cannot replace it (check it is writable)\n";
+        return 1;
+      }
+    }
+    (target == "-" ? err : out) << "poolrun: tuner calibrate: " << all.size() << " figures from "
+                                << logs.size() << (logs.size() == 1 ? " log" : " logs") << " (" << forced
+                                << " with a forced algorithm and protocol; " << stats.added << " added, "
+                                << stats.replaced << " replaced) written to "
+                                << (target == "-" ? "stdout" : target) << "\n";
+    return 0;
+  } catch (const tuner::ConfigError& e) {
+    err << "poolrun: error: " << e.what() << "\n";
+    return 2;
+  } catch (const nlohmann::json::exception& e) {
+    err << "poolrun: error: " << config << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    return reportError(e, err);
+  }
+}
+
+}  // namespace
+
+int tunerCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << kTunerUsage;
+    return 2;
+  }
+  if (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    out << kTunerUsage;
+    return 0;
+  }
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "explain") return explainCommand(rest, out, err);
+  if (args[0] == "calibrate") return calibrateCommand(rest, out, err);
+  err << "poolrun: error: unknown tuner command '" << args[0] << "' (use explain or calibrate)\n"
+      << kTunerUsage;
+  return 2;
+}
+
+}  // namespace poolrun::launcher

@@ -1,0 +1,494 @@
+#include "poolrun/tuner/config.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+
+namespace poolrun::tuner {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& origin, const std::string& message) {
+  throw ConfigError("tuner config " + origin + ": " + message);
+}
+
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// Typed access to one JSON object with messages that name the key path.
+class Fields {
+ public:
+  Fields(const json& obj, std::string path, const std::string& origin)
+      : obj_(obj), path_(std::move(path)), origin_(origin) {
+    if (!obj_.is_object()) fail(origin_, where("") + " must be a JSON object (got " + shown(obj_) + ")");
+  }
+
+  void allow(std::initializer_list<std::string_view> keys) const {
+    for (const auto& [key, value] : obj_.items()) {
+      if (key == "comment" || key.starts_with("x-")) continue;
+      bool known = false;
+      std::string list;
+      for (std::string_view k : keys) {
+        known = known || key == k;
+        list += (list.empty() ? "" : ", ") + std::string(k);
+      }
+      if (!known) fail(origin_, "unknown key '" + where(key) + "' (known keys: " + list + ")");
+    }
+  }
+
+  bool has(const std::string& key) const { return obj_.contains(key); }
+  const json& raw(const std::string& key) const { return obj_.at(key); }
+
+  const json& need(const std::string& key) const {
+    if (!obj_.contains(key)) fail(origin_, "missing key '" + where(key) + "'");
+    return obj_.at(key);
+  }
+
+  long long integer(const std::string& key, long long lo, long long hi, std::optional<long long> dflt) const {
+    if (!obj_.contains(key)) {
+      if (dflt) return *dflt;
+      need(key);
+    }
+    const json& v = obj_.at(key);
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<unsigned long long>() > 1ULL << 62)) {
+      fail(origin_, where(key) + " must be an integer (got " + shown(v) + ")");
+    }
+    long long x = v.get<long long>();
+    if (x < lo || x > hi) {
+      fail(origin_, where(key) + " " + std::to_string(x) + " is out of range (use " + std::to_string(lo) +
+                        " to " + std::to_string(hi) + ")");
+    }
+    return x;
+  }
+
+  std::uint64_t bytes(const std::string& key, std::uint64_t dflt) const {
+    if (!obj_.contains(key)) return dflt;
+    const json& v = obj_.at(key);
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0)) {
+      fail(origin_, where(key) + " must be a byte count, an integer >= 0 (got " + shown(v) + ")");
+    }
+    return v.get<std::uint64_t>();
+  }
+
+  double number(const std::string& key, double lo, double hi, std::optional<double> dflt) const {
+    if (!obj_.contains(key)) {
+      if (dflt) return *dflt;
+      need(key);
+    }
+    const json& v = obj_.at(key);
+    if (!v.is_number()) fail(origin_, where(key) + " must be a number (got " + shown(v) + ")");
+    double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) {
+      std::ostringstream range;
+      range << lo << " to " << hi;
+      fail(origin_, where(key) + " " + shown(v) + " is out of range (use " + range.str() + ")");
+    }
+    return x;
+  }
+
+  bool boolean(const std::string& key, std::optional<bool> dflt) const {
+    if (!obj_.contains(key)) {
+      if (dflt) return *dflt;
+      need(key);
+    }
+    const json& v = obj_.at(key);
+    if (!v.is_boolean()) fail(origin_, where(key) + " must be true or false (got " + shown(v) + ")");
+    return v.get<bool>();
+  }
+
+  std::string string(const std::string& key) const {
+    const json& v = need(key);
+    if (!v.is_string()) fail(origin_, where(key) + " must be a string (got " + shown(v) + ")");
+    return v.get<std::string>();
+  }
+
+  std::string where(std::string_view key) const {
+    if (path_.empty()) return std::string(key);
+    if (key.empty()) return path_;
+    return path_ + "." + std::string(key);
+  }
+
+ private:
+  const json& obj_;
+  std::string path_;
+  const std::string& origin_;
+};
+
+constexpr const char* kCollList = "allreduce, allgather, reducescatter, broadcast or reduce";
+constexpr const char* kAlgoList = "Ring, Tree, NVLS, NVLSTree, CollNetDirect, CollNetChain or PAT";
+constexpr const char* kProtoList = "LL, LL128 or Simple";
+
+Coll collField(const Fields& f, const std::string& key, const std::string& origin) {
+  std::string s = f.string(key);
+  auto c = parseColl(s);
+  if (!c) fail(origin, f.where(key) + " '" + s + "' is not a collective (use " + kCollList + ")");
+  return *c;
+}
+
+Algo algoField(const Fields& f, const std::string& key, const std::string& origin) {
+  std::string s = f.string(key);
+  auto a = parseAlgo(s);
+  if (!a) fail(origin, f.where(key) + " '" + s + "' is not an NCCL algorithm (use " + kAlgoList + ")");
+  return *a;
+}
+
+Proto protoField(const Fields& f, const std::string& key, const std::string& origin) {
+  std::string s = f.string(key);
+  auto p = parseProto(s);
+  if (!p) fail(origin, f.where(key) + " '" + s + "' is not an NCCL protocol (use " + kProtoList + ")");
+  return *p;
+}
+
+bool simpleOnly(Algo a) {
+  return a != Algo::kTree && a != Algo::kRing;
+}
+
+// Checks shared by JSON and CSV rules: what is wrong with the rule, or "".
+std::string ruleProblem(const Rule& r) {
+  if (r.min_bytes > r.max_bytes) {
+    return "min_bytes " + std::to_string(r.min_bytes) + " is above max_bytes " + std::to_string(r.max_bytes) +
+           " (swap them)";
+  }
+  if (r.algo && r.proto && simpleOnly(*r.algo) && *r.proto != Proto::kSimple) {
+    return std::string(algoName(*r.algo)) + " runs only with Simple, not " +
+           std::string(protoName(*r.proto)) + " (set the protocol to Simple)";
+  }
+  return "";
+}
+
+Rule parseRule(const json& v, size_t index, const std::string& origin) {
+  Fields f(v, "rules[" + std::to_string(index) + "]", origin);
+  f.allow({"coll", "min_bytes", "max_bytes", "nnodes", "nranks", "pipe_ops", "reg_buff", "algo", "proto",
+           "channels"});
+  Rule r;
+  if (f.has("coll")) r.coll = collField(f, "coll", origin);
+  r.min_bytes = f.bytes("min_bytes", 0);
+  r.max_bytes = f.bytes("max_bytes", std::numeric_limits<std::uint64_t>::max());
+  r.nnodes = static_cast<int>(f.integer("nnodes", -1, 1 << 20, -1));
+  r.nranks = static_cast<int>(f.integer("nranks", -1, 1 << 24, -1));
+  r.pipe_ops = static_cast<int>(f.integer("pipe_ops", -1, 1 << 20, -1));
+  r.reg_buff = static_cast<int>(f.integer("reg_buff", -1, 1, -1));
+  if (f.has("algo")) r.algo = algoField(f, "algo", origin);
+  if (f.has("proto")) r.proto = protoField(f, "proto", origin);
+  if (!r.algo && !r.proto) fail(origin, f.where("") + " names neither algo nor proto (set at least one)");
+  r.channels = static_cast<int>(f.integer("channels", 0, 64, 0));
+  r.origin = origin + " " + f.where("");
+  if (std::string problem = ruleProblem(r); !problem.empty()) fail(origin, f.where("") + ": " + problem);
+  return r;
+}
+
+Measurement parseMeasurement(const json& v, size_t index, const std::string& origin) {
+  Fields f(v, "calibration[" + std::to_string(index) + "]", origin);
+  f.allow({"coll", "nranks", "nnodes", "algo", "proto", "bytes", "time_us", "source"});
+  Measurement m;
+  m.coll = collField(f, "coll", origin);
+  m.nranks = static_cast<int>(f.integer("nranks", 1, 1 << 24, std::nullopt));
+  m.nnodes = static_cast<int>(f.integer("nnodes", 1, m.nranks, std::nullopt));
+  if (f.has("algo") && !f.raw("algo").is_null()) m.algo = algoField(f, "algo", origin);
+  if (f.has("proto") && !f.raw("proto").is_null()) m.proto = protoField(f, "proto", origin);
+  m.bytes = f.bytes("bytes", 0);
+  m.time_us = f.number("time_us", 1e-3, 1e12, std::nullopt);
+  if (f.has("source")) m.source = f.string("source");
+  return m;
+}
+
+std::string readFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError(what + " " + path + ": cannot read it (" + std::strerror(errno) +
+                      "); check the path, or pass the JSON text itself");
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::string_view fabricName(Fabric f) {
+  switch (f) {
+    case Fabric::kIb:
+      return "ib";
+    case Fabric::kRoce:
+      return "roce";
+    case Fabric::kTcp:
+      return "tcp";
+  }
+  return "ib";
+}
+
+std::string_view cpuVendorName(CpuVendor v) {
+  switch (v) {
+    case CpuVendor::kIntel:
+      return "intel";
+    case CpuVendor::kAmd:
+      return "amd";
+    case CpuVendor::kArm:
+      return "arm";
+    case CpuVendor::kOther:
+      return "other";
+  }
+  return "other";
+}
+
+TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
+  json doc;
+  try {
+    doc = json::parse(jsonText);
+  } catch (const json::parse_error& e) {
+    fail(origin, std::string("not valid JSON at byte ") + std::to_string(e.byte) +
+                     " (check quotes, commas and braces there)");
+  }
+  Fields top(doc, "", origin);
+  top.allow(
+      {"schema", "fabric", "nodes", "gpus_per_node", "gpu", "net", "cpu_vendor", "rules", "calibration"});
+  std::string schema = top.string("schema");
+  if (schema != kConfigSchema) {
+    fail(origin, "schema '" + schema + "' is not supported (this plugin reads \"" +
+                     std::string(kConfigSchema) + "\")");
+  }
+  TunerConfig c;
+  c.origin = origin;
+  std::string fabric = top.string("fabric");
+  if (fabric == "ib") {
+    c.fabric = Fabric::kIb;
+  } else if (fabric == "roce") {
+    c.fabric = Fabric::kRoce;
+  } else if (fabric == "tcp") {
+    c.fabric = Fabric::kTcp;
+  } else {
+    fail(origin, "fabric '" + fabric + "' is not known (use ib, roce or tcp)");
+  }
+  c.nodes = static_cast<int>(top.integer("nodes", 1, 1 << 20, std::nullopt));
+  c.gpus_per_node = static_cast<int>(top.integer("gpus_per_node", 1, 1024, std::nullopt));
+
+  Fields gpu(top.need("gpu"), "gpu", origin);
+  gpu.allow({"sm", "nvlink_gbyte_s", "nvswitch", "nvls", "pcie_gbyte_s"});
+  c.gpu.sm = static_cast<int>(gpu.integer("sm", 60, 199, std::nullopt));
+  c.gpu.nvlink_gbyte_s = gpu.number("nvlink_gbyte_s", 0, 100000, std::nullopt);
+  c.gpu.nvswitch = gpu.boolean("nvswitch", false);
+  c.gpu.nvls = gpu.boolean("nvls", false);
+  c.gpu.pcie_gbyte_s = gpu.number("pcie_gbyte_s", 0.1, 10000, 12.0);
+  if (c.gpu.nvls && (c.gpu.sm < 90 || !c.gpu.nvswitch)) {
+    fail(origin, "gpu.nvls is true but NVLink SHARP needs sm >= 90 with an NVSwitch (gpu.sm is " +
+                     std::to_string(c.gpu.sm) + ", gpu.nvswitch is " + (c.gpu.nvswitch ? "true" : "false") +
+                     "); set gpu.nvls to false");
+  }
+  if (c.gpu.nvswitch && c.gpu.nvlink_gbyte_s <= 0) {
+    fail(origin, "gpu.nvswitch is true but gpu.nvlink_gbyte_s is 0 (give the NVLink bandwidth per GPU)");
+  }
+
+  Fields net(top.need("net"), "net", origin);
+  net.allow({"nics_per_node", "nic_gbit_s", "gdr", "sharp"});
+  c.net.nics_per_node = static_cast<int>(net.integer("nics_per_node", 0, 256, std::nullopt));
+  c.net.nic_gbit_s = net.number("nic_gbit_s", 0, 100000, std::nullopt);
+  c.net.gdr = net.boolean("gdr", false);
+  c.net.sharp = net.boolean("sharp", false);
+  if (c.nodes > 1 && (c.net.nics_per_node == 0 || c.net.nic_gbit_s <= 0)) {
+    fail(origin, "nodes is " + std::to_string(c.nodes) +
+                     " but net describes no network (give net.nics_per_node >= 1 and net.nic_gbit_s > 0)");
+  }
+  if (c.fabric == Fabric::kTcp && (c.net.gdr || c.net.sharp)) {
+    fail(origin,
+         std::string("net.") + (c.net.gdr ? "gdr" : "sharp") +
+             " is true but fabric is tcp (GPUDirect RDMA and SHARP need ib or roce; set it to false)");
+  }
+
+  std::string vendor = top.string("cpu_vendor");
+  if (vendor == "intel") {
+    c.cpu_vendor = CpuVendor::kIntel;
+  } else if (vendor == "amd") {
+    c.cpu_vendor = CpuVendor::kAmd;
+  } else if (vendor == "arm") {
+    c.cpu_vendor = CpuVendor::kArm;
+  } else if (vendor == "other") {
+    c.cpu_vendor = CpuVendor::kOther;
+  } else {
+    fail(origin, "cpu_vendor '" + vendor + "' is not known (use intel, amd, arm or other)");
+  }
+
+  if (top.has("rules")) {
+    const json& rules = top.raw("rules");
+    if (!rules.is_array()) fail(origin, "rules must be an array of rule objects (got " + shown(rules) + ")");
+    for (size_t i = 0; i < rules.size(); ++i) c.rules.push_back(parseRule(rules[i], i, origin));
+  }
+  if (top.has("calibration")) {
+    const json& cal = top.raw("calibration");
+    if (!cal.is_array()) {
+      fail(origin, "calibration must be an array of measurements (got " + shown(cal) +
+                       "); `poolrun tuner calibrate` writes it");
+    }
+    for (size_t i = 0; i < cal.size(); ++i) c.calibration.push_back(parseMeasurement(cal[i], i, origin));
+  }
+  return c;
+}
+
+TunerConfig loadConfig(std::string_view pathOrJson) {
+  std::string_view body = trim(pathOrJson);
+  if (body.empty()) {
+    throw ConfigError(
+        "tuner config: POOLRUN_TUNER_CONFIG is empty (set it to a file path or to the JSON text)");
+  }
+  if (body.front() == '{') return parseConfig(body, "POOLRUN_TUNER_CONFIG");
+  std::string path(body);
+  return parseConfig(readFile(path, "tuner config"), path);
+}
+
+std::vector<Rule> parseExampleCsv(std::string_view text, const std::string& origin) {
+  std::vector<Rule> rules;
+  size_t lineNo = 0;
+  while (!text.empty()) {
+    size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
+    ++lineNo;
+    line = trim(line);
+    if (line.empty() || line.front() == '#') continue;
+    std::vector<std::string_view> fields;
+    for (size_t start = 0;;) {
+      size_t comma = line.find(',', start);
+      fields.push_back(trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    std::string where = origin + ":" + std::to_string(lineNo);
+    if (fields.size() < 8 || fields.size() > 10) {
+      throw ConfigError("tuner rules " + where + ": " + std::to_string(fields.size()) +
+                        " fields, expected 8 to 10 "
+                        "(collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"
+                        "[,numPipeOps[,regBuff]])");
+    }
+    auto number = [&](size_t i, const char* name, long long lo) -> long long {
+      std::string s(fields[i]);
+      size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(s, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (s.empty() || used != s.size() || v < lo) {
+        throw ConfigError("tuner rules " + where + ": " + name + " '" + s +
+                          "' must be an integer >= " + std::to_string(lo));
+      }
+      return v;
+    };
+    Rule r;
+    r.origin = where;
+    if (fields[0] != "*" && fields[0] != "any") {
+      r.coll = parseColl(fields[0]);
+      if (!r.coll) {
+        throw ConfigError("tuner rules " + where + ": collective '" + std::string(fields[0]) +
+                          "' is not known (use " + kCollList + ")");
+      }
+    }
+    r.min_bytes = static_cast<std::uint64_t>(number(1, "min_bytes", 0));
+    r.max_bytes = static_cast<std::uint64_t>(number(2, "max_bytes", 0));
+    r.algo = parseAlgo(fields[3]);
+    if (!r.algo) {
+      throw ConfigError(
+          "tuner rules " + where + ": algorithm '" + std::string(fields[3]) +
+          "' is not known (use tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree or pat)");
+    }
+    r.proto = parseProto(fields[4]);
+    if (!r.proto) {
+      throw ConfigError("tuner rules " + where + ": protocol '" + std::string(fields[4]) +
+                        "' is not known (use ll, ll128 or simple)");
+    }
+    long long channels = number(5, "channels", -1);
+    if (channels > 64) {
+      throw ConfigError("tuner rules " + where + ": channels " + std::to_string(channels) +
+                        " is above NCCL's 64 (use -1 to keep NCCL's count)");
+    }
+    r.channels = channels < 0 ? 0 : static_cast<int>(channels);
+    r.nnodes = static_cast<int>(number(6, "nNodes", -1));
+    r.nranks = static_cast<int>(number(7, "nRanks", -1));
+    if (fields.size() > 8) r.pipe_ops = static_cast<int>(number(8, "numPipeOps", -1));
+    if (fields.size() > 9) {
+      r.reg_buff = static_cast<int>(number(9, "regBuff", -1));
+      if (r.reg_buff > 1) {
+        throw ConfigError("tuner rules " + where + ": regBuff " + std::to_string(r.reg_buff) +
+                          " must be 0, 1 or -1");
+      }
+    }
+    if (std::string problem = ruleProblem(r); !problem.empty()) {
+      throw ConfigError("tuner rules " + where + ": " + problem);
+    }
+    rules.push_back(std::move(r));
+  }
+  return rules;
+}
+
+TunerConfig loadExampleCsvFile(const std::string& path) {
+  TunerConfig c;
+  c.has_hardware = false;
+  c.origin = path;
+  c.rules = parseExampleCsv(readFile(path, "tuner rules"), path);
+  return c;
+}
+
+nlohmann::json measurementToJson(const Measurement& m) {
+  json j = {{"coll", collName(m.coll)}, {"nranks", m.nranks}, {"nnodes", m.nnodes}};
+  if (m.algo) j["algo"] = algoName(*m.algo);
+  if (m.proto) j["proto"] = protoName(*m.proto);
+  j["bytes"] = m.bytes;
+  j["time_us"] = m.time_us;
+  if (!m.source.empty()) j["source"] = m.source;
+  return j;
+}
+
+nlohmann::json ruleToJson(const Rule& r) {
+  json j = json::object();
+  if (r.coll) j["coll"] = collName(*r.coll);
+  if (r.min_bytes != 0) j["min_bytes"] = r.min_bytes;
+  if (r.max_bytes != std::numeric_limits<std::uint64_t>::max()) j["max_bytes"] = r.max_bytes;
+  if (r.nnodes >= 0) j["nnodes"] = r.nnodes;
+  if (r.nranks >= 0) j["nranks"] = r.nranks;
+  if (r.pipe_ops >= 0) j["pipe_ops"] = r.pipe_ops;
+  if (r.reg_buff >= 0) j["reg_buff"] = r.reg_buff;
+  if (r.algo) j["algo"] = algoName(*r.algo);
+  if (r.proto) j["proto"] = protoName(*r.proto);
+  if (r.channels > 0) j["channels"] = r.channels;
+  return j;
+}
+
+nlohmann::json toJson(const TunerConfig& c) {
+  json j = {{"schema", kConfigSchema},
+            {"fabric", fabricName(c.fabric)},
+            {"nodes", c.nodes},
+            {"gpus_per_node", c.gpus_per_node},
+            {"gpu",
+             {{"sm", c.gpu.sm},
+              {"nvlink_gbyte_s", c.gpu.nvlink_gbyte_s},
+              {"nvswitch", c.gpu.nvswitch},
+              {"nvls", c.gpu.nvls},
+              {"pcie_gbyte_s", c.gpu.pcie_gbyte_s}}},
+            {"net",
+             {{"nics_per_node", c.net.nics_per_node},
+              {"nic_gbit_s", c.net.nic_gbit_s},
+              {"gdr", c.net.gdr},
+              {"sharp", c.net.sharp}}},
+            {"cpu_vendor", cpuVendorName(c.cpu_vendor)}};
+  if (!c.rules.empty()) {
+    j["rules"] = json::array();
+    for (const Rule& r : c.rules) j["rules"].push_back(ruleToJson(r));
+  }
+  if (!c.calibration.empty()) {
+    j["calibration"] = json::array();
+    for (const Measurement& m : c.calibration) j["calibration"].push_back(measurementToJson(m));
+  }
+  return j;
+}
+
+}  // namespace poolrun::tuner

@@ -1,0 +1,344 @@
+#include "poolrun/tuner/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace poolrun::tuner {
+namespace {
+
+// ---- Constants and where they come from ----------------------------------------------------------
+// [N] NCCL 2.28.9 src/graph/tuning.cc (via ../shared/ref/nccl-tuner.md section 4): taken as facts.
+// [M] derived from published measurements (../shared/ref/perf-anchors.md).
+// [E] poolrun's estimate, to be replaced by `poolrun tuner calibrate` where it matters.
+
+constexpr int kNvlinkHw = 0, kPciHw = 1, kNetHw = 2;
+constexpr double kNa = 0;  // a cell that NCCL never runs
+
+// [N] base latency, us, [algo][LL, LL128, Simple].
+constexpr double kBaseLatency[kNumAlgos][kNumProtos] = {
+    {6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {8.0, 8.0, 8.0}};
+
+// [N] per-hop hardware latency, us, [NVLink, PCI, NET][algo][LL, LL128, Simple].
+constexpr double kHopLatency[3][kNumAlgos][kNumProtos] = {
+    {{0.6, 1.25, 4.0},
+     {0.6, 1.9, 3.4},
+     {kNa, kNa, 3.7},
+     {kNa, kNa, 2.8},
+     {kNa, kNa, 25},
+     {kNa, kNa, 25},
+     {kNa, kNa, 4.0}},
+    {{1.0, 1.9, 4.0},
+     {1.0, 2.5, 5.7},
+     {kNa, kNa, 3.7},
+     {kNa, kNa, 2.8},
+     {kNa, kNa, 0},
+     {kNa, kNa, 0},
+     {kNa, kNa, 4.0}},
+    {{5.0, 8.5, 14},
+     {2.7, 4.0, 14.0},
+     {kNa, kNa, 31},
+     {kNa, kNa, 30},
+     {kNa, kNa, 18},
+     {kNa, kNa, 20.9},
+     {kNa, kNa, 14}},
+};
+
+// [N] LL bus-bandwidth ceiling, GB/s. One node: row = GPU generation; several nodes: row 0 for
+// Intel hosts, row 1 for AMD; columns 1 node / 2 nodes / 3 or more.
+constexpr double kLlMaxBw[4][3] = {
+    {39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
+// [M] On one node NCCL's ceiling overstates LL: the published 8x A100 series (D) grows by 21.5 us from
+// 512 KiB to 1 MiB, an LL bus bandwidth of 43 GB/s against NCCL's 87.7 (which predicts 51 GB/s busbw at
+// 1 MiB, 41% above the best published figure). The ratio, 0.51, scales the one-node column of every
+// generation ([E] for the generations other than Ampere).
+constexpr double kLlOneNodeScale = 0.51;
+
+// [M] Share of the NVLink rate (per GPU, per direction) a Simple ring allreduce reaches as busbw:
+// A100 231-235 of 300 GB/s (0.78), H100 365-370 of 450 (0.82); Volta taken as Ampere and Blackwell
+// between the two [E].
+constexpr double kNvlinkRingEfficiency[4] = {0.78, 0.78, 0.82, 0.80};
+// [M] NVLS allreduce algorithm bandwidth as a share of the NVLink rate: 8x H100 NVLS busbw 475-482
+// (algbw ~275 of 450 = 0.61). Blackwell scaled by NCCL's NVLS efficiency ratio 0.74/0.85 [E].
+constexpr double kNvlsAllReduceEfficiency[4] = {0, 0, 0.61, 0.53};
+// [N] NCCL's nvlsEfficiency, used for NVLS allgather/reducescatter.
+constexpr double kNvlsEfficiency[4] = {0, 0, 0.85, 0.74};
+
+// [N] Protocol and algorithm factors.
+constexpr double kLlFactor = 0.5;       // 8-byte lines carry 4 bytes of flags
+constexpr double kLl128Factor = 0.92;   // ring LL128
+constexpr double kTreeFactor = 0.92;    // tree allreduce
+constexpr double kTreeLlDivisor = 3.8;  // tree LL
+constexpr double kTreeLl128OneNode = 7.0 / 9.0;
+constexpr double kTreeLl128Nodes = 120.0 / 128.0;
+constexpr double kPatFactor = 0.75;
+constexpr double kCollNetFactor = 0.9;       // in-network reduction against the NIC rate
+constexpr double kCollNetDirectSm90 = 0.85;  // CollNetDirect on SM90+
+// [N] Ring/Simple allreduce over several nodes: latency x1.4 (x1.9 before SM80) once each rank's share
+// per channel reaches 64 bytes ("plateau").
+constexpr double kPlateauFactor[2] = {1.9, 1.4};
+
+// Network per fabric, indexed by Fabric.
+// [M] Share of the NIC line rate NCCL reaches per NIC: HDR 24 of 25 GB/s, NDR 46-49 of 50 (IB);
+// RoCE a little lower for its larger headers and congestion control [E]; TCP sockets [E].
+constexpr double kNetEfficiency[3] = {0.95, 0.90, 0.60};
+// [E] Extra latency per network hop over NCCL's (which is the same for IB and RoCE): end-to-end IB HDR
+// is ~0.6 us and RDMA over Ethernet ~2 us, so RoCE pays ~1.4 us more per hop; TCP 10-50 us, take 25.
+constexpr double kFabricHopUs[3] = {0.0, 1.4, 25.0};
+// [E] LL128 bandwidth kept on network hops: LL128 underperforms Simple on inter-node RoCE at large
+// sizes ("Demystifying NCCL"); modelled as a 20% bandwidth penalty on RoCE.
+constexpr double kLl128NetFactor[3] = {1.0, 0.80, 1.0};
+// [E] Without GPUDirect RDMA the data is staged through host memory.
+constexpr double kNoGdrFactor = 0.8;
+// [N] NCCL_NET_OVERHEAD default: 1 us on Intel (and others), 2 us on AMD; x3 for Simple.
+constexpr double kNetOverheadUs[4] = {1.0, 2.0, 1.0, 1.0};
+
+int floorLog2(int x) {
+  int r = 0;
+  while (x > 1) {
+    x >>= 1;
+    ++r;
+  }
+  return r;
+}
+
+int key(Coll c, Cell cell) {
+  return (static_cast<int>(c) * kNumAlgos + static_cast<int>(cell.algo)) * kNumProtos +
+         static_cast<int>(cell.proto);
+}
+
+}  // namespace
+
+CostModel::CostModel(const TunerConfig& config, CommShape shape) : config_(config), shape_(shape) {
+  if (!config.has_hardware) {
+    throw ConfigError("tuner config " + config.origin +
+                      ": holds rules only and no hardware, so there is nothing to model (use a "
+                      "poolrun.tuner/1 JSON configuration)");
+  }
+  if (shape_.nranks < 1 || shape_.nnodes < 1 || shape_.nnodes > shape_.nranks) {
+    throw ConfigError("tuner: a communicator of " + std::to_string(shape_.nranks) + " ranks on " +
+                      std::to_string(shape_.nnodes) + " nodes cannot be modelled (need 1 <= nodes <= ranks)");
+  }
+  ppn_ = (shape_.nranks + shape_.nnodes - 1) / shape_.nnodes;
+  const int sm = config_.gpu.sm;
+  gen_ = sm >= 100 ? 3 : sm >= 90 ? 2 : sm >= 80 ? 1 : 0;
+  intraBus_ = config_.gpu.nvlink_gbyte_s > 0 ? config_.gpu.nvlink_gbyte_s * kNvlinkRingEfficiency[gen_]
+                                             : config_.gpu.pcie_gbyte_s;
+  const auto f = static_cast<size_t>(config_.fabric);
+  netBus_ = config_.net.nics_per_node * config_.net.nic_gbit_s / 8.0 * kNetEfficiency[f];
+  if (!config_.net.gdr && config_.fabric != Fabric::kTcp) netBus_ *= kNoGdrFactor;
+  if (shape_.nnodes > 1 && netBus_ <= 0) {
+    throw ConfigError("tuner config " + config_.origin + ": the communicator spans " +
+                      std::to_string(shape_.nnodes) +
+                      " nodes but the configuration describes no network (set net.nics_per_node and "
+                      "net.nic_gbit_s)");
+  }
+  for (const Measurement& m : config_.calibration) {
+    if (!m.algo || !m.proto || m.nranks != shape_.nranks || m.nnodes != shape_.nnodes) continue;
+    measured_[key(m.coll, {*m.algo, *m.proto})].emplace_back(m.bytes, m.time_us);
+  }
+  for (auto& [k, points] : measured_) {
+    std::sort(points.begin(), points.end());
+    // Several figures for one size (repeated runs): keep the fastest, as nccl-tests users read them.
+    std::vector<std::pair<std::uint64_t, double>> unique;
+    for (const auto& p : points) {
+      if (!unique.empty() && unique.back().first == p.first) {
+        unique.back().second = std::min(unique.back().second, p.second);
+      } else {
+        unique.push_back(p);
+      }
+    }
+    points = std::move(unique);
+  }
+}
+
+double CostModel::fabricHopLatencyUs() const {
+  return kFabricHopUs[static_cast<size_t>(config_.fabric)];
+}
+
+double CostModel::ll128NetworkFactor() const {
+  return kLl128NetFactor[static_cast<size_t>(config_.fabric)];
+}
+
+bool CostModel::valid(Coll coll, Cell cell) const {
+  const int n = shape_.nranks, k = shape_.nnodes;
+  const Algo a = cell.algo;
+  const Proto p = cell.proto;
+  if (n == 1) return a == Algo::kRing && p == Proto::kSimple;
+  if (p == Proto::kLL128) {
+    const bool intraOk = config_.gpu.nvlink_gbyte_s > 0 || ppn_ == 1;
+    const bool interOk = k == 1 || config_.net.gdr;
+    if (config_.gpu.sm < 70 || !intraOk || !interOk) return false;
+  }
+  const bool simpleOnly = a != Algo::kTree && a != Algo::kRing;
+  if (simpleOnly && p != Proto::kSimple) return false;
+  const bool nvls = config_.gpu.nvls;
+  const bool sharp = config_.net.sharp;
+  switch (coll) {
+    case Coll::kBroadcast:
+    case Coll::kReduce:
+      return a == Algo::kRing;
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+      switch (a) {
+        case Algo::kRing:
+          return true;
+        case Algo::kPat:
+          return k == n && k > 1;
+        case Algo::kNvls:
+          return nvls && ppn_ > 1 && ppn_ <= 32 && (k == 1 || sharp);
+        case Algo::kCollNetDirect:
+          return sharp && config_.gpu.nvswitch && k > 1 && ppn_ <= 8;
+        default:
+          return false;
+      }
+    case Coll::kAllReduce:
+      switch (a) {
+        case Algo::kTree:
+        case Algo::kRing:
+          return true;
+        case Algo::kCollNetDirect:
+          return sharp && config_.gpu.nvswitch && k > 1 && ppn_ <= 8;
+        case Algo::kCollNetChain:
+          return sharp && k > 1 && ppn_ <= 8;
+        case Algo::kNvls:
+          return nvls && ppn_ > 1 && (k == 1 || sharp);
+        case Algo::kNvlsTree:
+          return nvls && ppn_ > 1 && k > 1;
+        case Algo::kPat:
+          return false;
+      }
+  }
+  return false;
+}
+
+double CostModel::latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const {
+  const int n = shape_.nranks, k = shape_.nnodes;
+  const auto a = static_cast<size_t>(cell.algo);
+  const auto p = static_cast<size_t>(cell.proto);
+  const int intraHw = config_.gpu.nvlink_gbyte_s > 0 ? kNvlinkHw : kPciHw;
+  const double intraLat = kHopLatency[intraHw][a][p];
+  // A network hop: NCCL's, the tree's where each node holds one rank, plus the fabric's own (twice for
+  // Simple, which also waits for the receive-side flush, as NCCL counts its net latency).
+  const size_t netAlgo = ppn_ == 1 ? static_cast<size_t>(Algo::kTree) : a;
+  double interLat = kHopLatency[kNetHw][netAlgo][p];
+  if (cell.algo == Algo::kPat) interLat = kHopLatency[kNetHw][a][p];
+  interLat += fabricHopLatencyUs() * (cell.proto == Proto::kSimple ? 2.0 : 1.0);
+  const double overhead =
+      kNetOverheadUs[static_cast<size_t>(config_.cpu_vendor)] * (cell.proto == Proto::kSimple ? 3.0 : 1.0);
+  const double base = kBaseLatency[a][p];
+  const int depth = floorLog2(k);
+
+  switch (cell.algo) {
+    case Algo::kRing: {
+      const double intraStep = k > 1 ? std::max(intraLat, overhead) : intraLat;
+      int steps = n - 1, netSteps = k - 1;
+      if (coll == Coll::kAllReduce) {
+        steps = 2 * (n - 1);
+        netSteps = 2 * (k - 1);
+      }
+      double lat = base + (steps - netSteps) * intraStep + netSteps * interLat;
+      if (coll == Coll::kAllReduce && k > 1 && cell.proto == Proto::kSimple) {
+        // NCCL opens about two channels per NIC.
+        const double channels = std::max(2, 2 * config_.net.nics_per_node);
+        if (static_cast<double>(bytes) / (channels * n) >= 64) lat *= kPlateauFactor[gen_ >= 1 ? 1 : 0];
+      }
+      return lat;
+    }
+    case Algo::kTree:
+      return base + 2.0 * ((ppn_ - 1) * intraLat + depth * interLat);
+    case Algo::kCollNetDirect:
+      return base + 2.0 * (std::min(1, ppn_ - 1) * intraLat + (ppn_ - 1) * 0.4) + interLat;
+    case Algo::kCollNetChain:
+      return base + 2.0 * (ppn_ - 1) * intraLat + interLat;
+    case Algo::kNvls:
+      return intraLat + (k > 1 ? interLat : 0.0);
+    case Algo::kNvlsTree:
+      return intraLat + 2.0 * depth * interLat;
+    case Algo::kPat:
+      return base + depth * interLat / 3.5 + 2.8 * n;
+  }
+  return base;
+}
+
+double CostModel::algoBandwidth(Coll coll, Cell cell) const {
+  const int n = shape_.nranks, k = shape_.nnodes;
+  const double busFactor = busBandwidthFactor(coll, n);
+  const double nvlink = config_.gpu.nvlink_gbyte_s;
+  const double ll128Net = ll128NetworkFactor();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double llCap = k == 1 ? kLlMaxBw[gen_][0] * kLlOneNodeScale
+                              : kLlMaxBw[config_.cpu_vendor == CpuVendor::kAmd ? 1 : 0][std::min(k - 1, 2)];
+  // The tree's and NVLSTree's network stage, as algorithm bandwidth: with two nodes each node sends
+  // and receives the buffer once; with more, interior nodes of the double tree carry it twice.
+  const double treeNet = k > 1 ? netBus_ * (k == 2 ? 1.0 : 0.5) : inf;
+
+  switch (cell.algo) {
+    case Algo::kRing: {
+      const double intra = ppn_ > 1 ? intraBus_ : inf;
+      const double net = k > 1 ? netBus_ : inf;
+      double bus = std::min(intra, net);
+      if (cell.proto == Proto::kLL) bus = std::min(bus * kLlFactor, llCap);
+      if (cell.proto == Proto::kLL128) bus = kLl128Factor * std::min(intra, net * ll128Net);
+      return bus / busFactor;
+    }
+    case Algo::kTree: {
+      const double chain = ppn_ > 1 ? intraBus_ * 0.5 : inf;
+      // In NCCL's terms: the tree's bus bandwidth, halved to algorithm bandwidth at the end.
+      double bus = 2.0 * std::min(chain, treeNet) * kTreeFactor;
+      if (cell.proto == Proto::kLL) bus = std::min(bus / kTreeLlDivisor, llCap);
+      if (cell.proto == Proto::kLL128) {
+        const bool netBound = treeNet < chain;
+        bus *= (k == 1 ? kTreeLl128OneNode : kTreeLl128Nodes) * (netBound ? ll128Net : 1.0);
+      }
+      return bus * 0.5;
+    }
+    case Algo::kNvls: {
+      const double net = k > 1 ? netBus_ * kCollNetFactor : inf;
+      if (coll == Coll::kAllReduce) return std::min(nvlink * kNvlsAllReduceEfficiency[gen_], net);
+      const double bus = nvlink * kNvlsEfficiency[gen_] * (ppn_ - 1) / ppn_;
+      return std::min(bus / busFactor, net);
+    }
+    case Algo::kNvlsTree:
+      return std::min(nvlink * kNvlsAllReduceEfficiency[gen_], treeNet);
+    case Algo::kCollNetDirect: {
+      const double net = netBus_ * kCollNetFactor * (config_.gpu.sm >= 90 ? kCollNetDirectSm90 : 1.0);
+      if (coll == Coll::kAllReduce) return std::min(intraBus_, net);
+      return std::min(intraBus_, net) / busFactor;
+    }
+    case Algo::kCollNetChain:
+      return std::min(intraBus_ * 0.5, netBus_ * kCollNetFactor);
+    case Algo::kPat:
+      return netBus_ * kPatFactor / busFactor;
+  }
+  return 0;
+}
+
+double CostModel::predictUs(Coll coll, Cell cell, std::uint64_t bytes) const {
+  const double lat = latencyUs(coll, cell, bytes);
+  const double bw = algoBandwidth(coll, cell);
+  if (!(bw > 0)) return std::numeric_limits<double>::infinity();
+  return lat + static_cast<double>(bytes) / (bw * 1e3);
+}
+
+Estimate CostModel::estimate(Coll coll, Cell cell, std::uint64_t bytes) const {
+  auto it = measured_.find(key(coll, cell));
+  if (it != measured_.end()) {
+    const auto& pts = it->second;
+    auto hi = std::lower_bound(pts.begin(), pts.end(), std::make_pair(bytes, 0.0),
+                               [](const auto& x, const auto& y) { return x.first < y.first; });
+    if (hi != pts.end() && hi->first == bytes) return {hi->second, true};
+    if (hi != pts.end() && hi != pts.begin() && bytes > 0) {
+      const auto lo = std::prev(hi);
+      if (lo->first > 0) {
+        const double t =
+            (std::log(static_cast<double>(bytes)) - std::log(static_cast<double>(lo->first))) /
+            (std::log(static_cast<double>(hi->first)) - std::log(static_cast<double>(lo->first)));
+        return {std::exp(std::log(lo->second) + t * (std::log(hi->second) - std::log(lo->second))), true};
+      }
+    }
+  }
+  return {predictUs(coll, cell, bytes), false};
+}
+
+}  // namespace poolrun::tuner

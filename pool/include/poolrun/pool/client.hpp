@@ -1,0 +1,117 @@
+#pragma once
+
+// What a pool user (poolrun, poolctl) sees of a GPU pool, whichever kind it is:
+//   local        this node's GPUs, state in a SQLite file under the state directory, no daemon
+//   http://H:P   a poold serving many nodes
+//   sim:FILE     a simulated cluster described by a cluster file (leases in the state directory)
+// Every implementation passes the same contract tests.
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/topology.hpp"
+
+namespace poolrun::pool {
+
+struct GpuRef {
+  std::string node;
+  int index = 0;  // the GPU's index in its node's NodeTopology
+  bool operator==(const GpuRef&) const = default;
+  auto operator<=>(const GpuRef&) const = default;
+};
+
+struct LeaseRequest {
+  int gpus = 0;
+  int gpus_per_node = 0;  // 0: any split
+  bool whole_nodes = false;
+  std::string gpu_model;  // substring of the GPU model, empty: any
+  uint64_t min_memory_bytes = 0;
+  std::optional<topo::Fabric> fabric;
+  std::map<std::string, std::string> labels;  // every label must match
+  bool one_switch = false;                    // all nodes under one leaf switch
+  int priority = 0;                           // higher first
+  std::string owner;
+  std::string job_name;
+  std::optional<std::chrono::seconds> wait;  // nullopt: wait while the pool could ever satisfy it
+  std::chrono::seconds ttl{60};
+  std::optional<std::chrono::seconds> max_duration;
+};
+
+struct Lease {
+  std::string id;
+  std::string owner;
+  std::string job_name;
+  std::vector<GpuRef> gpus;  // sorted by node (pool order), then index
+  int priority = 0;
+  std::chrono::system_clock::time_point created;
+  std::chrono::system_clock::time_point expires;
+  std::chrono::seconds ttl{60};                                  // what a renewal extends the lease by
+  std::optional<std::chrono::system_clock::time_point> max_end;  // created + max_duration
+};
+
+// Why a pool call failed, where the caller acts on the reason (poolctl maps it to exit status).
+enum class PoolFailure {
+  kOther,         // see Error::code()
+  kNeverFits,     // the pool can never satisfy the request as it stands (failed GPUs, too few nodes)
+  kTimeout,       // the request did not fit within LeaseRequest::wait
+  kUnauthorized,  // 401: no token, or one the pool does not know
+  kForbidden,     // 403: the token's owner or role may not do this
+  kGone,          // renew of a lease that expired, was released or never existed
+};
+
+// A poolrun::Error with the reason a pool refused; thrown by every PoolClient.
+class PoolError : public Error {
+ public:
+  PoolError(PoolFailure failure, ErrorCode code, const std::string& message, int position = 0)
+      : Error(code, message), failure_(failure), position_(position) {}
+  PoolFailure failure() const noexcept { return failure_; }
+  int position() const noexcept { return position_; }  // kTimeout: the last queue position
+
+ private:
+  PoolFailure failure_;
+  int position_;
+};
+
+class PoolClient {
+ public:
+  virtual ~PoolClient() = default;
+
+  // All-or-nothing. Blocks while queued (calling `queued(position)` when the position changes),
+  // up to request.wait. Throws poolrun::Error: kUnsupported when the pool can never satisfy the
+  // request, kNotFound/kIo on a pool that cannot be reached, and a timeout error (kIo) with the
+  // last queue position when `wait` runs out.
+  virtual Lease acquire(const LeaseRequest& request,
+                        const std::function<void(int position)>& queued = {}) = 0;
+  // Extends the lease by its ttl (never past max_duration). Throws when it is gone (expired/released).
+  virtual Lease renew(const std::string& lease_id) = 0;
+  // Idempotent: releasing a released or expired lease is not an error.
+  virtual void release(const std::string& lease_id) = 0;
+
+  // The node as the pool knows it: name, topology, leaf switch, labels, fabric override.
+  virtual topo::ClusterNode node(const std::string& name) = 0;
+  virtual std::string describe() const = 0;  // "local (/var/lib/...)", "http://h:p", "sim:FILE"
+};
+
+struct ClientOptions {
+  std::string token;      // bearer token for http pools (POOLRUN_TOKEN or --token-file)
+  std::string state_dir;  // empty: $POOLRUN_STATE_DIR, else the XDG state directory
+  std::string owner;      // empty: the user name
+  // Embedded pools (local, sim:) have no tokens: whoever can write the state file is trusted, so
+  // the caller says its role. "admin" (the default) may release any lease and change the
+  // inventory; "user" only its own leases. http pools take the role from the token file.
+  std::string role = "admin";
+};
+
+// Opens a pool by URI. Throws poolrun::Error (kBadInput) naming the URI when it is malformed. The
+// `local` pool opens on any machine (so that status and leases work); acquiring from it on a
+// machine without GPUs throws PoolError kNeverFits "no GPUs on this node; use --pool sim:FILE".
+std::unique_ptr<PoolClient> openPool(const std::string& uri, const ClientOptions& options = {});
+
+}  // namespace poolrun::pool

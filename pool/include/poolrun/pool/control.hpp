@@ -1,0 +1,80 @@
+#pragma once
+
+// What people and scripts see of a pool beyond leasing (poolctl): the inventory, the leases, the
+// queue, and the administrator's commands. Every pool kind implements it.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "poolrun/pool/client.hpp"
+
+namespace poolrun::pool {
+
+enum class NodeState { kUp, kDraining, kDown };
+enum class GpuState { kFree, kLeased, kFailed };
+std::string toString(NodeState state);
+std::string toString(GpuState state);
+// "up", "draining", "down"; throws poolrun::Error (kBadInput) naming the text otherwise.
+NodeState nodeStateFromString(std::string_view text);
+
+struct GpuInfo {
+  int index = 0;
+  std::string pci;  // "0000:18:00.0"
+  std::string uuid;
+  std::string model;
+  uint64_t memory_bytes = 0;
+  GpuState state = GpuState::kFree;
+  std::string lease;  // the lease holding it, where leased (a failed GPU may still be held)
+};
+
+struct NodeInfo {
+  std::string name;
+  std::string switch_name;
+  std::string rail_group;
+  std::string fabric;  // "ib", "roce", "tcp"
+  std::map<std::string, std::string> labels;
+  NodeState state = NodeState::kUp;
+  std::vector<GpuInfo> gpus;
+};
+
+struct QueueInfo {
+  int64_t ticket = 0;
+  int position = 0;  // 1: the head
+  std::string owner;
+  std::string job_name;
+  int gpus = 0;
+  int priority = 0;
+  std::chrono::system_clock::time_point enqueued;
+};
+
+struct PoolStatus {
+  int nodes_up = 0, nodes_draining = 0, nodes_down = 0;
+  int gpus_free = 0, gpus_leased = 0, gpus_failed = 0;
+  int leases = 0;
+  int queued = 0;
+  uint64_t leases_granted = 0;  // since the pool was created
+};
+
+class PoolControl : public PoolClient {
+ public:
+  virtual PoolStatus status() = 0;
+  virtual std::vector<NodeInfo> nodes() = 0;
+  virtual std::vector<Lease> leases() = 0;
+  virtual std::vector<QueueInfo> queue() = 0;
+  // Administrator commands (PoolError kForbidden for a user).
+  // Adds nodes, or updates the topology, switch and labels of known ones (keeping their state).
+  virtual void registerNodes(const std::vector<topo::ClusterNode>& nodes) = 0;
+  virtual void drain(const std::string& node) = 0;   // no new leases; existing ones run on
+  virtual void resume(const std::string& node) = 0;  // back to up
+  virtual void failGpu(const std::string& node, int index) = 0;
+};
+
+// openPool() with the inventory and administration interface.
+std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const ClientOptions& options = {});
+
+// The state directory: options.state_dir, else $POOLRUN_STATE_DIR, else $XDG_STATE_HOME/poolrun,
+// else ~/.local/state/poolrun. Created when missing.
+std::string stateDirectory(const ClientOptions& options);
+
+}  // namespace poolrun::pool

@@ -1,0 +1,34 @@
+#pragma once
+
+// Gang placement: which GPUs a request gets out of those it may use, all or none.
+// Rules, in order: fewest nodes; all nodes under one leaf switch when the request fits there;
+// best fit (the tightest set of partly used nodes, so that whole nodes stay free for large
+// requests); inside a node, GPUs that share a PCIe switch, else a NUMA node.
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "poolrun/pool/client.hpp"
+#include "poolrun/pool/state.hpp"
+
+namespace poolrun::pool {
+
+// A node as placement sees it: GPUs the request may use now (free, matching the constraints).
+struct NodeView {
+  const PoolNode* node = nullptr;
+  std::vector<int> usable;  // GPU indexes, ascending
+  bool whole = false;       // every GPU of the node is usable
+};
+
+// Whether the node itself matches the request (state up, fabric, labels). GPU-level constraints
+// (model, memory) are gpuMatches().
+// `anyState`: as if the node were up (whether the pool could ever use it, draining nodes count).
+bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState = false);
+bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request);
+
+// The GPUs for `request`, sorted by pool order of their nodes then index; nullopt when it does
+// not fit. Cost: O(nodes log nodes) plus a small enumeration for requests spanning <= 3 nodes.
+std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request);
+
+}  // namespace poolrun::pool

@@ -1,0 +1,157 @@
+#pragma once
+
+// PoolState: the whole pool as a value (inventory, leases, queue) and every rule that changes it.
+// No I/O and no clock of its own: each operation takes `now`, so that tests drive time. Every
+// implementation (embedded, poold) runs these rules and persists what they mark dirty.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "poolrun/pool/client.hpp"
+#include "poolrun/pool/control.hpp"
+#include "poolrun/topo/cluster.hpp"
+
+namespace poolrun::pool {
+
+using TimePoint = std::chrono::system_clock::time_point;
+inline constexpr TimePoint kNever = TimePoint::max();
+
+struct PoolNode {
+  std::string name;
+  std::shared_ptr<const topo::NodeTopology> topology;
+  std::string switch_name;
+  std::string rail_group;
+  std::optional<topo::Fabric> fabric;  // where the cluster file says; else derived from the NICs
+  std::map<std::string, std::string> labels;
+  NodeState state = NodeState::kUp;
+  std::set<int> failed;  // failed GPU indexes
+  int64_t order = 0;     // registration order: "pool order"
+
+  int gpuCount() const { return topology ? static_cast<int>(topology->gpus.size()) : 0; }
+  topo::Fabric effectiveFabric() const;
+};
+
+struct QueueEntry {
+  enum class Status { kWaiting, kGranted, kFailed };
+  int64_t ticket = 0;
+  LeaseRequest request;
+  TimePoint enqueued;
+  TimePoint heartbeat;  // last sign of life of the waiting client
+  Status status = Status::kWaiting;
+  std::string lease_id;  // kGranted
+  std::string reason;    // kFailed
+};
+
+// What PoolState changed since the last takeDirty(): the rows a store must write.
+struct Dirty {
+  std::set<std::string> nodes;       // upsert, or delete where gone
+  std::set<std::string> leases;      // upsert, or delete where gone
+  std::set<std::string> new_leases;  // their GPUs must be inserted (a subset of `leases`)
+  std::set<int64_t> queue;           // upsert, or delete where gone
+  bool counters = false;
+  bool empty() const { return nodes.empty() && leases.empty() && queue.empty() && !counters; }
+  void merge(const Dirty& other);
+};
+
+struct SubmitResult {
+  std::optional<Lease> lease;  // granted at once
+  int64_t ticket = 0;          // else: queued under this ticket
+  int position = 0;
+};
+
+struct PollResult {
+  QueueEntry::Status status = QueueEntry::Status::kWaiting;
+  int position = 0;
+  std::optional<Lease> lease;
+  std::string reason;
+};
+
+class PoolState {
+ public:
+  // --- inventory
+  // Adds a node, or replaces the topology, switch, labels and fabric of a known one (its state,
+  // failed GPUs and leases stay). Throws kBadInput for a node without a name.
+  void registerNode(const topo::ClusterNode& node);
+  void setNodeState(const std::string& node, NodeState state);  // throws kNotFound
+  void failGpu(const std::string& node, int index);             // throws kNotFound / kBadInput
+
+  // --- leases. `owner`/`admin` come from the caller's identity.
+  // Validates the request (kBadInput), fails at once when the pool could never satisfy it
+  // (PoolError kNeverFits), grants it when it fits now without delaying anyone queued, else
+  // queues it (unless `queue` is false: then the ticket is 0 and nothing changes).
+  SubmitResult submit(LeaseRequest request, TimePoint now, bool queue = true);
+  // Status of a queued request; refreshes its heartbeat. A granted or failed entry is removed
+  // once polled. Throws PoolError kGone for an unknown ticket.
+  PollResult poll(int64_t ticket, TimePoint now);
+  // Withdraws a queued request; a lease granted to it meanwhile is released. Idempotent.
+  void cancel(int64_t ticket, TimePoint now);
+  Lease renew(const std::string& id, const std::string& owner, bool admin, TimePoint now);
+  // Idempotent: false when there was no such lease. PoolError kForbidden for another owner's.
+  bool release(const std::string& id, const std::string& owner, bool admin, TimePoint now);
+  // Expires leases, drops queue entries whose client went quiet for `stale_after`, and starts
+  // what can start.
+  void tick(TimePoint now, std::chrono::seconds stale_after = std::chrono::seconds(30));
+
+  // --- views
+  const std::map<std::string, PoolNode>& nodeMap() const { return nodes_; }
+  const std::map<std::string, Lease>& leaseMap() const { return leases_; }
+  const std::map<int64_t, QueueEntry>& queueMap() const { return queue_; }
+  std::vector<const PoolNode*> nodesInOrder() const;
+  GpuState gpuState(const std::string& node, int index) const;
+  const std::string* holder(const std::string& node, int index) const;  // lease id or null
+  PoolStatus status() const;
+  std::vector<NodeInfo> nodeInfos() const;
+  std::vector<Lease> leaseList() const;      // by creation time
+  std::vector<QueueInfo> queueList() const;  // in queue order
+  // When the last scheduling pass planned a waiting request to start (nullopt: it fits nowhere).
+  std::optional<TimePoint> plannedStart(int64_t ticket) const;
+  uint64_t leasesGranted() const { return leases_granted_; }
+  int64_t nextTicket() const { return next_ticket_; }
+
+  // --- persistence: stores load rows with these and write what takeDirty() names.
+  void loadNode(PoolNode node);
+  void loadLease(Lease lease);  // throws kInternal if a GPU is already held (never leased twice)
+  void loadQueueEntry(QueueEntry entry);
+  void loadCounters(uint64_t leases_granted, int64_t next_ticket);
+  Dirty takeDirty();
+  void clear();
+
+  // Queue waiting times of granted requests since the last call (for metrics).
+  std::vector<double> takeWaitSeconds();
+
+ private:
+  struct Occupancy {
+    std::vector<std::string> holder;  // per GPU index: lease id, empty when free
+  };
+  void schedule(TimePoint now);
+  std::vector<const QueueEntry*> waitingInOrder() const;
+  Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
+  void dropLease(const std::string& id);
+  bool everFits(const LeaseRequest& request) const;
+  Occupancy& occupancy(const std::string& node);
+
+  std::map<std::string, PoolNode> nodes_;
+  std::map<std::string, Occupancy> occupancy_;
+  std::map<std::string, Lease> leases_;
+  std::map<int64_t, QueueEntry> queue_;
+  uint64_t leases_granted_ = 0;
+  int64_t next_ticket_ = 1;
+  int64_t next_order_ = 0;
+  Dirty dirty_;
+  std::vector<double> wait_seconds_;
+  std::map<int64_t, TimePoint> planned_;
+};
+
+// Throws kBadInput naming the field of a request that cannot be valid.
+void validateRequest(const LeaseRequest& request);
+
+// A fresh lease id: "L" and 16 random hex digits.
+std::string newLeaseId();
+
+}  // namespace poolrun::pool

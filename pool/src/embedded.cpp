@@ -1,0 +1,276 @@
+// The embedded pools: `local` (this node, probed) and `sim:FILE` (a cluster file). No daemon: every
+// call is one SQLite transaction on a file in the state directory that every process shares.
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "embedded.hpp"
+#include "poolrun/pool/store.hpp"
+#include "poolrun/topo/sources.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using Clock = std::chrono::system_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string fnv8(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[9];
+  snprintf(buf, sizeof buf, "%08llx", static_cast<unsigned long long>(h & 0xffffffffull));
+  return buf;
+}
+
+bool sameNode(const PoolNode& n, const topo::ClusterNode& c) {
+  return n.switch_name == c.switch_name && n.rail_group == c.rail_group && n.fabric == c.fabric &&
+         n.labels == c.labels && n.topology && c.topology && *n.topology == *c.topology;
+}
+
+class EmbeddedPool : public PoolControl {
+ public:
+  EmbeddedPool(std::string description, const std::filesystem::path& db, const ClientOptions& options,
+               bool local)
+      : description_(std::move(description)),
+        store_(db),
+        owner_(options.owner.empty() ? currentUser() : options.owner),
+        admin_(options.role != "user"),
+        local_(local) {
+    if (options.role != "user" && options.role != "admin")
+      throw badInput("bad role '" + options.role + "' (use user or admin)");
+  }
+
+  void seed(const std::vector<topo::ClusterNode>& nodes) {
+    transact([&](PoolState& s, TimePoint) {
+      for (const topo::ClusterNode& n : nodes) {
+        auto it = s.nodeMap().find(n.name);
+        if (it == s.nodeMap().end() || !sameNode(it->second, n)) s.registerNode(n);
+      }
+      return 0;
+    });
+  }
+
+  Lease acquire(const LeaseRequest& request, const std::function<void(int)>& queued) override {
+    LeaseRequest r = request;
+    if (r.owner.empty() || !admin_) r.owner = owner_;
+    if (local_) {
+      int gpus = transact([](PoolState& s, TimePoint) {
+        return s.status().gpus_free + s.status().gpus_leased + s.status().gpus_failed;
+      });
+      if (gpus == 0)
+        throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
+                        "no GPUs on this node; use --pool sim:FILE");
+    }
+    const auto start = Clock::now();
+    const bool noWait = r.wait && *r.wait == seconds(0);
+    SubmitResult sub = transact([&](PoolState& s, TimePoint now) { return s.submit(r, now, !noWait); });
+    if (sub.lease) return *sub.lease;
+    if (sub.ticket == 0) throw timeout(r, sub.position);
+    int position = sub.position;
+    if (queued) queued(position);
+    milliseconds interval(10);
+    for (;;) {
+      std::this_thread::sleep_for(interval);
+      interval = std::min(interval * 2, milliseconds(200));
+      PollResult p = transact([&](PoolState& s, TimePoint now) { return s.poll(sub.ticket, now); });
+      if (p.status == QueueEntry::Status::kGranted) return *p.lease;
+      if (p.status == QueueEntry::Status::kFailed)
+        throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, p.reason);
+      if (p.position != position) {
+        position = p.position;
+        if (queued) queued(position);
+      }
+      if (r.wait && Clock::now() - start >= *r.wait) {
+        transact([&](PoolState& s, TimePoint now) {
+          s.cancel(sub.ticket, now);
+          return 0;
+        });
+        throw timeout(r, position);
+      }
+    }
+  }
+
+  Lease renew(const std::string& id) override {
+    return transact([&](PoolState& s, TimePoint now) { return s.renew(id, owner_, admin_, now); });
+  }
+
+  void release(const std::string& id) override {
+    transact([&](PoolState& s, TimePoint now) { return s.release(id, owner_, admin_, now); });
+  }
+
+  topo::ClusterNode node(const std::string& name) override {
+    return transact([&](PoolState& s, TimePoint) {
+      auto it = s.nodeMap().find(name);
+      if (it == s.nodeMap().end())
+        throw Error(ErrorCode::kNotFound,
+                    "no node '" + name + "' in " + description_ + " (see `poolctl nodes`)");
+      const PoolNode& n = it->second;
+      topo::ClusterNode c;
+      c.name = n.name;
+      c.topology = n.topology;
+      c.switch_name = n.switch_name;
+      c.rail_group = n.rail_group;
+      c.fabric = n.fabric;
+      c.labels = n.labels;
+      return c;
+    });
+  }
+
+  std::string describe() const override { return description_; }
+
+  PoolStatus status() override {
+    return transact([](PoolState& s, TimePoint) { return s.status(); });
+  }
+  std::vector<NodeInfo> nodes() override {
+    return transact([](PoolState& s, TimePoint) { return s.nodeInfos(); });
+  }
+  std::vector<Lease> leases() override {
+    return transact([](PoolState& s, TimePoint) { return s.leaseList(); });
+  }
+  std::vector<QueueInfo> queue() override {
+    return transact([](PoolState& s, TimePoint) { return s.queueList(); });
+  }
+  void registerNodes(const std::vector<topo::ClusterNode>& nodes) override {
+    requireAdmin("register nodes");
+    transact([&](PoolState& s, TimePoint now) {
+      for (const topo::ClusterNode& n : nodes) s.registerNode(n);
+      s.tick(now);
+      return 0;
+    });
+  }
+  void drain(const std::string& node) override { setState(node, NodeState::kDraining, "drain"); }
+  void resume(const std::string& node) override { setState(node, NodeState::kUp, "resume"); }
+  void failGpu(const std::string& node, int index) override {
+    requireAdmin("mark GPUs failed");
+    transact([&](PoolState& s, TimePoint now) {
+      s.failGpu(node, index);
+      s.tick(now);
+      return 0;
+    });
+  }
+
+ private:
+  static std::string currentUser() {
+    if (const char* u = std::getenv("USER"); u && *u) return u;
+    if (const passwd* pw = getpwuid(getuid())) return pw->pw_name;
+    return "uid" + std::to_string(getuid());
+  }
+
+  PoolError timeout(const LeaseRequest& r, int position) const {
+    return PoolError(PoolFailure::kTimeout, ErrorCode::kIo,
+                     "a request for " + std::to_string(r.gpus) + " GPUs did not fit within --wait " +
+                         std::to_string(r.wait ? r.wait->count() : 0) + "s (it was number " +
+                         std::to_string(position) + " in the queue of " + description_ +
+                         "); wait longer or ask for fewer",
+                     position);
+  }
+
+  void requireAdmin(const std::string& what) const {
+    if (!admin_)
+      throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
+                      "owner " + owner_ + " (role user) may not " + what + "; an administrator may");
+  }
+
+  void setState(const std::string& node, NodeState state, const std::string& what) {
+    requireAdmin(what + " nodes");
+    transact([&](PoolState& s, TimePoint now) {
+      s.setNodeState(node, state);
+      s.tick(now);
+      return 0;
+    });
+  }
+
+  // One transaction: reload if another process committed, expire, apply, write, commit.
+  template <typename F>
+  auto transact(F&& fn) -> decltype(fn(std::declval<PoolState&>(), TimePoint())) {
+    std::lock_guard<std::mutex> lock(mu_);
+    store_.begin();
+    try {
+      int64_t version = store_.dataVersion();
+      if (!loaded_ || version != version_) {
+        store_.load(state_);
+        loaded_ = true;
+        version_ = version;
+      }
+      TimePoint now = Clock::now();
+      state_.tick(now);
+      auto result = fn(state_, now);
+      store_.write(state_, state_.takeDirty());
+      store_.commit();
+      return result;
+    } catch (...) {
+      store_.rollback();
+      loaded_ = false;
+      throw;
+    }
+  }
+
+  std::string description_;
+  std::mutex mu_;
+  Store store_;
+  PoolState state_;
+  bool loaded_ = false;
+  int64_t version_ = 0;
+  std::string owner_;
+  bool admin_;
+  bool local_;
+};
+
+}  // namespace
+
+std::string stateDirectory(const ClientOptions& options) {
+  std::filesystem::path dir;
+  if (!options.state_dir.empty()) {
+    dir = options.state_dir;
+  } else if (const char* s = std::getenv("POOLRUN_STATE_DIR"); s && *s) {
+    dir = s;
+  } else if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) {
+    dir = std::filesystem::path(x) / "poolrun";
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    dir = std::filesystem::path(h) / ".local" / "state" / "poolrun";
+  } else {
+    throw badInput("no state directory: set POOLRUN_STATE_DIR (or HOME)");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw Error(ErrorCode::kIo, dir.string() + ": cannot create the state directory (" + ec.message() + ")");
+  return dir.string();
+}
+
+std::unique_ptr<PoolControl> openEmbeddedLocal(const ClientOptions& options) {
+  std::filesystem::path db = std::filesystem::path(stateDirectory(options)) / "local.sqlite";
+  auto pool = std::make_unique<EmbeddedPool>("local (" + db.string() + ")", db, options, true);
+  topo::ClusterNode node;
+  auto topology = std::make_shared<topo::NodeTopology>(topo::probeLive());
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  node.name = topology->hostname.empty() ? host : topology->hostname;
+  node.topology = std::move(topology);
+  pool->seed({node});
+  return pool;
+}
+
+std::unique_ptr<PoolControl> openEmbeddedSim(const std::string& file, const ClientOptions& options) {
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::weakly_canonical(file, ec);
+  if (ec || !std::filesystem::is_regular_file(abs))
+    throw Error(ErrorCode::kNotFound, "sim:" + file + ": no such cluster file (see clusters/*.toml)");
+  topo::Cluster cluster = topo::readClusterFile(abs);
+  std::filesystem::path db = std::filesystem::path(stateDirectory(options)) /
+                             ("sim-" + abs.stem().string() + "-" + fnv8(abs.string()) + ".sqlite");
+  auto pool = std::make_unique<EmbeddedPool>("sim:" + file, db, options, false);
+  pool->seed(cluster.nodes);
+  return pool;
+}
+
+}  // namespace poolrun::pool

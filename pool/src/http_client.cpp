@@ -1,0 +1,183 @@
+// PoolClient for a poold: JSON over HTTP with a bearer token.
+
+#include <httplib.h>
+
+#include <mutex>
+#include <thread>
+
+#include "embedded.hpp"
+#include "poolrun/pool/json.hpp"
+#include "poolrun/pool/state.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class HttpPool : public PoolControl {
+ public:
+  HttpPool(std::string uri, const std::string& host, int port, const ClientOptions& options)
+      : uri_(std::move(uri)), client_(host, port), token_(options.token) {
+    client_.set_keep_alive(true);
+    client_.set_connection_timeout(5, 0);
+    client_.set_read_timeout(30, 0);
+    client_.set_write_timeout(30, 0);
+    client_.set_tcp_nodelay(true);
+    if (!token_.empty()) client_.set_bearer_token_auth(token_.c_str());
+  }
+
+  Lease acquire(const LeaseRequest& request, const std::function<void(int)>& queued) override {
+    const auto start = Clock::now();
+    // The request id makes a retried POST (its reply lost on a reused connection) idempotent.
+    json body = toJson(request);
+    body["request_id"] = newLeaseId();
+    json reply = call("POST", "/v1/leases", body);
+    if (reply.contains("lease")) return leaseFromJson(reply["lease"]);
+    int64_t ticket = reply.value("ticket", int64_t{0});
+    int position = reply.value("position", 0);
+    if (ticket == 0) throw timeout(request, position);
+    if (queued) queued(position);
+    for (;;) {
+      milliseconds slice(1000);
+      if (request.wait) {
+        auto left = std::chrono::duration_cast<milliseconds>(*request.wait - (Clock::now() - start));
+        if (left <= milliseconds(0)) {
+          json gone = call("DELETE", "/v1/queue/" + std::to_string(ticket), nullptr);
+          (void)gone;
+          throw timeout(request, position);
+        }
+        slice = std::min(slice, left);
+      }
+      json p = call("GET",
+                    "/v1/queue/" + std::to_string(ticket) + "?wait_ms=" + std::to_string(slice.count()) +
+                        "&position=" + std::to_string(position),
+                    nullptr);
+      std::string status = p.value("status", "");
+      if (status == "granted") return leaseFromJson(p.at("lease"));
+      if (status == "failed")
+        throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, p.value("error", "request failed"));
+      int now = p.value("position", position);
+      if (now != position) {
+        position = now;
+        if (queued) queued(position);
+      }
+    }
+  }
+
+  Lease renew(const std::string& id) override {
+    return leaseFromJson(call("POST", "/v1/leases/" + id + "/renew", json::object()).at("lease"));
+  }
+  void release(const std::string& id) override { call("DELETE", "/v1/leases/" + id, nullptr); }
+  topo::ClusterNode node(const std::string& name) override {
+    return clusterNodeFromJson(call("GET", "/v1/nodes/" + name, nullptr));
+  }
+  std::string describe() const override { return uri_; }
+
+  PoolStatus status() override { return statusFromJson(call("GET", "/v1/status", nullptr)); }
+  std::vector<NodeInfo> nodes() override {
+    std::vector<NodeInfo> out;
+    for (const json& n : call("GET", "/v1/nodes", nullptr)) out.push_back(nodeInfoFromJson(n));
+    return out;
+  }
+  std::vector<Lease> leases() override {
+    std::vector<Lease> out;
+    for (const json& l : call("GET", "/v1/leases", nullptr)) out.push_back(leaseFromJson(l));
+    return out;
+  }
+  std::vector<QueueInfo> queue() override {
+    std::vector<QueueInfo> out;
+    for (const json& q : call("GET", "/v1/queue", nullptr)) out.push_back(queueInfoFromJson(q));
+    return out;
+  }
+  void registerNodes(const std::vector<topo::ClusterNode>& nodes) override {
+    // One node per request keeps every body far below poold's size limit.
+    for (const topo::ClusterNode& n : nodes)
+      call("POST", "/v1/nodes", json{{"nodes", json::array({toJson(n)})}});
+  }
+  void drain(const std::string& node) override {
+    call("POST", "/v1/nodes/" + node + "/drain", json::object());
+  }
+  void resume(const std::string& node) override {
+    call("POST", "/v1/nodes/" + node + "/resume", json::object());
+  }
+  void failGpu(const std::string& node, int index) override {
+    call("POST", "/v1/nodes/" + node + "/gpus/" + std::to_string(index) + "/fail", json::object());
+  }
+
+ private:
+  PoolError timeout(const LeaseRequest& r, int position) const {
+    return PoolError(PoolFailure::kTimeout, ErrorCode::kIo,
+                     "a request for " + std::to_string(r.gpus) + " GPUs did not fit within --wait " +
+                         std::to_string(r.wait ? r.wait->count() : 0) + "s (it was number " +
+                         std::to_string(position) + " in the queue of " + uri_ +
+                         "); wait longer or ask for fewer",
+                     position);
+  }
+
+  json call(const std::string& method, const std::string& path, const json& body) {
+    std::lock_guard<std::mutex> lock(mu_);
+    httplib::Result res{nullptr, httplib::Error::Unknown};
+    std::string text = body.is_null() ? std::string() : body.dump();
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (method == "GET")
+        res = client_.Get(path.c_str());
+      else if (method == "DELETE")
+        res = client_.Delete(path.c_str());
+      else
+        res = client_.Post(path.c_str(), text, "application/json");
+      // A kept-alive connection can fail once where a fresh one succeeds. Every call is safe to
+      // repeat: reads, release, renew and the admin commands are idempotent, acquire carries a
+      // request id that poold answers again with the same lease.
+      if (res || res.error() == httplib::Error::Connection) break;
+    }
+    if (!res)
+      throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
+                      "cannot reach poold at " + uri_ + " (" + httplib::to_string(res.error()) +
+                          "); is it running and listening there?");
+    json doc;
+    try {
+      doc = res->body.empty() ? json(nullptr) : json::parse(res->body);
+    } catch (const json::exception&) {
+      doc = json{{"error", res->body}};
+    }
+    if (res->status >= 200 && res->status < 300) return doc;
+    std::string msg = doc.is_object() && doc.contains("error") ? doc["error"].get<std::string>() : res->body;
+    std::string where = uri_ + " refused " + method + " " + path.substr(0, path.find('?')) + " (" +
+                        std::to_string(res->status) + "): ";
+    switch (res->status) {
+      case 400:
+        throw PoolError(PoolFailure::kOther, ErrorCode::kBadInput, where + msg);
+      case 401:
+        throw PoolError(PoolFailure::kUnauthorized, ErrorCode::kBadInput,
+                        where + msg + "; set POOLRUN_TOKEN or --token-file to a token poold knows");
+      case 403:
+        throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput, where + msg);
+      case 404:
+        throw PoolError(doc.value("reason", "") == "gone" ? PoolFailure::kGone : PoolFailure::kOther,
+                        ErrorCode::kNotFound, where + msg);
+      case 413:
+        throw PoolError(PoolFailure::kOther, ErrorCode::kBadInput, where + "request body too large");
+      case 422:
+        throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, msg);
+      default:
+        throw PoolError(PoolFailure::kOther, ErrorCode::kIo, where + msg);
+    }
+  }
+
+  std::string uri_;
+  std::mutex mu_;
+  httplib::Client client_;
+  std::string token_;
+};
+
+}  // namespace
+
+std::unique_ptr<PoolControl> openHttp(const std::string& uri, const std::string& host, int port,
+                                      const ClientOptions& options) {
+  return std::make_unique<HttpPool>(uri, host, port, options);
+}
+
+}  // namespace poolrun::pool

@@ -1,0 +1,255 @@
+#include "poolrun/pool/placement.hpp"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+namespace poolrun::pool {
+namespace {
+
+struct Candidate {
+  const NodeView* view;
+  int free;
+  bool whole;
+};
+
+// Nodes chosen for a request and how many GPUs each gives.
+struct Choice {
+  std::vector<std::pair<const NodeView*, int>> takes;
+  long waste = 0;  // usable GPUs left on the chosen nodes
+  int whole = 0;   // whole nodes broken into
+  size_t count() const { return takes.size(); }
+};
+
+// Lexicographic: fewer nodes, less waste, fewer whole nodes broken into.
+bool better(const Choice& a, const Choice& b) {
+  if (a.count() != b.count()) return a.count() < b.count();
+  if (a.waste != b.waste) return a.waste < b.waste;
+  return a.whole < b.whole;
+}
+
+bool byOrder(const Candidate& a, const Candidate& b) {
+  return a.view->node->order < b.view->node->order;
+}
+
+Choice makeChoice(std::vector<Candidate> chosen, int n) {
+  Choice c;
+  long sum = 0;
+  for (const Candidate& x : chosen) sum += x.free;
+  c.waste = sum - n;
+  // The waste comes off the smallest node; with the fewest nodes it is always smaller than it.
+  std::sort(chosen.begin(), chosen.end(), [](const Candidate& a, const Candidate& b) {
+    return a.free != b.free ? a.free < b.free : byOrder(a, b);
+  });
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    int take = chosen[i].free - (i == 0 ? static_cast<int>(c.waste) : 0);
+    c.whole += chosen[i].whole ? 1 : 0;
+    c.takes.emplace_back(chosen[i].view, take);
+  }
+  return c;
+}
+
+// The fewest nodes out of `cands` that hold n GPUs, and among those the tightest fit.
+std::optional<Choice> bestFit(std::vector<Candidate> cands, int n) {
+  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.free != b.free) return a.free > b.free;
+    if (a.whole != b.whole) return !a.whole;
+    return byOrder(a, b);
+  });
+  long sum = 0;
+  size_t m = 0;
+  while (m < cands.size() && sum < n) sum += cands[m++].free;
+  if (sum < n) return std::nullopt;
+
+  if (m <= 3) {
+    // Enumerate multisets of (free, whole) kinds; nodes of one kind are interchangeable, the
+    // earliest in pool order is taken first.
+    std::map<std::pair<int, bool>, std::vector<Candidate>> kinds;
+    for (const Candidate& c : cands) kinds[{c.free, c.whole}].push_back(c);
+    for (auto& [k, v] : kinds) std::sort(v.begin(), v.end(), byOrder);
+    std::vector<std::pair<std::pair<int, bool>, std::vector<Candidate>*>> keys;
+    for (auto& [k, v] : kinds) keys.emplace_back(k, &v);
+    std::optional<std::vector<int>> best;  // counts per kind
+    long bestWaste = 0;
+    int bestWhole = 0;
+    std::vector<int> counts(keys.size(), 0);
+    auto rec = [&](auto&& self, size_t i, size_t left, long total, int whole) -> void {
+      if (left == 0) {
+        if (total < n) return;
+        long waste = total - n;
+        if (!best || waste < bestWaste || (waste == bestWaste && whole < bestWhole)) {
+          best = counts;
+          bestWaste = waste;
+          bestWhole = whole;
+        }
+        return;
+      }
+      if (i == keys.size()) return;
+      size_t avail = keys[i].second->size();
+      for (size_t k = std::min(avail, left);; --k) {
+        counts[i] = static_cast<int>(k);
+        self(self, i + 1, left - k, total + static_cast<long>(k) * keys[i].first.first,
+             whole + (keys[i].first.second ? static_cast<int>(k) : 0));
+        if (k == 0) break;
+      }
+      counts[i] = 0;
+    };
+    rec(rec, 0, m, 0, 0);
+    std::vector<Candidate> chosen;
+    for (size_t i = 0; i < keys.size(); ++i)
+      for (int k = 0; k < (*best)[i]; ++k) chosen.push_back((*keys[i].second)[static_cast<size_t>(k)]);
+    return makeChoice(std::move(chosen), n);
+  }
+
+  // Many nodes: the m-1 largest, then the smallest node that completes the request.
+  std::vector<Candidate> chosen(cands.begin(), cands.begin() + static_cast<long>(m - 1));
+  long have = 0;
+  for (const Candidate& c : chosen) have += c.free;
+  long need = n - have;
+  const Candidate* last = nullptr;
+  for (size_t i = m - 1; i < cands.size(); ++i) {
+    const Candidate& c = cands[i];
+    if (c.free < need) continue;
+    if (!last || c.free < last->free || (c.free == last->free && last->whole && !c.whole)) last = &c;
+  }
+  chosen.push_back(*last);
+  return makeChoice(std::move(chosen), n);
+}
+
+// Exactly `m` nodes giving `k` GPUs each: the nodes with the fewest usable GPUs that still have k.
+std::optional<Choice> perNodeFit(std::vector<Candidate> cands, int k, size_t m) {
+  if (cands.size() < m) return std::nullopt;
+  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.free != b.free) return a.free < b.free;
+    if (a.whole != b.whole) return !a.whole;
+    return byOrder(a, b);
+  });
+  Choice c;
+  for (size_t i = 0; i < m; ++i) {
+    c.takes.emplace_back(cands[i].view, k);
+    c.waste += cands[i].free - k;
+    c.whole += cands[i].whole ? 1 : 0;
+  }
+  return c;
+}
+
+// Whole nodes until n GPUs: the biggest nodes first (fewest nodes), then the least surplus.
+std::optional<Choice> wholeFit(std::vector<Candidate> cands, int n) {
+  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+    return a.free != b.free ? a.free > b.free : byOrder(a, b);
+  });
+  long sum = 0;
+  size_t m = 0;
+  while (m < cands.size() && sum < n) sum += cands[m++].free;
+  if (sum < n) return std::nullopt;
+  // Replace the last node by the smallest one that still completes the request.
+  long have = sum - cands[m - 1].free;
+  size_t last = m - 1;
+  for (size_t i = m; i < cands.size(); ++i)
+    if (have + cands[i].free >= n && cands[i].free < cands[last].free) last = i;
+  Choice c;
+  for (size_t i = 0; i + 1 < m; ++i) c.takes.emplace_back(cands[i].view, cands[i].free);
+  c.takes.emplace_back(cands[last].view, cands[last].free);
+  c.waste = have + cands[last].free - n;
+  c.whole = static_cast<int>(m);
+  return c;
+}
+
+// k GPUs of a node, keeping them close: one PCIe switch if some switch has k, else one NUMA node,
+// else the largest NUMA groups first.
+std::vector<int> pickGpus(const PoolNode& node, const std::vector<int>& usable, int k) {
+  if (static_cast<size_t>(k) >= usable.size()) return usable;
+  const auto& gpus = node.topology->gpus;
+  auto groupsBy = [&](auto key) {
+    std::map<int, std::vector<int>> groups;
+    for (int i : usable) groups[key(gpus[static_cast<size_t>(i)])].push_back(i);
+    return groups;
+  };
+  for (auto groups : {groupsBy([](const topo::Gpu& g) { return g.at.switch_index; }),
+                      groupsBy([](const topo::Gpu& g) { return g.at.numa; })}) {
+    const std::vector<int>* best = nullptr;
+    for (const auto& [key, g] : groups)
+      if (key != topo::kNone && g.size() >= static_cast<size_t>(k) && (!best || g.size() < best->size()))
+        best = &g;
+    if (best) return {best->begin(), best->begin() + k};
+  }
+  auto groups = groupsBy([](const topo::Gpu& g) { return g.at.numa; });
+  std::vector<std::vector<int>> ordered;
+  for (auto& [key, g] : groups) ordered.push_back(g);
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::vector<int> out;
+  for (const auto& g : ordered)
+    for (int i : g)
+      if (out.size() < static_cast<size_t>(k)) out.push_back(i);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState) {
+  if ((!anyState && node.state != NodeState::kUp) || !node.topology) return false;
+  if (request.fabric && node.effectiveFabric() != *request.fabric) return false;
+  for (const auto& [key, value] : request.labels) {
+    auto it = node.labels.find(key);
+    if (it == node.labels.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request) {
+  if (!request.gpu_model.empty() && gpu.model.find(request.gpu_model) == std::string::npos) return false;
+  if (request.min_memory_bytes > 0 && gpu.memory_bytes < request.min_memory_bytes) return false;
+  return true;
+}
+
+std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request) {
+  const int n = request.gpus;
+  if (n <= 0) return std::nullopt;
+  std::vector<Candidate> all;
+  for (const NodeView& v : nodes) {
+    if (v.usable.empty()) continue;
+    if (request.whole_nodes && !v.whole) continue;
+    if (request.gpus_per_node > 0 && static_cast<int>(v.usable.size()) < request.gpus_per_node) continue;
+    all.push_back({&v, static_cast<int>(v.usable.size()), v.whole});
+  }
+
+  auto fit = [&](const std::vector<Candidate>& cands) -> std::optional<Choice> {
+    if (request.whole_nodes) return wholeFit(cands, n);
+    if (request.gpus_per_node > 0)
+      return perNodeFit(cands, request.gpus_per_node, static_cast<size_t>(n / request.gpus_per_node));
+    return bestFit(cands, n);
+  };
+
+  // Groups of nodes under one leaf switch; a node with no known switch is a group of its own.
+  std::map<std::string, std::vector<Candidate>> groups;
+  for (const Candidate& c : all) {
+    const std::string& sw = c.view->node->switch_name;
+    groups[sw.empty() ? "\x01" + c.view->node->name : sw].push_back(c);
+  }
+  std::optional<Choice> inGroup;
+  for (const auto& [sw, cands] : groups) {
+    std::optional<Choice> c = fit(cands);
+    if (c && (!inGroup || better(*c, *inGroup))) inGroup = std::move(c);
+  }
+  std::optional<Choice> choice;
+  if (request.one_switch) {
+    choice = std::move(inGroup);
+  } else {
+    choice = fit(all);
+    // One switch wins whenever it needs no more nodes than the best split across switches.
+    if (choice && inGroup && inGroup->count() <= choice->count()) choice = std::move(inGroup);
+  }
+  if (!choice) return std::nullopt;
+
+  std::sort(choice->takes.begin(), choice->takes.end(),
+            [](const auto& a, const auto& b) { return a.first->node->order < b.first->node->order; });
+  std::vector<GpuRef> out;
+  out.reserve(static_cast<size_t>(n));
+  for (const auto& [view, take] : choice->takes)
+    for (int i : pickGpus(*view->node, view->usable, take)) out.push_back({view->node->name, i});
+  return out;
+}
+
+}  // namespace poolrun::pool

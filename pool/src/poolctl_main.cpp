@@ -1,0 +1,330 @@
+// poolctl: look at and administer a GPU pool (local, sim:FILE or a poold). See pool/README.md.
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "poolrun/pool/control.hpp"
+#include "poolrun/pool/json.hpp"
+#include "poolrun/topo/sources.hpp"
+
+namespace {
+
+using namespace poolrun;
+using namespace poolrun::pool;
+using nlohmann::json;
+
+constexpr const char* kUsage =
+    "usage: poolctl [--pool URI] [--token-file FILE] [--json] COMMAND [ARGS]\n"
+    "commands:\n"
+    "  status | nodes | leases | queue     look at the pool\n"
+    "  acquire -n N [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
+    "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
+    "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
+    "  renew LEASE | release LEASE\n"
+    "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
+    "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
+    "  fail NODE:GPU                       (admin) mark a GPU failed\n"
+    "options:\n"
+    "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE or http://HOST:PORT\n"
+    "  --token-file FILE the bearer token for http pools (else $POOLRUN_TOKEN)\n"
+    "  --state DIR       state directory of local and sim: pools (else $POOLRUN_STATE_DIR)\n"
+    "  --owner NAME, --role user|admin   identity in local and sim: pools (default $USER, admin)\n"
+    "  --json            machine-readable output on stdout\n"
+    "defaults: --ttl 60 (a lease not renewed within its ttl expires; poolrun renews every ttl/3),\n"
+    "  --wait: without limit while the pool could ever satisfy the request, fail at once otherwise\n"
+    "exit status: 0 done, 1 error, 2 bad input, 3 did not fit (within --wait, or never),\n"
+    "  4 refused (401 unknown token, 403 not allowed), 5 lease gone\n";
+
+std::string readToken(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw Error(ErrorCode::kNotFound, file + ": cannot read the token file");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string token;
+    if (words >> token) return token;
+  }
+  throw badInput(file + ": no token in the file");
+}
+
+std::string gpuList(const std::vector<GpuRef>& gpus) {
+  std::string out;
+  for (size_t i = 0; i < gpus.size();) {
+    size_t j = i;
+    std::string part = gpus[i].node + ":";
+    bool first = true;
+    while (j < gpus.size() && gpus[j].node == gpus[i].node) {
+      size_t k = j;
+      while (k + 1 < gpus.size() && gpus[k + 1].node == gpus[j].node &&
+             gpus[k + 1].index == gpus[k].index + 1)
+        ++k;
+      part += (first ? "" : ",") + std::to_string(gpus[j].index) +
+              (k > j ? "-" + std::to_string(gpus[k].index) : "");
+      first = false;
+      j = k + 1;
+    }
+    out += (out.empty() ? "" : " ") + part;
+    i = j;
+  }
+  return out;
+}
+
+std::string inSeconds(TimePoint t) {
+  if (t == kNever) return "never";
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(t - std::chrono::system_clock::now()).count();
+  return std::to_string(s) + "s";
+}
+
+void printLease(const Lease& l) {
+  std::cout << l.id << "  " << l.gpus.size() << " GPUs  " << gpuList(l.gpus) << "  owner " << l.owner
+            << "  expires in " << inSeconds(l.expires) << "\n";
+}
+
+int64_t seconds(const std::string& opt, const std::string& v) {
+  try {
+    size_t used = 0;
+    long long s = std::stoll(v, &used);
+    if (used == v.size() && s >= 0) return s;
+  } catch (const std::exception&) {
+  }
+  throw badInput(opt + " '" + v + "': expected a whole number of seconds");
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  ClientOptions copt;
+  std::string uri = std::getenv("POOLRUN_POOL") ? std::getenv("POOLRUN_POOL") : "local";
+  std::string tokenFile;
+  bool asJson = false;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw badInput(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a == "--pool") {
+      uri = value();
+    } else if (a == "--token-file") {
+      tokenFile = value();
+    } else if (a == "--json") {
+      asJson = true;
+    } else if (a == "--state") {
+      copt.state_dir = value();
+    } else if (a == "--owner") {
+      copt.owner = value();
+    } else if (a == "--role") {
+      copt.role = value();
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (rest.empty()) throw badInput("no command given");
+  if (!tokenFile.empty())
+    copt.token = readToken(tokenFile);
+  else if (const char* t = std::getenv("POOLRUN_TOKEN"))
+    copt.token = t;
+
+  const std::string cmd = rest[0];
+  std::vector<std::string> cargs(rest.begin() + 1, rest.end());
+  auto one = [&](const std::string& what) {
+    if (cargs.size() != 1) throw badInput(cmd + " needs exactly one " + what);
+    return cargs[0];
+  };
+  static const std::set<std::string> known{"status", "nodes", "leases",  "queue", "register", "drain",
+                                           "resume", "fail",  "acquire", "renew", "release"};
+  if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
+
+  std::unique_ptr<PoolControl> pool = openPoolControl(uri, copt);
+
+  if (cmd == "status") {
+    PoolStatus s = pool->status();
+    if (asJson) {
+      std::cout << toJson(s).dump(2) << "\n";
+    } else {
+      std::cout << pool->describe() << ": " << (s.nodes_up + s.nodes_draining + s.nodes_down) << " nodes ("
+                << s.nodes_up << " up, " << s.nodes_draining << " draining, " << s.nodes_down << " down), "
+                << (s.gpus_free + s.gpus_leased + s.gpus_failed) << " GPUs (" << s.gpus_free << " free, "
+                << s.gpus_leased << " leased, " << s.gpus_failed << " failed), " << s.leases << " leases, "
+                << s.queued << " queued\n";
+    }
+  } else if (cmd == "nodes") {
+    std::vector<NodeInfo> nodes = pool->nodes();
+    if (asJson) {
+      json out = json::array();
+      for (const NodeInfo& n : nodes) out.push_back(toJson(n));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      std::cout << std::left << std::setw(16) << "NODE" << std::setw(10) << "STATE" << std::setw(10)
+                << "SWITCH" << std::setw(7) << "FABRIC"
+                << "GPUS (free/leased/failed)\n";
+      for (const NodeInfo& n : nodes) {
+        int f = 0, l = 0, x = 0;
+        for (const GpuInfo& g : n.gpus)
+          (g.state == GpuState::kFree ? f : g.state == GpuState::kLeased ? l : x)++;
+        std::cout << std::setw(16) << n.name << std::setw(10) << toString(n.state) << std::setw(10)
+                  << (n.switch_name.empty() ? "-" : n.switch_name) << std::setw(7) << n.fabric
+                  << n.gpus.size() << " (" << f << "/" << l << "/" << x << ")\n";
+      }
+    }
+  } else if (cmd == "leases") {
+    std::vector<Lease> leases = pool->leases();
+    if (asJson) {
+      json out = json::array();
+      for (const Lease& l : leases) out.push_back(toJson(l));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      if (leases.empty()) std::cout << "no leases\n";
+      for (const Lease& l : leases) printLease(l);
+    }
+  } else if (cmd == "queue") {
+    std::vector<QueueInfo> queue = pool->queue();
+    if (asJson) {
+      json out = json::array();
+      for (const QueueInfo& q : queue) out.push_back(toJson(q));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      if (queue.empty()) std::cout << "queue empty\n";
+      for (const QueueInfo& q : queue)
+        std::cout << "#" << q.position << "  ticket " << q.ticket << "  " << q.gpus << " GPUs  priority "
+                  << q.priority << "  owner " << q.owner << (q.job_name.empty() ? "" : "  job " + q.job_name)
+                  << "\n";
+    }
+  } else if (cmd == "register") {
+    std::vector<topo::ClusterNode> nodes;
+    if (cargs.size() == 2 && cargs[0] == "--cluster") {
+      nodes = topo::readClusterFile(cargs[1]).nodes;
+    } else if (cargs.empty()) {
+      topo::ClusterNode node;
+      auto t = std::make_shared<topo::NodeTopology>(topo::probeLive());
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      node.name = t->hostname.empty() ? host : t->hostname;
+      node.topology = std::move(t);
+      nodes.push_back(std::move(node));
+    } else {
+      throw badInput("register takes [--cluster FILE]");
+    }
+    pool->registerNodes(nodes);
+    if (asJson)
+      std::cout << json{{"registered", nodes.size()}}.dump() << "\n";
+    else
+      std::cout << "registered " << nodes.size() << " node(s) in " << pool->describe() << "\n";
+  } else if (cmd == "drain" || cmd == "resume") {
+    std::string node = one("NODE");
+    cmd == "drain" ? pool->drain(node) : pool->resume(node);
+    if (!asJson) std::cout << node << ": " << (cmd == "drain" ? "draining" : "up") << "\n";
+  } else if (cmd == "fail") {
+    std::string spec = one("NODE:GPU");
+    size_t colon = spec.rfind(':');
+    if (colon == std::string::npos) throw badInput("fail '" + spec + "': expected NODE:GPU");
+    pool->failGpu(spec.substr(0, colon), static_cast<int>(seconds("fail GPU index", spec.substr(colon + 1))));
+    if (!asJson) std::cout << spec << ": failed\n";
+  } else if (cmd == "renew" || cmd == "release") {
+    std::string id = one("LEASE");
+    if (cmd == "renew") {
+      Lease l = pool->renew(id);
+      if (asJson)
+        std::cout << toJson(l).dump(2) << "\n";
+      else
+        printLease(l);
+    } else {
+      pool->release(id);
+      if (asJson)
+        std::cout << json{{"id", id}, {"released", true}}.dump() << "\n";
+      else
+        std::cout << id << ": released\n";
+    }
+  } else if (cmd == "acquire") {
+    LeaseRequest r;
+    for (size_t i = 0; i < cargs.size(); ++i) {
+      const std::string& a = cargs[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= cargs.size()) throw badInput(a + " needs a value");
+        return cargs[++i];
+      };
+      if (a == "-n" || a == "--gpus")
+        r.gpus = static_cast<int>(seconds(a, value()));
+      else if (a == "--gpus-per-node")
+        r.gpus_per_node = static_cast<int>(seconds(a, value()));
+      else if (a == "--whole-nodes")
+        r.whole_nodes = true;
+      else if (a == "--ttl")
+        r.ttl = std::chrono::seconds(seconds(a, value()));
+      else if (a == "--wait")
+        r.wait = std::chrono::seconds(seconds(a, value()));
+      else if (a == "--max-duration")
+        r.max_duration = std::chrono::seconds(seconds(a, value()));
+      else if (a == "--priority")
+        r.priority = std::stoi(value());
+      else if (a == "--job")
+        r.job_name = value();
+      else if (a == "--model")
+        r.gpu_model = value();
+      else if (a == "--min-memory-gib")
+        r.min_memory_bytes = static_cast<uint64_t>(seconds(a, value())) << 30;
+      else if (a == "--fabric")
+        r.fabric = topo::fabricFromString(value());
+      else if (a == "--one-switch")
+        r.one_switch = true;
+      else if (a == "--label") {
+        std::string kv = value();
+        size_t eq = kv.find('=');
+        if (eq == std::string::npos) throw badInput("--label '" + kv + "': expected KEY=VALUE");
+        r.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+      } else
+        throw badInput("acquire: unknown option '" + a + "'");
+    }
+    if (r.gpus <= 0) throw badInput("acquire needs -n N (N >= 1)");
+    r.owner = copt.owner;
+    Lease l = pool->acquire(r, [&](int position) {
+      if (!asJson) std::cerr << "poolctl: queued at position " << position << "\n";
+    });
+    if (asJson)
+      std::cout << toJson(l).dump(2) << "\n";
+    else
+      printLease(l);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const PoolError& e) {
+    std::cerr << "poolctl: error: " << e.what() << "\n";
+    switch (e.failure()) {
+      case PoolFailure::kNeverFits:
+      case PoolFailure::kTimeout:
+        return 3;
+      case PoolFailure::kUnauthorized:
+      case PoolFailure::kForbidden:
+        return 4;
+      case PoolFailure::kGone:
+        return 5;
+      default:
+        return e.code() == ErrorCode::kBadInput ? 2 : 1;
+    }
+  } catch (const Error& e) {
+    std::cerr << "poolctl: error: " << e.what() << "\n";
+    if (e.code() == ErrorCode::kBadInput) {
+      std::cerr << kUsage;
+      return 2;
+    }
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "poolctl: error: " << e.what() << "\n";
+    return 1;
+  }
+}

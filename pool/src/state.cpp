@@ -1,0 +1,631 @@
+#include "poolrun/pool/state.hpp"
+
+#include <algorithm>
+#include <random>
+
+#include "poolrun/pool/placement.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using std::chrono::seconds;
+
+PoolError gone(const std::string& id) {
+  return PoolError(PoolFailure::kGone, ErrorCode::kNotFound,
+                   "lease " + id + " is gone (expired, released or never granted); acquire a new one");
+}
+
+TimePoint addSaturating(TimePoint t, seconds d) {
+  if (t == kNever || d >= std::chrono::duration_cast<seconds>(kNever - t)) return kNever;
+  return t + d;
+}
+
+}  // namespace
+
+std::string toString(NodeState state) {
+  switch (state) {
+    case NodeState::kUp:
+      return "up";
+    case NodeState::kDraining:
+      return "draining";
+    case NodeState::kDown:
+      return "down";
+  }
+  return "up";
+}
+
+std::string toString(GpuState state) {
+  switch (state) {
+    case GpuState::kFree:
+      return "free";
+    case GpuState::kLeased:
+      return "leased";
+    case GpuState::kFailed:
+      return "failed";
+  }
+  return "free";
+}
+
+NodeState nodeStateFromString(std::string_view text) {
+  if (text == "up") return NodeState::kUp;
+  if (text == "draining") return NodeState::kDraining;
+  if (text == "down") return NodeState::kDown;
+  throw badInput("unknown node state '" + std::string(text) + "' (use up, draining or down)");
+}
+
+topo::Fabric PoolNode::effectiveFabric() const {
+  if (fabric) return *fabric;
+  bool roce = false;
+  if (topology)
+    for (const topo::Nic& nic : topology->nics)
+      for (const topo::NicPort& port : nic.ports) {
+        if (!port.up()) continue;
+        if (port.link_layer == topo::LinkLayer::kInfiniBand) return topo::Fabric::kIb;
+        if (port.link_layer == topo::LinkLayer::kEthernet) roce = true;
+      }
+  return roce ? topo::Fabric::kRoce : topo::Fabric::kTcp;
+}
+
+void Dirty::merge(const Dirty& other) {
+  nodes.insert(other.nodes.begin(), other.nodes.end());
+  leases.insert(other.leases.begin(), other.leases.end());
+  new_leases.insert(other.new_leases.begin(), other.new_leases.end());
+  queue.insert(other.queue.begin(), other.queue.end());
+  counters = counters || other.counters;
+}
+
+void validateRequest(const LeaseRequest& r) {
+  auto bad = [](const std::string& what) { throw badInput("bad lease request: " + what); };
+  if (r.gpus < 1) bad("gpus " + std::to_string(r.gpus) + " (ask for at least 1 GPU)");
+  if (r.gpus > 1'000'000) bad("gpus " + std::to_string(r.gpus) + " (more than any pool has)");
+  if (r.gpus_per_node < 0) bad("gpus_per_node " + std::to_string(r.gpus_per_node) + " (use 0 for any split)");
+  if (r.gpus_per_node > 0 && r.gpus % r.gpus_per_node != 0)
+    bad("gpus " + std::to_string(r.gpus) + " is not a multiple of gpus_per_node " +
+        std::to_string(r.gpus_per_node));
+  if (r.gpus_per_node > 0 && r.whole_nodes) bad("give either gpus_per_node or whole_nodes, not both");
+  if (r.owner.empty()) bad("no owner");
+  if (r.ttl < seconds(1)) bad("ttl " + std::to_string(r.ttl.count()) + "s (at least 1 s)");
+  if (r.max_duration && *r.max_duration < seconds(1))
+    bad("max_duration " + std::to_string(r.max_duration->count()) + "s (at least 1 s)");
+  if (r.wait && *r.wait < seconds(0)) bad("wait " + std::to_string(r.wait->count()) + "s (0 or more)");
+}
+
+std::string newLeaseId() {
+  thread_local std::mt19937_64 rng{
+      std::random_device{}() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
+  static const char* hex = "0123456789abcdef";
+  uint64_t v = rng();
+  std::string id = "L";
+  for (int i = 0; i < 16; ++i) id += hex[(v >> (4 * i)) & 0xf];
+  return id;
+}
+
+PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
+  Occupancy& o = occupancy_[node];
+  auto it = nodes_.find(node);
+  size_t n = it == nodes_.end() ? 0 : static_cast<size_t>(it->second.gpuCount());
+  if (o.holder.size() < n) o.holder.resize(n);
+  return o;
+}
+
+void PoolState::registerNode(const topo::ClusterNode& cn) {
+  if (cn.name.empty()) throw badInput("cannot register a node without a name");
+  if (!cn.topology) throw badInput("cannot register node " + cn.name + " without a topology");
+  auto it = nodes_.find(cn.name);
+  if (it != nodes_.end()) {
+    size_t count = cn.topology->gpus.size();
+    const Occupancy& o = occupancy(cn.name);
+    for (size_t i = count; i < o.holder.size(); ++i)
+      if (!o.holder[i].empty())
+        throw badInput("node " + cn.name + " would lose GPU" + std::to_string(i) + ", held by lease " +
+                       o.holder[i] + "; release it before registering the smaller topology");
+  }
+  PoolNode& node = nodes_[cn.name];
+  if (it == nodes_.end()) node.order = next_order_++;
+  node.name = cn.name;
+  node.topology = cn.topology;
+  node.switch_name = cn.switch_name;
+  node.rail_group = cn.rail_group;
+  node.fabric = cn.fabric;
+  node.labels = cn.labels;
+  std::erase_if(node.failed, [&](int i) { return i >= node.gpuCount(); });
+  occupancy_[cn.name].holder.resize(static_cast<size_t>(node.gpuCount()));
+  dirty_.nodes.insert(cn.name);
+}
+
+void PoolState::setNodeState(const std::string& name, NodeState state) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
+  it->second.state = state;
+  dirty_.nodes.insert(name);
+}
+
+void PoolState::failGpu(const std::string& name, int index) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
+  if (index < 0 || index >= it->second.gpuCount())
+    throw badInput("bad GPU index " + std::to_string(index) + " (node " + name + " has " +
+                   std::to_string(it->second.gpuCount()) + " GPUs)");
+  it->second.failed.insert(index);
+  dirty_.nodes.insert(name);
+}
+
+std::vector<const PoolNode*> PoolState::nodesInOrder() const {
+  std::vector<const PoolNode*> out;
+  for (const auto& [name, node] : nodes_) out.push_back(&node);
+  std::sort(out.begin(), out.end(), [](const PoolNode* a, const PoolNode* b) { return a->order < b->order; });
+  return out;
+}
+
+const std::string* PoolState::holder(const std::string& node, int index) const {
+  auto it = occupancy_.find(node);
+  if (it == occupancy_.end() || index < 0 || static_cast<size_t>(index) >= it->second.holder.size())
+    return nullptr;
+  const std::string& h = it->second.holder[static_cast<size_t>(index)];
+  return h.empty() ? nullptr : &h;
+}
+
+GpuState PoolState::gpuState(const std::string& node, int index) const {
+  auto it = nodes_.find(node);
+  if (it != nodes_.end() && it->second.failed.count(index)) return GpuState::kFailed;
+  return holder(node, index) ? GpuState::kLeased : GpuState::kFree;
+}
+
+bool PoolState::everFits(const LeaseRequest& request) const {
+  // Every GPU that is not failed on a node that is not down (draining ones come back), as if no
+  // lease were held.
+  std::vector<NodeView> views;
+  for (const PoolNode* node : nodesInOrder()) {
+    if (node->state == NodeState::kDown || !nodeMatches(*node, request, true)) continue;
+    NodeView v{node, {}, false};
+    for (int i = 0; i < node->gpuCount(); ++i)
+      if (!node->failed.count(i) && gpuMatches(node->topology->gpus[static_cast<size_t>(i)], request))
+        v.usable.push_back(i);
+    v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
+    views.push_back(std::move(v));
+  }
+  return place(views, request).has_value();
+}
+
+std::vector<const QueueEntry*> PoolState::waitingInOrder() const {
+  std::vector<const QueueEntry*> out;
+  for (const auto& [t, e] : queue_)
+    if (e.status == QueueEntry::Status::kWaiting) out.push_back(&e);
+  std::sort(out.begin(), out.end(), [](const QueueEntry* a, const QueueEntry* b) {
+    if (a->request.priority != b->request.priority) return a->request.priority > b->request.priority;
+    if (a->enqueued != b->enqueued) return a->enqueued < b->enqueued;
+    return a->ticket < b->ticket;
+  });
+  return out;
+}
+
+Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now) {
+  Lease lease;
+  do lease.id = newLeaseId();
+  while (leases_.count(lease.id));
+  lease.owner = request.owner;
+  lease.job_name = request.job_name;
+  lease.gpus = std::move(gpus);
+  lease.priority = request.priority;
+  lease.created = now;
+  lease.ttl = request.ttl;
+  if (request.max_duration) lease.max_end = addSaturating(now, *request.max_duration);
+  lease.expires = std::min(addSaturating(now, request.ttl), lease.max_end.value_or(kNever));
+  for (const GpuRef& g : lease.gpus) {
+    std::string& h = occupancy(g.node).holder.at(static_cast<size_t>(g.index));
+    if (!h.empty())
+      throw Error(ErrorCode::kInternal,
+                  "placement chose " + g.node + ":" + std::to_string(g.index) + ", held by " + h);
+    h = lease.id;
+  }
+  leases_[lease.id] = lease;
+  ++leases_granted_;
+  dirty_.counters = true;
+  dirty_.leases.insert(lease.id);
+  dirty_.new_leases.insert(lease.id);
+  return lease;
+}
+
+void PoolState::dropLease(const std::string& id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  for (const GpuRef& g : it->second.gpus) {
+    auto o = occupancy_.find(g.node);
+    if (o != occupancy_.end() && static_cast<size_t>(g.index) < o->second.holder.size() &&
+        o->second.holder[static_cast<size_t>(g.index)] == id)
+      o->second.holder[static_cast<size_t>(g.index)].clear();
+  }
+  leases_.erase(it);
+  dirty_.leases.insert(id);
+  dirty_.new_leases.erase(id);
+}
+
+void PoolState::schedule(TimePoint now) {
+  std::vector<const QueueEntry*> order = waitingInOrder();
+  planned_.clear();
+  if (order.empty()) return;
+
+  // Conservative backfill: every waiting request, in queue order, gets the earliest start at
+  // which it fits on GPUs that are free then and not promised to a request ahead of it. Running
+  // leases hold their GPUs until their maximum end (forever without one); a request starts now
+  // only when its start is now, so it never delays anyone ahead of it.
+  struct Interval {
+    TimePoint from, to;
+    bool lease;
+  };
+  std::map<std::string, std::vector<std::vector<Interval>>> busy;
+  std::set<TimePoint> ends;
+  const std::vector<const PoolNode*> inOrder = nodesInOrder();
+  // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
+  // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
+  bool timeline = false;
+  auto buildTimeline = [&] {
+    for (const PoolNode* node : inOrder) busy[node->name].resize(static_cast<size_t>(node->gpuCount()));
+    for (const auto& [id, lease] : leases_) {
+      TimePoint end = lease.max_end.value_or(kNever);
+      if (end != kNever) ends.insert(end);
+      for (const GpuRef& g : lease.gpus) {
+        auto b = busy.find(g.node);
+        if (b != busy.end() && static_cast<size_t>(g.index) < b->second.size())
+          b->second[static_cast<size_t>(g.index)].push_back({now, end, true});
+      }
+    }
+    timeline = true;
+  };
+
+  for (const QueueEntry* entry : order) {
+    const LeaseRequest& r = entry->request;
+    if (!timeline) {
+      std::vector<NodeView> views;
+      views.reserve(inOrder.size());
+      for (const PoolNode* node : inOrder) {
+        if (!nodeMatches(*node, r)) continue;
+        const Occupancy& o = occupancy_[node->name];
+        NodeView v{node, {}, false};
+        for (int i = 0; i < node->gpuCount(); ++i)
+          if (!node->failed.count(i) && o.holder[static_cast<size_t>(i)].empty() &&
+              gpuMatches(node->topology->gpus[static_cast<size_t>(i)], r))
+            v.usable.push_back(i);
+        v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
+        views.push_back(std::move(v));
+      }
+      if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) {
+        planned_[entry->ticket] = now;
+        Lease lease = grant(r, *gpus, now);
+        QueueEntry& e = queue_.at(entry->ticket);
+        e.status = QueueEntry::Status::kGranted;
+        e.lease_id = lease.id;
+        dirty_.queue.insert(e.ticket);
+        wait_seconds_.push_back(std::chrono::duration<double>(now - e.enqueued).count());
+        continue;
+      }
+      buildTimeline();
+    }
+    std::vector<TimePoint> times{now};
+    for (TimePoint t : ends)
+      if (t > now) times.push_back(t);
+    times.push_back(kNever);
+    bool placedAny = false;
+    for (TimePoint t : times) {
+      TimePoint to = (t == kNever || !r.max_duration) ? kNever : addSaturating(t, *r.max_duration);
+      std::vector<NodeView> views;
+      views.reserve(inOrder.size());
+      for (const PoolNode* node : inOrder) {
+        if (!nodeMatches(*node, r)) continue;
+        const auto& gpuBusy = busy[node->name];
+        NodeView v{node, {}, false};
+        for (int i = 0; i < node->gpuCount(); ++i) {
+          if (node->failed.count(i) || !gpuMatches(node->topology->gpus[static_cast<size_t>(i)], r)) continue;
+          bool free = true;
+          for (const Interval& iv : gpuBusy[static_cast<size_t>(i)]) {
+            bool conflict = t == kNever ? (!iv.lease && iv.to == kNever) : (iv.from < to && t < iv.to);
+            if (conflict) {
+              free = false;
+              break;
+            }
+          }
+          if (free) v.usable.push_back(i);
+        }
+        v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
+        views.push_back(std::move(v));
+      }
+      std::optional<std::vector<GpuRef>> gpus = place(views, r);
+      if (!gpus) continue;
+      placedAny = true;
+      planned_[entry->ticket] = t;
+      if (t == now) {
+        Lease lease = grant(r, *gpus, now);
+        QueueEntry& e = queue_.at(entry->ticket);
+        e.status = QueueEntry::Status::kGranted;
+        e.lease_id = lease.id;
+        dirty_.queue.insert(e.ticket);
+        wait_seconds_.push_back(std::chrono::duration<double>(now - e.enqueued).count());
+        TimePoint end = lease.max_end.value_or(kNever);
+        if (end != kNever) ends.insert(end);
+        for (const GpuRef& g : *gpus) busy[g.node][static_cast<size_t>(g.index)].push_back({now, end, true});
+      } else {
+        if (to != kNever) ends.insert(to);
+        for (const GpuRef& g : *gpus) busy[g.node][static_cast<size_t>(g.index)].push_back({t, to, false});
+      }
+      break;
+    }
+    if (!placedAny && !everFits(r)) {
+      QueueEntry& e = queue_.at(entry->ticket);
+      e.status = QueueEntry::Status::kFailed;
+      e.reason = "the pool can no longer satisfy a request for " + std::to_string(r.gpus) +
+                 " GPUs (GPUs failed or nodes went down)";
+      dirty_.queue.insert(e.ticket);
+    }
+  }
+}
+
+SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) {
+  validateRequest(request);
+  QueueEntry entry;
+  entry.ticket = next_ticket_++;
+  entry.request = request;
+  entry.enqueued = now;
+  entry.heartbeat = now;
+  const int64_t ticket = entry.ticket;
+  queue_[ticket] = std::move(entry);
+  dirty_.counters = true;
+  schedule(now);
+
+  QueueEntry& e = queue_.at(ticket);
+  if (e.status == QueueEntry::Status::kFailed) {
+    queue_.erase(ticket);
+    dirty_.queue.erase(ticket);
+    int usable = 0;
+    for (const auto& [name, node] : nodes_) {
+      if (node.state == NodeState::kDown || !nodeMatches(node, request, true)) continue;
+      for (int i = 0; i < node.gpuCount(); ++i)
+        if (!node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], request))
+          ++usable;
+    }
+    std::string shape = request.whole_nodes ? " as whole nodes"
+                        : request.gpus_per_node > 0
+                            ? " as " + std::to_string(request.gpus_per_node) + " per node"
+                        : request.one_switch ? " under one leaf switch"
+                                             : "";
+    throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
+                    "a request for " + std::to_string(request.gpus) + " GPUs" + shape +
+                        " can never be satisfied: the pool has " + std::to_string(usable) +
+                        " usable GPUs that match it; ask for fewer or relax the constraints");
+  }
+  SubmitResult result;
+  if (e.status == QueueEntry::Status::kGranted) {
+    result.lease = leases_.at(e.lease_id);
+    queue_.erase(ticket);
+    dirty_.queue.erase(ticket);
+    return result;
+  }
+  std::vector<const QueueEntry*> order = waitingInOrder();
+  for (size_t i = 0; i < order.size(); ++i)
+    if (order[i]->ticket == ticket) result.position = static_cast<int>(i + 1);
+  if (!queue) {
+    queue_.erase(ticket);
+    dirty_.queue.erase(ticket);
+    return result;
+  }
+  result.ticket = ticket;
+  dirty_.queue.insert(ticket);
+  return result;
+}
+
+PollResult PoolState::poll(int64_t ticket, TimePoint now) {
+  auto it = queue_.find(ticket);
+  if (it == queue_.end())
+    throw PoolError(PoolFailure::kGone, ErrorCode::kNotFound,
+                    "queue ticket " + std::to_string(ticket) + " is unknown (withdrawn, or dropped after " +
+                        "its client went quiet); submit the request again");
+  QueueEntry& e = it->second;
+  PollResult r;
+  r.status = e.status;
+  if (e.status == QueueEntry::Status::kWaiting) {
+    if (now - e.heartbeat >= seconds(1)) dirty_.queue.insert(ticket);
+    e.heartbeat = now;
+    std::vector<const QueueEntry*> order = waitingInOrder();
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i]->ticket == ticket) r.position = static_cast<int>(i + 1);
+    return r;
+  }
+  if (e.status == QueueEntry::Status::kGranted) {
+    auto l = leases_.find(e.lease_id);
+    if (l == leases_.end()) {
+      r.status = QueueEntry::Status::kFailed;
+      r.reason =
+          "the lease granted to queue ticket " + std::to_string(ticket) + " expired before it was collected";
+    } else {
+      r.lease = l->second;
+    }
+  } else {
+    r.reason = e.reason;
+  }
+  queue_.erase(it);
+  dirty_.queue.insert(ticket);
+  return r;
+}
+
+void PoolState::cancel(int64_t ticket, TimePoint now) {
+  auto it = queue_.find(ticket);
+  if (it == queue_.end()) return;
+  if (it->second.status == QueueEntry::Status::kGranted) dropLease(it->second.lease_id);
+  queue_.erase(it);
+  dirty_.queue.insert(ticket);
+  schedule(now);
+}
+
+Lease PoolState::renew(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) throw gone(id);
+  Lease& lease = it->second;
+  if (lease.owner != owner && !admin)
+    throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
+                    "owner " + owner + " may not renew lease " + id + " of " + lease.owner +
+                        " (only its owner or an administrator may)");
+  TimePoint end = lease.max_end.value_or(kNever);
+  if (now >= lease.expires || now >= end) {
+    dropLease(id);
+    schedule(now);
+    throw gone(id);
+  }
+  lease.expires = std::min(addSaturating(now, lease.ttl), end);
+  dirty_.leases.insert(id);
+  return lease;
+}
+
+bool PoolState::release(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return false;
+  if (it->second.owner != owner && !admin)
+    throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
+                    "owner " + owner + " may not release lease " + id + " of " + it->second.owner +
+                        " (only its owner or an administrator may)");
+  dropLease(id);
+  schedule(now);
+  return true;
+}
+
+void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
+  std::vector<std::string> expired;
+  for (const auto& [id, lease] : leases_)
+    if (lease.expires <= now) expired.push_back(id);
+  for (const std::string& id : expired) dropLease(id);
+  std::vector<int64_t> stale;
+  for (const auto& [ticket, e] : queue_)
+    if (now - e.heartbeat > stale_after) stale.push_back(ticket);
+  for (int64_t ticket : stale) {
+    if (queue_.at(ticket).status == QueueEntry::Status::kGranted) dropLease(queue_.at(ticket).lease_id);
+    queue_.erase(ticket);
+    dirty_.queue.insert(ticket);
+  }
+  schedule(now);
+}
+
+PoolStatus PoolState::status() const {
+  PoolStatus s;
+  for (const auto& [name, node] : nodes_) {
+    (node.state == NodeState::kUp         ? s.nodes_up
+     : node.state == NodeState::kDraining ? s.nodes_draining
+                                          : s.nodes_down)++;
+    for (int i = 0; i < node.gpuCount(); ++i) {
+      GpuState g = gpuState(name, i);
+      (g == GpuState::kFree ? s.gpus_free : g == GpuState::kLeased ? s.gpus_leased : s.gpus_failed)++;
+    }
+  }
+  s.leases = static_cast<int>(leases_.size());
+  s.queued = static_cast<int>(waitingInOrder().size());
+  s.leases_granted = leases_granted_;
+  return s;
+}
+
+std::vector<NodeInfo> PoolState::nodeInfos() const {
+  std::vector<NodeInfo> out;
+  for (const PoolNode* node : nodesInOrder()) {
+    NodeInfo info;
+    info.name = node->name;
+    info.switch_name = node->switch_name;
+    info.rail_group = node->rail_group;
+    info.fabric = topo::toString(node->effectiveFabric());
+    info.labels = node->labels;
+    info.state = node->state;
+    for (int i = 0; i < node->gpuCount(); ++i) {
+      const topo::Gpu& g = node->topology->gpus[static_cast<size_t>(i)];
+      GpuInfo gi;
+      gi.index = i;
+      gi.pci = g.pci.str();
+      gi.uuid = g.uuid;
+      gi.model = g.model;
+      gi.memory_bytes = g.memory_bytes;
+      gi.state = gpuState(node->name, i);
+      if (const std::string* h = holder(node->name, i)) gi.lease = *h;
+      info.gpus.push_back(std::move(gi));
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<Lease> PoolState::leaseList() const {
+  std::vector<Lease> out;
+  for (const auto& [id, lease] : leases_) out.push_back(lease);
+  std::sort(out.begin(), out.end(), [](const Lease& a, const Lease& b) {
+    return a.created != b.created ? a.created < b.created : a.id < b.id;
+  });
+  return out;
+}
+
+std::vector<QueueInfo> PoolState::queueList() const {
+  std::vector<QueueInfo> out;
+  int position = 0;
+  for (const QueueEntry* e : waitingInOrder())
+    out.push_back({e->ticket, ++position, e->request.owner, e->request.job_name, e->request.gpus,
+                   e->request.priority, e->enqueued});
+  return out;
+}
+
+void PoolState::loadNode(PoolNode node) {
+  next_order_ = std::max(next_order_, node.order + 1);
+  std::string name = node.name;
+  nodes_[name] = std::move(node);
+  occupancy_[name].holder.resize(static_cast<size_t>(nodes_[name].gpuCount()));
+}
+
+void PoolState::loadLease(Lease lease) {
+  for (const GpuRef& g : lease.gpus) {
+    auto n = nodes_.find(g.node);
+    if (n == nodes_.end() || g.index < 0 || g.index >= n->second.gpuCount()) continue;
+    std::string& h = occupancy(g.node).holder[static_cast<size_t>(g.index)];
+    if (!h.empty())
+      throw Error(ErrorCode::kInternal, "stored leases " + h + " and " + lease.id + " both hold " + g.node +
+                                            ":" + std::to_string(g.index));
+    h = lease.id;
+  }
+  std::string id = lease.id;
+  leases_[id] = std::move(lease);
+}
+
+void PoolState::loadQueueEntry(QueueEntry entry) {
+  int64_t t = entry.ticket;
+  queue_[t] = std::move(entry);
+}
+
+void PoolState::loadCounters(uint64_t leases_granted, int64_t next_ticket) {
+  leases_granted_ = leases_granted;
+  next_ticket_ = next_ticket;
+  for (const auto& [t, e] : queue_) next_ticket_ = std::max(next_ticket_, t + 1);
+}
+
+Dirty PoolState::takeDirty() {
+  Dirty d = std::move(dirty_);
+  dirty_ = Dirty{};
+  return d;
+}
+
+void PoolState::clear() {
+  nodes_.clear();
+  occupancy_.clear();
+  leases_.clear();
+  queue_.clear();
+  leases_granted_ = 0;
+  next_ticket_ = 1;
+  next_order_ = 0;
+  dirty_ = Dirty{};
+}
+
+std::optional<TimePoint> PoolState::plannedStart(int64_t ticket) const {
+  auto it = planned_.find(ticket);
+  if (it == planned_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<double> PoolState::takeWaitSeconds() {
+  std::vector<double> out;
+  out.swap(wait_seconds_);
+  return out;
+}
+
+}  // namespace poolrun::pool

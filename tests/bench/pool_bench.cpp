@@ -1,0 +1,125 @@
+// The pool's costs: a placement decision over a 10,000-GPU inventory, and acquire+release pairs
+// per second against a poold on loopback with committed state (synchronous=NORMAL and FULL).
+// Measures only; asserts nothing about time.
+
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "inventory.hpp"
+#include "poold_process.hpp"
+#include "poolrun/pool/control.hpp"
+#include "poolrun/pool/placement.hpp"
+#include "support/fixtures.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+// 1,250 nodes x 8 GPUs under 5 leaf switches, every third node half leased.
+std::string bigInventory() {
+  std::string spec;
+  for (int s = 0; s < 5; ++s) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "n[%04d-%04d]/gpu[0-7]@leaf%d; ", s * 250 + 1, s * 250 + 250, s + 1);
+    spec += buf;
+  }
+  for (int n = 1; n <= 1250; n += 3) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "n%04d leased 0-3; ", n);
+    spec += buf;
+  }
+  return spec;
+}
+
+void BM_Place10kGpus(benchmark::State& state) {
+  PoolState pool;
+  TimePoint now = std::chrono::system_clock::now();
+  test::addInventory(pool, bigInventory(), now);
+  LeaseRequest r = test::parseRequest(std::to_string(state.range(0)));
+  std::vector<NodeView> views;
+  for (const PoolNode* n : pool.nodesInOrder()) {
+    NodeView v{n, {}, false};
+    for (int i = 0; i < n->gpuCount(); ++i)
+      if (!pool.holder(n->name, i)) v.usable.push_back(i);
+    v.whole = static_cast<int>(v.usable.size()) == n->gpuCount();
+    views.push_back(std::move(v));
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(place(views, r));
+  state.SetLabel("10,000 GPUs, 1,250 nodes, 5 switches");
+}
+BENCHMARK(BM_Place10kGpus)->Arg(4)->Arg(64)->Arg(1024)->Unit(benchmark::kMicrosecond);
+
+// The whole decision as poold makes it: filter the inventory, place, grant; then release.
+void BM_SubmitRelease10kGpus(benchmark::State& state) {
+  PoolState pool;
+  TimePoint now = std::chrono::system_clock::now();
+  test::addInventory(pool, bigInventory(), now);
+  LeaseRequest r = test::parseRequest(std::to_string(state.range(0)));
+  for (auto _ : state) {
+    SubmitResult s = pool.submit(r, now);
+    pool.release(s.lease->id, r.owner, false, now);
+    pool.takeDirty();
+  }
+}
+BENCHMARK(BM_SubmitRelease10kGpus)->Arg(4)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// acquire+release pairs per second: 16 client threads, each with its own connection.
+void BM_PooldAcquireRelease(benchmark::State& state) {
+  const bool full = state.range(0) == 1;
+  const int clients = static_cast<int>(state.range(1));
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  std::string cluster = (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
+  test::PooldProcess poold(dir.path() / "state", tokens,
+                           {"--cluster", cluster, "--sync", full ? "full" : "normal"});
+  for (auto _ : state) {
+    std::atomic<bool> stop{false};
+    std::atomic<long> pairs{0};
+    std::mutex errorMu;
+    std::string firstError;
+    std::vector<std::thread> threads;
+    auto start = std::chrono::steady_clock::now();
+    for (int c = 0; c < clients; ++c)
+      threads.emplace_back([&] {
+        ClientOptions o;
+        o.token = "tok-alice-0123456789";
+        auto pool = openPool(poold.uri(), o);
+        LeaseRequest r;
+        r.gpus = 1;
+        try {
+          while (!stop) {
+            Lease l = pool->acquire(r);
+            pool->release(l.id);
+            ++pairs;
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(errorMu);
+          if (firstError.empty()) firstError = e.what();
+        }
+      });
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    stop = true;
+    for (auto& t : threads) t.join();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(secs);
+    state.counters["pairs_per_s"] = static_cast<double>(pairs) / secs;
+    if (!firstError.empty()) state.SkipWithError(firstError.c_str());
+  }
+  state.SetLabel(std::string(full ? "synchronous=FULL" : "synchronous=NORMAL") + ", " +
+                 std::to_string(clients) + " clients");
+}
+BENCHMARK(BM_PooldAcquireRelease)
+    ->Args({0, 16})
+    ->Args({1, 16})
+    ->Args({0, 1})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond);
+
+}  // namespace
+}  // namespace poolrun::pool
+
+BENCHMARK_MAIN();

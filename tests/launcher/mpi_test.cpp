@@ -1,0 +1,167 @@
+// The Open MPI command line, the rank environment document and mpirun's failure messages.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "poolrun/launcher/mpi.hpp"
+#include "poolrun/launcher/supervisor.hpp"
+#include "poolrun/runtime/rank_env.hpp"
+#include "poolrun/topo/error.hpp"
+#include "support/synthetic.hpp"
+
+namespace poolrun::launcher {
+namespace {
+
+struct Fixture {
+  topo::Cluster cluster;
+  JobPlan plan;
+  explicit Fixture(int nodes, int ranks, test::SyntheticSpec spec = {}) {
+    auto t = std::make_shared<const topo::NodeTopology>(test::synthetic(spec));
+    cluster.file = "c.toml";
+    for (int i = 0; i < nodes; ++i) {
+      topo::ClusterNode n;
+      n.name = "n" + std::to_string(i + 1);
+      n.topology = t;
+      cluster.nodes.push_back(n);
+    }
+    PlanRequest req;
+    req.ranks = ranks;
+    plan = makePlan(grantFromCluster(cluster, req), req);
+  }
+};
+
+LaunchSpec spec(const JobPlan& plan, bool sim) {
+  LaunchSpec s;
+  s.plan = &plan;
+  s.job_dir = "/jobs/j1";
+  s.rank_wrapper = "/bin/poolrun-rank";
+  s.program = {"./train", "--lr", "0.1"};
+  s.simulated = sim;
+  s.sim_agent = "/bin/poolrun-sim-agent";
+  s.local_cores = 2;
+  s.job_env = {{"POOLRUN_RANK_ENV", "{}"}};
+  s.user_exports = {"USER_A=1"};
+  s.user_mca = {{"btl_base_verbose", "1"}};
+  return s;
+}
+
+TEST(MpiCommandTest, OpenMpi4Syntax) {
+  Fixture f(2, 16);
+  MpiCommand c = buildMpiCommand(spec(f.plan, false), {"mpirun", MpiFlavor::kOmpi4, "4.1.4"});
+  EXPECT_EQ(shellJoin(c.argv),
+            "mpirun -np 16 --hostfile /jobs/j1/hostfile --rankfile /jobs/j1/rankfile.mpi --mca pml ucx --mca "
+            "btl_base_verbose 1 -x POOLRUN_RANK_ENV -x USER_A=1 /bin/poolrun-rank ./train --lr 0.1");
+  EXPECT_EQ(c.hostfile, "n1 slots=8\nn2 slots=8\n");
+  EXPECT_EQ(c.rankfile.substr(0, c.rankfile.find('\n')), "rank 0=n1 slot=0-3");
+  EXPECT_EQ(c.env, (std::vector<std::pair<std::string, std::string>>{{"POOLRUN_RANK_ENV", "{}"}}));
+}
+
+TEST(MpiCommandTest, OpenMpi5SyntaxForASimulatedCluster) {
+  Fixture f(2, 16);
+  MpiCommand c = buildMpiCommand(spec(f.plan, true), {"prterun", MpiFlavor::kOmpi5, "5.0.3"});
+  std::string s = shellJoin(c.argv);
+  EXPECT_NE(s.find("--map-by rankfile:file=/jobs/j1/rankfile.mpi"), std::string::npos) << s;
+  EXPECT_NE(s.find("--prtemca plm_ssh_agent /bin/poolrun-sim-agent"), std::string::npos) << s;
+  EXPECT_NE(
+      s.find("--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo --prtemca oob_tcp_if_include lo "
+             "--mca mpi_yield_when_idle 1"),
+      std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("pml ucx"), std::string::npos);
+  // Planned cores 0-3 of the fixture map onto the 2 cores here.
+  EXPECT_EQ(c.rankfile.substr(0, c.rankfile.find('\n')), "rank 0=n1 slot=0-1");
+  bool gds = false;
+  for (const auto& [k, v] : c.env) gds |= k == "PMIX_MCA_gds" && v == "hash";
+  EXPECT_TRUE(gds);
+}
+
+TEST(MpiCommandTest, HardwareThreadSlots) {
+  test::SyntheticSpec s;
+  s.cores_per_numa = 2;
+  Fixture f(1, 8, s);
+  ASSERT_TRUE(f.plan.hwthread_slots);
+  EXPECT_NE(shellJoin(buildMpiCommand(spec(f.plan, false), {"mpirun", MpiFlavor::kOmpi4, ""}).argv)
+                .find("--use-hwthread-cpus"),
+            std::string::npos);
+  EXPECT_NE(shellJoin(buildMpiCommand(spec(f.plan, false), {"mpirun", MpiFlavor::kOmpi5, ""}).argv)
+                .find("rankfile.mpi:HWTCPUS"),
+            std::string::npos);
+}
+
+TEST(MpiCommandTest, ParsesVersions) {
+  auto v4 =
+      parseMpiVersion("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n");
+  ASSERT_TRUE(v4);
+  EXPECT_EQ(v4->first, MpiFlavor::kOmpi4);
+  EXPECT_EQ(v4->second, "4.1.4");
+  auto v5 = parseMpiVersion("mpirun (Open MPI) 5.0.3\n");
+  ASSERT_TRUE(v5);
+  EXPECT_EQ(v5->first, MpiFlavor::kOmpi5);
+  auto prte = parseMpiVersion("prterun (PRRTE) 3.0.5\n");
+  ASSERT_TRUE(prte);
+  EXPECT_EQ(prte->first, MpiFlavor::kOmpi5);
+  EXPECT_FALSE(parseMpiVersion("HYDRA build details:\n    Version: 4.0.2\n"));
+  EXPECT_FALSE(parseMpiVersion("mpirun (Open MPI) 3.1.6\n"));
+}
+
+TEST(MpiCommandTest, ShellJoinQuotes) {
+  EXPECT_EQ(shellJoin({"a", "b c", "it's", "x=1,y"}), "a 'b c' 'it'\\''s' x=1,y");
+}
+
+TEST(RankEnvTest, EveryRankGetsItsPlannedEnvironment) {
+  Fixture f(4, 32);
+  std::string doc = encodeRankEnv(f.plan, true);
+  EXPECT_LT(doc.size(), 8192u) << "identical nodes share one run";
+  for (const RankPlan& r : f.plan.ranks) {
+    auto env = runtime::rankEnvironment(doc, r.rank);
+    for (const auto& [k, v] : r.env) {
+      if (k == "RANK") continue;
+      EXPECT_EQ(env[k], v) << "rank " << r.rank << " " << k;
+    }
+    EXPECT_EQ(env["POOLRUN_PLANNED_CPUSET"], r.cpuset.toList());
+  }
+  EXPECT_THROW(runtime::rankEnvironment(doc, 32), Error);
+}
+
+TEST(RankEnvTest, ScalesTo12500Nodes) {
+  Fixture f(12500, 100000);
+  std::string doc = encodeRankEnv(f.plan, false);
+  EXPECT_LT(doc.size(), 16384u) << "must fit an environment variable";
+  EXPECT_EQ(runtime::rankEnvironment(doc, 99999)["LOCAL_RANK"], "7");
+}
+
+TEST(RankEnvTest, RejectsBadDocuments) {
+  for (const char* bad :
+       {"", "[]", "{\"schema\":\"x\"}",
+        "{\"schema\":\"poolrun.rank-env/1\",\"sets\":[],\"templates\":[],\"runs\":[[0,1,1,5]]}",
+        "{\"schema\":\"poolrun.rank-env/"
+        "1\",\"sets\":[{\"A\":1}],\"templates\":[[0]],\"runs\":[[0,1,1,0]]}"}) {
+    EXPECT_THROW(runtime::rankEnvironment(bad, 0), Error) << bad;
+  }
+}
+
+TEST(MpiFailureTest, ParsesOpenMpiMessages) {
+  auto exit4 = parseMpiFailure(
+      "-------\nmpirun detected that one or more processes exited with non-zero status, thus causing\nthe "
+      "job to be "
+      "terminated. The first process to do so was:\n\n  Process name: [[48101,1],3]\n  Exit code:    "
+      "7\n-----\n");
+  ASSERT_TRUE(exit4);
+  EXPECT_EQ(exit4->rank, 3);
+  EXPECT_EQ(exit4->exit_code, 7);
+  auto sig = parseMpiFailure(
+      "mpirun noticed that process rank 1 with PID 4242 on node n2 exited on signal 9 (Killed).");
+  ASSERT_TRUE(sig);
+  EXPECT_EQ(sig->rank, 1);
+  EXPECT_EQ(sig->node, "n2");
+  EXPECT_EQ(sig->signal, 9);
+  auto exit5 = parseMpiFailure("  Process name: [prterun-host-1234@1,5]\n  Exit code:    2\n");
+  ASSERT_TRUE(exit5);
+  EXPECT_EQ(exit5->rank, 5);
+  EXPECT_EQ(exit5->exit_code, 2);
+  EXPECT_FALSE(parseMpiFailure("all good"));
+}
+
+}  // namespace
+}  // namespace poolrun::launcher

@@ -1,0 +1,284 @@
+// `poolrun -n N PROGRAM` on the simulated cluster, with real Open MPI: what every rank received
+// against the plan, for IB, RoCE and TCP and 1, 2 and 4 nodes; failures with real processes and
+// signals; the lease is always given back and nothing is left running.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "support/fixtures.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using nlohmann::json;
+using poolrun::test::TempDir;
+using namespace std::chrono_literals;
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string src(const char* rel) {
+  return (poolrun::test::sourceDir() / rel).string();
+}
+
+// One test's world: its own state directory (so its sim pool is its own) and report folder.
+class RunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(tmp_.path() / "state");
+    std::filesystem::create_directories(tmp_.path() / "reports");
+  }
+
+  std::string env() const {
+    // CI runs as root; Open MPI wants to be told that this is intended (tests say so, not poolrun).
+    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_STATE_DIR=" +
+           (tmp_.path() / "state").string() + " REPORT_DIR=" + (tmp_.path() / "reports").string() + " ";
+  }
+
+  struct Result {
+    int status = -1;
+    std::string out, err;
+  };
+
+  Result poolrun(const std::string& args) {
+    std::string cmd = env() + "timeout 120 " + POOLRUN_BINARY + " " + args + " >" +
+                      (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string() + " </dev/null";
+    int raw = std::system(cmd.c_str());
+    Result r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+    r.out = slurp(tmp_.path() / "out");
+    r.err = slurp(tmp_.path() / "err");
+    return r;
+  }
+
+  json report(int rank) const {
+    return json::parse(slurp(tmp_.path() / "reports" / ("rank-" + std::to_string(rank) + ".json")));
+  }
+
+  // The only job directory under the state directory.
+  std::filesystem::path jobDir() const {
+    for (const auto& e : std::filesystem::directory_iterator(tmp_.path() / "state/jobs")) return e.path();
+    return {};
+  }
+
+  // Leases still held in the sim pool, through poolctl.
+  json leases(const std::string& cluster) {
+    std::string cmd = env() + POOLCTL_BINARY + " --pool sim:" + cluster + " leases --json >" +
+                      (tmp_.path() / "leases").string() + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(tmp_.path() / "leases");
+    return json::parse(slurp(tmp_.path() / "leases"));
+  }
+
+  // Every rank got what the plan gave it: variables, its node, a CPU set mapped from the plan.
+  void checkAgainstPlan(int ranks) {
+    json plan = json::parse(slurp(jobDir() / "plan.json"));
+    ASSERT_EQ(plan["ranks"].size(), static_cast<size_t>(ranks));
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int r = 0; r < ranks; ++r) {
+      json rep = report(r);
+      const json& planned = plan["ranks"][r];
+      EXPECT_EQ(rep["size"], ranks);
+      EXPECT_EQ(rep["sum"], ranks * (ranks - 1) / 2) << "the ranks talked to each other";
+      EXPECT_EQ(rep["env"]["POOLRUN_NODE"], planned["node"]) << "rank " << r;
+      EXPECT_EQ(rep["host"], planned["node"]) << "rank " << r << " runs in its node's UTS namespace";
+      for (const auto& [k, v] : planned["env"].items()) {
+        EXPECT_EQ(rep["env"].value(k, "<unset>"), v.get<std::string>()) << "rank " << r << " " << k;
+      }
+      EXPECT_EQ(rep["env"]["POOLRUN_PLANNED_CPUSET"], planned["cpuset"]);
+      ASSERT_FALSE(rep["cpus"].empty());
+      for (const json& c : rep["cpus"]) EXPECT_LT(c.get<long>(), cpus);
+      EXPECT_LT(rep["cpus"].size(), static_cast<size_t>(cpus) + 1);
+    }
+  }
+
+  TempDir tmp_;
+};
+
+struct Shape {
+  const char* name;
+  const char* cluster;
+  int ranks;
+  int per_node;
+  const char* fabric;
+};
+
+class RunShapes : public RunTest, public ::testing::WithParamInterface<Shape> {};
+
+TEST_P(RunShapes, EveryRankGetsItsPlan) {
+  const Shape& s = GetParam();
+  std::string args = "--pool sim:" + src(s.cluster) + " -n " + std::to_string(s.ranks) + " --gpus-per-node " +
+                     std::to_string(s.per_node) + (std::string(s.fabric) == "tcp" ? " --fabric tcp" : "") +
+                     " " + RANK_REPORT;
+  Result r = poolrun(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  json plan = json::parse(slurp(jobDir() / "plan.json"));
+  EXPECT_EQ(plan["fabric"], s.fabric);
+  EXPECT_EQ(plan["nodes"].size(), static_cast<size_t>(s.ranks / s.per_node));
+  checkAgainstPlan(s.ranks);
+  EXPECT_TRUE(leases(src(s.cluster)).empty()) << "the lease was given back";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, RunShapes,
+                         ::testing::Values(Shape{"IbOneNode", "clusters/sim-ib.toml", 2, 2, "ib"},
+                                           Shape{"IbTwoNodes", "clusters/sim-ib.toml", 4, 2, "ib"},
+                                           Shape{"RoceTwoNodes", "clusters/sim-roce.toml", 4, 2, "roce"},
+                                           Shape{"TcpTwoNodes", "clusters/sim-ib.toml", 4, 2, "tcp"},
+                                           Shape{"IbFourNodes", "clusters/sim-4node.toml", 8, 2, "ib"}),
+                         [](const ::testing::TestParamInfo<Shape>& p) { return std::string(p.param.name); });
+
+TEST_F(RunTest, RoceRanksGetTheGidIndex) {
+  Result r = poolrun("--pool sim:" + src("clusters/sim-roce.toml") +
+                     " -n 2 --gpus-per-node 1 --roce-tc 106 " + RANK_REPORT);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(report(0)["env"]["NCCL_IB_GID_INDEX"], "3");
+  EXPECT_EQ(report(1)["env"]["NCCL_IB_TC"], "106");
+}
+
+TEST_F(RunTest, RealFixtureCluster) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  Result r =
+      poolrun("--pool sim:" + src("clusters/fixtures-ib.toml") + " -n 4 --gpus-per-node 2 " + RANK_REPORT);
+  ASSERT_EQ(r.status, 0) << r.err;
+  checkAgainstPlan(4);
+}
+
+TEST_F(RunTest, FailingRankExitCodeAndWhere) {
+  Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 4 --gpus-per-node 2 " + RANK_REPORT +
+                     " --exit 3 7");
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_NE(r.err.find("poolrun: rank 3 on node ib02 (GPU 1) exited with code 7"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
+TEST_F(RunTest, RankKilledBySignal) {
+  Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 2 --gpus-per-node 1 " + RANK_REPORT +
+                     " --signal 1 9");
+  EXPECT_EQ(r.status, 128 + 9) << r.err;
+  EXPECT_NE(r.err.find("rank 1 on node ib02"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
+TEST_F(RunTest, TimeoutEndsTheJob) {
+  Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 2 --gpus-per-node 1 --timeout 3 " +
+                     RANK_REPORT + " --sleep 60");
+  EXPECT_EQ(r.status, 124) << r.err;
+  EXPECT_NE(r.err.find("past --timeout"), std::string::npos) << r.err;
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
+// Starts poolrun in the background; returns its pid.
+pid_t spawn(const std::string& cmd) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+bool waitForFiles(const std::filesystem::path& dir, int n, std::chrono::seconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    int count = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++count;
+    if (count >= n) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
+
+// No process of the job is left: nothing runs rank_report or an Open MPI daemon with our state dir.
+int leftovers(const std::string& marker) {
+  std::string cmd = "pgrep -f '" + marker + "' | grep -v $$ | wc -l";
+  FILE* p = popen(cmd.c_str(), "r");
+  int n = 0;
+  if (p != nullptr) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+class RunSignals : public RunTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(RunSignals, ForwardedAndTheLeaseIsReleased) {
+  int sig = GetParam();
+  std::string marker = (tmp_.path() / "reports").string();
+  pid_t pid = spawn(env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
+                    " -n 2 --gpus-per-node 1 " + RANK_REPORT + " --sleep 60 >" +
+                    (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
+  ASSERT_TRUE(waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
+  kill(pid, sig);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "poolrun itself handles the signal";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + sig) << slurp(tmp_.path() / "err");
+  EXPECT_NE(slurp(tmp_.path() / "err").find("forwarding signal " + std::to_string(sig)), std::string::npos);
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(leftovers(marker), 0) << "no rank is left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, RunSignals, ::testing::Values(SIGINT, SIGTERM));
+
+TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
+  std::string marker = (tmp_.path() / "reports").string();
+  pid_t pid = spawn(env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
+                    " -n 2 --gpus-per-node 1 --lease-ttl 3 " + RANK_REPORT + " --sleep 60 >" +
+                    (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
+  ASSERT_TRUE(waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
+  EXPECT_EQ(leases(src("clusters/sim-ib.toml")).size(), 1u);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  std::this_thread::sleep_for(4s);
+  EXPECT_EQ(leftovers(marker), 0) << "mpirun and the ranks die with poolrun";
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty()) << "the lease expired";
+}
+
+TEST_F(RunTest, DryRunOpenMpi4And5) {
+  Result r4 =
+      poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 4 --gpus-per-node 2 --dry-run ./train");
+  ASSERT_EQ(r4.status, 0) << r4.err;
+  EXPECT_NE(r4.out.find("--rankfile"), std::string::npos) << r4.out;
+  EXPECT_NE(r4.out.find("--mca plm_rsh_agent"), std::string::npos) << r4.out;
+  EXPECT_NE(r4.out.find("poolrun-rank ./train"), std::string::npos) << r4.out;
+  // A stub that reports Open MPI 5.
+  std::string stub = tmp_.write("mpirun5", "#!/bin/sh\necho 'mpirun (Open MPI) 5.0.3'\n").string();
+  std::filesystem::permissions(stub, std::filesystem::perms::owner_all);
+  Result r5 = poolrun("--pool sim:" + src("clusters/sim-ib.toml") +
+                      " -n 4 --gpus-per-node 2 --dry-run --mpirun " + stub + " ./train");
+  ASSERT_EQ(r5.status, 0) << r5.err;
+  EXPECT_NE(r5.out.find("--map-by rankfile:file="), std::string::npos) << r5.out;
+  EXPECT_NE(r5.out.find("--prtemca plm_ssh_agent"), std::string::npos) << r5.out;
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
+TEST_F(RunTest, RefusesWhatCannotBeMet) {
+  Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 64 " + RANK_REPORT);
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("poolrun: error: "), std::string::npos);
+  Result local = poolrun("-n 1 " + std::string(RANK_REPORT));
+  if (local.status != 0) {  // a machine with GPUs could run it
+    EXPECT_EQ(local.status, 125);
+    EXPECT_NE(local.err.find("no GPUs on this node; use --pool sim:FILE"), std::string::npos) << local.err;
+  }
+  Result usage = poolrun("-n 2");
+  EXPECT_EQ(usage.status, 2);
+  EXPECT_NE(usage.err.find("no PROGRAM to run"), std::string::npos);
+}
+
+}  // namespace

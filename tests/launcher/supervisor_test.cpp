@@ -1,0 +1,143 @@
+// The supervisor with real processes: exit codes, signals, timeouts, renewals, nothing left behind.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "poolrun/launcher/supervisor.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+
+SuperviseOptions shell(const std::string& script) {
+  SuperviseOptions o;
+  o.argv = {"/bin/sh", "-c", script};
+  o.kill_grace = 2s;
+  return o;
+}
+
+// Running (a zombie waiting for its reaper does not count).
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+// Signals for the process from a helper thread that, like poolrun's own threads, blocks them, so
+// that they reach the supervisor's signalfd.
+void sendLater(std::vector<std::pair<std::chrono::milliseconds, int>> plan) {
+  std::thread([plan] {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    for (auto [delay, sig] : plan) {
+      std::this_thread::sleep_for(delay);
+      kill(getpid(), sig);
+    }
+  }).detach();
+}
+
+pid_t readPid(const std::filesystem::path& file) {
+  for (int i = 0; i < 100 && !std::filesystem::exists(file); ++i) std::this_thread::sleep_for(50ms);
+  std::ifstream in(file);
+  pid_t p = 0;
+  in >> p;
+  return p;
+}
+
+TEST(SupervisorTest, ExitCodeAndEnvironment) {
+  std::ostringstream err;
+  SuperviseOptions o = shell("test \"$JOB_VAR\" = yes && echo oops >&2 && exit 3");
+  o.env = {{"JOB_VAR", "yes"}};
+  SuperviseResult r = supervise(o, err);
+  EXPECT_EQ(r.exit_status, 3);
+  EXPECT_EQ(err.str(), "oops\n") << "mpirun's stderr is passed through";
+}
+
+TEST(SupervisorTest, ReportsTheFailingRankFromMpirunsMessage) {
+  std::ostringstream err;
+  SuperviseResult r = supervise(shell("printf 'mpirun noticed that process rank 2 with PID 99 on node n1 "
+                                      "exited on signal 11 (Segmentation fault).\\n' >&2; "
+                                      "exit 1"),
+                                err);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->rank, 2);
+  EXPECT_EQ(r.exit_status, 128 + 11);
+}
+
+TEST(SupervisorTest, DeathBySignal) {
+  std::ostringstream err;
+  EXPECT_EQ(supervise(shell("kill -9 $$"), err).exit_status, 128 + 9);
+}
+
+TEST(SupervisorTest, TimeoutEndsTheJobAndItsGroup) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::string pidFile = (tmp.path() / "child.pid").string();
+  SuperviseOptions o = shell("sleep 300 & echo $! > " + pidFile + "; wait");
+  o.timeout = 500ms;
+  SuperviseResult r = supervise(o, err);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.exit_status, kExitTimeout);
+  EXPECT_NE(err.str().find("past --timeout"), std::string::npos) << err.str();
+  pid_t grandchild = readPid(pidFile);
+  ASSERT_GT(grandchild, 0);
+  for (int i = 0; i < 40 && alive(grandchild); ++i)
+    std::this_thread::sleep_for(50ms);  // SIGKILL is asynchronous
+  EXPECT_FALSE(alive(grandchild)) << "the job's processes are gone";
+}
+
+TEST(SupervisorTest, ForwardsSigterm) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::string mark = (tmp.path() / "got-term").string();
+  SuperviseOptions o = shell("trap 'touch " + mark + "; exit 143' TERM; while true; do sleep 0.05; done");
+  sendLater({{300ms, SIGTERM}});
+  SuperviseResult r = supervise(o, err);
+  EXPECT_EQ(r.forwarded_signal, SIGTERM);
+  EXPECT_TRUE(std::filesystem::exists(mark)) << "the job saw the signal";
+  EXPECT_EQ(r.exit_status, 143);
+}
+
+TEST(SupervisorTest, SecondInterruptKills) {
+  std::ostringstream err;
+  SuperviseOptions o = shell("trap '' INT; while true; do sleep 0.05; done");  // ignores Ctrl-C
+  sendLater({{300ms, SIGINT}, {300ms, SIGINT}});
+  SuperviseResult r = supervise(o, err);
+  EXPECT_NE(err.str().find("second interrupt"), std::string::npos) << err.str();
+  EXPECT_EQ(r.exit_status, 128 + SIGINT) << "interrupted by the user";
+}
+
+TEST(SupervisorTest, RenewsAndEndsTheJobWhenTheLeaseIsLost) {
+  std::ostringstream err;
+  std::atomic<int> renewals{0};
+  SuperviseOptions o = shell("while true; do sleep 0.05; done");
+  o.renew_every = 100ms;
+  o.renew = [&] { return ++renewals < 4; };
+  SuperviseResult r = supervise(o, err);
+  EXPECT_GE(renewals.load(), 4);
+  EXPECT_TRUE(r.lease_lost);
+  EXPECT_EQ(r.exit_status, kExitLeaseLost);
+}
+
+TEST(SupervisorTest, MissingProgram) {
+  std::ostringstream err;
+  SuperviseOptions o;
+  o.argv = {"/nonexistent/mpirun"};
+  SuperviseResult r = supervise(o, err);
+  EXPECT_EQ(r.exit_status, 127);
+  EXPECT_NE(err.str().find("cannot run /nonexistent/mpirun"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace poolrun::launcher

@@ -1,0 +1,175 @@
+// `poolrun tuner` as a user runs it: the real binary in a child process, its output and exit status.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using poolrun::test::TempDir;
+
+const std::string kData = POOLRUN_TUNER_TEST_DATA;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result poolrun(const std::string& args) {
+  TempDir tmp;
+  std::string cmd = std::string(POOLRUN_BINARY) + " " + args + " >" + (tmp.path() / "out").string() + " 2>" +
+                    (tmp.path() / "err").string() + " </dev/null";
+  int raw = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = slurp(tmp.path() / "out");
+  r.err = slurp(tmp.path() / "err");
+  return r;
+}
+
+size_t lines(const std::string& s) {
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+TEST(TunerCliTest, ExplainPrintsATablePerPowerOfTwo) {
+  Result r =
+      poolrun("tuner explain --config " + kData + "/h100-roce-4node.json --min-bytes 1K --max-bytes 1M");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("allreduce on 32 ranks, 4 nodes (8 per node); fabric roce"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("1 KiB"), std::string::npos);
+  EXPECT_NE(r.out.find("1 MiB"), std::string::npos);
+  EXPECT_EQ(lines(r.out), 2u + 11u);
+}
+
+TEST(TunerCliTest, ExplainJson) {
+  Result r = poolrun("tuner explain --json --config " + kData +
+                     "/a100-8gpu-1node.json --coll allgather --min-bytes 8 --max-bytes 1G");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["schema"], "poolrun.tuner-explain/1");
+  EXPECT_EQ(doc["nranks"], 8);
+  EXPECT_EQ(doc["nnodes"], 1);
+  ASSERT_EQ(doc["rows"].size(), 28u);  // 2^3 .. 2^30
+  for (const auto& row : doc["rows"]) {
+    EXPECT_EQ(row["coll"], "allgather");
+    for (const char* key : {"bytes", "algo", "proto", "channels", "time_us", "busbw_gbyte_s", "candidates"}) {
+      EXPECT_TRUE(row.contains(key)) << key;
+    }
+    EXPECT_EQ(row["channels"], 0);
+    EXPECT_EQ(row["candidates"][0]["algo"], row["algo"]);
+    EXPECT_EQ(row["candidates"][0]["time_us"], row["time_us"]);
+    for (const auto& c : row["candidates"]) {
+      EXPECT_NE(c["algo"], "Tree") << "no Tree for allgather";
+      EXPECT_TRUE(c.contains("time_us"));
+    }
+  }
+}
+
+TEST(TunerCliTest, ExplainAsAnotherShape) {
+  Result one =
+      poolrun("tuner explain --json --config " + kData + "/h100-roce-4node.json --nranks 8 --nnodes 1");
+  ASSERT_EQ(one.status, 0) << one.err;
+  auto doc = nlohmann::json::parse(one.out);
+  EXPECT_EQ(doc["rows"].back()["algo"], "NVLS");
+}
+
+TEST(TunerCliTest, BadInputIsOneLineAndExitTwo) {
+  struct Case {
+    std::string args, mentions;
+  };
+  const std::string cfg = kData + "/h100-roce-4node.json";
+  for (const Case& c :
+       std::vector<Case>{{"tuner explain", "--config"},
+                         {"tuner explain --config /nonexistent.json", "/nonexistent.json"},
+                         {"tuner explain --config " + cfg + " --coll alltoall", "alltoall"},
+                         {"tuner explain --config " + cfg + " --nranks 4 --nnodes 8", "--nnodes 8"},
+                         {"tuner explain --config " + cfg + " --max-bytes 12X", "12X"},
+                         {"tuner explain --config " + cfg + " --min-bytes 1G --max-bytes 1M", "--min-bytes"},
+                         {"tuner explain --config " + cfg + " --nranks 0", "--nranks 0"},
+                         {"tuner explain --config " + kData + "/all_gather_perf_2x4.log", "not valid JSON"},
+                         {"tuner explain --config " + cfg + " --frobnicate", "frobnicate"},
+                         {"tuner calibrate --config " + cfg, "no nccl-tests logs"},
+                         {"tuner calibrate --config " + cfg + " --algo Rign x.log", "Rign"},
+                         {"tuner calibrate --config " + cfg + " /nonexistent.log", "/nonexistent.log"},
+                         {"tuner calibrate --config " + cfg + " " + cfg, "no result lines"},
+                         {"tuner frob", "frob"}}) {
+    Result r = poolrun(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.err.starts_with("poolrun: error: ")) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.substr(0, r.err.find('\n')).find(c.mentions), std::string::npos) << c.args << "\n"
+                                                                                     << r.err;
+  }
+  Result none = poolrun("tuner");
+  EXPECT_EQ(none.status, 2);
+  Result help = poolrun("--help");
+  EXPECT_NE(help.out.find("tuner"), std::string::npos);
+}
+
+TEST(TunerCliTest, CalibrateWritesMeasuredFiguresThatExplainThenUses) {
+  TempDir tmp;
+  const auto cfg = tmp.path() / "tuner.json";
+  std::filesystem::copy_file(kData + "/a100-8gpu-1node.json", cfg);
+  const std::string before = poolrun("tuner explain --json --config " + cfg.string()).out;
+  Result r = poolrun("tuner calibrate --config " + cfg.string() + " " + kData +
+                     "/all_reduce_perf_1x8_ring_ll128.log");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(
+      r.out.find("25 figures from 1 log (25 with a forced algorithm and protocol; 25 added, 0 replaced)"),
+      std::string::npos)
+      << r.out;
+  auto doc = nlohmann::json::parse(slurp(cfg));
+  EXPECT_EQ(doc["calibration"].size(), 25u);
+  EXPECT_EQ(doc["comment"].get<std::string>().substr(0, 8), "One 8x A");  // other keys kept
+
+  // The measured Ring/LL128 figures (38 us floor, 205 GB/s) now rank with the model's.
+  auto explained = nlohmann::json::parse(poolrun("tuner explain --json --config " + cfg.string()).out);
+  bool measuredChosen = false;
+  for (const auto& row : explained["rows"]) {
+    for (const auto& c : row["candidates"]) {
+      if (c["algo"] == "Ring" && c["proto"] == "LL128" && row["bytes"].get<long>() <= (128l << 20)) {
+        EXPECT_EQ(c["source"], "measured") << row["bytes"];
+      }
+    }
+    measuredChosen = measuredChosen || row["source"] == "measured";
+  }
+  EXPECT_TRUE(measuredChosen);
+  EXPECT_NE(nlohmann::json::parse(before)["rows"], explained["rows"]);
+
+  // Again: replaced, not duplicated. And the unforced allgather log adds figures that rank nothing.
+  Result again = poolrun("tuner calibrate --config " + cfg.string() + " " + kData +
+                         "/all_reduce_perf_1x8_ring_ll128.log " + kData + "/all_gather_perf_2x4.log");
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_NE(again.out.find("25 replaced"), std::string::npos) << again.out;
+  EXPECT_NE(again.err.find("poolrun: warning: "), std::string::npos) << again.err;  // the wrong-result line
+  EXPECT_EQ(nlohmann::json::parse(slurp(cfg))["calibration"].size(), 32u);
+}
+
+TEST(TunerCliTest, CalibrateToStandardOutputWithOverrides) {
+  TempDir tmp;
+  Result r =
+      poolrun("tuner calibrate --config " + kData + "/h100-ib-4node.json -o - --algo Ring --proto Simple " +
+              kData + "/all_gather_perf_2x4.log");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["calibration"].size(), 7u);
+  EXPECT_EQ(doc["calibration"][0]["algo"], "Ring");
+  EXPECT_EQ(doc["calibration"][0]["nnodes"], 2);
+  EXPECT_NE(r.err.find("written to stdout"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,232 @@
+// The PoolClient contract, written once and run against the embedded pool (sim:) and against a
+// poold over loopback HTTP.
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <set>
+#include <thread>
+
+#include "poold_process.hpp"
+#include "poolrun/pool/control.hpp"
+#include "support/fixtures.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using std::chrono::seconds;
+
+std::string clusterFile() {
+  return (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
+}
+
+class Harness {
+ public:
+  virtual ~Harness() = default;
+  // "alice", "bob" (users) or "root" (administrator).
+  virtual std::unique_ptr<PoolControl> client(const std::string& who) = 0;
+};
+
+class SimHarness : public Harness {
+ public:
+  std::unique_ptr<PoolControl> client(const std::string& who) override {
+    ClientOptions o;
+    o.state_dir = dir_.path().string();
+    o.owner = who;
+    o.role = who == "root" ? "admin" : "user";
+    return openPoolControl("sim:" + clusterFile(), o);
+  }
+
+ private:
+  test::TempDir dir_;
+};
+
+class HttpHarness : public Harness {
+ public:
+  HttpHarness()
+      : tokens_(dir_.write("tokens", test::kTokens)),
+        poold_(dir_.path() / "state", tokens_, {"--cluster", clusterFile()}) {}
+  std::unique_ptr<PoolControl> client(const std::string& who) override {
+    ClientOptions o;
+    o.token = "tok-" + who + "-0123456789";
+    return openPoolControl(poold_.uri(), o);
+  }
+
+ private:
+  test::TempDir dir_;
+  std::filesystem::path tokens_;
+  test::PooldProcess poold_;
+};
+
+class Contract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "sim")
+      harness_ = std::make_unique<SimHarness>();
+    else
+      harness_ = std::make_unique<HttpHarness>();
+  }
+  std::unique_ptr<Harness> harness_;
+};
+
+LeaseRequest request(int gpus, std::optional<seconds> wait = std::nullopt) {
+  LeaseRequest r;
+  r.gpus = gpus;
+  r.wait = wait;
+  r.ttl = seconds(60);
+  return r;
+}
+
+TEST_P(Contract, AcquireRenewRelease) {
+  auto alice = harness_->client("alice");
+  Lease l = alice->acquire(request(12));
+  EXPECT_EQ(l.owner, "alice");
+  ASSERT_EQ(l.gpus.size(), 12u);
+  EXPECT_EQ(std::set<GpuRef>(l.gpus.begin(), l.gpus.end()).size(), 12u);
+  EXPECT_EQ(l.gpus.front().node, "hgx01") << "fewest nodes, pool order";
+  EXPECT_GT(l.expires, std::chrono::system_clock::now() + seconds(50));
+  Lease r = alice->renew(l.id);
+  EXPECT_EQ(r.id, l.id);
+  EXPECT_GE(r.expires, l.expires);
+  EXPECT_EQ(alice->leases().size(), 1u);
+  EXPECT_EQ(alice->status().gpus_leased, 12);
+  alice->release(l.id);
+  alice->release(l.id);  // idempotent
+  EXPECT_TRUE(alice->leases().empty());
+  EXPECT_EQ(alice->status().gpus_free, 128);
+  try {
+    alice->renew(l.id);
+    ADD_FAILURE() << "renewed a released lease";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kGone) << e.what();
+  }
+}
+
+TEST_P(Contract, NodeAndDescribe) {
+  auto alice = harness_->client("alice");
+  topo::ClusterNode n = alice->node("hgx09");
+  EXPECT_EQ(n.switch_name, "leaf2");
+  ASSERT_TRUE(n.topology);
+  EXPECT_EQ(n.topology->gpus.size(), 8u);
+  EXPECT_EQ(n.labels.at("rack"), "r2");
+  EXPECT_THROW(alice->node("nosuch"), Error);
+  EXPECT_FALSE(alice->describe().empty());
+  EXPECT_EQ(alice->nodes().size(), 16u);
+}
+
+TEST_P(Contract, NeverFitsFailsAtOnce) {
+  auto alice = harness_->client("alice");
+  auto start = std::chrono::steady_clock::now();
+  try {
+    alice->acquire(request(129));
+    ADD_FAILURE() << "129 GPUs from 128";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kNeverFits) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5));
+}
+
+TEST_P(Contract, GangWaitsWholeAndTimesOut) {
+  auto alice = harness_->client("alice");
+  auto bob = harness_->client("bob");
+  Lease big = alice->acquire(request(120));
+  int positions = 0;
+  try {
+    bob->acquire(request(16, seconds(1)), [&](int) { ++positions; });
+    ADD_FAILURE() << "16 GPUs granted with 8 free";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kTimeout) << e.what();
+    EXPECT_EQ(e.position(), 1);
+  }
+  EXPECT_GE(positions, 1);
+  EXPECT_EQ(alice->status().gpus_leased, 120) << "a waiting request holds nothing";
+  EXPECT_TRUE(alice->queue().empty()) << "a timed-out request leaves the queue";
+  EXPECT_EQ(bob->acquire(request(8, seconds(0))).gpus.size(), 8u) << "what fits now is granted at once";
+  alice->release(big.id);
+}
+
+TEST_P(Contract, QueuedRequestStartsOnRelease) {
+  auto alice = harness_->client("alice");
+  Lease all = alice->acquire(request(128));
+  std::promise<int> firstPosition;
+  auto waiter = std::async(std::launch::async, [&] {
+    auto bob = harness_->client("bob");
+    bool told = false;
+    return bob->acquire(request(16), [&](int p) {
+      if (!told) firstPosition.set_value(p);
+      told = true;
+    });
+  });
+  EXPECT_EQ(firstPosition.get_future().get(), 1);
+  ASSERT_EQ(alice->queue().size(), 1u);
+  EXPECT_EQ(alice->queue()[0].owner, "bob");
+  alice->release(all.id);
+  Lease got = waiter.get();
+  EXPECT_EQ(got.owner, "bob");
+  EXPECT_EQ(got.gpus.size(), 16u);
+}
+
+TEST_P(Contract, OnlyTheOwnerOrAnAdministratorReleases) {
+  auto alice = harness_->client("alice");
+  auto bob = harness_->client("bob");
+  auto root = harness_->client("root");
+  Lease l = alice->acquire(request(4));
+  for (auto op : {0, 1}) {
+    try {
+      op == 0 ? bob->release(l.id) : static_cast<void>(bob->renew(l.id));
+      ADD_FAILURE() << "bob changed alice's lease";
+    } catch (const PoolError& e) {
+      EXPECT_EQ(e.failure(), PoolFailure::kForbidden) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bob"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(alice->leases().size(), 1u);
+  EXPECT_THROW(bob->drain("hgx01"), PoolError);
+  root->release(l.id);
+  EXPECT_TRUE(alice->leases().empty());
+}
+
+TEST_P(Contract, UnrenewedLeaseExpires) {
+  auto alice = harness_->client("alice");
+  LeaseRequest r = request(8);
+  r.ttl = seconds(1);
+  Lease l = alice->acquire(r);
+  auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (!alice->leases().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(alice->leases().empty());
+  EXPECT_EQ(alice->status().gpus_free, 128);
+  EXPECT_THROW(alice->renew(l.id), PoolError);
+}
+
+TEST_P(Contract, DrainAndFailKeepNewLeasesAway) {
+  auto root = harness_->client("root");
+  auto alice = harness_->client("alice");
+  Lease running = alice->acquire(request(8));
+  ASSERT_EQ(running.gpus.front().node, "hgx01");
+  root->drain("hgx01");
+  root->drain("hgx02");
+  root->failGpu("hgx03", 0);
+  EXPECT_EQ(alice->leases().size(), 1u) << "existing leases run on";
+  Lease l = alice->acquire(request(8));
+  for (const GpuRef& g : l.gpus)
+    EXPECT_EQ(g.node, "hgx04") << "not drained hgx01-02, not hgx03 with a failed GPU";
+  PoolStatus s = alice->status();
+  EXPECT_EQ(s.nodes_draining, 2);
+  EXPECT_EQ(s.gpus_failed, 1);
+  root->resume("hgx02");
+  Lease m = alice->acquire(request(8));
+  EXPECT_EQ(m.gpus.front().node, "hgx02");
+  bool sawFailed = false;
+  for (const NodeInfo& n : alice->nodes())
+    for (const GpuInfo& g : n.gpus)
+      sawFailed |= n.name == "hgx03" && g.index == 0 && g.state == GpuState::kFailed;
+  EXPECT_TRUE(sawFailed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, Contract, ::testing::Values("sim", "http"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace poolrun::pool

@@ -1,0 +1,187 @@
+#include "inventory.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "poolrun/topo/hostlist.hpp"
+#include "support/synthetic.hpp"
+
+namespace poolrun::test {
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : text) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == sep && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(' ');
+  size_t b = s.find_last_not_of(' ');
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+// "0-3,5" -> {0,1,2,3,5}
+std::vector<int> indexes(const std::string& text) {
+  std::vector<int> out;
+  for (const std::string& part : split(text, ',')) {
+    size_t dash = part.find('-');
+    int a = std::stoi(part.substr(0, dash));
+    int b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
+    for (int i = a; i <= b; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace
+
+void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoint now) {
+  int leaseNo = 0;
+  for (std::string clause : split(spec, ';')) {
+    clause = trim(clause);
+    if (clause.empty()) continue;
+    std::istringstream words(clause);
+    std::string head;
+    words >> head;
+    if (size_t slash = head.find("/gpu["); slash != std::string::npos) {
+      std::string hosts = head.substr(0, slash);
+      std::string rest = head.substr(slash + 5);
+      std::string sw;
+      if (size_t at = rest.find('@'); at != std::string::npos) {
+        sw = rest.substr(at + 1);
+        rest = rest.substr(0, at);
+      }
+      int count = static_cast<int>(indexes(rest.substr(0, rest.find(']'))).size());
+      std::string model = "NVIDIA H100 80GB HBM3";
+      uint64_t mem = uint64_t{80} << 30;
+      std::map<std::string, std::string> labels;
+      std::string opt;
+      while (words >> opt) {
+        if (opt.rfind("model=", 0) == 0) model = "NVIDIA " + opt.substr(6);
+        if (opt.rfind("mem=", 0) == 0) mem = std::stoull(opt.substr(4)) << 30;
+        if (opt.rfind("label=", 0) == 0) {
+          std::string kv = opt.substr(6);
+          labels[kv.substr(0, kv.find(':'))] = kv.substr(kv.find(':') + 1);
+        }
+      }
+      SyntheticSpec s;
+      s.gpus = count;
+      s.nics = count;
+      auto topology = std::make_shared<topo::NodeTopology>(synthetic(s));
+      for (topo::Gpu& g : topology->gpus) {
+        g.model = model;
+        g.memory_bytes = mem;
+      }
+      for (const std::string& name : topo::expandHostlist(hosts)) {
+        topo::ClusterNode n;
+        n.name = name;
+        n.topology = topology;
+        n.switch_name = sw;
+        n.labels = labels;
+        state.registerNode(n);
+      }
+      continue;
+    }
+    std::string verb;
+    words >> verb;
+    for (const std::string& name : topo::expandHostlist(head)) {
+      if (verb == "draining" || verb == "down") {
+        state.setNodeState(name, verb == "down" ? pool::NodeState::kDown : pool::NodeState::kDraining);
+      } else if (verb == "failed" || verb == "leased") {
+        std::string list;
+        words >> list;
+        if (verb == "failed") {
+          for (int i : indexes(list)) state.failGpu(name, i);
+          continue;
+        }
+        pool::Lease l;
+        l.id = "pre" + std::to_string(++leaseNo);
+        l.owner = "other";
+        for (int i : indexes(list)) l.gpus.push_back({name, i});
+        l.created = now;
+        l.ttl = std::chrono::hours(1000);
+        l.expires = now + l.ttl;
+        std::string forWord;
+        int seconds = 0;
+        if (words >> forWord >> seconds) {
+          l.max_end = now + std::chrono::seconds(seconds);
+          l.expires = *l.max_end;
+        }
+        state.loadLease(l);
+      } else {
+        throw std::invalid_argument("bad inventory clause '" + clause + "'");
+      }
+    }
+  }
+  state.takeDirty();
+}
+
+pool::LeaseRequest parseRequest(const std::string& spec) {
+  std::istringstream words(spec);
+  pool::LeaseRequest r;
+  words >> r.gpus;
+  r.owner = "alice";
+  r.ttl = std::chrono::hours(1000);
+  std::string w;
+  while (words >> w) {
+    auto value = [&](const char* key) { return w.substr(std::string(key).size()); };
+    if (w.rfind("ppn=", 0) == 0)
+      r.gpus_per_node = std::stoi(value("ppn="));
+    else if (w == "whole")
+      r.whole_nodes = true;
+    else if (w == "one-switch")
+      r.one_switch = true;
+    else if (w.rfind("model=", 0) == 0)
+      r.gpu_model = value("model=");
+    else if (w.rfind("mem=", 0) == 0)
+      r.min_memory_bytes = std::stoull(value("mem=")) << 30;
+    else if (w.rfind("label=", 0) == 0) {
+      std::string kv = value("label=");
+      r.labels[kv.substr(0, kv.find(':'))] = kv.substr(kv.find(':') + 1);
+    } else if (w.rfind("prio=", 0) == 0)
+      r.priority = std::stoi(value("prio="));
+    else if (w.rfind("max=", 0) == 0)
+      r.max_duration = std::chrono::seconds(std::stoll(value("max=")));
+    else if (w.rfind("owner=", 0) == 0)
+      r.owner = value("owner=");
+    else
+      throw std::invalid_argument("bad request word '" + w + "'");
+  }
+  return r;
+}
+
+std::string gpuList(const std::vector<pool::GpuRef>& gpus) {
+  std::string out;
+  for (size_t i = 0; i < gpus.size();) {
+    size_t j = i;
+    std::string part = gpus[i].node + ":";
+    bool first = true;
+    while (j < gpus.size() && gpus[j].node == gpus[i].node) {
+      size_t k = j;
+      while (k + 1 < gpus.size() && gpus[k + 1].node == gpus[j].node &&
+             gpus[k + 1].index == gpus[k].index + 1)
+        ++k;
+      part += (first ? "" : ",") + std::to_string(gpus[j].index) +
+              (k > j ? "-" + std::to_string(gpus[k].index) : "");
+      first = false;
+      j = k + 1;
+    }
+    out += (out.empty() ? "" : " ") + part;
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace poolrun::test

@@ -1,0 +1,113 @@
+#include "poold_process.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace poolrun::test {
+namespace {
+
+std::vector<char*> cargs(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (std::string& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+PooldProcess::PooldProcess(const std::filesystem::path& state, const std::filesystem::path& tokens,
+                           const std::vector<std::string>& extra) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  std::vector<std::string> argv{POOLD_BINARY,   "--listen",     "127.0.0.1:0",  "--state",
+                                state.string(), "--token-file", tokens.string()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    auto a = cargs(argv);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string line;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    char buf[256];
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    line.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  size_t at = line.find("http://");
+  if (at == std::string::npos) {
+    kill9();
+    throw std::runtime_error("poold did not start: '" + line + "'");
+  }
+  uri_ = line.substr(at, line.find('\n', at) - at);
+  port_ = std::stoi(uri_.substr(uri_.rfind(':') + 1));
+}
+
+PooldProcess::~PooldProcess() {
+  stop();
+}
+
+void PooldProcess::stop() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    usleep(50'000);
+  }
+  kill9();
+}
+
+void PooldProcess::kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+int runProgram(const std::vector<std::string>& argv, std::string* out, const std::vector<std::string>& env) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  std::vector<std::string> a = argv;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    for (const std::string& e : env) putenv(strdup(e.c_str()));
+    auto c = cargs(a);
+    execv(c[0], c.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (out) *out = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace poolrun::test

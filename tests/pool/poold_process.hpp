@@ -1,0 +1,43 @@
+#pragma once
+
+// A poold started by a test on 127.0.0.1, port 0, and stopped (or killed) by it.
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace poolrun::test {
+
+class PooldProcess {
+ public:
+  PooldProcess(const std::filesystem::path& state, const std::filesystem::path& tokens,
+               const std::vector<std::string>& extra = {});
+  ~PooldProcess();
+  PooldProcess(const PooldProcess&) = delete;
+  PooldProcess& operator=(const PooldProcess&) = delete;
+
+  const std::string& uri() const { return uri_; }
+  int port() const { return port_; }
+  void stop();   // SIGTERM, wait
+  void kill9();  // SIGKILL, wait
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string uri_;
+};
+
+// Runs a program to completion; returns its exit status, stdout in `out`.
+int runProgram(const std::vector<std::string>& argv, std::string* out = nullptr,
+               const std::vector<std::string>& env = {});
+
+// The token file every test poold reads: alice and bob are users, root is the administrator.
+constexpr const char* kTokens =
+    "# test tokens\n"
+    "tok-alice-0123456789 alice user\n"
+    "tok-bob-0123456789 bob user\n"
+    "tok-root-0123456789 root admin\n";
+
+}  // namespace poolrun::test

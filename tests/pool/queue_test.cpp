@@ -1,0 +1,252 @@
+// The queue (priority, first come first served, backfill), leases (TTL, renew, expiry, release)
+// and health (failed GPUs, draining), driven by a fake clock.
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "inventory.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using std::chrono::seconds;
+using test::addInventory;
+using test::gpuList;
+using test::parseRequest;
+
+TimePoint t0() {
+  return TimePoint(std::chrono::hours(24 * 365 * 50));
+}
+
+struct QueueCase {
+  const char* name;
+  const char* inventory;
+  std::vector<const char*> requests;  // submitted in order at t0
+  std::vector<const char*> expected;  // per request: granted GPUs, or "#P" queued at position P
+};
+
+const QueueCase kQueueCases[] = {
+    {"first come first served", "n01/gpu[0-7]; n01 leased 0-7", {"4", "4"}, {"#1", "#2"}},
+    {"priority goes first", "n01/gpu[0-7]; n01 leased 0-7", {"4", "4 prio=5"}, {"#2", "#1"}},
+    {"no overtaking without durations", "n01/gpu[0-7]; n01 leased 0-5 for 100", {"8", "2"}, {"#1", "#2"}},
+    {"backfill that ends before the head starts",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8", "2 max=50"},
+     {"#1", "n01:6-7"}},
+    {"no backfill past the head's start",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8", "2 max=150"},
+     {"#1", "#2"}},
+    {"backfill on GPUs the head will not use",
+     "n[01-02]/gpu[0-7]; n01 leased 0-7 for 100; n02 leased 0-3",
+     {"8", "4"},
+     {"#1", "n02:4-7"}},
+    {"gang: nothing held while waiting",
+     "n[01-02]/gpu[0-7]; n01 leased 0-3",
+     {"16", "4 max=10"},
+     {"#1", "n01:4-7"}},
+};
+
+class QueueTable : public ::testing::TestWithParam<QueueCase> {};
+
+TEST_P(QueueTable, Orders) {
+  const QueueCase& c = GetParam();
+  PoolState state;
+  addInventory(state, c.inventory, t0());
+  std::vector<int64_t> tickets;
+  std::vector<std::string> got;
+  for (const char* r : c.requests) {
+    SubmitResult s = state.submit(parseRequest(r), t0());
+    got.push_back(s.lease ? gpuList(s.lease->gpus) : "");
+    tickets.push_back(s.ticket);
+  }
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i].empty()) got[i] = "#" + std::to_string(state.poll(tickets[i], t0()).position);
+  EXPECT_EQ(got, std::vector<std::string>(c.expected.begin(), c.expected.end())) << c.inventory;
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, QueueTable, ::testing::ValuesIn(kQueueCases), [](const auto& param_info) {
+  std::string n;
+  for (const char* p = param_info.param.name; *p; ++p) n += std::isalnum(*p) ? *p : '_';
+  return n;
+});
+
+TEST(Queue, ReleaseGrantsTheHeadInPriorityOrder) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-7]", t0());
+  Lease a = *state.submit(parseRequest("8"), t0()).lease;
+  int64_t b = state.submit(parseRequest("8 owner=bob"), t0()).ticket;
+  int64_t c = state.submit(parseRequest("8 prio=5 owner=carol"), t0() + seconds(1)).ticket;
+  EXPECT_TRUE(state.release(a.id, "alice", false, t0() + seconds(2)));
+  PollResult pc = state.poll(c, t0() + seconds(2));
+  ASSERT_EQ(pc.status, QueueEntry::Status::kGranted);
+  EXPECT_EQ(pc.lease->owner, "carol");
+  EXPECT_EQ(state.poll(b, t0() + seconds(2)).position, 1);
+  EXPECT_THROW(state.poll(c, t0() + seconds(2)), PoolError) << "a collected grant leaves the queue";
+}
+
+TEST(Queue, BackfilledLeaseNeverDelaysTheHead) {
+  // The head needs the whole node; the running lease ends at 100 s. Short requests fill the
+  // idle GPUs meanwhile; the head still starts at 100 s.
+  PoolState state;
+  addInventory(state, "n01/gpu[0-7]; n01 leased 0-5 for 100", t0());
+  int64_t head = state.submit(parseRequest("8"), t0()).ticket;
+  ASSERT_EQ(state.plannedStart(head), t0() + seconds(100));
+  SubmitResult s1 = state.submit(parseRequest("2 max=60"), t0());
+  ASSERT_TRUE(s1.lease) << "backfilled";
+  state.tick(t0() + seconds(60), std::chrono::hours(1));
+  SubmitResult s2 = state.submit(parseRequest("1 max=40"), t0() + seconds(60));
+  ASSERT_TRUE(s2.lease) << "backfilled after the first ended";
+  EXPECT_FALSE(state.submit(parseRequest("1 max=41"), t0() + seconds(60), false).lease)
+      << "would end after 100 s";
+  state.tick(t0() + seconds(100), std::chrono::hours(1));
+  PollResult p = state.poll(head, t0() + seconds(100));
+  ASSERT_EQ(p.status, QueueEntry::Status::kGranted);
+  EXPECT_EQ(p.lease->created, t0() + seconds(100));
+}
+
+TEST(Queue, RandomWorkloadsNeverDelayTheHead) {
+  // Requests of random shape and duration arrive over time; leases run to their maximum end.
+  // Whenever a request becomes the head, the start planned for it then must not slip.
+  std::mt19937 rng(7);
+  for (int round = 0; round < 8; ++round) {
+    PoolState state;
+    addInventory(state, "n[01-04]/gpu[0-7]@leaf1", t0());
+    std::map<int64_t, TimePoint> promised;  // head ticket -> planned start when it became head
+    std::set<int64_t> waiting;
+    TimePoint now = t0();
+    int checked = 0;
+    auto collect = [&] {
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        PollResult p = state.poll(*it, now);
+        if (p.status == QueueEntry::Status::kGranted) {
+          if (promised.count(*it)) {
+            EXPECT_LE(p.lease->created, promised[*it]) << "round " << round << " ticket " << *it;
+            ++checked;
+          }
+          it = waiting.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    };
+    for (int step = 0; step < 120; ++step) {
+      TimePoint arrival = now + seconds(std::uniform_int_distribution<int>(0, 20)(rng));
+      // Every lease ends exactly at its maximum end; the pool looks again at each end.
+      for (;;) {
+        TimePoint next = kNever;
+        for (const auto& [id, l] : state.leaseMap()) next = std::min(next, *l.max_end);
+        if (next > arrival) break;
+        now = next;
+        state.tick(now);
+        collect();
+      }
+      now = arrival;
+      state.tick(now);
+      collect();
+      int gpus = std::uniform_int_distribution<int>(1, 24)(rng);
+      int dur = std::uniform_int_distribution<int>(10, 200)(rng);
+      SubmitResult s = state.submit(parseRequest(std::to_string(gpus) + " max=" + std::to_string(dur)), now);
+      if (!s.lease) waiting.insert(s.ticket);
+      std::vector<QueueInfo> q = state.queueList();
+      if (!q.empty() && !promised.count(q.front().ticket)) {
+        std::optional<TimePoint> planned = state.plannedStart(q.front().ticket);
+        ASSERT_TRUE(planned);
+        promised[q.front().ticket] = *planned;
+      }
+    }
+    EXPECT_GT(checked, 0);
+  }
+}
+
+TEST(Leases, ExpireUnlessRenewedAndNeverPastMaxDuration) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-7]", t0());
+  LeaseRequest r = parseRequest("4 max=100");
+  r.ttl = seconds(30);
+  Lease l = *state.submit(r, t0()).lease;
+  EXPECT_EQ(l.expires, t0() + seconds(30));
+  EXPECT_EQ(state.renew(l.id, "alice", false, t0() + seconds(20)).expires, t0() + seconds(50));
+  EXPECT_EQ(state.renew(l.id, "alice", false, t0() + seconds(45)).expires, t0() + seconds(75));
+  EXPECT_EQ(state.renew(l.id, "alice", false, t0() + seconds(74)).expires, t0() + seconds(100)) << "capped";
+  state.tick(t0() + seconds(100));
+  EXPECT_TRUE(state.leaseMap().empty());
+  EXPECT_EQ(state.gpuState("n01", 0), GpuState::kFree);
+  try {
+    state.renew(l.id, "alice", false, t0() + seconds(101));
+    ADD_FAILURE() << "renewed an expired lease";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kGone);
+  }
+
+  Lease m = *state.submit(r, t0() + seconds(200)).lease;
+  state.tick(t0() + seconds(229));
+  EXPECT_EQ(state.leaseMap().count(m.id), 1u);
+  state.tick(t0() + seconds(230));
+  EXPECT_EQ(state.leaseMap().count(m.id), 0u) << "not renewed within its ttl";
+}
+
+TEST(Leases, ReleaseIsIdempotentAndOwnersOnly) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-7]", t0());
+  Lease l = *state.submit(parseRequest("8"), t0()).lease;
+  try {
+    state.release(l.id, "mallory", false, t0());
+    ADD_FAILURE() << "released another owner's lease";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kForbidden);
+    EXPECT_NE(std::string(e.what()).find("mallory"), std::string::npos);
+  }
+  EXPECT_THROW(state.renew(l.id, "mallory", false, t0()), PoolError);
+  EXPECT_EQ(state.leaseMap().size(), 1u);
+  EXPECT_TRUE(state.release(l.id, "root", true, t0())) << "an administrator may";
+  EXPECT_FALSE(state.release(l.id, "alice", false, t0())) << "again: no error";
+  EXPECT_EQ(state.status().gpus_free, 8);
+}
+
+TEST(Health, FailedGpusAndDrainedNodes) {
+  PoolState state;
+  addInventory(state, "n[01-02]/gpu[0-7]", t0());
+  Lease l = *state.submit(parseRequest("8"), t0()).lease;
+  EXPECT_EQ(gpuList(l.gpus), "n01:0-7");
+  state.setNodeState("n01", NodeState::kDraining);
+  state.failGpu("n02", 7);
+  EXPECT_EQ(state.gpuState("n02", 7), GpuState::kFailed);
+  EXPECT_EQ(state.leaseMap().size(), 1u) << "draining lets existing leases run";
+  SubmitResult s = state.submit(parseRequest("8"), t0());
+  EXPECT_FALSE(s.lease) << "n01 drains, n02 has 7 good GPUs";
+  EXPECT_EQ(state.poll(s.ticket, t0()).position, 1);
+  state.release(l.id, "alice", false, t0());
+  EXPECT_EQ(state.poll(s.ticket, t0()).status, QueueEntry::Status::kWaiting) << "still draining";
+  state.setNodeState("n01", NodeState::kUp);
+  state.tick(t0());
+  PollResult p = state.poll(s.ticket, t0());
+  ASSERT_EQ(p.status, QueueEntry::Status::kGranted);
+  EXPECT_EQ(gpuList(p.lease->gpus), "n01:0-7");
+  EXPECT_EQ(state.status().gpus_failed, 1);
+}
+
+TEST(Health, QueuedRequestFailsWhenThePoolShrinksBelowIt) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-7]; n01 leased 0", t0());
+  int64_t t = state.submit(parseRequest("8"), t0()).ticket;
+  state.failGpu("n01", 3);
+  state.tick(t0());
+  PollResult p = state.poll(t, t0());
+  EXPECT_EQ(p.status, QueueEntry::Status::kFailed);
+  EXPECT_NE(p.reason.find("no longer"), std::string::npos) << p.reason;
+}
+
+TEST(Queue, QuietClientsAreDropped) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-7]; n01 leased 0-7", t0());
+  int64_t t = state.submit(parseRequest("8"), t0()).ticket;
+  state.tick(t0() + seconds(20), seconds(30));
+  EXPECT_EQ(state.poll(t, t0() + seconds(20)).position, 1);
+  state.tick(t0() + seconds(51), seconds(30));
+  EXPECT_THROW(state.poll(t, t0() + seconds(51)), PoolError);
+}
+
+}  // namespace
+}  // namespace poolrun::pool
