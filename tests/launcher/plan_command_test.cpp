@@ -8,30 +8,17 @@
 #include <sstream>
 
 #include "support/fixtures.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
 
 using poolrun::test::TempDir;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = poolrun::test::ProcessResult;
 
 Result run(const std::string& args, const std::string& envPrefix = "") {
-  TempDir tmp;
-  std::string cmd = envPrefix + " " + POOLRUN_BINARY + " " + args + " >" + (tmp.path() / "out").string() +
-                    " 2>" + (tmp.path() / "err").string() + " </dev/null";
-  int raw = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  std::stringstream o, e;
-  o << std::ifstream(tmp.path() / "out").rdbuf();
-  e << std::ifstream(tmp.path() / "err").rdbuf();
-  r.out = o.str();
-  r.err = e.str();
-  return r;
+  return poolrun::test::runShell(envPrefix + " " + POOLRUN_BINARY + " " + args);
 }
 
 std::string src(const char* rel) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "support/fixtures.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -21,12 +22,7 @@ using nlohmann::json;
 using poolrun::test::TempDir;
 using namespace std::chrono_literals;
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using poolrun::test::slurp;
 
 std::string src(const char* rel) {
   return (poolrun::test::sourceDir() / rel).string();
@@ -46,20 +42,10 @@ class RunTest : public ::testing::Test {
            (tmp_.path() / "state").string() + " REPORT_DIR=" + (tmp_.path() / "reports").string() + " ";
   }
 
-  struct Result {
-    int status = -1;
-    std::string out, err;
-  };
+  using Result = poolrun::test::ProcessResult;
 
   Result poolrun(const std::string& args) {
-    std::string cmd = env() + "timeout 120 " + POOLRUN_BINARY + " " + args + " >" +
-                      (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string() + " </dev/null";
-    int raw = std::system(cmd.c_str());
-    Result r;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-    r.out = slurp(tmp_.path() / "out");
-    r.err = slurp(tmp_.path() / "err");
-    return r;
+    return poolrun::test::runShell(env() + "timeout 120 " + POOLRUN_BINARY + " " + args);
   }
 
   json report(int rank) const {
@@ -127,6 +113,12 @@ TEST_P(RunShapes, EveryRankGetsItsPlan) {
   EXPECT_EQ(plan["nodes"].size(), static_cast<size_t>(s.ranks / s.per_node));
   checkAgainstPlan(s.ranks);
   EXPECT_TRUE(leases(src(s.cluster)).empty()) << "the lease was given back";
+  // The tuner configuration written for the job is one the plugin's model accepts.
+  std::filesystem::path tuner = jobDir() / "tuner.json";
+  Result explain = poolrun("tuner explain --config " + tuner.string() + " --min-bytes 1024 --max-bytes 1024");
+  EXPECT_EQ(explain.status, 0) << explain.err;
+  EXPECT_EQ(json::parse(report(0)["env"]["POOLRUN_TUNER_CONFIG"].get<std::string>()),
+            json::parse(slurp(tuner)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sim, RunShapes,

@@ -8,34 +8,17 @@
 #include <sstream>
 
 #include "support/fixtures.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
 
 using poolrun::test::TempDir;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using Result = poolrun::test::ProcessResult;
 
 Result poolrun(const std::string& args) {
-  TempDir tmp;
-  std::string cmd = std::string(POOLRUN_BINARY) + " " + args + " >" + (tmp.path() / "out").string() + " 2>" +
-                    (tmp.path() / "err").string() + " </dev/null";
-  int raw = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  r.out = slurp(tmp.path() / "out");
-  r.err = slurp(tmp.path() / "err");
-  return r;
+  return poolrun::test::runShell(std::string(POOLRUN_BINARY) + " " + args);
 }
 
 std::string shipped() {
