@@ -58,9 +58,47 @@ std::string userName() {
   return "uid" + std::to_string(getuid());
 }
 
-int localCount(bool threads) {
+// Cores and hardware threads of this machine, which a simulated cluster's rankfile maps onto.
+std::pair<int, int> localCoresAndThreads() {
   topo::NodeTopology here = topo::probeLive({.sysfs_root = "/nonexistent", .use_nvml = false});
-  return static_cast<int>(threads ? here.allCpus().size() : here.coresOrCpus().size());
+  return {static_cast<int>(here.coresOrCpus().size()), static_cast<int>(here.allCpus().size())};
+}
+
+// `mpirun --version` starts Open MPI's runtime libraries (tens of milliseconds), so its answer is
+// kept in the state directory, keyed by the binary's path, size and modification time.
+MpiInstall detectMpiCached(const std::string& mpirun, std::optional<MpiFlavor> forced) {
+  if (forced) return detectMpi(mpirun, forced);
+  std::string path = mpirun;
+  if (path.find('/') == std::string::npos) {
+    const char* env = std::getenv("PATH");
+    std::string dirs = env != nullptr ? env : "/usr/bin:/bin";
+    for (size_t start = 0; start <= dirs.size();) {
+      size_t end = dirs.find(':', start);
+      std::filesystem::path candidate = std::filesystem::path(dirs.substr(start, end - start)) / mpirun;
+      if (access(candidate.c_str(), X_OK) == 0) {
+        path = candidate.string();
+        break;
+      }
+      start = end == std::string::npos ? dirs.size() + 1 : end + 1;
+    }
+  }
+  std::error_code ec;
+  auto real = std::filesystem::canonical(path, ec);
+  if (ec) return detectMpi(mpirun, forced);
+  auto size = std::filesystem::file_size(real, ec);
+  auto mtime = std::filesystem::last_write_time(real, ec).time_since_epoch().count();
+  std::string key = real.string() + " " + std::to_string(size) + " " + std::to_string(mtime);
+  std::filesystem::path cache = stateDir() / "mpi-version";
+  std::ifstream in(cache);
+  std::string cachedKey, flavor, version;
+  if (std::getline(in, cachedKey) && cachedKey == key && std::getline(in, flavor) &&
+      std::getline(in, version)) {
+    return {mpirun, flavor == "ompi5" ? MpiFlavor::kOmpi5 : MpiFlavor::kOmpi4, version};
+  }
+  MpiInstall found = detectMpi(mpirun, forced);
+  std::filesystem::create_directories(cache.parent_path(), ec);
+  std::ofstream(cache) << key << "\n" << toString(found.flavor) << "\n" << found.version << "\n";
+  return found;
 }
 
 // The tuner configuration ("poolrun.tuner/1") for the job's hardware.
@@ -284,8 +322,9 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.simulated = simulated;
     spec.sim_agent = sibling("poolrun-sim-agent");
     if (simulated) {
-      spec.local_cores = localCount(false);
-      spec.local_threads = std::max(1, localCount(true) / std::max(spec.local_cores, 1));
+      auto [cores, threads] = localCoresAndThreads();
+      spec.local_cores = std::max(cores, 1);
+      spec.local_threads = std::max(1, threads / spec.local_cores);
     }
     spec.user_mca = mca;
     spec.user_exports = exports;
@@ -299,7 +338,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
       spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", tunerConfig(plan).dump());
     }
-    MpiInstall mpi = detectMpi(mpirun, flavor);
+    MpiInstall mpi = detectMpiCached(mpirun, flavor);
     MpiCommand cmd = buildMpiCommand(spec, mpi);
     std::ofstream(dir / "hostfile") << cmd.hostfile;
     std::ofstream(dir / "rankfile.mpi") << cmd.rankfile;
