@@ -332,7 +332,13 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
     spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
     const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");
-    if (tuner == "on" && userPlugin == nullptr) {
+    bool netKnown = plan.nodes.size() == 1 || tunerConfig(plan)["net"]["nics_per_node"].get<size_t>() > 0;
+    if (tuner == "on" && userPlugin == nullptr && !netKnown) {
+      err << "poolrun: note: no NIC of the " << toString(plan.fabric)
+          << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes "
+             "itself\n";
+    }
+    if (tuner == "on" && userPlugin == nullptr && netKnown) {
       std::string config = tunerConfig(plan).dump(2);
       std::ofstream(dir / "tuner.json") << config << "\n";
       spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
