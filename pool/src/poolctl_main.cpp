@@ -53,28 +53,6 @@ std::string readToken(const std::string& file) {
   throw badInput(file + ": no token in the file");
 }
 
-std::string gpuList(const std::vector<GpuRef>& gpus) {
-  std::string out;
-  for (size_t i = 0; i < gpus.size();) {
-    size_t j = i;
-    std::string part = gpus[i].node + ":";
-    bool first = true;
-    while (j < gpus.size() && gpus[j].node == gpus[i].node) {
-      size_t k = j;
-      while (k + 1 < gpus.size() && gpus[k + 1].node == gpus[j].node &&
-             gpus[k + 1].index == gpus[k].index + 1)
-        ++k;
-      part += (first ? "" : ",") + std::to_string(gpus[j].index) +
-              (k > j ? "-" + std::to_string(gpus[k].index) : "");
-      first = false;
-      j = k + 1;
-    }
-    out += (out.empty() ? "" : " ") + part;
-    i = j;
-  }
-  return out;
-}
-
 std::string inSeconds(TimePoint t) {
   if (t == kNever) return "never";
   auto s = std::chrono::duration_cast<std::chrono::seconds>(t - std::chrono::system_clock::now()).count();
@@ -82,7 +60,7 @@ std::string inSeconds(TimePoint t) {
 }
 
 void printLease(const Lease& l) {
-  std::cout << l.id << "  " << l.gpus.size() << " GPUs  " << gpuList(l.gpus) << "  owner " << l.owner
+  std::cout << l.id << "  " << l.gpus.size() << " GPUs  " << formatGpus(l.gpus) << "  owner " << l.owner
             << "  expires in " << inSeconds(l.expires) << "\n";
 }
 

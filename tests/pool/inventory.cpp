@@ -163,25 +163,7 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
 }
 
 std::string gpuList(const std::vector<pool::GpuRef>& gpus) {
-  std::string out;
-  for (size_t i = 0; i < gpus.size();) {
-    size_t j = i;
-    std::string part = gpus[i].node + ":";
-    bool first = true;
-    while (j < gpus.size() && gpus[j].node == gpus[i].node) {
-      size_t k = j;
-      while (k + 1 < gpus.size() && gpus[k + 1].node == gpus[j].node &&
-             gpus[k + 1].index == gpus[k].index + 1)
-        ++k;
-      part += (first ? "" : ",") + std::to_string(gpus[j].index) +
-              (k > j ? "-" + std::to_string(gpus[k].index) : "");
-      first = false;
-      j = k + 1;
-    }
-    out += (out.empty() ? "" : " ") + part;
-    i = j;
-  }
-  return out;
+  return pool::formatGpus(gpus);
 }
 
 }  // namespace poolrun::test

@@ -27,6 +27,9 @@ struct GpuRef {
   auto operator<=>(const GpuRef&) const = default;
 };
 
+// "n01:0-3,6 n02:0-7": GPUs (sorted by node, then index) in the compact form people read.
+std::string formatGpus(const std::vector<GpuRef>& gpus);
+
 struct LeaseRequest {
   int gpus = 0;
   int gpus_per_node = 0;  // 0: any split
