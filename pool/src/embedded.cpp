@@ -74,7 +74,7 @@ class EmbeddedPool : public PoolControl {
     const bool noWait = r.wait && *r.wait == seconds(0);
     SubmitResult sub = transact([&](PoolState& s, TimePoint now) { return s.submit(r, now, !noWait); });
     if (sub.lease) return *sub.lease;
-    if (sub.ticket == 0) throw timeout(r, sub.position);
+    if (sub.ticket == 0) throw queueTimeout(r, sub.position, description_);
     int position = sub.position;
     if (queued) queued(position);
     milliseconds interval(10);
@@ -94,7 +94,7 @@ class EmbeddedPool : public PoolControl {
           s.cancel(sub.ticket, now);
           return 0;
         });
-        throw timeout(r, position);
+        throw queueTimeout(r, position, description_);
       }
     }
   }
@@ -163,15 +163,6 @@ class EmbeddedPool : public PoolControl {
     if (const char* u = std::getenv("USER"); u && *u) return u;
     if (const passwd* pw = getpwuid(getuid())) return pw->pw_name;
     return "uid" + std::to_string(getuid());
-  }
-
-  PoolError timeout(const LeaseRequest& r, int position) const {
-    return PoolError(PoolFailure::kTimeout, ErrorCode::kIo,
-                     "a request for " + std::to_string(r.gpus) + " GPUs did not fit within --wait " +
-                         std::to_string(r.wait ? r.wait->count() : 0) + "s (it was number " +
-                         std::to_string(position) + " in the queue of " + description_ +
-                         "); wait longer or ask for fewer",
-                     position);
   }
 
   void requireAdmin(const std::string& what) const {

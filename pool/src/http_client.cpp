@@ -38,7 +38,7 @@ class HttpPool : public PoolControl {
     if (reply.contains("lease")) return leaseFromJson(reply["lease"]);
     int64_t ticket = reply.value("ticket", int64_t{0});
     int position = reply.value("position", 0);
-    if (ticket == 0) throw timeout(request, position);
+    if (ticket == 0) throw queueTimeout(request, position, uri_);
     if (queued) queued(position);
     for (;;) {
       milliseconds slice(1000);
@@ -47,7 +47,7 @@ class HttpPool : public PoolControl {
         if (left <= milliseconds(0)) {
           json gone = call("DELETE", "/v1/queue/" + std::to_string(ticket), nullptr);
           (void)gone;
-          throw timeout(request, position);
+          throw queueTimeout(request, position, uri_);
         }
         slice = std::min(slice, left);
       }
@@ -108,15 +108,6 @@ class HttpPool : public PoolControl {
   }
 
  private:
-  PoolError timeout(const LeaseRequest& r, int position) const {
-    return PoolError(PoolFailure::kTimeout, ErrorCode::kIo,
-                     "a request for " + std::to_string(r.gpus) + " GPUs did not fit within --wait " +
-                         std::to_string(r.wait ? r.wait->count() : 0) + "s (it was number " +
-                         std::to_string(position) + " in the queue of " + uri_ +
-                         "); wait longer or ask for fewer",
-                     position);
-  }
-
   json call(const std::string& method, const std::string& path, const json& body) {
     std::lock_guard<std::mutex> lock(mu_);
     httplib::Result res{nullptr, httplib::Error::Unknown};

@@ -82,6 +82,9 @@ class PoolError : public Error {
   int position_;
 };
 
+// The error a client raises when `request` did not fit within its --wait; `pool` names the pool.
+PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool);
+
 class PoolClient {
  public:
   virtual ~PoolClient() = default;
