@@ -138,6 +138,11 @@ TEST_P(Contract, GangWaitsWholeAndTimesOut) {
   } catch (const PoolError& e) {
     EXPECT_EQ(e.failure(), PoolFailure::kTimeout) << e.what();
     EXPECT_EQ(e.position(), 1);
+    EXPECT_NE(
+        std::string(e.what()).find("a request for 16 GPUs did not fit within --wait 1s (it was number 1 in "
+                                   "the queue of "),
+        std::string::npos)
+        << e.what();
   }
   EXPECT_GE(positions, 1);
   EXPECT_EQ(alice->status().gpus_leased, 120) << "a waiting request holds nothing";
