@@ -14,6 +14,7 @@
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
+#include "poolrun/launcher/preflight.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/topo/error.hpp"
@@ -51,6 +52,12 @@ std::filesystem::path stateDir() {
     return std::filesystem::path(d) / "poolrun";
   const char* home = std::getenv("HOME");
   return std::filesystem::path(home != nullptr ? home : "/tmp") / ".local/state/poolrun";
+}
+
+std::string hostName() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
 }
 
 std::string userName() {
@@ -207,6 +214,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       "mpi-flavor", po::value(&mpiFlavor), "auto (default), ompi4 or ompi5")(
       "mpirun", po::value(&mpirun), "the mpirun (or prterun) binary")(
       "dry-run", "print the plan and the exact command; start nothing")(
+      "no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")(
       "job-dir", po::value(&jobDir), "job directory (default: under the state directory)")(
       "lease-ttl", po::value(&leaseTtl),
       "lease time to live in seconds, renewed at a third of it (default 60)")("timeout", po::value(&timeout),
@@ -310,6 +318,20 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       grants.push_back(std::move(grant));
     }
     JobPlan plan = makePlan(grants, request);
+    if (!vm.count("no-doctor")) {
+      // This machine is checked through its /sys; other nodes by what their topology records.
+      bool local = poolUri == "local";
+      std::string here = hostName();
+      doctor::Report report =
+          preflight(plan, [&](const NodePlan& n) { return local || (!simulated && n.name == here); });
+      printPreflight(report, err);
+      if (report.failed()) {
+        err << "poolrun: refusing to start: the doctor found " << report.count(doctor::Status::kFail)
+            << " problem(s) that would make the job hang (above); fix them, or start anyway with "
+               "--no-doctor\n";
+        return kExitRefused;
+      }
+    }
 
     std::filesystem::path dir =
         jobDir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(jobDir);
