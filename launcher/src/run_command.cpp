@@ -65,12 +65,6 @@ std::string userName() {
   return "uid" + std::to_string(getuid());
 }
 
-// Cores and hardware threads of this machine, which a simulated cluster's rankfile maps onto.
-std::pair<int, int> localCoresAndThreads() {
-  topo::NodeTopology here = topo::probeLive({.sysfs_root = "/nonexistent", .use_nvml = false});
-  return {static_cast<int>(here.coresOrCpus().size()), static_cast<int>(here.allCpus().size())};
-}
-
 // `mpirun --version` starts Open MPI's runtime libraries (tens of milliseconds), so its answer is
 // kept in the state directory, keyed by the binary's path, size and modification time.
 MpiInstall detectMpiCached(const std::string& mpirun, std::optional<MpiFlavor> forced) {
@@ -344,9 +338,9 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.simulated = simulated;
     spec.sim_agent = sibling("poolrun-sim-agent");
     if (simulated) {
-      auto [cores, threads] = localCoresAndThreads();
-      spec.local_cores = std::max(cores, 1);
-      spec.local_threads = std::max(1, threads / spec.local_cores);
+      topo::CpuCount here = topo::countLocalCpus();
+      spec.local_cores = std::max(here.cores, 1);
+      spec.local_threads = std::max(1, here.threads / spec.local_cores);
     }
     spec.user_mca = mca;
     spec.user_exports = exports;
@@ -354,17 +348,18 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
     spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
     const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");
-    bool netKnown = plan.nodes.size() == 1 || tunerConfig(plan)["net"]["nics_per_node"].get<size_t>() > 0;
-    if (tuner == "on" && userPlugin == nullptr && !netKnown) {
-      err << "poolrun: note: no NIC of the " << toString(plan.fabric)
-          << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes "
-             "itself\n";
-    }
-    if (tuner == "on" && userPlugin == nullptr && netKnown) {
-      std::string config = tunerConfig(plan).dump(2);
-      std::ofstream(dir / "tuner.json") << config << "\n";
-      spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
-      spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", tunerConfig(plan).dump());
+    if (tuner == "on" && userPlugin == nullptr) {
+      nlohmann::ordered_json config = tunerConfig(plan);
+      bool netKnown = plan.nodes.size() == 1 || config["net"]["nics_per_node"].get<size_t>() > 0;
+      if (netKnown) {
+        std::ofstream(dir / "tuner.json") << config.dump(2) << "\n";
+        spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
+        spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", config.dump());
+      } else {
+        err << "poolrun: note: no NIC of the " << toString(plan.fabric)
+            << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes "
+               "itself\n";
+      }
     }
     MpiInstall mpi = detectMpiCached(mpirun, flavor);
     MpiCommand cmd = buildMpiCommand(spec, mpi);
