@@ -23,10 +23,10 @@ if(POOLRUN_BUILD_FUZZERS)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
-# The small binaries a launch starts many times (the sim agent once per node, poolrun-rank once
-# per rank) carry their own C++ runtime: loading and relocating libstdc++ costs each process about
-# 4 ms of CPU, which adds up across the ranks of a node. Only for binaries that load no other C++
-# library (which would bring libstdc++ back); not in sanitizer builds, which need it shared.
+# The binaries every launch starts (poolrun, and poolrun-rank once per rank) carry their own C++
+# runtime: loading and relocating libstdc++ costs each process about 4 ms of CPU, which adds up
+# across the ranks of a node. Only for binaries that load no shared C++ library (which would bring
+# libstdc++ back); not in sanitizer builds, which need it shared.
 function(poolrun_fast_start target)
   if(NOT POOLRUN_SANITIZE AND NOT POOLRUN_BUILD_FUZZERS AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_link_options(${target} PRIVATE -static-libstdc++ -static-libgcc)
