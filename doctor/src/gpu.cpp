@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "checks.hpp"
-#include "poolrun/topo/dynamic_library.hpp"
+#include "poolrun/topo/nvml_session.hpp"
 
 namespace poolrun::doctor {
 namespace detail {
@@ -111,86 +111,57 @@ void checkGpus(GpuQuery& query, Report& report) {
 
 namespace {
 
-// The slice of NVML's C ABI used here.
-using NvmlReturn = int;
-constexpr NvmlReturn kNvmlSuccess = 0;
-constexpr unsigned kMaxNvLinks = 18;
+using topo::nvml::Device;
+using topo::nvml::kSuccess;
+using topo::nvml::Return;
 constexpr int kUncorrected = 1;  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 constexpr int kVolatile = 0;     // NVML_VOLATILE_ECC
-struct NvmlDeviceSt;
-using NvmlDevice = NvmlDeviceSt*;
-struct NvmlPciInfo {
-  char busIdLegacy[16];
-  unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
-  char busId[32];
-};
 
 class NvmlGpuQuery final : public GpuQuery {
  public:
   std::optional<std::vector<GpuHealth>> health(std::string& why) override {
-    topo::DynamicLibrary lib("libnvidia-ml.so.1");
-    if (!lib) {
-      why = "no NVML (libnvidia-ml.so.1): no NVIDIA driver on this node";
+    topo::nvml::Session session;
+    if (!session.ok()) {
+      why = session.why();
       return std::nullopt;
     }
-    auto init = lib.get<NvmlReturn()>("nvmlInit_v2");
-    auto shutdown = lib.get<NvmlReturn()>("nvmlShutdown");
-    auto count = lib.get<NvmlReturn(unsigned*)>("nvmlDeviceGetCount_v2");
-    auto byIndex = lib.get<NvmlReturn(unsigned, NvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
-    auto pciInfo = lib.get<NvmlReturn(NvmlDevice, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3");
-    auto persistence = lib.get<NvmlReturn(NvmlDevice, int*)>("nvmlDeviceGetPersistenceMode");
-    auto ecc = lib.get<NvmlReturn(NvmlDevice, int, int, unsigned long long*)>("nvmlDeviceGetTotalEccErrors");
-    auto retiredPending = lib.get<NvmlReturn(NvmlDevice, int*)>("nvmlDeviceGetRetiredPagesPendingStatus");
-    auto remapped = lib.get<NvmlReturn(NvmlDevice, unsigned*, unsigned*, unsigned*, unsigned*)>(
-        "nvmlDeviceGetRemappedRows");
-    auto reasons =
-        lib.get<NvmlReturn(NvmlDevice, unsigned long long*)>("nvmlDeviceGetCurrentClocksEventReasons");
+    auto persistence = session.get<Return(Device, int*)>("nvmlDeviceGetPersistenceMode");
+    auto ecc = session.get<Return(Device, int, int, unsigned long long*)>("nvmlDeviceGetTotalEccErrors");
+    auto retiredPending = session.get<Return(Device, int*)>("nvmlDeviceGetRetiredPagesPendingStatus");
+    auto remapped =
+        session.get<Return(Device, unsigned*, unsigned*, unsigned*, unsigned*)>("nvmlDeviceGetRemappedRows");
+    auto reasons = session.get<Return(Device, unsigned long long*)>("nvmlDeviceGetCurrentClocksEventReasons");
     if (reasons == nullptr)
-      reasons =
-          lib.get<NvmlReturn(NvmlDevice, unsigned long long*)>("nvmlDeviceGetCurrentClocksThrottleReasons");
-    auto linkState = lib.get<NvmlReturn(NvmlDevice, unsigned, int*)>("nvmlDeviceGetNvLinkState");
-    if (init == nullptr || count == nullptr || byIndex == nullptr) {
-      why = "NVML is too old (no nvmlInit_v2)";
-      return std::nullopt;
-    }
-    if (NvmlReturn r = init(); r != kNvmlSuccess) {
-      why = fmt::format("NVML failed to initialise (error {}): is the NVIDIA driver loaded?", r);
-      return std::nullopt;
-    }
+      reasons = session.get<Return(Device, unsigned long long*)>("nvmlDeviceGetCurrentClocksThrottleReasons");
+    auto linkState = session.get<Return(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState");
     std::vector<GpuHealth> out;
-    unsigned n = 0;
-    if (count(&n) == kNvmlSuccess) {
-      for (unsigned i = 0; i < n; ++i) {
-        NvmlDevice dev = nullptr;
-        if (byIndex(i, &dev) != kNvmlSuccess) continue;
-        GpuHealth g;
-        g.index = static_cast<int>(i);
-        NvmlPciInfo pci{};
-        if (pciInfo != nullptr && pciInfo(dev, &pci) == kNvmlSuccess) g.pci = pci.busId;
-        int flag = 0;
-        if (persistence != nullptr && persistence(dev, &flag) == kNvmlSuccess) g.persistence = flag != 0;
-        unsigned long long errors = 0;
-        if (ecc != nullptr && ecc(dev, kUncorrected, kVolatile, &errors) == kNvmlSuccess)
-          g.ecc_uncorrected = errors;
-        if (retiredPending != nullptr && retiredPending(dev, &flag) == kNvmlSuccess)
-          g.retired_pages_pending = flag != 0;
-        unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
-        if (remapped != nullptr &&
-            remapped(dev, &corrected, &uncorrected, &pending, &failed) == kNvmlSuccess) {
-          g.row_remap_pending = pending != 0;
-          g.row_remap_failed = failed != 0;
-        }
-        unsigned long long bits = 0;
-        if (reasons != nullptr && reasons(dev, &bits) == kNvmlSuccess) g.clock_event_reasons = bits;
-        for (unsigned l = 0; linkState != nullptr && l < kMaxNvLinks; ++l) {
-          int active = 0;
-          if (linkState(dev, l, &active) != kNvmlSuccess) continue;  // the link does not exist
-          ++(active != 0 ? g.nvlinks_up : g.nvlinks_down);
-        }
-        out.push_back(std::move(g));
+    int index = 0;
+    for (const topo::nvml::Session::Gpu& found : session.gpus()) {
+      Device dev = found.device;
+      GpuHealth g;
+      g.index = index++;
+      g.pci = found.bus_id;
+      int flag = 0;
+      if (persistence != nullptr && persistence(dev, &flag) == kSuccess) g.persistence = flag != 0;
+      unsigned long long errors = 0;
+      if (ecc != nullptr && ecc(dev, kUncorrected, kVolatile, &errors) == kSuccess)
+        g.ecc_uncorrected = errors;
+      if (retiredPending != nullptr && retiredPending(dev, &flag) == kSuccess)
+        g.retired_pages_pending = flag != 0;
+      unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+      if (remapped != nullptr && remapped(dev, &corrected, &uncorrected, &pending, &failed) == kSuccess) {
+        g.row_remap_pending = pending != 0;
+        g.row_remap_failed = failed != 0;
       }
+      unsigned long long bits = 0;
+      if (reasons != nullptr && reasons(dev, &bits) == kSuccess) g.clock_event_reasons = bits;
+      for (unsigned l = 0; linkState != nullptr && l < topo::nvml::kMaxNvLinks; ++l) {
+        int active = 0;
+        if (linkState(dev, l, &active) != kSuccess) continue;  // the link does not exist
+        ++(active != 0 ? g.nvlinks_up : g.nvlinks_down);
+      }
+      out.push_back(std::move(g));
     }
-    if (shutdown != nullptr) shutdown();
     return out;
   }
 };
