@@ -331,6 +331,8 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.job_env.emplace_back("POOLRUN_RANK_ENV", encodeRankEnv(plan, simulated));
     spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
     spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
+    for (auto& kv : rendezvousVariables(plan, simulated, pickRendezvousPort(), request.user_env))
+      spec.job_env.push_back(std::move(kv));
     const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");
     bool netKnown = plan.nodes.size() == 1 || tunerConfig(plan)["net"]["nics_per_node"].get<size_t>() > 0;
     if (tuner == "on" && userPlugin == nullptr && !netKnown) {
