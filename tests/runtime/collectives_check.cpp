@@ -46,7 +46,7 @@ std::vector<double> run(Communicator& comm, const std::vector<double>& in, size_
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int check(int argc, char** argv) {
   BackendChoice backend = BackendChoice::kAuto;
   if (argc == 3 && std::string(argv[1]) == "--backend") backend = backendChoiceFromString(argv[2]);
   Runtime rt(&argc, &argv, {.backend = backend});
@@ -155,4 +155,13 @@ int main(int argc, char** argv) {
   if (rank == 0)
     std::printf(total == 0 ? "collectives OK (%s)\n" : "collectives FAILED (%s)\n", rt.description().c_str());
   return total == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return check(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "collectives_check: error: " << e.what() << "\n";
+    return 1;
+  }
 }

@@ -183,3 +183,24 @@ TEST_F(RuntimeRunTest, DataParallelReachesTheSameWeightsOnAnyRankCount) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(RuntimeRunTest, PytorchDdpRecipe) {
+  auto probe = poolrun::test::runShell("python3 -c 'import torch, torch.distributed' 2>&1");
+  if (probe.status != 0) {
+    GTEST_SKIP() << "PyTorch is not installed here (python3 -c 'import torch' failed); pip install torch to "
+                    "run this recipe";
+  }
+  std::string out = path("ddp.json").string();
+  auto r = poolrun(4, "python3 " + std::string(PYTORCH_SCRIPT) + " --steps 100 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  json doc = json::parse(slurp(out));
+  EXPECT_EQ(doc["ranks"], 4);
+  EXPECT_TRUE(doc["same_on_every_rank"].get<bool>());
+  for (size_t j = 0; j < doc["weights"].size(); ++j) {
+    EXPECT_NEAR(doc["weights"][j].get<double>(), doc["truth"][j].get<double>(), 0.05) << "weight " << j;
+  }
+}
+
+}  // namespace
