@@ -6,11 +6,12 @@
 # Few iterations: 8 ranks share this machine's cores over loopback TCP, so the figures show
 # correctness and overhead, not a network's bandwidth.
 #   scripts/bench-allreduce.sh [BUILD_DIR (build)]
-#   POOLRUN_BENCH_ITERS (1), POOLRUN_BENCH_MAX (64M)
+#   POOLRUN_BENCH_ITERS (1), POOLRUN_BENCH_ROUNDS (2), POOLRUN_BENCH_MAX (64M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 iters=${POOLRUN_BENCH_ITERS:-1}
+rounds=${POOLRUN_BENCH_ROUNDS:-2}
 max=${POOLRUN_BENCH_MAX:-64M}
 out=$build/bench
 mkdir -p "$out"
@@ -25,8 +26,8 @@ for ranks in 4 8; do
   echo "== allreduce, $ranks ranks on 2 simulated nodes ($per_node per node), 8 B to $max"
   # The bench exits 1 when any element is wrong; poolrun passes that on.
   "$build/launcher/poolrun" --pool sim:clusters/sim-ib.toml -n "$ranks" --gpus-per-node "$per_node" --tuner off \
-    "$build/examples/01-allreduce-bench/poolrun-allreduce-bench" -b 8 -e "$max" -f 2 -n "$iters" -w 1 \
-    --baseline --rounds 1 --json "$out/allreduce-$ranks.json" | tee "$out/allreduce-$ranks.txt"
+    "$build/examples/01-allreduce-bench/poolrun-allreduce-bench" -b 8 -e "$max" -f 2 -n "$iters" -w 0 \
+    --baseline --rounds "$rounds" --json "$out/allreduce-$ranks.json" | tee "$out/allreduce-$ranks.txt"
   grep -q '^# Out of bounds values : 0 OK' "$out/allreduce-$ranks.txt" || {
     echo "bench-allreduce: $ranks ranks: wrong results (see $out/allreduce-$ranks.txt)" >&2
     exit 1
