@@ -76,14 +76,15 @@ class HwlocBinder final : public Binder {
   void bindMemory(const std::vector<int>& nodes) override {
     HwlocBitmap set;
     for (int n : nodes) hwloc_bitmap_set(set.get(), static_cast<unsigned>(n));
-    if (hwloc_set_membind(topo_, set.get(), HWLOC_MEMBIND_BIND,
-                          HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0)
+    // Neither PROCESS nor THREAD: poolrun-rank is single-threaded, and Linux binds memory per
+    // thread (set_mempolicy); the policy survives the exec of the program.
+    if (hwloc_set_membind(topo_, set.get(), HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) != 0)
       throw Error(ErrorCode::kIo, std::strerror(errno));
   }
   std::vector<int> boundMemory() override {
     HwlocBitmap set;
     hwloc_membind_policy_t policy{};
-    if (hwloc_get_membind(topo_, set.get(), &policy, HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0 ||
+    if (hwloc_get_membind(topo_, set.get(), &policy, HWLOC_MEMBIND_BYNODESET) != 0 ||
         policy != HWLOC_MEMBIND_BIND) {
       return {};
     }

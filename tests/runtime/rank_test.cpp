@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/runtime/binding.hpp"
 #include "poolrun/runtime/rank_env.hpp"
@@ -183,6 +185,17 @@ TEST(BindingTest, ThisMachineThroughHwloc) {
   EXPECT_TRUE(r.cpus_as_planned) << (r.problems.empty() ? "" : r.problems[0]);
   EXPECT_EQ(binder->boundCpus(), one);
   binder->bindCpus(before);
+  // Memory: bound and read back, or refused with the system's reason (a container without
+  // CAP_SYS_NICE); either way no crash.
+  auto numa = binder->numaNodes();
+  ASSERT_FALSE(numa.empty());
+  try {
+    binder->bindMemory({numa.front().first});
+    EXPECT_EQ(binder->boundMemory(), std::vector<int>{numa.front().first});
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    std::cerr << "memory binding refused here: " << e.what() << "\n";
+  }
 }
 
 // What the launcher gives every rank: the same rendezvous, the cores and memory node to bind to.

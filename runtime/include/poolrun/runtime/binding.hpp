@@ -24,7 +24,8 @@ class Binder {
   // Binds every thread of the process. Throws poolrun::Error (kIo) with the system's reason.
   virtual void bindCpus(const topo::CpuSet& cpus) = 0;
   virtual topo::CpuSet boundCpus() = 0;
-  // Binds the process's future allocations to `nodes` (OS indexes). Throws poolrun::Error (kIo).
+  // Binds the future allocations of the calling (single-threaded) process to `nodes` (OS indexes);
+  // the binding survives exec. Throws poolrun::Error (kIo).
   virtual void bindMemory(const std::vector<int>& nodes) = 0;
   // The nodes of the process's memory binding; empty when it has none (the system default).
   virtual std::vector<int> boundMemory() = 0;
