@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "poolrun/runtime/runtime.hpp"
 #include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -34,6 +37,18 @@ TEST(NcclBackendTest, AllreduceBenchOnEveryGpuOfThisMachine) {
                                    ALLREDUCE_BENCH + " --backend nccl -b 8 -e 64M -f 4 -n 5 -w 2");
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out << r.err;
+}
+
+TEST(NcclBackendTest, DataParallelOnOneGpuMatchesTheCpu) {
+  if (std::string why = noGpu(); !why.empty()) GTEST_SKIP() << why;
+  poolrun::test::TempDir tmp;
+  std::string gpu = (tmp.path() / "gpu.json").string(), cpu = (tmp.path() / "cpu.json").string();
+  auto g = poolrun::test::runShell(asRoot() + DATA_PARALLEL + " --backend nccl --steps 100 --out " + gpu);
+  auto c = poolrun::test::runShell(asRoot() + DATA_PARALLEL + " --backend mpi --steps 100 --out " + cpu);
+  ASSERT_EQ(g.status, 0) << g.err;
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(nlohmann::json::parse(poolrun::test::slurp(gpu))["weights"],
+            nlohmann::json::parse(poolrun::test::slurp(cpu))["weights"]);
 }
 
 }  // namespace
