@@ -1,6 +1,6 @@
 #include "nvml.hpp"
 
-#include <dlfcn.h>
+#include "poolrun/topo/dynamic_library.hpp"
 
 #include <algorithm>
 #include <map>
@@ -28,29 +28,10 @@ struct NvmlMemory {
 };
 enum NvmlRemoteType { kRemoteGpu = 0, kRemoteIbmNpu = 1, kRemoteSwitch = 2 };
 
-class Library {
- public:
-  Library() : handle_(dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {}
-  ~Library() {
-    if (handle_ != nullptr) dlclose(handle_);
-  }
-  Library(const Library&) = delete;
-  Library& operator=(const Library&) = delete;
-  explicit operator bool() const { return handle_ != nullptr; }
-
-  template <typename Fn>
-  Fn* get(const char* name) const {
-    return handle_ != nullptr ? reinterpret_cast<Fn*>(dlsym(handle_, name)) : nullptr;
-  }
-
- private:
-  void* handle_;
-};
-
 }  // namespace
 
 std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
-  Library lib;
+  DynamicLibrary lib("libnvidia-ml.so.1");
   if (!lib) {
     why = "NVML (libnvidia-ml.so.1) is not installed; NVLink and GPU UUIDs are unknown";
     return std::nullopt;
