@@ -6,12 +6,13 @@
 # Few iterations: 8 ranks share this machine's cores over loopback TCP, so the figures show
 # correctness and overhead, not a network's bandwidth.
 #   scripts/bench-allreduce.sh [BUILD_DIR (build)]
-#   POOLRUN_BENCH_ITERS (1), POOLRUN_BENCH_ROUNDS (2), POOLRUN_BENCH_MAX (64M)
+#   POOLRUN_BENCH_ITERS (1), POOLRUN_BENCH_ROUNDS (1: more rounds, the fastest kept, steady the ratio),
+#   POOLRUN_BENCH_MAX (64M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 iters=${POOLRUN_BENCH_ITERS:-1}
-rounds=${POOLRUN_BENCH_ROUNDS:-2}
+rounds=${POOLRUN_BENCH_ROUNDS:-1}
 max=${POOLRUN_BENCH_MAX:-64M}
 out=$build/bench
 mkdir -p "$out"
