@@ -243,8 +243,13 @@ TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
   EXPECT_EQ(leases(src("clusters/sim-ib.toml")).size(), 1u);
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
-  std::this_thread::sleep_for(4s);
+  // mpirun dies at once (PR_SET_PDEATHSIG); its daemons then end the ranks, which on a loaded
+  // machine takes a few seconds. The lease lapses after its 3 s time to live.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (leftovers(marker) != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
   EXPECT_EQ(leftovers(marker), 0) << "mpirun and the ranks die with poolrun";
+  std::this_thread::sleep_for(4s);
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty()) << "the lease expired";
 }
 
