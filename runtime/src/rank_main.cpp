@@ -44,6 +44,7 @@ std::string nodeName() {
 // Binds as the plan says; returns false where POOLRUN_BIND=strict and the binding did not take.
 bool bind(const Environment& env, int rank) {
   using namespace poolrun::runtime;
+  if (auto mode = env.find("POOLRUN_BIND"); mode != env.end() && mode->second == "off") return true;
   std::unique_ptr<Binder> binder = hwlocBinder();
   std::optional<BindingRequest> request = bindingRequest(env, binder->boundCpus());
   if (!request) return true;
