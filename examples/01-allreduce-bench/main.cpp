@@ -301,7 +301,10 @@ int main(int argc, char** argv) {
     return runBench(argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "poolrun-allreduce-bench: error: " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);  // the other ranks may be waiting
     return 1;
   }
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <exception>
 #include <iostream>
 
 #include "backends.hpp"
@@ -107,6 +108,13 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
 }
 
 Runtime::~Runtime() {
+  if (std::uncaught_exceptions() > 0) {
+    // Leaving by an exception: other ranks may be waiting in a collective that this one will never
+    // join. MPI stays initialised, so that this process ends without MPI_Finalize and mpirun ends
+    // the whole job instead of leaving the others waiting.
+    (void)world_.release();
+    return;
+  }
   world_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -40,7 +40,9 @@ class Runtime {
   // kUnsupported for --backend nccl without a GPU or without NCCL in this build, kBadInput when the
   // rank's variables contradict MPI (see rankInfo), CollectiveError when NCCL cannot start.
   Runtime(int* argc, char*** argv, const RuntimeOptions& options = {});
-  // Destroys the communicators, then finalises MPI if this object initialised it.
+  // Destroys the communicators, then finalises MPI if this object initialised it. When it goes
+  // because an exception is leaving its scope, it does neither: the process then ends without
+  // MPI_Finalize and mpirun ends the job, rather than leave the other ranks waiting.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
