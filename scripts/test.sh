@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds and runs the whole test suite: the format check, the main
-# build (warnings as errors) with every test tier, the unit tests again under AddressSanitizer and
+# build (warnings as errors) with every test tier, the allreduce benchmark on the simulated cluster
+# (correctness and the runtime's overhead against plain MPI), the unit tests again under AddressSanitizer and
 # UndefinedBehaviorSanitizer, and each fuzz target for a bounded time. This is what CI runs.
 #   POOLRUN_FUZZ_SECONDS  seconds per fuzz target (default 60)
 #   POOLRUN_SKIP_SANITIZE=1, POOLRUN_SKIP_FUZZ=1  leave those stages out (local iterations)
@@ -23,6 +24,9 @@ cmake --build build -j "$jobs"
 
 step "tests: unit, integration, real-machines"
 ctest --test-dir build --output-on-failure -j "$jobs" -LE 'gpu|bench'
+
+step "allreduce benchmark on the simulated cluster (results in build/bench/)"
+scripts/bench-allreduce.sh build
 
 if [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ]; then
   step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"

@@ -1,5 +1,9 @@
 #include "poolrun/launcher/mpi.hpp"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -111,7 +115,14 @@ std::string encodeRankEnv(const JobPlan& plan, bool simulated) {
       for (const auto& kv : rank.env) {
         if (kv.first != "RANK") env.push_back(kv);
       }
-      if (simulated) env.emplace_back("POOLRUN_PLANNED_CPUSET", rank.cpuset.toList());
+      // The cores and memory node poolrun-rank binds to. A simulated node's cores are the fixture's:
+      // there the rank keeps the cores the mapped rankfile gave it.
+      if (simulated) {
+        env.emplace_back("POOLRUN_PLANNED_CPUSET", rank.cpuset.toList());
+      } else {
+        env.emplace_back("POOLRUN_CPUSET", rank.cpuset.toList());
+        if (rank.numa != topo::kNone) env.emplace_back("POOLRUN_NUMA", std::to_string(rank.numa));
+      }
       auto [it, added] = setIndex.emplace(env, sets.size());
       if (added) sets.push_back(env);
       tpl.push_back(it->second);
@@ -140,6 +151,33 @@ std::string encodeRankEnv(const JobPlan& plan, bool simulated) {
   doc["templates"] = templates;
   doc["runs"] = runs;
   return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::vector<std::pair<std::string, std::string>> rendezvousVariables(
+    const JobPlan& plan, bool simulated, int port, const std::map<std::string, std::string>& user_env) {
+  std::vector<std::pair<std::string, std::string>> vars;
+  if (plan.nodes.empty()) return vars;
+  if (!user_env.contains("MASTER_ADDR"))
+    vars.emplace_back("MASTER_ADDR", simulated ? "127.0.0.1" : plan.nodes.front().name);
+  if (!user_env.contains("MASTER_PORT")) vars.emplace_back("MASTER_PORT", std::to_string(port));
+  return vars;
+}
+
+int pickRendezvousPort() {
+  constexpr int kFallback = 29500;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return kFallback;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof addr;
+  int port = kFallback;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {

@@ -347,6 +347,8 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.job_env.emplace_back("POOLRUN_RANK_ENV", encodeRankEnv(plan, simulated));
     spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
     spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
+    for (auto& kv : rendezvousVariables(plan, simulated, pickRendezvousPort(), request.user_env))
+      spec.job_env.push_back(std::move(kv));
     const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");
     if (tuner == "on" && userPlugin == nullptr) {
       nlohmann::ordered_json config = tunerConfig(plan);

@@ -1,6 +1,7 @@
 // poolrun-rank: the wrapper poolrun starts in front of every rank. It exports the rank's variables
-// from its plan (POOLRUN_RANK_ENV) and execs the program, so that programs that never link poolrun
-// get their GPU, NIC and rank variables.
+// from its plan (POOLRUN_RANK_ENV), binds the process to its cores and its memory to their NUMA node
+// and checks that the binding took, exports the variables torch.distributed expects, and execs the
+// program, so that programs that never link poolrun get their GPU, NIC, binding and rank variables.
 //
 //   poolrun-rank PROGRAM [ARGS...]
 
@@ -12,10 +13,14 @@
 #include <iostream>
 #include <string>
 
+#include "poolrun/runtime/binding.hpp"
 #include "poolrun/runtime/rank_env.hpp"
+#include "poolrun/runtime/rank_info.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace {
+
+using poolrun::runtime::Environment;
 
 // The rank Open MPI (or another PMIx launcher) gave this process.
 int worldRank() {
@@ -29,6 +34,34 @@ int worldRank() {
   return -1;
 }
 
+std::string nodeName() {
+  if (const char* n = std::getenv("POOLRUN_NODE"); n != nullptr && *n != '\0') return n;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// Binds as the plan says; returns false where POOLRUN_BIND=strict and the binding did not take.
+bool bind(const Environment& env, int rank) {
+  using namespace poolrun::runtime;
+  if (auto mode = env.find("POOLRUN_BIND"); mode != env.end() && mode->second == "off") return true;
+  std::unique_ptr<Binder> binder = hwlocBinder();
+  std::optional<BindingRequest> request = bindingRequest(env, binder->boundCpus());
+  if (!request) return true;
+  BindingResult result = applyBinding(*binder, *request);
+  setenv("POOLRUN_BOUND_CPUS", result.cpus.toList().c_str(), 1);
+  std::string memory;
+  for (int n : result.memory) memory += (memory.empty() ? "" : ",") + std::to_string(n);
+  setenv("POOLRUN_BOUND_MEMORY", memory.c_str(), 1);
+  auto mode = env.find("POOLRUN_BIND");
+  bool strict = mode != env.end() && mode->second == "strict";
+  for (const std::string& p : result.problems) {
+    std::cerr << "poolrun-rank: " << (strict ? "error" : "warning") << ": rank " << rank << " on "
+              << nodeName() << ": " << p << "\n";
+  }
+  return !strict || result.problems.empty();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -37,8 +70,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* doc = std::getenv(poolrun::runtime::kRankEnvVariable);
+  int rank = worldRank();
   if (doc != nullptr) {
-    int rank = worldRank();
     if (rank < 0) {
       std::cerr
           << "poolrun-rank: error: no rank in the environment (OMPI_COMM_WORLD_RANK, PMIX_RANK); start it "
@@ -55,6 +88,17 @@ int main(int argc, char** argv) {
     }
     setenv("RANK", std::to_string(rank).c_str(), 1);
     unsetenv(poolrun::runtime::kRankEnvVariable);
+  }
+  try {
+    Environment env = poolrun::runtime::processEnvironment();
+    for (const auto& [name, value] : poolrun::runtime::torchVariables(poolrun::runtime::rankInfo(env))) {
+      setenv(name.c_str(), value.c_str(), 1);
+    }
+    // Binding is the plan's: a program started by plain mpirun keeps the binding mpirun gave it.
+    if (doc != nullptr && !bind(env, rank)) return 127;
+  } catch (const std::exception& e) {
+    std::cerr << "poolrun-rank: error: rank " << rank << " on " << nodeName() << ": " << e.what() << "\n";
+    return 127;
   }
   execvp(argv[1], argv + 1);
   std::cerr << "poolrun-rank: error: cannot run '" << argv[1] << "': " << std::strerror(errno)

@@ -57,8 +57,20 @@ struct MpiCommand {
 MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi);
 
 // The POOLRUN_RANK_ENV document of a plan (see poolrun/runtime/rank_env.hpp for the format). For a
-// simulated cluster it adds POOLRUN_PLANNED_CPUSET, the cores the plan chose on the real node.
+// simulated cluster it adds POOLRUN_PLANNED_CPUSET, the cores the plan chose on the real node;
+// otherwise POOLRUN_CPUSET and POOLRUN_NUMA, the cores and memory node poolrun-rank binds the rank to.
 std::string encodeRankEnv(const JobPlan& plan, bool simulated);
+
+// The rendezvous torch.distributed's env:// initialisation needs, the same for every rank of the job:
+// MASTER_ADDR (rank 0's node; 127.0.0.1 on a simulated cluster, whose nodes all run on this machine)
+// and MASTER_PORT (`port`). A variable in `user_env` (the user's -x) wins and is left out.
+std::vector<std::pair<std::string, std::string>> rendezvousVariables(
+    const JobPlan& plan, bool simulated, int port, const std::map<std::string, std::string>& user_env);
+// A TCP port the kernel reports free on this machine now (bound to port 0, then closed), picked once
+// per job for MASTER_PORT; 29500 (torchrun's default) where the kernel gives none. On a real cluster
+// rank 0 runs on another node, where the port is very probably but not surely free: -x MASTER_PORT=N
+// chooses it.
+int pickRendezvousPort();
 
 // `a b 'c d'`: the command as a shell would need it.
 std::string shellJoin(const std::vector<std::string>& argv);

@@ -1,0 +1,240 @@
+// The rank side without processes: a rank's identity and torch.distributed variables from its
+// environment, binding against a fake machine, and what the launcher hands every rank.
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "poolrun/launcher/mpi.hpp"
+#include "poolrun/runtime/binding.hpp"
+#include "poolrun/runtime/rank_env.hpp"
+#include "poolrun/runtime/rank_info.hpp"
+#include "poolrun/topo/error.hpp"
+#include "support/synthetic.hpp"
+
+namespace poolrun::runtime {
+namespace {
+
+using topo::CpuSet;
+
+std::map<std::string, std::string> vars(const std::vector<std::pair<std::string, std::string>>& v) {
+  return {v.begin(), v.end()};
+}
+
+TEST(RankInfoTest, FromThePlan) {
+  RankInfo i = rankInfo({{"RANK", "5"},
+                         {"WORLD_SIZE", "16"},
+                         {"LOCAL_RANK", "5"},
+                         {"LOCAL_WORLD_SIZE", "8"},
+                         {"OMPI_COMM_WORLD_RANK", "5"},
+                         {"MASTER_ADDR", "node01"},
+                         {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(vars(torchVariables(i)), (std::map<std::string, std::string>{{"RANK", "5"},
+                                                                         {"WORLD_SIZE", "16"},
+                                                                         {"LOCAL_RANK", "5"},
+                                                                         {"LOCAL_WORLD_SIZE", "8"},
+                                                                         {"MASTER_ADDR", "node01"},
+                                                                         {"MASTER_PORT", "29500"}}));
+}
+
+TEST(RankInfoTest, FromOpenMpiAloneWithoutRendezvous) {
+  RankInfo i = rankInfo({{"OMPI_COMM_WORLD_RANK", "3"},
+                         {"OMPI_COMM_WORLD_SIZE", "4"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  EXPECT_EQ(vars(torchVariables(i)),
+            (std::map<std::string, std::string>{
+                {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}));
+}
+
+TEST(RankInfoTest, NothingIsRankZeroOfOne) {
+  RankInfo i = rankInfo({});
+  EXPECT_EQ(i.rank, 0);
+  EXPECT_EQ(i.world_size, 1);
+  EXPECT_EQ(i.local_world_size, 1);
+}
+
+TEST(RankInfoTest, ErrorsNameTheVariableAndItsValue) {
+  struct Case {
+    Environment env;
+    const char* says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"RANK", "x"}}, "RANK='x'"},
+           {{{"RANK", "-1"}}, "RANK='-1'"},
+           {{{"WORLD_SIZE", "16"}, {"OMPI_COMM_WORLD_SIZE", "8"}},
+            "WORLD_SIZE=16 but OMPI_COMM_WORLD_SIZE=8"},
+           {{{"RANK", "4"}, {"WORLD_SIZE", "4"}}, "rank 4 is not below WORLD_SIZE=4"},
+           {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}},
+            "LOCAL_RANK=2"},
+           {{{"MASTER_PORT", "70000"}}, "MASTER_PORT=70000"},
+           {{{"MASTER_PORT", "http"}}, "MASTER_PORT='http'"},
+       }) {
+    try {
+      rankInfo(c.env);
+      ADD_FAILURE() << "accepted " << c.says;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+      EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A machine of 2 NUMA nodes x 4 CPUs; it may refuse or alter bindings.
+class FakeBinder : public Binder {
+ public:
+  CpuSet machine = CpuSet::parseList("0-7");
+  std::vector<std::pair<int, CpuSet>> numa = {{0, CpuSet::parseList("0-3")}, {1, CpuSet::parseList("4-7")}};
+  CpuSet bound = CpuSet::parseList("0-7");
+  std::vector<int> memory;
+  bool refuseCpus = false, refuseMemory = false;
+  std::optional<CpuSet> kernelGives;  // a cgroup that narrows what is asked
+
+  CpuSet machineCpus() override { return machine; }
+  std::vector<std::pair<int, CpuSet>> numaNodes() override { return numa; }
+  void bindCpus(const CpuSet& cpus) override {
+    if (refuseCpus) throw Error(ErrorCode::kIo, "Operation not permitted");
+    bound = kernelGives ? *kernelGives : cpus;
+  }
+  CpuSet boundCpus() override { return bound; }
+  void bindMemory(const std::vector<int>& nodes) override {
+    if (refuseMemory) throw Error(ErrorCode::kIo, "Operation not permitted");
+    memory = nodes;
+  }
+  std::vector<int> boundMemory() override { return memory; }
+};
+
+TEST(BindingTest, BindsCoresAndTheirNumaNode) {
+  FakeBinder m;
+  BindingResult r = applyBinding(m, {CpuSet::parseList("4-5"), 1});
+  EXPECT_TRUE(r.cpus_as_planned);
+  EXPECT_TRUE(r.memory_as_planned);
+  EXPECT_EQ(m.bound, CpuSet::parseList("4-5"));
+  EXPECT_EQ(r.memory, std::vector<int>{1});
+  EXPECT_TRUE(r.problems.empty());
+}
+
+TEST(BindingTest, WithoutAPlannedNodeMemoryGoesWhereTheCoresAre) {
+  FakeBinder m;
+  BindingResult r = applyBinding(m, {CpuSet::parseList("3-4"), -1});
+  EXPECT_EQ(r.memory, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(r.memory_as_planned);
+}
+
+TEST(BindingTest, SaysPlainlyWhenTheKernelNarrowsTheBinding) {
+  FakeBinder m;
+  m.kernelGives = CpuSet::parseList("4");
+  BindingResult r = applyBinding(m, {CpuSet::parseList("4-5"), 1});
+  EXPECT_FALSE(r.cpus_as_planned);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_NE(r.problems[0].find("asked for cores 4-5, the kernel says 4"), std::string::npos) << r.problems[0];
+}
+
+TEST(BindingTest, RefusalsAreProblemsNotCrashes) {
+  FakeBinder m;
+  m.refuseCpus = true;
+  m.refuseMemory = true;
+  BindingResult r = applyBinding(m, {CpuSet::parseList("0-1"), 0});
+  EXPECT_FALSE(r.cpus_as_planned);
+  EXPECT_FALSE(r.memory_as_planned);
+  ASSERT_GE(r.problems.size(), 2u);
+  EXPECT_NE(r.problems[0].find("binding to cores 0-1 was refused: Operation not permitted"),
+            std::string::npos);
+  EXPECT_NE(r.problems.back().find("NUMA node 0 was refused"), std::string::npos) << r.problems.back();
+}
+
+TEST(BindingTest, CoresThatDoNotExistHere) {
+  FakeBinder m;
+  BindingResult r = applyBinding(m, {CpuSet::parseList("6-9"), 3});
+  EXPECT_FALSE(r.cpus_as_planned);
+  EXPECT_EQ(m.bound, CpuSet::parseList("6-7")) << "binds to the planned cores that exist";
+  EXPECT_NE(r.problems[0].find("planned cores 6-9 are not all usable here"), std::string::npos);
+  EXPECT_NE(r.problems[1].find("planned NUMA node 3 does not exist here"), std::string::npos);
+}
+
+TEST(BindingTest, OneNumaNodeNeedsNoMemoryBinding) {
+  FakeBinder m;
+  m.numa = {{0, CpuSet::parseList("0-7")}};
+  m.refuseMemory = true;  // a container without CAP_SYS_NICE: nothing to say on one node
+  BindingResult r = applyBinding(m, {CpuSet::parseList("0-1"), 0});
+  EXPECT_TRUE(r.memory_as_planned);
+  EXPECT_TRUE(r.problems.empty());
+}
+
+TEST(BindingTest, RequestFromTheRankVariables) {
+  CpuSet current = CpuSet::parseList("0-1");
+  auto real = bindingRequest({{"POOLRUN_CPUSET", "8-15"}, {"POOLRUN_NUMA", "1"}}, current);
+  ASSERT_TRUE(real);
+  EXPECT_EQ(real->cpus, CpuSet::parseList("8-15"));
+  EXPECT_EQ(real->numa, 1);
+  auto sim = bindingRequest({{"POOLRUN_PLANNED_CPUSET", "48-59"}}, current);
+  ASSERT_TRUE(sim);
+  EXPECT_EQ(sim->cpus, current) << "a simulated rank keeps the cores its mapped rankfile gave it";
+  EXPECT_FALSE(bindingRequest({{"POOLRUN_BIND", "off"}}, current));
+  EXPECT_THROW(bindingRequest({{"POOLRUN_BIND", "maybe"}}, current), Error);
+  EXPECT_THROW(bindingRequest({{"POOLRUN_CPUSET", "0-"}}, current), Error);
+  EXPECT_THROW(bindingRequest({{"POOLRUN_NUMA", "first"}}, current), Error);
+}
+
+TEST(BindingTest, ThisMachineThroughHwloc) {
+  auto binder = hwlocBinder();
+  CpuSet before = binder->boundCpus();
+  ASSERT_FALSE(before.empty());
+  CpuSet one({before.cpus().front()});
+  BindingResult r = applyBinding(*binder, {one, -1});
+  EXPECT_TRUE(r.cpus_as_planned) << (r.problems.empty() ? "" : r.problems[0]);
+  EXPECT_EQ(binder->boundCpus(), one);
+  binder->bindCpus(before);
+  // Memory: bound and read back, or refused with the system's reason (a container without
+  // CAP_SYS_NICE); either way no crash.
+  auto numa = binder->numaNodes();
+  ASSERT_FALSE(numa.empty());
+  try {
+    binder->bindMemory({numa.front().first});
+    EXPECT_EQ(binder->boundMemory(), std::vector<int>{numa.front().first});
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    std::cerr << "memory binding refused here: " << e.what() << "\n";
+  }
+}
+
+// What the launcher gives every rank: the same rendezvous, the cores and memory node to bind to.
+TEST(LaunchToRankTest, RendezvousAndBinding) {
+  topo::ClusterNode n1, n2;
+  auto t = std::make_shared<const topo::NodeTopology>(test::synthetic({}));
+  n1.name = "gpu07";
+  n2.name = "gpu08";
+  n1.topology = n2.topology = t;
+  launcher::PlanRequest req;
+  req.ranks = 16;
+  launcher::JobPlan plan =
+      launcher::makePlan({{&n1, {0, 1, 2, 3, 4, 5, 6, 7}}, {&n2, {0, 1, 2, 3, 4, 5, 6, 7}}}, req);
+  EXPECT_EQ(vars(launcher::rendezvousVariables(plan, false, 41234, {})),
+            (std::map<std::string, std::string>{{"MASTER_ADDR", "gpu07"}, {"MASTER_PORT", "41234"}}));
+  EXPECT_EQ(vars(launcher::rendezvousVariables(plan, true, 41234, {}))["MASTER_ADDR"], "127.0.0.1");
+  EXPECT_EQ(vars(launcher::rendezvousVariables(plan, false, 41234, {{"MASTER_PORT", "1234"}})),
+            (std::map<std::string, std::string>{{"MASTER_ADDR", "gpu07"}}))
+      << "the user's -x MASTER_PORT wins";
+  int port = launcher::pickRendezvousPort();
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+
+  std::string doc = launcher::encodeRankEnv(plan, false);
+  for (const launcher::RankPlan& r : plan.ranks) {
+    auto env = rankEnvironment(doc, r.rank);
+    EXPECT_EQ(env["POOLRUN_CPUSET"], r.cpuset.toList());
+    EXPECT_EQ(env["POOLRUN_NUMA"], std::to_string(r.numa));
+    env["RANK"] = std::to_string(r.rank);
+    env["OMPI_COMM_WORLD_RANK"] = std::to_string(r.rank);
+    env["OMPI_COMM_WORLD_SIZE"] = "16";
+    RankInfo info = rankInfo(env);
+    EXPECT_EQ(info.local_rank, r.rank % 8);
+    EXPECT_EQ(info.local_world_size, 8);
+    EXPECT_EQ(info.world_size, 16);
+  }
+  EXPECT_EQ(rankEnvironment(launcher::encodeRankEnv(plan, true), 0).count("POOLRUN_CPUSET"), 0u)
+      << "a simulated node's planned cores are a fixture's";
+}
+
+}  // namespace
+}  // namespace poolrun::runtime

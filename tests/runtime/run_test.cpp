@@ -1,0 +1,206 @@
+// The runtime and the examples through poolrun on the simulated cluster, with real Open MPI: what
+// poolrun-rank gives every rank (torch.distributed variables, one rendezvous, a binding that took),
+// every collective of the MPI backend, the allreduce benchmark's output and JSON, and data-parallel
+// training that reaches the same weights on 1, 2 and 4 ranks.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "poolrun/topo/cpuset.hpp"
+#include "support/fixtures.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using nlohmann::json;
+using poolrun::test::slurp;
+
+std::string cluster() {
+  return (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string();
+}
+
+class RuntimeRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override { std::filesystem::create_directories(tmp_.path() / "reports"); }
+
+  poolrun::test::ProcessResult poolrun(int ranks, const std::string& program, const std::string& extra = "") {
+    int perNode = ranks > 1 ? ranks / 2 : 1;
+    std::string env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_STATE_DIR=" +
+                      tmp_.path().string() + "/state REPORT_DIR=" + (tmp_.path() / "reports").string() + " ";
+    return poolrun::test::runShell(env + "timeout 300 " + POOLRUN_BINARY + " --pool sim:" + cluster() +
+                                   " -n " + std::to_string(ranks) + " --gpus-per-node " +
+                                   std::to_string(perNode) + " " + extra + " " + program);
+  }
+  std::filesystem::path path(const std::string& name) const { return tmp_.path() / name; }
+
+  poolrun::test::TempDir tmp_;
+};
+
+// Each rank writes its environment and its CPU affinity as the kernel reports it.
+constexpr const char* kEnvReport =
+    "sh -c 'env > $REPORT_DIR/env-$RANK; grep Cpus_allowed_list /proc/self/status > $REPORT_DIR/cpus-$RANK'";
+
+std::map<std::string, std::string> envReport(const std::filesystem::path& file) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(slurp(file));
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+TEST_F(RuntimeRunTest, TorchVariablesAgreeAcrossRanksAndTheBindingTook) {
+  auto r = poolrun(4, kEnvReport);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::set<std::string> ports, addrs;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string n = std::to_string(rank);
+    auto env = envReport(path("reports") / ("env-" + n));
+    ASSERT_FALSE(env.empty()) << "rank " << rank << " wrote no report";
+    EXPECT_EQ(env["RANK"], n);
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank % 2));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    ports.insert(env["MASTER_PORT"]);
+    addrs.insert(env["MASTER_ADDR"]);
+    // The binding poolrun-rank reports is the process's CPU affinity.
+    std::string cpus = slurp(path("reports") / ("cpus-" + n));
+    std::string allowed = cpus.substr(cpus.find(':') + 1);
+    allowed.erase(0, allowed.find_first_not_of(" \t"));
+    allowed.erase(allowed.find_last_not_of(" \t\n") + 1);
+    EXPECT_EQ(env["POOLRUN_BOUND_CPUS"], allowed) << "rank " << rank;
+  }
+  ASSERT_EQ(ports.size(), 1u) << "one MASTER_PORT for the job";
+  EXPECT_GT(std::stoi(*ports.begin()), 0);
+  EXPECT_EQ(addrs, std::set<std::string>{"127.0.0.1"}) << "every simulated node runs here";
+  EXPECT_EQ(r.err.find("poolrun-rank: warning"), std::string::npos) << r.err;
+}
+
+TEST_F(RuntimeRunTest, UserRendezvousWins) {
+  auto r = poolrun(2, kEnvReport, "-x MASTER_PORT=23456");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(envReport(path("reports") / ("env-" + std::to_string(rank)))["MASTER_PORT"], "23456");
+  }
+}
+
+TEST_F(RuntimeRunTest, StrictBindingFailsARankThatCannotBeBound) {
+  // Cores that this machine does not have: the binding cannot take.
+  auto r = poolrun(2, "true", "-x POOLRUN_CPUSET=100000 -x POOLRUN_BIND=strict");
+  EXPECT_EQ(r.status, 127) << r.err;
+  EXPECT_NE(r.err.find("poolrun-rank: error: rank"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("planned cores 100000 are not all usable here"), std::string::npos) << r.err;
+  auto warn = poolrun(2, "true", "-x POOLRUN_CPUSET=100000");
+  EXPECT_EQ(warn.status, 0) << warn.err;
+  EXPECT_NE(warn.err.find("poolrun-rank: warning: rank"), std::string::npos) << warn.err;
+}
+
+TEST_F(RuntimeRunTest, EveryCollectiveOfTheMpiBackend) {
+  auto r = poolrun(4, COLLECTIVES_CHECK);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("collectives OK (MPI backend"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("MPI backend (host buffers): no usable GPU"), std::string::npos) << r.err;
+}
+
+TEST_F(RuntimeRunTest, AllreduceBenchOutputAndJson) {
+  auto r = poolrun(4, std::string(ALLREDUCE_BENCH) + " -b 8 -e 1M -f 4 -n 2 -w 1 -d double --json " +
+                          path("bench.json").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  // Every row as all_reduce_perf prints it: size count type redop root, then time algbw busbw
+  // #wrong twice; #wrong 0.
+  static const std::regex kRow(
+      R"(^ +([0-9]+) +([0-9]+) +double +sum +-1 +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9]+)$)");
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<size_t> sizes;
+  while (std::getline(lines, line)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, kRow)) continue;
+    sizes.push_back(std::stoul(m[1]));
+    EXPECT_EQ(std::stoul(m[2]) * 8, sizes.back());
+    EXPECT_EQ(m[6], "0") << line;
+    EXPECT_EQ(m[10], "0") << line;
+    double algbw = std::stod(m[4]), busbw = std::stod(m[5]);
+    EXPECT_NEAR(busbw, algbw * 2 * 3 / 4, 0.011) << line;
+  }
+  EXPECT_EQ(sizes, (std::vector<size_t>{8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288})) << r.out;
+  EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# Avg bus bandwidth    : "), std::string::npos) << r.out;
+  json doc = json::parse(slurp(path("bench.json")));
+  EXPECT_EQ(doc["schema"], "poolrun.bench/1");
+  EXPECT_EQ(doc["backend"], "mpi");
+  EXPECT_EQ(doc["ranks"], 4);
+  EXPECT_EQ(doc["nodes"], 2);
+  EXPECT_EQ(doc["wrong"], 0);
+  ASSERT_EQ(doc["rows"].size(), sizes.size());
+  for (const json& row : doc["rows"]) {
+    EXPECT_EQ(row["out_of_place"]["wrong"], 0);
+    EXPECT_EQ(row["in_place"]["wrong"], 0);
+    EXPECT_GT(row["out_of_place"]["time_us"].get<double>(), 0);
+  }
+}
+
+TEST_F(RuntimeRunTest, AllreduceBenchBaselineAndBadOptions) {
+  auto r = poolrun(2, std::string(ALLREDUCE_BENCH) + " -b 1M -e 1M -n 1 -w 0 --baseline --rounds 1 --json " +
+                          path("base.json").string());
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  json doc = json::parse(slurp(path("base.json")));
+  ASSERT_EQ(doc["rows"].size(), 1u);
+  EXPECT_GT(doc["rows"][0]["baseline_mpi"]["time_us"].get<double>(), 0);
+  EXPECT_GT(doc["rows"][0]["overhead_ratio"].get<double>(), 0);
+  auto bad = poolrun(2, std::string(ALLREDUCE_BENCH) + " -b 12X");
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_NE(bad.err.find("-b '12X': a size is a number of bytes"), std::string::npos) << bad.err;
+}
+
+TEST_F(RuntimeRunTest, DataParallelReachesTheSameWeightsOnAnyRankCount) {
+  std::vector<json> results;
+  for (int ranks : {1, 2, 4}) {
+    std::string out = path("dp" + std::to_string(ranks) + ".json").string();
+    auto r = poolrun(ranks, std::string(DATA_PARALLEL) + " --steps 200 --out " + out);
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    results.push_back(json::parse(slurp(out)));
+    EXPECT_EQ(results.back()["ranks"], ranks);
+  }
+  const json& one = results[0];
+  for (const json& other : results) {
+    ASSERT_EQ(other["weights"].size(), one["weights"].size());
+    for (size_t j = 0; j < one["weights"].size(); ++j) {
+      EXPECT_NEAR(other["weights"][j].get<double>(), one["weights"][j].get<double>(), 1e-9)
+          << "weight " << j << " on " << other["ranks"] << " ranks";
+      EXPECT_NEAR(other["weights"][j].get<double>(), one["truth"][j].get<double>(), 0.01) << "it converged";
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(RuntimeRunTest, PytorchDdpRecipe) {
+  auto probe = poolrun::test::runShell("python3 -c 'import torch, torch.distributed' 2>&1");
+  if (probe.status != 0) {
+    GTEST_SKIP() << "PyTorch is not installed here (python3 -c 'import torch' failed); pip install torch to "
+                    "run this recipe";
+  }
+  std::string out = path("ddp.json").string();
+  auto r = poolrun(4, "python3 " + std::string(PYTORCH_SCRIPT) + " --steps 100 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  json doc = json::parse(slurp(out));
+  EXPECT_EQ(doc["ranks"], 4);
+  EXPECT_TRUE(doc["same_on_every_rank"].get<bool>());
+  for (size_t j = 0; j < doc["weights"].size(); ++j) {
+    EXPECT_NEAR(doc["weights"][j].get<double>(), doc["truth"][j].get<double>(), 0.05) << "weight " << j;
+  }
+}
+
+}  // namespace
