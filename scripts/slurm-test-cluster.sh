@@ -7,6 +7,9 @@
 #                                                    "export SLURM_CONF=DIR/etc/slurm.conf"
 #   scripts/slurm-test-cluster.sh stop DIR           stop every daemon started in DIR; idempotent
 #   scripts/slurm-test-cluster.sh status DIR         0 when the node is idle and usable
+#   scripts/slurm-test-cluster.sh fixture DIR        start for a CTest fixture: where Slurm cannot
+#                                                    start, write why to DIR/skip-reason and exit 0
+#                                                    (the tests then skip with that reason)
 #
 # The node is called sn01 (NodeAddr 127.0.0.1), a name that does not resolve, so that Open MPI's
 # mpirun treats it as a remote node and starts its daemons there through srun, as on a cluster.
@@ -23,12 +26,16 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-  echo "usage: $0 start|stop|status DIR [GPUS]" >&2
+  echo "usage: $0 start|fixture|stop|status DIR [GPUS]" >&2
   exit 2
 fi
 
 skip() {
   echo "slurm-test-cluster: SKIP: $*" >&2
+  if [ "$cmd" = fixture ]; then
+    mkdir -p "$dir" && echo "$*" >"$dir/skip-reason"
+    exit 0
+  fi
   exit 77
 }
 
@@ -84,9 +91,9 @@ case "$cmd" in
     echo "node state: ${state:-unknown}" >&2
     exit 1
     ;;
-  start) ;;
+  start | fixture) rm -f "$dir/skip-reason" ;;
   *)
-    echo "usage: $0 start|stop|status DIR [GPUS]" >&2
+    echo "usage: $0 start|fixture|stop|status DIR [GPUS]" >&2
     exit 2
     ;;
 esac
