@@ -40,24 +40,26 @@ skip() {
 }
 
 stop_all() {
-  # Only the daemons this folder started, by the pids they wrote.
+  # Only the daemons this folder started, by the pids they wrote: all asked at once, then waited for.
+  local pids=() pid name
   for name in slurmd slurmctld munged; do
-    pidfile="$dir/run/$name.pid"
-    [ -f "$pidfile" ] || continue
-    pid=$(cat "$pidfile" 2>/dev/null || true)
+    pid=$(cat "$dir/run/$name.pid" 2>/dev/null || true)
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-      done
-      kill -KILL "$pid" 2>/dev/null || true
+      pids+=("$pid")
     fi
-    rm -f "$pidfile"
   done
-  # slurmstepd processes of jobs that were still running (their parent slurmd is gone).
+  for _ in $(seq 1 100); do
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.05
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  rm -f "$dir"/run/*.pid
+  # slurmstepd processes of jobs that were still running (their slurmd is gone).
   if [ -f "$dir/etc/slurm.conf" ]; then
-    for pid in $(pgrep -f "slurmstepd" 2>/dev/null || true); do
+    for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
       if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$dir/etc/slurm.conf"; then
         kill -KILL "$pid" 2>/dev/null || true
       fi

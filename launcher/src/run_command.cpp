@@ -284,6 +284,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     if (!slurm && (launcher == "srun" || !topologyFile.empty()))
       throw badInput(std::string(launcher == "srun" ? "--launcher srun" : "--topology") +
                      " needs --pool slurm or slurm:PARTITION (pool here: '" + poolUri + "')");
+    if (slurm) forgetSlurmGpuVariables(request, exports);
     std::unique_ptr<pool::PoolClient> pool = pool::openPool(poolUri, copts);
     bool simulated = poolUri.starts_with("sim:");
 

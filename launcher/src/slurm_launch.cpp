@@ -111,6 +111,16 @@ void enterAllocation(const pool::Lease& lease) {
   for (const auto& [k, v] : lease.env) setenv(k.c_str(), v.c_str(), 1);
 }
 
+void forgetSlurmGpuVariables(PlanRequest& request, const std::vector<std::string>& exports) {
+  if (std::getenv("SLURM_JOB_ID") == nullptr && std::getenv("SLURM_JOBID") == nullptr) return;
+  for (const char* var : {"CUDA_VISIBLE_DEVICES"}) {
+    bool named = std::any_of(exports.begin(), exports.end(), [&](const std::string& x) {
+      return x == var || x.starts_with(std::string(var) + "=");
+    });
+    if (!named) request.user_env.erase(var);
+  }
+}
+
 std::vector<int> addSlurmGpus(topo::NodeTopology& topology, const std::vector<int>& allocated) {
   std::vector<int> added;
   if (allocated.empty()) return added;
@@ -165,17 +175,37 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
     if (!known.count(n)) toProbe.push_back(n);
   }
   std::map<std::string, std::filesystem::path> cacheFile;
+  std::map<std::string, int> nodeCpus;
   if (!toProbe.empty()) {
     pool::slurm::SlurmSystem::Output o =
         slurm->run({"scontrol", "show", "node", "-o", topo::compressHostlist(toProbe)});
     std::map<std::string, std::string> hardware;
-    if (o.status == 0) hardware = pool::slurm::parseNodeHardware(o.out);
+    if (o.status == 0) {
+      hardware = pool::slurm::parseNodeHardware(o.out);
+      nodeCpus = pool::slurm::parseNodeCpus(o.out);
+    }
+    // A job with part of a node's CPUs is probed within its own CPUs (what hwloc sees in the
+    // step), so that ranks are bound inside them; such a view is not cached.
+    std::map<std::string, int> jobCpus;
+    std::string job = lease.id.starts_with("slurm-") ? lease.id.substr(6) : lease.id;
+    pool::slurm::SlurmSystem::Output jo = slurm->run({"scontrol", "show", "job", "-d", job});
+    if (jo.status == 0) {
+      try {
+        jobCpus = pool::slurm::parseJobDetail(jo.out).cpus;
+      } catch (const Error&) {  // no CPU counts: treat every node as whole
+      }
+    }
     std::error_code ec;
     std::filesystem::create_directories(options.cache_dir, ec);
     std::vector<std::string> missing;
     for (const std::string& n : toProbe) {
+      bool whole = !jobCpus.count(n) || !nodeCpus.count(n) || jobCpus[n] <= 0 || jobCpus[n] >= nodeCpus[n];
+      if (!whole) {
+        err << "poolrun: note: node " << n << ": the job holds " << jobCpus[n] << " of its " << nodeCpus[n]
+            << " CPUs; probing it within them (not cached), so that ranks are bound to the job's CPUs\n";
+      }
       auto hw = hardware.find(n);
-      if (hw != hardware.end()) {
+      if (hw != hardware.end() && whole) {
         cacheFile[n] = options.cache_dir / (n + "-" + fnv(hw->second).substr(0, 12) + ".json");
         if (std::filesystem::exists(cacheFile[n])) {
           try {
@@ -194,6 +224,8 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       missing.push_back(n);
     }
     if (!missing.empty()) {
+      err << "poolrun: probing the topology of " << topo::compressHostlist(missing)
+          << " with srun (one task per node; kept in " << options.cache_dir.string() << ")\n";
       std::map<std::string, std::string> probed = probeNodes(*slurm, missing, options.poolrun_binary, err);
       for (const std::string& n : missing) {
         auto p = probed.find(n);
@@ -210,7 +242,8 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
                                                    std::string(e.what()).substr(0, 200) +
                                                    "); give its topology with --topology FILE");
         }
-        if (cacheFile.count(n)) {
+        bool complete = !nodeCpus.count(n) || t.allCpus().size() >= static_cast<size_t>(nodeCpus[n]);
+        if (cacheFile.count(n) && complete) {
           std::filesystem::path tmp = cacheFile[n];
           tmp += ".tmp" + std::to_string(getpid());
           std::ofstream(tmp) << p->second;
@@ -238,8 +271,9 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       }
       std::string list;
       for (int g : unseen) list += (list.empty() ? "" : ",") + std::to_string(g);
+      bool given = !c.topology_file.empty() && c.topology_file.parent_path() != options.cache_dir;
       err << "poolrun: warning: node " << n << ": Slurm allocated GPU(s) " << list << " but its topology ("
-          << (c.topology_file.empty() ? "probed on the node" : c.topology_file.string()) << ") shows " << seen
+          << (given ? c.topology_file.string() : std::string("probed on the node")) << ") shows " << seen
           << " GPU(s). Trusting Slurm: those ranks get their GPU by Slurm's index (CUDA_VISIBLE_DEVICES), "
              "cores from the whole node and the node's NICs without GPU locality; not bound: GPU-to-NIC "
              "and GPU-to-core locality, GPUDirect RDMA. Give the node's topology with --topology FILE to "

@@ -488,7 +488,15 @@ JobDetail parseJobDetail(std::string_view text) {
     if (f.count("Nodes") && trim(line).starts_with("Nodes=")) {
       std::string gres = f.count("GRES") ? f["GRES"] : f.count("GRES_IDX") ? f["GRES_IDX"] : "";
       std::vector<int> gpus = parseGresIndexes(gres);
-      for (const std::string& n : topo::expandHostlist(f["Nodes"])) perNode[n] = gpus;
+      int cpus = 0;
+      try {
+        cpus = f.count("CPU_IDs") ? static_cast<int>(parseIndexList(f["CPU_IDs"]).size()) : 0;
+      } catch (const Error&) {  // a form this reader does not know: count unknown
+      }
+      for (const std::string& n : topo::expandHostlist(f["Nodes"])) {
+        perNode[n] = gpus;
+        d.cpus[n] = cpus;
+      }
     }
   }
   if (d.id.empty())
@@ -524,6 +532,15 @@ std::map<std::string, std::string> parseNodeHardware(std::string_view text) {
       key += std::string(k) + "=" + (f.count(k) ? f[k] : "") + " ";
     }
     out[f["NodeName"]] = trim(key);
+  }
+  return out;
+}
+
+std::map<std::string, int> parseNodeCpus(std::string_view text) {
+  std::map<std::string, int> out;
+  for (std::string_view line : lines(text)) {
+    std::map<std::string, std::string> f = fields(line);
+    if (f.count("NodeName") && f.count("CPUTot")) out[f["NodeName"]] = std::atoi(f["CPUTot"].c_str());
   }
   return out;
 }

@@ -98,6 +98,7 @@ TEST(SlurmJobDetail, NodesAndTheirGpus) {
   EXPECT_EQ(d.nodes[1].second, (Ints{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(d.nodes[2].first, "dgx03");
   EXPECT_EQ(d.nodes[2].second, (Ints{0, 2, 3, 6}));
+  EXPECT_EQ(d.cpus["dgx02"], 16);
 }
 
 TEST(SlurmJobDetail, PendingAndNotAJob) {

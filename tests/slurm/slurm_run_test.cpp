@@ -114,6 +114,30 @@ TEST_F(SlurmTest, InsideSallocEveryRankGetsASlurmGpu) {
   EXPECT_TRUE(queueEmpty());
 }
 
+// In a batch script (the batch step is no step of poolrun's): the allocation is the lease, and the
+// node's topology is probed once, then taken from the cache.
+TEST_F(SlurmTest, InsideSbatchTopologyProbedOnceThenCached) {
+  std::string run = std::string(POOLRUN_BINARY) + " --pool slurm -n 2 " + kLoopback + RANK_REPORT;
+  std::string script = tmp_.write("job.sh", "#!/bin/sh\n" + run + " 2>" + (tmp_.path() / "first").string() +
+                                                "\n" + run + " 2>" + (tmp_.path() / "second").string() + "\n")
+                           .string();
+  Result r = sh("sbatch --wait --quiet -N1 --gpus-per-node=2 --ntasks-per-node=2 -o " +
+                (tmp_.path() / "out").string() + " " + script);
+  ASSERT_EQ(r.status, 0) << r.err << slurp(tmp_.path() / "out") << slurp(tmp_.path() / "first")
+                         << slurp(tmp_.path() / "second");
+  checkRanks(2);
+  EXPECT_NE(slurp(tmp_.path() / "first").find("probing the topology of sn01"), std::string::npos)
+      << slurp(tmp_.path() / "first");
+  EXPECT_EQ(slurp(tmp_.path() / "second").find("probing the topology"), std::string::npos)
+      << slurp(tmp_.path() / "second");
+  int cached = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator(tmp_.path() / "state/slurm-topology"))
+    ++cached;
+  EXPECT_EQ(cached, 1);
+  EXPECT_TRUE(queueEmpty());
+}
+
 // A node whose topology is given (--topology): 2 GPUs and 2 InfiniBand NICs on one PCIe switch,
 // on this machine's CPUs, so that the ranks get NIC variables from the plan.
 std::string topologyWithNics() {

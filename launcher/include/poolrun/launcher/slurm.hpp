@@ -24,6 +24,11 @@ bool isSlurmPool(const std::string& uri);
 // the allocation, every SLURM_* variable of the environment is replaced by the allocation's.
 void enterAllocation(const pool::Lease& lease);
 
+// Inside a Slurm job, CUDA_VISIBLE_DEVICES in poolrun's environment is Slurm's (set for the batch
+// step or a step), not the user's choice: it must not override the plan. It counts as the user's
+// only when named with -x.
+void forgetSlurmGpuVariables(PlanRequest& request, const std::vector<std::string>& exports);
+
 struct SlurmTopologyOptions {
   // --topology FILE: a topology file (hwloc XML, NCCL XML, topology JSON) for every allocated node,
   // or a cluster file (TOML) for the nodes it names; other nodes are probed. Empty: probe all.

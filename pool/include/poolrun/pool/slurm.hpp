@@ -44,6 +44,7 @@ struct JobDetail {
   // Per node, in NodeList order: the GPU indexes the job holds there (from the "Nodes=... GRES="
   // lines, hostlists expanded).
   std::vector<std::pair<std::string, std::vector<int>>> nodes;
+  std::map<std::string, int> cpus;  // per node: how many CPUs (CPU_IDs) the job holds there
 };
 // Throws poolrun::Error (kBadInput) when the text is not a job record.
 JobDetail parseJobDetail(std::string_view text);
@@ -56,6 +57,8 @@ bool parseConstrainDevices(std::string_view showConfig);
 // (Arch, Boards, Sockets, CoresPerSocket, ThreadsPerCore, CPUTot, RealMemory, Gres), joined into
 // one key that changes when the hardware does (the topology cache's key).
 std::map<std::string, std::string> parseNodeHardware(std::string_view text);
+// CPUTot of each node in the same output.
+std::map<std::string, int> parseNodeCpus(std::string_view text);
 
 // The salloc arguments for a request in `partition` (before the command salloc runs).
 // Throws poolrun::Error (kBadInput) naming the values for requests Slurm cannot express.
