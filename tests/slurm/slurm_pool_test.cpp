@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "poolrun/launcher/slurm.hpp"
+#include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/slurm.hpp"
 #include "poolrun/topo/error.hpp"
 #include "support/synthetic.hpp"
@@ -236,6 +237,23 @@ TEST(SlurmLaunch, SrunPutsEveryRankWhereThePlanSays) {
   EXPECT_EQ(env["OMPI_MCA_btl"], "self,tcp");
   EXPECT_EQ(env["OMPI_MCA_pml"], "ucx") << "an IB plan";
   EXPECT_EQ(env["POOLRUN_RANK_ENV"], "{}");
+}
+
+TEST(SlurmLaunch, SrunSaysWhichTaskFailed) {
+  auto code = parseMpiFailure(
+      "srun: error: sn01: task 3: Exited with exit code 7\nsrun: launch/slurm: _step_signal: Terminating\n");
+  ASSERT_TRUE(code);
+  EXPECT_EQ(code->rank, 3);
+  EXPECT_EQ(code->node, "sn01");
+  EXPECT_EQ(code->exit_code, 7);
+  auto killed = parseMpiFailure("srun: error: gpu12: tasks 4-5: Killed\n");
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(killed->rank, 4);
+  EXPECT_EQ(killed->signal, 9);
+  auto segv = parseMpiFailure("srun: error: gpu12: task 0: Segmentation fault (core dumped)\n");
+  ASSERT_TRUE(segv);
+  EXPECT_EQ(segv->signal, 11);
+  EXPECT_FALSE(parseMpiFailure("srun: error: Unable to allocate resources: Invalid partition name\n"));
 }
 
 }  // namespace

@@ -204,6 +204,14 @@ TEST_F(SlurmTest, OutsideWithSrunLauncher) {
   EXPECT_TRUE(queueEmpty());
 }
 
+TEST_F(SlurmTest, OutsideSrunSaysWhichRankFailed) {
+  Result r = poolrun("--pool slurm:debug -n 2 --launcher srun " + std::string(RANK_REPORT) + " --exit 1 7");
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_NE(r.err.find("poolrun: rank 1 on node sn01 (GPU 1) exited with code 7"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(queueEmpty());
+}
+
 pid_t spawn(const std::string& cmd) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -242,6 +250,30 @@ TEST_P(SlurmSignals, OutsideTheAllocationIsGivenBack) {
   }
   // After SIGKILL salloc's command sees poolrun gone within a second and Slurm ends the job.
   EXPECT_TRUE(queueEmpty()) << slurp(tmp_.path() / "err");
+}
+
+// Ctrl-C while the request waits in Slurm's queue behind another job: the request is withdrawn.
+TEST_F(SlurmTest, CtrlCWhileQueuedWithdrawsTheRequest) {
+  // Every GPU of the node to a job that holds them (and runs nothing) until it is cancelled.
+  Result blocker = sh("salloc --no-shell -N1 --gpus-per-node=4 -J blocker </dev/null");
+  ASSERT_EQ(blocker.status, 0) << blocker.err;
+  auto end = std::chrono::steady_clock::now();
+  pid_t pid = spawn(env() + POOLRUN_BINARY + " --pool slurm:debug -n 2 --gpus-per-node 2 " + RANK_REPORT +
+                    " 2>" + (tmp_.path() / "err").string());
+  end = std::chrono::steady_clock::now() + 20s;
+  while (sh("squeue -h -t PD").out.empty() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(sh("squeue -h -t PD").out.empty())
+      << "poolrun's request waits: " << slurp(tmp_.path() / "err");
+  kill(pid, SIGINT);
+  waitpid(pid, nullptr, 0);
+  end = std::chrono::steady_clock::now() + 10s;
+  while (!sh("squeue -h -t PD").out.empty() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(sh("squeue -h -t PD").out.empty()) << "the pending request is gone";
+  sh("scancel -n blocker");
+  EXPECT_TRUE(queueEmpty());
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path() / "reports/rank-0.json")) << "nothing ran";
 }
 
 INSTANTIATE_TEST_SUITE_P(Slurm, SlurmSignals, ::testing::Values(SIGINT, SIGKILL),
