@@ -64,17 +64,32 @@ std::map<std::string, std::string> probeNodes(pool::slurm::SlurmSystem& slurm,
                                    "-c",
                                    script};
   pool::slurm::SlurmSystem::Output o = slurm.run(argv);
+  std::map<std::string, std::string> out = parseProbeOutput(o.out);
+  if (o.status != 0) {
+    err << "poolrun: warning: probing " << topo::compressHostlist(nodes) << " with srun ended with status "
+        << o.status << ": " << firstLine(o.err) << "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parseProbeOutput(const std::string& labelled) {
   std::map<int, std::string> byTask;
   std::map<int, std::string> nodeOf;
   size_t start = 0;
-  while (start < o.out.size()) {
-    size_t nl = o.out.find('\n', start);
-    if (nl == std::string::npos) nl = o.out.size();
-    std::string line = o.out.substr(start, nl - start);
+  while (start < labelled.size()) {
+    size_t nl = labelled.find('\n', start);
+    if (nl == std::string::npos) nl = labelled.size();
+    std::string line = labelled.substr(start, nl - start);
     start = nl + 1;
     size_t colon = line.find(": ");
     if (colon == std::string::npos) continue;
-    int task = std::atoi(line.substr(0, colon).c_str());
+    std::string label = line.substr(0, colon);
+    size_t first = label.find_first_not_of(' ');
+    if (first == std::string::npos || label.find_first_not_of("0123456789", first) != std::string::npos)
+      continue;
+    int task = std::atoi(label.c_str() + first);
     std::string text = line.substr(colon + 2);
     if (text.starts_with("@poolrun-node ")) {
       nodeOf[task] = text.substr(14);
@@ -84,14 +99,8 @@ std::map<std::string, std::string> probeNodes(pool::slurm::SlurmSystem& slurm,
   }
   std::map<std::string, std::string> out;
   for (const auto& [task, node] : nodeOf) out[node] = byTask[task];
-  if (o.status != 0) {
-    err << "poolrun: warning: probing " << topo::compressHostlist(nodes) << " with srun ended with status "
-        << o.status << ": " << firstLine(o.err) << "\n";
-  }
   return out;
 }
-
-}  // namespace
 
 bool isSlurmPool(const std::string& uri) {
   return uri == "slurm" || uri.starts_with("slurm:");

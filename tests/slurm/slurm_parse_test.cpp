@@ -27,6 +27,7 @@ TEST(SlurmHostlist, ExpandsTheFormsSlurmWrites) {
       {"dgx[098-101]", {"dgx098", "dgx099", "dgx100", "dgx101"}},
       {"r[1-2]n[01-02]", {"r1n01", "r1n02", "r2n01", "r2n02"}},
       {"node-[1,3],login", {"node-1", "node-3", "login"}},
+      {"n[1-2]-ib", {"n1-ib", "n2-ib"}},
   };
   for (const HostlistCase& c : cases) EXPECT_EQ(topo::expandHostlist(c.text), c.hosts) << c.text;
   EXPECT_EQ(topo::compressHostlist({"a01", "a02", "a03", "a07", "b5"}), "a[01-03,07],b5");

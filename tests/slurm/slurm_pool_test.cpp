@@ -239,6 +239,17 @@ TEST(SlurmLaunch, SrunPutsEveryRankWhereThePlanSays) {
   EXPECT_EQ(env["POOLRUN_RANK_ENV"], "{}");
 }
 
+TEST(SlurmLaunch, ProbeOutputOfSeveralNodes) {
+  std::string out =
+      "0: @poolrun-node sn01\n1: @poolrun-node sn02\n1: {\n0: {\n0:   \"a\": 1\n1:   \"b\": 2\n"
+      "1: }\n0: }\nsrun: warning: something\n";
+  auto probed = parseProbeOutput(out);
+  ASSERT_EQ(probed.size(), 2u);
+  EXPECT_EQ(probed["sn01"], "{\n  \"a\": 1\n}\n");
+  EXPECT_EQ(probed["sn02"], "{\n  \"b\": 2\n}\n");
+  EXPECT_TRUE(parseProbeOutput("").empty());
+}
+
 TEST(SlurmLaunch, SrunSaysWhichTaskFailed) {
   auto code = parseMpiFailure(
       "srun: error: sn01: task 3: Exited with exit code 7\nsrun: launch/slurm: _step_signal: Terminating\n");

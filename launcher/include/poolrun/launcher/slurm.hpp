@@ -6,6 +6,7 @@
 // and `--launcher srun`.
 
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ struct SlurmTopologyOptions {
 // Slurm allocated, the missing ones are added (addSlurmGpus) and `err` says what is not bound.
 std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmTopologyOptions& options,
                                           std::ostream& err);
+
+// The output of the probe step (`srun --label`, each task printing "@poolrun-node NAME" and then its
+// topology JSON): node name -> its JSON text. Lines of different tasks may interleave.
+std::map<std::string, std::string> parseProbeOutput(const std::string& labelled);
 
 // Adds GPUs numbered from the topology's GPU count up to the largest of `allocated` (Slurm's
 // indexes on the node), with nothing known but their index: no PCI address, no NUMA node, no NIC
