@@ -312,8 +312,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     std::vector<NodeGrant> grants;
     if (slurm) {
       enterAllocation(lease);
-      nodes = slurmNodes(
-          lease, {topologyFile, stateDir() / "slurm-topology", (selfDir() / "poolrun").string()}, err);
+      nodes = slurmNodes(lease, {topologyFile, stateDir() / "slurm-topology", ""}, err);
     }
     for (const pool::GpuRef& g : lease.gpus) {
       if (slurm) break;

@@ -177,6 +177,12 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       }
     }
   }
+  std::string poolrun = options.poolrun_binary;
+  if (poolrun.empty()) {
+    std::error_code ec;
+    poolrun = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) poolrun = "poolrun";
+  }
   // The cache: a probed topology per node and hardware (as slurmd reports it to Slurm).
   std::unique_ptr<pool::slurm::SlurmSystem> slurm = pool::slurm::realSlurmSystem();
   std::vector<std::string> toProbe;
@@ -196,7 +202,7 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
     // A job with part of a node's CPUs is probed within its own CPUs (what hwloc sees in the
     // step), so that ranks are bound inside them; such a view is not cached.
     std::map<std::string, int> jobCpus;
-    std::string job = lease.id.starts_with("slurm-") ? lease.id.substr(6) : lease.id;
+    std::string job = pool::slurm::jobOfLease(lease.id);
     pool::slurm::SlurmSystem::Output jo = slurm->run({"scontrol", "show", "job", "-d", job});
     if (jo.status == 0) {
       try {
@@ -235,12 +241,12 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
     if (!missing.empty()) {
       err << "poolrun: probing the topology of " << topo::compressHostlist(missing)
           << " with srun (one task per node; kept in " << options.cache_dir.string() << ")\n";
-      std::map<std::string, std::string> probed = probeNodes(*slurm, missing, options.poolrun_binary, err);
+      std::map<std::string, std::string> probed = probeNodes(*slurm, missing, poolrun, err);
       for (const std::string& n : missing) {
         auto p = probed.find(n);
         if (p == probed.end())
           throw Error(ErrorCode::kUnsupported, "could not probe the topology of node " + n +
-                                                   " (srun ran no probe there; is " + options.poolrun_binary +
+                                                   " (srun ran no probe there; is " + poolrun +
                                                    " installed at that path on the node?); give its topology "
                                                    "with --topology FILE");
         topo::NodeTopology t;
@@ -313,7 +319,7 @@ void applySlurmGpuNumbering(JobPlan& plan, const pool::Lease& lease, std::ostrea
   std::unique_ptr<pool::slurm::SlurmSystem> slurm = pool::slurm::realSlurmSystem();
   pool::slurm::SlurmSystem::Output config = slurm->run({"scontrol", "show", "config"});
   if (config.status != 0 || !pool::slurm::parseConstrainDevices(config.out)) return;
-  std::string job = lease.id.starts_with("slurm-") ? lease.id.substr(6) : lease.id;
+  std::string job = pool::slurm::jobOfLease(lease.id);
   pool::slurm::SlurmSystem::Output o = slurm->run({"scontrol", "show", "job", "-d", job});
   if (o.status != 0) {
     err << "poolrun: warning: ConstrainDevices is on but `scontrol show job -d " << job

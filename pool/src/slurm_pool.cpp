@@ -191,7 +191,10 @@ class SlurmPool : public PoolClient {
                           (nodes.empty() ? std::string("its nodes") : nodes.front().first) +
                           "); ask Slurm for them, e.g. salloc --gpus-per-node=K");
     Lease lease;
-    lease.id = "slurm-" + job;
+    // One job directory per poolrun, also for several in one allocation: slurm-JOB-PID[-N].
+    lease.id = "slurm-" + job + "-" + std::to_string(getpid()) +
+               (acquired_ > 0 ? "-" + std::to_string(acquired_) : "");
+    ++acquired_;
     lease.owner = request.owner;
     lease.job_name = request.job_name;
     lease.created = std::chrono::system_clock::now();
@@ -224,6 +227,7 @@ class SlurmPool : public PoolClient {
   std::unique_ptr<SlurmSystem> system_;
   std::map<std::string, Lease> leases_;
   std::map<std::string, std::string> active_;  // lease id -> job id of allocations poolrun made
+  int acquired_ = 0;
 };
 
 // ---- the real system ----
@@ -579,6 +583,11 @@ std::vector<std::string> sallocArguments(const LeaseRequest& request, const std:
   }
   if (request.wait) a.push_back("--immediate=" + std::to_string(std::max<long>(1, request.wait->count())));
   return a;
+}
+
+std::string jobOfLease(const std::string& leaseId) {
+  if (!leaseId.starts_with("slurm-")) return "";
+  return leaseId.substr(6, leaseId.find('-', 6) - 6);
 }
 
 std::unique_ptr<SlurmSystem> realSlurmSystem() {

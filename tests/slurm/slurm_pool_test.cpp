@@ -78,7 +78,9 @@ TEST(SlurmPool, InsideTheLeaseIsTheAllocation) {
   LeaseRequest r;
   r.gpus = 6;
   Lease l = pool->acquire(r);
-  EXPECT_EQ(l.id, "slurm-12");
+  EXPECT_EQ(l.id.rfind("slurm-12-", 0), 0u) << l.id;
+  EXPECT_EQ(jobOfLease(l.id), "12");
+  EXPECT_EQ(jobOfLease("L3646d3dbefa90940"), "");
   EXPECT_EQ(formatGpus(l.gpus), "sn01:0-3 sn02:1,3");
   EXPECT_TRUE(l.env.empty()) << "already inside: nothing to set";
   EXPECT_EQ(pool->renew(l.id).id, l.id);

@@ -35,7 +35,7 @@ struct SlurmTopologyOptions {
   // or a cluster file (TOML) for the nodes it names; other nodes are probed. Empty: probe all.
   std::string topology_file;
   std::filesystem::path cache_dir;  // probed topologies, per node and hardware
-  std::string poolrun_binary;       // what each node runs to probe itself (`poolrun topo`)
+  std::string poolrun_binary;       // what each node runs to probe itself; empty: this binary
 };
 
 // The allocated nodes of `lease` in its order, each with its topology. A node that can neither be

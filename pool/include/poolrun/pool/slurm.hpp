@@ -64,6 +64,9 @@ std::map<std::string, int> parseNodeCpus(std::string_view text);
 // Throws poolrun::Error (kBadInput) naming the values for requests Slurm cannot express.
 std::vector<std::string> sallocArguments(const LeaseRequest& request, const std::string& partition);
 
+// The Slurm job id of a lease of a Slurm pool ("slurm-JOB-PID[-N]"), "" for other leases.
+std::string jobOfLease(const std::string& leaseId);
+
 // How the pool runs Slurm: the environment it reads and the commands it starts.
 class SlurmSystem {
  public:
