@@ -89,12 +89,13 @@ class SlurmTest : public ::testing::Test {
       EXPECT_EQ(rep["size"], ranks);
       EXPECT_EQ(rep["sum"], ranks * (ranks - 1) / 2) << "the ranks talked to each other";
       const json& env = rep["env"];
-      EXPECT_EQ(env.value("SLURMD_NODENAME", ""), "sn01") << "rank " << r << " runs on the Slurm node";
+      EXPECT_EQ(env.value("SLURMD_NODENAME", ""), plan["ranks"][r]["node"]) << "rank " << r << " on its node";
       std::string cvd = env.value("CUDA_VISIBLE_DEVICES", "<unset>");
       std::string stepGpus = "," + env.value("SLURM_STEP_GPUS", "") + ",";
       EXPECT_NE(stepGpus.find("," + cvd + ","), std::string::npos)
           << "rank " << r << " GPU " << cvd << " is one Slurm allocated (" << stepGpus << ")";
-      EXPECT_TRUE(gpus.insert(cvd).second) << "rank " << r << " shares GPU " << cvd;
+      EXPECT_TRUE(gpus.insert(env.value("SLURMD_NODENAME", "") + ":" + cvd).second)
+          << "rank " << r << " shares GPU " << cvd;
       for (const auto& [k, v] : plan["ranks"][r]["env"].items()) {
         EXPECT_EQ(env.value(k, "<unset>"), v.get<std::string>()) << "rank " << r << " " << k;
       }
@@ -111,6 +112,22 @@ TEST_F(SlurmTest, InsideSallocEveryRankGetsASlurmGpu) {
   checkRanks(2);
   EXPECT_NE(r.err.find("Trusting Slurm"), std::string::npos) << "says what it could not bind: " << r.err;
   EXPECT_NE(slurp(jobDir() / "command").find("mpirun"), std::string::npos);
+  EXPECT_TRUE(queueEmpty());
+}
+
+// Two nodes: mpirun starts a daemon on each through srun, the topology of both is probed in one
+// step (one task per node), and every rank runs on its planned node. (Shared memory between the two
+// "nodes" of one host is off: they are one machine.)
+TEST_F(SlurmTest, InsideSallocTwoNodes) {
+  Result r =
+      sh("salloc -N2 --gpus-per-node=2 --ntasks-per-node=2 " + std::string(POOLRUN_BINARY) +
+         " --pool slurm -n 4 --mca pml ob1 --mca btl self,tcp " + kLoopback + RANK_REPORT + " </dev/null");
+  ASSERT_EQ(r.status, 0) << r.err;
+  checkRanks(4);
+  EXPECT_NE(r.err.find("probing the topology of sn[01-02]"), std::string::npos) << r.err;
+  json plan = json::parse(slurp(jobDir() / "plan.json"));
+  EXPECT_EQ(plan["ranks"][0]["node"], "sn01");
+  EXPECT_EQ(plan["ranks"][3]["node"], "sn02");
   EXPECT_TRUE(queueEmpty());
 }
 
@@ -196,7 +213,7 @@ TEST_F(SlurmTest, OutsideFailureGivesTheAllocationBack) {
 }
 
 TEST_F(SlurmTest, OutsideWithSrunLauncher) {
-  Result r = poolrun("--pool slurm:debug -n 2 --launcher srun " + std::string(RANK_REPORT));
+  Result r = poolrun("--pool slurm:debug -n 2 --gpus-per-node 2 --launcher srun " + std::string(RANK_REPORT));
   ASSERT_EQ(r.status, 0) << r.err;
   checkRanks(2);
   for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(report(rank)["env"].value("RANK", ""), std::to_string(rank));
@@ -205,7 +222,8 @@ TEST_F(SlurmTest, OutsideWithSrunLauncher) {
 }
 
 TEST_F(SlurmTest, OutsideSrunSaysWhichRankFailed) {
-  Result r = poolrun("--pool slurm:debug -n 2 --launcher srun " + std::string(RANK_REPORT) + " --exit 1 7");
+  Result r = poolrun("--pool slurm:debug -n 2 --gpus-per-node 2 --launcher srun " + std::string(RANK_REPORT) +
+                     " --exit 1 7");
   EXPECT_EQ(r.status, 7) << r.err;
   EXPECT_NE(r.err.find("poolrun: rank 1 on node sn01 (GPU 1) exited with code 7"), std::string::npos)
       << r.err;
@@ -255,7 +273,7 @@ TEST_P(SlurmSignals, OutsideTheAllocationIsGivenBack) {
 // Ctrl-C while the request waits in Slurm's queue behind another job: the request is withdrawn.
 TEST_F(SlurmTest, CtrlCWhileQueuedWithdrawsTheRequest) {
   // Every GPU of the node to a job that holds them (and runs nothing) until it is cancelled.
-  Result blocker = sh("salloc --no-shell -N1 --gpus-per-node=4 -J blocker </dev/null");
+  Result blocker = sh("salloc --no-shell -N2 --gpus-per-node=4 -J blocker </dev/null");
   ASSERT_EQ(blocker.status, 0) << blocker.err;
   auto end = std::chrono::steady_clock::now();
   pid_t pid = spawn(env() + POOLRUN_BINARY + " --pool slurm:debug -n 2 --gpus-per-node 2 " + RANK_REPORT +
