@@ -1,10 +1,17 @@
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc>=2.0)
 find_package(nlohmann_json 3.10 REQUIRED)
-find_package(pugixml REQUIRED)
-find_package(fmt REQUIRED)
+# The C++ libraries go into the binaries (static archives, or header-only where Debian ships no
+# archive), so that a poolrun process loads only C libraries: each shared C++ library costs every
+# launch its loading and relocation (together about 10 ms of CPU on a CI-class machine).
+find_package(pugixml REQUIRED)  # pugixml::static
+find_package(fmt REQUIRED)      # fmt::fmt-header-only
+set(Boost_USE_STATIC_LIBS ON)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
-pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
+find_path(POOLRUN_TOMLPP_INCLUDE toml++/toml.h REQUIRED)
+add_library(poolrun_tomlpp INTERFACE)
+target_include_directories(poolrun_tomlpp SYSTEM INTERFACE ${POOLRUN_TOMLPP_INCLUDE})
+target_compile_definitions(poolrun_tomlpp INTERFACE TOML_HEADER_ONLY=1)
 
 # CUDA and NCCL: optional. AUTO uses them when /usr/local/cuda (or CUDAToolkit_ROOT) has them.
 set(POOLRUN_HAVE_CUDA OFF)

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 fuzz_seconds=${POOLRUN_FUZZ_SECONDS:-60}
 
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 step "dependencies"
 scripts/setup-deps.sh

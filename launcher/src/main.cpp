@@ -15,6 +15,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  topo     show how this node's GPUs, NICs, PCIe switches and NUMA nodes are wired\n"
     "  plan     show which GPU, NIC(s), cores and environment every rank of a job would get\n"
+    "  doctor   check this node for what makes NCCL jobs hang or run slow (ports, GIDs, GPUDirect RDMA)\n"
     "  tuner    explain the NCCL tuner plugin's choices; calibrate it from nccl-tests logs\n"
     "\n"
     "Run `poolrun <command> --help` for the options of a command.\n";
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "topo") return poolrun::launcher::topoCommand(args, std::cout, std::cerr);
     if (command == "plan") return poolrun::launcher::planCommand(args, std::cout, std::cerr);
+    if (command == "doctor") return poolrun::launcher::doctorCommand(args, std::cout, std::cerr);
     if (command == "tuner") return poolrun::launcher::tunerCommand(args, std::cout, std::cerr);
   } catch (const std::exception& e) {
     return poolrun::launcher::reportError(e, std::cerr);

@@ -14,6 +14,7 @@
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
+#include "poolrun/launcher/preflight.hpp"
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/client.hpp"
@@ -54,15 +55,15 @@ std::filesystem::path stateDir() {
   return std::filesystem::path(home != nullptr ? home : "/tmp") / ".local/state/poolrun";
 }
 
+std::string hostName() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
 std::string userName() {
   if (const passwd* pw = getpwuid(getuid()); pw != nullptr) return pw->pw_name;
   return "uid" + std::to_string(getuid());
-}
-
-// Cores and hardware threads of this machine, which a simulated cluster's rankfile maps onto.
-std::pair<int, int> localCoresAndThreads() {
-  topo::NodeTopology here = topo::probeLive({.sysfs_root = "/nonexistent", .use_nvml = false});
-  return {static_cast<int>(here.coresOrCpus().size()), static_cast<int>(here.allCpus().size())};
 }
 
 // `mpirun --version` starts Open MPI's runtime libraries (tens of milliseconds), so its answer is
@@ -209,6 +210,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       "mpi-flavor", po::value(&mpiFlavor), "auto (default), ompi4 or ompi5")(
       "mpirun", po::value(&mpirun), "the mpirun (or prterun) binary")(
       "dry-run", "print the plan and the exact command; start nothing")(
+      "no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")(
       "job-dir", po::value(&jobDir), "job directory (default: under the state directory)")(
       "lease-ttl", po::value(&leaseTtl),
       "lease time to live in seconds, renewed at a third of it (default 60)")("timeout", po::value(&timeout),
@@ -328,6 +330,20 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
     JobPlan plan = makePlan(grants, request);
     if (slurm) applySlurmGpuNumbering(plan, lease, err);
+    if (!vm.count("no-doctor")) {
+      // This machine is checked through its /sys; other nodes by what their topology records.
+      bool local = poolUri == "local";
+      std::string here = hostName();
+      doctor::Report report =
+          preflight(plan, [&](const NodePlan& n) { return local || (!simulated && n.name == here); });
+      printPreflight(report, err);
+      if (report.failed()) {
+        err << "poolrun: refusing to start: the doctor found " << report.count(doctor::Status::kFail)
+            << " problem(s) that would make the job hang (above); fix them, or start anyway with "
+               "--no-doctor\n";
+        return kExitRefused;
+      }
+    }
 
     std::filesystem::path dir =
         jobDir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(jobDir);
@@ -340,9 +356,9 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.simulated = simulated;
     spec.sim_agent = sibling("poolrun-sim-agent");
     if (simulated) {
-      auto [cores, threads] = localCoresAndThreads();
-      spec.local_cores = std::max(cores, 1);
-      spec.local_threads = std::max(1, threads / spec.local_cores);
+      topo::CpuCount here = topo::countLocalCpus();
+      spec.local_cores = std::max(here.cores, 1);
+      spec.local_threads = std::max(1, here.threads / spec.local_cores);
     }
     spec.user_mca = mca;
     spec.user_exports = exports;
@@ -350,17 +366,18 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
     spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
     const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");
-    bool netKnown = plan.nodes.size() == 1 || tunerConfig(plan)["net"]["nics_per_node"].get<size_t>() > 0;
-    if (tuner == "on" && userPlugin == nullptr && !netKnown) {
-      err << "poolrun: note: no NIC of the " << toString(plan.fabric)
-          << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes "
-             "itself\n";
-    }
-    if (tuner == "on" && userPlugin == nullptr && netKnown) {
-      std::string config = tunerConfig(plan).dump(2);
-      std::ofstream(dir / "tuner.json") << config << "\n";
-      spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
-      spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", tunerConfig(plan).dump());
+    if (tuner == "on" && userPlugin == nullptr) {
+      nlohmann::ordered_json config = tunerConfig(plan);
+      bool netKnown = plan.nodes.size() == 1 || config["net"]["nics_per_node"].get<size_t>() > 0;
+      if (netKnown) {
+        std::ofstream(dir / "tuner.json") << config.dump(2) << "\n";
+        spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
+        spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", config.dump());
+      } else {
+        err << "poolrun: note: no NIC of the " << toString(plan.fabric)
+            << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes "
+               "itself\n";
+      }
     }
     MpiCommand cmd =
         launcher == "srun" ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(mpirun, flavor));

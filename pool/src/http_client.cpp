@@ -1,11 +1,10 @@
 // PoolClient for a poold: JSON over HTTP with a bearer token.
 
-#include <httplib.h>
-
 #include <mutex>
 #include <thread>
 
 #include "embedded.hpp"
+#include "http_connection.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/state.hpp"
 
@@ -20,14 +19,7 @@ using std::chrono::seconds;
 class HttpPool : public PoolControl {
  public:
   HttpPool(std::string uri, const std::string& host, int port, const ClientOptions& options)
-      : uri_(std::move(uri)), client_(host, port), token_(options.token) {
-    client_.set_keep_alive(true);
-    client_.set_connection_timeout(5, 0);
-    client_.set_read_timeout(30, 0);
-    client_.set_write_timeout(30, 0);
-    client_.set_tcp_nodelay(true);
-    if (!token_.empty()) client_.set_bearer_token_auth(token_.c_str());
-  }
+      : uri_(std::move(uri)), connection_(host, port, options.token) {}
 
   Lease acquire(const LeaseRequest& request, const std::function<void(int)>& queued) override {
     const auto start = Clock::now();
@@ -110,24 +102,23 @@ class HttpPool : public PoolControl {
  private:
   json call(const std::string& method, const std::string& path, const json& body) {
     std::lock_guard<std::mutex> lock(mu_);
-    httplib::Result res{nullptr, httplib::Error::Unknown};
     std::string text = body.is_null() ? std::string() : body.dump();
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      if (method == "GET")
-        res = client_.Get(path.c_str());
-      else if (method == "DELETE")
-        res = client_.Delete(path.c_str());
-      else
-        res = client_.Post(path.c_str(), text, "application/json");
-      // A kept-alive connection can fail once where a fresh one succeeds. Every call is safe to
-      // repeat: reads, release, renew and the admin commands are idempotent, acquire carries a
-      // request id that poold answers again with the same lease.
-      if (res || res.error() == httplib::Error::Connection) break;
+    HttpResponse reply;
+    for (int attempt = 0;; ++attempt) {
+      try {
+        reply = connection_.request(method, path, text);
+        break;
+      } catch (const HttpFailed& e) {
+        // A kept-alive connection can fail once where a fresh one succeeds. Every call is safe to
+        // repeat: reads, release, renew and the admin commands are idempotent, acquire carries a
+        // request id that poold answers again with the same lease.
+        if (attempt == 0 && e.kind() == HttpFailed::Kind::kTransfer) continue;
+        throw PoolError(
+            PoolFailure::kOther, ErrorCode::kIo,
+            "cannot reach poold at " + uri_ + " (" + e.what() + "); is it running and listening there?");
+      }
     }
-    if (!res)
-      throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
-                      "cannot reach poold at " + uri_ + " (" + httplib::to_string(res.error()) +
-                          "); is it running and listening there?");
+    const HttpResponse* res = &reply;
     json doc;
     try {
       doc = res->body.empty() ? json(nullptr) : json::parse(res->body);
@@ -160,8 +151,7 @@ class HttpPool : public PoolControl {
 
   std::string uri_;
   std::mutex mu_;
-  httplib::Client client_;
-  std::string token_;
+  HttpConnection connection_;
 };
 
 }  // namespace

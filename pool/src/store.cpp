@@ -119,6 +119,12 @@ Store::Store(const std::filesystem::path& file, Durability durability) : file_(f
                                     "); check the state directory's permissions");
   }
   sqlite3_busy_timeout(db_, 30000);
+  // Short-lived clients (every poolrun) open and close the file once each: keeping the WAL file
+  // and leaving checkpoints to SQLite's automatic ones spares each of them a checkpoint, two
+  // fsyncs and re-creating the WAL (milliseconds per launch). Commits are as durable as before.
+  int one = 1;
+  sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &one);
+  sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   try {
     exec("PRAGMA journal_mode=WAL");
     exec(durability == Durability::kFull ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");

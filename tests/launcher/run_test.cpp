@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -242,8 +243,13 @@ TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
   EXPECT_EQ(leases(src("clusters/sim-ib.toml")).size(), 1u);
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
-  std::this_thread::sleep_for(4s);
+  // mpirun dies at once (PR_SET_PDEATHSIG); its daemons then end the ranks, which on a loaded
+  // machine takes a few seconds. The lease lapses after its 3 s time to live.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (leftovers(marker) != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(200ms);
   EXPECT_EQ(leftovers(marker), 0) << "mpirun and the ranks die with poolrun";
+  std::this_thread::sleep_for(4s);
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty()) << "the lease expired";
 }
 
@@ -263,6 +269,52 @@ TEST_F(RunTest, DryRunOpenMpi4And5) {
   EXPECT_NE(r5.out.find("--map-by rankfile:file="), std::string::npos) << r5.out;
   EXPECT_NE(r5.out.find("--prtemca plm_ssh_agent"), std::string::npos) << r5.out;
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
+// A two-node RoCE cluster whose second node's topology is the shipped one, changed by `change`.
+std::string roceClusterWith(const TempDir& dir, const std::function<void(json&)>& change) {
+  json topology = json::parse(slurp(src("topologies/hgx-h100-8gpu-8roce.json")));
+  change(topology);
+  std::ofstream(dir.path() / "changed.json") << topology.dump(1);
+  std::ofstream(dir.path() / "cluster.toml")
+      << "[[group]]\nnodes = \"roce01\"\ntopology = \"" << src("topologies/hgx-h100-8gpu-8roce.json")
+      << "\"\nswitch = \"leaf1\"\n\n[[group]]\nnodes = \"roce02\"\n"
+         "topology = \"changed.json\"\nswitch = \"leaf1\"\n";
+  return (dir.path() / "cluster.toml").string();
+}
+
+// The pre-launch doctor judges simulated nodes by their fixtures: a RoCE port without a routable
+// GID would hang the job, so poolrun refuses it (and gives the lease back) unless --no-doctor.
+TEST_F(RunTest, DoctorRefusesAPortWithoutARoutableGid) {
+  TempDir dir;
+  std::string cluster = roceClusterWith(dir, [](json& t) {
+    for (json& nic : t["nics"]) nic["ports"][0].erase("roce_v2_gid_index");
+  });
+  Result r = poolrun("--pool sim:" + cluster + " -n 2 --gpus-per-node 1 " + RANK_REPORT);
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("poolrun: doctor: FAIL roce.gid roce02 mlx5_"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("refusing to start: the doctor found 1 problem(s)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("roce01"), std::string::npos) << "the healthy node is not flagged\n" << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path() / "reports" / "rank-0.json")) << "nothing started";
+  EXPECT_TRUE(leases(cluster).empty()) << "the lease was given back";
+
+  Result forced = poolrun("--pool sim:" + cluster + " -n 2 --gpus-per-node 1 --no-doctor " + RANK_REPORT);
+  EXPECT_EQ(forced.status, 0) << forced.err;
+  EXPECT_EQ(forced.err.find("poolrun: doctor:"), std::string::npos) << forced.err;
+}
+
+// A port that trained slower than its like ports makes the job slow, not hang: a warning, and it runs.
+TEST_F(RunTest, DoctorWarnsOfASlowPortAndStarts) {
+  TempDir dir;
+  std::string cluster = roceClusterWith(dir, [](json& t) {
+    for (json& nic : t["nics"]) nic["ports"][0]["rate_gbps"] = nic["name"] == "mlx5_7" ? 200 : 100;
+  });
+  Result r = poolrun("--pool sim:" + cluster + " -n 2 --gpus-per-node 1 " + RANK_REPORT);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("poolrun: doctor: WARN rdma.rate roce02 mlx5_"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("100 Gb/s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fix: the link trained slow"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(tmp_.path() / "reports" / "rank-1.json"));
 }
 
 TEST_F(RunTest, RefusesWhatCannotBeMet) {

@@ -3,6 +3,9 @@
 
 #include "poolrun/topo/sysfs.hpp"
 
+#include <unistd.h>
+#include "poolrun/topo/sources.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -548,6 +551,35 @@ INSTANTIATE_TEST_SUITE_P(
         RoceCase{"globalIpv6", {{2, "2001:0db8:0000:0000:0000:ffff:0a00:0001", "RoCE v2", ""}}, std::nullopt},
         RoceCase{"malformed", {{2, "0000:0000:0000:0000:0000:ffff:0a00", "RoCE v2", ""}}, std::nullopt}),
     [](const ::testing::TestParamInfo<RoceCase>& param) { return std::string(param.param.name); });
+
+// countLocalCpus(): cores are the distinct thread-sibling sets of the online CPUs.
+TEST(CountLocalCpusTest, HyperthreadedCoresAndFallbacks) {
+  TempDir sys;
+  sys.write("devices/system/cpu/online", "0-3\n");
+  for (int cpu = 0; cpu < 4; ++cpu) {
+    std::string siblings = cpu % 2 == 0 ? "0,2\n" : "1,3\n";
+    sys.write("devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/core_cpus_list", siblings);
+  }
+  CpuCount count = countLocalCpus(sys.path());
+  EXPECT_EQ(count.cores, 2);
+  EXPECT_EQ(count.threads, 4);
+
+  // Kernels before 5.3 name the file thread_siblings_list.
+  TempDir old;
+  old.write("devices/system/cpu/online", "0-2\n");
+  for (int cpu = 0; cpu < 3; ++cpu)
+    old.write("devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list",
+              std::to_string(cpu) + "\n");
+  count = countLocalCpus(old.path());
+  EXPECT_EQ(count.cores, 3);
+  EXPECT_EQ(count.threads, 3);
+
+  // No sysfs at all: every online CPU is a core.
+  TempDir none;
+  count = countLocalCpus(none.path());
+  EXPECT_EQ(count.cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_EQ(count.threads, count.cores);
+}
 
 }  // namespace
 }  // namespace poolrun::topo

@@ -1,6 +1,9 @@
 // Telling the file formats apart, the live probe, and the TopologySource implementations.
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "file_util.hpp"
 #include "hwloc_source.hpp"
@@ -106,6 +109,33 @@ NodeTopology readTopologyFile(const std::filesystem::path& file) {
       return readJsonText(text, name);
   }
   throw Error(ErrorCode::kInternal, "unreachable");
+}
+
+CpuCount countLocalCpus(const std::filesystem::path& sysfs_root) {
+  std::filesystem::path cpuDir = sysfs_root / "devices" / "system" / "cpu";
+  CpuCount count;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  count.threads = count.cores = static_cast<int>(std::max(online, 1L));
+  try {
+    CpuSet cpus = CpuSet::parseList(detail::readWholeFile(cpuDir / "online", 4096));
+    std::set<std::string> cores;
+    for (unsigned cpu : cpus.cpus()) {
+      std::filesystem::path topology = cpuDir / ("cpu" + std::to_string(cpu)) / "topology";
+      std::error_code ec;
+      std::filesystem::path siblings = topology / "core_cpus_list";
+      if (!std::filesystem::exists(siblings, ec)) siblings = topology / "thread_siblings_list";
+      std::string list = detail::readWholeFile(siblings, 4096);
+      while (!list.empty() && std::isspace(static_cast<unsigned char>(list.back()))) list.pop_back();
+      cores.insert(list);
+    }
+    if (!cpus.empty() && !cores.empty()) {
+      count.threads = static_cast<int>(cpus.size());
+      count.cores = static_cast<int>(cores.size());
+    }
+  } catch (const std::exception&) {
+    // A container or an old kernel without these files: every online CPU counts as a core.
+  }
+  return count;
 }
 
 NodeTopology probeLive(const LiveOptions& options) {

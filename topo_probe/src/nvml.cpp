@@ -1,6 +1,6 @@
 #include "nvml.hpp"
 
-#include <dlfcn.h>
+#include "poolrun/topo/nvml_session.hpp"
 
 #include <algorithm>
 #include <map>
@@ -8,108 +8,57 @@
 namespace poolrun::topo::detail {
 namespace {
 
-// The slice of NVML's C ABI used here (nvml.h is not needed to build).
-using NvmlReturn = int;
-constexpr NvmlReturn kNvmlSuccess = 0;
-constexpr unsigned kMaxNvLinks = 18;
-struct NvmlDeviceSt;
-using NvmlDevice = NvmlDeviceSt*;
-struct NvmlPciInfo {
-  char busIdLegacy[16];
-  unsigned domain;
-  unsigned bus;
-  unsigned device;
-  unsigned pciDeviceId;
-  unsigned pciSubSystemId;
-  char busId[32];
-};
+using nvml::Device;
+using nvml::kSuccess;
+using nvml::PciInfo;
+using nvml::Return;
 struct NvmlMemory {
   unsigned long long total, free, used;
 };
 enum NvmlRemoteType { kRemoteGpu = 0, kRemoteIbmNpu = 1, kRemoteSwitch = 2 };
 
-class Library {
- public:
-  Library() : handle_(dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {}
-  ~Library() {
-    if (handle_ != nullptr) dlclose(handle_);
-  }
-  Library(const Library&) = delete;
-  Library& operator=(const Library&) = delete;
-  explicit operator bool() const { return handle_ != nullptr; }
-
-  template <typename Fn>
-  Fn* get(const char* name) const {
-    return handle_ != nullptr ? reinterpret_cast<Fn*>(dlsym(handle_, name)) : nullptr;
-  }
-
- private:
-  void* handle_;
-};
-
 }  // namespace
 
 std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
-  Library lib;
-  if (!lib) {
-    why = "NVML (libnvidia-ml.so.1) is not installed; NVLink and GPU UUIDs are unknown";
+  nvml::Session session;
+  if (!session.ok()) {
+    why = session.why() + "; NVLink and GPU UUIDs are unknown";
     return std::nullopt;
   }
-  auto init = lib.get<NvmlReturn()>("nvmlInit_v2");
-  auto shutdown = lib.get<NvmlReturn()>("nvmlShutdown");
-  auto count = lib.get<NvmlReturn(unsigned*)>("nvmlDeviceGetCount_v2");
-  auto byIndex = lib.get<NvmlReturn(unsigned, NvmlDevice*)>("nvmlDeviceGetHandleByIndex_v2");
-  auto pciInfo = lib.get<NvmlReturn(NvmlDevice, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v3");
-  if (pciInfo == nullptr) pciInfo = lib.get<NvmlReturn(NvmlDevice, NvmlPciInfo*)>("nvmlDeviceGetPciInfo_v2");
-  auto getName = lib.get<NvmlReturn(NvmlDevice, char*, unsigned)>("nvmlDeviceGetName");
-  auto getUuid = lib.get<NvmlReturn(NvmlDevice, char*, unsigned)>("nvmlDeviceGetUUID");
-  auto getMemory = lib.get<NvmlReturn(NvmlDevice, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
-  auto getCc = lib.get<NvmlReturn(NvmlDevice, int*, int*)>("nvmlDeviceGetCudaComputeCapability");
-  auto linkState = lib.get<NvmlReturn(NvmlDevice, unsigned, int*)>("nvmlDeviceGetNvLinkState");
-  auto remotePci =
-      lib.get<NvmlReturn(NvmlDevice, unsigned, NvmlPciInfo*)>("nvmlDeviceGetNvLinkRemotePciInfo_v2");
-  auto remoteType = lib.get<NvmlReturn(NvmlDevice, unsigned, int*)>("nvmlDeviceGetNvLinkRemoteDeviceType");
-  if (init == nullptr || count == nullptr || byIndex == nullptr || pciInfo == nullptr) {
-    why = "NVML is too old (missing nvmlInit_v2 or nvmlDeviceGetPciInfo); NVLink and GPU UUIDs are unknown";
-    return std::nullopt;
-  }
-  if (NvmlReturn r = init(); r != kNvmlSuccess) {
-    why = "NVML failed to initialise (error " + std::to_string(r) + "); is the NVIDIA driver loaded?";
-    return std::nullopt;
-  }
+  auto getName = session.get<Return(Device, char*, unsigned)>("nvmlDeviceGetName");
+  auto getUuid = session.get<Return(Device, char*, unsigned)>("nvmlDeviceGetUUID");
+  auto getMemory = session.get<Return(Device, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
+  auto getCc = session.get<Return(Device, int*, int*)>("nvmlDeviceGetCudaComputeCapability");
+  auto linkState = session.get<Return(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState");
+  auto remotePci = session.get<Return(Device, unsigned, PciInfo*)>("nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  auto remoteType = session.get<Return(Device, unsigned, int*)>("nvmlDeviceGetNvLinkRemoteDeviceType");
   std::vector<NvmlGpu> out;
-  unsigned n = 0;
-  if (count(&n) == kNvmlSuccess) {
-    for (unsigned i = 0; i < n; ++i) {
-      NvmlDevice dev = nullptr;
-      NvmlPciInfo pci{};
-      if (byIndex(i, &dev) != kNvmlSuccess || pciInfo(dev, &pci) != kNvmlSuccess) continue;
-      NvmlGpu g;
-      g.pci = PciAddress::parse(pci.busId).value_or(PciAddress{});
-      char buf[128] = {};
-      if (getName != nullptr && getName(dev, buf, sizeof buf) == kNvmlSuccess) g.name = buf;
-      if (getUuid != nullptr && getUuid(dev, buf, sizeof buf) == kNvmlSuccess) g.uuid = buf;
-      NvmlMemory mem{};
-      if (getMemory != nullptr && getMemory(dev, &mem) == kNvmlSuccess) g.memory_bytes = mem.total;
-      int major = 0, minor = 0;
-      if (getCc != nullptr && getCc(dev, &major, &minor) == kNvmlSuccess) g.sm = major * 10 + minor;
-      for (unsigned l = 0; linkState != nullptr && remotePci != nullptr && l < kMaxNvLinks; ++l) {
-        int active = 0;
-        if (linkState(dev, l, &active) != kNvmlSuccess || active == 0) continue;
-        NvmlPciInfo remote{};
-        if (remotePci(dev, l, &remote) != kNvmlSuccess) continue;
-        NvmlLink link;
-        link.remote = PciAddress::parse(remote.busId).value_or(PciAddress{});
-        int type = -1;
-        link.remote_is_gpu = remoteType != nullptr && remoteType(dev, l, &type) == kNvmlSuccess
-                                 ? type == kRemoteGpu
-                                 : true;  // resolved against the GPU list in mergeNvml
-        g.links.push_back(link);
-      }
-      out.push_back(std::move(g));
+  for (const nvml::Session::Gpu& found : session.gpus()) {
+    Device dev = found.device;
+    NvmlGpu g;
+    g.pci = PciAddress::parse(found.bus_id).value_or(PciAddress{});
+    char buf[128] = {};
+    if (getName != nullptr && getName(dev, buf, sizeof buf) == kSuccess) g.name = buf;
+    if (getUuid != nullptr && getUuid(dev, buf, sizeof buf) == kSuccess) g.uuid = buf;
+    NvmlMemory mem{};
+    if (getMemory != nullptr && getMemory(dev, &mem) == kSuccess) g.memory_bytes = mem.total;
+    int major = 0, minor = 0;
+    if (getCc != nullptr && getCc(dev, &major, &minor) == kSuccess) g.sm = major * 10 + minor;
+    for (unsigned l = 0; linkState != nullptr && remotePci != nullptr && l < nvml::kMaxNvLinks; ++l) {
+      int active = 0;
+      if (linkState(dev, l, &active) != kSuccess || active == 0) continue;
+      PciInfo remote{};
+      if (remotePci(dev, l, &remote) != kSuccess) continue;
+      NvmlLink link;
+      link.remote = PciAddress::parse(remote.busId).value_or(PciAddress{});
+      int type = -1;
+      link.remote_is_gpu = remoteType != nullptr && remoteType(dev, l, &type) == kSuccess
+                               ? type == kRemoteGpu
+                               : true;  // resolved against the GPU list in mergeNvml
+      g.links.push_back(link);
     }
+    out.push_back(std::move(g));
   }
-  if (shutdown != nullptr) shutdown();
   return out;
 }
 

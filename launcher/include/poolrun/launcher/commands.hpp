@@ -19,6 +19,9 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
 // poolrun tuner explain --config FILE [...] | poolrun tuner calibrate --config FILE LOG...
 int tunerCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// poolrun doctor [--sysfs-root DIR] [--proc-root DIR] [--dev-root DIR] [--nic LIST] [--mtu N] [--json]
+int doctorCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // poolrun [options] -n N [--] PROGRAM [ARGS...]: run a job (see run_command.cpp for the options).
 int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

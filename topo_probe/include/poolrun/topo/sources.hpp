@@ -45,6 +45,15 @@ struct LiveOptions {
 // This machine: hwloc with I/O discovery, RDMA ports from sysfs, NVML when present.
 NodeTopology probeLive(const LiveOptions& options = {});
 
+// The cores and hardware threads of this machine, from ROOT/devices/system/cpu (online CPUs and
+// their thread siblings), without the cost of a topology probe. Falls back to the online CPU
+// count, each CPU a core, where sysfs does not say.
+struct CpuCount {
+  int cores = 1;
+  int threads = 1;
+};
+CpuCount countLocalCpus(const std::filesystem::path& sysfs_root = "/sys");
+
 std::unique_ptr<TopologySource> makeFileSource(std::filesystem::path file);
 std::unique_ptr<TopologySource> makeLiveSource(LiveOptions options = {});
 

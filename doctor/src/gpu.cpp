@@ -1,0 +1,175 @@
+// GPU health from NVML: persistence mode, uncorrected ECC errors, retired pages and row remapping,
+// clocks held down by the hardware, and NVLinks down.
+
+#include <fmt/format.h>
+
+#include "checks.hpp"
+#include "poolrun/topo/nvml_session.hpp"
+
+namespace poolrun::doctor {
+namespace detail {
+namespace {
+
+// NVML clocks event reasons that mean the hardware is protecting itself (nvml.h names them
+// HwSlowdown, SwThermalSlowdown, HwThermalSlowdown, HwPowerBrakeSlowdown).
+constexpr uint64_t kHwSlowdown = 0x8;
+constexpr uint64_t kSwThermal = 0x20;
+constexpr uint64_t kHwThermal = 0x40;
+constexpr uint64_t kPowerBrake = 0x80;
+
+std::string throttleNames(uint64_t reasons) {
+  std::string out;
+  for (auto [bit, name] :
+       {std::pair{kHwSlowdown, "hardware slowdown"}, std::pair{kSwThermal, "software thermal"},
+        std::pair{kHwThermal, "hardware thermal"}, std::pair{kPowerBrake, "power brake"}}) {
+    if ((reasons & bit) != 0) out += (out.empty() ? "" : ", ") + std::string(name);
+  }
+  return out;
+}
+
+}  // namespace
+
+void checkGpus(GpuQuery& query, Report& report) {
+  std::string why;
+  auto gpus = query.health(why);
+  if (!gpus) {
+    report.add({"gpu", Status::kSkip, "node", why, "", ""});
+    return;
+  }
+  if (gpus->empty()) {
+    report.add({"gpu", Status::kSkip, "node", "NVML sees no GPU", "", ""});
+    return;
+  }
+  for (const GpuHealth& g : *gpus) {
+    std::string subject = fmt::format("GPU{} {}", g.index, g.pci);
+    if (g.persistence) {
+      Check c{"gpu.persistence",
+              *g.persistence ? Status::kPass : Status::kWarn,
+              subject,
+              *g.persistence ? "persistence mode on" : "persistence mode off",
+              "",
+              ""};
+      if (!*g.persistence)
+        c.fix =
+            "every job start pays the driver's initialisation: nvidia-smi -pm 1 (or run nvidia-persistenced)";
+      report.add(c);
+    }
+    if (g.ecc_uncorrected) {
+      Check c{"gpu.ecc",
+              *g.ecc_uncorrected == 0 ? Status::kPass : Status::kFail,
+              subject,
+              fmt::format("{} uncorrected ECC error{} since the driver loaded", *g.ecc_uncorrected,
+                          *g.ecc_uncorrected == 1 ? "" : "s"),
+              "",
+              ""};
+      if (*g.ecc_uncorrected != 0)
+        c.fix = "drain the node and reset the GPU (nvidia-smi -r); replace it if errors return";
+      report.add(c);
+    }
+    if (g.row_remap_failed.value_or(false)) {
+      report.add({"gpu.retired_pages", Status::kFail, subject, "a row remapping failed",
+                  "the GPU's memory cannot be repaired: drain the node and replace the GPU", ""});
+    } else if (g.row_remap_pending.value_or(false) || g.retired_pages_pending.value_or(false)) {
+      report.add({"gpu.retired_pages", Status::kWarn, subject,
+                  g.row_remap_pending.value_or(false) ? "a row remapping is pending"
+                                                      : "a page retirement is pending",
+                  "reset the GPU (nvidia-smi -r) or reboot to apply it", ""});
+    } else if (g.row_remap_pending || g.retired_pages_pending) {
+      report.add({"gpu.retired_pages", Status::kPass, subject, "no pending page retirement or row remapping",
+                  "", ""});
+    }
+    if (g.clock_event_reasons) {
+      std::string names = throttleNames(*g.clock_event_reasons);
+      Check c{"gpu.clocks",
+              names.empty() ? Status::kPass : Status::kWarn,
+              subject,
+              fmt::format("clocks event reasons 0x{:x}{}", *g.clock_event_reasons,
+                          names.empty() ? "" : " (" + names + ")"),
+              "",
+              ""};
+      if (!names.empty())
+        c.fix = "the GPU holds its clocks down: check cooling, power supply and nvidia-smi -q -d PERFORMANCE";
+      report.add(c);
+    }
+    if (g.nvlinks_up + g.nvlinks_down > 0) {
+      Check c{
+          "gpu.nvlink",
+          g.nvlinks_down == 0 ? Status::kPass : Status::kWarn,
+          subject,
+          fmt::format("{} NVLink{} up, {} down", g.nvlinks_up, g.nvlinks_up == 1 ? "" : "s", g.nvlinks_down),
+          "",
+          ""};
+      if (g.nvlinks_down != 0)
+        c.fix =
+            "NCCL routes over fewer links: check nvidia-smi nvlink -s and the fabric manager; reset or drain";
+      report.add(c);
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using topo::nvml::Device;
+using topo::nvml::kSuccess;
+using topo::nvml::Return;
+constexpr int kUncorrected = 1;  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+constexpr int kVolatile = 0;     // NVML_VOLATILE_ECC
+
+class NvmlGpuQuery final : public GpuQuery {
+ public:
+  std::optional<std::vector<GpuHealth>> health(std::string& why) override {
+    topo::nvml::Session session;
+    if (!session.ok()) {
+      why = session.why();
+      return std::nullopt;
+    }
+    auto persistence = session.get<Return(Device, int*)>("nvmlDeviceGetPersistenceMode");
+    auto ecc = session.get<Return(Device, int, int, unsigned long long*)>("nvmlDeviceGetTotalEccErrors");
+    auto retiredPending = session.get<Return(Device, int*)>("nvmlDeviceGetRetiredPagesPendingStatus");
+    auto remapped =
+        session.get<Return(Device, unsigned*, unsigned*, unsigned*, unsigned*)>("nvmlDeviceGetRemappedRows");
+    auto reasons = session.get<Return(Device, unsigned long long*)>("nvmlDeviceGetCurrentClocksEventReasons");
+    if (reasons == nullptr)
+      reasons = session.get<Return(Device, unsigned long long*)>("nvmlDeviceGetCurrentClocksThrottleReasons");
+    auto linkState = session.get<Return(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState");
+    std::vector<GpuHealth> out;
+    int index = 0;
+    for (const topo::nvml::Session::Gpu& found : session.gpus()) {
+      Device dev = found.device;
+      GpuHealth g;
+      g.index = index++;
+      g.pci = found.bus_id;
+      int flag = 0;
+      if (persistence != nullptr && persistence(dev, &flag) == kSuccess) g.persistence = flag != 0;
+      unsigned long long errors = 0;
+      if (ecc != nullptr && ecc(dev, kUncorrected, kVolatile, &errors) == kSuccess)
+        g.ecc_uncorrected = errors;
+      if (retiredPending != nullptr && retiredPending(dev, &flag) == kSuccess)
+        g.retired_pages_pending = flag != 0;
+      unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+      if (remapped != nullptr && remapped(dev, &corrected, &uncorrected, &pending, &failed) == kSuccess) {
+        g.row_remap_pending = pending != 0;
+        g.row_remap_failed = failed != 0;
+      }
+      unsigned long long bits = 0;
+      if (reasons != nullptr && reasons(dev, &bits) == kSuccess) g.clock_event_reasons = bits;
+      for (unsigned l = 0; linkState != nullptr && l < topo::nvml::kMaxNvLinks; ++l) {
+        int active = 0;
+        if (linkState(dev, l, &active) != kSuccess) continue;  // the link does not exist
+        ++(active != 0 ? g.nvlinks_up : g.nvlinks_down);
+      }
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GpuQuery> nvmlGpuQuery() {
+  return std::make_unique<NvmlGpuQuery>();
+}
+
+}  // namespace poolrun::doctor
