@@ -15,7 +15,10 @@ Error badUri(const std::string& uri, const std::string& why) {
 
 std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const ClientOptions& options) {
   if (uri == "slurm" || uri.starts_with("slurm:"))
-    throw badUri(uri, "Slurm keeps its own queue and nodes; use squeue, sinfo and scontrol there");
+    throw badInput(
+        "pool URI '" + uri +
+        "': Slurm keeps its own queue and nodes, poolctl does not administer them; use squeue, sinfo "
+        "and scontrol");
   if (uri.empty() || uri == "local") return openEmbeddedLocal(options);
   if (uri.rfind("sim:", 0) == 0) {
     std::string file = uri.substr(4);
