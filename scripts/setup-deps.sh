@@ -14,6 +14,7 @@ packages=(
   libcpp-httplib-dev
   clang libclang-rt-14-dev clang-format
   graphviz
+  slurm-wlm munge
 )
 
 missing=()

@@ -212,8 +212,10 @@ MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
     runtimeMca("oob_tcp_if_include", "lo");
     mca("mpi_yield_when_idle", "1");
     cmd.env.emplace_back("PMIX_MCA_gds", "hash");
-  } else if (plan.fabric != topo::Fabric::kTcp) {
-    mca("pml", "ucx");
+  } else if (plan.fabric != topo::Fabric::kTcp &&
+             std::none_of(spec.user_mca.begin(), spec.user_mca.end(),
+                          [](const auto& kv) { return kv.first == "pml"; })) {
+    mca("pml", "ucx");  // the user's --mca pml wins (Open MPI refuses a key given twice)
   }
   for (const auto& [k, v] : spec.user_mca) mca(k, v);
   for (const auto& [name, value] : spec.job_env) {

@@ -15,6 +15,7 @@
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/launcher/preflight.hpp"
+#include "poolrun/launcher/slurm.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/topo/error.hpp"
@@ -193,10 +194,11 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   int ranks = 0, gpusPerNode = 0, priority = 0, roceTc = -1;
   double wait = -1, leaseTtl = 60, timeout = 0;
   std::string poolUri = "local", fabric = "auto", gdr = "auto", tuner = "on", name, mpiFlavor = "auto",
-              mpirun = "mpirun", jobDir, tokenFile;
+              mpirun = "mpirun", jobDir, tokenFile, topologyFile, launcher = "mpirun";
   std::vector<std::string> exports;
   opts.add_options()("help,h", "show this help")(",n", po::value(&ranks), "number of ranks, one per GPU")(
-      "pool", po::value(&poolUri), "local (default), http://HOST:PORT or sim:CLUSTER_FILE")(
+      "pool", po::value(&poolUri),
+      "local (default), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")(
       "gpus-per-node", po::value(&gpusPerNode), "GPUs per node (default: any split)")(
       "priority", po::value(&priority), "queue priority (higher first)")(
       "wait", po::value(&wait), "seconds to wait in the queue (default: while the pool could ever fit it)")(
@@ -213,7 +215,9 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       "lease-ttl", po::value(&leaseTtl),
       "lease time to live in seconds, renewed at a third of it (default 60)")("timeout", po::value(&timeout),
                                                                               "end the job after SECONDS")(
-      "token-file", po::value(&tokenFile), "bearer token for http pools (default: $POOLRUN_TOKEN)");
+      "token-file", po::value(&tokenFile), "bearer token for http pools (default: $POOLRUN_TOKEN)")(
+      "topology", po::value(&topologyFile), "slurm pools: topology (or cluster) file of nodes not to probe")(
+      "launcher", po::value(&launcher), "mpirun (default) or srun (slurm pools)");
   std::vector<std::string> optionArgs, program;
   std::vector<std::pair<std::string, std::string>> mca;
   po::variables_map vm;
@@ -275,6 +279,14 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       copts.token = t;
     }
     copts.owner = userName();
+    // Slurm (launcher/src/slurm_launch.cpp): --topology and --launcher srun need a Slurm pool.
+    const bool slurm = isSlurmPool(poolUri);
+    if (launcher != "mpirun" && launcher != "srun")
+      throw badInput("--launcher '" + launcher + "': use mpirun or srun");
+    if (!slurm && (launcher == "srun" || !topologyFile.empty()))
+      throw badInput(std::string(launcher == "srun" ? "--launcher srun" : "--topology") +
+                     " needs --pool slurm or slurm:PARTITION (pool here: '" + poolUri + "')");
+    if (slurm) forgetSlurmGpuVariables(request, exports);
     std::unique_ptr<pool::PoolClient> pool = pool::openPool(poolUri, copts);
     bool simulated = poolUri.starts_with("sim:");
 
@@ -300,7 +312,12 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     // The leased GPUs, node by node in the pool's order.
     std::vector<topo::ClusterNode> nodes;
     std::vector<NodeGrant> grants;
+    if (slurm) {
+      enterAllocation(lease);
+      nodes = slurmNodes(lease, {topologyFile, stateDir() / "slurm-topology", ""}, err);
+    }
     for (const pool::GpuRef& g : lease.gpus) {
+      if (slurm) break;
       if (nodes.empty() || nodes.back().name != g.node) nodes.push_back(pool->node(g.node));
     }
     for (const topo::ClusterNode& n : nodes) {
@@ -312,6 +329,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       grants.push_back(std::move(grant));
     }
     JobPlan plan = makePlan(grants, request);
+    if (slurm) applySlurmGpuNumbering(plan, lease, err);
     if (!vm.count("no-doctor")) {
       // This machine is checked through its /sys; other nodes by what their topology records.
       bool local = poolUri == "local";
@@ -363,8 +381,8 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
                "itself\n";
       }
     }
-    MpiInstall mpi = detectMpiCached(mpirun, flavor);
-    MpiCommand cmd = buildMpiCommand(spec, mpi);
+    MpiCommand cmd =
+        launcher == "srun" ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(mpirun, flavor));
     std::ofstream(dir / "hostfile") << cmd.hostfile;
     std::ofstream(dir / "rankfile.mpi") << cmd.rankfile;
     std::ofstream(dir / "command") << shellJoin(cmd.argv) << "\n";

@@ -50,6 +50,28 @@ std::optional<RankFailure> parseMpiFailure(const std::string& text) {
     f.exit_code = std::stoi(m[2].str());
     return f;
   }
+  // srun (--launcher srun): "srun: error: sn01: task 1: Exited with exit code 7",
+  // "srun: error: sn01: task 1: Killed" (the signal's strsignal() text)
+  static const std::regex kSrun(R"(srun: error: (\S+): tasks? ([0-9]+)[-,0-9]*: ([^\n]+))");
+  if (std::regex_search(text, m, kSrun)) {
+    RankFailure f;
+    f.node = m[1].str();
+    f.rank = std::stoi(m[2].str());
+    std::string how = m[3].str();
+    std::smatch c;
+    static const std::regex kCode(R"(Exited with exit code ([0-9]+))");
+    if (std::regex_search(how, c, kCode)) {
+      f.exit_code = std::stoi(c[1].str());
+      return f;
+    }
+    for (int sig = 1; sig < 32; ++sig) {
+      const char* name = strsignal(sig);
+      if (name != nullptr && how.rfind(name, 0) == 0) {
+        f.signal = sig;
+        return f;
+      }
+    }
+  }
   return std::nullopt;
 }
 

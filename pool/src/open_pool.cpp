@@ -1,17 +1,24 @@
 #include <charconv>
 
 #include "embedded.hpp"
+#include "poolrun/pool/slurm.hpp"
 
 namespace poolrun::pool {
 namespace {
 
 Error badUri(const std::string& uri, const std::string& why) {
-  return badInput("bad pool URI '" + uri + "': " + why + " (use local, sim:FILE or http://HOST:PORT)");
+  return badInput("bad pool URI '" + uri + "': " + why +
+                  " (use local, sim:FILE, http://HOST:PORT, slurm or slurm:PARTITION)");
 }
 
 }  // namespace
 
 std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const ClientOptions& options) {
+  if (uri == "slurm" || uri.starts_with("slurm:"))
+    throw badInput(
+        "pool URI '" + uri +
+        "': Slurm keeps its own queue and nodes, poolctl does not administer them; use squeue, sinfo "
+        "and scontrol");
   if (uri.empty() || uri == "local") return openEmbeddedLocal(options);
   if (uri.rfind("sim:", 0) == 0) {
     std::string file = uri.substr(4);
@@ -37,6 +44,7 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
 }
 
 std::unique_ptr<PoolClient> openPool(const std::string& uri, const ClientOptions& options) {
+  if (uri == "slurm" || uri.starts_with("slurm:")) return slurm::openSlurmPool(uri, slurm::realSlurmSystem());
   return openPoolControl(uri, options);
 }
 

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     std::string k = kv.substr(0, eq);
     if (k.starts_with("NCCL_") || k.starts_with("UCX_") || k.starts_with("CUDA_") ||
         k.starts_with("POOLRUN_") || k == "RANK" || k == "LOCAL_RANK" || k == "WORLD_SIZE" ||
-        k == "LOCAL_WORLD_SIZE" || k.starts_with("USER_")) {
+        k == "LOCAL_WORLD_SIZE" || k.starts_with("USER_") || k.starts_with("SLURM")) {
       env[k] = kv.substr(eq + 1);
     }
   }

@@ -4,6 +4,9 @@
 //   local        this node's GPUs, state in a SQLite file under the state directory, no daemon
 //   http://H:P   a poold serving many nodes
 //   sim:FILE     a simulated cluster described by a cluster file (leases in the state directory)
+//   slurm, slurm:PARTITION   the Slurm allocation poolrun runs in, or one it asks Slurm for
+//                (poolrun/pool/slurm.hpp; node() there names the node and leaves the topology to
+//                the launcher, which probes the allocated nodes)
 // Every implementation passes the same contract tests.
 
 #include <chrono>
@@ -57,6 +60,9 @@ struct Lease {
   std::chrono::system_clock::time_point expires;
   std::chrono::seconds ttl{60};                                  // what a renewal extends the lease by
   std::optional<std::chrono::system_clock::time_point> max_end;  // created + max_duration
+  // Variables the job's launcher must set for the job to run inside the lease (Slurm: the
+  // allocation's SLURM_* variables where poolrun made the allocation); empty for other pools.
+  std::map<std::string, std::string> env;
 };
 
 // Why a pool call failed, where the caller acts on the reason (poolctl maps it to exit status).

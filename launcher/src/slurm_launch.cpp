@@ -1,0 +1,364 @@
+// The launcher's Slurm parts: entering the allocation, the topology of allocated nodes, Slurm's GPU
+// numbering, and the srun command line (see poolrun/launcher/slurm.hpp).
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "poolrun/launcher/slurm.hpp"
+#include "poolrun/pool/slurm.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/hostlist.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/writers.hpp"
+
+extern char** environ;
+
+namespace poolrun::launcher {
+namespace {
+
+std::string fnv(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string firstLine(const std::string& text) {
+  size_t start = text.find_first_not_of(" \n");
+  if (start == std::string::npos) return "";
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+bool looksLikeClusterFile(const std::filesystem::path& file) {
+  return file.extension() == ".toml";
+}
+
+// `srun` one task on each of `nodes` that prints its node name and its topology; the lines come
+// back labelled with the task number (--label), whole (Slurm forwards lines of up to 1 KiB whole,
+// and the topology JSON is indented).
+std::map<std::string, std::string> probeNodes(pool::slurm::SlurmSystem& slurm,
+                                              const std::vector<std::string>& nodes,
+                                              const std::string& poolrun, std::ostream& err) {
+  std::string n = std::to_string(nodes.size());
+  std::string script =
+      "printf '@poolrun-node %s\\n' \"$SLURMD_NODENAME\"; exec '" + poolrun + "' topo --format json";
+  std::vector<std::string> argv = {"srun",
+                                   "--nodelist=" + topo::compressHostlist(nodes),
+                                   "--nodes=" + n,
+                                   "--ntasks=" + n,
+                                   "--ntasks-per-node=1",
+                                   "--overlap",
+                                   "--label",
+                                   "--quiet",
+                                   "/bin/sh",
+                                   "-c",
+                                   script};
+  pool::slurm::SlurmSystem::Output o = slurm.run(argv);
+  std::map<std::string, std::string> out = parseProbeOutput(o.out);
+  if (o.status != 0) {
+    err << "poolrun: warning: probing " << topo::compressHostlist(nodes) << " with srun ended with status "
+        << o.status << ": " << firstLine(o.err) << "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parseProbeOutput(const std::string& labelled) {
+  std::map<int, std::string> byTask;
+  std::map<int, std::string> nodeOf;
+  size_t start = 0;
+  while (start < labelled.size()) {
+    size_t nl = labelled.find('\n', start);
+    if (nl == std::string::npos) nl = labelled.size();
+    std::string line = labelled.substr(start, nl - start);
+    start = nl + 1;
+    size_t colon = line.find(": ");
+    if (colon == std::string::npos) continue;
+    std::string label = line.substr(0, colon);
+    size_t first = label.find_first_not_of(' ');
+    if (first == std::string::npos || label.find_first_not_of("0123456789", first) != std::string::npos)
+      continue;
+    int task = std::atoi(label.c_str() + first);
+    std::string text = line.substr(colon + 2);
+    if (text.starts_with("@poolrun-node ")) {
+      nodeOf[task] = text.substr(14);
+    } else {
+      byTask[task] += text + "\n";
+    }
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [task, node] : nodeOf) out[node] = byTask[task];
+  return out;
+}
+
+bool isSlurmPool(const std::string& uri) {
+  return uri == "slurm" || uri.starts_with("slurm:");
+}
+
+void enterAllocation(const pool::Lease& lease) {
+  if (lease.env.empty()) return;
+  std::vector<std::string> drop;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    if (kv.starts_with("SLURM_") && kv.find('=') != std::string::npos)
+      drop.push_back(kv.substr(0, kv.find('=')));
+  }
+  for (const std::string& k : drop) {
+    if (k != "SLURM_CONF") unsetenv(k.c_str());
+  }
+  for (const auto& [k, v] : lease.env) setenv(k.c_str(), v.c_str(), 1);
+}
+
+void forgetSlurmGpuVariables(PlanRequest& request, const std::vector<std::string>& exports) {
+  if (std::getenv("SLURM_JOB_ID") == nullptr && std::getenv("SLURM_JOBID") == nullptr) return;
+  for (const char* var : {"CUDA_VISIBLE_DEVICES"}) {
+    bool named = std::any_of(exports.begin(), exports.end(), [&](const std::string& x) {
+      return x == var || x.starts_with(std::string(var) + "=");
+    });
+    if (!named) request.user_env.erase(var);
+  }
+}
+
+std::vector<int> addSlurmGpus(topo::NodeTopology& topology, const std::vector<int>& allocated) {
+  std::vector<int> added;
+  if (allocated.empty()) return added;
+  int top = *std::max_element(allocated.begin(), allocated.end());
+  for (int i = static_cast<int>(topology.gpus.size()); i <= top; ++i) {
+    topo::Gpu g;
+    g.index = i;
+    g.vendor = topo::kVendorNvidia;
+    g.model = "GPU " + std::to_string(i) + " allocated by Slurm, not seen by the probe";
+    topology.gpus.push_back(std::move(g));
+    added.push_back(i);
+  }
+  return added;
+}
+
+std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmTopologyOptions& options,
+                                          std::ostream& err) {
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<int>> gpus;
+  for (const pool::GpuRef& g : lease.gpus) {
+    if (names.empty() || names.back() != g.node) names.push_back(g.node);
+    gpus[g.node].push_back(g.index);
+  }
+  std::map<std::string, topo::ClusterNode> known;
+  // --topology: one file for every node, or a cluster file for the nodes it names.
+  if (!options.topology_file.empty()) {
+    std::filesystem::path file = options.topology_file;
+    if (!std::filesystem::exists(file))
+      throw Error(ErrorCode::kNotFound, "--topology " + file.string() +
+                                            ": no such file (a topology file or a cluster file, e.g. "
+                                            "topologies/*.xml or clusters/*.toml)");
+    if (looksLikeClusterFile(file)) {
+      topo::Cluster cluster = topo::readClusterFile(file);
+      for (const std::string& n : names) {
+        if (const topo::ClusterNode* c = cluster.node(n)) known[n] = *c;
+      }
+    } else {
+      auto t = std::make_shared<topo::NodeTopology>(topo::readTopologyFile(file));
+      for (const std::string& n : names) {
+        topo::ClusterNode c;
+        c.name = n;
+        c.topology = t;
+        c.topology_file = file;
+        known[n] = c;
+      }
+    }
+  }
+  std::string poolrun = options.poolrun_binary;
+  if (poolrun.empty()) {
+    std::error_code ec;
+    poolrun = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) poolrun = "poolrun";
+  }
+  // The cache: a probed topology per node and hardware (as slurmd reports it to Slurm).
+  std::unique_ptr<pool::slurm::SlurmSystem> slurm = pool::slurm::realSlurmSystem();
+  std::vector<std::string> toProbe;
+  for (const std::string& n : names) {
+    if (!known.count(n)) toProbe.push_back(n);
+  }
+  std::map<std::string, std::filesystem::path> cacheFile;
+  std::map<std::string, int> nodeCpus;
+  if (!toProbe.empty()) {
+    pool::slurm::SlurmSystem::Output o =
+        slurm->run({"scontrol", "show", "node", "-o", topo::compressHostlist(toProbe)});
+    std::map<std::string, std::string> hardware;
+    if (o.status == 0) {
+      hardware = pool::slurm::parseNodeHardware(o.out);
+      nodeCpus = pool::slurm::parseNodeCpus(o.out);
+    }
+    // A job with part of a node's CPUs is probed within its own CPUs (what hwloc sees in the
+    // step), so that ranks are bound inside them; such a view is not cached.
+    std::map<std::string, int> jobCpus;
+    std::string job = pool::slurm::jobOfLease(lease.id);
+    pool::slurm::SlurmSystem::Output jo = slurm->run({"scontrol", "show", "job", "-d", job});
+    if (jo.status == 0) {
+      try {
+        jobCpus = pool::slurm::parseJobDetail(jo.out).cpus;
+      } catch (const Error&) {  // no CPU counts: treat every node as whole
+      }
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(options.cache_dir, ec);
+    std::vector<std::string> missing;
+    for (const std::string& n : toProbe) {
+      bool whole = !jobCpus.count(n) || !nodeCpus.count(n) || jobCpus[n] <= 0 || jobCpus[n] >= nodeCpus[n];
+      if (!whole) {
+        err << "poolrun: note: node " << n << ": the job holds " << jobCpus[n] << " of its " << nodeCpus[n]
+            << " CPUs; probing it within them (not cached), so that ranks are bound to the job's CPUs\n";
+      }
+      auto hw = hardware.find(n);
+      if (hw != hardware.end() && whole) {
+        cacheFile[n] = options.cache_dir / (n + "-" + fnv(hw->second).substr(0, 12) + ".json");
+        if (std::filesystem::exists(cacheFile[n])) {
+          try {
+            topo::ClusterNode c;
+            c.name = n;
+            c.topology = std::make_shared<topo::NodeTopology>(topo::readTopologyFile(cacheFile[n]));
+            c.topology_file = cacheFile[n];
+            known[n] = c;
+            continue;
+          } catch (const std::exception& e) {
+            err << "poolrun: warning: cached topology " << cacheFile[n].string() << " is unreadable ("
+                << e.what() << "); probing " << n << " again\n";
+          }
+        }
+      }
+      missing.push_back(n);
+    }
+    if (!missing.empty()) {
+      err << "poolrun: probing the topology of " << topo::compressHostlist(missing)
+          << " with srun (one task per node; kept in " << options.cache_dir.string() << ")\n";
+      std::map<std::string, std::string> probed = probeNodes(*slurm, missing, poolrun, err);
+      for (const std::string& n : missing) {
+        auto p = probed.find(n);
+        if (p == probed.end())
+          throw Error(ErrorCode::kUnsupported, "could not probe the topology of node " + n +
+                                                   " (srun ran no probe there; is " + poolrun +
+                                                   " installed at that path on the node?); give its topology "
+                                                   "with --topology FILE");
+        topo::NodeTopology t;
+        try {
+          t = topo::fromJson(nlohmann::json::parse(p->second), "slurm-probe:" + n);
+        } catch (const std::exception& e) {
+          throw Error(ErrorCode::kUnsupported, "the probe of node " + n + " returned no topology (" +
+                                                   std::string(e.what()).substr(0, 200) +
+                                                   "); give its topology with --topology FILE");
+        }
+        bool complete = !nodeCpus.count(n) || t.allCpus().size() >= static_cast<size_t>(nodeCpus[n]);
+        if (cacheFile.count(n) && complete) {
+          std::filesystem::path tmp = cacheFile[n];
+          tmp += ".tmp" + std::to_string(getpid());
+          std::ofstream(tmp) << p->second;
+          std::filesystem::rename(tmp, cacheFile[n], ec);
+        }
+        topo::ClusterNode c;
+        c.name = n;
+        c.topology = std::make_shared<topo::NodeTopology>(std::move(t));
+        known[n] = c;
+      }
+    }
+  }
+  // Slurm's GPUs the topology does not show: trusted, bound as far as they can be.
+  std::vector<topo::ClusterNode> out;
+  for (const std::string& n : names) {
+    topo::ClusterNode c = known[n];
+    c.name = n;
+    auto copy = std::make_shared<topo::NodeTopology>(*c.topology);
+    size_t seen = copy->gpus.size();
+    std::vector<int> added = addSlurmGpus(*copy, gpus[n]);
+    if (!added.empty()) {
+      std::vector<int> unseen;
+      for (int g : gpus[n]) {
+        if (g >= static_cast<int>(seen)) unseen.push_back(g);
+      }
+      std::string list;
+      for (int g : unseen) list += (list.empty() ? "" : ",") + std::to_string(g);
+      bool given = !c.topology_file.empty() && c.topology_file.parent_path() != options.cache_dir;
+      err << "poolrun: warning: node " << n << ": Slurm allocated GPU(s) " << list << " but its topology ("
+          << (given ? c.topology_file.string() : std::string("probed on the node")) << ") shows " << seen
+          << " GPU(s). Trusting Slurm: those ranks get their GPU by Slurm's index (CUDA_VISIBLE_DEVICES), "
+             "cores from the whole node and the node's NICs without GPU locality; not bound: GPU-to-NIC "
+             "and GPU-to-core locality, GPUDirect RDMA. Give the node's topology with --topology FILE to "
+             "bind them by locality.\n";
+    }
+    c.topology = copy;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void renumberForConstrainedDevices(JobPlan& plan,
+                                   const std::vector<std::pair<std::string, std::vector<int>>>& jobGpus) {
+  std::map<std::string, std::vector<int>> byNode(jobGpus.begin(), jobGpus.end());
+  for (RankPlan& r : plan.ranks) {
+    if (r.user_won.count("CUDA_VISIBLE_DEVICES")) continue;
+    const std::vector<int>& gpus = byNode[plan.nodeOf(r).name];
+    auto it = std::find(gpus.begin(), gpus.end(), r.gpu);
+    if (it == gpus.end()) continue;
+    std::string local = std::to_string(it - gpus.begin());
+    for (auto& [k, v] : r.env) {
+      if (k == "CUDA_VISIBLE_DEVICES") v = local;
+    }
+  }
+}
+
+void applySlurmGpuNumbering(JobPlan& plan, const pool::Lease& lease, std::ostream& err) {
+  std::unique_ptr<pool::slurm::SlurmSystem> slurm = pool::slurm::realSlurmSystem();
+  pool::slurm::SlurmSystem::Output config = slurm->run({"scontrol", "show", "config"});
+  if (config.status != 0 || !pool::slurm::parseConstrainDevices(config.out)) return;
+  std::string job = pool::slurm::jobOfLease(lease.id);
+  pool::slurm::SlurmSystem::Output o = slurm->run({"scontrol", "show", "job", "-d", job});
+  if (o.status != 0) {
+    err << "poolrun: warning: ConstrainDevices is on but `scontrol show job -d " << job
+        << "` failed; CUDA_VISIBLE_DEVICES keeps Slurm's global indexes\n";
+    return;
+  }
+  renumberForConstrainedDevices(plan, pool::slurm::parseJobDetail(o.out).nodes);
+  err << "poolrun: note: ConstrainDevices is on: each rank's CUDA_VISIBLE_DEVICES counts from 0 among its "
+         "node's GPUs of the job\n";
+}
+
+MpiCommand buildSrunCommand(const LaunchSpec& spec, const std::string& srun) {
+  const JobPlan& plan = *spec.plan;
+  MpiCommand cmd;
+  // One line per rank, in rank order: where srun puts it.
+  for (const RankPlan& r : plan.ranks) cmd.hostfile += plan.nodeOf(r).name + "\n";
+  auto& a = cmd.argv;
+  a = {srun,
+       "--ntasks=" + std::to_string(plan.ranks.size()),
+       "--nodes=" + std::to_string(plan.nodes.size()),
+       "--distribution=arbitrary",  // the nodes come from SLURM_HOSTFILE, one line per rank
+       "--cpu-bind=none",           // the rank wrapper binds each rank to its planned cores
+       "--kill-on-bad-exit=1"};
+  const char* mpiType = std::getenv("SLURM_MPI_TYPE");
+  if (mpiType == nullptr || *mpiType == '\0') a.push_back("--mpi=pmix");
+  cmd.env.emplace_back("SLURM_HOSTFILE", (spec.job_dir / "hostfile").string());
+  for (const auto& [name, value] : spec.job_env) cmd.env.emplace_back(name, value);
+  for (const std::string& x : spec.user_exports) {
+    size_t eq = x.find('=');
+    if (eq != std::string::npos) cmd.env.emplace_back(x.substr(0, eq), x.substr(eq + 1));
+  }
+  for (const auto& [k, v] : spec.user_mca) cmd.env.emplace_back("OMPI_MCA_" + k, v);
+  if (plan.fabric != topo::Fabric::kTcp && std::none_of(spec.user_mca.begin(), spec.user_mca.end(),
+                                                        [](const auto& kv) { return kv.first == "pml"; }))
+    cmd.env.emplace_back("OMPI_MCA_pml", "ucx");
+  a.push_back("--export=ALL");
+  a.push_back(spec.rank_wrapper);
+  a.insert(a.end(), spec.program.begin(), spec.program.end());
+  return cmd;
+}
+
+}  // namespace poolrun::launcher
