@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "poolrun/topo/error.hpp"
+
 namespace poolrun::doctor {
 
 std::string_view toString(Status status) {
@@ -51,6 +53,40 @@ std::string toJson(const Report& report) {
                     {"skip", report.count(Status::kSkip)}};
   // Evidence quotes files verbatim; a corrupt one must not make the report unprintable.
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+Report reportFromJson(const std::string& text) {
+  try {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    if (!doc.is_object() || doc.value("schema", "") != "poolrun.doctor/1" || !doc.contains("checks") ||
+        !doc["checks"].is_array())
+      throw badInput("not a poolrun.doctor/1 document (no \"schema\": \"poolrun.doctor/1\" with \"checks\")");
+    Report report;
+    for (const nlohmann::json& c : doc["checks"]) {
+      if (!c.is_object()) throw badInput("a doctor check that is not an object: " + c.dump());
+      std::string status = c.value("status", "");
+      Check check;
+      if (status == "PASS")
+        check.status = Status::kPass;
+      else if (status == "WARN")
+        check.status = Status::kWarn;
+      else if (status == "FAIL")
+        check.status = Status::kFail;
+      else if (status == "SKIP")
+        check.status = Status::kSkip;
+      else
+        throw badInput("a doctor check with status '" + status + "' (expected PASS, WARN, FAIL or SKIP)");
+      check.id = c.value("id", "");
+      check.subject = c.value("subject", "");
+      check.evidence = c.value("evidence", "");
+      check.fix = c.value("fix", "");
+      check.node = c.value("node", "");
+      report.add(std::move(check));
+    }
+    return report;
+  } catch (const nlohmann::json::exception& e) {
+    throw badInput(std::string("not a doctor report: ") + e.what());
+  }
 }
 
 std::string toText(const Report& report) {

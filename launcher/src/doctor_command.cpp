@@ -5,6 +5,7 @@
 
 #include "poolrun/doctor/doctor.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/slurm.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace po = boost::program_options;
@@ -14,9 +15,10 @@ namespace {
 
 constexpr const char* kDoctorUsage =
     "usage: poolrun doctor [--sysfs-root DIR] [--proc-root DIR] [--dev-root DIR] [--nic NIC[:PORT],...]\n"
-    "                      [--mtu N] [--json]\n"
+    "                      [--mtu N] [--json] [--slurm]\n"
     "Checks this node for what makes NCCL jobs hang or run slow: RDMA ports, RoCE GIDs and MTU,\n"
     "GPUDirect RDMA (peer memory, PCIe ACS, IOMMU), host settings, Open MPI and UCX, GPU health.\n"
+    "--slurm runs it on every node of the Slurm allocation it is in and prints one table.\n"
     "Exit status: 0 when nothing FAILs, 1 when a check FAILs, 2 on a bad command line.\n";
 
 // "mlx5_0,mlx5_1:2" -> ports (port 1 where none is named).
@@ -57,7 +59,8 @@ int doctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
                                                                       "read DIR instead of /dev")(
       "nic", po::value(&nics), "check only these RDMA ports (NIC or NIC:PORT, comma-separated)")(
       "mtu", po::value(&mtu), "the netdev MTU the RoCE fabric expects (default 9000)")(
-      "json", "print a JSON document");
+      "json", "print a JSON document")(
+      "slurm", "run on every node of this Slurm allocation (one srun task per node), one table");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -78,6 +81,19 @@ int doctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
       std::error_code ec;
       if (!std::filesystem::is_directory(dir, ec))
         throw Error(ErrorCode::kNotFound, std::string(option) + " " + dir + ": not a directory");
+    }
+    if (vm.count("slurm")) {
+      std::vector<std::string> passed;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--slurm" || args[i] == "--json") continue;
+        passed.push_back(args[i]);
+      }
+      std::error_code ec;
+      std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+      std::unique_ptr<pool::slurm::SlurmSystem> slurm = pool::slurm::realSlurmSystem();
+      doctor::Report report = doctorOnAllocation(*slurm, ec ? "poolrun" : self, passed, err);
+      out << (vm.count("json") ? doctor::toJson(report) : doctor::toText(report));
+      return report.failed() ? 1 : 0;
     }
     doctor::NodeSources sources;
     sources.roots = {sysRoot, procRoot, devRoot};

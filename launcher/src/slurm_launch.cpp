@@ -361,4 +361,48 @@ MpiCommand buildSrunCommand(const LaunchSpec& spec, const std::string& srun) {
   return cmd;
 }
 
+doctor::Report doctorOnAllocation(pool::slurm::SlurmSystem& slurm, const std::string& poolrun,
+                                  const std::vector<std::string>& doctor_args, std::ostream& err) {
+  std::optional<std::string> job = slurm.env("SLURM_JOB_ID");
+  std::optional<std::string> nodelist = slurm.env("SLURM_JOB_NODELIST");
+  if (!job || !nodelist)
+    throw badInput(
+        "poolrun doctor --slurm checks the nodes of a Slurm allocation, but SLURM_JOB_ID is not set: run it "
+        "in an "
+        "allocation (salloc -N NODES poolrun doctor --slurm, or inside an sbatch script)");
+  std::vector<std::string> nodes = topo::expandHostlist(*nodelist);
+  std::string n = std::to_string(nodes.size());
+  std::string command = "'" + poolrun + "' doctor --json";
+  for (const std::string& a : doctor_args) command += " '" + a + "'";
+  std::string script = "printf '@poolrun-node %s\\n' \"$SLURMD_NODENAME\"; exec " + command;
+  err << "poolrun: running the doctor on " << *nodelist << " (job " << *job << ", one task per node)\n";
+  pool::slurm::SlurmSystem::Output o =
+      slurm.run({"srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--overlap", "--label",
+                 "--quiet", "/bin/sh", "-c", script});
+  std::map<std::string, std::string> reports = parseProbeOutput(o.out);
+  doctor::Report all;
+  for (const std::string& node : nodes) {
+    auto it = reports.find(node);
+    doctor::Report one;
+    if (it == reports.end()) {
+      one.add(
+          {"doctor", doctor::Status::kFail, node,
+           "no report from this node (srun status " + std::to_string(o.status) + ": " + firstLine(o.err) +
+               ")",
+           "check that " + poolrun + " exists at that path on the node and that srun can start tasks there",
+           ""});
+    } else {
+      try {
+        one = doctor::reportFromJson(it->second);
+      } catch (const std::exception& e) {
+        one.add({"doctor", doctor::Status::kFail, node, std::string("unreadable report: ") + e.what(),
+                 "run poolrun doctor on the node by hand to see what it prints", ""});
+      }
+    }
+    for (doctor::Check& c : one.checks) c.node = node;
+    all.append(one);
+  }
+  return all;
+}
+
 }  // namespace poolrun::launcher

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/slurm.hpp"
@@ -267,6 +269,52 @@ TEST(SlurmLaunch, SrunSaysWhichTaskFailed) {
   ASSERT_TRUE(segv);
   EXPECT_EQ(segv->signal, 11);
   EXPECT_FALSE(parseMpiFailure("srun: error: Unable to allocate resources: Invalid partition name\n"));
+}
+
+// `poolrun doctor --slurm`: one doctor per node through srun, one report with the node on every
+// check; a node that sends nothing is a failure naming it.
+TEST(SlurmDoctorTest, OneReportForTheAllocation) {
+  pool::slurm::FakeSlurm fake;
+  fake.vars = {{"SLURM_JOB_ID", "42"}, {"SLURM_JOB_NODELIST", "sn[01-03]"}};
+  std::string script =
+      "printf '@poolrun-node %s\\n' \"$SLURMD_NODENAME\"; exec '/opt/poolrun' doctor --json '--nic' 'mlx5_0'";
+  std::string key =
+      "srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --overlap --label --quiet /bin/sh -c " + script;
+  fake.outputs[key] = {
+      1,
+      "1: @poolrun-node sn02\n0: @poolrun-node sn01\n"
+      "0: {\"schema\": \"poolrun.doctor/1\", \"checks\": [\n"
+      "1: {\"schema\": \"poolrun.doctor/1\", \"checks\": [{\"id\": \"rdma.port\", \"status\": \"FAIL\",\n"
+      "0: {\"id\": \"rdma.port\", \"status\": \"PASS\", \"subject\": \"mlx5_0/1\", \"evidence\": \"4: "
+      "ACTIVE\", \"fix\": \"\"}]}\n"
+      "1: \"subject\": \"mlx5_0/1\", \"evidence\": \"1: DOWN\", \"fix\": \"check the cable\"}]}\n",
+      "srun: error: sn03: task 2: Exited with exit code 127"};
+  std::ostringstream err;
+  doctor::Report r = launcher::doctorOnAllocation(fake, "/opt/poolrun", {"--nic", "mlx5_0"}, err);
+  ASSERT_EQ(r.checks.size(), 3u) << doctor::toText(r);
+  EXPECT_EQ(r.checks[0].node, "sn01");
+  EXPECT_EQ(r.checks[0].status, doctor::Status::kPass);
+  EXPECT_EQ(r.checks[1].node, "sn02");
+  EXPECT_EQ(r.checks[1].status, doctor::Status::kFail);
+  EXPECT_EQ(r.checks[1].evidence, "1: DOWN");
+  EXPECT_EQ(r.checks[2].node, "sn03");
+  EXPECT_EQ(r.checks[2].id, "doctor");
+  EXPECT_EQ(r.checks[2].status, doctor::Status::kFail);
+  EXPECT_NE(r.checks[2].evidence.find("no report from this node"), std::string::npos);
+  EXPECT_NE(r.checks[2].evidence.find("task 2: Exited with exit code 127"), std::string::npos);
+  EXPECT_NE(doctor::toText(r).find("NODE"), std::string::npos);
+
+  pool::slurm::FakeSlurm outside;
+  EXPECT_THROW(
+      {
+        try {
+          launcher::doctorOnAllocation(outside, "/opt/poolrun", {}, err);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("SLURM_JOB_ID is not set"), std::string::npos);
+          throw;
+        }
+      },
+      Error);
 }
 
 }  // namespace

@@ -183,6 +183,22 @@ TEST_F(SlurmTest, InsideSallocWithTopologyFileRanksGetTheirNics) {
   EXPECT_TRUE(queueEmpty());
 }
 
+// `poolrun doctor --slurm` runs the doctor on every node of the allocation: one table, a NODE
+// column, both nodes there.
+TEST_F(SlurmTest, DoctorOnEveryNodeOfTheAllocation) {
+  Result r = sh("salloc -N2 " + std::string(POOLRUN_BINARY) + " doctor --slurm </dev/null");
+  ASSERT_TRUE(r.status == 0 || r.status == 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("NODE"), std::string::npos) << r.out;
+  for (const char* node : {"sn01", "sn02"}) {
+    EXPECT_NE(r.out.find(std::string(node) + "  host.hwloc"), std::string::npos) << node << "\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("no report from this node"), std::string::npos) << r.out;
+  Result outside = poolrun("doctor --slurm");
+  EXPECT_EQ(outside.status, 2) << outside.err;
+  EXPECT_NE(outside.err.find("SLURM_JOB_ID is not set"), std::string::npos) << outside.err;
+  EXPECT_TRUE(queueEmpty());
+}
+
 TEST_F(SlurmTest, InsideTooFewGpusAndOutsideAnAllocation) {
   Result r = sh("salloc -N1 --gpus-per-node=1 " + std::string(POOLRUN_BINARY) + " --pool slurm -n 2 " +
                 RANK_REPORT + " </dev/null");

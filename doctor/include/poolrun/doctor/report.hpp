@@ -33,6 +33,9 @@ struct Report {
 // {"schema": "poolrun.doctor/1", "checks": [{"id", "status", "subject", "evidence", "fix"}]}
 // ("node" is added where set).
 std::string toJson(const Report& report);
+// The report of a "poolrun.doctor/1" document (another node's `poolrun doctor --json`). Throws
+// poolrun::Error (kBadInput) saying what is wrong with `text`.
+Report reportFromJson(const std::string& text);
 // A table for people: status, check, subject, evidence, the fix under each WARN and FAIL, and a
 // summary line.
 std::string toText(const Report& report);

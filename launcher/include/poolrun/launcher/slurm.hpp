@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/doctor/report.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/slurm.hpp"
 #include "poolrun/topo/cluster.hpp"
 
 namespace poolrun::launcher {
@@ -67,5 +69,12 @@ void applySlurmGpuNumbering(JobPlan& plan, const pool::Lease& lease, std::ostrea
 // rank's plan (SLURM_PROCID is its rank). -x VAR=VALUE and --mca KEY VALUE become environment
 // variables (OMPI_MCA_KEY). The hostfile text is written to the job directory by the caller.
 MpiCommand buildSrunCommand(const LaunchSpec& spec, const std::string& srun = "srun");
+
+// `poolrun doctor --slurm`: runs `POOLRUN doctor --json DOCTOR_ARGS...` on every node of the
+// allocation this process is in (one srun task per node) and gathers one report, each check naming
+// its node. A node that gives no report is a FAIL saying so. Throws poolrun::Error (kBadInput)
+// outside an allocation.
+doctor::Report doctorOnAllocation(pool::slurm::SlurmSystem& slurm, const std::string& poolrun,
+                                  const std::vector<std::string>& doctor_args, std::ostream& err);
 
 }  // namespace poolrun::launcher
