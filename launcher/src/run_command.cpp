@@ -365,6 +365,10 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     spec.job_env.emplace_back("POOLRUN_RANK_ENV", encodeRankEnv(plan, simulated));
     spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
     spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
+    // Nodes this process cannot read (a pool's or Slurm's remote nodes): each rank checks its own
+    // RDMA ports before the program starts (poolrun-rank).
+    if (!simulated && !vm.count("no-doctor") && plan.fabric != topo::Fabric::kTcp)
+      spec.job_env.emplace_back("POOLRUN_CHECK_PORTS", "1");
     for (auto& kv : rendezvousVariables(plan, simulated, pickRendezvousPort(), request.user_env))
       spec.job_env.push_back(std::move(kv));
     const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");

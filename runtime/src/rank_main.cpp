@@ -14,6 +14,7 @@
 #include <string>
 
 #include "poolrun/runtime/binding.hpp"
+#include "poolrun/runtime/port_check.hpp"
 #include "poolrun/runtime/rank_env.hpp"
 #include "poolrun/runtime/rank_info.hpp"
 #include "poolrun/topo/error.hpp"
@@ -93,6 +94,21 @@ int main(int argc, char** argv) {
     Environment env = poolrun::runtime::processEnvironment();
     for (const auto& [name, value] : poolrun::runtime::torchVariables(poolrun::runtime::rankInfo(env))) {
       setenv(name.c_str(), value.c_str(), 1);
+    }
+    // On real nodes the launcher asks each rank to look at its own RDMA ports before the program
+    // starts: a port that is down would hang the whole job in NCCL's setup.
+    if (auto check = env.find("POOLRUN_CHECK_PORTS"); check != env.end() && check->second == "1") {
+      auto hca = env.find("NCCL_IB_HCA");
+      auto root = env.find("POOLRUN_SYSFS_ROOT");
+      std::vector<std::string> problems =
+          hca == env.end()
+              ? std::vector<std::string>{}
+              : poolrun::runtime::downPorts(hca->second, root == env.end() ? "/sys" : root->second);
+      for (const std::string& p : problems) {
+        std::cerr << "poolrun-rank: error: rank " << rank << " on " << nodeName() << ": " << p
+                  << "; run `poolrun doctor` there, or start with --no-doctor\n";
+      }
+      if (!problems.empty()) return 125;
     }
     // Binding is the plan's: a program started by plain mpirun keeps the binding mpirun gave it.
     if (doc != nullptr && !bind(env, rank)) return 127;

@@ -7,10 +7,12 @@
 
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/runtime/binding.hpp"
+#include "poolrun/runtime/port_check.hpp"
 #include "poolrun/runtime/rank_env.hpp"
 #include "poolrun/runtime/rank_info.hpp"
 #include "poolrun/topo/error.hpp"
 #include "support/synthetic.hpp"
+#include "support/temp_dir.hpp"
 
 namespace poolrun::runtime {
 namespace {
@@ -234,6 +236,26 @@ TEST(LaunchToRankTest, RendezvousAndBinding) {
   }
   EXPECT_EQ(rankEnvironment(launcher::encodeRankEnv(plan, true), 0).count("POOLRUN_CPUSET"), 0u)
       << "a simulated node's planned cores are a fixture's";
+}
+
+// The rank's own RDMA ports, read from a fake /sys: only ACTIVE ones pass.
+TEST(PortCheckTest, DownMissingAndExcludedPorts) {
+  poolrun::test::TempDir sys;
+  auto port = [&](const std::string& nic, int n, const std::string& state) {
+    sys.write("class/infiniband/" + nic + "/ports/" + std::to_string(n) + "/state", state + "\n");
+  };
+  port("mlx5_0", 1, "4: ACTIVE");
+  port("mlx5_1", 1, "1: DOWN");
+  port("mlx5_2", 1, "2: INIT");
+  port("mlx5_3", 2, "5: ACTIVE_DEFER");
+  EXPECT_TRUE(downPorts("=mlx5_0:1,mlx5_3:2", sys.path()).empty());
+  EXPECT_TRUE(downPorts("mlx5_0", sys.path()).empty()) << "port 1 where none is named";
+  EXPECT_TRUE(downPorts("^mlx5_1", sys.path()).empty()) << "an exclusion list names no port to use";
+  std::vector<std::string> p = downPorts("=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_9:1", sys.path());
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_NE(p[0].find("mlx5_1 port 1 is 1: DOWN"), std::string::npos) << p[0];
+  EXPECT_NE(p[1].find("mlx5_2 port 1 is 2: INIT"), std::string::npos) << p[1];
+  EXPECT_NE(p[2].find("mlx5_9 port 1 does not exist on this node"), std::string::npos) << p[2];
 }
 
 }  // namespace

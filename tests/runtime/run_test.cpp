@@ -186,6 +186,27 @@ TEST_F(RuntimeRunTest, DataParallelReachesTheSameWeightsOnAnyRankCount) {
 
 namespace {
 
+// On real nodes (POOLRUN_CHECK_PORTS=1) the wrapper refuses to start the program when a port of
+// its NCCL_IB_HCA is not active, names it, and exits 125; with the ports up it runs the program.
+TEST(RankWrapperTest, StopsBeforeTheProgramWhenItsPortIsDown) {
+  poolrun::test::TempDir sys;
+  sys.write("class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
+  sys.write("class/infiniband/mlx5_1/ports/1/state", "1: DOWN\n");
+  std::string env =
+      "OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=8 POOLRUN_NODE=node07 POOLRUN_CHECK_PORTS=1 "
+      "POOLRUN_SYSFS_ROOT=" +
+      sys.path().string() + " ";
+  auto down = poolrun::test::runShell(env + "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1 " + POOLRUN_RANK_BINARY +
+                                      " touch " + (sys.path() / "ran").string());
+  EXPECT_EQ(down.status, 125) << down.err;
+  EXPECT_NE(down.err.find("rank 3 on node07: mlx5_1 port 1 is 1: DOWN"), std::string::npos) << down.err;
+  EXPECT_FALSE(std::filesystem::exists(sys.path() / "ran")) << "the program did not start";
+  auto up = poolrun::test::runShell(env + "NCCL_IB_HCA==mlx5_0:1 " + POOLRUN_RANK_BINARY + " touch " +
+                                    (sys.path() / "ran").string());
+  EXPECT_EQ(up.status, 0) << up.err;
+  EXPECT_TRUE(std::filesystem::exists(sys.path() / "ran"));
+}
+
 TEST_F(RuntimeRunTest, PytorchDdpRecipe) {
   auto probe = poolrun::test::runShell("python3 -c 'import torch, torch.distributed' 2>&1");
   if (probe.status != 0) {

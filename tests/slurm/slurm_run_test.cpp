@@ -171,15 +171,27 @@ std::string topologyWithNics() {
 
 TEST_F(SlurmTest, InsideSallocWithTopologyFileRanksGetTheirNics) {
   std::string topo = tmp_.write("node.xml", topologyWithNics()).string();
-  Result r = sh("salloc -N1 --gpus-per-node=2 --ntasks-per-node=2 " + std::string(POOLRUN_BINARY) +
-                " --pool slurm -n 2 --topology " + topo + " --mca pml ob1 --mca btl self,tcp " + kLoopback +
-                RANK_REPORT + " </dev/null");
+  // The NICs exist only in the topology file; each rank checks its own ports before the program
+  // starts (POOLRUN_CHECK_PORTS), here in a /sys of the test's making.
+  tmp_.write("sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
+  tmp_.write("sys/class/infiniband/mlx5_1/ports/1/state", "4: ACTIVE\n");
+  std::string command = "salloc -N1 --gpus-per-node=2 --ntasks-per-node=2 " + std::string(POOLRUN_BINARY) +
+                        " --pool slurm -n 2 --topology " + topo + " --mca pml ob1 --mca btl self,tcp " +
+                        kLoopback + RANK_REPORT + " </dev/null";
+  std::string sysfs = "env POOLRUN_SYSFS_ROOT=" + (tmp_.path() / "sys").string() + " ";
+  Result r = sh(sysfs + command);
   ASSERT_EQ(r.status, 0) << r.err;
   checkRanks(2);
   EXPECT_EQ(r.err.find("Trusting Slurm"), std::string::npos) << r.err;
   std::set<std::string> hcas;
   for (int rank = 0; rank < 2; ++rank) hcas.insert(report(rank)["env"].value("NCCL_IB_HCA", ""));
   EXPECT_EQ(hcas, (std::set<std::string>{"=mlx5_0:1", "=mlx5_1:1"}));
+
+  // A port that is down stops its rank before the program starts: the job ends, naming it.
+  tmp_.write("sys/class/infiniband/mlx5_1/ports/1/state", "1: DOWN\n");
+  Result down = sh(sysfs + command);
+  EXPECT_EQ(down.status, 125) << down.err;
+  EXPECT_NE(down.err.find("mlx5_1 port 1 is 1: DOWN"), std::string::npos) << down.err;
   EXPECT_TRUE(queueEmpty());
 }
 
