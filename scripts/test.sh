@@ -3,12 +3,12 @@
 # build (warnings as errors) with every test tier, the allreduce benchmark on the simulated cluster
 # (correctness and the runtime's overhead against plain MPI), the unit tests again under AddressSanitizer and
 # UndefinedBehaviorSanitizer, and each fuzz target for a bounded time. This is what CI runs.
-#   POOLRUN_FUZZ_SECONDS  seconds per fuzz target (default 60)
+#   POOLRUN_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   POOLRUN_SKIP_SANITIZE=1, POOLRUN_SKIP_FUZZ=1  leave those stages out (local iterations)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-fuzz_seconds=${POOLRUN_FUZZ_SECONDS:-60}
+fuzz_seconds=${POOLRUN_FUZZ_SECONDS:-30}
 
 step() { printf '\n== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
@@ -19,7 +19,10 @@ step "format"
 scripts/check-format.sh
 
 step "build (warnings as errors)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOOLRUN_WERROR=ON >/dev/null
+# Line tables only (-g1): enough for a backtrace, and about a quarter less compile time (measured on
+# the planner tests: 20 s of CPU instead of 27).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DPOOLRUN_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 
 step "tests: unit, integration, real-machines"
@@ -30,7 +33,7 @@ scripts/bench-allreduce.sh build
 
 if [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ]; then
   step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPOOLRUN_WERROR=ON \
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DPOOLRUN_WERROR=ON \
     -DPOOLRUN_SANITIZE=address,undefined -DPOOLRUN_BUILD_BENCHMARKS=OFF >/dev/null
   # Only what the unit and real-machine tiers run (the integration tier ran above).
   targets=$(ctest --test-dir build -L 'unit|real-machines' --show-only=json-v1 |
@@ -45,6 +48,7 @@ fi
 if [ "${POOLRUN_SKIP_FUZZ:-0}" != 1 ]; then
   step "fuzz targets (${fuzz_seconds}s each)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DPOOLRUN_BUILD_FUZZERS=ON -DPOOLRUN_BUILD_TESTS=ON -DPOOLRUN_BUILD_BENCHMARKS=OFF >/dev/null
   cmake --build build-fuzz -j "$jobs" --target fuzz_targets
   for fuzzer in build-fuzz/tests/fuzz/fuzz_*; do
