@@ -13,6 +13,7 @@
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/pool/slurm.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
@@ -21,17 +22,6 @@ extern char** environ;
 
 namespace poolrun::launcher {
 namespace {
-
-std::string fnv(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 std::string firstLine(const std::string& text) {
   size_t start = text.find_first_not_of(" \n");
@@ -221,7 +211,7 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       }
       auto hw = hardware.find(n);
       if (hw != hardware.end() && whole) {
-        cacheFile[n] = options.cache_dir / (n + "-" + fnv(hw->second).substr(0, 12) + ".json");
+        cacheFile[n] = options.cache_dir / (n + "-" + topo::fnv1aHex(hw->second).substr(0, 12) + ".json");
         if (std::filesystem::exists(cacheFile[n])) {
           try {
             topo::ClusterNode c;

@@ -11,6 +11,7 @@
 
 #include "embedded.hpp"
 #include "poolrun/pool/store.hpp"
+#include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::pool {
@@ -19,17 +20,6 @@ namespace {
 using Clock = std::chrono::system_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-std::string fnv8(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[9];
-  snprintf(buf, sizeof buf, "%08llx", static_cast<unsigned long long>(h & 0xffffffffull));
-  return buf;
-}
 
 bool sameNode(const PoolNode& n, const topo::ClusterNode& c) {
   return n.switch_name == c.switch_name && n.rail_group == c.rail_group && n.fabric == c.fabric &&
@@ -257,8 +247,9 @@ std::unique_ptr<PoolControl> openEmbeddedSim(const std::string& file, const Clie
   if (ec || !std::filesystem::is_regular_file(abs))
     throw Error(ErrorCode::kNotFound, "sim:" + file + ": no such cluster file (see clusters/*.toml)");
   topo::Cluster cluster = topo::readClusterFile(abs);
-  std::filesystem::path db = std::filesystem::path(stateDirectory(options)) /
-                             ("sim-" + abs.stem().string() + "-" + fnv8(abs.string()) + ".sqlite");
+  std::filesystem::path db =
+      std::filesystem::path(stateDirectory(options)) /
+      ("sim-" + abs.stem().string() + "-" + topo::fnv1aHex(abs.string(), 8) + ".sqlite");
   auto pool = std::make_unique<EmbeddedPool>("sim:" + file, db, options, false);
   pool->seed(cluster.nodes);
   return pool;

@@ -1,4 +1,5 @@
 #include "poolrun/pool/store.hpp"
+#include "poolrun/topo/hash.hpp"
 
 #include <sqlite3.h>
 
@@ -24,17 +25,6 @@ CREATE TABLE IF NOT EXISTS lease_gpus(node TEXT NOT NULL, idx INTEGER NOT NULL, 
 CREATE INDEX IF NOT EXISTS lease_gpus_by_lease ON lease_gpus(lease);
 CREATE TABLE IF NOT EXISTS queue(ticket INTEGER PRIMARY KEY, doc TEXT NOT NULL);
 )sql";
-
-std::string fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 std::string text(sqlite3_stmt* st, int col) {
   const unsigned char* p = sqlite3_column_text(st, col);
@@ -183,7 +173,7 @@ std::string Store::topologyHash(const std::shared_ptr<const topo::NodeTopology>&
   auto it = hashes_.find(topology.get());
   if (it != hashes_.end()) return it->second.second;
   std::string doc = topo::toJson(*topology).dump();
-  std::string hash = fnv1a(doc);
+  std::string hash = topo::fnv1aHex(doc);
   Step(db_, prepare("INSERT OR IGNORE INTO topologies(hash, doc) VALUES(?, ?)")).bind(hash).bind(doc).run();
   hashes_[topology.get()] = {topology, hash};
   topologies_[hash] = topology;
