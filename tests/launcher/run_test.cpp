@@ -178,28 +178,6 @@ TEST_F(RunTest, TimeoutEndsTheJob) {
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
 }
 
-// Starts poolrun in the background; returns its pid.
-pid_t spawn(const std::string& cmd) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-bool waitForFiles(const std::filesystem::path& dir, int n, std::chrono::seconds limit) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    int count = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++count;
-    if (count >= n) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return false;
-}
-
 // No process of the job is left: nothing runs rank_report or an Open MPI daemon with our state dir.
 int leftovers(const std::string& marker) {
   std::string cmd = "pgrep -f '" + marker + "' | grep -v $$ | wc -l";
@@ -217,10 +195,11 @@ class RunSignals : public RunTest, public ::testing::WithParamInterface<int> {};
 TEST_P(RunSignals, ForwardedAndTheLeaseIsReleased) {
   int sig = GetParam();
   std::string marker = (tmp_.path() / "reports").string();
-  pid_t pid = spawn(env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
-                    " -n 2 --gpus-per-node 1 " + RANK_REPORT + " --sleep 60 >" +
-                    (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
-  ASSERT_TRUE(waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
+  pid_t pid = poolrun::test::spawnShell(
+      "env " + env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
+      " -n 2 --gpus-per-node 1 " + RANK_REPORT + " --sleep 60 >" + (tmp_.path() / "out").string() + " 2>" +
+      (tmp_.path() / "err").string());
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
   kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -236,10 +215,11 @@ INSTANTIATE_TEST_SUITE_P(Sim, RunSignals, ::testing::Values(SIGINT, SIGTERM));
 
 TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
   std::string marker = (tmp_.path() / "reports").string();
-  pid_t pid = spawn(env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
-                    " -n 2 --gpus-per-node 1 --lease-ttl 3 " + RANK_REPORT + " --sleep 60 >" +
-                    (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
-  ASSERT_TRUE(waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
+  pid_t pid = poolrun::test::spawnShell(
+      "env " + env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
+      " -n 2 --gpus-per-node 1 --lease-ttl 3 " + RANK_REPORT + " --sleep 60 >" +
+      (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
   EXPECT_EQ(leases(src("clusters/sim-ib.toml")).size(), 1u);
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);

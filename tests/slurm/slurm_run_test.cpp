@@ -258,35 +258,14 @@ TEST_F(SlurmTest, OutsideSrunSaysWhichRankFailed) {
   EXPECT_TRUE(queueEmpty());
 }
 
-pid_t spawn(const std::string& cmd) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-bool waitForReports(const std::filesystem::path& dir, int n) {
-  auto end = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < end) {
-    int count = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++count;
-    if (count >= n) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return false;
-}
-
 class SlurmSignals : public SlurmTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(SlurmSignals, OutsideTheAllocationIsGivenBack) {
   int sig = GetParam();
-  pid_t pid =
-      spawn(env() + POOLRUN_BINARY + " --pool slurm:debug -n 2 --gpus-per-node 2 " + kLoopback + RANK_REPORT +
-            " --sleep 60 >" + (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
-  ASSERT_TRUE(waitForReports(tmp_.path() / "reports", 2)) << slurp(tmp_.path() / "err");
+  pid_t pid = poolrun::test::spawnShell(
+      env() + POOLRUN_BINARY + " --pool slurm:debug -n 2 --gpus-per-node 2 " + kLoopback + RANK_REPORT +
+      " --sleep 60 >" + (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
   kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -304,8 +283,9 @@ TEST_F(SlurmTest, CtrlCWhileQueuedWithdrawsTheRequest) {
   Result blocker = sh("salloc --no-shell -N2 --gpus-per-node=4 -J blocker </dev/null");
   ASSERT_EQ(blocker.status, 0) << blocker.err;
   auto end = std::chrono::steady_clock::now();
-  pid_t pid = spawn(env() + POOLRUN_BINARY + " --pool slurm:debug -n 2 --gpus-per-node 2 " + RANK_REPORT +
-                    " 2>" + (tmp_.path() / "err").string());
+  pid_t pid =
+      poolrun::test::spawnShell(env() + POOLRUN_BINARY + " --pool slurm:debug -n 2 --gpus-per-node 2 " +
+                                RANK_REPORT + " 2>" + (tmp_.path() / "err").string());
   end = std::chrono::steady_clock::now() + 20s;
   while (sh("squeue -h -t PD").out.empty() && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(100ms);

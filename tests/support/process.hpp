@@ -4,6 +4,9 @@
 // standard input, standard output and error captured, and the exit status as a shell reports it
 // (128+N for death by signal N).
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -16,6 +19,13 @@ struct ProcessResult {
 
 // Runs `command` with /bin/sh.
 ProcessResult runShell(const std::string& command);
+
+// Starts `command` with /bin/sh in a process group of its own, in the background; its pid.
+// (Variable assignments in front of the command want `env`: "env A=1 prog".)
+pid_t spawnShell(const std::string& command);
+
+// Waits until `dir` holds at least `n` entries; false when `limit` passes first.
+bool waitForFiles(const std::filesystem::path& dir, int n, std::chrono::seconds limit);
 
 // The whole file, or "" where it cannot be read.
 std::string slurp(const std::filesystem::path& file);
