@@ -93,6 +93,22 @@ TEST_F(RuntimeRunTest, UserRendezvousWins) {
   }
 }
 
+TEST_F(RuntimeRunTest, PlannedCoresAreBoundThroughHwloc) {
+  // A planned cpuset makes poolrun-rank bind through hwloc (statically linked into it where the
+  // build could): every rank must end up on this machine's last CPU, whichever core the rankfile
+  // gave it.
+  unsigned last = poolrun::topo::CpuSet::parseList(slurp("/sys/devices/system/cpu/online")).cpus().back();
+  auto r = poolrun(2, kEnvReport, "-x POOLRUN_CPUSET=" + std::to_string(last) + " -x POOLRUN_BIND=strict");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string n = std::to_string(rank);
+    std::string cpus = slurp(path("reports") / ("cpus-" + n));
+    EXPECT_NE(cpus.find(":\t" + std::to_string(last) + "\n"), std::string::npos)
+        << "rank " << rank << ": " << cpus;
+    EXPECT_EQ(envReport(path("reports") / ("env-" + n))["POOLRUN_BOUND_CPUS"], std::to_string(last));
+  }
+}
+
 TEST_F(RuntimeRunTest, StrictBindingFailsARankThatCannotBeBound) {
   // Cores that this machine does not have: the binding cannot take.
   auto r = poolrun(2, "true", "-x POOLRUN_CPUSET=100000 -x POOLRUN_BIND=strict");
