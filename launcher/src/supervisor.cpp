@@ -204,7 +204,9 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   close(sfd);
   sigprocmask(SIG_SETMASK, &old, nullptr);
 
-  result.failure = parseMpiFailure(errText);
+  // Which rank failed, and how, from mpirun's (or srun's) report; a clean exit has none to look
+  // for (and compiling the patterns would cost every job about a millisecond).
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result.failure = parseMpiFailure(errText);
   if (result.timed_out) {
     result.exit_status = kExitTimeout;
   } else if (result.lease_lost) {
