@@ -417,6 +417,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
         return false;
       }
     };
+    so.started = [&] { pool->idle(); };
     SuperviseResult r = supervise(so, err);
     if (r.failure && r.failure->rank >= 0 && static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
       const RankPlan& rp = plan.ranks[static_cast<size_t>(r.failure->rank)];

@@ -112,6 +112,8 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   }
   setpgid(child, child);  // also here, so that the group exists before any signal is forwarded
   close(errPipe[1]);
+  // Signals and mpirun's output wait in the signalfd and the pipe meanwhile.
+  if (options.started) options.started();
 
   SuperviseResult result;
   std::string errText;  // mpirun's stderr, kept for the failure report (bounded)

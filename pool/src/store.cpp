@@ -13,6 +13,8 @@ namespace {
 
 using nlohmann::json;
 
+// Stored in the file's user_version once kSchema has been applied; raise it with every change.
+constexpr int64_t kSchemaVersion = 1;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topologies(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -117,14 +119,30 @@ Store::Store(const std::filesystem::path& file, Durability durability) : file_(f
   sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   try {
     exec("PRAGMA journal_mode=WAL");
-    // The first process to open the file rebuilds the WAL's index by reading every frame written
-    // since the last checkpoint: with SQLite's default of checkpointing at 1000 pages, that was up
-    // to 4 MB and 3 ms for every poolrun. A launch writes a few pages; 64 keeps it under 0.3 MB.
-    exec("PRAGMA wal_autocheckpoint=64");
+    // SQLite's automatic checkpoint, with the log's length kept for checkpoint().
+    sqlite3_wal_hook(
+        db_,
+        [](void* self, sqlite3* db, const char* name, int frames) {
+          static_cast<Store*>(self)->walFrames_ = frames;
+          if (frames >= kAutoCheckpointFrames)
+            sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+          return SQLITE_OK;
+        },
+        this);
     exec(durability == Durability::kFull ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
     exec("PRAGMA foreign_keys=OFF");
     begin();
-    exec(kSchema);
+    // The schema's statements are parsed only when the file does not have them yet.
+    sqlite3_stmt* version = prepare("PRAGMA user_version");
+    bool current = false;
+    {
+      Step s(db_, version);
+      current = s.row() && sqlite3_column_int64(version, 0) == kSchemaVersion;
+    }
+    if (!current) {
+      exec(kSchema);
+      exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
+    }
     commit();
   } catch (...) {
     sqlite3_close(db_);
@@ -171,6 +189,16 @@ int64_t Store::dataVersion() {
   sqlite3_stmt* st = prepare("PRAGMA data_version");
   Step s(db_, st);
   return s.row() ? sqlite3_column_int64(st, 0) : 0;
+}
+
+void Store::checkpoint(int frames) {
+  if (walFrames_ < frames) return;
+  int log = 0, copied = 0;
+  // PASSIVE: neither waits for nor blocks other connections; a reader still on old pages leaves
+  // the rest for the next checkpoint.
+  if (sqlite3_wal_checkpoint_v2(db_, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &copied) == SQLITE_OK &&
+      log == copied)
+    walFrames_ = 0;
 }
 
 std::string Store::topologyHash(const std::shared_ptr<const topo::NodeTopology>& topology) {

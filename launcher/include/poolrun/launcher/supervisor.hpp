@@ -36,7 +36,8 @@ struct SuperviseOptions {
   std::vector<std::pair<std::string, std::string>> env;
   std::optional<std::chrono::milliseconds> timeout;
   std::chrono::milliseconds renew_every{20000};
-  std::function<bool()> renew;  // false: the lease is gone; the job is ended
+  std::function<bool()> renew;    // false: the lease is gone; the job is ended
+  std::function<void()> started;  // once mpirun runs: work that may wait (the pool's idle())
   std::chrono::milliseconds kill_grace{10000};
 };
 

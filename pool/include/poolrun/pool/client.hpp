@@ -106,6 +106,11 @@ class PoolClient {
   // Idempotent: releasing a released or expired lease is not an error.
   virtual void release(const std::string& lease_id) = 0;
 
+  // Housekeeping that may wait for the disk, done by a launcher while its job runs, where waiting
+  // costs the job nothing: the embedded pools checkpoint their file, so that the next launch
+  // opens a short write-ahead log. Errors are swallowed: the next call tries again.
+  virtual void idle() {}
+
   // The node as the pool knows it: name, topology, leaf switch, labels, fabric override.
   virtual topo::ClusterNode node(const std::string& name) = 0;
   virtual std::string describe() const = 0;  // "local (/var/lib/...)", "http://h:p", "sim:FILE"
