@@ -1,7 +1,6 @@
 // poolrun [options] -n N [--] PROGRAM [ARGS...]: lease, plan, job directory, mpirun, supervision,
 // release.
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -59,11 +58,6 @@ std::string hostName() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   return host;
-}
-
-std::string userName() {
-  if (const passwd* pw = getpwuid(getuid()); pw != nullptr) return pw->pw_name;
-  return "uid" + std::to_string(getuid());
 }
 
 // `mpirun --version` starts Open MPI's runtime libraries (tens of milliseconds), so its answer is
@@ -278,7 +272,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
       copts.token = t;
     }
-    copts.owner = userName();
+    copts.owner = pool::currentUser();
     // Slurm (launcher/src/slurm_launch.cpp): --topology and --launcher srun need a Slurm pool.
     const bool slurm = isSlurmPool(poolUri);
     if (launcher != "mpirun" && launcher != "srun")

@@ -164,12 +164,6 @@ class EmbeddedPool : public PoolControl {
   }
 
  private:
-  static std::string currentUser() {
-    if (const char* u = std::getenv("USER"); u && *u) return u;
-    if (const passwd* pw = getpwuid(getuid())) return pw->pw_name;
-    return "uid" + std::to_string(getuid());
-  }
-
   void requireAdmin(const std::string& what) const {
     if (!admin_)
       throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
@@ -222,6 +216,12 @@ class EmbeddedPool : public PoolControl {
 };
 
 }  // namespace
+
+std::string currentUser() {
+  if (const char* u = std::getenv("USER"); u && *u) return u;
+  if (const passwd* pw = getpwuid(getuid())) return pw->pw_name;
+  return "uid" + std::to_string(getuid());
+}
 
 std::string stateDirectory(const ClientOptions& options) {
   std::filesystem::path dir;

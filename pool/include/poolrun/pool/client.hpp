@@ -126,6 +126,10 @@ struct ClientOptions {
   std::string role = "admin";
 };
 
+// The user a client acts as where ClientOptions::owner is empty: $USER, else the password
+// database's name for this uid, else "uidN".
+std::string currentUser();
+
 // Opens a pool by URI. Throws poolrun::Error (kBadInput) naming the URI when it is malformed. The
 // `local` pool opens on any machine (so that status and leases work); acquiring from it on a
 // machine without GPUs throws PoolError kNeverFits "no GPUs on this node; use --pool sim:FILE".
