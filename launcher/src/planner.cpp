@@ -220,7 +220,8 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
   std::vector<bool> done(locals.size(), false);
   for (const auto& [set, members] : groups) {
     if (set.size() <= members.size() || bestRank[members[0]] > static_cast<int>(PathType::kPXB)) continue;
-    bool own = std::all_of(set.begin(), set.end(), [&](size_t c) { return claims[c] == members.size(); });
+    const size_t sharers = members.size();  // (clang before 16 cannot capture a structured binding)
+    bool own = std::all_of(set.begin(), set.end(), [&](size_t c) { return claims[c] == sharers; });
     if (!own) continue;
     for (size_t i = 0; i < members.size(); ++i) {
       std::vector<Candidate> picked;
