@@ -25,10 +25,13 @@ for i in $(seq "$rounds"); do
   PMIX_MCA_gds=hash "${bare[@]}"; t2=$(now)
   echo "$((t1 - t0)) $((t2 - t1))" >> "$times"
 done
-# Medians: the machine is shared and single launches vary by 2x.
+# Medians: the machine is shared and single launches vary by 2x. Each round also gives a paired
+# difference (poolrun minus the bare launch right after it): its median is steadier across runs
+# than the ratio of the two medians when the machine's speed drifts during a run.
 sort -n -k1 "$times" | awk -v n="$rounds" 'NR == int((n + 1) / 2) { print $1 }' > "$times.p"
 sort -n -k2 "$times" | awk -v n="$rounds" 'NR == int((n + 1) / 2) { print $2 }' > "$times.b"
-awk -v p="$(cat "$times.p")" -v b="$(cat "$times.b")" -v n="$rounds" -v r="$ranks" 'BEGIN {
-  printf "ranks %d, %d alternating rounds, medians: poolrun %.0f ms, bare mpirun %.0f ms, ratio %.3f (%.1f%% extra)\n",
-         r, n, p / 1e6, b / 1e6, p / b, (p / b - 1) * 100 }'
-rm -f "$times" "$times.p" "$times.b"
+awk '{ print $1 - $2 }' "$times" | sort -n | awk -v n="$rounds" 'NR == int((n + 1) / 2) { print $1 }' > "$times.d"
+awk -v p="$(cat "$times.p")" -v b="$(cat "$times.b")" -v d="$(cat "$times.d")" -v n="$rounds" -v r="$ranks" 'BEGIN {
+  printf "ranks %d, %d alternating rounds, medians: poolrun %.0f ms, bare mpirun %.0f ms, ratio %.3f (%.1f%% extra); median paired difference %.0f ms (%.1f%% of bare)\n",
+         r, n, p / 1e6, b / 1e6, p / b, (p / b - 1) * 100, d / 1e6, d / b * 100 }'
+rm -f "$times" "$times.p" "$times.b" "$times.d"
