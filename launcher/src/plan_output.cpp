@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -155,6 +156,27 @@ void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir) {
     if (it == xml.end()) it = xml.emplace(n.node.topology.get(), topo::toNcclXml(*n.node.topology)).first;
     writeFile(dir / ("topo-" + n.name + ".xml"), it->second);
   }
+}
+
+size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::file_time_type, fs::path>> dirs;
+  std::error_code ec;
+  for (fs::directory_iterator it(jobs, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e;
+    if (!it->is_directory(e) || it->is_symlink(e)) continue;
+    fs::file_time_type t = it->last_write_time(e);
+    if (!e) dirs.emplace_back(t, it->path());
+  }
+  if (dirs.size() <= keep) return 0;
+  std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const fs::file_time_type cutoff = fs::file_time_type::clock::now() - max_age;
+  size_t removed = 0;
+  for (size_t i = keep; i < dirs.size(); ++i) {
+    std::error_code e;
+    if (dirs[i].first < cutoff && fs::remove_all(dirs[i].second, e) > 0 && !e) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace poolrun::launcher

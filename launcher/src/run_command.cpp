@@ -405,13 +405,20 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     so.renew = [&] {
       try {
         pool->renew(lease.id);
+        // A running job's directory stays the newest: pruning (below) never takes it.
+        std::error_code ec;
+        std::filesystem::last_write_time(dir, std::filesystem::file_time_type::clock::now(), ec);
         return true;
       } catch (const std::exception& e) {
         err << "poolrun: warning: renewing lease " << lease.id << " failed: " << e.what() << "\n";
         return false;
       }
     };
-    so.started = [&] { pool->idle(); };
+    so.started = [&] {
+      pool->idle();
+      // poolrun's own job directories: a week's, and always the 100 newest (README, poolrun step 2).
+      if (jobDir.empty()) pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7));
+    };
     SuperviseResult r = supervise(so, err);
     if (r.failure && r.failure->rank >= 0 && static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
       const RankPlan& rp = plan.ranks[static_cast<size_t>(r.failure->rank)];

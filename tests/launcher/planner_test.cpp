@@ -294,6 +294,36 @@ INSTANTIATE_TEST_SUITE_P(Synthetic, PlannerTable, ::testing::ValuesIn(cases()),
                            return std::string(param.param.name);
                          });
 
+TEST(JobDirs, PruneKeepsTheNewestAndAnythingRecent) {
+  test::TempDir tmp;
+  namespace fs = std::filesystem;
+  const auto now = fs::file_time_type::clock::now();
+  auto make = [&](const std::string& name, std::chrono::hours age) {
+    fs::create_directories(tmp.path() / name / "sub");
+    std::ofstream(tmp.path() / name / "plan.json") << "{}";
+    fs::last_write_time(tmp.path() / name, now - age);
+  };
+  for (int i = 0; i < 3; ++i) make("new" + std::to_string(i), std::chrono::hours(i));
+  make("old-but-newest-of-the-old", std::chrono::hours(24 * 8));
+  make("old1", std::chrono::hours(24 * 9));
+  make("old2", std::chrono::hours(24 * 30));
+  make("recent", std::chrono::hours(24 * 2));
+  std::ofstream(tmp.path() / "a-file") << "not a job";
+  // Keep 4: the three new ones and "recent"; of the rest, all are older than a week.
+  EXPECT_EQ(pruneJobDirs(tmp.path(), 4, std::chrono::hours(24 * 7)), 3u);
+  for (const char* kept : {"new0", "new1", "new2", "recent", "a-file"})
+    EXPECT_TRUE(fs::exists(tmp.path() / kept)) << kept;
+  for (const char* gone : {"old-but-newest-of-the-old", "old1", "old2"})
+    EXPECT_FALSE(fs::exists(tmp.path() / gone)) << gone;
+  // Within `keep`, nothing goes, however old; a missing folder is no error.
+  make("old3", std::chrono::hours(24 * 40));
+  EXPECT_EQ(pruneJobDirs(tmp.path(), 10, std::chrono::hours(24 * 7)), 0u);
+  EXPECT_EQ(pruneJobDirs(tmp.path() / "absent", 0, std::chrono::hours(1)), 0u);
+  // With keep 2, the recent ones beyond it stay too: only age removes.
+  EXPECT_EQ(pruneJobDirs(tmp.path(), 2, std::chrono::hours(24 * 7)), 1u);
+  EXPECT_TRUE(fs::exists(tmp.path() / "recent"));
+}
+
 TEST(PlannerTest, LeafSwitchNeighboursAreAdjacentInRankOrder) {
   JobPlan plan = planOn(clusterOf(synthetic({}), 4, {"leaf1", "leaf2"}), ranks(32));
   std::vector<std::string> order;

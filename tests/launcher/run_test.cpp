@@ -152,6 +152,22 @@ TEST_F(RunTest, RealFixtureCluster) {
   checkAgainstPlan(4);
 }
 
+TEST_F(RunTest, OldJobDirectoriesArePruned) {
+  // 100 recent job directories and one from ten days ago: the next job's start removes the old one.
+  namespace fs = std::filesystem;
+  fs::path jobs = tmp_.path() / "state/jobs";
+  for (int i = 0; i < 100; ++i) fs::create_directories(jobs / ("Lrecent" + std::to_string(i)));
+  fs::create_directories(jobs / "Lold");
+  fs::last_write_time(jobs / "Lold", fs::file_time_type::clock::now() - std::chrono::hours(24 * 10));
+  Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 1 true");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(fs::exists(jobs / "Lold"));
+  EXPECT_TRUE(fs::exists(jobs / "Lrecent0"));
+  size_t left = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(jobs)) ++left;
+  EXPECT_EQ(left, 101u) << "the 100 recent ones and this job's";
+}
+
 TEST_F(RunTest, FailingRankExitCodeAndWhere) {
   Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 4 --gpus-per-node 2 " + RANK_REPORT +
                      " --exit 3 7");

@@ -7,6 +7,7 @@
 // Planning is pure: no I/O, no clock, the same inputs give the same plan. Requests that cannot be
 // met throw poolrun::Error (kBadInput) saying why, before anything starts.
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
@@ -103,6 +104,12 @@ std::string rankfile(const JobPlan& plan);
 
 // Writes the job directory: plan.json, rankfile, and NCCL topology XML per node (topo-NODE.xml).
 void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir);
+
+// Removes job directories under `jobs` (poolrun's own, in the state directory) whose modification
+// time is older than `max_age`, keeping the `keep` newest whatever their age. A running job's
+// directory is touched at every lease renewal, so it never looks old. Best effort: what cannot be
+// read or removed stays. Returns how many were removed.
+size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age);
 
 // The variables the planner may set (so that callers can tell which user variables matter).
 const std::vector<std::string>& plannedVariables();
