@@ -145,9 +145,18 @@ Store::Store(const std::filesystem::path& file, Durability durability) : file_(f
     }
     commit();
   } catch (...) {
+    // The statements prepared so far first: SQLite keeps a connection open while any is left.
+    for (auto& [sql, st] : statements_) sqlite3_finalize(st);
+    statements_.clear();
     sqlite3_close(db_);
     db_ = nullptr;
-    throw;
+    try {
+      throw;
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string(e.what()) +
+                                "; if the file is damaged, move it (and its -wal and -shm files) away: a new "
+                                "one is started, without the leases this one recorded");
+    }
   }
 }
 

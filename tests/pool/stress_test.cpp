@@ -139,6 +139,29 @@ TEST(EmbeddedPool, OpeningAnUnchangedClusterWritesNothing) {
   EXPECT_EQ(walBytes(), seeded) << "bytes of write-ahead log after reopening an unchanged cluster";
 }
 
+TEST(EmbeddedPool, ADamagedFileIsNamedWithWhatToDo) {
+  test::TempDir dir;
+  ClientOptions o;
+  o.state_dir = dir.path().string();
+  openPoolControl("sim:" + clusterFile(), o)->status();
+  std::filesystem::path file;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
+    if (f.path().extension() == ".sqlite") file = f.path();
+  }
+  ASSERT_FALSE(file.empty());
+  std::filesystem::remove(file.string() + "-wal");
+  std::filesystem::remove(file.string() + "-shm");
+  std::ofstream(file, std::ios::trunc) << std::string(8192, 'x');
+  try {
+    openPoolControl("sim:" + clusterFile(), o);
+    FAIL() << "a damaged pool file was opened";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find(file.string()), std::string::npos) << what;
+    EXPECT_NE(what.find("move it"), std::string::npos) << what;
+  }
+}
+
 TEST(EmbeddedPool, WriteAheadLogStaysSmallOverManyLaunches) {
   // Every poolrun opens the pool file alone and SQLite then reads the whole write-ahead log to
   // rebuild its index: the log must stay short however many jobs have run (with SQLite's own
