@@ -21,8 +21,8 @@ using Clock = std::chrono::system_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// A launch writes about ten pages of log (its lease, then its release): checkpointing from 64 on
-// keeps the log that each launch reads at its start under 0.3 MB.
+// A launch writes a few pages of log (its lease, then its release): checkpointing from 64 on keeps
+// the log that each launch reads at its start under 0.3 MB.
 constexpr int kIdleCheckpointFrames = 64;
 
 bool sameNode(const PoolNode& n, const topo::ClusterNode& c) {
