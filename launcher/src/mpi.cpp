@@ -206,12 +206,17 @@ MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
   };
   if (spec.simulated) {
     runtimeMca(ompi4 ? "plm_rsh_agent" : "plm_ssh_agent", spec.sim_agent);
+    // A simulated node's name is in no resolver. Open MPI asks DNS whether each host of the rankfile
+    // is this machine; where the DNS server drops the query, mpirun waits out the resolver's 5 s
+    // timeout (1 launch in 7 here). Open MPI 4.x asks through OPAL, 5.x through PMIx.
+    mca("if_base_do_not_resolve", "1");
     mca("pml", "ob1");
     mca("btl", "self,tcp");
     mca("btl_tcp_if_include", "lo");
     runtimeMca("oob_tcp_if_include", "lo");
     mca("mpi_yield_when_idle", "1");
     cmd.env.emplace_back("PMIX_MCA_gds", "hash");
+    cmd.env.emplace_back("PMIX_MCA_pif_base_do_not_resolve", "1");
   } else if (plan.fabric != topo::Fabric::kTcp &&
              std::none_of(spec.user_mca.begin(), spec.user_mca.end(),
                           [](const auto& kv) { return kv.first == "pml"; })) {

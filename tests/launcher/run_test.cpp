@@ -2,14 +2,21 @@
 // against the plan, for IB, RoCE and TCP and 1, 2 and 4 nodes; failures with real processes and
 // signals; the lease is always given back and nothing is left running.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -166,6 +173,94 @@ TEST_F(RunTest, OldJobDirectoriesArePruned) {
   size_t left = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(jobs)) ++left;
   EXPECT_EQ(left, 101u) << "the 100 recent ones and this job's";
+}
+
+// A DNS server on a loopback address that answers every question "no such name" and keeps the names
+// it was asked. A test points a mount namespace's /etc/resolv.conf at it.
+class NameServer {
+ public:
+  static constexpr const char* kAddress = "127.83.79.1";
+
+  NameServer() {
+    fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(53);
+    inet_pton(AF_INET, kAddress, &addr.sin_addr);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~NameServer() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) close(fd_);
+  }
+  bool listening() const { return thread_.joinable(); }
+  std::set<std::string> asked() {
+    std::lock_guard lock(mu_);
+    return asked_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) != 1) continue;
+      unsigned char q[512];
+      sockaddr_in from{};
+      socklen_t len = sizeof from;
+      ssize_t n = recvfrom(fd_, q, sizeof q, 0, reinterpret_cast<sockaddr*>(&from), &len);
+      if (n < 12) continue;
+      std::string name;
+      size_t at = 12;
+      while (at < static_cast<size_t>(n) && q[at] != 0 && at + 1 + q[at] <= static_cast<size_t>(n)) {
+        name += (name.empty() ? "" : ".") + std::string(reinterpret_cast<char*>(q + at + 1), q[at]);
+        at += 1 + q[at];
+      }
+      at += 5;  // the root label, QTYPE, QCLASS
+      if (at > static_cast<size_t>(n)) continue;
+      {
+        std::lock_guard lock(mu_);
+        asked_.insert(name);
+      }
+      q[2] = 0x80 | (q[2] & 0x79);  // a response to the same opcode, recursion desired as asked
+      q[3] = 0x83;                  // recursion available, NXDOMAIN
+      std::fill(q + 6, q + 12, 0);  // the question only
+      sendto(fd_, q, at, 0, reinterpret_cast<sockaddr*>(&from), len);
+    }
+  }
+
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::set<std::string> asked_;
+};
+
+// A simulated node's name is in no resolver, and Open MPI would ask DNS whether it is this machine:
+// where the DNS server drops the question, that costs mpirun the resolver's 5 s timeout. poolrun
+// tells Open MPI not to ask. Here every name any process of the job looks up reaches a DNS server of
+// the test's own, in a mount namespace whose /etc/resolv.conf names it.
+TEST_F(RunTest, SimulatedNodeNamesAreNotLookedUp) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: a mount namespace and port 53";
+  if (std::system("unshare -m true 2>/dev/null") != 0) GTEST_SKIP() << "no mount namespaces here";
+  NameServer dns;
+  if (!dns.listening()) GTEST_SKIP() << "cannot listen on " << NameServer::kAddress << ":53";
+  std::string resolv =
+      tmp_.write("resolv.conf", "nameserver " + std::string(NameServer::kAddress) + "\n").string();
+  Result r =
+      poolrun::test::runShell("unshare -m sh -c 'mount --bind " + resolv +
+                              " /etc/resolv.conf && getent hosts poolrun-dns-probe; exec env " + env() +
+                              "timeout 120 " + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
+                              " -n 4 --gpus-per-node 2 " + RANK_REPORT + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  checkAgainstPlan(4);
+  std::set<std::string> asked = dns.asked();
+  ASSERT_TRUE(asked.contains("poolrun-dns-probe")) << "the namespace's lookups reach the test's server";
+  std::string names;
+  for (const std::string& n : asked) names += " " + n;
+  EXPECT_FALSE(asked.contains("ib01")) << "a simulated node's name was looked up; all asked:" << names;
+  EXPECT_FALSE(asked.contains("ib02")) << "a simulated node's name was looked up; all asked:" << names;
 }
 
 TEST_F(RunTest, FailingRankExitCodeAndWhere) {
