@@ -158,19 +158,37 @@ void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir) {
   }
 }
 
-size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age) {
+size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age,
+                    std::chrono::minutes every) {
   namespace fs = std::filesystem;
-  std::vector<std::pair<fs::file_time_type, fs::path>> dirs;
+  // Listing a week of job directories with their times costs milliseconds, so a launch looks only
+  // when the last look is `every` old, and reads times only when there are more than `keep`.
+  const fs::path stamp = jobs / ".pruned";
+  const fs::file_time_type now = fs::file_time_type::clock::now();
   std::error_code ec;
+  if (every.count() > 0) {
+    fs::file_time_type last = fs::last_write_time(stamp, ec);
+    if (!ec && now - last < every && last <= now) return 0;
+  }
+  std::vector<fs::path> candidates;
   for (fs::directory_iterator it(jobs, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e;
-    if (!it->is_directory(e) || it->is_symlink(e)) continue;
-    fs::file_time_type t = it->last_write_time(e);
-    if (!e) dirs.emplace_back(t, it->path());
+    if (it->is_directory(e) && !it->is_symlink(e)) candidates.push_back(it->path());
   }
-  if (dirs.size() <= keep) return 0;
+  if (ec) return 0;  // no job directory yet, or one poolrun cannot read: nothing to do
+  if (every.count() > 0) {
+    std::ofstream{stamp};  // creates it; its time is the last look's
+    fs::last_write_time(stamp, now, ec);
+  }
+  if (candidates.size() <= keep) return 0;
+  std::vector<std::pair<fs::file_time_type, fs::path>> dirs;
+  for (fs::path& p : candidates) {
+    std::error_code e;
+    fs::file_time_type t = fs::last_write_time(p, e);
+    if (!e) dirs.emplace_back(t, std::move(p));
+  }
   std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  const fs::file_time_type cutoff = fs::file_time_type::clock::now() - max_age;
+  const fs::file_time_type cutoff = now - max_age;
   size_t removed = 0;
   for (size_t i = keep; i < dirs.size(); ++i) {
     std::error_code e;

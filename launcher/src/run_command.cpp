@@ -416,8 +416,10 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     };
     so.started = [&] {
       pool->idle();
-      // poolrun's own job directories: a week's, and always the 100 newest (README, poolrun step 2).
-      if (jobDir.empty()) pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7));
+      // poolrun's own job directories: a week's, and always the 100 newest, looked at hourly
+      // (README, poolrun step 2).
+      if (jobDir.empty())
+        pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7), std::chrono::minutes(60));
     };
     SuperviseResult r = supervise(so, err);
     if (r.failure && r.failure->rank >= 0 && static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {

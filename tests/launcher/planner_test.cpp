@@ -324,6 +324,33 @@ TEST(JobDirs, PruneKeepsTheNewestAndAnythingRecent) {
   EXPECT_TRUE(fs::exists(tmp.path() / "recent"));
 }
 
+TEST(JobDirs, PruneLooksAtMostEveryInterval) {
+  test::TempDir tmp;
+  namespace fs = std::filesystem;
+  const auto now = fs::file_time_type::clock::now();
+  auto make = [&](const std::string& name, std::chrono::hours age) {
+    fs::create_directories(tmp.path() / name);
+    fs::last_write_time(tmp.path() / name, now - age);
+  };
+  make("new", std::chrono::hours(0));
+  make("old1", std::chrono::hours(24 * 9));
+  const auto hourly = std::chrono::minutes(60);
+  EXPECT_EQ(pruneJobDirs(tmp.path(), 1, std::chrono::hours(24 * 7), hourly), 1u);
+  ASSERT_TRUE(fs::exists(tmp.path() / ".pruned")) << "the look is recorded";
+  // Within the hour, a new old directory stays; looking every time (zero) takes it.
+  make("old2", std::chrono::hours(24 * 9));
+  EXPECT_EQ(pruneJobDirs(tmp.path(), 1, std::chrono::hours(24 * 7), hourly), 0u);
+  EXPECT_TRUE(fs::exists(tmp.path() / "old2"));
+  // An hour later (the record aged by hand), it goes; so it does where the record is in the future.
+  fs::last_write_time(tmp.path() / ".pruned", now - std::chrono::minutes(61));
+  EXPECT_EQ(pruneJobDirs(tmp.path(), 1, std::chrono::hours(24 * 7), hourly), 1u);
+  make("old3", std::chrono::hours(24 * 9));
+  fs::last_write_time(tmp.path() / ".pruned", now + std::chrono::hours(5));
+  EXPECT_EQ(pruneJobDirs(tmp.path(), 1, std::chrono::hours(24 * 7), hourly), 1u);
+  EXPECT_TRUE(fs::exists(tmp.path() / "new"));
+  EXPECT_TRUE(fs::exists(tmp.path() / ".pruned")) << "the record is no job directory";
+}
+
 TEST(PlannerTest, LeafSwitchNeighboursAreAdjacentInRankOrder) {
   JobPlan plan = planOn(clusterOf(synthetic({}), 4, {"leaf1", "leaf2"}), ranks(32));
   std::vector<std::string> order;

@@ -62,7 +62,8 @@ class RunTest : public ::testing::Test {
 
   // The only job directory under the state directory.
   std::filesystem::path jobDir() const {
-    for (const auto& e : std::filesystem::directory_iterator(tmp_.path() / "state/jobs")) return e.path();
+    for (const auto& e : std::filesystem::directory_iterator(tmp_.path() / "state/jobs"))
+      if (e.is_directory()) return e.path();  // (beside it: .pruned, when pruning last looked)
     return {};
   }
 
@@ -171,8 +172,14 @@ TEST_F(RunTest, OldJobDirectoriesArePruned) {
   EXPECT_FALSE(fs::exists(jobs / "Lold"));
   EXPECT_TRUE(fs::exists(jobs / "Lrecent0"));
   size_t left = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(jobs)) ++left;
+  for (const auto& e : fs::directory_iterator(jobs)) left += e.is_directory() ? 1 : 0;
   EXPECT_EQ(left, 101u) << "the 100 recent ones and this job's";
+  // The next job within the hour does not look again.
+  fs::create_directories(jobs / "Lold2");
+  fs::last_write_time(jobs / "Lold2", fs::file_time_type::clock::now() - std::chrono::hours(24 * 10));
+  r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 1 true");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(jobs / "Lold2"));
 }
 
 // A DNS server on a loopback address that answers every question "no such name" and keeps the names

@@ -74,7 +74,8 @@ class SlurmTest : public ::testing::Test {
   }
 
   std::filesystem::path jobDir() const {
-    for (const auto& e : std::filesystem::directory_iterator(tmp_.path() / "state/jobs")) return e.path();
+    for (const auto& e : std::filesystem::directory_iterator(tmp_.path() / "state/jobs"))
+      if (e.is_directory()) return e.path();  // (beside it: .pruned, when pruning last looked)
     return {};
   }
 

@@ -107,9 +107,11 @@ void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir);
 
 // Removes job directories under `jobs` (poolrun's own, in the state directory) whose modification
 // time is older than `max_age`, keeping the `keep` newest whatever their age. A running job's
-// directory is touched at every lease renewal, so it never looks old. Best effort: what cannot be
-// read or removed stays. Returns how many were removed.
-size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age);
+// directory is touched at every lease renewal, so it never looks old. With `every` above zero it
+// looks at most that often (the time of `jobs/.pruned` says when it last did); zero looks every
+// time. Best effort: what cannot be read or removed stays. Returns how many were removed.
+size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age,
+                    std::chrono::minutes every = std::chrono::minutes(0));
 
 // The variables the planner may set (so that callers can tell which user variables matter).
 const std::vector<std::string>& plannedVariables();
