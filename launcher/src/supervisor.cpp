@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -10,7 +11,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <map>
 #include <regex>
+#include <string_view>
 
 #include "poolrun/topo/error.hpp"
 
@@ -25,6 +28,73 @@ std::string signalName(int sig) {
   const char* d = strsignal(sig);
   return "signal " + std::to_string(sig) + (d != nullptr ? std::string(" (") + d + ")" : "");
 }
+
+// Starts mpirun the way posix_spawn does, sharing poolrun's memory until the exec (no copy of its
+// page tables, no copy-on-write faults after), with what posix_spawn cannot do: PR_SET_PDEATHSIG.
+// Everything the child needs is prepared here; the child makes system calls only.
+class Spawn {
+ public:
+  Spawn(const SuperviseOptions& options, const sigset_t& mask, int stderrFd)
+      : mask_(mask), stderrFd_(stderrFd), parent_(getpid()) {
+    path_ = resolve(options.argv.at(0));
+    for (const std::string& a : options.argv) argv_.push_back(const_cast<char*>(a.c_str()));
+    argv_.push_back(nullptr);
+    std::map<std::string, std::string> overrides(options.env.begin(), options.env.end());
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string_view kv(*e);
+      if (!overrides.contains(std::string(kv.substr(0, kv.find('='))))) envp_.push_back(*e);
+    }
+    for (const auto& [k, v] : overrides) envText_.push_back(k + "=" + v);
+    for (std::string& kv : envText_) envp_.push_back(kv.data());
+    envp_.push_back(nullptr);
+  }
+
+  // The child's pid (it has exec'ed or failed to when this returns), or -1 with errno.
+  pid_t start() {
+    stack_.resize(64 * 1024);
+    return clone(&Spawn::child, stack_.data() + stack_.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, this);
+  }
+
+  int execErrno = 0;  // set by the child when the exec failed (it then exits with 127)
+
+ private:
+  // A name without a slash is looked up in PATH, as execvp does.
+  static std::string resolve(const std::string& name) {
+    if (name.find('/') != std::string::npos) return name;
+    const char* env = std::getenv("PATH");
+    std::string_view dirs = env != nullptr ? env : "/usr/bin:/bin";
+    for (size_t start = 0; start <= dirs.size();) {
+      size_t end = std::min(dirs.find(':', start), dirs.size());
+      std::string dir(dirs.substr(start, end - start));
+      std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+      start = end + 1;
+    }
+    return name;  // the exec fails with ENOENT, which is reported
+  }
+
+  static int child(void* arg) {
+    auto* self = static_cast<Spawn*>(arg);
+    // mpirun gets its own process group (terminal signals reach poolrun only, which forwards them
+    // once) and dies with poolrun.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != self->parent_) _exit(127);
+    sigprocmask(SIG_SETMASK, &self->mask_, nullptr);
+    dup2(self->stderrFd_, STDERR_FILENO);
+    execve(self->path_.c_str(), self->argv_.data(), self->envp_.data());
+    self->execErrno = errno;
+    _exit(127);
+  }
+
+  sigset_t mask_;
+  int stderrFd_;
+  pid_t parent_;
+  std::string path_;
+  std::vector<char*> argv_, envp_;
+  std::vector<std::string> envText_;
+  std::vector<char> stack_;
+};
 
 }  // namespace
 
@@ -87,28 +157,15 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     sigprocmask(SIG_SETMASK, &old, nullptr);
     throw Error(ErrorCode::kIo, std::string("cannot set up process supervision: ") + std::strerror(errno));
   }
-  pid_t parent = getpid();
-  pid_t child = fork();
+  Spawn spawn(options, old, errPipe[1]);
+  pid_t child = spawn.start();
   if (child < 0) {
+    int e = errno;
     sigprocmask(SIG_SETMASK, &old, nullptr);
-    throw Error(ErrorCode::kIo, std::string("cannot start mpirun: fork: ") + std::strerror(errno));
+    throw Error(ErrorCode::kIo, std::string("cannot start mpirun: clone: ") + std::strerror(e));
   }
-  if (child == 0) {
-    // mpirun gets its own process group (terminal signals reach poolrun only, which forwards them
-    // once) and dies with poolrun.
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    sigprocmask(SIG_SETMASK, &old, nullptr);
-    dup2(errPipe[1], STDERR_FILENO);
-    for (const auto& [k, v] : options.env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::string msg = "poolrun: error: cannot run " + options.argv[0] + ": " + std::strerror(errno) + "\n";
-    (void)!write(STDERR_FILENO, msg.data(), msg.size());
-    _exit(127);
+  if (spawn.execErrno != 0) {
+    err << "poolrun: error: cannot run " << options.argv[0] << ": " << std::strerror(spawn.execErrno) << "\n";
   }
   setpgid(child, child);  // also here, so that the group exists before any signal is forwarded
   close(errPipe[1]);

@@ -64,6 +64,21 @@ TEST(SupervisorTest, ExitCodeAndEnvironment) {
   EXPECT_EQ(err.str(), "oops\n") << "mpirun's stderr is passed through";
 }
 
+TEST(SupervisorTest, TheJobsVariablesWinAndTheProgramIsFoundInPath) {
+  std::ostringstream err;
+  setenv("POOLRUN_TEST_KEPT", "kept", 1);
+  setenv("POOLRUN_TEST_REPLACED", "mine", 1);
+  SuperviseOptions o;
+  o.argv = {"sh", "-c", "echo \"$POOLRUN_TEST_KEPT $POOLRUN_TEST_REPLACED $POOLRUN_TEST_NEW\" >&2"};
+  o.env = {{"POOLRUN_TEST_REPLACED", "the job's"}, {"POOLRUN_TEST_NEW", "new"}};
+  SuperviseResult r = supervise(o, err);
+  unsetenv("POOLRUN_TEST_KEPT");
+  unsetenv("POOLRUN_TEST_REPLACED");
+  EXPECT_EQ(r.exit_status, 0);
+  EXPECT_EQ(err.str(), "kept the job's new\n");
+  EXPECT_EQ(getenv("POOLRUN_TEST_NEW"), nullptr) << "poolrun's own environment is left as it was";
+}
+
 TEST(SupervisorTest, ReportsTheFailingRankFromMpirunsMessage) {
   std::ostringstream err;
   SuperviseResult r = supervise(shell("printf 'mpirun noticed that process rank 2 with PID 99 on node n1 "
