@@ -64,20 +64,7 @@ std::string hostName() {
 // kept in the state directory, keyed by the binary's path, size and modification time.
 MpiInstall detectMpiCached(const std::string& mpirun, std::optional<MpiFlavor> forced) {
   if (forced) return detectMpi(mpirun, forced);
-  std::string path = mpirun;
-  if (path.find('/') == std::string::npos) {
-    const char* env = std::getenv("PATH");
-    std::string dirs = env != nullptr ? env : "/usr/bin:/bin";
-    for (size_t start = 0; start <= dirs.size();) {
-      size_t end = dirs.find(':', start);
-      std::filesystem::path candidate = std::filesystem::path(dirs.substr(start, end - start)) / mpirun;
-      if (access(candidate.c_str(), X_OK) == 0) {
-        path = candidate.string();
-        break;
-      }
-      start = end == std::string::npos ? dirs.size() + 1 : end + 1;
-    }
-  }
+  std::string path = findExecutable(mpirun);
   std::error_code ec;
   auto real = std::filesystem::canonical(path, ec);
   if (ec) return detectMpi(mpirun, forced);

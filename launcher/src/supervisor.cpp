@@ -36,7 +36,7 @@ class Spawn {
  public:
   Spawn(const SuperviseOptions& options, const sigset_t& mask, int stderrFd)
       : mask_(mask), stderrFd_(stderrFd), parent_(getpid()) {
-    path_ = resolve(options.argv.at(0));
+    path_ = findExecutable(options.argv.at(0));
     for (const std::string& a : options.argv) argv_.push_back(const_cast<char*>(a.c_str()));
     argv_.push_back(nullptr);
     std::map<std::string, std::string> overrides(options.env.begin(), options.env.end());
@@ -58,21 +58,6 @@ class Spawn {
   int execErrno = 0;  // set by the child when the exec failed (it then exits with 127)
 
  private:
-  // A name without a slash is looked up in PATH, as execvp does.
-  static std::string resolve(const std::string& name) {
-    if (name.find('/') != std::string::npos) return name;
-    const char* env = std::getenv("PATH");
-    std::string_view dirs = env != nullptr ? env : "/usr/bin:/bin";
-    for (size_t start = 0; start <= dirs.size();) {
-      size_t end = std::min(dirs.find(':', start), dirs.size());
-      std::string dir(dirs.substr(start, end - start));
-      std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-      if (access(candidate.c_str(), X_OK) == 0) return candidate;
-      start = end + 1;
-    }
-    return name;  // the exec fails with ENOENT, which is reported
-  }
-
   static int child(void* arg) {
     auto* self = static_cast<Spawn*>(arg);
     // mpirun gets its own process group (terminal signals reach poolrun only, which forwards them
@@ -97,6 +82,20 @@ class Spawn {
 };
 
 }  // namespace
+
+std::string findExecutable(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* env = std::getenv("PATH");
+  std::string_view dirs = env != nullptr ? env : "/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = std::min(dirs.find(':', start), dirs.size());
+    std::string dir(dirs.substr(start, end - start));
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return name;
+}
 
 std::optional<RankFailure> parseMpiFailure(const std::string& text) {
   // "process rank 1 with PID 1234 on node n1 exited on signal 9 (Killed)"

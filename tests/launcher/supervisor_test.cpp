@@ -79,6 +79,22 @@ TEST(SupervisorTest, TheJobsVariablesWinAndTheProgramIsFoundInPath) {
   EXPECT_EQ(getenv("POOLRUN_TEST_NEW"), nullptr) << "poolrun's own environment is left as it was";
 }
 
+TEST(SupervisorTest, FindsExecutablesAsExecvpDoes) {
+  test::TempDir tmp;
+  namespace fs = std::filesystem;
+  fs::create_directories(tmp.path() / "a");
+  fs::create_directories(tmp.path() / "b");
+  tmp.write("a/prog", "not executable");
+  tmp.write("b/prog", "#!/bin/sh\n");
+  fs::permissions(tmp.path() / "b/prog", fs::perms::owner_all);
+  std::string saved = getenv("PATH") != nullptr ? getenv("PATH") : "";
+  setenv("PATH", ((tmp.path() / "a").string() + ":" + (tmp.path() / "b").string()).c_str(), 1);
+  EXPECT_EQ(findExecutable("prog"), (tmp.path() / "b/prog").string()) << "the first executable one";
+  EXPECT_EQ(findExecutable("no-such-program"), "no-such-program");
+  EXPECT_EQ(findExecutable("./prog"), "./prog") << "a name with a slash is taken as it is";
+  setenv("PATH", saved.c_str(), 1);
+}
+
 TEST(SupervisorTest, ReportsTheFailingRankFromMpirunsMessage) {
   std::ostringstream err;
   SuperviseResult r = supervise(shell("printf 'mpirun noticed that process rank 2 with PID 99 on node n1 "

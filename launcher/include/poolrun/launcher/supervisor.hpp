@@ -49,6 +49,10 @@ struct SuperviseResult {
   bool lease_lost = false;
 };
 
+// The file execvp would run for `name`: `name` itself where it has a slash, else the first
+// executable one in PATH's directories; `name` where there is none (its exec then fails: ENOENT).
+std::string findExecutable(const std::string& name);
+
 // Starts argv and returns when it and its process group are gone. Messages go to `err`.
 SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err);
 
