@@ -160,11 +160,13 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   pid_t child = spawn.start();
   if (child < 0) {
     int e = errno;
+    for (int fd : {errPipe[0], errPipe[1], sfd}) close(fd);
     sigprocmask(SIG_SETMASK, &old, nullptr);
     throw Error(ErrorCode::kIo, std::string("cannot start mpirun: clone: ") + std::strerror(e));
   }
   if (spawn.execErrno != 0) {
-    err << "poolrun: error: cannot run " << options.argv[0] << ": " << std::strerror(spawn.execErrno) << "\n";
+    err << "poolrun: error: cannot run " << options.argv[0] << ": " << std::strerror(spawn.execErrno)
+        << "; check that it is installed and in PATH (or name it: --mpirun PATH)\n";
   }
   setpgid(child, child);  // also here, so that the group exists before any signal is forwarded
   close(errPipe[1]);
