@@ -177,7 +177,7 @@ size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono:
   }
   if (ec) return 0;  // no job directory yet, or one poolrun cannot read: nothing to do
   if (every.count() > 0) {
-    std::ofstream{stamp};  // creates it; its time is the last look's
+    std::ofstream(stamp).close();  // created where missing; its time is the last look's
     fs::last_write_time(stamp, now, ec);
   }
   if (candidates.size() <= keep) return 0;
