@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <optional>
 
 #include "poolrun/topo/error.hpp"
@@ -50,6 +51,14 @@ Environment processEnvironment() {
     std::string kv = *e;
     size_t eq = kv.find('=');
     if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+Environment processEnvironment(std::span<const char* const> names) {
+  Environment env;
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) env.emplace(name, value);
   }
   return env;
 }
