@@ -8,7 +8,8 @@ ranks=${1:-8}
 rounds=${2:-10}
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export POOLRUN_STATE_DIR=$(mktemp -d)
-trap 'rm -rf "$POOLRUN_STATE_DIR"' EXIT
+times=$(mktemp)
+trap 'rm -rf "$POOLRUN_STATE_DIR" "$times"' EXIT
 poolrun=build/launcher/poolrun
 cluster=clusters/sim-ib.toml
 per_node=$(( ranks < 8 ? ranks : 8 ))
@@ -19,19 +20,28 @@ bare=(mpirun -np "$ranks" --hostfile "$POOLRUN_STATE_DIR/job/hostfile" --rankfil
       --mca plm_rsh_agent "$agent" --mca if_base_do_not_resolve 1 --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo
       --mca oob_tcp_if_include lo --mca mpi_yield_when_idle 1 /bin/true)
 now() { date +%s%N; }
-times=$(mktemp)
+launch_poolrun() { $poolrun --pool sim:$cluster -n "$ranks" --gpus-per-node "$per_node" /bin/true; }
+launch_bare() { PMIX_MCA_gds=hash PMIX_MCA_pif_base_do_not_resolve=1 "${bare[@]}"; }
+# poolrun as users run it (its defaults: the tuner's configuration is written and exported). The
+# two launches alternate which goes first, so that neither always follows the other's exit.
 for i in $(seq "$rounds"); do
-  t0=$(now); $poolrun --pool sim:$cluster -n "$ranks" --gpus-per-node "$per_node" --tuner off /bin/true; t1=$(now)
-  PMIX_MCA_gds=hash PMIX_MCA_pif_base_do_not_resolve=1 "${bare[@]}"; t2=$(now)
-  echo "$((t1 - t0)) $((t2 - t1))" >> "$times"
+  if (( i % 2 )); then
+    t0=$(now); launch_poolrun; t1=$(now); launch_bare; t2=$(now)
+    echo "$((t1 - t0)) $((t2 - t1))" >> "$times"
+  else
+    t0=$(now); launch_bare; t1=$(now); launch_poolrun; t2=$(now)
+    echo "$((t2 - t1)) $((t1 - t0))" >> "$times"
+  fi
 done
 # Medians: the machine is shared and single launches vary by 2x. Each round also gives a paired
-# difference (poolrun minus the bare launch right after it): its median is steadier across runs
-# than the ratio of the two medians when the machine's speed drifts during a run.
-sort -n -k1 "$times" | awk -v n="$rounds" 'NR == int((n + 1) / 2) { print $1 }' > "$times.p"
-sort -n -k2 "$times" | awk -v n="$rounds" 'NR == int((n + 1) / 2) { print $2 }' > "$times.b"
-awk '{ print $1 - $2 }' "$times" | sort -n | awk -v n="$rounds" 'NR == int((n + 1) / 2) { print $1 }' > "$times.d"
-awk -v p="$(cat "$times.p")" -v b="$(cat "$times.b")" -v d="$(cat "$times.d")" -v n="$rounds" -v r="$ranks" 'BEGIN {
-  printf "ranks %d, %d alternating rounds, medians: poolrun %.0f ms, bare mpirun %.0f ms, ratio %.3f (%.1f%% extra); median paired difference %.0f ms (%.1f%% of bare)\n",
-         r, n, p / 1e6, b / 1e6, p / b, (p / b - 1) * 100, d / 1e6, d / b * 100 }'
-rm -f "$times" "$times.p" "$times.b" "$times.d"
+# difference (poolrun minus the bare launch of the same round): its median is steadier across
+# runs than the ratio of the two medians when the machine's speed drifts during a run; its
+# quartiles show the spread.
+awk '{ print $1, $2, $1 - $2 }' "$times" | python3 -c '
+import statistics, sys
+rows = [list(map(float, line.split())) for line in sys.stdin]
+p, b, d = (statistics.median(c) / 1e6 for c in zip(*rows))
+q1, _, q3 = statistics.quantiles([r[2] / 1e6 for r in rows], n=4)
+print(f"ranks {sys.argv[1]}, {len(rows)} rounds alternating the order, medians: poolrun {p:.0f} ms, bare mpirun {b:.0f} ms, "
+      f"ratio {p / b:.3f} ({(p / b - 1) * 100:.1f}% extra); median paired difference {d:.0f} ms ({d / b * 100:.1f}% of bare), "
+      f"quartiles {q1:.0f} and {q3:.0f} ms")' "$ranks"
