@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Launch overhead: `poolrun --pool sim:` against bare mpirun started by hand with the same hosts,
 # agent, rankfile and ranks, running a trivial program; alternating, in one run. Prints the times
-# and the ratio. Usage: scripts/bench-launch.sh [RANKS (8)] [ROUNDS (10)]
+# and the ratio. Usage: scripts/bench-launch.sh [RANKS (8)] [ROUNDS (10)] [PROGRAM [ARGS...] (/bin/true)]
+# /bin/true measures the launch alone; an MPI program (build/tests/launcher/rank_report: MPI_Init,
+# one allreduce, MPI_Finalize) measures what a job's start costs with and without poolrun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=${1:-8}
 rounds=${2:-10}
+shift $(( $# < 2 ? $# : 2 ))
+program=("${@:-/bin/true}")
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export POOLRUN_STATE_DIR=$(mktemp -d)
 times=$(mktemp)
@@ -18,9 +22,9 @@ $poolrun --pool sim:$cluster -n "$ranks" --gpus-per-node "$per_node" --job-dir "
 agent=$(realpath build/launcher/poolrun-sim-agent)
 bare=(mpirun -np "$ranks" --hostfile "$POOLRUN_STATE_DIR/job/hostfile" --rankfile "$POOLRUN_STATE_DIR/job/rankfile.mpi"
       --mca plm_rsh_agent "$agent" --mca if_base_do_not_resolve 1 --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo
-      --mca oob_tcp_if_include lo --mca mpi_yield_when_idle 1 /bin/true)
+      --mca oob_tcp_if_include lo --mca mpi_yield_when_idle 1 "${program[@]}")
 now() { date +%s%N; }
-launch_poolrun() { $poolrun --pool sim:$cluster -n "$ranks" --gpus-per-node "$per_node" /bin/true; }
+launch_poolrun() { $poolrun --pool sim:$cluster -n "$ranks" --gpus-per-node "$per_node" "${program[@]}"; }
 launch_bare() { PMIX_MCA_gds=hash PMIX_MCA_pif_base_do_not_resolve=1 "${bare[@]}"; }
 # poolrun as users run it (its defaults: the tuner's configuration is written and exported). The
 # two launches alternate which goes first, so that neither always follows the other's exit.
@@ -42,6 +46,6 @@ import statistics, sys
 rows = [list(map(float, line.split())) for line in sys.stdin]
 p, b, d = (statistics.median(c) / 1e6 for c in zip(*rows))
 q1, _, q3 = statistics.quantiles([r[2] / 1e6 for r in rows], n=4)
-print(f"ranks {sys.argv[1]}, {len(rows)} rounds alternating the order, medians: poolrun {p:.0f} ms, bare mpirun {b:.0f} ms, "
+print(f"{sys.argv[2]}, ranks {sys.argv[1]}, {len(rows)} rounds alternating the order, medians: poolrun {p:.0f} ms, bare mpirun {b:.0f} ms, "
       f"ratio {p / b:.3f} ({(p / b - 1) * 100:.1f}% extra); median paired difference {d:.0f} ms ({d / b * 100:.1f}% of bare), "
-      f"quartiles {q1:.0f} and {q3:.0f} ms")' "$ranks"
+      f"quartiles {q1:.0f} and {q3:.0f} ms")' "$ranks" "${program[0]##*/}"
