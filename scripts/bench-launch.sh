@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 ranks=${1:-8}
 rounds=${2:-10}
 shift $(( $# < 2 ? $# : 2 ))
+if ! [[ $ranks =~ ^[1-9][0-9]*$ && $rounds =~ ^[0-9]+$ ]] || (( rounds < 2 )); then
+  echo "bench-launch: RANKS must be a positive number and ROUNDS at least 2 (got '$ranks' and '$rounds')" >&2
+  echo "usage: scripts/bench-launch.sh [RANKS (8)] [ROUNDS (10)] [PROGRAM [ARGS...] (/bin/true)]" >&2
+  exit 2
+fi
 program=("${@:-/bin/true}")
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export POOLRUN_STATE_DIR=$(mktemp -d)
