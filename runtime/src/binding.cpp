@@ -56,6 +56,10 @@ class HwlocBinder final : public Binder {
     } else {
       unsetenv("HWLOC_PLUGINS_PATH");
     }
+    // hwloc's x86 backend runs CPUID on every PU in turn, moving the process onto each one to do so
+    // (a migration per PU, and a trap to the hypervisor per CPUID in a VM) for CPU details binding
+    // never reads. Where the build has no such backend the name is simply not found.
+    if (ok) hwloc_topology_set_components(topo_, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86");
     ok = ok && hwloc_topology_set_all_types_filter(topo_, HWLOC_TYPE_FILTER_KEEP_NONE) == 0 &&
          hwloc_topology_load(topo_) == 0;
     if (!ok) {
