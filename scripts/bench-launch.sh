@@ -46,11 +46,16 @@ done
 # difference (poolrun minus the bare launch of the same round): its median is steadier across
 # runs than the ratio of the two medians when the machine's speed drifts during a run; its
 # quartiles show the spread.
-awk '{ print $1, $2, $1 - $2 }' "$times" | python3 -c '
-import statistics, sys
-rows = [list(map(float, line.split())) for line in sys.stdin]
-p, b, d = (statistics.median(c) / 1e6 for c in zip(*rows))
-q1, _, q3 = statistics.quantiles([r[2] / 1e6 for r in rows], n=4)
-print(f"{sys.argv[2]}, ranks {sys.argv[1]}, {len(rows)} rounds alternating the order, medians: poolrun {p:.0f} ms, bare mpirun {b:.0f} ms, "
-      f"ratio {p / b:.3f} ({(p / b - 1) * 100:.1f}% extra); median paired difference {d:.0f} ms ({d / b * 100:.1f}% of bare), "
-      f"quartiles {q1:.0f} and {q3:.0f} ms")' "$ranks" "${program[0]##*/}"
+# Quartiles as Python's statistics.quantiles computes them (the "exclusive" method).
+stat() {  # stat COLUMN K: the K-th quartile (2: the median) of COLUMN, in ms
+  sort -n -k"$1" "$times" | awk -v c="$1" -v k="$2" '{ x[NR] = $c } END {
+    p = (NR + 1) * k / 4; j = int(p)
+    if (j < 1) { print x[1] / 1e6; exit }
+    if (j >= NR) { print x[NR] / 1e6; exit }
+    print (x[j] + (p - j) * (x[j + 1] - x[j])) / 1e6 }'
+}
+awk '{ print $1, $2, $1 - $2 }' "$times" > "$times.d" && mv "$times.d" "$times"
+p=$(stat 1 2) b=$(stat 2 2) d=$(stat 3 2) q1=$(stat 3 1) q3=$(stat 3 3)
+awk -v p="$p" -v b="$b" -v d="$d" -v q1="$q1" -v q3="$q3" -v n="$rounds" -v r="$ranks" -v prog="${program[0]##*/}" 'BEGIN {
+  printf "%s, ranks %d, %d rounds alternating the order, medians: poolrun %.0f ms, bare mpirun %.0f ms, ratio %.3f (%.1f%% extra); median paired difference %.0f ms (%.1f%% of bare), quartiles %.0f and %.0f ms\n",
+         prog, r, n, p, b, p / b, (p / b - 1) * 100, d, d / b * 100, q1, q3 }'
