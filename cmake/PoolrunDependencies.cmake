@@ -1,26 +1,19 @@
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc>=2.0)
-# hwloc as every target links it: the shared library, except in a target whose property
-# POOLRUN_FULLY_STATIC is on (poolrun-rank, see runtime/CMakeLists.txt), which gets the static
-# archive where the distribution ships one (Debian's libhwloc-dev does).
-find_library(POOLRUN_HWLOC_ARCHIVE libhwloc.a HINTS ${HWLOC_LIBRARY_DIRS})
 add_library(poolrun_hwloc INTERFACE)
-target_include_directories(poolrun_hwloc SYSTEM INTERFACE ${HWLOC_INCLUDE_DIRS})
-set(poolrun_static_head "$<BOOL:$<TARGET_PROPERTY:POOLRUN_FULLY_STATIC>>")
-target_link_libraries(poolrun_hwloc INTERFACE "$<$<NOT:${poolrun_static_head}>:PkgConfig::HWLOC>"
-  "$<${poolrun_static_head}:${POOLRUN_HWLOC_ARCHIVE}>" "$<${poolrun_static_head}:m>")
+target_link_libraries(poolrun_hwloc INTERFACE PkgConfig::HWLOC)
 
-# poolrun-rank starts once per rank, in front of the program. Linked fully static it needs no
-# dynamic loader: each rank then costs one exec more than the bare program and nothing else. Where
-# there is no static hwloc, or in sanitizer builds (which need shared runtimes), it falls back to
-# poolrun_fast_start() (cmake/PoolrunOptions.cmake).
+# poolrun-rank starts once per rank, in front of the program (runtime/CMakeLists.txt). It is built
+# without a C library on the architectures its start and system calls are written for, with GCC
+# (whose flags for that it uses); not in sanitizer or fuzzing builds, whose runtimes need the C library.
 find_library(POOLRUN_LIBC_ARCHIVE libc.a)
-if(NOT POOLRUN_SANITIZE AND NOT POOLRUN_BUILD_FUZZERS AND POOLRUN_HWLOC_ARCHIVE AND POOLRUN_LIBC_ARCHIVE)
-  set(POOLRUN_STATIC_RANK ON)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|aarch64|arm64)$" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU"
+   AND NOT POOLRUN_SANITIZE AND NOT POOLRUN_BUILD_FUZZERS)
+  set(POOLRUN_FREESTANDING_RANK ON)
 else()
-  set(POOLRUN_STATIC_RANK OFF)
+  set(POOLRUN_FREESTANDING_RANK OFF)
 endif()
-message(STATUS "poolrun: fully static poolrun-rank ${POOLRUN_STATIC_RANK}")
+message(STATUS "poolrun: poolrun-rank without a C library ${POOLRUN_FREESTANDING_RANK}")
 
 find_package(nlohmann_json 3.10 REQUIRED)
 # The C++ libraries go into the binaries (static archives, or header-only where Debian ships no

@@ -4,170 +4,289 @@
 // program, so that programs that never link poolrun get their GPU, NIC, binding and rank variables.
 //
 //   poolrun-rank PROGRAM [ARGS...]
+//
+// It runs once per rank before the program, so it is built on the rank core (core/), which needs no
+// C library: where the build allows, poolrun-rank has none (freestanding.cpp starts it). glibc's own
+// start-up (its CPU feature probes, each a trap to the hypervisor in a VM) cost each rank more than
+// everything poolrun-rank does.
 
-#include <fcntl.h>
-#include <sched.h>
-#include <unistd.h>
+#include "rank_main.hpp"
+#include "core/binding.hpp"
+#include "core/rank_env.hpp"
+#include "core/rank_info.hpp"
+#include "core/system.hpp"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
-
-#include "poolrun/runtime/binding.hpp"
-#include "poolrun/runtime/port_check.hpp"
-#include "poolrun/runtime/rank_env.hpp"
-#include "poolrun/runtime/rank_info.hpp"
-#include "poolrun/topo/error.hpp"
-
+namespace poolrun::runtime::core {
 namespace {
 
-using poolrun::runtime::Environment;
+// Memory for the environment poolrun-rank builds, taken once from the kernel.
+class Arena {
+ public:
+  explicit Arena(size_t size) : base_(sys::mapMemory(size)), size_(base_ == nullptr ? 0 : size) {}
+  bool ok() const { return base_ != nullptr; }
+  char* take(size_t n) {
+    n = (n + 7) & ~size_t{7};
+    if (n > size_ - used_) return nullptr;
+    char* p = base_ + used_;
+    used_ += n;
+    return p;
+  }
 
-// poolrun-rank runs once per rank and stays clear of iostreams: their start-up (the C++ locale)
-// would cost each rank a quarter of a millisecond before the program is even exec'd.
-void say(const std::string& line) {
-  std::string text = "poolrun-rank: " + line + "\n";
-  std::fputs(text.c_str(), stderr);
+ private:
+  char* base_;
+  size_t size_;
+  size_t used_ = 0;
+};
+
+// The environment the program gets: the one poolrun-rank was given, with the plan's variables set.
+class Environ final : public Variables, public VariableSink {
+ public:
+  Environ(char** envp, size_t capacity, Arena& arena) : arena_(arena) {
+    entries_ = reinterpret_cast<char**>(arena.take((capacity + 1) * sizeof(char*)));
+    capacity_ = entries_ == nullptr ? 0 : capacity;
+    for (; envp != nullptr && *envp != nullptr && count_ < capacity_; ++envp) entries_[count_++] = *envp;
+  }
+
+  Text get(const char* name) const override {
+    size_t i = find(name);
+    if (i == count_) return {};
+    return entries_[i] + length(name) + 1;
+  }
+  bool set(Text name, Text value) override {
+    char* entry = arena_.take(name.size + value.size + 2);
+    if (entry == nullptr) return false;
+    for (size_t k = 0; k < name.size; ++k) entry[k] = name[k];
+    entry[name.size] = '=';
+    for (size_t k = 0; k < value.size; ++k) entry[name.size + 1 + k] = value[k];
+    entry[name.size + 1 + value.size] = '\0';
+    size_t i = find(name);
+    if (i == count_) {
+      if (count_ == capacity_) return false;
+      ++count_;
+    }
+    entries_[i] = entry;
+    return true;
+  }
+  bool set(const char* name, long value) {
+    Line digits;
+    digits.add(value);
+    return set(name, digits.text());
+  }
+  void unset(const char* name) {
+    size_t i = find(name);
+    if (i == count_) return;
+    entries_[i] = entries_[--count_];
+  }
+  // NULL-terminated, for execve.
+  char** envp() {
+    entries_[count_] = nullptr;
+    return entries_;
+  }
+
+ private:
+  size_t find(Text name) const {
+    for (size_t i = 0; i < count_; ++i) {
+      if (Text(entries_[i]).startsWith(name) && entries_[i][name.size] == '=') return i;
+    }
+    return count_;
+  }
+
+  Arena& arena_;
+  char** entries_ = nullptr;
+  size_t count_ = 0;
+  size_t capacity_ = 0;
+};
+
+constinit BindingResult bindingResult;  // 7 KiB, kept off the stack
+
+// One line to stderr, in one write so that the lines of a node's ranks do not interleave.
+void say(Text line) {
+  Line text;
+  text.add("poolrun-rank: ").add(line.sub(0, Line::kCapacity - 64)).add("\n");
+  sys::write(2, text.c_str(), text.text().size);
 }
 
 // The rank Open MPI (or another PMIx launcher) gave this process.
-int worldRank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
-      char* end = nullptr;
-      long r = std::strtol(v, &end, 10);
-      if (*end == '\0' && r >= 0 && r < (1L << 30)) return static_cast<int>(r);
-    }
+int worldRank(const Environ& env) {
+  static constexpr const char* kRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                                   "SLURM_PROCID"};
+  for (const char* var : kRankVariables) {
+    long r = 0;
+    if (parseNumber(env.get(var), (1L << 30) - 1, r)) return static_cast<int>(r);
   }
   return -1;
 }
 
-std::string nodeName() {
-  if (const char* n = std::getenv("POOLRUN_NODE"); n != nullptr && *n != '\0') return n;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
-// The CPUs the kernel lets this process run on now.
-poolrun::topo::CpuSet currentAffinity() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<unsigned> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-    }
+// "rank R on NODE: " before a message about this rank.
+Line& about(Line& line, const Environ& env, int rank) {
+  line.add("rank ").add(rank).add(" on ");
+  if (Text node = env.get("POOLRUN_NODE"); !node.empty()) {
+    line.add(node);
+  } else {
+    sys::hostName(line);
   }
-  return poolrun::topo::CpuSet(cpus);
+  return line.add(": ");
 }
 
 // One NUMA node (or a kernel without NUMA): /sys/devices/system/node/online names at most one.
 bool singleNumaNode() {
-  int fd = open("/sys/devices/system/node/online", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;
-  char online[256] = {};
-  ssize_t got = read(fd, online, sizeof online - 1);
-  close(fd);
-  return got <= 0 || std::strpbrk(online, ",-") == nullptr;
-}
-
-// The variables this wrapper reads, and no others: under Open MPI a rank has over a hundred, and
-// copying them all into a map cost each rank about 0.05 ms.
-Environment wrapperVariables() {
-  using namespace poolrun::runtime;
-  std::vector<const char*> names(kRankInfoVariables.begin(), kRankInfoVariables.end());
-  names.insert(names.end(), kBindingVariables.begin(), kBindingVariables.end());
-  names.insert(names.end(), {"POOLRUN_CHECK_PORTS", "NCCL_IB_HCA", "POOLRUN_SYSFS_ROOT"});
-  return processEnvironment(names);
+  char online[256];
+  Text t = sys::readFile("/sys/devices/system/node/online", online, sizeof online);
+  return !t.isSet() || (t.find(',') == t.size && t.find('-') == t.size);
 }
 
 // Binds as the plan says; returns false where POOLRUN_BIND=strict and the binding did not take.
-bool bind(const Environment& env, int rank) {
-  using namespace poolrun::runtime;
-  if (auto mode = env.find("POOLRUN_BIND"); mode != env.end() && mode->second == "off") return true;
-  std::optional<BindingRequest> request = bindingRequest(env, currentAffinity());
-  if (!request) return true;
+bool bind(Environ& env, int rank) {
+  CpuMask current;
+  sys::getAffinity(current);
+  BindingRequest request;
+  BindMode mode = BindMode::kOn;
+  Line error;
+  if (!bindingRequest(env, current, request, mode, error)) {
+    Line line;
+    say(about(line.add("error: "), env, rank).add(error.text()).text());
+    return false;
+  }
+  if (mode == BindMode::kOff) return true;
   // Open MPI's rankfile has bound this process already where the plan names no cores of this
-  // machine (the simulated cluster), and with one NUMA node there is no memory to place: nothing is
-  // left for hwloc to do, and loading it would cost every rank about 10 ms.
-  if (env.find("POOLRUN_CPUSET") == env.end() && request->numa < 0 && singleNumaNode()) {
-    setenv("POOLRUN_BOUND_CPUS", request->cpus.toList().c_str(), 1);
-    setenv("POOLRUN_BOUND_MEMORY", "", 1);
+  // machine (the simulated cluster), and with one NUMA node there is no memory to place.
+  Line cpus;
+  if (!env.get("POOLRUN_CPUSET").isSet() && request.numa < 0 && singleNumaNode()) {
+    request.cpus.addList(cpus);
+    env.set("POOLRUN_BOUND_CPUS", cpus.text());
+    env.set("POOLRUN_BOUND_MEMORY", "");
     return true;
   }
-  std::unique_ptr<Binder> binder = hwlocBinder();
-  BindingResult result = applyBinding(*binder, *request);
-  setenv("POOLRUN_BOUND_CPUS", result.cpus.toList().c_str(), 1);
-  std::string memory;
-  for (int n : result.memory) memory += (memory.empty() ? "" : ",") + std::to_string(n);
-  setenv("POOLRUN_BOUND_MEMORY", memory.c_str(), 1);
-  auto mode = env.find("POOLRUN_BIND");
-  bool strict = mode != env.end() && mode->second == "strict";
-  for (const std::string& p : result.problems) {
-    say(std::string(strict ? "error" : "warning") + ": rank " + std::to_string(rank) + " on " + nodeName() +
-        ": " + p);
+  SystemBinder machine;
+  applyBinding(machine, request, bindingResult);
+  const BindingResult& result = bindingResult;
+  result.cpus.addList(cpus);
+  env.set("POOLRUN_BOUND_CPUS", cpus.text());
+  Line memory;
+  for (unsigned n = result.memory.next(0); n < NodeMask::kSize; n = result.memory.next(n + 1))
+    memory.add(memory.empty() ? "" : ",").add(n);
+  env.set("POOLRUN_BOUND_MEMORY", memory.text());
+  bool strict = mode == BindMode::kStrict;
+  for (unsigned i = 0; i < result.problems.count; ++i) {
+    Line line;
+    say(about(line.add(strict ? "error: " : "warning: "), env, rank)
+            .add(result.problems.items[i].text())
+            .text());
   }
-  return !strict || result.problems.empty();
+  return !strict || result.problems.count == 0;
+}
+
+// On real nodes the launcher asks each rank to look at its own RDMA ports before the program
+// starts: a port that is down would hang the whole job in NCCL's setup.
+bool portsUp(const Environ& env, int rank) {
+  struct Report final : ProblemSink {
+    const Environ& env;
+    int rank;
+    Report(const Environ& e, int r) : env(e), rank(r) {}
+    void problem(Text p) override {
+      Line line;
+      about(line.add("error: "), env, rank)
+          .add(p)
+          .add("; run `poolrun doctor` there, or start with --no-doctor");
+      say(line.text());
+    }
+  } report(env, rank);
+  Text hca = env.get("NCCL_IB_HCA");
+  Text root = env.get("POOLRUN_SYSFS_ROOT");
+  return !hca.isSet() || downPorts(hca, root.isSet() ? root : Text("/sys"), report) == 0;
+}
+
+// execvp(): PATH searched for a name without '/', a script without "#!" run by /bin/sh.
+int run(char** argv, char** envp, const Environ& env, Arena& arena) {
+  Text program = argv[0];
+  long error = sys::kNoEntry;
+  auto attempt = [&](const char* path) {
+    long r = sys::execve(path, argv, envp);
+    if (r == sys::kNoExec) {  // as execvp does: a script without "#!"
+      size_t argc = 0;
+      while (argv[argc] != nullptr) ++argc;
+      char** shell = reinterpret_cast<char**>(arena.take((argc + 2) * sizeof(char*)));
+      if (shell != nullptr) {
+        shell[0] = const_cast<char*>("/bin/sh");
+        shell[1] = const_cast<char*>(path);
+        for (size_t k = 1; k <= argc; ++k) shell[k + 1] = argv[k];
+        sys::execve("/bin/sh", shell, envp);
+      }
+    }
+    // A later directory may still hold it; EACCES is remembered over "not found".
+    if (r == sys::kAccess || error != sys::kAccess) error = r;
+    return r == sys::kNoEntry || r == sys::kNotDir || r == sys::kAccess;
+  };
+  if (program.find('/') < program.size) {
+    attempt(argv[0]);
+  } else {
+    Text path = env.get("PATH");
+    if (!path.isSet()) path = "/bin:/usr/bin";
+    for (size_t at = 0; at <= path.size;) {
+      size_t end = path.find(':', at);
+      Line file;
+      Text dir = path.sub(at, end - at);
+      file.add(dir.empty() ? Text(".") : dir).add("/").add(program);
+      at = end + 1;
+      if (!attempt(file.c_str())) break;
+    }
+  }
+  Line line;
+  line.add("error: cannot run ").quoted(program).add(": ").add(sys::errorText(error));
+  say(line.add(" (check the program's path and that it is executable on every node)").text());
+  return 127;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int rankMain(int argc, char** argv, char** envp) {
   if (argc < 2) {
-    std::fputs("usage: poolrun-rank PROGRAM [ARGS...] (started by poolrun in front of every rank)\n", stderr);
+    say("usage: poolrun-rank PROGRAM [ARGS...] (started by poolrun in front of every rank)");
     return 2;
   }
-  const char* doc = std::getenv(poolrun::runtime::kRankEnvVariable);
-  int rank = worldRank();
-  if (doc != nullptr) {
-    if (rank < 0) {
-      say("error: no rank in the environment (OMPI_COMM_WORLD_RANK, PMIX_RANK); start it through poolrun "
-          "or mpirun");
-      return 127;
-    }
-    try {
-      for (const auto& [name, value] : poolrun::runtime::rankEnvironment(doc, rank)) {
-        setenv(name.c_str(), value.c_str(), 1);
-      }
-    } catch (const std::exception& e) {
-      say("error: rank " + std::to_string(rank) + ": " + e.what());
-      return 127;
-    }
-    setenv("RANK", std::to_string(rank).c_str(), 1);
-    unsetenv(poolrun::runtime::kRankEnvVariable);
-  }
-  try {
-    Environment env = wrapperVariables();
-    for (const auto& [name, value] : poolrun::runtime::torchVariables(poolrun::runtime::rankInfo(env))) {
-      setenv(name.c_str(), value.c_str(), 1);
-    }
-    // On real nodes the launcher asks each rank to look at its own RDMA ports before the program
-    // starts: a port that is down would hang the whole job in NCCL's setup.
-    if (auto check = env.find("POOLRUN_CHECK_PORTS"); check != env.end() && check->second == "1") {
-      auto hca = env.find("NCCL_IB_HCA");
-      auto root = env.find("POOLRUN_SYSFS_ROOT");
-      std::vector<std::string> problems =
-          hca == env.end()
-              ? std::vector<std::string>{}
-              : poolrun::runtime::downPorts(hca->second, root == env.end() ? "/sys" : root->second);
-      for (const std::string& p : problems) {
-        say("error: rank " + std::to_string(rank) + " on " + nodeName() + ": " + p +
-            "; run `poolrun doctor` there, or start with --no-doctor");
-      }
-      if (!problems.empty()) return 125;
-    }
-    // Binding is the plan's: a program started by plain mpirun keeps the binding mpirun gave it.
-    if (doc != nullptr && !bind(env, rank)) return 127;
-  } catch (const std::exception& e) {
-    say("error: rank " + std::to_string(rank) + " on " + nodeName() + ": " + e.what());
+  size_t count = 0, bytes = 0;
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e, ++count) bytes += length(*e);
+  // The plan's variables and their copies: a variable takes at least 6 bytes of the document.
+  Arena arena(2 * bytes + count * sizeof(char*) + 256 * 1024);
+  if (!arena.ok()) {
+    say("error: out of memory for the rank's environment");
     return 127;
   }
-  execvp(argv[1], argv + 1);
-  say(std::string("error: cannot run '") + argv[1] + "': " + std::strerror(errno) +
-      " (check the program's path and that it is executable on every node)");
-  return 127;
+  Environ env(envp, count + bytes / 6 + 64, arena);
+  Text doc = env.get("POOLRUN_RANK_ENV");
+  int rank = worldRank(env);
+  if (doc.isSet()) {
+    if (rank < 0) {
+      say("error: no rank in the environment (OMPI_COMM_WORLD_RANK, PMIX_RANK); start it through poolrun or "
+          "mpirun");
+      return 127;
+    }
+    char* scratch = arena.take(doc.size + 1);
+    Line error;
+    if (scratch == nullptr || !rankVariables(doc, rank, scratch, env, error)) {
+      Line line;
+      line.add("error: rank ")
+          .add(rank)
+          .add(": ")
+          .add(scratch == nullptr ? Text("out of memory") : error.text());
+      say(line.text());
+      return 127;
+    }
+    env.set("RANK", rank);
+    env.unset("POOLRUN_RANK_ENV");
+  }
+  RankInfo info;
+  Line error;
+  if (!rankInfo(env, info, error)) {
+    Line line;
+    say(about(line.add("error: "), env, rank).add(error.text()).text());
+    return 127;
+  }
+  torchVariables(info, env);
+  if (env.get("POOLRUN_CHECK_PORTS") == "1" && !portsUp(env, rank)) return 125;
+  // Binding is the plan's: a program started by plain mpirun keeps the binding mpirun gave it.
+  if (doc.isSet() && !bind(env, rank)) return 127;
+  return run(argv + 1, env.envp(), env, arena);
 }
+
+}  // namespace poolrun::runtime::core

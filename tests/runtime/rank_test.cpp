@@ -254,8 +254,8 @@ TEST(BindingTest, ReadsOnlyTheVariablesItDeclares) {
   EXPECT_EQ(a->numa, b->numa);
 }
 
-TEST(BindingTest, ThisMachineThroughHwloc) {
-  auto binder = hwlocBinder();
+TEST(BindingTest, ThisMachineThroughTheKernel) {
+  auto binder = systemBinder();
   CpuSet before = binder->boundCpus();
   ASSERT_FALSE(before.empty());
   CpuSet one({before.cpus().front()});

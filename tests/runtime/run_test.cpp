@@ -93,10 +93,9 @@ TEST_F(RuntimeRunTest, UserRendezvousWins) {
   }
 }
 
-TEST_F(RuntimeRunTest, PlannedCoresAreBoundThroughHwloc) {
-  // A planned cpuset makes poolrun-rank bind through hwloc (statically linked into it where the
-  // build could): every rank must end up on this machine's last CPU, whichever core the rankfile
-  // gave it.
+TEST_F(RuntimeRunTest, PlannedCoresAreBoundThroughTheKernel) {
+  // A planned cpuset makes poolrun-rank bind (sched_setaffinity): every rank must end up on this
+  // machine's last CPU, whichever core the rankfile gave it.
   unsigned last = poolrun::topo::CpuSet::parseList(slurp("/sys/devices/system/cpu/online")).cpus().back();
   auto r = poolrun(2, kEnvReport, "-x POOLRUN_CPUSET=" + std::to_string(last) + " -x POOLRUN_BIND=strict");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -1,8 +1,8 @@
 #pragma once
 
 // Binding a rank to its cores and its memory to their NUMA node, and checking that the kernel did
-// what was asked. The machine sits behind `Binder` (hwloc here, a fake in the tests), so that every
-// rule below is testable on any machine.
+// what was asked. The machine sits behind `Binder` (the kernel here, a fake in the tests), so that
+// every rule below is testable on any machine.
 
 #include <array>
 #include <memory>
@@ -32,8 +32,10 @@ class Binder {
   virtual std::vector<int> boundMemory() = 0;
 };
 
-// hwloc on this machine (without I/O discovery: binding needs only CPUs and NUMA nodes).
-std::unique_ptr<Binder> hwlocBinder();
+// This machine, through the kernel: the CPUs its cgroup allows and its NUMA nodes from sysfs, and
+// binding by sched_setaffinity and set_mempolicy, as poolrun-rank binds every rank. (Loading an
+// hwloc topology for this would cost each rank a millisecond or more, and far more on large nodes.)
+std::unique_ptr<Binder> systemBinder();
 
 struct BindingRequest {
   topo::CpuSet cpus;  // OS indexes on this machine

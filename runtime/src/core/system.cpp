@@ -1,0 +1,320 @@
+#include "system.hpp"
+
+#include <asm/unistd.h>
+
+#if !POOLRUN_FREESTANDING
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#endif
+
+namespace poolrun::runtime::core::sys {
+namespace {
+
+// The kernel's constants (the same on every Linux architecture poolrun-rank builds for).
+constexpr long kAtCwd = -100;
+constexpr long kReadOnlyCloseOnExec = 02000000;
+constexpr long kMpolBind = 2;
+constexpr long kProtReadWrite = 3, kMapPrivateAnonymous = 0x22;
+#if !POOLRUN_FREESTANDING
+static_assert(kAtCwd == AT_FDCWD && kReadOnlyCloseOnExec == (O_RDONLY | O_CLOEXEC));
+static_assert(kProtReadWrite == (PROT_READ | PROT_WRITE) &&
+              kMapPrivateAnonymous == (MAP_PRIVATE | MAP_ANONYMOUS));
+#endif
+
+template <class... A>
+long call(long number, A... args) {
+#if POOLRUN_FREESTANDING
+  long a[6] = {static_cast<long>(args)...};
+#if defined(__x86_64__)
+  register long r10 __asm__("r10") = a[3];
+  register long r8 __asm__("r8") = a[4];
+  register long r9 __asm__("r9") = a[5];
+  long result;
+  __asm__ volatile("syscall"
+                   : "=a"(result)
+                   : "a"(number), "D"(a[0]), "S"(a[1]), "d"(a[2]), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return result;
+#elif defined(__aarch64__)
+  register long x8 __asm__("x8") = number;
+  register long x0 __asm__("x0") = a[0];
+  register long x1 __asm__("x1") = a[1];
+  register long x2 __asm__("x2") = a[2];
+  register long x3 __asm__("x3") = a[3];
+  register long x4 __asm__("x4") = a[4];
+  register long x5 __asm__("x5") = a[5];
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+  return x0;
+#else
+#error "poolrun-rank without a C library is built for x86_64 and aarch64 only"
+#endif
+#else
+  long result = ::syscall(number, static_cast<long>(args)...);
+  return result == -1 ? -errno : result;
+#endif
+}
+
+template <class T>
+long address(T* p) {
+  return reinterpret_cast<long>(p);
+}
+
+}  // namespace
+
+long openRead(const char* path) {
+  return call(__NR_openat, kAtCwd, address(path), kReadOnlyCloseOnExec, 0);
+}
+long read(int fd, char* buffer, size_t size) {
+  return call(__NR_read, fd, address(buffer), static_cast<long>(size));
+}
+long write(int fd, const char* buffer, size_t size) {
+  return call(__NR_write, fd, address(buffer), static_cast<long>(size));
+}
+long close(int fd) {
+  return call(__NR_close, fd);
+}
+long execve(const char* path, char* const argv[], char* const envp[]) {
+  return call(__NR_execve, address(path), address(argv), address(envp));
+}
+long getAffinity(CpuMask& cpus) {
+  cpus = CpuMask();
+  return call(__NR_sched_getaffinity, 0, static_cast<long>(CpuMask::kBytes), address(cpus.words()));
+}
+long setAffinity(const CpuMask& cpus) {
+  return call(__NR_sched_setaffinity, 0, static_cast<long>(CpuMask::kBytes), address(cpus.words()));
+}
+long bindMemory(const NodeMask& nodes) {
+  // The kernel reads maxnode - 1 bits (libnuma and hwloc pass one more than they mean, too).
+  return call(__NR_set_mempolicy, kMpolBind, address(nodes.words()), static_cast<long>(NodeMask::kSize + 1));
+}
+long getMemoryBinding(NodeMask& nodes) {
+  nodes = NodeMask();
+  int mode = 0;
+  long r = call(__NR_get_mempolicy, address(&mode), address(nodes.words()),
+                static_cast<long>(NodeMask::kSize + 1), 0, 0);
+  if (r >= 0 && (mode & 0xff) != kMpolBind) nodes = NodeMask();  // the mode flags are in the high bits
+  return r;
+}
+char* mapMemory(size_t size) {
+  long r = call(__NR_mmap, 0, static_cast<long>(size), kProtReadWrite, kMapPrivateAnonymous, -1, 0);
+  return r < 0 && r > -4096 ? nullptr : reinterpret_cast<char*>(r);
+}
+bool hostName(Line& out) {
+  struct {
+    char field[6][65];
+  } names = {};
+  if (call(__NR_uname, address(&names)) < 0) return false;
+  out.add(names.field[1]);  // sysname, nodename, ...
+  return true;
+}
+void exit(int status) {
+  for (;;) call(__NR_exit_group, status);
+}
+
+Text readFile(const char* path, char* buffer, size_t size) {
+  long fd = openRead(path);
+  if (fd < 0) return {};
+  size_t got = 0;
+  while (got + 1 < size) {
+    long n = read(static_cast<int>(fd), buffer + got, size - 1 - got);
+    if (n < 0) {
+      close(static_cast<int>(fd));
+      return {};
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(static_cast<int>(fd));
+  buffer[got] = '\0';
+  return {buffer, got};
+}
+
+Text errorText(long error) {
+#if !POOLRUN_FREESTANDING
+  return std::strerror(static_cast<int>(-error));
+#else
+  switch (-error) {
+    case 1:
+      return "Operation not permitted";
+    case 2:
+      return "No such file or directory";
+    case 3:
+      return "No such process";
+    case 5:
+      return "Input/output error";
+    case 7:
+      return "Argument list too long";
+    case 8:
+      return "Exec format error";
+    case 12:
+      return "Cannot allocate memory";
+    case 13:
+      return "Permission denied";
+    case 14:
+      return "Bad address";
+    case 20:
+      return "Not a directory";
+    case 21:
+      return "Is a directory";
+    case 22:
+      return "Invalid argument";
+    case 26:
+      return "Text file busy";
+    case 36:
+      return "File name too long";
+    case 40:
+      return "Too many levels of symbolic links";
+    default:
+      return "Unknown error";
+  }
+#endif
+}
+
+}  // namespace poolrun::runtime::core::sys
+
+namespace poolrun::runtime::core {
+namespace {
+
+// A file of sysfs or procfs that holds a list ("0-3,8").
+template <class Mask>
+bool readList(const char* path, Mask& out) {
+  char text[8192];
+  Text t = sys::readFile(path, text, sizeof text);
+  return t.isSet() && out.parseList(t);
+}
+
+// The CPUs of this process's cgroup (v2 cpuset.cpus.effective, v1 cpuset.effective_cpus).
+bool cgroupCpus(CpuMask& out) {
+  char text[4096];
+  Text cgroups = sys::readFile("/proc/self/cgroup", text, sizeof text);
+  for (size_t at = 0; cgroups.isSet() && at < cgroups.size;) {
+    size_t end = cgroups.find('\n', at);
+    Text line = cgroups.sub(at, end - at);  // ID:CONTROLLERS:PATH
+    at = end + 1;
+    size_t c1 = line.find(':'), c2 = line.find(':', c1 + 1);
+    if (c2 >= line.size) continue;
+    Text controllers = line.sub(c1 + 1, c2 - c1 - 1), path = line.sub(c2 + 1);
+    bool cpuset = false;  // cgroup v1: the hierarchy that has the cpuset controller
+    for (size_t s = 0; s < controllers.size;) {
+      size_t e = controllers.find(',', s);
+      cpuset = cpuset || controllers.sub(s, e - s) == "cpuset";
+      s = e + 1;
+    }
+    Line file;
+    if (controllers.empty()) {
+      file.add("/sys/fs/cgroup").add(path).add("/cpuset.cpus.effective");
+    } else if (cpuset) {
+      file.add("/sys/fs/cgroup/cpuset").add(path).add("/cpuset.effective_cpus");
+    } else {
+      continue;
+    }
+    CpuMask cpus;
+    if (readList(file.c_str(), cpus) && !cpus.empty()) {
+      out = cpus;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+CpuMask SystemBinder::machineCpus() {
+  CpuMask online, allowed;
+  if (!readList("/sys/devices/system/cpu/online", online)) {
+    sys::getAffinity(online);
+    return online;
+  }
+  return cgroupCpus(allowed) ? online & allowed : online;
+}
+
+bool SystemBinder::numaNode(unsigned i, unsigned& index, CpuMask& cpus) {
+  if (!read_) {
+    read_ = true;
+    numa_ = readList("/sys/devices/system/node/online", online_) && !online_.empty();
+  }
+  if (!numa_) {  // a kernel without NUMA: one node of every CPU
+    if (i > 0) return false;
+    index = 0;
+    cpus = machineCpus();
+    return true;
+  }
+  unsigned node = online_.next(0);
+  for (unsigned k = 0; k < i && node < NodeMask::kSize; ++k) node = online_.next(node + 1);
+  if (node >= NodeMask::kSize) return false;
+  Line path;
+  path.add("/sys/devices/system/node/node").add(node).add("/cpulist");
+  index = node;
+  if (!readList(path.c_str(), cpus)) cpus = CpuMask();  // a node of memory alone lists no CPU
+  return true;
+}
+
+bool SystemBinder::bindCpus(const CpuMask& cpus, Line& why) {
+  long r = sys::setAffinity(cpus);
+  if (r < 0) why.add(sys::errorText(r));
+  return r >= 0;
+}
+
+CpuMask SystemBinder::boundCpus() {
+  CpuMask cpus;
+  sys::getAffinity(cpus);
+  return cpus;
+}
+
+bool SystemBinder::bindMemory(const NodeMask& nodes, Line& why) {
+  long r = sys::bindMemory(nodes);
+  if (r < 0) why.add(sys::errorText(r));
+  return r >= 0;
+}
+
+NodeMask SystemBinder::boundMemory() {
+  NodeMask nodes;
+  if (sys::getMemoryBinding(nodes) < 0) nodes = NodeMask();
+  return nodes;
+}
+
+unsigned downPorts(Text ncclIbHca, Text sysfsRoot, ProblemSink& sink) {
+  Text list = ncclIbHca;
+  if (list.startsWith("^")) return 0;
+  if (list.startsWith("=")) list = list.sub(1);
+  while (sysfsRoot.size > 1 && sysfsRoot[sysfsRoot.size - 1] == '/') --sysfsRoot.size;
+  unsigned found = 0;
+  for (size_t at = 0; at < list.size;) {
+    size_t end = list.find(',', at);
+    Text item = list.sub(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    size_t colon = item.find(':');
+    Text nic = item.sub(0, colon);
+    Text port = colon == item.size ? Text("1") : item.sub(colon + 1);
+    Line file;
+    file.add(sysfsRoot).add(sysfsRoot == "/" ? "" : "/").add("class/infiniband/").add(nic).add("/ports/");
+    file.add(port).add("/state");
+    char text[256];
+    Text state = sys::readFile(file.c_str(), text, sizeof text);
+    while (state.size > 0 && (state[state.size - 1] == '\n' || state[state.size - 1] == ' ' ||
+                              state[state.size - 1] == '\t' || state[state.size - 1] == '\r')) {
+      --state.size;
+    }
+    Line problem;
+    if (state.empty()) {
+      problem.add(nic).add(" port ").add(port).add(" does not exist on this node (").add(file.text());
+      problem.add(" cannot be read): check NCCL_IB_HCA and that the NIC's driver is loaded");
+    } else if (state.startsWith("4:") || state.startsWith("5:")) {
+      // "4: ACTIVE" and "5: ACTIVE_DEFER" carry traffic; DOWN, INIT (no subnet manager) and ARMED do not.
+      continue;
+    } else {
+      problem.add(nic).add(" port ").add(port).add(" is ").add(state).add(" (").add(file.text());
+      problem.add("): NCCL would hang connecting through it");
+    }
+    sink.problem(problem.text());
+    ++found;
+  }
+  return found;
+}
+
+}  // namespace poolrun::runtime::core

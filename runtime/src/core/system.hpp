@@ -1,0 +1,67 @@
+#pragma once
+
+// The kernel, as the rank core uses it: Linux system calls, each returning what the kernel returns
+// (>= 0, or -errno). poolrun-rank makes them itself where it is built without a C library; elsewhere
+// they go through the C library's syscall().
+
+#include "binding.hpp"
+#include "bits.hpp"
+#include "text.hpp"
+
+namespace poolrun::runtime::core::sys {
+
+long openRead(const char* path);
+long read(int fd, char* buffer, size_t size);
+long write(int fd, const char* buffer, size_t size);
+long close(int fd);
+long execve(const char* path, char* const argv[], char* const envp[]);
+long getAffinity(CpuMask& cpus);
+long setAffinity(const CpuMask& cpus);
+long bindMemory(const NodeMask& nodes);  // set_mempolicy(MPOL_BIND): survives exec
+long getMemoryBinding(NodeMask& nodes);  // the nodes of an MPOL_BIND policy; none for another policy
+char* mapMemory(size_t size);            // zeroed anonymous memory; null when refused
+bool hostName(Line& out);
+[[noreturn]] void exit(int status);
+
+// The first `size` - 1 bytes of the file at `path`, NUL-terminated in `buffer`; an unset Text when it
+// cannot be read.
+Text readFile(const char* path, char* buffer, size_t size);
+
+// The C library's words for -errno (as strerror gives them).
+Text errorText(long error);
+
+// Errors this code tells apart.
+inline constexpr long kNoEntry = -2, kNoExec = -8, kAccess = -13, kNotDir = -20;
+
+}  // namespace poolrun::runtime::core::sys
+
+namespace poolrun::runtime::core {
+
+// This machine: the CPUs its cgroup allows, its NUMA nodes from sysfs, binding by system calls.
+class SystemBinder final : public Binder {
+ public:
+  CpuMask machineCpus() override;
+  bool numaNode(unsigned i, unsigned& index, CpuMask& cpus) override;
+  bool bindCpus(const CpuMask& cpus, Line& why) override;
+  CpuMask boundCpus() override;
+  bool bindMemory(const NodeMask& nodes, Line& why) override;
+  NodeMask boundMemory() override;
+
+ private:
+  NodeMask online_;
+  bool read_ = false;
+  bool numa_ = false;  // sysfs lists NUMA nodes
+};
+
+// One line per port of `ncclIbHca` (NCCL's syntax: "=mlx5_0:1,mlx5_1"; port 1 where none is named)
+// that is not ACTIVE under SYSFS_ROOT/class/infiniband. An exclusion list ("^...") names none.
+class ProblemSink {
+ public:
+  virtual void problem(Text line) = 0;
+
+ protected:
+  ~ProblemSink() = default;
+};
+unsigned downPorts(Text ncclIbHca, Text sysfsRoot, ProblemSink& sink);
+
+}  // namespace poolrun::runtime::core

@@ -1,0 +1,135 @@
+#pragma once
+
+// Text without a C library: a view of characters and a fixed-capacity line to build messages in.
+// The rank core (this folder) runs in poolrun-rank, which starts without glibc in front of every
+// rank, and in libpoolrun_runtime; so it allocates nothing and throws nothing.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace poolrun::runtime::core {
+
+using std::size_t;
+
+constexpr size_t length(const char* s) {
+  size_t n = 0;
+  while (s[n] != '\0') ++n;
+  return n;
+}
+
+// A view of `size` characters; `data` is null for a variable that is not set, which differs from
+// one set to the empty string.
+struct Text {
+  const char* data = nullptr;
+  size_t size = 0;
+
+  constexpr Text() = default;
+  constexpr Text(const char* s) : data(s), size(s == nullptr ? 0 : length(s)) {}  // NOLINT: implicit
+  constexpr Text(const char* s, size_t n) : data(s), size(n) {}
+
+  constexpr bool isSet() const { return data != nullptr; }
+  constexpr bool empty() const { return size == 0; }
+  constexpr char operator[](size_t i) const { return data[i]; }
+  constexpr bool operator==(Text other) const {
+    if (size != other.size) return false;
+    for (size_t i = 0; i < size; ++i) {
+      if (data[i] != other.data[i]) return false;
+    }
+    return true;
+  }
+  constexpr bool startsWith(Text prefix) const {
+    return size >= prefix.size && Text(data, prefix.size) == prefix;
+  }
+  // The position of the first `c` at or after `from`, or `size`.
+  constexpr size_t find(char c, size_t from = 0) const {
+    for (size_t i = from; i < size; ++i) {
+      if (data[i] == c) return i;
+    }
+    return size;
+  }
+  constexpr Text sub(size_t from, size_t n = SIZE_MAX) const {
+    if (from > size) from = size;
+    return {data + from, n < size - from ? n : size - from};
+  }
+};
+
+// `text` as a decimal number in 0..max: digits only, no sign, no spaces.
+constexpr bool parseNumber(Text text, long max, long& out) {
+  if (text.empty()) return false;
+  long n = 0;
+  for (size_t i = 0; i < text.size; ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    n = n * 10 + (text[i] - '0');
+    if (n > max) return false;
+  }
+  out = n;
+  return true;
+}
+
+// A message under construction, cut (and marked with "...") at its capacity.
+class Line {
+ public:
+  static constexpr size_t kCapacity = 1024;
+
+  Line& add(Text t) {
+    for (size_t i = 0; i < t.size; ++i) put(t[i]);
+    return *this;
+  }
+  Line& add(const char* s) { return add(Text(s)); }
+  Line& add(long n) {
+    char digits[24];
+    size_t k = 0;
+    unsigned long u = n < 0 ? 0UL - static_cast<unsigned long>(n) : static_cast<unsigned long>(n);
+    do {
+      digits[k++] = static_cast<char>('0' + u % 10);
+      u /= 10;
+    } while (u != 0);
+    if (n < 0) put('-');
+    while (k > 0) put(digits[--k]);
+    return *this;
+  }
+  Line& add(int n) { return add(static_cast<long>(n)); }
+  Line& add(unsigned n) { return add(static_cast<long>(n)); }
+  Line& add(size_t n) { return add(static_cast<long>(n)); }
+  // `text` between single quotes, as the messages quote a value.
+  Line& quoted(Text t) { return add("'").add(t).add("'"); }
+  void clear() { size_ = 0; }
+
+  Text text() const { return {chars_, size_}; }
+  const char* c_str() const { return chars_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  void put(char c) {
+    if (size_ + 1 < kCapacity) {
+      chars_[size_++] = c;
+      chars_[size_] = '\0';
+    } else if (chars_[kCapacity - 2] != '.') {
+      for (size_t i = kCapacity - 4; i < kCapacity - 1; ++i) chars_[i] = '.';
+    }
+  }
+
+  char chars_[kCapacity] = {};
+  size_t size_ = 0;
+};
+
+// The variables of a rank's environment, by name; Text() for one that is not set.
+class Variables {
+ public:
+  virtual Text get(const char* name) const = 0;
+
+ protected:
+  ~Variables() = default;
+};
+
+// Receives variables (a rank's plan, the torch.distributed set); the values may live only for the
+// call, so an implementation copies them. Returns false to stop (out of room).
+class VariableSink {
+ public:
+  virtual bool set(Text name, Text value) = 0;
+
+ protected:
+  ~VariableSink() = default;
+};
+
+}  // namespace poolrun::runtime::core
