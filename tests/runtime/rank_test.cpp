@@ -258,6 +258,7 @@ TEST(BindingTest, ThisMachineThroughTheKernel) {
   auto binder = systemBinder();
   CpuSet before = binder->boundCpus();
   ASSERT_FALSE(before.empty());
+  EXPECT_EQ(binder->machineCpus() & before, before) << "the cgroup allows what the process runs on";
   CpuSet one({before.cpus().front()});
   BindingResult r = applyBinding(*binder, {one, -1});
   EXPECT_TRUE(r.cpus_as_planned) << (r.problems.empty() ? "" : r.problems[0]);
@@ -312,6 +313,84 @@ TEST(LaunchToRankTest, RendezvousAndBinding) {
   }
   EXPECT_EQ(rankEnvironment(launcher::encodeRankEnv(plan, true), 0).count("POOLRUN_CPUSET"), 0u)
       << "a simulated node's planned cores are a fixture's";
+}
+
+// The rank core's JSON reader (poolrun-rank has no C library, so no JSON library either): what
+// JSON allows is read as JSON means it, and anything else is refused with a reason.
+std::string rankEnvDoc(const std::string& sets, const std::string& rest = "") {
+  return R"({"schema": "poolrun.rank-env/1", "sets": )" + sets +
+         R"(, "templates": [[0, 1]], "runs": [[0, 2, 2, 0]])" + rest + "}";
+}
+
+TEST(RankEnvTest, ReadsWhatJsonAllows) {
+  std::string doc = "\n\t" +
+                    rankEnvDoc(R"([{"A": "caf\u00e9 \ud83d\ude80 \"q\" \\ \/ \b\f\n\r\t", "B": ""},
+                                              {"A": "second", "A": "last wins"}])",
+                               R"(, "unknown": [1.5e3, -0, true, false, null, {"x": [[]]}, "s"])") +
+                    " \r\n";
+  EXPECT_EQ(rankEnvironment(doc, 0),
+            (std::map<std::string, std::string>{{"A", "caf\xc3\xa9 \xf0\x9f\x9a\x80 \"q\" \\ / \b\f\n\r\t"},
+                                                {"B", ""}}));
+  EXPECT_EQ(rankEnvironment(doc, 1), (std::map<std::string, std::string>{{"A", "last wins"}}));
+  // Members in any order, runs that skip ranks, templates with several node types.
+  std::string runs =
+      R"({"runs": [[0, 1, 2, 1], [4, 2, 1, 0]], "templates": [[2], [0, 1]], "sets": [{"X": "a"}, {"X": "b"}, {"X": "c"}],
+                         "schema": "poolrun.rank-env/1"})";
+  EXPECT_EQ(rankEnvironment(runs, 1).at("X"), "b");
+  EXPECT_EQ(rankEnvironment(runs, 5).at("X"), "c");
+  EXPECT_THROW(rankEnvironment(runs, 3), Error) << "rank 3 is in no run";
+}
+
+TEST(RankEnvTest, RefusesMalformedDocumentsSayingWhy) {
+  struct Case {
+    std::string doc;
+    const char* says;
+  };
+  std::string nested(100, '[');
+  for (
+      const Case& c : std::vector<Case>{
+          {"", "not a JSON object"},
+          {"[]", "not a JSON object"},
+          {rankEnvDoc("[{}]") + "x", "not a JSON object"},
+          {rankEnvDoc("[{}]").substr(1), "not a JSON object"},
+          {rankEnvDoc(R"([{"A": "\x"}])"), "not a JSON object"},
+          {rankEnvDoc(R"([{"A": "\ud83d"}])"), "not a JSON object"},
+          {rankEnvDoc(R"([{"A": "\udc00"}])"), "not a JSON object"},
+          {rankEnvDoc("[{\"A\": \"tab\there\"}]"), "not a JSON object"},
+          {rankEnvDoc("[{}]", ", \"x\": 01"), "not a JSON object"},
+          {rankEnvDoc("[{}]", ", \"x\": " + nested), "not a JSON object"},
+          {R"({"schema": "poolrun.rank-env/2", "sets": [], "templates": [], "runs": []})", "schema is not"},
+          {R"({"schema": 1, "sets": [], "templates": [], "runs": []})", "schema is not"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": {}, "templates": [], "runs": []})", "must be arrays"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": [], "templates": [], "runs": [[0, 1, 1]]})",
+           "each run must be"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": [], "templates": [], "runs": [[0, 1, 1, -1]]})",
+           "each run must be"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": [], "templates": [], "runs": [[0, 1, 1, 1.0]]})",
+           "each run must be"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": [], "templates": [], "runs": [[0, 1, 1, 4294967296]]})",
+           "each run must be"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": [], "templates": [], "runs": [[0, 1, 1, 0]]})",
+           "missing template"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": [], "templates": [[0]], "runs": [[0, 1, 1, 0]]})",
+           "has no set for local rank 0"},
+          {R"({"schema": "poolrun.rank-env/1", "sets": [{}], "templates": [["0"]], "runs": [[0, 1, 1, 0]]})",
+           "has no set"},
+          {rankEnvDoc(R"([[], {}])"), "a set must be an object"},
+          {rankEnvDoc(R"([{"A=B": "1"}, {}])"), "bad variable 'A=B'"},
+          {rankEnvDoc(R"([{"": "1"}, {}])"), "bad variable ''"},
+          {rankEnvDoc(R"([{"A": 1}, {}])"), "bad variable 'A'"},
+          {rankEnvDoc(R"([{"A": "nul\u0000"}, {}])"), "bad variable 'A'"},
+      }) {
+    try {
+      rankEnvironment(c.doc, 0);
+      ADD_FAILURE() << "accepted " << c.doc;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+      EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << c.doc << "\n" << e.what();
+      EXPECT_NE(std::string(e.what()).find("POOLRUN_RANK_ENV: "), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The rank's own RDMA ports, read from a fake /sys: only ACTIVE ones pass.

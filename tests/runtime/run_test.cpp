@@ -222,6 +222,68 @@ TEST(RankWrapperTest, StopsBeforeTheProgramWhenItsPortIsDown) {
   EXPECT_TRUE(std::filesystem::exists(sys.path() / "ran"));
 }
 
+// poolrun-rank finds and starts the program as execvp would (it has no C library to do it): the
+// PATH in order, past a file it may not execute, a script without "#!" through /bin/sh, and a
+// message naming the program and the system's reason when there is none to run.
+TEST(RankWrapperTest, StartsTheProgramAsExecvpDoes) {
+  poolrun::test::TempDir dir;
+  std::string marker = (dir.path() / "ran").string();
+  dir.write("a/prog", "#!/bin/sh\necho a > " + marker + "\n");  // not executable
+  dir.write("b/prog", "#!/bin/sh\necho b:\"$1\" > " + marker + "\n");
+  dir.write("b/noshebang", "echo sh:\"$1\" > " + marker + "\n");
+  dir.write("c/locked", "#!/bin/sh\n");
+  std::filesystem::permissions(dir.path() / "b/prog", std::filesystem::perms::owner_all);
+  std::filesystem::permissions(dir.path() / "b/noshebang", std::filesystem::perms::owner_all);
+  std::string path =
+      "PATH=" + dir.path().string() + "/missing:" + dir.path().string() + "/a:" + dir.path().string() + "/b ";
+  auto found = poolrun::test::runShell(path + POOLRUN_RANK_BINARY + " prog 'x y'");
+  EXPECT_EQ(found.status, 0) << found.err;
+  EXPECT_EQ(slurp(marker), "b:x y\n");
+  auto script = poolrun::test::runShell(path + POOLRUN_RANK_BINARY + " noshebang arg");
+  EXPECT_EQ(script.status, 0) << script.err;
+  EXPECT_EQ(slurp(marker), "sh:arg\n");
+  auto direct =
+      poolrun::test::runShell(std::string(POOLRUN_RANK_BINARY) + " " + dir.path().string() + "/b/prog z");
+  EXPECT_EQ(direct.status, 0) << direct.err;
+  EXPECT_EQ(slurp(marker), "b:z\n");
+  // Not executable anywhere on the PATH: the permission is the reason, not "not found". (As root,
+  // execve refuses a file without any execute bit all the same.)
+  auto locked =
+      poolrun::test::runShell("PATH=" + dir.path().string() + "/c " + POOLRUN_RANK_BINARY + " locked");
+  EXPECT_EQ(locked.status, 127);
+  EXPECT_NE(locked.err.find("poolrun-rank: error: cannot run 'locked': Permission denied"), std::string::npos)
+      << locked.err;
+  auto missing = poolrun::test::runShell(path + POOLRUN_RANK_BINARY + " no-such-program");
+  EXPECT_EQ(missing.status, 127);
+  EXPECT_NE(
+      missing.err.find("cannot run 'no-such-program': No such file or directory (check the program's path"),
+      std::string::npos)
+      << missing.err;
+}
+
+// The plan's variables reach the program byte for byte (JSON escapes decoded), the rest of the
+// environment is passed on, and POOLRUN_RANK_ENV itself is not.
+TEST(RankWrapperTest, ExportsThePlanAsWritten) {
+  poolrun::test::TempDir dir;
+  dir.write("doc.json", R"({"schema": "poolrun.rank-env/1", "templates": [[0, 1]], "runs": [[0, 1, 2, 0]],
+    "sets": [{"A": "zero"}, {"A": "caf\u00e9 \ud83d\ude80 'q' \"d\" \\ $HOME", "CUDA_VISIBLE_DEVICES": "1"}]})");
+  std::string out = (dir.path() / "env").string();
+  auto r = poolrun::test::runShell(
+      "KEEP=kept OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 POOLRUN_RANK_ENV=\"$(cat " +
+      (dir.path() / "doc.json").string() + ")\" " + POOLRUN_RANK_BINARY +
+      " sh -c 'printf \"%s|%s|%s|%s|%s|\" \"$A\" \"$CUDA_VISIBLE_DEVICES\" \"$KEEP\" \"$RANK\" "
+      "\"${POOLRUN_RANK_ENV-unset}\" > " +
+      out + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(slurp(out), "caf\xc3\xa9 \xf0\x9f\x9a\x80 'q' \"d\" \\ $HOME|1|kept|1|unset|");
+  auto bad = poolrun::test::runShell("OMPI_COMM_WORLD_RANK=1 POOLRUN_RANK_ENV='{\"schema\": 1}' " +
+                                     std::string(POOLRUN_RANK_BINARY) + " true");
+  EXPECT_EQ(bad.status, 127);
+  EXPECT_NE(bad.err.find("poolrun-rank: error: rank 1: POOLRUN_RANK_ENV: schema is not poolrun.rank-env/1"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST_F(RuntimeRunTest, PytorchDdpRecipe) {
   auto probe = poolrun::test::runShell("python3 -c 'import torch, torch.distributed' 2>&1");
   if (probe.status != 0) {
