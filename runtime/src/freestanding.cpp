@@ -47,11 +47,17 @@ void __cxa_pure_virtual() {
   poolrun::runtime::core::sys::exit(127);
 }
 
+// Set by the linker around the constructors of objects with static storage (none today; the
+// core initialises everything at compile time, but one added later still runs).
+extern void (*__init_array_start[])(int, char**, char**) __attribute__((weak));
+extern void (*__init_array_end[])(int, char**, char**) __attribute__((weak));
+
 // The kernel starts a process with argc, argv, NULL, envp, NULL, auxv on the stack.
 [[noreturn]] void poolrunRankStart(long* stack) {
   int argc = static_cast<int>(stack[0]);
   char** argv = reinterpret_cast<char**>(stack + 1);
   char** envp = argv + argc + 1;
+  for (auto* init = __init_array_start; init != __init_array_end; ++init) (*init)(argc, argv, envp);
   poolrun::runtime::core::sys::exit(poolrun::runtime::core::rankMain(argc, argv, envp));
 }
 
