@@ -72,6 +72,8 @@ class CoreView final : public core::Binder {
 // The kernel (core::SystemBinder) behind the C++ interface.
 class SystemBinder final : public Binder {
  public:
+  explicit SystemBinder(std::string root) : root_(std::move(root)), kernel_(coreText(root_)) {}
+
   topo::CpuSet machineCpus() override { return cpuSet(kernel_.machineCpus()); }
   std::vector<std::pair<int, topo::CpuSet>> numaNodes() override {
     std::vector<std::pair<int, topo::CpuSet>> out;
@@ -94,13 +96,14 @@ class SystemBinder final : public Binder {
   std::vector<int> boundMemory() override { return nodeList(kernel_.boundMemory()); }
 
  private:
+  std::string root_;
   core::SystemBinder kernel_;
 };
 
 }  // namespace
 
-std::unique_ptr<Binder> systemBinder() {
-  return std::make_unique<SystemBinder>();
+std::unique_ptr<Binder> systemBinder(const std::string& root) {
+  return std::make_unique<SystemBinder>(root);
 }
 
 BindingResult applyBinding(Binder& binder, const BindingRequest& request) {

@@ -72,10 +72,14 @@ class Environ final : public Variables, public VariableSink {
     digits.add(value);
     return set(name, digits.text());
   }
+  // Every copy of `name`, the others keeping their order.
   void unset(const char* name) {
-    size_t i = find(name);
-    if (i == count_) return;
-    entries_[i] = entries_[--count_];
+    size_t kept = 0;
+    for (size_t i = 0; i < count_; ++i) {
+      if (!(Text(entries_[i]).startsWith(name) && entries_[i][length(name)] == '='))
+        entries_[kept++] = entries_[i];
+    }
+    count_ = kept;
   }
   // NULL-terminated, for execve.
   char** envp() {
@@ -150,7 +154,8 @@ bool bind(Environ& env, int rank) {
   if (mode == BindMode::kOff) return true;
   // Open MPI's rankfile has bound this process already where the plan names no cores of this
   // machine (the simulated cluster), and with one NUMA node there is no memory to place.
-  Line cpus;
+  static constinit LongLine cpus;  // any binding's list in full (64 KiB, off the stack)
+  cpus.clear();
   if (!env.get("POOLRUN_CPUSET").isSet() && request.numa < 0 && singleNumaNode()) {
     request.cpus.addList(cpus);
     env.set("POOLRUN_BOUND_CPUS", cpus.text());
@@ -162,7 +167,8 @@ bool bind(Environ& env, int rank) {
   const BindingResult& result = bindingResult;
   result.cpus.addList(cpus);
   env.set("POOLRUN_BOUND_CPUS", cpus.text());
-  Line memory;
+  static constinit LongLine memory;
+  memory.clear();
   for (unsigned n = result.memory.next(0); n < NodeMask::kSize; n = result.memory.next(n + 1))
     memory.add(memory.empty() ? "" : ",").add(n);
   env.set("POOLRUN_BOUND_MEMORY", memory.text());
@@ -200,6 +206,7 @@ bool portsUp(const Environ& env, int rank) {
 int run(char** argv, char** envp, const Environ& env, Arena& arena) {
   Text program = argv[0];
   long error = sys::kNoEntry;
+  // Returns whether a later directory of PATH may still hold the program.
   auto attempt = [&](const char* path) {
     long r = sys::execve(path, argv, envp);
     if (r == sys::kNoExec) {  // as execvp does: a script without "#!"
@@ -213,26 +220,35 @@ int run(char** argv, char** envp, const Environ& env, Arena& arena) {
         sys::execve("/bin/sh", shell, envp);
       }
     }
-    // A later directory may still hold it; EACCES is remembered over "not found".
+    // EACCES is remembered over "not found", as execvp reports it.
     if (r == sys::kAccess || error != sys::kAccess) error = r;
-    return r == sys::kNoEntry || r == sys::kNotDir || r == sys::kAccess;
+    return r == sys::kNoEntry || r == sys::kNotDir || r == sys::kAccess || r == sys::kNoDevice ||
+           r == sys::kTimedOut || r == sys::kStale || r == sys::kNameTooLong;
   };
-  if (program.find('/') < program.size) {
+  if (program.empty()) {
+    error = sys::kNoEntry;
+  } else if (program.find('/') < program.size) {
     attempt(argv[0]);
   } else {
     Text path = env.get("PATH");
     if (!path.isSet()) path = "/bin:/usr/bin";
     for (size_t at = 0; at <= path.size;) {
       size_t end = path.find(':', at);
-      Line file;
       Text dir = path.sub(at, end - at);
-      file.add(dir.empty() ? Text(".") : dir).add("/").add(program);
       at = end + 1;
+      static constinit LongLine file;
+      file.clear();
+      file.add(dir.empty() ? Text(".") : dir).add("/").add(program);
+      if (file.truncated()) {
+        if (error != sys::kAccess) error = sys::kNameTooLong;
+        continue;
+      }
       if (!attempt(file.c_str())) break;
     }
   }
   Line line;
-  line.add("error: cannot run ").quoted(program).add(": ").add(sys::errorText(error));
+  line.add("error: cannot run ").quoted(program).add(": ");
+  sys::describe(line, error);
   say(line.add(" (check the program's path and that it is executable on every node)").text());
   return 127;
 }
@@ -241,13 +257,15 @@ int run(char** argv, char** envp, const Environ& env, Arena& arena) {
 
 int rankMain(int argc, char** argv, char** envp) {
   if (argc < 2) {
-    say("usage: poolrun-rank PROGRAM [ARGS...] (started by poolrun in front of every rank)");
+    Text usage = "usage: poolrun-rank PROGRAM [ARGS...] (started by poolrun in front of every rank)\n";
+    sys::write(2, usage.data, usage.size);
     return 2;
   }
   size_t count = 0, bytes = 0;
   for (char** e = envp; e != nullptr && *e != nullptr; ++e, ++count) bytes += length(*e);
-  // The plan's variables and their copies: a variable takes at least 6 bytes of the document.
-  Arena arena(2 * bytes + count * sizeof(char*) + 256 * 1024);
+  // The plan's variables and their copies (a variable takes at least 6 bytes of the document), and
+  // the arguments of /bin/sh for a script.
+  Arena arena(2 * bytes + (count + static_cast<size_t>(argc) + 2) * sizeof(char*) + 256 * 1024);
   if (!arena.ok()) {
     say("error: out of memory for the rank's environment");
     return 127;

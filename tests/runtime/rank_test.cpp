@@ -277,6 +277,60 @@ TEST(BindingTest, ThisMachineThroughTheKernel) {
   }
 }
 
+// The machine as the kernel describes it, from a captured tree: the cgroup's CPUs come from the
+// nearest cgroup up the path that has the cpuset controller, and memory goes only to NUMA nodes
+// that have memory and that the cgroup allows.
+TEST(BindingTest, TheMachineFromProcAndSys) {
+  poolrun::test::TempDir root;
+  root.write("sys/devices/system/cpu/online", "0-15\n");
+  root.write("sys/devices/system/node/online", "0-3\n");
+  root.write("sys/devices/system/node/has_memory", "0-1,3\n");
+  for (int n = 0; n < 4; ++n) {
+    root.write("sys/devices/system/node/node" + std::to_string(n) + "/cpulist",
+               n == 3 ? "\n" : std::to_string(4 * n) + "-" + std::to_string(4 * n + 3) + "\n");
+  }
+  // cgroup v2: the job's step has no cpuset controller of its own, the job has.
+  root.write("proc/self/cgroup", "0::/slurm/job_7/step_0\n");
+  root.write("sys/fs/cgroup/slurm/job_7/cpuset.cpus.effective", "2-9\n");
+  root.write("sys/fs/cgroup/slurm/job_7/cpuset.mems.effective", "0,2-3\n");
+  root.write("sys/fs/cgroup/slurm/cpuset.cpus.effective", "0-15\n");
+  auto machine = systemBinder(root.path().string());
+  EXPECT_EQ(machine->machineCpus(), CpuSet::parseList("2-9"));
+  auto numa = machine->numaNodes();
+  ASSERT_EQ(numa.size(), 2u) << "node 1 is not allowed, node 2 has no memory";
+  EXPECT_EQ(numa[0], (std::pair<int, CpuSet>{0, CpuSet::parseList("0-3")}));
+  EXPECT_EQ(numa[1], (std::pair<int, CpuSet>{3, CpuSet()})) << "a node of memory alone";
+
+  // cgroup v1: the hierarchy that has the cpuset controller, among others.
+  root.write("proc/self/cgroup", "5:cpuacct,cpu:/\n3:cpuset,memory:/docker/abc\n");
+  root.write("sys/fs/cgroup/cpuset/docker/abc/cpuset.effective_cpus", "12-15,0");
+  EXPECT_EQ(systemBinder(root.path().string())->machineCpus(), CpuSet::parseList("0,12-15"));
+  // No cgroup that says (a kernel without cpusets): every online CPU.
+  root.write("proc/self/cgroup", "0::/user.slice\n");
+  EXPECT_EQ(systemBinder(root.path().string())->machineCpus(), CpuSet::parseList("0-15"));
+  // No NUMA in the kernel: one node of every CPU.
+  std::filesystem::remove_all(root.path() / "sys/devices/system/node");
+  auto flat = systemBinder(root.path().string())->numaNodes();
+  ASSERT_EQ(flat.size(), 1u);
+  EXPECT_EQ(flat[0], (std::pair<int, CpuSet>{0, CpuSet::parseList("0-15")}));
+}
+
+TEST(BindingTest, CpuListsAsTheyAreWritten) {
+  CpuSet current = CpuSet::parseList("0-1");
+  for (const char* list : {"0-3, 8", "0-3,8,", " 0-3,8\n"}) {
+    auto r = bindingRequest({{"POOLRUN_CPUSET", list}}, current);
+    ASSERT_TRUE(r) << list;
+    EXPECT_EQ(r->cpus, CpuSet::parseList("0-3,8")) << list;
+  }
+  for (const char* list : {",0", "0,,1", "3-1", "x", "0-"}) {
+    EXPECT_THROW(bindingRequest({{"POOLRUN_CPUSET", list}}, current), Error) << list;
+  }
+  auto far = bindingRequest({{"POOLRUN_CPUSET", "100000"}, {"POOLRUN_NUMA", "2000"}}, current);
+  ASSERT_TRUE(far) << "planned CPUs and nodes this kernel cannot have are reported when binding, not refused";
+  EXPECT_EQ(far->cpus, CpuSet::parseList("100000"));
+  EXPECT_EQ(far->numa, 2000);
+}
+
 // What the launcher gives every rank: the same rendezvous, the cores and memory node to bind to.
 TEST(LaunchToRankTest, RendezvousAndBinding) {
   topo::ClusterNode n1, n2;

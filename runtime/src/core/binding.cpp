@@ -111,7 +111,7 @@ bool bindingRequest(const Variables& env, const CpuMask& current, BindingRequest
   }
   if (Text numa = env.get("POOLRUN_NUMA"); !numa.empty()) {
     long n = 0;
-    if (!parseNumber(numa, NodeMask::kSize - 1, n)) {
+    if (!parseNumber(numa, (1L << 20) - 1, n)) {
       error.add("POOLRUN_NUMA=").quoted(numa).add(" is not a NUMA node index (it is written by poolrun)");
       return false;
     }

@@ -46,25 +46,27 @@ class Bits {
     return true;
   }
 
-  // A list such as "0-3,8" (surrounding spaces and a final newline allowed; "" is empty). False
-  // for anything else, or for a member past kBits unless `beyond` counts those (up to 2^20: a
-  // plan may name CPUs this kernel cannot have, which is then said plainly).
+  // A list such as "0-3, 8" (spaces around items, a final comma and a final newline allowed; ""
+  // is empty). False for anything else, or for a member past kBits unless `beyond` counts those
+  // (up to 2^20: a plan may name CPUs this kernel cannot have, which is then said plainly).
   bool parseList(Text text, unsigned* beyond = nullptr) {
     *this = Bits();
-    while (!text.empty() && (text[text.size - 1] == '\n' || text[text.size - 1] == ' ')) --text.size;
-    while (!text.empty() && text[0] == ' ') text = text.sub(1);
+    auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\n'; };
     long max = beyond != nullptr ? (1L << 20) - 1 : long{kBits} - 1;
     size_t at = 0;
     while (at < text.size) {
       size_t comma = text.find(',', at);
       Text item = text.sub(at, comma - at);
       at = comma + 1;
+      while (!item.empty() && blank(item[0])) item = item.sub(1);
+      while (!item.empty() && blank(item[item.size - 1])) --item.size;
+      if (item.empty() && at >= text.size) break;  // a final comma, or nothing but blanks
       size_t dash = item.find('-');
       long first = 0, last = 0;
       bool ok = dash == item.size ? parseNumber(item, max, first) && (last = first, true)
                                   : parseNumber(item.sub(0, dash), max, first) &&
                                         parseNumber(item.sub(dash + 1), max, last);
-      if (!ok || first > last || (comma == text.size - 1)) return false;
+      if (!ok || first > last) return false;
       for (long i = first; i <= last; ++i) {
         if (i < long{kBits}) {
           set(static_cast<unsigned>(i));
@@ -76,7 +78,8 @@ class Bits {
     return true;
   }
   // The list form; "none" where `noneWord` is given and the set is empty.
-  void addList(Line& out, const char* noneWord = "") const {
+  template <class Out>
+  void addList(Out& out, const char* noneWord = "") const {
     bool any = false;
     for (unsigned i = next(0); i < kBits;) {
       unsigned j = i;

@@ -119,58 +119,53 @@ Text readFile(const char* path, char* buffer, size_t size) {
   long fd = openRead(path);
   if (fd < 0) return {};
   size_t got = 0;
-  while (got + 1 < size) {
-    long n = read(static_cast<int>(fd), buffer + got, size - 1 - got);
-    if (n < 0) {
-      close(static_cast<int>(fd));
-      return {};
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
+  long n = 1;
+  while (n > 0 && got + 1 < size) {
+    n = read(static_cast<int>(fd), buffer + got, size - 1 - got);
+    if (n > 0) got += static_cast<size_t>(n);
   }
   close(static_cast<int>(fd));
+  if (n != 0) return {};  // an error, or more than fits
   buffer[got] = '\0';
   return {buffer, got};
 }
 
-Text errorText(long error) {
+void describe(Line& out, long error) {
 #if !POOLRUN_FREESTANDING
-  return std::strerror(static_cast<int>(-error));
+  out.add(std::strerror(static_cast<int>(-error)));
 #else
-  switch (-error) {
-    case 1:
-      return "Operation not permitted";
-    case 2:
-      return "No such file or directory";
-    case 3:
-      return "No such process";
-    case 5:
-      return "Input/output error";
-    case 7:
-      return "Argument list too long";
-    case 8:
-      return "Exec format error";
-    case 12:
-      return "Cannot allocate memory";
-    case 13:
-      return "Permission denied";
-    case 14:
-      return "Bad address";
-    case 20:
-      return "Not a directory";
-    case 21:
-      return "Is a directory";
-    case 22:
-      return "Invalid argument";
-    case 26:
-      return "Text file busy";
-    case 36:
-      return "File name too long";
-    case 40:
-      return "Too many levels of symbolic links";
-    default:
-      return "Unknown error";
+  struct Reason {
+    long error;
+    const char* text;
+  };
+  static constexpr Reason kReasons[] = {{1, "Operation not permitted"},
+                                        {2, "No such file or directory"},
+                                        {3, "No such process"},
+                                        {5, "Input/output error"},
+                                        {7, "Argument list too long"},
+                                        {8, "Exec format error"},
+                                        {12, "Cannot allocate memory"},
+                                        {13, "Permission denied"},
+                                        {14, "Bad address"},
+                                        {16, "Device or resource busy"},
+                                        {19, "No such device"},
+                                        {20, "Not a directory"},
+                                        {21, "Is a directory"},
+                                        {22, "Invalid argument"},
+                                        {26, "Text file busy"},
+                                        {30, "Read-only file system"},
+                                        {36, "File name too long"},
+                                        {38, "Function not implemented"},
+                                        {40, "Too many levels of symbolic links"},
+                                        {110, "Connection timed out"},
+                                        {116, "Stale file handle"}};
+  for (const Reason& r : kReasons) {
+    if (r.error == -error) {
+      out.add(r.text);
+      return;
+    }
   }
+  out.add("Unknown error ").add(-error);
 #endif
 }
 
@@ -179,18 +174,32 @@ Text errorText(long error) {
 namespace poolrun::runtime::core {
 namespace {
 
-// A file of sysfs or procfs that holds a list ("0-3,8").
+// A file of sysfs or procfs under `root` ("" for this machine) that holds a list ("0-3,8").
 template <class Mask>
-bool readList(const char* path, Mask& out) {
-  char text[8192];
-  Text t = sys::readFile(path, text, sizeof text);
+bool readList(Text root, Text path, Mask& out) {
+  Line file;
+  file.add(root).add(path);
+  char text[65536];
+  Text t = file.truncated() ? Text() : sys::readFile(file.c_str(), text, sizeof text);
   return t.isSet() && out.parseList(t);
 }
 
-// The CPUs of this process's cgroup (v2 cpuset.cpus.effective, v1 cpuset.effective_cpus).
-bool cgroupCpus(CpuMask& out) {
-  char text[4096];
-  Text cgroups = sys::readFile("/proc/self/cgroup", text, sizeof text);
+Text readUnder(Text root, const char* path, char* buffer, size_t size) {
+  Line file;
+  file.add(root).add(path);
+  return file.truncated() ? Text() : sys::readFile(file.c_str(), buffer, size);
+}
+
+}  // namespace
+
+// The cpuset of this process's cgroup, from the nearest cgroup up its path that has one (a job
+// step without the controller inherits its job's): v2 cpuset.{cpus,mems}.effective, v1
+// cpuset.effective_{cpus,mems}. Nothing found: a kernel without cpusets.
+const SystemBinder::Cpuset& SystemBinder::cpuset() {
+  if (cpuset_.read) return cpuset_;
+  cpuset_.read = true;
+  char text[16384];
+  Text cgroups = readUnder(root_, "/proc/self/cgroup", text, sizeof text);
   for (size_t at = 0; cgroups.isSet() && at < cgroups.size;) {
     size_t end = cgroups.find('\n', at);
     Text line = cgroups.sub(at, end - at);  // ID:CONTROLLERS:PATH
@@ -198,44 +207,51 @@ bool cgroupCpus(CpuMask& out) {
     size_t c1 = line.find(':'), c2 = line.find(':', c1 + 1);
     if (c2 >= line.size) continue;
     Text controllers = line.sub(c1 + 1, c2 - c1 - 1), path = line.sub(c2 + 1);
-    bool cpuset = false;  // cgroup v1: the hierarchy that has the cpuset controller
+    bool v1 = false;  // the v1 hierarchy that has the cpuset controller
     for (size_t s = 0; s < controllers.size;) {
       size_t e = controllers.find(',', s);
-      cpuset = cpuset || controllers.sub(s, e - s) == "cpuset";
+      v1 = v1 || controllers.sub(s, e - s) == "cpuset";
       s = e + 1;
     }
-    Line file;
-    if (controllers.empty()) {
-      file.add("/sys/fs/cgroup").add(path).add("/cpuset.cpus.effective");
-    } else if (cpuset) {
-      file.add("/sys/fs/cgroup/cpuset").add(path).add("/cpuset.effective_cpus");
-    } else {
-      continue;
-    }
-    CpuMask cpus;
-    if (readList(file.c_str(), cpus) && !cpus.empty()) {
-      out = cpus;
-      return true;
+    if (!controllers.empty() && !v1) continue;
+    for (;;) {
+      Line dir;
+      dir.add(v1 ? "/sys/fs/cgroup/cpuset" : "/sys/fs/cgroup").add(path);
+      Line cpus, mems;
+      cpus.add(dir.text()).add(v1 ? "/cpuset.effective_cpus" : "/cpuset.cpus.effective");
+      mems.add(dir.text()).add(v1 ? "/cpuset.effective_mems" : "/cpuset.mems.effective");
+      if (!cpus.truncated() && readList(root_, cpus.text(), cpuset_.cpus) && !cpuset_.cpus.empty()) {
+        cpuset_.has_cpus = true;
+        cpuset_.has_mems = readList(root_, mems.text(), cpuset_.mems) && !cpuset_.mems.empty();
+        return cpuset_;
+      }
+      if (path.empty() || path == "/") break;
+      size_t slash = path.size;  // up to the parent cgroup
+      while (slash > 0 && path[slash - 1] != '/') --slash;
+      path.size = slash > 1 ? slash - 1 : slash;
     }
   }
-  return false;
+  return cpuset_;
 }
 
-}  // namespace
-
 CpuMask SystemBinder::machineCpus() {
-  CpuMask online, allowed;
-  if (!readList("/sys/devices/system/cpu/online", online)) {
+  CpuMask online;
+  if (!readList(root_, "/sys/devices/system/cpu/online", online)) {
     sys::getAffinity(online);
     return online;
   }
-  return cgroupCpus(allowed) ? online & allowed : online;
+  return cpuset().has_cpus ? online & cpuset().cpus : online;
 }
 
 bool SystemBinder::numaNode(unsigned i, unsigned& index, CpuMask& cpus) {
   if (!read_) {
     read_ = true;
-    numa_ = readList("/sys/devices/system/node/online", online_) && !online_.empty();
+    numa_ = readList(root_, "/sys/devices/system/node/online", nodes_) && !nodes_.empty();
+    // set_mempolicy takes only nodes that have memory and that the cgroup allows; the others are
+    // not places to bind memory to.
+    NodeMask withMemory;
+    if (readList(root_, "/sys/devices/system/node/has_memory", withMemory)) nodes_ = nodes_ & withMemory;
+    if (cpuset().has_mems) nodes_ = nodes_ & cpuset().mems;
   }
   if (!numa_) {  // a kernel without NUMA: one node of every CPU
     if (i > 0) return false;
@@ -243,19 +259,19 @@ bool SystemBinder::numaNode(unsigned i, unsigned& index, CpuMask& cpus) {
     cpus = machineCpus();
     return true;
   }
-  unsigned node = online_.next(0);
-  for (unsigned k = 0; k < i && node < NodeMask::kSize; ++k) node = online_.next(node + 1);
+  unsigned node = nodes_.next(0);
+  for (unsigned k = 0; k < i && node < NodeMask::kSize; ++k) node = nodes_.next(node + 1);
   if (node >= NodeMask::kSize) return false;
   Line path;
   path.add("/sys/devices/system/node/node").add(node).add("/cpulist");
   index = node;
-  if (!readList(path.c_str(), cpus)) cpus = CpuMask();  // a node of memory alone lists no CPU
+  if (!readList(root_, path.text(), cpus)) cpus = CpuMask();  // a node of memory alone lists no CPU
   return true;
 }
 
 bool SystemBinder::bindCpus(const CpuMask& cpus, Line& why) {
   long r = sys::setAffinity(cpus);
-  if (r < 0) why.add(sys::errorText(r));
+  if (r < 0) sys::describe(why, r);
   return r >= 0;
 }
 
@@ -267,7 +283,7 @@ CpuMask SystemBinder::boundCpus() {
 
 bool SystemBinder::bindMemory(const NodeMask& nodes, Line& why) {
   long r = sys::bindMemory(nodes);
-  if (r < 0) why.add(sys::errorText(r));
+  if (r < 0) sys::describe(why, r);
   return r >= 0;
 }
 
@@ -292,7 +308,11 @@ unsigned downPorts(Text ncclIbHca, Text sysfsRoot, ProblemSink& sink) {
     Text nic = item.sub(0, colon);
     Text port = colon == item.size ? Text("1") : item.sub(colon + 1);
     Line file;
-    file.add(sysfsRoot).add(sysfsRoot == "/" ? "" : "/").add("class/infiniband/").add(nic).add("/ports/");
+    file.add(sysfsRoot)
+        .add(sysfsRoot.empty() || sysfsRoot == "/" ? "" : "/")
+        .add("class/infiniband/")
+        .add(nic);
+    file.add("/ports/");
     file.add(port).add("/state");
     char text[256];
     Text state = sys::readFile(file.c_str(), text, sizeof text);

@@ -23,23 +23,29 @@ char* mapMemory(size_t size);            // zeroed anonymous memory; null when r
 bool hostName(Line& out);
 [[noreturn]] void exit(int status);
 
-// The first `size` - 1 bytes of the file at `path`, NUL-terminated in `buffer`; an unset Text when it
-// cannot be read.
+// The file at `path`, NUL-terminated in `buffer`; an unset Text when it cannot be read or does not
+// fit in `size` - 1 bytes (a cut list would name the wrong CPUs).
 Text readFile(const char* path, char* buffer, size_t size);
 
-// The C library's words for -errno (as strerror gives them).
-Text errorText(long error);
+// Appends the C library's words for -errno (as strerror gives them).
+void describe(Line& out, long error);
 
 // Errors this code tells apart.
-inline constexpr long kNoEntry = -2, kNoExec = -8, kAccess = -13, kNotDir = -20;
+inline constexpr long kNoEntry = -2, kNoExec = -8, kAccess = -13, kNoDevice = -19, kNotDir = -20,
+                      kNameTooLong = -36, kTimedOut = -110, kStale = -116;
 
 }  // namespace poolrun::runtime::core::sys
 
 namespace poolrun::runtime::core {
 
-// This machine: the CPUs its cgroup allows, its NUMA nodes from sysfs, binding by system calls.
+// This machine: the CPUs its cgroup allows, its NUMA nodes from sysfs (those with memory that the
+// cgroup allows), binding by system calls. Binding applies to the calling thread, the threads it
+// starts afterwards and the program it execs: poolrun-rank has one thread.
 class SystemBinder final : public Binder {
  public:
+  // `root`: where /proc and /sys are read from ("" for this machine; a captured tree in tests).
+  explicit SystemBinder(Text root = Text("")) : root_(root) {}
+
   CpuMask machineCpus() override;
   bool numaNode(unsigned i, unsigned& index, CpuMask& cpus) override;
   bool bindCpus(const CpuMask& cpus, Line& why) override;
@@ -48,7 +54,16 @@ class SystemBinder final : public Binder {
   NodeMask boundMemory() override;
 
  private:
-  NodeMask online_;
+  struct Cpuset {
+    CpuMask cpus;
+    NodeMask mems;
+    bool has_cpus = false, has_mems = false, read = false;
+  };
+  const Cpuset& cpuset();
+
+  Text root_;
+  Cpuset cpuset_;
+  NodeMask nodes_;
   bool read_ = false;
   bool numa_ = false;  // sysfs lists NUMA nodes
 };

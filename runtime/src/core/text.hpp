@@ -66,17 +66,19 @@ constexpr bool parseNumber(Text text, long max, long& out) {
   return true;
 }
 
-// A message under construction, cut (and marked with "...") at its capacity.
-class Line {
+// Text under construction (a message, a path, a list), cut at its capacity: a message is then
+// marked with "...", and truncated() says that a path or a value would be wrong.
+template <size_t kCapacityChars>
+class BasicLine {
  public:
-  static constexpr size_t kCapacity = 1024;
+  static constexpr size_t kCapacity = kCapacityChars;
 
-  Line& add(Text t) {
+  BasicLine& add(Text t) {
     for (size_t i = 0; i < t.size; ++i) put(t[i]);
     return *this;
   }
-  Line& add(const char* s) { return add(Text(s)); }
-  Line& add(long n) {
+  BasicLine& add(const char* s) { return add(Text(s)); }
+  BasicLine& add(long n) {
     char digits[24];
     size_t k = 0;
     unsigned long u = n < 0 ? 0UL - static_cast<unsigned long>(n) : static_cast<unsigned long>(n);
@@ -88,30 +90,41 @@ class Line {
     while (k > 0) put(digits[--k]);
     return *this;
   }
-  Line& add(int n) { return add(static_cast<long>(n)); }
-  Line& add(unsigned n) { return add(static_cast<long>(n)); }
-  Line& add(size_t n) { return add(static_cast<long>(n)); }
+  BasicLine& add(int n) { return add(static_cast<long>(n)); }
+  BasicLine& add(unsigned n) { return add(static_cast<long>(n)); }
+  BasicLine& add(size_t n) { return add(static_cast<long>(n)); }
   // `text` between single quotes, as the messages quote a value.
-  Line& quoted(Text t) { return add("'").add(t).add("'"); }
-  void clear() { size_ = 0; }
+  BasicLine& quoted(Text t) { return add("'").add(t).add("'"); }
+  void clear() {
+    size_ = 0;
+    chars_[0] = '\0';
+    truncated_ = false;
+  }
 
   Text text() const { return {chars_, size_}; }
   const char* c_str() const { return chars_; }
   bool empty() const { return size_ == 0; }
+  bool truncated() const { return truncated_; }
 
  private:
   void put(char c) {
     if (size_ + 1 < kCapacity) {
       chars_[size_++] = c;
       chars_[size_] = '\0';
-    } else if (chars_[kCapacity - 2] != '.') {
+    } else if (!truncated_) {
+      truncated_ = true;
       for (size_t i = kCapacity - 4; i < kCapacity - 1; ++i) chars_[i] = '.';
     }
   }
 
   char chars_[kCapacity] = {};
   size_t size_ = 0;
+  bool truncated_ = false;
 };
+
+using Line = BasicLine<1024>;
+// Room for any list of CPUs or NUMA nodes a kernel can have (8192 CPUs: at most 40 KB).
+using LongLine = BasicLine<65536>;
 
 // The variables of a rank's environment, by name; Text() for one that is not set.
 class Variables {

@@ -32,10 +32,14 @@ class Binder {
   virtual std::vector<int> boundMemory() = 0;
 };
 
-// This machine, through the kernel: the CPUs its cgroup allows and its NUMA nodes from sysfs, and
-// binding by sched_setaffinity and set_mempolicy, as poolrun-rank binds every rank. (Loading an
-// hwloc topology for this would cost each rank a millisecond or more, and far more on large nodes.)
-std::unique_ptr<Binder> systemBinder();
+// This machine, through the kernel, as poolrun-rank binds every rank: the CPUs its cgroup allows
+// (cpuset.cpus.effective of the nearest cgroup that has one), its NUMA nodes from sysfs (those
+// with memory that the cgroup allows), and binding by sched_setaffinity and set_mempolicy, which
+// apply to the calling thread, the threads it starts afterwards and the program it execs. (An
+// hwloc topology load for this would cost each rank a millisecond or more, far more on large
+// nodes.) `root` is where /proc and /sys are read from: "" for this machine, a captured tree in
+// tests; binding itself always acts on this process.
+std::unique_ptr<Binder> systemBinder(const std::string& root = "");
 
 struct BindingRequest {
   topo::CpuSet cpus;  // OS indexes on this machine
