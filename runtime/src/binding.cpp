@@ -10,8 +10,6 @@
 namespace poolrun::runtime {
 namespace {
 
-static_assert(sameNames(kBindingVariables, core::kBindingVariables));
-
 topo::CpuSet cpuSet(const core::CpuMask& mask) {
   return topo::CpuSet(members(mask));
 }

@@ -47,15 +47,4 @@ std::vector<unsigned> members(const core::Bits<kBits>& mask) {
   return out;
 }
 
-// The names the C++ interface declares are the core's.
-template <size_t kCount, size_t kCoreCount>
-constexpr bool sameNames(const std::array<const char*, kCount>& names,
-                         const char* const (&core)[kCoreCount]) {
-  if (kCount != kCoreCount) return false;
-  for (size_t i = 0; i < kCount; ++i) {
-    if (std::string_view(names[i]) != core[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace poolrun::runtime

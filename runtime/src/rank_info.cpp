@@ -9,7 +9,6 @@
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::runtime {
-static_assert(sameNames(kRankInfoVariables, core::kRankInfoVariables));
 
 Environment processEnvironment() {
   Environment env;

@@ -52,9 +52,6 @@ void applyBinding(Binder& binder, const BindingRequest& request, BindingResult& 
 
 enum class BindMode { kOn, kStrict, kOff };
 
-// The names bindingRequest() reads.
-inline constexpr const char* kBindingVariables[] = {"POOLRUN_BIND", "POOLRUN_CPUSET", "POOLRUN_NUMA"};
-
 // What to bind to, from POOLRUN_CPUSET and POOLRUN_NUMA (else `current`); `mode` from POOLRUN_BIND.
 // False with the message in `error` when one of them is malformed.
 bool bindingRequest(const Variables& env, const CpuMask& current, BindingRequest& request, BindMode& mode,

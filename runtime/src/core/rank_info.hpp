@@ -16,19 +16,6 @@ struct RankInfo {
   int master_port = 0;
 };
 
-// The names rankInfo() reads.
-inline constexpr const char* kRankInfoVariables[] = {"RANK",
-                                                     "OMPI_COMM_WORLD_RANK",
-                                                     "PMIX_RANK",
-                                                     "WORLD_SIZE",
-                                                     "OMPI_COMM_WORLD_SIZE",
-                                                     "LOCAL_RANK",
-                                                     "OMPI_COMM_WORLD_LOCAL_RANK",
-                                                     "LOCAL_WORLD_SIZE",
-                                                     "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                                     "MASTER_ADDR",
-                                                     "MASTER_PORT"};
-
 // False with the message in `error` when a variable is not a number, the plan and Open MPI
 // disagree, or the numbers contradict each other. `info.master_addr` points into `env`.
 bool rankInfo(const Variables& env, RankInfo& info, Line& error);
