@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-
 #include "core/rank_info.hpp"
 #include "core_adapters.hpp"
 #include "poolrun/topo/error.hpp"
@@ -16,14 +14,6 @@ Environment processEnvironment() {
     std::string kv = *e;
     size_t eq = kv.find('=');
     if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  return env;
-}
-
-Environment processEnvironment(std::span<const char* const> names) {
-  Environment env;
-  for (const char* name : names) {
-    if (const char* value = std::getenv(name)) env.emplace(name, value);
   }
   return env;
 }

@@ -4,7 +4,6 @@
 // what was asked. The machine sits behind `Binder` (the kernel here, a fake in the tests), so that
 // every rule below is testable on any machine.
 
-#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,10 +57,6 @@ struct BindingResult {
 // nothing to choose) and counts as bound as planned. Never throws for a refusal: it is a problem in
 // the result, since a rank that runs unbound is slower, not wrong.
 BindingResult applyBinding(Binder& binder, const BindingRequest& request);
-
-// The variables bindingRequest() reads.
-inline constexpr std::array<const char*, 3> kBindingVariables = {"POOLRUN_BIND", "POOLRUN_CPUSET",
-                                                                 "POOLRUN_NUMA"};
 
 // What poolrun-rank binds to, from the rank's variables: POOLRUN_CPUSET and POOLRUN_NUMA (a real
 // node), else the CPUs Open MPI's rankfile bound the process to (`current`; the simulated cluster,

@@ -4,9 +4,7 @@
 // torch.distributed's env:// initialisation uses. Read from the variables the plan gave the rank
 // (poolrun-rank exports them) or, for a program started by plain mpirun, from Open MPI's own.
 
-#include <array>
 #include <map>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,24 +24,6 @@ struct RankInfo {
 
 // This process's environment as a map.
 Environment processEnvironment();
-
-// The variables of this process's environment named in `names` (those that are set). A rank's
-// environment holds a hundred variables or more under Open MPI; poolrun-rank copies only those its
-// checks read.
-Environment processEnvironment(std::span<const char* const> names);
-
-// The variables rankInfo() reads.
-inline constexpr std::array<const char*, 11> kRankInfoVariables = {"RANK",
-                                                                   "OMPI_COMM_WORLD_RANK",
-                                                                   "PMIX_RANK",
-                                                                   "WORLD_SIZE",
-                                                                   "OMPI_COMM_WORLD_SIZE",
-                                                                   "LOCAL_RANK",
-                                                                   "OMPI_COMM_WORLD_LOCAL_RANK",
-                                                                   "LOCAL_WORLD_SIZE",
-                                                                   "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                                                   "MASTER_ADDR",
-                                                                   "MASTER_PORT"};
 
 // The rank's identity from `env`: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, each falling back
 // to Open MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (then PMIX_RANK for the rank);
