@@ -276,6 +276,17 @@ TEST(RankWrapperTest, ExportsThePlanAsWritten) {
       out + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(slurp(out), "caf\xc3\xa9 \xf0\x9f\x9a\x80 'q' \"d\" \\ $HOME|1|kept|1|unset|");
+  // The variables it neither sets nor removes reach the program in the order it got them.
+  std::string env =
+      "FIRST=1 OMPI_COMM_WORLD_RANK=0 POOLRUN_RANK_ENV='{\"schema\": \"poolrun.rank-env/1\", "
+      "\"sets\": [{}], \"templates\": [[0]], \"runs\": [[0, 1, 1, 0]]}' MIDDLE=2 LAST=3 ";
+  std::string added =
+      " | grep -v -E '^(POOLRUN_RANK_ENV|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|POOLRUN_BOUND_[A-Z]+)='";
+  auto plain = poolrun::test::runShell("(" + env + "env" + added + ")");
+  auto wrapped = poolrun::test::runShell("(" + env + POOLRUN_RANK_BINARY + " env" + added + ")");
+  ASSERT_EQ(wrapped.status, 0) << wrapped.err;
+  EXPECT_NE(plain.out.find("FIRST=1"), std::string::npos) << plain.out;
+  EXPECT_EQ(wrapped.out, plain.out);
   auto bad = poolrun::test::runShell("OMPI_COMM_WORLD_RANK=1 POOLRUN_RANK_ENV='{\"schema\": 1}' " +
                                      std::string(POOLRUN_RANK_BINARY) + " true");
   EXPECT_EQ(bad.status, 127);
