@@ -265,9 +265,14 @@ int rankMain(int argc, char** argv, char** envp) {
   for (char** e = envp; e != nullptr && *e != nullptr; ++e, ++count) bytes += length(*e);
   // The plan's variables and their copies (a variable takes at least 6 bytes of the document), and
   // the arguments of /bin/sh for a script.
-  Arena arena(2 * bytes + (count + static_cast<size_t>(argc) + 2) * sizeof(char*) + 256 * 1024);
+  size_t arenaSize = 2 * bytes + (count + static_cast<size_t>(argc) + 2) * sizeof(char*) + 256 * 1024;
+  Arena arena(arenaSize);
   if (!arena.ok()) {
-    say("error: out of memory for the rank's environment");
+    Line line;
+    line.add("error: the kernel refused ").add(arenaSize).add(" bytes for the rank's environment (");
+    say(line.add(count)
+            .add(" variables): check the node's free memory and the job's memory limit (ulimit -v)")
+            .text());
     return 127;
   }
   Environ env(envp, count + bytes / 6 + 64, arena);
