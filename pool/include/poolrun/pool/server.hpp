@@ -21,9 +21,21 @@ struct ServerOptions {
   std::filesystem::path state_dir;
   std::filesystem::path token_file;
   Durability durability = Durability::kNormal;
-  size_t max_body_bytes = size_t{1} << 20;
-  int threads = 64;  // connections served at once (each kept-alive client holds one)
+  size_t max_body_bytes = size_t{1} << 20;  // however the body is framed (Content-Length or chunked)
+  int threads = 8;  // workers that run requests; idle and slow connections hold none
   std::chrono::seconds stale_after{30};
+
+  // Limits against hostile or broken clients. A connection past either count is closed at once.
+  int max_connections = 4096;          // open at once, in total
+  int max_connections_per_peer = 1024; // open at once from one IP address
+  std::chrono::milliseconds header_timeout{10000};  // from a request's first byte to its last header
+  std::chrono::milliseconds body_timeout{30000};    // for the whole body, once the headers are in
+  std::chrono::seconds idle_timeout{60};            // a kept-alive connection with no request
+
+  // What a client may ask for: longer TTLs get 400; priorities above max_user_priority are refused
+  // for the `user` role (administrators may use any priority in the request's range).
+  std::chrono::seconds max_ttl{3600};
+  int max_user_priority = 100;
 };
 
 struct TokenEntry {
