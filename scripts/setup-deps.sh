@@ -8,7 +8,7 @@ packages=(
   cmake ninja-build g++ make pkg-config
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin libucx-dev
-  libboost-program-options-dev
+  libboost-program-options-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpugixml-dev libfmt-dev libsqlite3-dev libtomlplusplus-dev
   libcpp-httplib-dev

@@ -44,8 +44,11 @@ struct TokenEntry {
 };
 
 // Parses a token file: one `TOKEN OWNER ROLE` line per token, ROLE user or admin, `#` comments.
-// Throws poolrun::Error (kBadInput) with "FILE:LINE: what" on a malformed line.
-std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const std::string& file);
+// TOKEN is 8 to 512 printable ASCII characters; OWNER letters, digits, '.', '_', '-' and '@'.
+// A malformed line is described as "FILE:LINE: what" in `warnings` and skipped; without
+// `warnings`, it throws poolrun::Error (kBadInput) with that text instead.
+std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const std::string& file,
+                                                 std::vector<std::string>* warnings = nullptr);
 
 class PoolServer {
  public:

@@ -1,0 +1,108 @@
+#pragma once
+
+// poold's pool state in memory and its group commit to the Store. A change runs on the state
+// under one lock, then waits until it (and every change before it) is committed: the changes of
+// concurrent requests share one transaction, and no reply depends on something a crash could
+// lose. Reads run under the lock and never wait for a commit.
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "poolrun/pool/state.hpp"
+#include "poolrun/pool/store.hpp"
+
+namespace poolrun::pool {
+
+class CommittedState {
+ public:
+  explicit CommittedState(std::unique_ptr<Store> store);  // loads the state from the store
+
+  // fn(PoolState&, TimePoint now) changes the state; its result is returned once committed.
+  // What fn throws is rethrown after the commit, since fn may have changed the state first
+  // (renewing an expired lease drops it).
+  template <typename F>
+  auto mutate(F&& fn) {
+    using R = decltype(fn(state_, TimePoint()));
+    std::optional<R> result;
+    std::exception_ptr error;
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      try {
+        result.emplace(fn(state_, std::chrono::system_clock::now()));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      seq = ++applied_;
+    }
+    changed_.notify_all();
+    waitCommitted(seq);
+    if (error) std::rethrow_exception(error);
+    return std::move(*result);
+  }
+
+  // fn(const PoolState&) under the lock; no commit wait.
+  template <typename F>
+  auto read(F&& fn) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fn(static_cast<const PoolState&>(state_));
+  }
+
+  // A long poll: fn(PoolState&, TimePoint now) returns a value when it has an answer, nullopt to
+  // wait for the next change; past `deadline` (or after wakeAll()) fn is called once more with
+  // `last` true and must answer. The answer is returned once committed (a poll is a sign of life).
+  template <typename F>
+  auto waitFor(std::chrono::system_clock::time_point deadline, F&& fn) {
+    using R = typename decltype(fn(state_, TimePoint(), false))::value_type;
+    std::optional<R> result;
+    std::exception_ptr error;
+    uint64_t seq;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      try {
+        for (;;) {
+          auto now = std::chrono::system_clock::now();
+          bool last = now >= deadline || woken_;
+          if (auto r = fn(state_, now, last); r || last) {
+            result = std::move(r);
+            break;
+          }
+          changed_.wait_until(lock, deadline);
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      seq = ++applied_;
+    }
+    waitCommitted(seq);
+    if (error) std::rethrow_exception(error);
+    return std::move(*result);
+  }
+
+  // Ends every waitFor() now, and all later ones at once (poold is stopping).
+  void wakeAll();
+  // Queue waits of granted requests since the last call, in seconds (for the metrics).
+  std::vector<double> takeWaitSeconds();
+
+ private:
+  void waitCommitted(uint64_t seq);
+
+  std::unique_ptr<Store> store_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  PoolState state_;
+  uint64_t applied_ = 0;
+  bool woken_ = false;
+
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;
+  bool committing_ = false;
+  uint64_t committed_ = 0;
+};
+
+}  // namespace poolrun::pool

@@ -1,0 +1,95 @@
+#pragma once
+
+// poold's HTTP/1.1 server, on Boost.Beast over Boost.Asio. One network thread owns every socket
+// and reads requests asynchronously, so that an idle, slow or half-sent connection holds no
+// thread; complete requests run on a fixed pool of worker threads (a handler may wait for a
+// commit or a long-poll). Defences against hostile or broken clients:
+//   - a limit on open connections, in total and per peer address (past it, closed at once);
+//   - deadlines: idle (no request on a kept-alive connection), header (first byte to last header
+//     line), body (the whole body), and the reply's write;
+//   - a body limit however the body is framed (Content-Length or chunked), and a header limit;
+//   - pipelined requests are answered in order, one at a time;
+//   - malformed requests get 400 (431, 413) and the connection is closed.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace poolrun::pool {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int workers = 8;
+  size_t max_body_bytes = size_t{1} << 20;
+  size_t max_header_bytes = 16 * 1024;
+  int max_connections = 4096;
+  int max_connections_per_peer = 1024;
+  std::chrono::milliseconds header_timeout{10000};
+  std::chrono::milliseconds body_timeout{30000};
+  std::chrono::milliseconds idle_timeout{60000};
+  std::chrono::milliseconds write_timeout{30000};
+};
+
+struct HttpRequest {
+  std::string method;                        // "GET", "POST", ...
+  std::string target;                        // as sent: "/v1/leases/L1%2F2/renew?x=1"
+  std::vector<std::string> segments;         // the path's segments, percent-decoded
+  std::map<std::string, std::string> query;  // percent-decoded; the last of repeated names
+  std::string authorization;                 // the Authorization header, empty where absent
+  std::string body;
+  std::string peer;  // the client's address
+};
+
+struct HttpReply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+// Counters of what the connection layer refused or cut, for /metrics.
+struct HttpServerStats {
+  int64_t open = 0;             // connections open now
+  int64_t accepted = 0;         // since start
+  int64_t refused_total = 0;    // closed at accept: max_connections reached
+  int64_t refused_peer = 0;     // closed at accept: max_connections_per_peer reached
+  int64_t timeouts_idle = 0;    // kept-alive connections closed for idleness
+  int64_t timeouts_header = 0;  // requests whose headers did not arrive in time
+  int64_t timeouts_body = 0;    // requests whose body did not arrive in time
+  int64_t timeouts_write = 0;   // replies the client did not read in time
+  int64_t bad_requests = 0;     // malformed requests (400, 413, 431)
+};
+
+// Splits "/a/b%2Fc/d?x=1&y=%20" into decoded segments and query. False on a malformed escape or
+// a decoded segment that is not valid UTF-8 or holds a control character (then nothing is set).
+bool parseTarget(const std::string& target, std::vector<std::string>& segments,
+                 std::map<std::string, std::string>& query);
+
+// True when `text` is well-formed UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF).
+bool validUtf8(const std::string& text);
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpReply(const HttpRequest&)>;
+
+  // Binds and listens (port 0: any free port). Throws poolrun::Error (kIo) when it cannot.
+  HttpServer(HttpServerOptions options, Handler handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const;
+  void run();   // serves until stop(); the calling thread becomes the network thread
+  void stop();  // from any thread; run() returns once connections are closed
+  HttpServerStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace poolrun::pool

@@ -1,0 +1,44 @@
+#pragma once
+
+// poold's bearer tokens: the token file, read at start and again whenever it changes (its size,
+// inode or modification time). A malformed line is named and skipped with a warning, so that one
+// typo never locks every user out nor stops poold; a file that cannot be read at all keeps the
+// tokens read before.
+
+#include <sys/types.h>
+
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "poolrun/pool/server.hpp"
+
+namespace poolrun::pool {
+
+class TokenStore {
+ public:
+  using Warn = std::function<void(const std::string&)>;
+
+  // Reads the file. Throws poolrun::Error (kNotFound, kBadInput) when it cannot be read at all.
+  TokenStore(std::filesystem::path file, Warn warn);
+
+  // The entry for `token`, re-reading the file first when it changed; nullopt when unknown.
+  std::optional<TokenEntry> find(const std::string& token);
+
+ private:
+  void reload(bool initial);
+
+  std::filesystem::path file_;
+  Warn warn_;
+  std::mutex mu_;
+  std::map<std::string, TokenEntry> tokens_;
+  struct timespec mtime_ {};
+  off_t size_ = -1;
+  ino_t ino_ = 0;
+};
+
+}  // namespace poolrun::pool
