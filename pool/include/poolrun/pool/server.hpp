@@ -22,12 +22,12 @@ struct ServerOptions {
   std::filesystem::path token_file;
   Durability durability = Durability::kNormal;
   size_t max_body_bytes = size_t{1} << 20;  // however the body is framed (Content-Length or chunked)
-  int threads = 8;  // workers that run requests; idle and slow connections hold none
+  int threads = 8;                          // workers that run requests; idle and slow connections hold none
   std::chrono::seconds stale_after{30};
 
   // Limits against hostile or broken clients. A connection past either count is closed at once.
-  int max_connections = 4096;          // open at once, in total
-  int max_connections_per_peer = 1024; // open at once from one IP address
+  int max_connections = 4096;                       // open at once, in total
+  int max_connections_per_peer = 1024;              // open at once from one IP address
   std::chrono::milliseconds header_timeout{10000};  // from a request's first byte to its last header
   std::chrono::milliseconds body_timeout{30000};    // for the whole body, once the headers are in
   std::chrono::seconds idle_timeout{60};            // a kept-alive connection with no request
