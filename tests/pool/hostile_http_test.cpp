@@ -1,0 +1,413 @@
+// poold under hostile clients, on 127.0.0.1: slow and idle connections by the thousand, chunked
+// bodies over the limit, pipelined requests, connection floods from one address, bytes that are
+// not UTF-8, bad numbers in paths, and a token file with a line poold cannot use. Each test is
+// bounded in time and count and stops its server.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "http_server.hpp"
+#include "poolrun/pool/server.hpp"
+#include "poolrun/topo/cluster.hpp"
+#include "support/fixtures.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+using Steady = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr const char* kTokens =
+    "tok-alice-0123456789 alice user\n"
+    "tok-root-0123456789 root admin\n";
+
+// A raw TCP client: what it sends is exactly what the test wrote.
+class Raw {
+ public:
+  explicit Raw(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Raw() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Raw(const Raw&) = delete;
+  Raw& operator=(const Raw&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send(const std::string& data) {
+    size_t sent = 0;
+    while (sent < data.size()) {
+      ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // What arrives until the peer closes or `limit` passes.
+  std::string readUntilClosed(std::chrono::milliseconds limit) {
+    std::string out;
+    auto end = Steady::now() + limit;
+    while (Steady::now() < end) {
+      pollfd p{fd_, POLLIN, 0};
+      int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(end - Steady::now()).count());
+      if (poll(&p, 1, std::max(left, 1)) <= 0) continue;
+      char buf[65536];
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = true;
+        break;
+      }
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  // Reads until `count` complete replies (headers and Content-Length body) have arrived.
+  std::vector<std::string> readReplies(size_t count, std::chrono::milliseconds limit) {
+    std::vector<std::string> replies;
+    std::string buffer;
+    auto end = Steady::now() + limit;
+    while (replies.size() < count && Steady::now() < end) {
+      for (;;) {
+        size_t head = buffer.find("\r\n\r\n");
+        if (head == std::string::npos) break;
+        size_t cl = buffer.find("Content-Length: ");
+        size_t length = cl != std::string::npos && cl < head ? std::stoul(buffer.substr(cl + 16)) : 0;
+        if (buffer.size() < head + 4 + length) break;
+        replies.push_back(buffer.substr(0, head + 4 + length));
+        buffer.erase(0, head + 4 + length);
+      }
+      if (replies.size() >= count) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[65536];
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      buffer.append(buf, static_cast<size_t>(n));
+    }
+    return replies;
+  }
+  bool closedByPeer(std::chrono::milliseconds limit) {
+    readUntilClosed(limit);
+    return closed_;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_ = false;
+};
+
+std::string request(const std::string& method, const std::string& path, const std::string& body = "",
+                    const std::string& token = "tok-root-0123456789") {
+  std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  if (!token.empty()) r += "Authorization: Bearer " + token + "\r\n";
+  if (!body.empty() || method == "POST") r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  return r + "\r\n" + body;
+}
+
+int statusOf(const std::string& reply) {
+  return reply.size() > 12 && reply.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(reply.substr(9, 3)) : 0;
+}
+
+std::string bodyOf(const std::string& reply) {
+  size_t head = reply.find("\r\n\r\n");
+  return head == std::string::npos ? "" : reply.substr(head + 4);
+}
+
+// One request on a fresh connection; the reply, or "" when none came within 10 s.
+std::string ask(int port, const std::string& req) {
+  Raw c(port);
+  if (!c.connected() || !c.send(req)) return "";
+  auto replies = c.readReplies(1, 10s);
+  return replies.empty() ? "" : replies.front();
+}
+
+// A poold in this process on 127.0.0.1, port 0, with the hgx-h100 cluster registered.
+class Hostile : public ::testing::Test {
+ protected:
+  void start(ServerOptions o = {}) {
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < 2200)
+      GTEST_SKIP() << "the open-file limit (" << lim.rlim_cur << ") is below the 2200 these tests need";
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.state_dir = dir_.path() / "state";
+    o.token_file = tokenFile();
+    server_ = std::make_unique<PoolServer>(o);
+    server_->registerNodes(
+        topo::readClusterFile((test::sourceDir() / "clusters" / "hgx-h100.toml").string()).nodes);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  virtual std::string tokens() const { return kTokens; }
+  std::filesystem::path tokenFile() { return dir_.write("tokens", tokens()); }
+  void TearDown() override {
+    if (server_) server_->stop();
+    if (thread_.joinable()) thread_.join();
+    server_.reset();
+  }
+  std::string acquire(int gpus, int ttl) {
+    std::string reply =
+        ask(port_, request("POST", "/v1/leases", json{{"gpus", gpus}, {"ttl_s", ttl}, {"wait_s", 0}}.dump(),
+                           "tok-alice-0123456789"));
+    EXPECT_EQ(statusOf(reply), 200) << reply;
+    return json::parse(bodyOf(reply))["lease"]["id"];
+  }
+  int leased() {
+    std::string reply = ask(port_, request("GET", "/v1/status"));
+    return json::parse(bodyOf(reply))["gpus"]["leased"].get<int>();
+  }
+
+  test::TempDir dir_;
+  std::unique_ptr<PoolServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+TEST_F(Hostile, SlowlorisConnectionsByTheThousandNeitherStopServiceNorLetLeasesExpire) {
+  ServerOptions o;
+  o.header_timeout = 4s;
+  start(o);
+  std::string lease = acquire(8, 3);  // expires unless renewed within 3 s
+  std::vector<std::unique_ptr<Raw>> slow;
+  for (int i = 0; i < 1000; ++i) {
+    slow.push_back(std::make_unique<Raw>(port_));
+    ASSERT_TRUE(slow.back()->connected()) << "connection " << i;
+    slow.back()->send("GET /v1/status HTTP/1.1\r\n");
+  }
+  // For 6 s the slow clients each send a header line every 2 s; a normal client renews the lease
+  // every second and asks for the status.
+  std::vector<double> latencies;
+  auto end = Steady::now() + 6s;
+  auto nextLine = Steady::now() + 2s;
+  int answered = 0, asked = 0;
+  while (Steady::now() < end) {
+    if (Steady::now() >= nextLine) {
+      for (auto& s : slow) s->send("X-Slow: 1\r\n");
+      nextLine += 2s;
+    }
+    auto t0 = Steady::now();
+    std::string renew =
+        ask(port_, request("POST", "/v1/leases/" + lease + "/renew", "{}", "tok-alice-0123456789"));
+    std::string status = ask(port_, request("GET", "/v1/status"));
+    latencies.push_back(std::chrono::duration<double>(Steady::now() - t0).count() / 2);
+    asked += 2;
+    answered += (statusOf(renew) == 200) + (statusOf(status) == 200);
+    std::this_thread::sleep_for(500ms);
+  }
+  EXPECT_EQ(answered, asked) << "every request of the normal client is answered";
+  EXPECT_EQ(leased(), 8) << "the lease was renewed throughout";
+  std::sort(latencies.begin(), latencies.end());
+  std::cout << "median answer under 1000 slow connections: " << latencies[latencies.size() / 2] * 1000
+            << " ms\n";
+  // The header deadline (4 s from the first byte) has closed the slow connections.
+  int closed = 0;
+  for (auto& s : slow) closed += s->closedByPeer(50ms);
+  EXPECT_EQ(closed, 1000) << "connections that never finish their headers are closed";
+}
+
+TEST_F(Hostile, IdleSocketsHoldNoWorkerAndAreClosedAfterTheIdleDeadline) {
+  ServerOptions o;
+  o.threads = 2;
+  o.idle_timeout = 2s;
+  start(o);
+  std::vector<std::unique_ptr<Raw>> idle;
+  for (int i = 0; i < 1000; ++i) {
+    idle.push_back(std::make_unique<Raw>(port_));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status"))), 200);
+  int closed = 0;
+  auto end = Steady::now() + 10s;
+  for (auto& s : idle) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Steady::now());
+    closed += s->closedByPeer(std::max(left, 1ms));
+  }
+  EXPECT_EQ(closed, 1000);
+}
+
+TEST_F(Hostile, ConnectionsPastThePerPeerLimitAreClosedAtOnce) {
+  ServerOptions o;
+  o.max_connections_per_peer = 50;
+  start(o);
+  std::vector<std::unique_ptr<Raw>> held;
+  for (int i = 0; i < 50; ++i) held.push_back(std::make_unique<Raw>(port_));
+  // Wait until poold has accepted the 50 (a request on one of them is answered).
+  held[0]->send(request("GET", "/v1/status"));
+  ASSERT_EQ(held[0]->readReplies(1, 10s).size(), 1u);
+  Raw extra(port_);
+  ASSERT_TRUE(extra.connected());
+  extra.send(request("GET", "/v1/status"));
+  std::string got = extra.readUntilClosed(5s);
+  EXPECT_EQ(got, "") << "the 51st connection from one address is closed without an answer";
+  held.clear();
+  // Once the others are gone, the address is served again.
+  std::string reply;
+  for (int i = 0; i < 50 && statusOf(reply) != 200; ++i) {
+    reply = ask(port_, request("GET", "/v1/status"));
+    if (statusOf(reply) != 200) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(statusOf(reply), 200);
+}
+
+TEST_F(Hostile, ChunkedBodiesAreLimitedLikeAnyOther) {
+  ServerOptions o;
+  o.max_body_bytes = 65536;
+  start(o);
+  Raw c(port_);
+  std::string head =
+      "POST /v1/leases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-alice-0123456789\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  auto chunk = [](const std::string& data) {
+    char size[16];
+    snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return size + data + "\r\n";
+  };
+  // A job name of 256 KiB in 4 KiB chunks, with no Content-Length to check up front.
+  c.send(head + chunk(R"({"gpus": 1, "wait_s": 0, "job_name": ")"));
+  for (int i = 0; i < 64 && c.send(chunk(std::string(4096, 'a'))); ++i) {
+  }
+  c.send(chunk(R"("})") + "0\r\n\r\n");
+  std::string reply = c.readUntilClosed(5s);
+  EXPECT_EQ(statusOf(reply), 413) << reply.substr(0, 200);
+  EXPECT_NE(reply.find("65536"), std::string::npos) << "names the limit";
+  EXPECT_EQ(leased(), 0);
+  // A chunked body within the limit is read as usual.
+  std::string body = json{{"gpus", 1}, {"wait_s", 0}, {"job_name", std::string(1000, 'j')}}.dump();
+  Raw ok(port_);
+  ok.send(head + chunk(body.substr(0, 100)) + chunk(body.substr(100)) + "0\r\n\r\n");
+  auto replies = ok.readReplies(1, 10s);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(statusOf(replies[0]), 200) << replies[0];
+}
+
+TEST_F(Hostile, PipelinedRequestsAreAllAnsweredInOrder) {
+  start();
+  Raw c(port_);
+  c.send(request("GET", "/v1/status") + request("GET", "/v1/leases") + request("GET", "/v1/nodes/nope"));
+  auto replies = c.readReplies(3, 10s);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(statusOf(replies[0]), 200);
+  EXPECT_TRUE(json::parse(bodyOf(replies[0])).contains("gpus")) << "the status first";
+  EXPECT_TRUE(json::parse(bodyOf(replies[1])).is_array()) << "then the leases";
+  EXPECT_EQ(statusOf(replies[2]), 404) << "then the unknown node";
+}
+
+TEST_F(Hostile, BytesThatAreNotUtf8GetA400AndLeakNothing) {
+  start();
+  for (const std::string& path : {std::string("/v1/nodes/%FF%FE"), std::string("/v1/nodes/\xff\xfe"),
+                                  std::string("/v1/leases/%C0%AF/renew"),
+                                  std::string("/v1/nodes/a%0D%0AX:%20y"), std::string("/v1/nodes/%zz")}) {
+    std::string reply =
+        ask(port_, request(path.find("renew") != std::string::npos ? "POST" : "GET", path, "{}"));
+    EXPECT_EQ(statusOf(reply), 400) << path << ": " << reply;
+    size_t head = reply.find("\r\n\r\n");
+    EXPECT_EQ(reply.substr(0, head).find("what()"), std::string::npos);
+    EXPECT_EQ(reply.substr(0, head).find("X:"), std::string::npos) << "no header injected";
+    EXPECT_TRUE(json::accept(bodyOf(reply))) << "the reply is JSON: " << reply;
+  }
+  std::string body = "{\"gpus\": 1, \"job_name\": \"caf\xe9\"}";
+  std::string reply = ask(port_, request("POST", "/v1/leases", body, "tok-alice-0123456789"));
+  EXPECT_EQ(statusOf(reply), 400) << reply;
+  EXPECT_EQ(leased(), 0);
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status"))), 200) << "poold still serves";
+}
+
+TEST_F(Hostile, NumbersInPathsAndOverTheServersLimitsGet400) {
+  ServerOptions o;
+  o.max_ttl = 600s;
+  o.max_user_priority = 10;
+  start(o);
+  std::string reply = ask(port_, request("POST", "/v1/nodes/hgx01/gpus/4294967296/fail", "{}"));
+  EXPECT_EQ(statusOf(reply), 400) << reply;
+  EXPECT_NE(reply.find("4294967296"), std::string::npos);
+  EXPECT_EQ(statusOf(ask(port_, request("POST", "/v1/nodes/hgx01/gpus/-1/fail", "{}"))), 400);
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/queue/99999999999999999999999"))), 400);
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/queue/1?wait_ms=abc"))), 400);
+  reply = ask(port_, request("POST", "/v1/leases", R"({"gpus": 1, "ttl_s": 601})", "tok-alice-0123456789"));
+  EXPECT_EQ(statusOf(reply), 400) << reply;
+  EXPECT_NE(reply.find("--max-ttl"), std::string::npos) << reply;
+  reply = ask(port_, request("POST", "/v1/leases", R"({"gpus": 1, "priority": 11})", "tok-alice-0123456789"));
+  EXPECT_EQ(statusOf(reply), 400) << reply;
+  EXPECT_NE(reply.find("--max-user-priority"), std::string::npos) << reply;
+  reply = ask(port_, request("POST", "/v1/leases", R"({"gpus": 1, "priority": 11, "wait_s": 0})"));
+  EXPECT_EQ(statusOf(reply), 200) << "an administrator may use more: " << reply;
+  EXPECT_EQ(leased(), 1);
+}
+
+TEST_F(Hostile, UnknownPathsAndMethodsAreNamed) {
+  start();
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v2/anything"))), 404);
+  EXPECT_EQ(statusOf(ask(port_, request("PUT", "/v1/leases", "{}"))), 405);
+  std::string reply = ask(port_, "GARBAGE\r\n\r\n");
+  EXPECT_EQ(statusOf(reply), 400) << reply;
+}
+
+class HostileTokens : public Hostile {
+ protected:
+  std::string tokens() const override {
+    return "tok-alice-0123456789 alice user\n"
+           "tok-latin-0123456789 jos\xe9 user\n"
+           "tok-root-0123456789 root admin\n"
+           "short x user\n"
+           "tok-evil-0123456789 ev\"il admin\n";
+  }
+};
+
+TEST_F(HostileTokens, BadLinesAreSkippedAndNothingInTheFileStopsPoold) {
+  start();
+  EXPECT_EQ(statusOf(ask(
+                port_, request("POST", "/v1/leases", R"({"gpus": 1, "wait_s": 0})", "tok-latin-0123456789"))),
+            401)
+      << "the owner that is not UTF-8 was skipped";
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status", "", "tok-evil-0123456789"))), 401);
+  EXPECT_EQ(statusOf(ask(
+                port_, request("POST", "/v1/leases", R"({"gpus": 1, "wait_s": 0})", "tok-alice-0123456789"))),
+            200)
+      << "the good lines still work";
+  // The file is read again when it changes; a bad rewrite keeps poold serving.
+  std::filesystem::path file = dir_.path() / "tokens";
+  std::this_thread::sleep_for(20ms);
+  dir_.write("tokens", std::string("\xff\xfe garbage\n") + "tok-alice-0123456789 alice user\n");
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status", "", "tok-alice-0123456789"))), 200);
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status"))), 401) << "root's line is gone";
+}
+
+TEST(TargetParsing, SegmentsAndQueryAreDecodedAndBadOnesRefused) {
+  std::vector<std::string> segments;
+  std::map<std::string, std::string> query;
+  ASSERT_TRUE(parseTarget("/v1/leases/L%2F1/renew?wait_ms=10&position=%33", segments, query));
+  EXPECT_EQ(segments, (std::vector<std::string>{"v1", "leases", "L/1", "renew"}));
+  EXPECT_EQ(query["wait_ms"], "10");
+  EXPECT_EQ(query["position"], "3");
+  for (const char* bad :
+       {"", "v1/x", "/v1/%", "/v1/%4", "/v1/%zz", "/v1/%FF", "/v1/%0A", "/v1/\x7f", "/a?x=%FF"})
+    EXPECT_FALSE(parseTarget(bad, segments, query)) << bad;
+  EXPECT_TRUE(validUtf8("caf\xc3\xa9 \xf0\x9f\x98\x80"));
+  for (const char* bad : {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc3", "\xff"})
+    EXPECT_FALSE(validUtf8(bad)) << "overlong, surrogate, past U+10FFFF, truncated or invalid";
+}
+
+}  // namespace
+}  // namespace poolrun::pool
