@@ -348,7 +348,11 @@ void PoolState::schedule(TimePoint now) {
         for (const GpuRef& g : *gpus) busy[g.node][static_cast<size_t>(g.index)].push_back({now, end, true});
       } else {
         if (to != kNever) ends.insert(to);
-        for (const GpuRef& g : *gpus) busy[g.node][static_cast<size_t>(g.index)].push_back({t, to, false});
+        // A request that can start only once leases without an end have ended ("never", as far
+        // as the plan can tell) may start at any moment they end: its GPUs are promised from now
+        // on, or anything placed on them meanwhile could delay it without bound.
+        TimePoint from = t == kNever ? now : t;
+        for (const GpuRef& g : *gpus) busy[g.node][static_cast<size_t>(g.index)].push_back({from, to, false});
       }
       break;
     }

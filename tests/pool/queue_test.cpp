@@ -43,10 +43,76 @@ const QueueCase kQueueCases[] = {
      {"8", "4"},
      {"#1", "n02:4-7"}},
     {"gang: nothing held while waiting",
-     "n[01-02]/gpu[0-7]; n01 leased 0-3",
+     "n[01-02]/gpu[0-7]; n01 leased 0-3 for 100",
      {"16", "4 max=10"},
      {"#1", "n01:4-7"}},
 };
+
+// Every combination of a running lease (with an end, without), a waiting head (with and without a
+// maximum duration) and a later, smaller request (none, ending before the head's start, after it):
+// the later request starts at once only when it provably does not delay the head.
+const QueueCase kOvertakingCases[] = {
+    {"ended lease, head bounded, later unbounded",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8 max=50", "2"},
+     {"#1", "#2"}},
+    {"ended lease, head bounded, later short",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8 max=50", "2 max=50"},
+     {"#1", "n01:6-7"}},
+    {"ended lease, head bounded, later long",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8 max=50", "2 max=150"},
+     {"#1", "#2"}},
+    {"ended lease, head unbounded, later unbounded",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8", "2"},
+     {"#1", "#2"}},
+    {"ended lease, head unbounded, later short",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8", "2 max=100"},
+     {"#1", "n01:6-7"}},
+    {"ended lease, head unbounded, later long",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8", "2 max=101"},
+     {"#1", "#2"}},
+    {"endless lease, head bounded, later unbounded",
+     "n01/gpu[0-7]; n01 leased 0-5",
+     {"8 max=50", "2"},
+     {"#1", "#2"}},
+    {"endless lease, head bounded, later short",
+     "n01/gpu[0-7]; n01 leased 0-5",
+     {"8 max=50", "2 max=1"},
+     {"#1", "#2"}},
+    {"endless lease, head unbounded, later unbounded",
+     "n01/gpu[0-7]; n01 leased 0-5",
+     {"8", "2"},
+     {"#1", "#2"}},
+    {"endless lease, head unbounded, later short",
+     "n01/gpu[0-7]; n01 leased 0-5",
+     {"8", "2 max=1"},
+     {"#1", "#2"}},
+    {"endless and ended leases, head unbounded, later short",
+     "n01/gpu[0-7]; n01 leased 0-3; n01 leased 4-5 for 100",
+     {"8", "2 max=50"},
+     {"#1", "#2"}},
+    {"endless lease elsewhere, head fits on another node",
+     "n[01-02]/gpu[0-7]; n01 leased 0-5",
+     {"8", "2"},
+     {"n02:0-7", "n01:6-7"}},
+    {"endless leases, a later request on GPUs the head will not use",
+     "n[01-03]/gpu[0-7]; n01 leased 0-5; n02 leased 0-5",
+     {"16", "2"},
+     {"#1", "n03:0-1"}},
+    {"endless lease, a later request of higher priority goes first",
+     "n01/gpu[0-7]; n01 leased 0-5",
+     {"8", "2 prio=5"},
+     {"#1", "n01:6-7"}},
+};
+
+void PrintTo(const QueueCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class QueueTable : public ::testing::TestWithParam<QueueCase> {};
 
@@ -66,11 +132,57 @@ TEST_P(QueueTable, Orders) {
   EXPECT_EQ(got, std::vector<std::string>(c.expected.begin(), c.expected.end())) << c.inventory;
 }
 
-INSTANTIATE_TEST_SUITE_P(Pool, QueueTable, ::testing::ValuesIn(kQueueCases), [](const auto& param_info) {
+std::string caseName(const ::testing::TestParamInfo<QueueCase>& info) {
   std::string n;
-  for (const char* p = param_info.param.name; *p; ++p) n += std::isalnum(*p) ? *p : '_';
+  for (const char* p = info.param.name; *p; ++p) n += std::isalnum(*p) ? *p : '_';
   return n;
-});
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, QueueTable, ::testing::ValuesIn(kQueueCases), caseName);
+INSTANTIATE_TEST_SUITE_P(Overtaking, QueueTable, ::testing::ValuesIn(kOvertakingCases), caseName);
+
+TEST(Queue, NoRequestWaitsForeverWhileThePoolKeepsFreeingGpus) {
+  // Two nodes, every GPU held by endless 2-GPU leases that are released one after another, while
+  // a stream of small endless requests keeps arriving. A request for the whole pool waits at the
+  // head: each GPU freed must go to it, not to the small requests behind it, so that it starts
+  // once the leases it waited for are gone.
+  std::mt19937 rng(11);
+  for (int round = 0; round < 4; ++round) {
+    PoolState state;
+    addInventory(state, "n[01-02]/gpu[0-7]", t0());
+    TimePoint now = t0();
+    std::vector<Lease> running;
+    for (int i = 0; i < 8; ++i) running.push_back(*state.submit(parseRequest("2"), now).lease);
+    int64_t big = state.submit(parseRequest("16 owner=bob"), now).ticket;
+    std::vector<int64_t> small;
+    bool granted = false;
+    int steps = 0;
+    for (; steps < 200 && !granted; ++steps) {
+      now += seconds(1);
+      small.push_back(state.submit(parseRequest(std::to_string(1 + steps % 2)), now).ticket);
+      if (!running.empty() && steps % 3 == 0) {
+        size_t pick = std::uniform_int_distribution<size_t>(0, running.size() - 1)(rng);
+        state.release(running[pick].id, "alice", false, now);
+        running.erase(running.begin() + static_cast<ptrdiff_t>(pick));
+      }
+      state.tick(now, std::chrono::hours(1));
+      for (int64_t t : small) {
+        PollResult p = state.poll(t, now);
+        ASSERT_NE(p.status, QueueEntry::Status::kGranted) << "round " << round
+                                                          << ": a small request behind "
+                                                             "the head started on a GPU it was waiting for";
+      }
+      PollResult p = state.poll(big, now);
+      granted = p.status == QueueEntry::Status::kGranted;
+      if (!granted) {
+        EXPECT_EQ(p.position, 1);
+      }
+    }
+    EXPECT_TRUE(granted) << "round " << round << ": the whole-pool request never started";
+    EXPECT_TRUE(running.empty()) << "it started as soon as the last lease it waited for was gone";
+    EXPECT_LE(steps, 3 * 8 + 1);
+  }
+}
 
 TEST(Queue, ReleaseGrantsTheHeadInPriorityOrder) {
   PoolState state;
