@@ -299,6 +299,26 @@ int64_t countWrong(const std::vector<unsigned char>& got, DataType type, ReduceO
   return dispatch<Wrong>(type, got.data(), op, ranks, count);
 }
 
+std::string preamble(const BenchOptions& o, const std::string& backend, const std::vector<std::string>& nodes,
+                     const std::vector<runtime::RankDevice>& devices) {
+  std::string out = "# poolrun-allreduce-bench, backend " + backend + ", in nccl-tests' output format\n";
+  out += "# Collective test starting: all_reduce_perf\n";
+  char line[512];
+  std::snprintf(
+      line, sizeof line,
+      "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %d(factor) warmup iters: %d iters: %d agg "
+      "iters: 1 validation: %d graph: 0\n#\n# Using devices\n",
+      o.min_bytes, o.max_bytes, o.factor, o.warmup, o.iters, o.check ? 1 : 0);
+  out += line;
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    const runtime::RankDevice d = r < devices.size() ? devices[r] : runtime::RankDevice{};
+    std::snprintf(line, sizeof line, "#  Rank %2zu Group  0 Pid %6d on %10s device %2d %s\n", r, d.pid,
+                  nodes[r].c_str(), d.device, d.label.c_str());
+    out += line;
+  }
+  return out + "#\n";
+}
+
 std::string tableHeader() {
   char buf[1024];
   std::snprintf(buf, sizeof buf,

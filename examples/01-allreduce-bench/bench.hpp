@@ -67,6 +67,11 @@ struct Row {
   std::optional<Timing> baseline;
 };
 
+// The lines before the table, as nccl-tests' all_reduce_perf prints them (program, parameters,
+// "# Using devices" with one line per rank), so that tools that read nccl-tests output (and
+// `poolrun tuner calibrate`) read the bench's. `nodes` and `devices` are indexed by rank.
+std::string preamble(const BenchOptions& o, const std::string& backend, const std::vector<std::string>& nodes,
+                     const std::vector<runtime::RankDevice>& devices);
 std::string tableHeader();
 std::string tableRow(const Row& row, runtime::DataType type, runtime::ReduceOp op, bool check);
 

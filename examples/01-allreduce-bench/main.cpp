@@ -208,16 +208,8 @@ int runBench(int argc, char** argv) {
   bool root = comm.rank() == 0;
   if (root) {
     std::printf(
-        "# poolrun-allreduce-bench: minBytes %zu maxBytes %zu step: %d(factor) warmup iters: %d iters: %d "
-        "validation: %d backend: %s\n#\n# Using devices\n",
-        o.min_bytes, o.max_bytes, o.factor, o.warmup, o.iters, o.check ? 1 : 0,
-        std::string(runtime::toString(comm.backend())).c_str());
-    for (int r = 0; r < comm.size(); ++r) {
-      std::printf("#  Rank %2d on %10s %s\n", r, rt.nodes()[static_cast<size_t>(r)].c_str(),
-                  comm.backend() == runtime::Backend::kNccl ? "GPU (CUDA_VISIBLE_DEVICES of its plan)"
-                                                            : "host memory");
-    }
-    std::printf("#\n%s", tableHeader().c_str());
+        "%s", preamble(o, std::string(runtime::toString(comm.backend())), rt.nodes(), rt.devices()).c_str());
+    std::printf("%s", tableHeader().c_str());
     std::fflush(stdout);
   }
   Bench bench(comm, o);

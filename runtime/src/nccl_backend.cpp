@@ -51,6 +51,10 @@ struct Api {
   POOLRUN_CUDA_FN(cudaStreamSynchronize);
   POOLRUN_CUDA_FN(cudaStreamDestroy);
   POOLRUN_CUDA_FN(cudaGetErrorString);
+  POOLRUN_CUDA_FN(cudaDeviceGetPCIBusId);
+  // cuda_runtime_api.h maps cudaGetDeviceProperties to its _v2 symbol (CUDA 12 and later).
+  cudaError_t (*cudaGetDeviceProperties)(cudaDeviceProp*, int) =
+      cudart->get<cudaError_t(cudaDeviceProp*, int)>("cudaGetDeviceProperties_v2");
   POOLRUN_NCCL_FN(ncclGetUniqueId);
   POOLRUN_NCCL_FN(ncclCommInitRank);
   POOLRUN_NCCL_FN(ncclCommFinalize);
@@ -262,6 +266,22 @@ int cudaDeviceCount(std::string* reason) {
   }
   if (n == 0 && reason != nullptr) *reason = "CUDA sees no device";
   return n;
+}
+
+std::string cudaDeviceLabel(int device) {
+  char bus[32] = {};
+  if (!api().missing.empty() || api().cudaDeviceGetPCIBusId == nullptr ||
+      api().cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess)
+    return "[unknown]";
+  // "0000:07:00.0" -> "0000:07:00", as nccl-tests prints it.
+  std::string address(bus);
+  if (size_t dot = address.rfind('.'); dot != std::string::npos) address.resize(dot);
+  for (char& c : address) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string label = "[" + address + "]";
+  cudaDeviceProp prop{};
+  if (api().cudaGetDeviceProperties != nullptr && api().cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+    label += " " + std::string(prop.name, strnlen(prop.name, sizeof prop.name));
+  return label;
 }
 
 }  // namespace poolrun::runtime::detail

@@ -46,6 +46,19 @@ int visibleGpus() {
 #endif
 }
 
+void Runtime::gatherDevices(const RankDevice& mine, int size) {
+  struct Record {
+    int32_t pid;
+    int32_t device;
+    char label[120];
+  } record{mine.pid, mine.device, {}};
+  std::memcpy(record.label, mine.label.data(), std::min(mine.label.size(), sizeof record.label - 1));
+  std::vector<Record> all(static_cast<size_t>(size));
+  MPI_Allgather(&record, sizeof record, MPI_BYTE, all.data(), sizeof record, MPI_BYTE, MPI_COMM_WORLD);
+  for (const Record& r : all)
+    devices_.push_back({r.pid, r.device, std::string(r.label, strnlen(r.label, sizeof r.label))});
+}
+
 Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -104,6 +117,14 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
     description_ = "MPI backend (host buffers)";
     if (options.backend == BackendChoice::kAuto) description_ += ": no usable GPU (" + why + ")";
   }
+  RankDevice me{static_cast<int>(getpid()), -1, "host memory"};
+#ifdef POOLRUN_HAVE_NCCL
+  if (world_->backend() == Backend::kNccl) {
+    me.device = gpus == 1 ? 0 : info_.local_rank % gpus;
+    me.label = detail::cudaDeviceLabel(me.device);
+  }
+#endif
+  gatherDevices(me, size);
   if (rank == 0) (options.log != nullptr ? *options.log : std::cerr) << "poolrun: " << description_ << "\n";
 }
 

@@ -6,6 +6,7 @@
 
 #include "bench.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/tuner/calibrate.hpp"
 
 namespace poolrun::bench {
 namespace {
@@ -197,6 +198,44 @@ TEST(BenchTableTest, ColumnsOfAllReducePerf) {
             "  8.74   "
             "15.29       0\n");
   EXPECT_NE(tableRow(row, DataType::kFloat32, ReduceOp::kSum, false).find("N/A"), std::string::npos);
+}
+
+TEST(BenchTableTest, OutputReadsAsNcclTestsOutput) {
+  // The whole output of a 2-node, 4-rank run, as rank 0 prints it, read by calibrate's reader of
+  // nccl-tests logs: every row, with the ranks and nodes of the "# Using devices" lines.
+  BenchOptions o = parse({"-b", "1K", "-e", "1M", "-f", "1024"});
+  std::vector<std::string> nodes{"sim01", "sim01", "sim02", "sim02"};
+  std::vector<runtime::RankDevice> devices{{101, 0, "[0000:07:00] NVIDIA H100 80GB HBM3"},
+                                           {102, 1, "[0000:0f:00] NVIDIA H100 80GB HBM3"},
+                                           {201, 0, "[0000:07:00] NVIDIA H100 80GB HBM3"},
+                                           {202, -1, "host memory"}};
+  std::string text = preamble(o, "nccl", nodes, devices) + tableHeader();
+  for (size_t bytes : sizes(o)) {
+    Row row;
+    row.bytes = bytes;
+    row.count = bytes / 4;
+    row.out_of_place = {50.0 + static_cast<double>(bytes) / 1e4, 1.0, 1.5, 0};
+    row.in_place = {49.0 + static_cast<double>(bytes) / 1e4, 1.0, 1.5, 0};
+    text += tableRow(row, DataType::kFloat32, ReduceOp::kSum, true);
+  }
+  text += "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.5 \n#\n";
+  EXPECT_NE(text.find("# nThread 1 nGpus 1 minBytes 1024 maxBytes 1048576 step: 1024(factor) warmup iters: 5 "
+                      "iters: 20 agg iters: 1 validation: 1 graph: 0"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("#  Rank  2 Group  0 Pid    201 on      sim02 device  0 [0000:07:00] NVIDIA H100"),
+            std::string::npos)
+      << text;
+  tuner::ParsedLog log = tuner::parseNcclTestsLog(text, "bench.txt", {});
+  ASSERT_EQ(log.measurements.size(), 2u) << text;
+  for (const tuner::Measurement& m : log.measurements) {
+    EXPECT_EQ(m.coll, tuner::Coll::kAllReduce);
+    EXPECT_EQ(m.nranks, 4);
+    EXPECT_EQ(m.nnodes, 2);
+  }
+  EXPECT_EQ(log.measurements[1].bytes, 1048576u);
+  EXPECT_NEAR(log.measurements[1].time_us, 49.0 + 1048576 / 1e4, 0.01)
+      << "(printed to 0.01 us) the faster of out-of-place and in-place";
 }
 
 }  // namespace

@@ -150,6 +150,17 @@ TEST_F(RuntimeRunTest, AllreduceBenchOutputAndJson) {
   EXPECT_EQ(sizes, (std::vector<size_t>{8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288})) << r.out;
   EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("# Avg bus bandwidth    : "), std::string::npos) << r.out;
+  // What tools that read nccl-tests output make of it: `poolrun tuner calibrate` takes every row,
+  // with the 4 ranks and 2 nodes of its "# Using devices" lines.
+  std::ofstream(path("bench.txt")) << r.out;
+  std::filesystem::copy_file(poolrun::test::sourceDir() / "tests/nccl_tuner/data/h100-ib-4node.json",
+                             path("tuner.json"));
+  auto cal = poolrun::test::runShell(std::string(POOLRUN_BINARY) + " tuner calibrate --config " +
+                                     path("tuner.json").string() + " " + path("bench.txt").string());
+  ASSERT_EQ(cal.status, 0) << cal.out << cal.err;
+  EXPECT_NE(cal.out.find("9 figures from 1 log"), std::string::npos) << cal.out << cal.err;
+  json calibrated = json::parse(slurp(path("tuner.json")));
+  EXPECT_NE(calibrated.dump().find("\"nranks\":4"), std::string::npos) << calibrated.dump();
   json doc = json::parse(slurp(path("bench.json")));
   EXPECT_EQ(doc["schema"], "poolrun.bench/1");
   EXPECT_EQ(doc["backend"], "mpi");

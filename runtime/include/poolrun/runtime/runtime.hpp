@@ -34,6 +34,13 @@ struct RuntimeOptions {
 bool ncclBuilt();
 int visibleGpus();
 
+// What a rank runs on, as nccl-tests' "# Using devices" lines name it.
+struct RankDevice {
+  int pid = 0;
+  int device = -1;    // the CUDA device of the NCCL backend; -1: host buffers (MPI backend)
+  std::string label;  // "[0000:07:00] NVIDIA H100 80GB HBM3", or "host memory"
+};
+
 class Runtime {
  public:
   // Initialises MPI (unless the program did) and the world communicator. Throws poolrun::Error:
@@ -51,12 +58,17 @@ class Runtime {
   Communicator& world() { return *world_; }
   // The node of every rank (POOLRUN_NODE, else the host name), indexed by rank.
   const std::vector<std::string>& nodes() const { return nodes_; }
+  // The process and device of every rank, indexed by rank.
+  const std::vector<RankDevice>& devices() const { return devices_; }
   // One line for the log: "NCCL backend on GPU 0 (CUDA device 0)" or "MPI backend (host buffers): ...".
   const std::string& description() const { return description_; }
 
  private:
+  void gatherDevices(const RankDevice& mine, int size);
+
   RankInfo info_;
   std::vector<std::string> nodes_;
+  std::vector<RankDevice> devices_;
   std::string description_;
   std::unique_ptr<Communicator> world_;
   bool finalize_ = false;
