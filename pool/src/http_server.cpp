@@ -61,6 +61,48 @@ bool hasControl(const std::string& s) {
   return false;
 }
 
+using Parser = http::request_parser<http::string_body>;
+
+void setLimits(Parser& parser, const HttpServerOptions& options) {
+  parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
+  parser.body_limit(options.max_body_bytes);
+}
+
+// The reply to a request that could not be parsed.
+HttpReply failureReply(beast::error_code ec, const HttpServerOptions& options) {
+  HttpReply r;
+  if (ec == http::error::body_limit) {
+    r.status = 413;
+    r.body = errorBody("request body over the limit of " + std::to_string(options.max_body_bytes) +
+                           " bytes (poold --max-body), however it is framed",
+                       "too_large");
+  } else if (ec == http::error::header_limit) {
+    r.status = 431;
+    r.body =
+        errorBody("request headers over the limit of " + std::to_string(options.max_header_bytes) + " bytes",
+                  "bad_request");
+  } else {
+    r.status = 400;
+    r.body = errorBody("malformed HTTP request: " + ec.message(), "bad_request");
+  }
+  return r;
+}
+
+// The parsed message as the handler sees it; false, with the reply, where its target is bad.
+bool takeRequest(Parser& parser, const std::string& peer, HttpRequest& req, HttpReply& error) {
+  auto& msg = parser.get();
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  req.authorization = std::string(msg[http::field::authorization]);
+  req.body = std::move(msg.body());
+  req.peer = peer;
+  if (parseTarget(req.target, req.segments, req.query)) return true;
+  error.status = 400;
+  error.body = errorBody("malformed request path: a bad %-escape, invalid UTF-8 or a control character",
+                         "bad_request");
+  return false;
+}
+
 // A fixed pool of threads that run tasks in arrival order.
 class Workers {
  public:
@@ -182,6 +224,33 @@ bool parseTarget(const std::string& target, std::vector<std::string>& segments,
   return true;
 }
 
+bool parseRequest(const std::string& bytes, const HttpServerOptions& options, HttpRequest& out,
+                  HttpReply& error) {
+  Parser parser;
+  setLimits(parser, options);
+  beast::error_code ec;
+  size_t used = 0;
+  while (!parser.is_done() && used < bytes.size()) {
+    size_t n = parser.put(asio::buffer(bytes.data() + used, bytes.size() - used), ec);
+    used += n;
+    if (ec == http::error::need_more) {
+      ec = {};
+      if (n == 0) break;  // the rest is not a whole header or chunk line: the input ends here
+    } else if (ec) {
+      break;
+    }
+  }
+  if (!ec && !parser.is_done()) {
+    parser.put_eof(ec);
+    if (!ec && !parser.is_done()) ec = http::error::partial_message;
+  }
+  if (ec) {
+    error = failureReply(ec, options);
+    return false;
+  }
+  return takeRequest(parser, "fuzz", out, error);
+}
+
 struct HttpServer::Impl {
   class Connection;
 
@@ -230,8 +299,7 @@ struct HttpServer::Impl {
     void readRequest() {
       if (closed_) return;
       parser_.emplace();
-      parser_->header_limit(static_cast<uint32_t>(server_.opt.max_header_bytes));
-      parser_->body_limit(server_.opt.max_body_bytes);
+      setLimits(*parser_, server_.opt);
       if (buffer_.size() > 0) return readHeader();
       // Waiting for a request: the idle deadline; the header deadline starts at its first byte.
       stream_.expires_after(server_.opt.idle_timeout);
@@ -288,41 +356,18 @@ struct HttpServer::Impl {
           ec == asio::error::operation_aborted || ec == http::error::partial_message)
         return close();
       ++server_.n_bad;
-      HttpReply r;
-      if (ec == http::error::body_limit) {
-        r.status = 413;
-        r.body = errorBody("request body over the limit of " + std::to_string(server_.opt.max_body_bytes) +
-                               " bytes (poold --max-body), however it is framed",
-                           "too_large");
-      } else if (ec == http::error::header_limit) {
-        r.status = 431;
-        r.body = errorBody(
-            "request headers over the limit of " + std::to_string(server_.opt.max_header_bytes) + " bytes",
-            "bad_request");
-      } else {
-        r.status = 400;
-        r.body = errorBody("malformed HTTP request: " + ec.message(), "bad_request");
-      }
+      HttpReply r = failureReply(ec, server_.opt);
       write(std::move(r), false, 11);
     }
 
     void dispatch() {
-      auto& msg = parser_->get();
+      bool keepAlive = parser_->get().keep_alive();
+      unsigned version = parser_->get().version();
       HttpRequest req;
-      req.method = std::string(msg.method_string());
-      req.target = std::string(msg.target());
-      req.authorization = std::string(msg[http::field::authorization]);
-      req.body = std::move(msg.body());
-      req.peer = peer_;
-      bool keepAlive = msg.keep_alive();
-      unsigned version = msg.version();
-      if (!parseTarget(req.target, req.segments, req.query)) {
+      HttpReply bad;
+      if (!takeRequest(*parser_, peer_, req, bad)) {
         ++server_.n_bad;
-        HttpReply r;
-        r.status = 400;
-        r.body = errorBody("malformed request path: a bad %-escape, invalid UTF-8 or a control character",
-                           "bad_request");
-        return write(std::move(r), keepAlive, version);
+        return write(std::move(bad), keepAlive, version);
       }
       server_.workers.push([self = shared_from_this(), req = std::move(req), keepAlive, version]() mutable {
         HttpReply reply;
@@ -364,7 +409,7 @@ struct HttpServer::Impl {
     beast::tcp_stream stream_;
     std::string peer_;
     beast::flat_buffer buffer_;
-    std::optional<http::request_parser<http::string_body>> parser_;
+    std::optional<Parser> parser_;
     bool closed_ = false;
   };
 

@@ -72,6 +72,12 @@ bool parseTarget(const std::string& target, std::vector<std::string>& segments,
 // True when `text` is well-formed UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF).
 bool validUtf8(const std::string& text);
 
+// Parses one whole request from `bytes` with the server's limits, as a connection reads it: true
+// with `out` set, or false with the reply the server would send (400, 413, 431) in `error`.
+// For the fuzz target and tests; the server itself reads asynchronously with the same parser.
+bool parseRequest(const std::string& bytes, const HttpServerOptions& options, HttpRequest& out,
+                  HttpReply& error);
+
 class HttpServer {
  public:
   using Handler = std::function<HttpReply(const HttpRequest&)>;

@@ -245,7 +245,10 @@ struct PoolServer::Impl {
     } catch (...) {
       reply = replyForError(std::current_exception());
     }
-    metrics.observeRequest(req.method, label, reply.status,
+    // Labels are fixed words only: a client's method or path never makes a new series.
+    const std::string method =
+        req.method == "GET" || req.method == "POST" || req.method == "DELETE" ? req.method : "other";
+    metrics.observeRequest(method, label, reply.status,
                            std::chrono::duration<double>(Steady::now() - start).count());
     return reply;
   }
@@ -497,6 +500,10 @@ void PoolServer::run() {
   m.http->run();
   stop();
   if (m.ticker.joinable()) m.ticker.join();
+}
+
+HttpReply PoolServer::handle(const HttpRequest& request) {
+  return impl_->handle(request);
 }
 
 void PoolServer::stop() {

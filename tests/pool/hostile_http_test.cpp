@@ -362,6 +362,10 @@ TEST_F(Hostile, UnknownPathsAndMethodsAreNamed) {
   EXPECT_EQ(statusOf(ask(port_, request("PUT", "/v1/leases", "{}"))), 405);
   std::string reply = ask(port_, "GARBAGE\r\n\r\n");
   EXPECT_EQ(statusOf(reply), 400) << reply;
+  for (int i = 0; i < 20; ++i) ask(port_, request("X" + std::to_string(i) + "Y", "/v1/leases", "{}"));
+  std::string metrics = bodyOf(ask(port_, request("GET", "/metrics")));
+  EXPECT_EQ(metrics.find("X1Y"), std::string::npos) << "a client's method makes no metric series";
+  EXPECT_NE(metrics.find("method=\"other\""), std::string::npos) << metrics;
 }
 
 class HostileTokens : public Hostile {

@@ -50,6 +50,9 @@ struct TokenEntry {
 std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const std::string& file,
                                                  std::vector<std::string>* warnings = nullptr);
 
+struct HttpRequest;
+struct HttpReply;
+
 class PoolServer {
  public:
   // Takes DIR/poold.lock (one poold per state directory), opens and loads the state, reads the
@@ -63,6 +66,9 @@ class PoolServer {
   int bind();  // binds host:port; returns the port. Throws kIo when it cannot.
   void run();  // serves until stop()
   void stop();
+
+  // Answers one request as the server would, without the network (tests and the fuzz target).
+  HttpReply handle(const HttpRequest& request);
 
  private:
   struct Impl;
