@@ -3,8 +3,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "option_checks.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/plan.hpp"
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace po = boost::program_options;
@@ -38,9 +40,18 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
       "out", po::value(&outDir), "write the job directory (plan.json, rankfile, topo-NODE.xml)");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    checkValuesGiven(args, opts);
+    po::parsed_options parsed = po::command_line_parser(args).options(opts).run();
+    // The ranges of `poolrun` itself (run_command.cpp), so that a plan and a run refuse the same.
+    checkNumericOptions(parsed, {{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
+                                 {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
+                                 {"roce-tc", 0, 255}});
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {
+    err << "poolrun: error: " << e.what() << "\n" << kPlanUsage;
+    return 2;
+  } catch (const Error& e) {
     err << "poolrun: error: " << e.what() << "\n" << kPlanUsage;
     return 2;
   }
@@ -59,16 +70,10 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
   try {
     PlanRequest request;
     request.ranks = ranks;
-    if (gpusPerNode < 0)
-      throw badInput("--gpus-per-node " + std::to_string(gpusPerNode) + " must be positive");
     request.gpus_per_node = gpusPerNode;
     if (fabric != "auto") request.fabric = topo::fabricFromString(fabric);
     request.gdr = gdrModeFromString(gdr);
-    if (vm.count("roce-tc")) {
-      if (roceTc < 0 || roceTc > 255)
-        throw badInput("--roce-tc " + std::to_string(roceTc) + " must be 0-255");
-      request.roce_tc = roceTc;
-    }
+    if (vm.count("roce-tc")) request.roce_tc = roceTc;
     // What the user set in the environment or with -x wins over the plan.
     for (const std::string& var : plannedVariables()) {
       if (const char* v = std::getenv(var.c_str())) request.user_env[var] = v;

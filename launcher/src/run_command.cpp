@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "option_checks.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
@@ -17,7 +18,9 @@
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace po = boost::program_options;
@@ -163,7 +166,10 @@ void splitProgram(const std::vector<std::string>& args, const po::options_descri
     std::string name = a.starts_with("--") ? a.substr(2) : a.substr(0, 2);
     if (a.find('=') != std::string::npos || (!a.starts_with("--") && a.size() > 2)) continue;
     const po::option_description* d = opts.find_nothrow(name, false);
-    if (d != nullptr && d->semantic()->max_tokens() > 0 && i + 1 < args.size()) options.push_back(args[++i]);
+    if (d != nullptr && d->semantic()->max_tokens() > 0) {
+      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a);
+      options.push_back(args[++i]);
+    }
   }
   program.assign(args.begin() + static_cast<ptrdiff_t>(std::min(i, args.size())), args.end());
 }
@@ -204,9 +210,21 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   po::variables_map vm;
   try {
     splitProgram(args, opts, optionArgs, program, mca);
-    po::store(po::command_line_parser(optionArgs).options(opts).run(), vm);
+    po::parsed_options parsed = po::command_line_parser(optionArgs).options(opts).run();
+    checkNumericOptions(parsed,
+                        {{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
+                         {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
+                         {"priority", pool::kPriorityRange.min, pool::kPriorityRange.max},
+                         {"wait", 0, pool::kWaitSecondsRange.max},
+                         {"roce-tc", 0, 255},
+                         {"lease-ttl", 3, pool::kTtlSecondsRange.max},
+                         {"timeout", 0, pool::kMaxDurationSecondsRange.max - pool::kTtlSecondsRange.max}});
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {
+    err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
+    return kExitUsage;
+  } catch (const Error& e) {
     err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
     return kExitUsage;
   }
@@ -222,16 +240,16 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
         << kRunUsage;
     return kExitUsage;
   }
+  // The rest of the options, before anything starts: a bad value is a bad command line.
+  PlanRequest request;
+  std::optional<MpiFlavor> flavor;
   try {
-    PlanRequest request;
     request.ranks = ranks;
     request.gpus_per_node = gpusPerNode;
     if (fabric != "auto") request.fabric = topo::fabricFromString(fabric);
     request.gdr = gdrModeFromString(gdr);
     if (vm.count("roce-tc")) request.roce_tc = roceTc;
     if (tuner != "on" && tuner != "off") throw badInput("--tuner '" + tuner + "': use on or off");
-    if (leaseTtl < 3) throw badInput("--lease-ttl " + std::to_string(leaseTtl) + ": at least 3 seconds");
-    std::optional<MpiFlavor> flavor;
     if (mpiFlavor == "ompi4")
       flavor = MpiFlavor::kOmpi4;
     else if (mpiFlavor == "ompi5")
@@ -251,7 +269,14 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
         request.user_env[var] = v;
       }
     }
-
+    if (launcher != "mpirun" && launcher != "srun")
+      throw badInput("--launcher '" + launcher + "': use mpirun or srun");
+    topo::checkText(name, topo::kMaxJobNameBytes, "--name");
+  } catch (const Error& e) {
+    err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
+    return kExitUsage;
+  }
+  try {
     pool::ClientOptions copts;
     if (!tokenFile.empty()) {
       std::ifstream tf(tokenFile);
@@ -262,8 +287,6 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     copts.owner = pool::currentUser();
     // Slurm (launcher/src/slurm_launch.cpp): --topology and --launcher srun need a Slurm pool.
     const bool slurm = isSlurmPool(poolUri);
-    if (launcher != "mpirun" && launcher != "srun")
-      throw badInput("--launcher '" + launcher + "': use mpirun or srun");
     if (!slurm && (launcher == "srun" || !topologyFile.empty()))
       throw badInput(std::string(launcher == "srun" ? "--launcher srun" : "--topology") +
                      " needs --pool slurm or slurm:PARTITION (pool here: '" + poolUri + "')");

@@ -16,6 +16,30 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
+// A path segment as RFC 3986 lets it through unchanged: unreserved characters as they are, every
+// other byte %XX. Names and lease ids are checked before they get here, but a segment must never be
+// able to end the path, start a query or a header line ("L1\r\nX-Injected: 1").
+std::string segment(std::string_view text) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (char c : text) {
+    bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '.' || c == '_' || c == '~';
+    if (unreserved) {
+      out += c;
+    } else {
+      unsigned char b = static_cast<unsigned char>(c);
+      out += '%';
+      out += hex[b >> 4];
+      out += hex[b & 0xf];
+    }
+  }
+  // "." and ".." are path steps, not names.
+  if (out == ".") return "%2E";
+  if (out == "..") return "%2E%2E";
+  return out;
+}
+
 class HttpPool : public PoolControl {
  public:
   HttpPool(std::string uri, const std::string& host, int port, const ClientOptions& options)
@@ -37,15 +61,15 @@ class HttpPool : public PoolControl {
       if (request.wait) {
         auto left = std::chrono::duration_cast<milliseconds>(*request.wait - (Clock::now() - start));
         if (left <= milliseconds(0)) {
-          json gone = call("DELETE", "/v1/queue/" + std::to_string(ticket), nullptr);
+          json gone = call("DELETE", "/v1/queue/" + segment(std::to_string(ticket)), nullptr);
           (void)gone;
           throw queueTimeout(request, position, uri_);
         }
         slice = std::min(slice, left);
       }
       json p = call("GET",
-                    "/v1/queue/" + std::to_string(ticket) + "?wait_ms=" + std::to_string(slice.count()) +
-                        "&position=" + std::to_string(position),
+                    "/v1/queue/" + segment(std::to_string(ticket)) +
+                        "?wait_ms=" + std::to_string(slice.count()) + "&position=" + std::to_string(position),
                     nullptr);
       std::string status = p.value("status", "");
       if (status == "granted") return leaseFromJson(p.at("lease"));
@@ -60,11 +84,11 @@ class HttpPool : public PoolControl {
   }
 
   Lease renew(const std::string& id) override {
-    return leaseFromJson(call("POST", "/v1/leases/" + id + "/renew", json::object()).at("lease"));
+    return leaseFromJson(call("POST", "/v1/leases/" + segment(id) + "/renew", json::object()).at("lease"));
   }
-  void release(const std::string& id) override { call("DELETE", "/v1/leases/" + id, nullptr); }
+  void release(const std::string& id) override { call("DELETE", "/v1/leases/" + segment(id), nullptr); }
   topo::ClusterNode node(const std::string& name) override {
-    return clusterNodeFromJson(call("GET", "/v1/nodes/" + name, nullptr));
+    return clusterNodeFromJson(call("GET", "/v1/nodes/" + segment(name), nullptr));
   }
   std::string describe() const override { return uri_; }
 
@@ -90,13 +114,14 @@ class HttpPool : public PoolControl {
       call("POST", "/v1/nodes", json{{"nodes", json::array({toJson(n)})}});
   }
   void drain(const std::string& node) override {
-    call("POST", "/v1/nodes/" + node + "/drain", json::object());
+    call("POST", "/v1/nodes/" + segment(node) + "/drain", json::object());
   }
   void resume(const std::string& node) override {
-    call("POST", "/v1/nodes/" + node + "/resume", json::object());
+    call("POST", "/v1/nodes/" + segment(node) + "/resume", json::object());
   }
   void failGpu(const std::string& node, int index) override {
-    call("POST", "/v1/nodes/" + node + "/gpus/" + std::to_string(index) + "/fail", json::object());
+    call("POST", "/v1/nodes/" + segment(node) + "/gpus/" + segment(std::to_string(index)) + "/fail",
+         json::object());
   }
 
  private:
@@ -126,7 +151,10 @@ class HttpPool : public PoolControl {
       doc = json{{"error", res->body}};
     }
     if (res->status >= 200 && res->status < 300) return doc;
-    std::string msg = doc.is_object() && doc.contains("error") ? doc["error"].get<std::string>() : res->body;
+    auto member = [&](const char* key) {
+      return doc.is_object() && doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "";
+    };
+    std::string msg = member("error").empty() ? res->body : member("error");
     std::string where = uri_ + " refused " + method + " " + path.substr(0, path.find('?')) + " (" +
                         std::to_string(res->status) + "): ";
     switch (res->status) {
@@ -138,7 +166,7 @@ class HttpPool : public PoolControl {
       case 403:
         throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput, where + msg);
       case 404:
-        throw PoolError(doc.value("reason", "") == "gone" ? PoolFailure::kGone : PoolFailure::kOther,
+        throw PoolError(member("reason") == "gone" ? PoolFailure::kGone : PoolFailure::kOther,
                         ErrorCode::kNotFound, where + msg);
       case 413:
         throw PoolError(PoolFailure::kOther, ErrorCode::kBadInput, where + "request body too large");

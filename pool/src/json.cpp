@@ -1,33 +1,176 @@
 #include "poolrun/pool/json.hpp"
 
+#include <utility>
+
+#include "poolrun/pool/limits.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::pool {
 namespace {
 
 using nlohmann::json;
+using std::chrono::seconds;
 
-const json& field(const json& doc, const char* name) {
+// Unix milliseconds that system_clock can hold (until about 2262); INT64_MAX stands for never.
+constexpr Range<int64_t> kTimeMillisRange{
+    0, std::chrono::duration_cast<std::chrono::milliseconds>(TimePoint::max().time_since_epoch()).count()};
+
+// A value as the message shows it: JSON, cut short, bytes that are not UTF-8 replaced.
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+// `name` is the field as messages name it, with the path of a nested one ("gpus[2].index"); the
+// part after the last "]." is the key looked up.
+std::string keyOf(const std::string& name) {
+  size_t at = name.rfind("].");
+  return at == std::string::npos ? name : name.substr(at + 2);
+}
+
+const json& field(const json& doc, const std::string& name) {
   if (!doc.is_object()) throw badInput("expected a JSON object, got " + std::string(doc.type_name()));
-  auto it = doc.find(name);
-  if (it == doc.end()) throw badInput("missing field '" + std::string(name) + "'");
+  auto it = doc.find(keyOf(name));
+  if (it == doc.end()) throw badInput("missing field '" + name + "'");
   return *it;
 }
 
+bool present(const json& doc, const std::string& name) {
+  if (!doc.is_object()) return false;
+  auto it = doc.find(keyOf(name));
+  return it != doc.end() && !it->is_null();
+}
+
+// A whole number (not a float, a bool or a string) in `range`.
 template <typename T>
-T get(const json& doc, const char* name) {
-  const json& v = field(doc, name);
-  try {
-    return v.get<T>();
-  } catch (const json::exception&) {
-    throw badInput("field '" + std::string(name) + "' has the wrong type (" + v.type_name() + ")");
-  }
+T integerValue(const json& v, const std::string& name, Range<T> range) {
+  std::string allowed = " (" + std::to_string(range.min) + " to " + std::to_string(range.max) + ")";
+  if (!v.is_number_integer())
+    throw badInput("field '" + name + "': " + shown(v) + " is not a whole number" + allowed);
+  auto inRange = [&](auto x) {
+    return std::cmp_greater_equal(x, range.min) && std::cmp_less_equal(x, range.max);
+  };
+  bool ok = v.is_number_unsigned() ? inRange(v.get<uint64_t>()) : inRange(v.get<int64_t>());
+  if (!ok) throw badInput("field '" + name + "': " + shown(v) + " is out of range" + allowed);
+  return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>());
 }
 
 template <typename T>
-T getOr(const json& doc, const char* name, T fallback) {
-  if (!doc.is_object() || !doc.contains(name) || doc[name].is_null()) return fallback;
-  return get<T>(doc, name);
+T integer(const json& doc, const std::string& name, Range<T> range) {
+  return integerValue(field(doc, name), name, range);
+}
+
+template <typename T>
+T integerOr(const json& doc, const std::string& name, Range<T> range, T fallback) {
+  return present(doc, name) ? integer(doc, name, range) : fallback;
+}
+
+std::optional<seconds> secondsOr(const json& doc, const std::string& name, Range<int64_t> range) {
+  if (!present(doc, name)) return std::nullopt;
+  return seconds(integer(doc, name, range));
+}
+
+bool boolean(const json& doc, const std::string& name, bool fallback) {
+  if (!present(doc, name)) return fallback;
+  const json& v = field(doc, name);
+  if (!v.is_boolean()) throw badInput("field '" + name + "': " + shown(v) + " is not true or false");
+  return v.get<bool>();
+}
+
+// How strictly a string is read: what a client sends may hold no control characters and has a
+// length limit; what the pool itself wrote (replies, stored rows) need only be UTF-8, so that
+// writing it out again cannot throw.
+enum class Text { kClient, kStored };
+
+void checkUtf8(const std::string& s, const std::string& name) {
+  if (size_t bad = topo::utf8ErrorOffset(s); bad != s.size())
+    throw badInput("field '" + name + "' '" + topo::printable(s) + "': byte " + std::to_string(bad) +
+                   " is not UTF-8");
+}
+
+std::string textValue(const json& v, const std::string& name, size_t maxBytes, Text mode) {
+  if (!v.is_string()) throw badInput("field '" + name + "': " + shown(v) + " is not a string");
+  const std::string& s = v.get_ref<const std::string&>();
+  if (mode == Text::kClient)
+    topo::checkText(s, maxBytes, "field '" + name + "'");
+  else
+    checkUtf8(s, name);
+  return s;
+}
+
+std::string text(const json& doc, const std::string& name, size_t maxBytes, Text mode) {
+  return textValue(field(doc, name), name, maxBytes, mode);
+}
+
+std::string textOr(const json& doc, const std::string& name, size_t maxBytes, Text mode) {
+  return present(doc, name) ? text(doc, name, maxBytes, mode) : std::string();
+}
+
+std::map<std::string, std::string> labelsOr(const json& doc, const std::string& name, Text mode) {
+  std::map<std::string, std::string> out;
+  if (!present(doc, name)) return out;
+  const json& v = field(doc, name);
+  if (!v.is_object())
+    throw badInput("field '" + name + "': " + shown(v) + " is not an object of strings ({\"rack\": \"r1\"})");
+  for (const auto& [key, value] : v.items()) {
+    if (mode == Text::kClient)
+      topo::checkText(key, topo::kMaxLabelBytes, "a key of field '" + name + "'");
+    else
+      checkUtf8(key, name);
+    out[key] = textValue(value, name + "." + topo::printable(key), topo::kMaxLabelBytes, mode);
+  }
+  return out;
+}
+
+std::string nodeName(const json& doc, const std::string& name) {
+  std::string n = text(doc, name, topo::kMaxNodeNameBytes, Text::kStored);
+  topo::checkNodeName(n, "field '" + name + "'");
+  return n;
+}
+
+std::string leaseId(const json& doc, const std::string& name) {
+  std::string id = text(doc, name, topo::kMaxLeaseIdBytes, Text::kStored);
+  topo::checkLeaseId(id, "field '" + name + "'");
+  return id;
+}
+
+const json& array(const json& doc, const std::string& name) {
+  const json& v = field(doc, name);
+  if (!v.is_array()) throw badInput("field '" + name + "': " + shown(v) + " is not a list");
+  return v;
+}
+
+// A client's document may hold only the fields its reader knows: a misspelt one ("ttl" for
+// "ttl_s") would otherwise be ignored without a word.
+void checkKeys(const json& doc, std::initializer_list<const char*> known, const std::string& what) {
+  if (!doc.is_object())
+    throw badInput(what + ": expected a JSON object, got " + std::string(doc.type_name()));
+  for (const auto& [key, value] : doc.items()) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || key == k;
+    if (ok) continue;
+    std::string list;
+    for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    throw badInput("unknown field '" + topo::printable(key) + "' in " + what + " (known: " + list + ")");
+  }
+}
+
+// Every string (keys too) of a nested document is UTF-8, and it is at most `depth` levels deep:
+// what topo::fromJson keeps is written out again later.
+void checkStrings(const json& v, const std::string& path, int depth) {
+  if (depth > 64) throw badInput("field '" + path + "' is nested more than 64 levels deep");
+  if (v.is_string()) {
+    checkUtf8(v.get_ref<const std::string&>(), path);
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) checkStrings(v[i], path + "[" + std::to_string(i) + "]", depth + 1);
+  } else if (v.is_object()) {
+    for (const auto& [key, value] : v.items()) {
+      if (topo::utf8ErrorOffset(key) != key.size())
+        throw badInput("field '" + path + "' has a key that is not UTF-8 ('" + topo::printable(key) + "')");
+      checkStrings(value, path + "." + key, depth + 1);
+    }
+  }
 }
 
 }  // namespace
@@ -39,8 +182,22 @@ int64_t toMillis(TimePoint t) {
 
 TimePoint fromMillis(int64_t ms) {
   if (ms == INT64_MAX) return kNever;
+  if (ms < kTimeMillisRange.min || ms > kTimeMillisRange.max)
+    throw badInput("time " + std::to_string(ms) + " ms is out of range (" +
+                   std::to_string(kTimeMillisRange.min) + " to " + std::to_string(kTimeMillisRange.max) +
+                   " Unix milliseconds, or " + std::to_string(INT64_MAX) + " for never)");
   return TimePoint(std::chrono::duration_cast<TimePoint::duration>(std::chrono::milliseconds(ms)));
 }
+
+namespace {
+
+TimePoint timeField(const json& doc, const std::string& name) {
+  const json& v = field(doc, name);
+  if (v.is_number_integer() && v == json(INT64_MAX)) return kNever;
+  return fromMillis(integerValue(v, name, kTimeMillisRange));
+}
+
+}  // namespace
 
 json toJson(const Lease& l) {
   json gpus = json::array();
@@ -60,18 +217,19 @@ json toJson(const Lease& l) {
 
 Lease leaseFromJson(const json& doc) {
   Lease l;
-  l.id = get<std::string>(doc, "id");
-  l.owner = get<std::string>(doc, "owner");
-  l.job_name = getOr<std::string>(doc, "job_name", "");
-  const json& gpus = field(doc, "gpus");
-  if (!gpus.is_array()) throw badInput("field 'gpus' is not a list");
-  for (const json& g : gpus) l.gpus.push_back({get<std::string>(g, "node"), get<int>(g, "index")});
-  l.priority = getOr<int>(doc, "priority", 0);
-  l.created = fromMillis(get<int64_t>(doc, "created_ms"));
-  l.expires = fromMillis(get<int64_t>(doc, "expires_ms"));
-  l.ttl = std::chrono::seconds(getOr<int64_t>(doc, "ttl_s", 60));
-  if (doc.contains("max_end_ms") && !doc["max_end_ms"].is_null())
-    l.max_end = fromMillis(get<int64_t>(doc, "max_end_ms"));
+  l.id = leaseId(doc, "id");
+  l.owner = text(doc, "owner", 0, Text::kStored);
+  l.job_name = textOr(doc, "job_name", 0, Text::kStored);
+  const json& gpus = array(doc, "gpus");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    std::string at = "gpus[" + std::to_string(i) + "]";
+    l.gpus.push_back({nodeName(gpus[i], at + ".node"), integer(gpus[i], at + ".index", kGpuIndexRange)});
+  }
+  l.priority = integerOr(doc, "priority", kPriorityRange, 0);
+  l.created = timeField(doc, "created_ms");
+  l.expires = timeField(doc, "expires_ms");
+  l.ttl = seconds(integerOr(doc, "ttl_s", kTtlSecondsRange, int64_t{60}));
+  if (present(doc, "max_end_ms")) l.max_end = timeField(doc, "max_end_ms");
   return l;
 }
 
@@ -94,24 +252,36 @@ json toJson(const LeaseRequest& r) {
 }
 
 LeaseRequest requestFromJson(const json& doc) {
+  checkKeys(
+      doc,
+      {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes", "fabric", "labels",
+       "one_switch", "priority", "owner", "job_name", "wait_s", "ttl_s", "max_duration_s", "request_id"},
+      "the lease request");
   LeaseRequest r;
-  r.gpus = get<int>(doc, "gpus");
-  r.gpus_per_node = getOr<int>(doc, "gpus_per_node", 0);
-  r.whole_nodes = getOr<bool>(doc, "whole_nodes", false);
-  r.gpu_model = getOr<std::string>(doc, "gpu_model", "");
-  r.min_memory_bytes = getOr<uint64_t>(doc, "min_memory_bytes", 0);
-  if (doc.contains("fabric") && !doc["fabric"].is_null())
-    r.fabric = topo::fabricFromString(get<std::string>(doc, "fabric"));
-  r.labels = getOr<std::map<std::string, std::string>>(doc, "labels", {});
-  r.one_switch = getOr<bool>(doc, "one_switch", false);
-  r.priority = getOr<int>(doc, "priority", 0);
-  r.owner = getOr<std::string>(doc, "owner", "");
-  r.job_name = getOr<std::string>(doc, "job_name", "");
-  if (doc.contains("wait_s") && !doc["wait_s"].is_null())
-    r.wait = std::chrono::seconds(get<int64_t>(doc, "wait_s"));
-  r.ttl = std::chrono::seconds(getOr<int64_t>(doc, "ttl_s", 60));
-  if (doc.contains("max_duration_s") && !doc["max_duration_s"].is_null())
-    r.max_duration = std::chrono::seconds(get<int64_t>(doc, "max_duration_s"));
+  r.gpus = integer(doc, "gpus", kGpusRange);
+  r.gpus_per_node = integerOr(doc, "gpus_per_node", kGpusPerNodeRange, 0);
+  r.whole_nodes = boolean(doc, "whole_nodes", false);
+  r.gpu_model = textOr(doc, "gpu_model", topo::kMaxLabelBytes, Text::kClient);
+  r.min_memory_bytes = integerOr(doc, "min_memory_bytes", kMinMemoryBytesRange, uint64_t{0});
+  if (present(doc, "fabric")) {
+    std::string f = text(doc, "fabric", topo::kMaxLabelBytes, Text::kClient);
+    try {
+      r.fabric = topo::fabricFromString(f);
+    } catch (const Error& e) {
+      throw badInput("field 'fabric': " + std::string(e.what()));
+    }
+  }
+  r.labels = labelsOr(doc, "labels", Text::kClient);
+  r.one_switch = boolean(doc, "one_switch", false);
+  r.priority = integerOr(doc, "priority", kPriorityRange, 0);
+  r.owner = textOr(doc, "owner", topo::kMaxOwnerBytes, Text::kClient);
+  if (!r.owner.empty()) topo::checkOwner(r.owner, "field 'owner'");
+  r.job_name = textOr(doc, "job_name", topo::kMaxJobNameBytes, Text::kClient);
+  r.wait = secondsOr(doc, "wait_s", kWaitSecondsRange);
+  r.ttl = secondsOr(doc, "ttl_s", kTtlSecondsRange).value_or(seconds(60));
+  r.max_duration = secondsOr(doc, "max_duration_s", kMaxDurationSecondsRange);
+  // Read by poold (a retried acquire gets the first answer); checked here with the rest.
+  if (present(doc, "request_id")) leaseId(doc, "request_id");
   return r;
 }
 
@@ -124,18 +294,19 @@ json toJson(const PoolStatus& s) {
 }
 
 PoolStatus statusFromJson(const json& doc) {
+  constexpr Range<int> kCount{0, INT32_MAX};
   PoolStatus s;
   const json& n = field(doc, "nodes");
-  s.nodes_up = get<int>(n, "up");
-  s.nodes_draining = get<int>(n, "draining");
-  s.nodes_down = get<int>(n, "down");
+  s.nodes_up = integer(n, "up", kCount);
+  s.nodes_draining = integer(n, "draining", kCount);
+  s.nodes_down = integer(n, "down", kCount);
   const json& g = field(doc, "gpus");
-  s.gpus_free = get<int>(g, "free");
-  s.gpus_leased = get<int>(g, "leased");
-  s.gpus_failed = get<int>(g, "failed");
-  s.leases = get<int>(doc, "leases");
-  s.queued = get<int>(doc, "queued");
-  s.leases_granted = getOr<uint64_t>(doc, "leases_granted", 0);
+  s.gpus_free = integer(g, "free", kCount);
+  s.gpus_leased = integer(g, "leased", kCount);
+  s.gpus_failed = integer(g, "failed", kCount);
+  s.leases = integer(doc, "leases", kCount);
+  s.queued = integer(doc, "queued", kCount);
+  s.leases_granted = integerOr(doc, "leases_granted", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
   return s;
 }
 
@@ -158,22 +329,25 @@ json toJson(const NodeInfo& n) {
 
 NodeInfo nodeInfoFromJson(const json& doc) {
   NodeInfo n;
-  n.name = get<std::string>(doc, "name");
-  n.switch_name = getOr<std::string>(doc, "switch", "");
-  n.rail_group = getOr<std::string>(doc, "rail_group", "");
-  n.fabric = getOr<std::string>(doc, "fabric", "");
-  n.labels = getOr<std::map<std::string, std::string>>(doc, "labels", {});
-  n.state = nodeStateFromString(get<std::string>(doc, "state"));
-  for (const json& g : field(doc, "gpus")) {
+  n.name = nodeName(doc, "name");
+  n.switch_name = textOr(doc, "switch", 0, Text::kStored);
+  n.rail_group = textOr(doc, "rail_group", 0, Text::kStored);
+  n.fabric = textOr(doc, "fabric", 0, Text::kStored);
+  n.labels = labelsOr(doc, "labels", Text::kStored);
+  n.state = nodeStateFromString(text(doc, "state", 0, Text::kStored));
+  const json& gpus = array(doc, "gpus");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const json& g = gpus[i];
+    std::string at = "gpus[" + std::to_string(i) + "].";
     GpuInfo gi;
-    gi.index = get<int>(g, "index");
-    gi.pci = getOr<std::string>(g, "pci", "");
-    gi.uuid = getOr<std::string>(g, "uuid", "");
-    gi.model = getOr<std::string>(g, "model", "");
-    gi.memory_bytes = getOr<uint64_t>(g, "memory_bytes", 0);
-    std::string st = get<std::string>(g, "state");
+    gi.index = integer(g, at + "index", kGpuIndexRange);
+    gi.pci = textOr(g, at + "pci", 0, Text::kStored);
+    gi.uuid = textOr(g, at + "uuid", 0, Text::kStored);
+    gi.model = textOr(g, at + "model", 0, Text::kStored);
+    gi.memory_bytes = integerOr(g, at + "memory_bytes", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
+    std::string st = text(g, at + "state", 0, Text::kStored);
     gi.state = st == "leased" ? GpuState::kLeased : st == "failed" ? GpuState::kFailed : GpuState::kFree;
-    gi.lease = getOr<std::string>(g, "lease", "");
+    if (present(g, at + "lease")) gi.lease = leaseId(g, at + "lease");
     n.gpus.push_back(std::move(gi));
   }
   return n;
@@ -191,13 +365,13 @@ json toJson(const QueueInfo& q) {
 
 QueueInfo queueInfoFromJson(const json& doc) {
   QueueInfo q;
-  q.ticket = get<int64_t>(doc, "ticket");
-  q.position = get<int>(doc, "position");
-  q.owner = getOr<std::string>(doc, "owner", "");
-  q.job_name = getOr<std::string>(doc, "job_name", "");
-  q.gpus = get<int>(doc, "gpus");
-  q.priority = getOr<int>(doc, "priority", 0);
-  q.enqueued = fromMillis(get<int64_t>(doc, "enqueued_ms"));
+  q.ticket = integer(doc, "ticket", Range<int64_t>{0, INT64_MAX});
+  q.position = integer(doc, "position", Range<int>{0, INT32_MAX});
+  q.owner = textOr(doc, "owner", 0, Text::kStored);
+  q.job_name = textOr(doc, "job_name", 0, Text::kStored);
+  q.gpus = integer(doc, "gpus", kGpusRange);
+  q.priority = integerOr(doc, "priority", kPriorityRange, 0);
+  q.enqueued = timeField(doc, "enqueued_ms");
   return q;
 }
 
@@ -213,19 +387,47 @@ json toJson(const topo::ClusterNode& n) {
 }
 
 topo::ClusterNode clusterNodeFromJson(const json& doc) {
+  checkKeys(doc, {"name", "switch", "rail_group", "labels", "topology_file", "fabric", "topology"},
+            "the node");
   topo::ClusterNode n;
-  n.name = get<std::string>(doc, "name");
-  n.switch_name = getOr<std::string>(doc, "switch", "");
-  n.rail_group = getOr<std::string>(doc, "rail_group", "");
-  n.labels = getOr<std::map<std::string, std::string>>(doc, "labels", {});
-  n.topology_file = getOr<std::string>(doc, "topology_file", "");
-  if (doc.contains("fabric") && !doc["fabric"].is_null())
-    n.fabric = topo::fabricFromString(get<std::string>(doc, "fabric"));
+  n.name = nodeName(doc, "name");
+  const std::string where = "node " + n.name;
+  n.switch_name = textOr(doc, "switch", topo::kMaxLabelBytes, Text::kClient);
+  n.rail_group = textOr(doc, "rail_group", topo::kMaxLabelBytes, Text::kClient);
+  n.labels = labelsOr(doc, "labels", Text::kClient);
+  n.topology_file = textOr(doc, "topology_file", 4096, Text::kClient);
+  if (present(doc, "fabric")) {
+    try {
+      n.fabric = topo::fabricFromString(text(doc, "fabric", topo::kMaxLabelBytes, Text::kClient));
+    } catch (const Error& e) {
+      throw badInput(where + ": field 'fabric': " + e.what());
+    }
+  }
   const json& t = field(doc, "topology");
-  if (!t.is_object())
-    throw badInput("node " + n.name + ": field 'topology' is not a poolrun.topology/1 document");
-  n.topology = std::make_shared<topo::NodeTopology>(topo::fromJson(t, "node " + n.name));
+  if (!t.is_object()) throw badInput(where + ": field 'topology' is not a poolrun.topology/1 document");
+  checkStrings(t, "topology", 0);
+  try {
+    n.topology = std::make_shared<topo::NodeTopology>(topo::fromJson(t, where));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // what the topology reader did not expect (a json::exception)
+    throw badInput(where + ": field 'topology': " + e.what());
+  }
   return n;
+}
+
+std::vector<topo::ClusterNode> registrationFromJson(const json& doc) {
+  checkKeys(doc, {"nodes"}, "the registration");
+  const json& nodes = array(doc, "nodes");
+  std::vector<topo::ClusterNode> out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    try {
+      out.push_back(clusterNodeFromJson(nodes[i]));
+    } catch (const Error& e) {
+      throw Error(e.code(), "nodes[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+  return out;
 }
 
 std::string formatGpus(const std::vector<GpuRef>& gpus) {

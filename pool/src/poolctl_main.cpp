@@ -10,6 +10,9 @@
 
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/pool/limits.hpp"
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/options.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace {
@@ -64,14 +67,9 @@ void printLease(const Lease& l) {
             << "  expires in " << inSeconds(l.expires) << "\n";
 }
 
-int64_t seconds(const std::string& opt, const std::string& v) {
-  try {
-    size_t used = 0;
-    long long s = std::stoll(v, &used);
-    if (used == v.size() && s >= 0) return s;
-  } catch (const std::exception&) {
-  }
-  throw badInput(opt + " '" + v + "': expected a whole number of seconds");
+template <typename T>
+T number(const std::string& option, const std::string& text, Range<T> range) {
+  return topo::parseOption<T>(option, text, range.min, range.max);
 }
 
 int run(int argc, char** argv) {
@@ -100,8 +98,11 @@ int run(int argc, char** argv) {
       copt.state_dir = value();
     } else if (a == "--owner") {
       copt.owner = value();
+      topo::checkOwner(copt.owner, "--owner");
     } else if (a == "--role") {
       copt.role = value();
+      if (copt.role != "user" && copt.role != "admin")
+        throw badInput("--role '" + topo::printable(copt.role) + "': use user or admin");
     } else {
       rest.push_back(a);
     }
@@ -122,21 +123,26 @@ int run(int argc, char** argv) {
                                            "resume", "fail",  "acquire", "renew", "release"};
   if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
 
-  std::unique_ptr<PoolControl> pool = openPoolControl(uri, copt);
+  // Opened once the command's arguments are known to be good.
+  std::unique_ptr<PoolControl> opened;
+  auto pool = [&]() -> PoolControl& {
+    if (!opened) opened = openPoolControl(uri, copt);
+    return *opened;
+  };
 
   if (cmd == "status") {
-    PoolStatus s = pool->status();
+    PoolStatus s = pool().status();
     if (asJson) {
       std::cout << toJson(s).dump(2) << "\n";
     } else {
-      std::cout << pool->describe() << ": " << (s.nodes_up + s.nodes_draining + s.nodes_down) << " nodes ("
+      std::cout << pool().describe() << ": " << (s.nodes_up + s.nodes_draining + s.nodes_down) << " nodes ("
                 << s.nodes_up << " up, " << s.nodes_draining << " draining, " << s.nodes_down << " down), "
                 << (s.gpus_free + s.gpus_leased + s.gpus_failed) << " GPUs (" << s.gpus_free << " free, "
                 << s.gpus_leased << " leased, " << s.gpus_failed << " failed), " << s.leases << " leases, "
                 << s.queued << " queued\n";
     }
   } else if (cmd == "nodes") {
-    std::vector<NodeInfo> nodes = pool->nodes();
+    std::vector<NodeInfo> nodes = pool().nodes();
     if (asJson) {
       json out = json::array();
       for (const NodeInfo& n : nodes) out.push_back(toJson(n));
@@ -155,7 +161,7 @@ int run(int argc, char** argv) {
       }
     }
   } else if (cmd == "leases") {
-    std::vector<Lease> leases = pool->leases();
+    std::vector<Lease> leases = pool().leases();
     if (asJson) {
       json out = json::array();
       for (const Lease& l : leases) out.push_back(toJson(l));
@@ -165,7 +171,7 @@ int run(int argc, char** argv) {
       for (const Lease& l : leases) printLease(l);
     }
   } else if (cmd == "queue") {
-    std::vector<QueueInfo> queue = pool->queue();
+    std::vector<QueueInfo> queue = pool().queue();
     if (asJson) {
       json out = json::array();
       for (const QueueInfo& q : queue) out.push_back(toJson(q));
@@ -192,31 +198,36 @@ int run(int argc, char** argv) {
     } else {
       throw badInput("register takes [--cluster FILE]");
     }
-    pool->registerNodes(nodes);
+    pool().registerNodes(nodes);
     if (asJson)
       std::cout << json{{"registered", nodes.size()}}.dump() << "\n";
     else
-      std::cout << "registered " << nodes.size() << " node(s) in " << pool->describe() << "\n";
+      std::cout << "registered " << nodes.size() << " node(s) in " << pool().describe() << "\n";
   } else if (cmd == "drain" || cmd == "resume") {
     std::string node = one("NODE");
-    cmd == "drain" ? pool->drain(node) : pool->resume(node);
+    topo::checkNodeName(node);
+    cmd == "drain" ? pool().drain(node) : pool().resume(node);
     if (!asJson) std::cout << node << ": " << (cmd == "drain" ? "draining" : "up") << "\n";
   } else if (cmd == "fail") {
     std::string spec = one("NODE:GPU");
     size_t colon = spec.rfind(':');
     if (colon == std::string::npos) throw badInput("fail '" + spec + "': expected NODE:GPU");
-    pool->failGpu(spec.substr(0, colon), static_cast<int>(seconds("fail GPU index", spec.substr(colon + 1))));
+    std::string node = spec.substr(0, colon);
+    topo::checkNodeName(node);
+    int index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
+    pool().failGpu(node, index);
     if (!asJson) std::cout << spec << ": failed\n";
   } else if (cmd == "renew" || cmd == "release") {
     std::string id = one("LEASE");
+    topo::checkLeaseId(id);
     if (cmd == "renew") {
-      Lease l = pool->renew(id);
+      Lease l = pool().renew(id);
       if (asJson)
         std::cout << toJson(l).dump(2) << "\n";
       else
         printLease(l);
     } else {
-      pool->release(id);
+      pool().release(id);
       if (asJson)
         std::cout << json{{"id", id}, {"released", true}}.dump() << "\n";
       else
@@ -231,25 +242,27 @@ int run(int argc, char** argv) {
         return cargs[++i];
       };
       if (a == "-n" || a == "--gpus")
-        r.gpus = static_cast<int>(seconds(a, value()));
+        r.gpus = number(a, value(), kGpusRange);
       else if (a == "--gpus-per-node")
-        r.gpus_per_node = static_cast<int>(seconds(a, value()));
+        r.gpus_per_node = number(a, value(), kGpusPerNodeRange);
       else if (a == "--whole-nodes")
         r.whole_nodes = true;
       else if (a == "--ttl")
-        r.ttl = std::chrono::seconds(seconds(a, value()));
+        r.ttl = std::chrono::seconds(number(a, value(), kTtlSecondsRange));
       else if (a == "--wait")
-        r.wait = std::chrono::seconds(seconds(a, value()));
+        r.wait = std::chrono::seconds(number(a, value(), kWaitSecondsRange));
       else if (a == "--max-duration")
-        r.max_duration = std::chrono::seconds(seconds(a, value()));
+        r.max_duration = std::chrono::seconds(number(a, value(), kMaxDurationSecondsRange));
       else if (a == "--priority")
-        r.priority = std::stoi(value());
-      else if (a == "--job")
+        r.priority = number(a, value(), kPriorityRange);
+      else if (a == "--job") {
         r.job_name = value();
-      else if (a == "--model")
+        topo::checkText(r.job_name, topo::kMaxJobNameBytes, a);
+      } else if (a == "--model") {
         r.gpu_model = value();
-      else if (a == "--min-memory-gib")
-        r.min_memory_bytes = static_cast<uint64_t>(seconds(a, value())) << 30;
+        topo::checkText(r.gpu_model, topo::kMaxLabelBytes, a);
+      } else if (a == "--min-memory-gib")
+        r.min_memory_bytes = number(a, value(), Range<uint64_t>{0, kMinMemoryBytesRange.max >> 30}) << 30;
       else if (a == "--fabric")
         r.fabric = topo::fabricFromString(value());
       else if (a == "--one-switch")
@@ -257,14 +270,16 @@ int run(int argc, char** argv) {
       else if (a == "--label") {
         std::string kv = value();
         size_t eq = kv.find('=');
-        if (eq == std::string::npos) throw badInput("--label '" + kv + "': expected KEY=VALUE");
+        if (eq == std::string::npos)
+          throw badInput("--label '" + topo::printable(kv) + "': expected KEY=VALUE");
+        topo::checkText(kv, 2 * topo::kMaxLabelBytes, "--label");
         r.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
       } else
         throw badInput("acquire: unknown option '" + a + "'");
     }
     if (r.gpus <= 0) throw badInput("acquire needs -n N (N >= 1)");
     r.owner = copt.owner;
-    Lease l = pool->acquire(r, [&](int position) {
+    Lease l = pool().acquire(r, [&](int position) {
       if (!asJson) std::cerr << "poolctl: queued at position " << position << "\n";
     });
     if (asJson)

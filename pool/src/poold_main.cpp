@@ -8,23 +8,74 @@
 #include <string>
 #include <thread>
 
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/options.hpp"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: poold --state DIR --token-file FILE [--listen HOST:PORT] [--cluster FILE]\n"
-    "             [--sync normal|full] [--max-body BYTES] [--threads N]\n"
-    "  --listen HOST:PORT  where to serve (default 127.0.0.1:7450; port 0 picks a free port and prints it)\n"
-    "  --state DIR         the pool's state (DIR/pool.sqlite, WAL); one poold per directory\n"
-    "  --token-file FILE   one `TOKEN OWNER ROLE` line per token (ROLE user or admin, # comments);\n"
-    "                      re-read when it changes\n"
-    "  --cluster FILE      register the nodes of a cluster file at start (keeps their state)\n"
-    "  --sync normal|full  SQLite synchronous mode: normal (default) survives a crash of poold,\n"
-    "                      full also a power loss (an fsync per group commit)\n"
-    "  --max-body BYTES    largest request body (default 1048576); larger ones get 413\n"
-    "  --threads N         connections served at once (default 64)\n";
+using poolrun::pool::Range;
+
+// Ranges of poold's own options (the request limits are in poolrun/pool/limits.hpp).
+constexpr Range<int> kThreadsRange{1, 1024};
+constexpr Range<size_t> kMaxBodyRange{1024, size_t{1} << 30};
+constexpr Range<int> kConnectionsRange{1, 1'000'000};
+constexpr Range<int64_t> kRequestTimeoutRange{1, 3600};  // --header-timeout, --body-timeout
+constexpr Range<int64_t> kIdleTimeoutRange{1, 86'400};
+
+std::string usage() {
+  const poolrun::pool::ServerOptions d;
+  auto n = [](auto v) { return std::to_string(v); };
+  auto s = [](std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000); };
+  return "usage: poold --state DIR --token-file FILE [--listen HOST:PORT] [--cluster FILE]\n"
+         "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
+         "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
+         "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
+         "  --listen HOST:PORT  where to serve (default " +
+         d.host + ":" + n(d.port) +
+         "; port 0 picks a free port and prints it)\n"
+         "  --state DIR         the pool's state (DIR/pool.sqlite, WAL); one poold per directory\n"
+         "  --token-file FILE   one `TOKEN OWNER ROLE` line per token (ROLE user or admin, # comments);\n"
+         "                      re-read when it changes\n"
+         "  --cluster FILE      register the nodes of a cluster file at start (keeps their state)\n"
+         "  --sync normal|full  SQLite synchronous mode: normal (default) survives a crash of poold,\n"
+         "                      full also a power loss (an fsync per group commit)\n"
+         "  --max-body BYTES    largest request body, however framed (default " +
+         n(d.max_body_bytes) + ", " + n(kMaxBodyRange.min) + " to " + n(kMaxBodyRange.max) +
+         ");\n"
+         "                      larger ones get 413\n"
+         "  --threads N         workers that run requests (default " +
+         n(d.threads) + ", 1 to " + n(kThreadsRange.max) +
+         ")\n"
+         "  --max-connections N           open connections in total (default " +
+         n(d.max_connections) +
+         ")\n"
+         "  --max-connections-per-peer N  open connections from one IP address (default " +
+         n(d.max_connections_per_peer) +
+         ")\n"
+         "  --header-timeout SECONDS      from a request's first byte to its last header (default " +
+         s(d.header_timeout) +
+         ")\n"
+         "  --body-timeout SECONDS        for a request's whole body (default " +
+         s(d.body_timeout) +
+         ")\n"
+         "  --idle-timeout SECONDS        a kept-alive connection without a request is closed (default " +
+         n(d.idle_timeout.count()) +
+         ")\n"
+         "  --max-ttl SECONDS             longest lease TTL a request may ask for (default " +
+         n(d.max_ttl.count()) + ", at most " + n(poolrun::pool::kTtlSecondsRange.max) +
+         ")\n"
+         "  --max-user-priority P         highest priority of a user's request; administrators may use\n"
+         "                                any from " +
+         n(poolrun::pool::kPriorityRange.min) + " to " + n(poolrun::pool::kPriorityRange.max) + " (default " +
+         n(d.max_user_priority) + ")\n";
+}
+
+template <typename T>
+T number(const std::string& option, const std::string& text, Range<T> range) {
+  return poolrun::topo::parseOption<T>(option, text, range.min, range.max);
+}
 
 }  // namespace
 
@@ -40,19 +91,14 @@ int main(int argc, char** argv) {
         return argv[++i];
       };
       if (a == "--help" || a == "-h") {
-        std::cout << kUsage;
+        std::cout << usage();
         return 0;
       } else if (a == "--listen") {
         std::string v = value();
         size_t colon = v.rfind(':');
         if (colon == std::string::npos) throw badInput("--listen '" + v + "': expected HOST:PORT");
         opt.host = v.substr(0, colon);
-        try {
-          opt.port = std::stoi(v.substr(colon + 1));
-        } catch (const std::exception&) {
-          throw badInput("--listen '" + v + "': the port is not a number");
-        }
-        if (opt.port < 0 || opt.port > 65535) throw badInput("--listen '" + v + "': port out of range");
+        opt.port = number("--listen " + v + ": port", v.substr(colon + 1), Range<int>{0, 65535});
       } else if (a == "--state") {
         opt.state_dir = value();
       } else if (a == "--token-file") {
@@ -68,9 +114,23 @@ int main(int argc, char** argv) {
         else
           throw badInput("--sync '" + v + "' (use normal or full)");
       } else if (a == "--max-body") {
-        opt.max_body_bytes = std::stoull(value());
+        opt.max_body_bytes = number(a, value(), kMaxBodyRange);
       } else if (a == "--threads") {
-        opt.threads = std::stoi(value());
+        opt.threads = number(a, value(), kThreadsRange);
+      } else if (a == "--max-connections") {
+        opt.max_connections = number(a, value(), kConnectionsRange);
+      } else if (a == "--max-connections-per-peer") {
+        opt.max_connections_per_peer = number(a, value(), kConnectionsRange);
+      } else if (a == "--header-timeout") {
+        opt.header_timeout = std::chrono::seconds(number(a, value(), kRequestTimeoutRange));
+      } else if (a == "--body-timeout") {
+        opt.body_timeout = std::chrono::seconds(number(a, value(), kRequestTimeoutRange));
+      } else if (a == "--idle-timeout") {
+        opt.idle_timeout = std::chrono::seconds(number(a, value(), kIdleTimeoutRange));
+      } else if (a == "--max-ttl") {
+        opt.max_ttl = std::chrono::seconds(number(a, value(), pool::kTtlSecondsRange));
+      } else if (a == "--max-user-priority") {
+        opt.max_user_priority = number(a, value(), pool::kPriorityRange);
       } else {
         throw badInput("unknown option '" + a + "'");
       }
@@ -97,7 +157,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const Error& e) {
     std::cerr << "poold: error: " << e.what() << "\n";
-    if (e.code() == ErrorCode::kBadInput) std::cerr << kUsage;
+    if (e.code() == ErrorCode::kBadInput) std::cerr << usage();
     return e.code() == ErrorCode::kBadInput ? 2 : 1;
   } catch (const std::exception& e) {
     std::cerr << "poold: error: " << e.what() << "\n";

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "poolrun/pool/placement.hpp"
+#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -111,6 +112,7 @@ PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
 
 void PoolState::registerNode(const topo::ClusterNode& cn) {
   if (cn.name.empty()) throw badInput("cannot register a node without a name");
+  topo::checkNodeName(cn.name, "cannot register node");  // the last guard, whatever the entry point
   if (!cn.topology) throw badInput("cannot register node " + cn.name + " without a topology");
   auto it = nodes_.find(cn.name);
   if (it != nodes_.end()) {

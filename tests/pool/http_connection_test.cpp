@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "embedded.hpp"
+
 namespace poolrun::pool {
 namespace {
 
@@ -133,6 +135,30 @@ TEST(HttpConnectionTest, BrokenRepliesAreTransferFailures) {
       EXPECT_THAT(e.what(), HasSubstr(k.message)) << k.reply.substr(0, 60);
     }
   }
+}
+
+// The pool's HTTP client puts names, lease ids and GPU indexes into paths percent-encoded: a
+// CR-LF in a lease id cannot start a header line, a '/' cannot add a path step. (The canned server
+// does not read bodies: a POST's "{}" stays in front of the next request.)
+TEST(HttpConnectionTest, ThePoolClientEncodesEveryPathSegment) {
+  const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+  CannedServer server({ok, ok, ok, ok, ok});
+  ClientOptions options;
+  options.token = "t";
+  auto pool = openHttp("http://127.0.0.1", "127.0.0.1", server.port(), options);
+  pool->release("L1\r\nX-Injected: 1");
+  pool->drain("a/b c");
+  pool->resume("..");
+  pool->failGpu("n%1?x#y", 3);
+  EXPECT_ANY_THROW(pool->renew("L2\"\xff"));  // the reply {} has no lease
+  ASSERT_EQ(server.requests.size(), 5u);
+  EXPECT_THAT(server.requests[0],
+              ::testing::StartsWith("DELETE /v1/leases/L1%0D%0AX-Injected%3A%201 HTTP/1.1\r\n"));
+  EXPECT_THAT(server.requests[0], ::testing::Not(HasSubstr("\r\nX-Injected")));
+  EXPECT_THAT(server.requests[1], HasSubstr("POST /v1/nodes/a%2Fb%20c/drain HTTP/1.1\r\n"));
+  EXPECT_THAT(server.requests[2], HasSubstr("POST /v1/nodes/%2E%2E/resume HTTP/1.1\r\n"));
+  EXPECT_THAT(server.requests[3], HasSubstr("POST /v1/nodes/n%251%3Fx%23y/gpus/3/fail HTTP/1.1\r\n"));
+  EXPECT_THAT(server.requests[4], HasSubstr("POST /v1/leases/L2%22%FF/renew HTTP/1.1\r\n"));
 }
 
 TEST(HttpConnectionTest, NobodyListeningIsAConnectFailure) {

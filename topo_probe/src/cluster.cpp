@@ -7,6 +7,7 @@
 #include "file_util.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hostlist.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::topo {
@@ -131,6 +132,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
       }
     }
     for (std::string& host : hosts) {
+      checkNodeName(host, where + ": node name");
       if (!seen.insert(host).second)
         throw badInput(where + ": node " + host + " is already in an earlier group");
       ClusterNode node = proto;

@@ -2,12 +2,22 @@
 
 // JSON forms of the pool's values, shared by poold's HTTP API, its client, the SQLite store and
 // `poolctl --json`. Times are Unix milliseconds ("created_ms"). Readers throw poolrun::Error
-// (kBadInput) naming the field that is missing or of the wrong type.
+// (kBadInput) naming the field that is missing, of the wrong type or out of range:
+//   "field 'gpus': 4294967297 is out of range (1 to 1000000)", "field 'gpus': 1.9 is not a whole number"
+// Numbers must be JSON integers (not 1.0, true or "1") in the ranges of poolrun/pool/limits.hpp;
+// names follow poolrun/topo/names.hpp (node names and lease ids everywhere, since they end up in
+// URLs, paths and hostfiles); every string must be UTF-8.
+//
+// What a client sends (requestFromJson, clusterNodeFromJson, registrationFromJson) is read
+// strictly: an unknown field is refused with the list of known ones, strings hold no control
+// characters and have a length limit (job names 256 bytes, labels 256). What the pool wrote itself
+// (the other readers: poold's replies, stored rows) may carry fields a newer pool added.
 
 #include <nlohmann/json.hpp>
 
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/state.hpp"
 
 namespace poolrun::pool {
@@ -31,5 +41,7 @@ QueueInfo queueInfoFromJson(const nlohmann::json& doc);
 // A node with its topology (poolrun.topology/1), for registration and PoolClient::node().
 nlohmann::json toJson(const topo::ClusterNode& node);
 topo::ClusterNode clusterNodeFromJson(const nlohmann::json& doc);
+// The body of POST /v1/nodes: {"nodes": [node, ...]}; errors name the node's place ("nodes[3]: ...").
+std::vector<topo::ClusterNode> registrationFromJson(const nlohmann::json& doc);
 
 }  // namespace poolrun::pool

@@ -1,0 +1,31 @@
+#pragma once
+
+// The ranges of every number a client gives the pool: poold's request bodies (pool/src/json.cpp),
+// poolctl's and poolrun's options. A value outside its range is refused with the field or option,
+// the value and the range, never wrapped or clamped. poold narrows two of them with its own options
+// (--max-ttl, --max-user-priority; see ServerOptions). pool/README.md lists them.
+//
+// The durations are bounded so that now + any of them, in nanoseconds, stays far inside
+// std::chrono::system_clock (about the year 2262): a TTL or a wait can never wrap to the past.
+
+#include <cstdint>
+
+namespace poolrun::pool {
+
+template <typename T>
+struct Range {
+  T min;
+  T max;
+};
+
+inline constexpr Range<int> kGpusRange{1, 1'000'000};
+inline constexpr Range<int> kGpusPerNodeRange{0, 1024};  // 0: any split
+inline constexpr Range<int> kGpuIndexRange{0, 1023};     // a GPU's index in its node
+inline constexpr Range<int> kPriorityRange{-1'000'000, 1'000'000};
+inline constexpr Range<int64_t> kTtlSecondsRange{1, 86'400};       // a day; poold's --max-ttl is lower
+inline constexpr Range<int64_t> kWaitSecondsRange{0, 31'536'000};  // 365 days; 0: do not queue
+// 366 days: poolrun's --timeout (up to 365 days) plus a TTL (up to a day) fits.
+inline constexpr Range<int64_t> kMaxDurationSecondsRange{1, 31'622'400};
+inline constexpr Range<uint64_t> kMinMemoryBytesRange{0, uint64_t{1} << 50};  // 1 PiB
+
+}  // namespace poolrun::pool

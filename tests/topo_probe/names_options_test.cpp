@@ -1,0 +1,178 @@
+// What names may contain (node names, lease ids, owners, text) and the one reader of numeric
+// command-line values.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/options.hpp"
+#include "support/fixtures.hpp"
+
+namespace poolrun::topo {
+namespace {
+
+std::string messageOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+struct NameCase {
+  std::string value;
+  bool valid;
+  std::string problem;  // a part of the problem where invalid
+};
+
+TEST(NamesTest, NodeNames) {
+  const std::vector<NameCase> cases = {
+      {"dgx01", true, ""},
+      {"n1-ib", true, ""},
+      {"jwc09n003.juwels", true, ""},
+      {"gpu_07", true, ""},
+      {"7node", true, ""},
+      {std::string(253, 'a'), true, ""},
+      {"", false, "empty"},
+      {std::string(254, 'a'), false, "254 bytes long"},
+      {"-n1", false, "'-' at byte 0"},
+      {".n1", false, "'.' at byte 0"},
+      {"a b", false, "'\\x20' at byte 1"},
+      {"a/b", false, "'/' at byte 1"},
+      {"a\"b", false, "'\"' at byte 1"},
+      {"a\nb", false, "'\\x0a' at byte 1"},
+      {"a\r\nHost: x", false, "'\\x0d' at byte 1"},
+      {"n[1-2]", false, "'[' at byte 1"},
+      {"n1,n2", false, "',' at byte 2"},
+      {"a:b", false, "':' at byte 1"},
+      {"caf\xc3\xa9", false, "'\\xc3' at byte 3"},
+      {std::string("a\0b", 3), false, "'\\x00' at byte 1"},
+  };
+  for (const NameCase& c : cases) {
+    std::string problem = nodeNameProblem(c.value);
+    EXPECT_EQ(problem.empty(), c.valid) << printable(c.value) << ": " << problem;
+    if (!c.valid) {
+      EXPECT_NE(problem.find(c.problem), std::string::npos) << printable(c.value) << ": " << problem;
+      std::string msg = messageOf([&] { checkNodeName(c.value); });
+      EXPECT_EQ(msg.rfind("node name '" + printable(c.value) + "': ", 0), 0u) << msg;
+      EXPECT_NE(msg.find("letters, digits, '-', '_' and '.'"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(NamesTest, LeaseIdsAndOwners) {
+  for (const char* id : {"L0123456789abcdef", "slurm-4242-1777-1", "123_4", "123+0"})
+    EXPECT_EQ(leaseIdProblem(id), "") << id;
+  for (const char* id : {"", "L1\r\nX-Injected: 1", "../../etc", "L 1", "L%2F"})
+    EXPECT_NE(leaseIdProblem(id), "") << id;
+  EXPECT_NE(leaseIdProblem(std::string(129, 'a')), "");
+
+  for (const char* owner : {"alice", "bob.smith", "svc_ci-2", "alice@EXAMPLE.ORG", "uid1000"})
+    EXPECT_EQ(ownerProblem(owner), "") << owner;
+  for (const char* owner : {"", "-alice", "al ice", "alice\n", "r\xe9mi", "a/b", "a:b"})
+    EXPECT_NE(ownerProblem(owner), "") << printable(owner);
+  EXPECT_NE(ownerProblem(std::string(65, 'a')), "");
+  EXPECT_EQ(messageOf([] { checkOwner("-x", "--owner"); }).rfind("--owner '-x': starts with '-'", 0), 0u);
+}
+
+TEST(NamesTest, TextIsUtf8WithoutControlCharacters) {
+  EXPECT_EQ(textProblem("train résumé 日本 🚀", 256), "");
+  EXPECT_EQ(textProblem("", 256), "");
+  EXPECT_NE(textProblem("a\nb", 256).find("control character \\x0a at byte 1"), std::string::npos);
+  EXPECT_NE(textProblem("a\x7f", 256).find("control character \\x7f"), std::string::npos);
+  EXPECT_NE(textProblem("abc", 2).find("3 bytes long (at most 2)"), std::string::npos);
+  // Latin-1, a lone continuation byte, overlong forms, a surrogate, past U+10FFFF, truncated.
+  for (const char* bad :
+       {"caf\xe9", "\x80", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe6\x97"}) {
+    EXPECT_NE(textProblem(bad, 256).find("is not UTF-8"), std::string::npos) << printable(bad);
+    EXPECT_LT(utf8ErrorOffset(bad), std::string_view(bad).size()) << printable(bad);
+  }
+  EXPECT_EQ(utf8ErrorOffset("caf\xc3\xa9"), 5u);
+  EXPECT_EQ(utf8ErrorOffset("ab\xff"), 2u);
+  std::string msg = messageOf([] { checkText("a\xffz", 256, "field 'job_name'"); });
+  EXPECT_EQ(msg, "field 'job_name' 'a\\xffz': byte \\xff at byte 1 is not UTF-8") << msg;
+}
+
+TEST(NamesTest, PrintableEscapesWhatATerminalWouldInterpret) {
+  EXPECT_EQ(printable("dgx01"), "dgx01");
+  EXPECT_EQ(printable("日本"), "日本");
+  EXPECT_EQ(printable("a\r\nb\x1b[2J'\\"), "a\\x0d\\x0ab\\x1b[2J\\x27\\x5c");
+  EXPECT_EQ(printable("\xe9t\xe9"), "\\xe9t\\xe9");
+  EXPECT_EQ(printable(std::string(100, 'x')), std::string(80, 'x') + "...");
+}
+
+TEST(NamesTest, ClusterFilesRefuseBadNodeNames) {
+  std::string topology = (test::sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
+  for (const char* nodes : {"a b", "n/1", "n\\\"1", "-n1"}) {
+    std::string toml = std::string("[[group]]\nnodes = \"") + nodes + "\"\ntopology = \"" + topology + "\"\n";
+    std::string msg = messageOf([&] { readClusterString(toml, "c.toml"); });
+    EXPECT_NE(msg.find("c.toml: group 1: node name '"), std::string::npos) << nodes << ": " << msg;
+  }
+}
+
+struct OptionCase {
+  std::string text;
+  int64_t min, max;
+  std::string expected;  // the value, or the message
+};
+
+TEST(OptionsTest, SignedValues) {
+  const std::vector<OptionCase> cases = {
+      {"0", -5, 5, "0"},
+      {"-5", -5, 5, "-5"},
+      {"5", -5, 5, "5"},
+      {"1000000", -1000000, 1000000, "1000000"},
+      {"2147483648", -1000000, 1000000, "--opt 2147483648: out of range (-1000000 to 1000000)"},
+      {"-1000001", -1000000, 1000000, "--opt -1000001: out of range (-1000000 to 1000000)"},
+      {"99999999999999999999", -5, 5, "--opt 99999999999999999999: out of range (-5 to 5)"},
+      {"-99999999999999999999", -5, 5, "--opt -99999999999999999999: out of range (-5 to 5)"},
+      {"", -5, 5, "--opt '': not a whole number (-5 to 5)"},
+      {"abc", -5, 5, "--opt abc: not a whole number (-5 to 5)"},
+      {"3x", -5, 5, "--opt 3x: not a whole number (-5 to 5)"},
+      {"1.5", -5, 5, "--opt 1.5: not a whole number (-5 to 5)"},
+      {"+3", -5, 5, "--opt +3: not a whole number (-5 to 5)"},
+      {" 3", -5, 5, "--opt ' 3': not a whole number (-5 to 5)"},
+      {"3 ", -5, 5, "--opt '3 ': not a whole number (-5 to 5)"},
+      {"0x10", -5, 5, "--opt 0x10: not a whole number (-5 to 5)"},
+      {"1e3", -5, 5, "--opt 1e3: not a whole number (-5 to 5)"},
+      {"-", -5, 5, "--opt -: not a whole number (-5 to 5)"},
+      {"--", -5, 5, "--opt --: not a whole number (-5 to 5)"},
+      {"4\n", -5, 5, "--opt '4\\x0a': not a whole number (-5 to 5)"},
+  };
+  for (const OptionCase& c : cases) {
+    std::string got;
+    try {
+      got =
+          std::to_string(parseOption<int>("--opt", c.text, static_cast<int>(c.min), static_cast<int>(c.max)));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+      got = e.what();
+    }
+    EXPECT_EQ(got, c.expected) << "'" << c.text << "'";
+  }
+}
+
+TEST(OptionsTest, UnsignedAndWideValues) {
+  EXPECT_EQ(parseOption<uint64_t>("--max-body", "18446744073709551615", 0, UINT64_MAX), UINT64_MAX);
+  EXPECT_EQ(messageOf([] { parseOption<uint64_t>("--max-body", "18446744073709551616", 0, UINT64_MAX); }),
+            "--max-body 18446744073709551616: out of range (0 to 18446744073709551615)");
+  EXPECT_EQ(messageOf([] { parseOption<size_t>("--max-body", "-1", 1024, 1 << 30); }),
+            "--max-body -1: out of range (1024 to 1073741824)");
+  EXPECT_EQ(messageOf([] { parseOption<size_t>("--max-body", "abc", 1024, 1 << 30); }),
+            "--max-body abc: not a whole number (1024 to 1073741824)");
+  EXPECT_EQ(parseOption<int64_t>("--x", "-9223372036854775808", INT64_MIN, INT64_MAX), INT64_MIN);
+  EXPECT_EQ(parseOption<int64_t>("--x", "9223372036854775807", INT64_MIN, INT64_MAX), INT64_MAX);
+  EXPECT_EQ(messageOf([] { parseOption<int64_t>("--x", "9223372036854775808", 0, INT64_MAX); }),
+            "--x 9223372036854775808: out of range (0 to 9223372036854775807)");
+  EXPECT_EQ(messageOf([] { parseOption<int>("--threads", "-4", 1, 1024); }),
+            "--threads -4: out of range (1 to 1024)");
+  EXPECT_EQ(parseOption<unsigned>("--port", "0", 0u, 65535u), 0u);
+}
+
+}  // namespace
+}  // namespace poolrun::topo
