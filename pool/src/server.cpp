@@ -292,11 +292,7 @@ struct PoolServer::Impl {
       return pool->read([&](const PoolState& s) { return toJson(clusterNode(s, c.params[0])); });
     });
     route("POST", "/v1/nodes", true, "register nodes", [this](Context& c) {
-      json doc = parseBody(c.req.body);
-      if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array() || doc.size() != 1)
-        throw badRequest("expected {\"nodes\": [...]}");
-      std::vector<topo::ClusterNode> nodes;
-      for (const json& n : doc["nodes"]) nodes.push_back(clusterNodeFromJson(n));
+      std::vector<topo::ClusterNode> nodes = registrationFromJson(parseBody(c.req.body));
       return pool->mutate([&](PoolState& s, TimePoint now) {
         for (const auto& n : nodes) s.registerNode(n);
         s.tick(now, opt.stale_after);
@@ -316,7 +312,8 @@ struct PoolServer::Impl {
     }
     route("POST", "/v1/nodes/*/gpus/*/fail", true, "mark GPUs failed", [this](Context& c) {
       const std::string& name = c.params[0];
-      int index = static_cast<int>(integerIn(c.params[1], "GPU index", 0, 1 << 20));
+      int index =
+          static_cast<int>(integerIn(c.params[1], "GPU index", kGpuIndexRange.min, kGpuIndexRange.max));
       return pool->mutate([&](PoolState& s, TimePoint now) {
         s.failGpu(name, index);
         s.tick(now, opt.stale_after);

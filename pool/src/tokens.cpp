@@ -6,24 +6,12 @@
 
 #include <sstream>
 
-#include "http_server.hpp"
+#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
 
 constexpr off_t kMaxTokenFileBytes = off_t{16} << 20;
-
-// Owners name people and services: what user and group names allow, so that an owner can be put
-// in a reply, a metric label or a log line as it is.
-bool validOwner(const std::string& owner) {
-  if (owner.empty() || owner.size() > 64 || owner.front() == '-') return false;
-  for (char c : owner) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '_' || c == '-' || c == '@';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 bool validToken(const std::string& token) {
   if (token.size() < 8 || token.size() > 512) return false;
@@ -81,17 +69,15 @@ std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const 
       continue;
     }
     if (!validToken(token)) {
-      bad("the token of " + (validUtf8(owner) ? owner : std::string("this line")) +
-          " must be 8 to 512 printable ASCII characters");
+      bad("the token of " + topo::printable(owner) + " must be 8 to 512 printable ASCII characters");
       continue;
     }
-    if (!validOwner(owner)) {
-      bad("owner '" + (validUtf8(owner) ? owner : std::string("(not UTF-8)")) +
-          "' may hold only letters, digits, '.', '_', '-' and '@' (at most 64, not starting with '-')");
+    if (std::string problem = topo::ownerProblem(owner); !problem.empty()) {
+      bad("owner '" + topo::printable(owner) + "': " + problem);
       continue;
     }
     if (role != "user" && role != "admin") {
-      bad("unknown role '" + (validUtf8(role) ? role : std::string("(not UTF-8)")) + "' (use user or admin)");
+      bad("unknown role '" + topo::printable(role) + "' (use user or admin)");
       continue;
     }
     if (out.count(token)) {
