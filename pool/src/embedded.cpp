@@ -41,7 +41,10 @@ class EmbeddedPool : public PoolControl {
   EmbeddedPool(std::string description, const std::filesystem::path& db, const ClientOptions& options,
                bool local)
       : description_(std::move(description)),
-        store_(db),
+        // quick_check, as every call opens the file: it reads the structure of every page, which
+        // garbage over a page breaks; the full check also compares each index with its table,
+        // at twice the cost (pool/README.md).
+        store_(db, Durability::kNormal, StartCheck::kQuick),
         owner_(options.owner.empty() ? currentUser() : options.owner),
         admin_(options.role != "user"),
         local_(local) {

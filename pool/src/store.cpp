@@ -1,9 +1,21 @@
 #include "poolrun/pool/store.hpp"
 #include "poolrun/topo/hash.hpp"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/writers.hpp"
@@ -27,6 +39,49 @@ CREATE TABLE IF NOT EXISTS lease_gpus(node TEXT NOT NULL, idx INTEGER NOT NULL, 
 CREATE INDEX IF NOT EXISTS lease_gpus_by_lease ON lease_gpus(lease);
 CREATE TABLE IF NOT EXISTS queue(ticket INTEGER PRIMARY KEY, doc TEXT NOT NULL);
 )sql";
+
+// FILE.generation: one line of fixed length, rewritten in place with one pwrite (which a crash of
+// the process cannot tear), so that `cat` shows it:
+//   poolrun-generation 1 00000000000000001234 0123456789abcdef
+// The last field is FNV-1a of what precedes it.
+constexpr std::string_view kRecordPrefix = "poolrun-generation 1 ";
+constexpr size_t kRecordSize = kRecordPrefix.size() + 20 + 1 + 16 + 1;
+
+std::string recordLine(uint64_t generation) {
+  char digits[21];
+  std::snprintf(digits, sizeof digits, "%020llu", static_cast<unsigned long long>(generation));
+  std::string body = std::string(kRecordPrefix) + digits;
+  return body + " " + topo::fnv1aHex(body) + "\n";
+}
+
+// The generation a record holds, or what is wrong with it.
+std::optional<uint64_t> parseRecord(const std::string& text, std::string& why) {
+  if (text.size() != kRecordSize) {
+    why = std::to_string(text.size()) + " bytes, not " + std::to_string(kRecordSize);
+    return std::nullopt;
+  }
+  std::string body = text.substr(0, kRecordSize - 18);
+  if (body.compare(0, kRecordPrefix.size(), kRecordPrefix) != 0 || text.back() != '\n' ||
+      body.find_first_not_of("0123456789", kRecordPrefix.size()) != std::string::npos) {
+    why = "not a generation record ('" + std::string(kRecordPrefix) + "' and 20 digits)";
+    return std::nullopt;
+  }
+  if (text.compare(kRecordSize - 17, 16, topo::fnv1aHex(body)) != 0) {
+    why = "its checksum " + text.substr(kRecordSize - 17, 16) + " does not match its content (" +
+          topo::fnv1aHex(body) + ")";
+    return std::nullopt;
+  }
+  return std::stoull(body.substr(kRecordPrefix.size()));
+}
+
+// The record's file as it is (one byte more than a record, to tell a longer file).
+std::string readRecord(int fd, bool& ok) {
+  std::string text(kRecordSize + 1, '\0');
+  ssize_t n = pread(fd, text.data(), text.size(), 0);
+  ok = n >= 0;
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return text;
+}
 
 std::string text(sqlite3_stmt* st, int col) {
   const unsigned char* p = sqlite3_column_text(st, col);
@@ -99,14 +154,97 @@ QueueEntry queueFromDoc(const json& doc) {
   return e;
 }
 
+// What a refusal says to do: the file is either restored (and its record, which counts commits a
+// backup lacks, deleted) or moved away with everything beside it. `it` names the file.
+std::string restoreOrMove(const std::filesystem::path& file, const std::string& it) {
+  std::string f = file.string(), g = Store::generationFile(file).string();
+  return "restore " + it + " from a backup (with its -wal, then delete " + g +
+         ", which counts commits the backup does not have), or move " + it + ", with " + f + "-wal, " + f +
+         "-shm and " + g + ", away to start an empty pool";
+}
+
+Error refusal(const std::filesystem::path& file, const std::string& found) {
+  return Error(ErrorCode::kIo,
+               file.string() + ": " + found + "; nothing was written to it: " + restoreOrMove(file, "it"));
+}
+
+// Column 0 of every row `sql` returns, as text; SQLite's error code in `rc`, its message in `why`.
+std::vector<std::string> column(sqlite3* db, const char* sql, int& rc, std::string& why) {
+  std::vector<std::string> out;
+  sqlite3_stmt* st = nullptr;
+  rc = sqlite3_prepare_v2(db, sql, -1, &st, nullptr);
+  while (rc == SQLITE_OK) {
+    int step = sqlite3_step(st);
+    if (step == SQLITE_DONE) break;
+    if (step != SQLITE_ROW)
+      rc = step;
+    else
+      out.push_back(text(st, 0));
+  }
+  if (rc != SQLITE_OK) why = sqlite3_errmsg(db);
+  sqlite3_finalize(st);
+  return out;
+}
+
+bool damage(int rc) {
+  return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB;
+}
+
 }  // namespace
 
-Store::Store(const std::filesystem::path& file, Durability durability) : file_(file) {
-  if (sqlite3_open_v2(file.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      nullptr) != SQLITE_OK) {
+std::filesystem::path Store::generationFile(const std::filesystem::path& file) {
+  return file.string() + ".generation";
+}
+
+Store::Store(const std::filesystem::path& file, Durability durability, StartCheck check)
+    : file_(file), generationFile_(generationFile(file)) {
+  // The record first: it is written after each commit, so the database read after it is never
+  // behind it unless commits were lost, whatever other processes commit meanwhile.
+  std::optional<uint64_t> recorded;
+  generationFd_ = open(generationFile_.c_str(), O_RDWR | O_CLOEXEC);
+  if (generationFd_ < 0 && errno != ENOENT)
+    throw Error(ErrorCode::kIo, generationFile_.string() +
+                                    ": cannot open the pool state's generation record (" +
+                                    std::strerror(errno) + "); check the state directory's permissions");
+  if (generationFd_ >= 0) {
+    flock(generationFd_, LOCK_SH);
+    bool ok = false;
+    std::string content = readRecord(generationFd_, ok);
+    flock(generationFd_, LOCK_UN);
+    std::string why = ok ? "" : std::strerror(errno);
+    if (ok) recorded = parseRecord(content, why);
+    if (!recorded) {
+      close(generationFd_);
+      throw Error(ErrorCode::kIo,
+                  generationFile_.string() + ": damaged (" + why + "): it counts the commits of " +
+                      file.string() + ", so whether that file lost some cannot be told; nothing " +
+                      "was written to either. If the file is known good, delete " + generationFile_.string() +
+                      "; else " + restoreOrMove(file, file.string()));
+    }
+  }
+  std::error_code ec;
+  auto fileSize = std::filesystem::file_size(file, ec);
+  const bool fresh = ec || fileSize == 0;  // SQLite creates it (its first page is written with WAL mode)
+  if (fresh) {
+    std::string found = ec ? "missing" : "empty (0 bytes)";
+    auto walSize = std::filesystem::file_size(file.string() + "-wal", ec);
+    if (recorded && *recorded > 0) {
+      close(generationFd_);
+      throw refusal(file, found + ", but " + generationFile_.filename().string() + " records generation " +
+                              std::to_string(*recorded) + ": every acknowledged commit is gone");
+    }
+    if (!ec && walSize > 0) {
+      close(generationFd_);
+      throw refusal(file, found + ", but its write-ahead log " + file.filename().string() + "-wal holds " +
+                              std::to_string(walSize) + " bytes");
+    }
+  }
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (fresh ? SQLITE_OPEN_CREATE : 0);
+  if (sqlite3_open_v2(file.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
     std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
+    if (generationFd_ >= 0) close(generationFd_);
     throw Error(ErrorCode::kIo, file.string() + ": cannot open the pool state (" + why +
                                     "); check the state directory's permissions");
   }
@@ -114,9 +252,18 @@ Store::Store(const std::filesystem::path& file, Durability durability) : file_(f
   // Short-lived clients (every poolrun) open and close the file once each: keeping the WAL file
   // and leaving checkpoints to SQLite's automatic ones spares each of them a checkpoint, two
   // fsyncs and re-creating the WAL (milliseconds per launch). Commits are as durable as before.
+  // Also: closing a file that failed its checks writes nothing to it.
   int one = 1;
   sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &one);
   sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  try {
+    if (!fresh) verify(check, recorded.value_or(0));
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    if (generationFd_ >= 0) close(generationFd_);
+    throw;
+  }
   try {
     exec("PRAGMA journal_mode=WAL");
     // SQLite's automatic checkpoint, with the log's length kept for checkpoint().
@@ -144,18 +291,21 @@ Store::Store(const std::filesystem::path& file, Durability durability) : file_(f
       exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
     }
     commit();
+    record(generation_);
   } catch (...) {
     // The statements prepared so far first: SQLite keeps a connection open while any is left.
     for (auto& [sql, st] : statements_) sqlite3_finalize(st);
     statements_.clear();
     sqlite3_close(db_);
     db_ = nullptr;
+    if (generationFd_ >= 0) close(generationFd_);
     try {
       throw;
     } catch (const Error& e) {
-      throw Error(e.code(), std::string(e.what()) +
-                                "; if the file is damaged, move it (and its -wal and -shm files) away: a new "
-                                "one is started, without the leases this one recorded");
+      throw Error(e.code(),
+                  std::string(e.what()) + "; if the file is damaged, restore it from a backup, or move " +
+                      file.string() + " (and its -wal, -shm and .generation files) away: a new one is " +
+                      "started, without the leases this one recorded");
     }
   }
 }
@@ -163,6 +313,106 @@ Store::Store(const std::filesystem::path& file, Durability durability) : file_(f
 Store::~Store() {
   for (auto& [sql, st] : statements_) sqlite3_finalize(st);
   sqlite3_close(db_);
+  if (generationFd_ >= 0) close(generationFd_);
+}
+
+// Reads only: a write now would start the log again after its last good frame, over the
+// evidence of what was lost.
+void Store::verify(StartCheck check, uint64_t recorded) {
+  int rc = SQLITE_OK;
+  std::string why;
+  auto unreadable = [&](const std::string& what) {
+    if (damage(rc)) return refusal(file_, what + ": " + why);
+    return Error(ErrorCode::kIo, file_.string() + ": cannot read the pool state (" + why + ")");
+  };
+  std::vector<std::string> pageSize = column(db_, "PRAGMA page_size", rc, why);
+  if (rc != SQLITE_OK || pageSize.empty())
+    throw unreadable("not a pool state file (its first page is damaged?)");
+  std::error_code ec;
+  uint64_t size = std::filesystem::file_size(file_, ec);
+  uint64_t page = std::stoull(pageSize[0]);
+  if (!ec && page > 0 && size % page != 0)
+    throw refusal(file_, "cut short: " + std::to_string(size) + " bytes, not a whole number of its " +
+                             std::to_string(page) + "-byte pages");
+  // Three problems say enough; the check stops at the fourth.
+  std::vector<std::string> rows = column(
+      db_, check == StartCheck::kIntegrity ? "PRAGMA integrity_check(4)" : "PRAGMA quick_check(4)", rc, why);
+  if (rc != SQLITE_OK) throw unreadable("integrity check");
+  if (rows.size() != 1 || rows[0] != "ok") {
+    std::vector<std::string> problems;
+    for (const std::string& row : rows) {
+      std::istringstream lines(row);
+      for (std::string line; std::getline(lines, line);)
+        if (!line.empty() && line.rfind("***", 0) != 0) problems.push_back(line);
+    }
+    std::string list;
+    for (size_t i = 0; i < problems.size() && i < 3; ++i) list += (i ? "; " : "") + problems[i];
+    throw refusal(file_, "integrity check: " + list + (problems.size() > 3 ? "; and more" : ""));
+  }
+  std::vector<std::string> meta =
+      column(db_, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'meta'", rc, why);
+  if (rc != SQLITE_OK) throw unreadable("its schema");
+  std::vector<std::string> g;
+  if (!meta.empty() && meta[0] != "0") {
+    g = column(db_, "SELECT value FROM meta WHERE key = 'generation'", rc, why);
+    if (rc != SQLITE_OK) throw unreadable("its generation");
+    generation_ = g.empty() ? 0 : std::stoull(g[0]);
+  }
+  const std::string record = generationFile_.filename().string();
+  if (g.empty() && recorded > 0)
+    throw refusal(file_, "no generation in the database, but " + record + " records generation " +
+                             std::to_string(recorded) + ": this is not the file those commits went to");
+  const uint64_t lost = recorded - generation_;
+  if (generation_ < recorded)
+    throw refusal(file_, "generation " + std::to_string(generation_) + " in the database, " +
+                             std::to_string(recorded) + " acknowledged (" + record +
+                             "): the write-ahead log lost its last " +
+                             (lost == 1 ? "commit" : std::to_string(lost) + " commits"));
+}
+
+// Raises the record to `generation` unless another process recorded a later one. A record that
+// cannot be written costs only the detection of a loss, not the commit: a warning, once.
+void Store::record(uint64_t generation) {
+  std::string failed;
+  if (generationFd_ < 0) {
+    // Created whole under another name and linked into place, so that it never exists half
+    // written and a process that lost the race to create it keeps the winner's.
+    std::string temp = generationFile_.string() + "." + std::to_string(getpid()) + ".tmp";
+    std::string line = recordLine(generation);
+    int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+              fsync(fd) == 0;
+    if (!ok) failed = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    if (ok && link(temp.c_str(), generationFile_.c_str()) != 0 && errno != EEXIST)
+      failed = std::strerror(errno);
+    unlink(temp.c_str());
+    if (failed.empty()) {
+      generationFd_ = open(generationFile_.c_str(), O_RDWR | O_CLOEXEC);
+      if (generationFd_ < 0) failed = std::strerror(errno);
+    }
+  }
+  if (generationFd_ >= 0) {
+    flock(generationFd_, LOCK_EX);
+    bool ok = false;
+    std::string why;
+    std::string content = readRecord(generationFd_, ok);
+    std::optional<uint64_t> current = parseRecord(content, why);
+    if (!ok) failed = std::strerror(errno);
+    if (ok && (!current || *current < generation)) {
+      std::string line = recordLine(generation);
+      if (pwrite(generationFd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size()) ||
+          (content.size() > line.size() && ftruncate(generationFd_, static_cast<off_t>(line.size())) != 0))
+        failed = std::strerror(errno);
+    }
+    flock(generationFd_, LOCK_UN);
+  }
+  if (!failed.empty() && !recordWarned_) {
+    recordWarned_ = true;
+    std::cerr << "poolrun: warning: " << generationFile_.string() << ": cannot record generation "
+              << generation << " (" << failed
+              << "); a write-ahead log that loses commits will not be noticed\n";
+  }
 }
 
 void Store::exec(const char* sql) {
@@ -186,9 +436,23 @@ sqlite3_stmt* Store::prepare(const char* sql) {
 
 void Store::begin() {
   exec("BEGIN IMMEDIATE");
+  changesAtBegin_ = sqlite3_total_changes64(db_);
 }
+
 void Store::commit() {
+  uint64_t next = 0;
+  if (sqlite3_total_changes64(db_) != changesAtBegin_) {
+    sqlite3_stmt* st = prepare(
+        "INSERT INTO meta(key, value) VALUES('generation', 1) "
+        "ON CONFLICT(key) DO UPDATE SET value = value + 1 RETURNING value");
+    Step s(db_, st);
+    if (s.row()) next = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
+    s.run();
+  }
   exec("COMMIT");
+  if (next == 0) return;
+  generation_ = next;
+  record(next);
 }
 void Store::rollback() noexcept {
   if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);

@@ -1,8 +1,9 @@
-// The pool's costs: a placement decision over a 10,000-GPU inventory, and acquire+release pairs
-// per second against a poold on loopback with committed state (synchronous=NORMAL and FULL).
-// Measures only; asserts nothing about time.
+// The pool's costs: a placement decision over a 10,000-GPU inventory, acquire+release pairs per
+// second against a poold on loopback with committed state (synchronous=NORMAL and FULL), and
+// opening the state file with its checks. Measures only; asserts nothing about time.
 
 #include <benchmark/benchmark.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/placement.hpp"
+#include "poolrun/pool/store.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
 
@@ -118,6 +120,75 @@ BENCHMARK(BM_PooldAcquireRelease)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kSecond);
+
+// A pool's state file: `nodes` nodes of 8 GPUs, 7 of every 8 nodes in two leases of 4 GPUs, all of
+// it in the file itself (its log copied in).
+void writeStateFile(const std::filesystem::path& file, int nodes) {
+  PoolState pool;
+  TimePoint now = std::chrono::system_clock::now();
+  char spec[64];
+  snprintf(spec, sizeof spec, "n[%04d-%04d]/gpu[0-7]", 1, nodes);
+  test::addInventory(pool, spec, now);
+  Store store(file);
+  Dirty all;
+  for (const auto& [name, n] : pool.nodeMap()) all.nodes.insert(name);
+  store.begin();
+  store.write(pool, all);
+  store.commit();
+  LeaseRequest r = test::parseRequest("4");
+  for (int n = 0; n < nodes; ++n)
+    if (n % 8 != 7)
+      for (int half = 0; half < 2; ++half) pool.submit(r, now);
+  store.begin();
+  store.write(pool, pool.takeDirty());
+  store.commit();
+  store.checkpoint(0);
+}
+
+std::string describeFile(const std::filesystem::path& file, int nodes) {
+  return std::to_string(nodes * 8) + " GPUs, " + std::to_string(std::filesystem::file_size(file) >> 10) +
+         " KiB";
+}
+
+// Opening the state file as poold (integrity_check, range(1) 1) and the embedded pools
+// (quick_check, 0) do, then loading it.
+void BM_StoreOpen(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const StartCheck check = state.range(1) == 1 ? StartCheck::kIntegrity : StartCheck::kQuick;
+  test::TempDir dir;
+  const auto file = dir.path() / "pool.sqlite";
+  writeStateFile(file, nodes);
+  size_t leases = 0;
+  for (auto _ : state) {
+    Store store(file, Durability::kNormal, check);
+    PoolState loaded;
+    store.load(loaded);
+    leases = loaded.leaseMap().size();
+  }
+  state.SetLabel(std::string(check == StartCheck::kIntegrity ? "integrity_check" : "quick_check") + ", " +
+                 describeFile(file, nodes) + ", " + std::to_string(leases) + " leases");
+}
+BENCHMARK(BM_StoreOpen)->ArgsProduct({{16, 1250}, {0, 1}})->Unit(benchmark::kMillisecond);
+
+// The check alone, on a connection of its own (the file's pages in the page cache).
+void BM_StoreCheck(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const bool integrity = state.range(1) == 1;
+  test::TempDir dir;
+  const auto file = dir.path() / "pool.sqlite";
+  writeStateFile(file, nodes);
+  for (auto _ : state) {
+    sqlite3* db = nullptr;
+    sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+    if (sqlite3_exec(db, integrity ? "PRAGMA integrity_check" : "PRAGMA quick_check", nullptr, nullptr,
+                     nullptr) != SQLITE_OK)
+      state.SkipWithError(sqlite3_errmsg(db));
+    sqlite3_close(db);
+  }
+  state.SetLabel(std::string(integrity ? "integrity_check" : "quick_check") + ", " +
+                 describeFile(file, nodes));
+}
+BENCHMARK(BM_StoreCheck)->ArgsProduct({{16, 1250}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace poolrun::pool

@@ -4,6 +4,14 @@
 // written by write() and committed before the reply. Several processes may open one file (the
 // embedded pool): a writer takes the write lock with begin(), reloads when another process
 // committed since its last look (dataVersion()), changes, writes and commits.
+//
+// Every commit that changes something also raises a generation counter kept in the file, and
+// then records it beside the file, in FILE.generation (one fixed-size line with a checksum,
+// rewritten in place). SQLite replays its write-ahead log only up to the first damaged frame and
+// takes the rest as never written; the record is how a log that lost acknowledged commits, or a
+// file that was emptied, is noticed at the next start. The record is not synced to disk: after a
+// power loss it may be behind the file (a loss then goes unnoticed), and ahead of it only where
+// the file itself lost commits (synchronous=NORMAL).
 
 #include <filesystem>
 #include <map>
@@ -22,10 +30,23 @@ enum class Durability {
   kFull,    // synchronous=FULL: a commit is on disk (fsync) before it returns
 };
 
+// What the constructor checks an existing file with before anything is written to it.
+enum class StartCheck {
+  kIntegrity,  // PRAGMA integrity_check: every page, and every index against its table
+  kQuick,      // PRAGMA quick_check: every page, not whether the indexes match their tables
+};
+
 class Store {
  public:
-  // Opens (creating) the file. Throws poolrun::Error (kIo) naming the file when SQLite cannot.
-  Store(const std::filesystem::path& file, Durability durability = Durability::kNormal);
+  // Opens the file, creating it where neither it nor its generation record exists. An existing
+  // file is checked before anything is written to it (not even a checkpoint of its log): the
+  // SQLite check `check`, the size of its pages, and its generation against FILE.generation (a
+  // file behind its record lost acknowledged commits; ahead is a process that died between its
+  // commit and the record). A damaged, emptied or missing file, or a damaged record, is refused:
+  // poolrun::Error (kIo) saying what was found and what to do, the files left as they were.
+  // Also kIo, naming the file, when SQLite cannot open it. Costs `check` (pool/README.md).
+  Store(const std::filesystem::path& file, Durability durability = Durability::kNormal,
+        StartCheck check = StartCheck::kIntegrity);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -33,7 +54,12 @@ class Store {
   const std::filesystem::path& file() const { return file_; }
 
   void begin();  // BEGIN IMMEDIATE (waits for other writers, up to 30 s)
+  // COMMIT; when the transaction changed anything, raises the generation first and records it
+  // in FILE.generation after (a record that cannot be written is a warning on stderr, once).
   void commit();
+  // The generation of this connection's last commit (or of the file as opened).
+  uint64_t generation() const { return generation_; }
+  static std::filesystem::path generationFile(const std::filesystem::path& file);
   void rollback() noexcept;
   // Changes when another connection commits (PRAGMA data_version).
   int64_t dataVersion();
@@ -54,10 +80,17 @@ class Store {
  private:
   sqlite3_stmt* prepare(const char* sql);
   void exec(const char* sql);
+  void verify(StartCheck check, uint64_t recorded);
+  void record(uint64_t generation);
   std::string topologyHash(const std::shared_ptr<const topo::NodeTopology>& topology);
 
   std::filesystem::path file_;
   sqlite3* db_ = nullptr;
+  std::filesystem::path generationFile_;
+  int generationFd_ = -1;  // FILE.generation, once it exists
+  bool recordWarned_ = false;
+  uint64_t generation_ = 0;
+  int64_t changesAtBegin_ = 0;
   int walFrames_ = 0;  // pages in the write-ahead log after this connection's last commit
   std::map<std::string, sqlite3_stmt*> statements_;
   std::map<std::string, std::shared_ptr<const topo::NodeTopology>> topologies_;  // by hash
