@@ -22,13 +22,11 @@
 namespace poolrun::topo {
 
 // The limits of the formats, in bytes. Each is far above the largest real file (an 8-GPU hwloc XML
-// export with every PCI device is about 400 KiB; a tuner configuration with 20,000 rules about 2 MiB).
-inline constexpr size_t kTopologyFileLimit = size_t{64} << 20;     // hwloc XML, NCCL XML, poolrun JSON
-inline constexpr size_t kClusterFileLimit = size_t{16} << 20;      // cluster TOML
-inline constexpr size_t kTunerConfigFileLimit = size_t{16} << 20;  // poolrun.tuner/1 JSON, rules CSV
-inline constexpr size_t kNcclTestsLogLimit = size_t{64} << 20;     // nccl-tests outputs
-inline constexpr size_t kTokenFileLimit = size_t{64} << 10;        // bearer token files
-inline constexpr size_t kSysfsFileLimit = size_t{64} << 10;        // one /sys or /proc attribute
+// export with every PCI device is about 400 KiB). The tuner's are in poolrun/tuner/config.hpp.
+inline constexpr size_t kTopologyFileLimit = size_t{64} << 20;  // hwloc XML, NCCL XML, poolrun JSON
+inline constexpr size_t kClusterFileLimit = size_t{16} << 20;   // cluster TOML
+inline constexpr size_t kTokenFileLimit = size_t{64} << 10;     // bearer token files
+inline constexpr size_t kSysfsFileLimit = size_t{64} << 10;     // one /sys or /proc attribute
 
 // What identifies one version of a file: a cache keyed by it reads again a file that was replaced
 // (another inode) or rewritten (another size or modification time).
