@@ -64,14 +64,11 @@ inline std::string byteSizeText(uint64_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
-// The whole of `file` as bytes. `kind` names the format in the plural for messages ("topology
-// files"). Opens with O_NONBLOCK, so that a FIFO without a writer does not block, and refuses
-// anything fstat does not call a regular file. Reads at most `limit` bytes: a file that is, or grows,
-// larger is refused. Fills `identity` (when given) from the same descriptor that was read.
-// Throws poolrun::Error naming the file: kNotFound (missing), kBadInput (not a regular file, too
-// large), kIo (the system refused to open or read it).
-inline std::string readRegularFile(const std::filesystem::path& file, size_t limit, std::string_view kind,
-                                   FileIdentity* identity = nullptr) {
+namespace detail {
+
+// readRegularFile, and with `head` readRegularFileHead.
+inline std::string readRegular(const std::filesystem::path& file, size_t limit, std::string_view kind,
+                               FileIdentity* identity, bool head) {
   const std::string name = file.string();
   int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
@@ -95,16 +92,14 @@ inline std::string readRegularFile(const std::filesystem::path& file, size_t lim
     return badInput(name + " is " + size + "; " + std::string(kind) + " are at most " + byteSizeText(limit) +
                     " (is it the right file?)");
   };
-  if (static_cast<uint64_t>(st.st_size) > limit)
-    throw tooLarge(byteSizeText(static_cast<uint64_t>(st.st_size)));
-  // st_size can be 0 or a page for files of /proc and /sys: read to the end, one byte past the limit.
-  std::string text(std::min<size_t>(static_cast<size_t>(st.st_size), limit) + 1, '\0');
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (!head && size > limit) throw tooLarge(byteSizeText(size));
+  // st_size can be 0 or a page for files of /proc and /sys: read to the end, or one byte past the limit.
+  const size_t most = head ? limit : limit + 1;
+  std::string text(std::min<uint64_t>(size + 1, most), '\0');
   size_t got = 0;
-  for (;;) {
-    if (got == text.size()) {
-      if (got > limit) break;
-      text.resize(std::min(limit + 1, std::max<size_t>(2 * got, 4096)));
-    }
+  while (got < most) {
+    if (got == text.size()) text.resize(std::min(most, std::max<size_t>(2 * got, 4096)));
     ssize_t n = ::read(fd, text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw Error(ErrorCode::kIo, name + ": cannot read it: " + std::strerror(errno));
@@ -115,6 +110,26 @@ inline std::string readRegularFile(const std::filesystem::path& file, size_t lim
   text.resize(got);
   if (identity != nullptr) *identity = identityOf(st);
   return text;
+}
+
+}  // namespace detail
+
+// The whole of `file` as bytes. `kind` names the format in the plural for messages ("topology
+// files"). Opens with O_NONBLOCK, so that a FIFO without a writer does not block, and refuses
+// anything fstat does not call a regular file. Reads at most `limit` bytes: a file that is, or grows,
+// larger is refused. Fills `identity` (when given) from the same descriptor that was read.
+// Throws poolrun::Error naming the file: kNotFound (missing), kBadInput (not a regular file, too
+// large), kIo (the system refused to open or read it).
+inline std::string readRegularFile(const std::filesystem::path& file, size_t limit, std::string_view kind,
+                                   FileIdentity* identity = nullptr) {
+  return detail::readRegular(file, limit, kind, identity, false);
+}
+
+// As readRegularFile, but the first `limit` bytes of a longer file rather than an error: kernel
+// files whose size says nothing (/proc/modules), binary headers (a PCI configuration space).
+inline std::string readRegularFileHead(const std::filesystem::path& file, size_t limit,
+                                       std::string_view kind) {
+  return detail::readRegular(file, limit, kind, nullptr, true);
 }
 
 }  // namespace poolrun::topo
