@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/mpi.hpp"
@@ -18,6 +19,7 @@
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace po = boost::program_options;
@@ -254,7 +256,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
 
     pool::ClientOptions copts;
     if (!tokenFile.empty()) {
-      std::ifstream tf(tokenFile);
+      std::istringstream tf(topo::readRegularFile(tokenFile, topo::kTokenFileLimit, "token files"));
       if (!(tf >> copts.token)) throw badInput("--token-file " + tokenFile + ": cannot read a token from it");
     } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
       copts.token = t;

@@ -10,6 +10,7 @@
 
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace {
@@ -41,8 +42,7 @@ constexpr const char* kUsage =
     "  4 refused (401 unknown token, 403 not allowed), 5 lease gone\n";
 
 std::string readToken(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw Error(ErrorCode::kNotFound, file + ": cannot read the token file");
+  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
   std::string line;
   while (std::getline(in, line)) {
     if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
