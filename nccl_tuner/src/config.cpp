@@ -263,6 +263,12 @@ TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
   } catch (const json::parse_error& e) {
     fail(origin, std::string("not valid JSON at byte ") + std::to_string(e.byte) +
                      " (check quotes, commas and braces there)");
+  } catch (const json::exception& e) {
+    // out_of_range 406: a number beyond a double ("1e999"). Its text without nlohmann's "[json...] ".
+    std::string what = e.what();
+    fail(origin,
+         "unusable JSON: " + what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2) +
+             " (use a number a double can hold)");
   }
   Fields top(doc, "", origin);
   top.allow(

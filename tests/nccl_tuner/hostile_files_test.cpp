@@ -124,6 +124,11 @@ TEST_F(HostileFiles, Nested100000DeepIsRefusedInAFileAndInTheEnvironment) {
   EXPECT_HAS(errorOf([&] { loadConfig(repeat("{\"x-a\":", 64) + "1" + repeat("}", 64)); }), "missing key");
 }
 
+TEST_F(HostileFiles, NumberBeyondADoubleIsAConfigError) {
+  EXPECT_HAS(errorOf([] { parseConfig(R"({"schema": 1e999})", "t.json"); }),
+             "tuner config t.json: unusable JSON: number overflow parsing '1e999'");
+}
+
 // ---- parsing once per process --------------------------------------------------------------------------
 
 class ConfigCacheTest : public ::testing::Test {

@@ -123,6 +123,13 @@ TEST(HostileFiles, JsonTopologyNested100000DeepIsRefused) {
   EXPECT_HAS(errorOf([&] { readTopologyFile(open); }), "nests deeper than 64 levels");
 }
 
+TEST(HostileFiles, NumberBeyondADoubleIsBadInput) {
+  test::TempDir tmp;
+  std::filesystem::path p = tmp.write("huge.json", R"({"schema": 1e999})");
+  EXPECT_HAS(errorOf([&] { readTopologyFile(p); }),
+             p.string() + ": unusable JSON: number overflow parsing '1e999'");
+}
+
 TEST(HostileFiles, NestingScannerSkipsStrings) {
   EXPECT_EQ(jsonTooDeepAt(R"({"a":"[[[[[[","b":["\"[[[["]})", 2), std::nullopt);
   EXPECT_EQ(jsonTooDeepAt(R"({"a":[[1]]})", 2), std::optional<size_t>(6));

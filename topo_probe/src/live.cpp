@@ -71,6 +71,12 @@ NodeTopology readJsonText(const std::string& text, const std::string& name) {
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw badInput(name + ": malformed JSON at byte " + std::to_string(e.byte) + " (" + e.what() + ")");
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406: a number beyond a double ("1e999"). Its text without nlohmann's "[json...] ".
+    std::string what = e.what();
+    throw badInput(name + ": unusable JSON: " +
+                   what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2) +
+                   " (use a number a double can hold)");
   }
   return fromJson(doc, name);
 }
