@@ -7,36 +7,37 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "checks.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::doctor::detail {
 namespace fs = std::filesystem;
 
+// Kernel files: regular (a FIFO or a device planted in a test's tree must not block), and only their
+// first 64 KiB (/proc/modules of a node with hundreds of modules is a fraction of that).
 std::optional<std::string> readText(const fs::path& file, std::string* why) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    if (why != nullptr) *why = fmt::format("cannot read {}: {}", file.string(), std::strerror(errno));
+  std::string text;
+  try {
+    text = topo::readRegularFileHead(file, topo::kSysfsFileLimit, "kernel attribute files");
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
     return std::nullopt;
   }
-  std::string text(64 * 1024, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   return text;
 }
 
 std::vector<uint8_t> readBytes(const fs::path& file, size_t limit) {
-  std::ifstream in(file, std::ios::binary);
-  std::vector<uint8_t> bytes(limit);
-  if (!in) return {};
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(limit));
-  bytes.resize(static_cast<size_t>(in.gcount()));
-  return bytes;
+  try {
+    std::string bytes = topo::readRegularFileHead(file, limit, "PCI configuration files");
+    return {bytes.begin(), bytes.end()};
+  } catch (const Error&) {
+    return {};
+  }
 }
 
 namespace {

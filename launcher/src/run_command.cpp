@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "option_checks.hpp"
 #include "poolrun/launcher/commands.hpp"
@@ -21,6 +22,7 @@
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace po = boost::program_options;
@@ -279,7 +281,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   try {
     pool::ClientOptions copts;
     if (!tokenFile.empty()) {
-      std::ifstream tf(tokenFile);
+      std::istringstream tf(topo::readRegularFile(tokenFile, topo::kTokenFileLimit, "token files"));
       if (!(tf >> copts.token)) throw badInput("--token-file " + tokenFile + ": cannot read a token from it");
     } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
       copts.token = t;

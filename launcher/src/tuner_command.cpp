@@ -6,7 +6,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/tuner/calibrate.hpp"
@@ -26,15 +25,10 @@ constexpr const char* kTunerUsage =
     "explain: what the NCCL tuner plugin chooses for each power-of-two size, and every candidate.\n"
     "calibrate: read nccl-tests outputs and write their times into the configuration's calibration.\n";
 
-constexpr const char* kCollHint = "allreduce, allgather, reducescatter, broadcast or reduce";
+// nccl-tests prints a few lines per size and run: 64 MiB is thousands of runs.
+constexpr size_t kNcclTestsLogLimit = size_t{64} << 20;
 
-std::string readText(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw tuner::ConfigError(what + " " + path + ": cannot read it (check the path)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+constexpr const char* kCollHint = "allreduce, allgather, reducescatter, broadcast or reduce";
 
 // Parses the options; returns -1 to go on, else the exit status (help printed or bad usage).
 int parse(const po::options_description& opts, const po::positional_options_description* positional,
@@ -88,7 +82,7 @@ int explainCommand(const std::vector<std::string>& args, std::ostream& out, std:
     return 2;
   }
   try {
-    tuner::TunerConfig cfg = tuner::parseConfig(readText(config, "tuner config"), config);
+    tuner::TunerConfig cfg = tuner::parseConfig(tuner::readConfigFile(config, "tuner config"), config);
     tuner::ExplainOptions options;
     options.coll = *c;
     options.nranks = nranks;
@@ -162,12 +156,13 @@ int calibrateCommand(const std::vector<std::string>& args, std::ostream& out, st
     overrides.nnodes = nnodes;
   }
   try {
-    const std::string text = readText(config, "tuner config");
+    const std::string text = tuner::readConfigFile(config, "tuner config");
     tuner::parseConfig(text, config);  // the configuration must be valid before it is extended
     nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text);
     std::vector<tuner::Measurement> all;
     for (const std::string& log : logs) {
-      tuner::ParsedLog parsed = tuner::parseNcclTestsLog(readText(log, "nccl-tests log"), log, overrides);
+      tuner::ParsedLog parsed = tuner::parseNcclTestsLog(
+          tuner::readConfigFile(log, "nccl-tests log", kNcclTestsLogLimit), log, overrides);
       for (const std::string& w : parsed.warnings) err << "poolrun: warning: " << w << "\n";
       all.insert(all.end(), parsed.measurements.begin(), parsed.measurements.end());
     }

@@ -1,10 +1,12 @@
 #include "poolrun/tuner/config.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
+#include <sys/stat.h>
+
 #include <initializer_list>
 #include <sstream>
+
+#include "poolrun/topo/nesting.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::tuner {
 namespace {
@@ -197,15 +199,23 @@ Measurement parseMeasurement(const json& v, size_t index, const std::string& ori
   return m;
 }
 
-std::string readFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError(what + " " + path + ": cannot read it (" + std::strerror(errno) +
-                      "); check the path, or pass the JSON text itself");
+std::string readFile(const std::string& path, const std::string& what, size_t limit,
+                     topo::FileIdentity* identity) {
+  try {
+    return topo::readRegularFile(path, limit, what + " files", identity);
+  } catch (const Error& e) {
+    throw ConfigError(what + ": " + e.what());
   }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+}
+
+// A configuration file, or the rules of an example-tuner CSV file.
+TunerConfig configFromFile(const std::string& path, bool csv, topo::FileIdentity* identity) {
+  if (!csv) return parseConfig(readFile(path, "tuner config", kConfigFileLimit, identity), path);
+  TunerConfig c;
+  c.has_hardware = false;
+  c.origin = path;
+  c.rules = parseExampleCsv(readFile(path, "tuner rules", kConfigFileLimit, identity), path);
+  return c;
 }
 
 std::string_view trim(std::string_view s) {
@@ -243,12 +253,22 @@ std::string_view cpuVendorName(CpuVendor v) {
 }
 
 TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
+  if (std::optional<size_t> at = topo::jsonTooDeepAt(jsonText, kMaxConfigDepth)) {
+    fail(origin, "JSON nests deeper than " + std::to_string(kMaxConfigDepth) + " levels at byte " +
+                     std::to_string(*at) + " (a tuner configuration nests 3; is it the right file?)");
+  }
   json doc;
   try {
     doc = json::parse(jsonText);
   } catch (const json::parse_error& e) {
     fail(origin, std::string("not valid JSON at byte ") + std::to_string(e.byte) +
                      " (check quotes, commas and braces there)");
+  } catch (const json::exception& e) {
+    // out_of_range 406: a number beyond a double ("1e999"). Its text without nlohmann's "[json...] ".
+    std::string what = e.what();
+    fail(origin,
+         "unusable JSON: " + what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2) +
+             " (use a number a double can hold)");
   }
   Fields top(doc, "", origin);
   top.allow(
@@ -341,8 +361,7 @@ TunerConfig loadConfig(std::string_view pathOrJson) {
         "tuner config: POOLRUN_TUNER_CONFIG is empty (set it to a file path or to the JSON text)");
   }
   if (body.front() == '{') return parseConfig(body, "POOLRUN_TUNER_CONFIG");
-  std::string path(body);
-  return parseConfig(readFile(path, "tuner config"), path);
+  return configFromFile(std::string(body), false, nullptr);
 }
 
 std::vector<Rule> parseExampleCsv(std::string_view text, const std::string& origin) {
@@ -431,11 +450,66 @@ std::vector<Rule> parseExampleCsv(std::string_view text, const std::string& orig
 }
 
 TunerConfig loadExampleCsvFile(const std::string& path) {
-  TunerConfig c;
-  c.has_hardware = false;
-  c.origin = path;
-  c.rules = parseExampleCsv(readFile(path, "tuner rules"), path);
-  return c;
+  return configFromFile(path, true, nullptr);
+}
+
+std::string readConfigFile(const std::string& path, const std::string& what, size_t limit) {
+  return readFile(path, what, limit, nullptr);
+}
+
+struct ConfigCache::Entry {
+  topo::FileIdentity identity;  // of the file read; none for JSON text
+  std::shared_ptr<const TunerConfig> config;
+  std::string error;  // the ConfigError's message where the configuration failed
+};
+
+std::shared_ptr<const TunerConfig> ConfigCache::load(std::string_view pathOrJson) {
+  return get(false, pathOrJson);
+}
+
+std::shared_ptr<const TunerConfig> ConfigCache::loadExampleCsv(const std::string& path) {
+  return get(true, path);
+}
+
+size_t ConfigCache::parses() const {
+  std::lock_guard lock(mutex_);
+  return parses_;
+}
+
+std::shared_ptr<const TunerConfig> ConfigCache::get(bool csv, std::string_view value) {
+  constexpr size_t kMaxEntries = 16;  // a process sees one or two; tests see more
+  const std::string_view body = csv ? value : trim(value);
+  const bool text = !csv && !body.empty() && body.front() == '{';
+  std::lock_guard lock(mutex_);
+  auto key = std::make_pair(csv, std::string(value));
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    struct stat st {};
+    const bool unchanged = text || (::stat(std::string(body).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+                                    topo::identityOf(st) == it->second->identity);
+    if (!unchanged) {
+      entries_.erase(it);
+      it = entries_.end();
+    }
+  }
+  if (it == entries_.end()) {
+    if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
+    auto entry = std::make_shared<Entry>();
+    ++parses_;
+    try {
+      const std::string path(body);
+      if (csv || !(text || body.empty())) {
+        entry->config = std::make_shared<const TunerConfig>(configFromFile(path, csv, &entry->identity));
+      } else {
+        entry->config = std::make_shared<const TunerConfig>(loadConfig(body));
+      }
+    } catch (const ConfigError& e) {
+      entry->error = e.what();
+    }
+    it = entries_.emplace(std::move(key), std::move(entry)).first;
+  }
+  if (!it->second->error.empty()) throw ConfigError(it->second->error);
+  return it->second->config;
 }
 
 nlohmann::json measurementToJson(const Measurement& m) {

@@ -2,10 +2,19 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
 #include <limits>
+#include <queue>
 #include <set>
 
 namespace poolrun::tuner {
+namespace {
+
+// The flattened rules of one table (24 bytes each): rules that overlap over many segments repeat in
+// each; past this a configuration is refused rather than taking gigabytes in every NCCL process.
+constexpr size_t kMaxTableRules = size_t{1} << 21;
+
+}  // namespace
 
 DecisionTable DecisionTable::build(const TunerConfig& config, CommShape shape) {
   DecisionTable t;
@@ -22,11 +31,13 @@ DecisionTable DecisionTable::build(const TunerConfig& config, CommShape shape) {
 
   for (int c = 0; c < kNumColls; ++c) {
     const auto coll = static_cast<Coll>(c);
+    std::vector<int> collRules;  // ascending: the order rules are tried in
     std::set<std::uint64_t> starts = {0};
     for (int b = 0; b < 64; ++b) starts.insert(std::uint64_t{1} << b);
     for (int idx : shapeRules) {
       const Rule& r = config.rules[static_cast<size_t>(idx)];
       if (r.coll && *r.coll != coll) continue;
+      collRules.push_back(idx);
       starts.insert(r.min_bytes);
       if (r.max_bytes != std::numeric_limits<std::uint64_t>::max()) starts.insert(r.max_bytes + 1);
     }
@@ -34,15 +45,36 @@ DecisionTable DecisionTable::build(const TunerConfig& config, CommShape shape) {
       throw ConfigError("tuner config " + config.origin + ": " + std::to_string(config.rules.size()) +
                         " rules split the sizes too finely (merge rules with adjacent size ranges)");
     }
+    // A sweep over the segment starts: the rules whose range holds the start, kept in rule order.
+    // Linear in rules and segments (20,000 rules: milliseconds, where testing every rule against every
+    // segment took most of a second), plus what the segments hold.
+    auto ruleAt = [&](int idx) -> const Rule& { return config.rules[static_cast<size_t>(idx)]; };
+    std::vector<int> byMin = collRules;
+    std::stable_sort(byMin.begin(), byMin.end(),
+                     [&](int x, int y) { return ruleAt(x).min_bytes < ruleAt(y).min_bytes; });
+    using End = std::pair<std::uint64_t, int>;  // max_bytes, rule
+    std::priority_queue<End, std::vector<End>, std::greater<>> ends;
+    std::set<int> active;
+    size_t next = 0;
     PerColl& pc = t.colls_[static_cast<size_t>(c)];
     for (std::uint64_t start : starts) {
+      for (; next < byMin.size() && ruleAt(byMin[next]).min_bytes <= start; ++next) {
+        active.insert(byMin[next]);
+        ends.emplace(ruleAt(byMin[next]).max_bytes, byMin[next]);
+      }
+      for (; !ends.empty() && ends.top().first < start; ends.pop()) active.erase(ends.top().second);
+      if (active.size() > std::numeric_limits<std::uint16_t>::max() ||
+          t.rules_.size() + active.size() > kMaxTableRules) {
+        throw ConfigError(
+            "tuner config " + config.origin + ": " + std::to_string(active.size()) + " rules overlap at " +
+            std::to_string(start) +
+            " bytes, too many for the plugin's table (make the size ranges of rules overlap less)");
+      }
       Segment seg;
       seg.minBytes = start;
       seg.ruleBegin = static_cast<std::uint32_t>(t.rules_.size());
-      for (int idx : shapeRules) {
-        const Rule& r = config.rules[static_cast<size_t>(idx)];
-        if (r.coll && *r.coll != coll) continue;
-        if (start < r.min_bytes || start > r.max_bytes) continue;
+      for (int idx : active) {
+        const Rule& r = ruleAt(idx);
         CompactRule cr;
         cr.pipeOps = r.pipe_ops;
         cr.regBuff = r.reg_buff;

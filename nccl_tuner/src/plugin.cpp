@@ -32,6 +32,13 @@ struct Context {
   DecisionTable table;
 };
 
+// The configuration is parsed once per process, not once per communicator (a file of 20,000 rules
+// takes about a second); it is read again only when the file changes.
+poolrun::tuner::ConfigCache& configCache() {
+  static poolrun::tuner::ConfigCache cache;
+  return cache;
+}
+
 // Messages about the process's configuration are logged once per process, not once per communicator.
 std::atomic<bool> gToldNoConfig{false};
 std::atomic<bool> gToldBadConfig{false};
@@ -84,7 +91,7 @@ void* createContext(size_t nRanks, size_t nNodes, poolrunNcclLogger log, std::ui
     }
     const char* json = std::getenv("POOLRUN_TUNER_CONFIG");
     const char* csv = std::getenv("NCCL_TUNER_CONFIG_FILE");
-    TunerConfig config;
+    std::shared_ptr<const TunerConfig> loaded;
     if (json != nullptr && *json != '\0') {
       if (csv != nullptr && *csv != '\0') {
         sayOnce(gToldBothSet, log, kPoolrunLogInfo, kPoolrunLogInit | kPoolrunLogTuning | kPoolrunLogEnv,
@@ -92,9 +99,9 @@ void* createContext(size_t nRanks, size_t nNodes, poolrunNcclLogger log, std::ui
                             "POOLRUN_TUNER_CONFIG, ignoring ") +
                     csv);
       }
-      config = poolrun::tuner::loadConfig(json);
+      loaded = configCache().load(json);
     } else if (csv != nullptr && *csv != '\0') {
-      config = poolrun::tuner::loadExampleCsvFile(csv);
+      loaded = configCache().loadExampleCsv(csv);
     } else {
       sayOnce(gToldNoConfig, log, kPoolrunLogInfo, kPoolrunLogInit | kPoolrunLogTuning,
               "POOLRUN_TUNER_CONFIG is not set: the tuner leaves NCCL's choices alone");
@@ -106,6 +113,7 @@ void* createContext(size_t nRanks, size_t nNodes, poolrunNcclLogger log, std::ui
                   " nodes cannot be modelled: the tuner leaves NCCL's choices alone");
       return nullptr;
     }
+    const TunerConfig& config = *loaded;
     const CommShape shape{static_cast<int>(nRanks), static_cast<int>(nNodes)};
     auto ctx = std::make_unique<Context>(Context{DecisionTable::build(config, shape)});
     if (ctx->table.model() != nullptr) adjustConstants(*ctx->table.model(), nNodes, constants);

@@ -13,6 +13,7 @@
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/options.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace {
@@ -44,8 +45,7 @@ constexpr const char* kUsage =
     "  4 refused (401 unknown token, 403 not allowed), 5 lease gone\n";
 
 std::string readToken(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw Error(ErrorCode::kNotFound, file + ": cannot read the token file");
+  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
   std::string line;
   while (std::getline(in, line)) {
     if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);

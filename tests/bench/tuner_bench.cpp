@@ -4,12 +4,15 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <vector>
 
 #include "counting_malloc.hpp"
 #include "nccl_host.hpp"
 #include "poolrun/tuner/decision.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -88,6 +91,48 @@ void BM_DecisionTableBuild(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_DecisionTableBuild)->Unit(benchmark::kMicrosecond);
+
+// A communicator's init with a configuration file of N rules, as NCCL does it for every communicator
+// of the process: the plugin parses the file once and builds only the table afterwards.
+void BM_PluginInitWithRules(benchmark::State& state) {
+  std::string text = poolrun::test::slurp(kData + "/h100-roce-4node.json");
+  text.resize(text.rfind('}'));
+  text += ", \"rules\": [\n";
+  for (long r = 0; r < state.range(0); ++r) {
+    text += std::string(r == 0 ? "" : ",\n") +
+            "  {\"coll\": \"allreduce\", \"min_bytes\": " + std::to_string(r * 1000) +
+            ", \"max_bytes\": " + std::to_string(r * 1000 + 999) +
+            ", \"nnodes\": 4, \"algo\": \"Ring\", \"proto\": \"Simple\"}";
+  }
+  text += "\n]}\n";
+  poolrun::test::TempDir tmp;
+  setenv("POOLRUN_TUNER_CONFIG", tmp.write("rules.json", text).c_str(), 1);
+  std::string error;
+  auto host = nccl::Host::load(POOLRUN_TUNER_PLUGIN, nccl::Release::k2_28, &error);
+  if (!host) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  // The process's first communicator parses the file; the timed ones are its later communicators.
+  auto start = std::chrono::steady_clock::now();
+  if (!host->init(32, 4)->hasContext()) {
+    state.SkipWithError("the plugin declined the configuration");
+    return;
+  }
+  state.counters["first_init_ms"] =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  for (auto _ : state) {
+    auto comm = host->init(32, 4);
+    if (!comm->hasContext()) {
+      state.SkipWithError("the plugin declined the configuration");
+      break;
+    }
+    host->finalize(*comm);
+  }
+  state.counters["file_bytes"] = static_cast<double>(text.size());
+  unsetenv("POOLRUN_TUNER_CONFIG");
+}
+BENCHMARK(BM_PluginInitWithRules)->Arg(20000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

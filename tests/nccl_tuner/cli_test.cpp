@@ -1,7 +1,9 @@
 // `poolrun tuner` as a user runs it: the real binary in a child process, its output and exit status.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -102,6 +104,38 @@ TEST(TunerCliTest, BadInputIsOneLineAndExitTwo) {
   EXPECT_EQ(none.status, 2);
   Result help = poolrun("--help");
   EXPECT_NE(help.out.find("tuner"), std::string::npos);
+}
+
+// `poolrun tuner` on files that are not configurations: one line, exit status 2, at once (a FIFO
+// without a writer must not block), and no crash on 100,000 levels of nesting.
+TEST(HostileFiles, TunerCommandsRefuseThemInOneLine) {
+  TempDir tmp;
+  const std::string cfg = kData + "/h100-roce-4node.json";
+  const std::string fifo = (tmp.path() / "tuner.fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string big = tmp.write("big.json", "").string();
+  ASSERT_EQ(truncate(big.c_str(), off_t{9} << 20), 0);
+  const std::string deep =
+      tmp.write("deep.json", std::string(100'000, '[') + std::string(100'000, ']')).string();
+  struct Case {
+    std::string args, mentions;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"tuner explain --config /dev/zero", "/dev/zero is a character device, not a regular file"},
+           {"tuner explain --config " + fifo, fifo + " is a FIFO"},
+           {"tuner explain --config " + tmp.path().string(), " is a directory"},
+           {"tuner explain --config " + big, big + " is 9 MiB; tuner config files are at most 8 MiB"},
+           {"tuner explain --config " + deep, "JSON nests deeper than 64 levels at byte 64"},
+           {"tuner calibrate --config " + deep + " x.log", "JSON nests deeper than 64 levels"},
+           {"tuner calibrate --config " + cfg + " /dev/zero", "/dev/zero is a character device"},
+           {"tuner calibrate --config " + cfg + " " + fifo, fifo + " is a FIFO"},
+       }) {
+    Result r =
+        poolrun::test::runShell("timeout 20 " + std::string(POOLRUN_BINARY) + " " + c.args + " </dev/null");
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.mentions), std::string::npos) << c.args << "\n" << r.err;
+  }
 }
 
 TEST(TunerCliTest, CalibrateWritesMeasuredFiguresThatExplainThenUses) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <random>
 
 #include "poolrun/tuner/decision.hpp"
 #include "poolrun/tuner/explain.hpp"
@@ -299,6 +301,62 @@ TEST(ExplainTest, Bytes) {
   EXPECT_THROW(parseBytes("99999999999T", "--max-bytes"), ConfigError);
   EXPECT_EQ(formatBytes(1536), "1536 B");
   EXPECT_EQ(formatBytes(std::uint64_t{1} << 30), "1 GiB");
+}
+
+// The table's rules for a size are those whose range holds it, first in the configuration's order
+// first: checked against a scan of every rule, on random overlapping ranges.
+TEST(DecisionTableTest, FirstRuleHoldingTheSizeWinsAsAScanOfEveryRuleFinds) {
+  TunerConfig c;
+  c.has_hardware = false;  // rules only: they alone decide
+  std::mt19937_64 random(17);
+  for (int i = 0; i < 400; ++i) {
+    Rule r;
+    r.coll = random() % 3 == 0 ? std::nullopt : std::optional<Coll>(static_cast<Coll>(random() % kNumColls));
+    r.min_bytes = std::uint64_t{1} << (random() % 40);
+    r.min_bytes += random() % r.min_bytes;
+    r.max_bytes = random() % 5 == 0 ? std::numeric_limits<std::uint64_t>::max()
+                                    : r.min_bytes + (std::uint64_t{1} << (random() % 36));
+    r.algo = Algo::kRing;
+    r.proto = Proto::kSimple;
+    c.rules.push_back(r);
+  }
+  DecisionTable t = DecisionTable::build(c, {16, 2});
+  float costs[kNumAlgos * kNumProtos];
+  for (float& f : costs) f = 1.0f;
+  for (int coll = 0; coll < kNumColls; ++coll) {
+    for (int k = 0; k < 2000; ++k) {
+      const std::uint64_t bytes = (std::uint64_t{1} << (random() % 42)) + random() % 4096;
+      int expected = -1;
+      for (size_t i = 0; i < c.rules.size() && expected < 0; ++i) {
+        const Rule& r = c.rules[i];
+        if ((!r.coll || static_cast<int>(*r.coll) == coll) && bytes >= r.min_bytes && bytes <= r.max_bytes) {
+          expected = static_cast<int>(i);
+        }
+      }
+      Choice choice;
+      ASSERT_TRUE(t.choose(static_cast<Coll>(coll), bytes, 1, 0, costs, kNumAlgos, kNumProtos, &choice));
+      EXPECT_EQ(choice.rule, expected) << "coll " << coll << ", " << bytes << " bytes";
+    }
+  }
+}
+
+TEST(DecisionTableTest, RulesOverlappingTooMuchAreRefusedNotGigabytes) {
+  TunerConfig c;
+  c.has_hardware = false;  // rules only: they alone decide
+  for (int i = 0; i < 3000; ++i) {
+    Rule r;
+    r.min_bytes =
+        static_cast<std::uint64_t>(i) * 64;  // every range runs to the end: each new start repeats all
+    r.algo = Algo::kRing;
+    r.proto = Proto::kSimple;
+    c.rules.push_back(r);
+  }
+  try {
+    DecisionTable::build(c, {16, 2});
+    FAIL() << "built";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rules overlap at"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

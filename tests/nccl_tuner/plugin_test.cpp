@@ -1,10 +1,16 @@
 // The built libnccl-tuner-poolrun.so, loaded and called the way NCCL 2.21-2.30 do (nccl_host.hpp).
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -601,6 +607,108 @@ TEST_F(PluginTest, ManyCommunicatorsFromManyThreads) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+// ---- hostile configurations, on NCCL's small threads -----------------------------------------------------
+
+// Runs `fn` on a thread with a stack of `bytes` (NCCL inits communicators on threads of its own).
+void onStackOf(size_t bytes, const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, bytes), 0);
+  pthread_t thread;
+  auto body = [](void* f) -> void* {
+    (*static_cast<const std::function<void()>*>(f))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, body, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+std::string repeated(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+TEST_F(PluginTest, HostileFilesDeclineOnA256KiBStackWithoutCrashing) {
+  poolrun::test::TempDir tmp;
+  constexpr int kDeep = 100'000;
+  const std::string good = slurp(kData + "/h100-ib-4node.json");
+  std::filesystem::path fifo = tmp.path() / "tuner.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::path big = tmp.write("big.json", "");
+  ASSERT_EQ(truncate(big.c_str(), off_t{9} << 20), 0);
+  struct Case {
+    std::string value;
+    const char* mentions;
+  };
+  const Case cases[] = {
+      {repeated("{\"x-a\":", kDeep) + "1" + repeated("}", kDeep), "nests deeper than 64 levels"},
+      {tmp.write("deep.json", repeated("[", kDeep) + repeated("]", kDeep)).string(),
+       "nests deeper than 64 levels"},
+      {tmp.write("comment.json",
+                 good.substr(0, good.rfind('}')) + ", \"comment\": " + repeated("[", kDeep) + "]}")
+           .string(),
+       "nests deeper than 64 levels"},
+      {"/dev/zero", "/dev/zero is a character device"},
+      {fifo.string(), "is a FIFO"},
+      {tmp.path().string(), "is a directory"},
+      {big.string(), "is 9 MiB; tuner config files are at most 8 MiB"},
+  };
+  for (const Case& c : cases) {
+    setenv("POOLRUN_TUNER_CONFIG", c.value.c_str(), 1);
+    auto host = load();
+    Logger::clear();
+    std::unique_ptr<nccl::Comm> comm;
+    onStackOf(256 << 10, [&] { comm = host->init(16, 2); });
+    ASSERT_NE(comm, nullptr);
+    EXPECT_EQ(comm->initResult(), 0);
+    EXPECT_FALSE(comm->hasContext()) << c.mentions;
+    EXPECT_EQ(Logger::count(c.mentions), 1u) << c.mentions;
+  }
+  // And a good configuration works on such a thread.
+  useConfig("h100-ib-4node.json");
+  auto host = load();
+  std::unique_ptr<nccl::Comm> comm;
+  onStackOf(256 << 10, [&] { comm = host->init(32, 4); });
+  EXPECT_TRUE(comm->hasContext());
+}
+
+TEST_F(PluginTest, TheFileIsParsedOncePerProcessWhileItIsUnchanged) {
+  poolrun::test::TempDir tmp;
+  const std::string good = slurp(kData + "/h100-ib-4node.json");
+  auto forcing = [&](const std::string& algo) {
+    return good.substr(0, good.rfind('}')) + R"(, "rules": [{"coll": "allreduce", "algo": ")" + algo +
+           R"(", "proto": "Simple"}]})";
+  };
+  std::filesystem::path cfg = tmp.write("tuner.json", forcing("Ring"));
+  setenv("POOLRUN_TUNER_CONFIG", cfg.c_str(), 1);
+  auto host = load();
+  auto pick = [](nccl::Comm& comm) {
+    CostTable t = allOpen();
+    int ch = 0;
+    comm.getCollInfo(nccl::kAllReduce, 1 << 20, t, &ch);
+    return nccl::ncclPick(t).first;
+  };
+  auto first = host->init(32, 4);
+  EXPECT_EQ(pick(*first), nccl::kRing);
+  // Rewritten to force Tree, at the same size and with its modification time put back: the second
+  // communicator gets the first one's parse, which shows the file was not read again.
+  struct stat st {};
+  ASSERT_EQ(stat(cfg.c_str(), &st), 0);
+  tmp.write("tuner.json", forcing("Tree"));
+  timespec times[2] = {st.st_mtim, st.st_mtim};
+  ASSERT_EQ(utimensat(AT_FDCWD, cfg.c_str(), times, 0), 0);
+  auto second = host->init(32, 4);
+  EXPECT_EQ(pick(*second), nccl::kRing);
+  // Touched: read again.
+  times[0].tv_sec = times[1].tv_sec = st.st_mtim.tv_sec + 1;
+  ASSERT_EQ(utimensat(AT_FDCWD, cfg.c_str(), times, 0), 0);
+  auto third = host->init(32, 4);
+  EXPECT_EQ(pick(*third), nccl::kTree);
+  EXPECT_EQ(pick(*first), nccl::kRing);
 }
 
 TEST_F(PluginTest, GetCollInfoDoesNotAllocate) {

@@ -1,6 +1,7 @@
 #include "poolrun/topo/cluster.hpp"
 
 #include <toml++/toml.h>
+#include <cctype>
 #include <cstdlib>
 #include <set>
 
@@ -8,6 +9,7 @@
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::topo {
@@ -23,6 +25,52 @@ std::filesystem::path resolveTopology(const std::filesystem::path& clusterFile, 
   }
   if (p.is_relative()) p = clusterFile.parent_path() / p;
   return p.lexically_normal();
+}
+
+// A dotted key or table header ("labels.a.b", "[group.a.b]") makes one table per part, and toml++
+// destroys tables recursively: a key of a million parts (2 MiB of "a.") overflows the stack. toml++
+// bounds arrays and inline tables itself (TOML_MAX_NESTED_VALUES, 256); this bounds the keys before
+// parsing. It counts the dots of one chain of key parts outside strings and comments; a value such as
+// 1.5 counts one, which no real file takes near the bound.
+constexpr int kMaxKeyParts = 64;
+
+void checkKeyDepth(std::string_view text, const std::string& name) {
+  int dots = 0;
+  int line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"' || c == '\'') {
+      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
+      const std::string close = multi ? std::string(3, c) : std::string(1, c);
+      for (i += close.size(); i < text.size(); ++i) {
+        if (text[i] == '\n') {
+          if (!multi) {
+            --i;  // an unterminated string: the parser says so; the line still counts
+            break;
+          }
+          ++line;
+        } else if (c == '"' && text[i] == '\\') {
+          ++i;
+        } else if (text.compare(i, close.size(), close) == 0) {
+          i += close.size() - 1;
+          break;
+        }
+      }
+      continue;  // a quoted key part: the chain goes on
+    }
+    if (c == '.') {
+      if (++dots >= kMaxKeyParts) {
+        throw badInput(name + ":" + std::to_string(line) + ": a key nests deeper than " +
+                       std::to_string(kMaxKeyParts) + " levels (cluster files nest 3: [[group]] labels.KEY)");
+      }
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ' ' ||
+                 c == '\t')) {
+      dots = 0;
+      if (c == '\n') ++line;
+    }
+  }
 }
 
 }  // namespace
@@ -55,6 +103,7 @@ const ClusterNode* Cluster::node(const std::string& name) const {
 
 Cluster readClusterString(const std::string& text, const std::filesystem::path& file) {
   const std::string name = file.string();
+  checkKeyDepth(text, name);
   toml::table doc;
   try {
     doc = toml::parse(text, name);
@@ -144,7 +193,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
 }
 
 Cluster readClusterFile(const std::filesystem::path& file) {
-  return readClusterString(detail::readWholeFile(file, size_t{64} << 20), file);
+  return readClusterString(readRegularFile(file, kClusterFileLimit, "cluster files"), file);
 }
 
 Cluster singleNodeCluster(const std::filesystem::path& topologyFile) {

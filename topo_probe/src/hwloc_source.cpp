@@ -13,6 +13,8 @@
 #include "file_util.hpp"
 #include "hwloc_source.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/nesting.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::topo {
@@ -394,7 +396,29 @@ HwlocTopology newTopology() {
   return topo;
 }
 
+// The first element nested deeper than `maxDepth` below `root`, or an empty node. Iterative: the
+// document may be nested far deeper than any stack.
+pugi::xml_node tooDeep(pugi::xml_node root, int maxDepth) {
+  pugi::xml_node node = root;
+  int depth = 0;
+  while (!node.empty()) {
+    if (pugi::xml_node child = node.first_child(); !child.empty()) {
+      node = child;
+      if (++depth > maxDepth) return node;
+      continue;
+    }
+    while (depth > 0 && node.next_sibling().empty()) {
+      node = node.parent();
+      --depth;
+    }
+    if (depth == 0) break;
+    node = node.next_sibling();
+  }
+  return {};
+}
+
 // hwloc's own XML errors are terse; check the document first so that the user learns the line.
+// hwloc's importer recurses once per level: the depth is bounded here.
 void validateHwlocXml(const std::string& xml, const std::string& name) {
   pugi::xml_document doc;
   pugi::xml_parse_result r = doc.load_buffer(xml.data(), xml.size());
@@ -415,6 +439,11 @@ void validateHwlocXml(const std::string& xml, const std::string& name) {
   }
   if (root.child("object").empty()) {
     throw badInput(name + ": hwloc XML has no <object> (an empty or truncated export)");
+  }
+  if (pugi::xml_node deep = tooDeep(root, kMaxXmlDepth); !deep.empty()) {
+    throw badInput(name + ": XML nests deeper than " + std::to_string(kMaxXmlDepth) + " levels at line " +
+                   std::to_string(detail::lineOf(xml, deep.offset_debug())) +
+                   " (hwloc exports of real machines nest about 15; is it the right file?)");
   }
 }
 
@@ -443,7 +472,7 @@ NodeTopology readHwlocXmlString(const std::string& xml, const std::string& name)
 }
 
 NodeTopology readHwlocXml(const std::filesystem::path& file) {
-  return readHwlocXmlString(detail::readWholeFile(file), file.string());
+  return readHwlocXmlString(readRegularFile(file, kTopologyFileLimit, "topology files"), file.string());
 }
 
 namespace detail {

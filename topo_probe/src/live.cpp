@@ -9,6 +9,8 @@
 #include "hwloc_source.hpp"
 #include "nvml.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/nesting.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/sysfs.hpp"
 #include "poolrun/topo/writers.hpp"
@@ -60,11 +62,21 @@ FileFormat detectFormatOf(const std::string& text, const std::string& name) {
 }
 
 NodeTopology readJsonText(const std::string& text, const std::string& name) {
+  if (std::optional<size_t> at = jsonTooDeepAt(text, kMaxJsonDepth)) {
+    throw badInput(name + ": JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels at byte " +
+                   std::to_string(*at) + " (a poolrun topology nests 4; is it the right file?)");
+  }
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw badInput(name + ": malformed JSON at byte " + std::to_string(e.byte) + " (" + e.what() + ")");
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range 406: a number beyond a double ("1e999"). Its text without nlohmann's "[json...] ".
+    std::string what = e.what();
+    throw badInput(name + ": unusable JSON: " +
+                   what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2) +
+                   " (use a number a double can hold)");
   }
   return fromJson(doc, name);
 }
@@ -94,11 +106,11 @@ class LiveSource final : public TopologySource {
 }  // namespace
 
 FileFormat detectFormat(const std::filesystem::path& file) {
-  return detectFormatOf(detail::readWholeFile(file), file.string());
+  return detectFormatOf(readRegularFile(file, kTopologyFileLimit, "topology files"), file.string());
 }
 
 NodeTopology readTopologyFile(const std::filesystem::path& file) {
-  std::string text = detail::readWholeFile(file);
+  std::string text = readRegularFile(file, kTopologyFileLimit, "topology files");
   std::string name = file.string();
   switch (detectFormatOf(text, name)) {
     case FileFormat::kHwlocXml:
@@ -117,14 +129,14 @@ CpuCount countLocalCpus(const std::filesystem::path& sysfs_root) {
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   count.threads = count.cores = static_cast<int>(std::max(online, 1L));
   try {
-    CpuSet cpus = CpuSet::parseList(detail::readWholeFile(cpuDir / "online", 4096));
+    CpuSet cpus = CpuSet::parseList(readRegularFile(cpuDir / "online", kSysfsFileLimit, "sysfs attributes"));
     std::set<std::string> cores;
     for (unsigned cpu : cpus.cpus()) {
       std::filesystem::path topology = cpuDir / ("cpu" + std::to_string(cpu)) / "topology";
       std::error_code ec;
       std::filesystem::path siblings = topology / "core_cpus_list";
       if (!std::filesystem::exists(siblings, ec)) siblings = topology / "thread_siblings_list";
-      std::string list = detail::readWholeFile(siblings, 4096);
+      std::string list = readRegularFile(siblings, kSysfsFileLimit, "sysfs attributes");
       while (!list.empty() && std::isspace(static_cast<unsigned char>(list.back()))) list.pop_back();
       cores.insert(list);
     }

@@ -12,6 +12,7 @@
 
 #include "file_util.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 
@@ -608,7 +609,7 @@ NodeTopology readNcclXmlString(const std::string& xml, const std::string& name) 
 }
 
 NodeTopology readNcclXml(const std::filesystem::path& file) {
-  return readNcclXmlString(detail::readWholeFile(file), file.string());
+  return readNcclXmlString(readRegularFile(file, kTopologyFileLimit, "topology files"), file.string());
 }
 
 std::string toNcclXml(const NodeTopology& topo) {

@@ -13,6 +13,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -97,6 +100,14 @@ struct TunerConfig {
   std::string origin;  // where it was read from, for messages
 };
 
+// The limits a configuration is read within: files of at most 8 MiB (a configuration of 20,000 rules
+// is about 2.4 MiB; `poolrun tuner calibrate` writes it indented, about twice that), regular files
+// only, and JSON nested at most 64 levels deep (the schema nests 3; "comment" and "x-" keys may hold
+// more). Past them a ConfigError names the file and the limit; nothing is read until memory runs out
+// and no input can overflow the stack of the small threads NCCL calls the plugin on.
+inline constexpr size_t kConfigFileLimit = size_t{8} << 20;
+inline constexpr int kMaxConfigDepth = 64;
+
 // Parses a "poolrun.tuner/1" document. `origin` names it in messages (a path or "POOLRUN_TUNER_CONFIG").
 TunerConfig parseConfig(std::string_view jsonText, const std::string& origin);
 
@@ -111,6 +122,35 @@ std::vector<Rule> parseExampleCsv(std::string_view text, const std::string& orig
 
 // A configuration holding only the rules of an example-tuner CSV file.
 TunerConfig loadExampleCsvFile(const std::string& path);
+
+// The whole of a file the tuner reads (a configuration, rules, an nccl-tests log): a regular file of
+// at most `limit` bytes. `what` names it in messages ("tuner config"). Throws ConfigError.
+std::string readConfigFile(const std::string& path, const std::string& what, size_t limit = kConfigFileLimit);
+
+// Configurations parsed once per process. NCCL inits a tuner context for every communicator, from
+// several threads at once, and a file of 20,000 rules takes about a second to parse. The same text
+// (POOLRUN_TUNER_CONFIG holding the JSON itself) or the same file, unchanged, gives the same parsed
+// configuration; a file that was replaced or rewritten (another inode, size or modification time) is
+// read again. A configuration that failed fails again with the same message without being read again
+// while the file is unchanged. Thread-safe; a miss parses under the cache's lock, so that threads
+// initing at once parse once.
+class ConfigCache {
+ public:
+  // As loadConfig and loadExampleCsvFile.
+  std::shared_ptr<const TunerConfig> load(std::string_view pathOrJson);
+  std::shared_ptr<const TunerConfig> loadExampleCsv(const std::string& path);
+
+  // How many times a configuration was parsed (misses), for tests.
+  size_t parses() const;
+
+ private:
+  struct Entry;
+  std::shared_ptr<const TunerConfig> get(bool csv, std::string_view value);
+
+  mutable std::mutex mutex_;
+  std::map<std::pair<bool, std::string>, std::shared_ptr<Entry>> entries_;
+  size_t parses_ = 0;
+};
 
 nlohmann::json measurementToJson(const Measurement& m);
 nlohmann::json ruleToJson(const Rule& r);

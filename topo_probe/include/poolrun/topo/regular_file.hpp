@@ -1,0 +1,135 @@
+#pragma once
+
+// Reading a file a user names: a regular file only, and never more than a limit that fits its format.
+// `poolrun topo --from /dev/zero` or a FIFO given as a tuner configuration must fail at once with a
+// message, not read until memory runs out or block forever. Header-only, so that the NCCL tuner
+// plugin, which links nothing of topo_probe (its only run-time dependency is libc), shares it.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "poolrun/topo/error.hpp"
+
+namespace poolrun::topo {
+
+// The limits of the formats, in bytes. Each is far above the largest real file (an 8-GPU hwloc XML
+// export with every PCI device is about 400 KiB). The tuner's are in poolrun/tuner/config.hpp.
+inline constexpr size_t kTopologyFileLimit = size_t{64} << 20;  // hwloc XML, NCCL XML, poolrun JSON
+inline constexpr size_t kClusterFileLimit = size_t{16} << 20;   // cluster TOML
+inline constexpr size_t kTokenFileLimit = size_t{64} << 10;     // bearer token files
+inline constexpr size_t kSysfsFileLimit = size_t{64} << 10;     // one /sys or /proc attribute
+
+// What identifies one version of a file: a cache keyed by it reads again a file that was replaced
+// (another inode) or rewritten (another size or modification time).
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+inline FileIdentity identityOf(const struct stat& st) {
+  return {st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+// "a FIFO", "a character device", "a directory", ...: what a file that is not regular is, for messages.
+inline std::string_view fileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISREG(mode)) return "a regular file";
+  return "not a regular file";
+}
+
+// "64 MiB", "4 KiB", "1000 bytes": exact, so that a file one byte over the limit does not read as
+// the limit itself.
+inline std::string byteSizeText(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 20) && bytes % (uint64_t{1} << 20) == 0)
+    return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (uint64_t{1} << 10) && bytes % (uint64_t{1} << 10) == 0)
+    return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+namespace detail {
+
+// readRegularFile, and with `head` readRegularFileHead.
+inline std::string readRegular(const std::filesystem::path& file, size_t limit, std::string_view kind,
+                               FileIdentity* identity, bool head) {
+  const std::string name = file.string();
+  int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      throw Error(ErrorCode::kNotFound, name + ": no such file (check the path)");
+    }
+    throw Error(ErrorCode::kIo,
+                name + ": cannot open it: " + std::strerror(errno) + " (check its permissions)");
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw Error(ErrorCode::kIo, name + ": cannot stat it: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    throw badInput(name + " is " + std::string(fileTypeName(st.st_mode)) + ", not a regular file (" +
+                   std::string(kind) + " are read only from regular files; give the path of one)");
+  }
+  auto tooLarge = [&](const std::string& size) {
+    return badInput(name + " is " + size + "; " + std::string(kind) + " are at most " + byteSizeText(limit) +
+                    " (is it the right file?)");
+  };
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (!head && size > limit) throw tooLarge(byteSizeText(size));
+  // st_size can be 0 or a page for files of /proc and /sys: read to the end, or one byte past the limit.
+  const size_t most = head ? limit : limit + 1;
+  std::string text(std::min<uint64_t>(size + 1, most), '\0');
+  size_t got = 0;
+  while (got < most) {
+    if (got == text.size()) text.resize(std::min(most, std::max<size_t>(2 * got, 4096)));
+    ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(ErrorCode::kIo, name + ": cannot read it: " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > limit) throw tooLarge("more than " + byteSizeText(limit) + " (it grew while read)");
+  text.resize(got);
+  if (identity != nullptr) *identity = identityOf(st);
+  return text;
+}
+
+}  // namespace detail
+
+// The whole of `file` as bytes. `kind` names the format in the plural for messages ("topology
+// files"). Opens with O_NONBLOCK, so that a FIFO without a writer does not block, and refuses
+// anything fstat does not call a regular file. Reads at most `limit` bytes: a file that is, or grows,
+// larger is refused. Fills `identity` (when given) from the same descriptor that was read.
+// Throws poolrun::Error naming the file: kNotFound (missing), kBadInput (not a regular file, too
+// large), kIo (the system refused to open or read it).
+inline std::string readRegularFile(const std::filesystem::path& file, size_t limit, std::string_view kind,
+                                   FileIdentity* identity = nullptr) {
+  return detail::readRegular(file, limit, kind, identity, false);
+}
+
+// As readRegularFile, but the first `limit` bytes of a longer file rather than an error: kernel
+// files whose size says nothing (/proc/modules), binary headers (a PCI configuration space).
+inline std::string readRegularFileHead(const std::filesystem::path& file, size_t limit,
+                                       std::string_view kind) {
+  return detail::readRegular(file, limit, kind, nullptr, true);
+}
+
+}  // namespace poolrun::topo
