@@ -1,4 +1,5 @@
 #include "poolrun/doctor/report.hpp"
+#include "poolrun/topo/nesting.hpp"
 
 #include <fmt/format.h>
 
@@ -57,6 +58,9 @@ std::string toJson(const Report& report) {
 
 Report reportFromJson(const std::string& text) {
   try {
+    if (auto at = topo::jsonTooDeepAt(text, topo::kMaxJsonDepth))
+      throw badInput("the document nests deeper than " + std::to_string(topo::kMaxJsonDepth) +
+                     " levels (at byte " + std::to_string(*at) + "); it is not a doctor report");
     nlohmann::json doc = nlohmann::json::parse(text);
     if (!doc.is_object() || doc.value("schema", "") != "poolrun.doctor/1" || !doc.contains("checks") ||
         !doc["checks"].is_array())

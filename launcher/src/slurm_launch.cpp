@@ -15,6 +15,7 @@
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/hostlist.hpp"
+#include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 
@@ -241,6 +242,8 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
                                                    "with --topology FILE");
         topo::NodeTopology t;
         try {
+          if (topo::jsonTooDeepAt(p->second, topo::kMaxJsonDepth))
+            throw badInput("its output nests deeper than " + std::to_string(topo::kMaxJsonDepth) + " levels");
           t = topo::fromJson(nlohmann::json::parse(p->second), "slurm-probe:" + n);
         } catch (const std::exception& e) {
           throw Error(ErrorCode::kUnsupported, "the probe of node " + n + " returned no topology (" +

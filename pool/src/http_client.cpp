@@ -7,6 +7,7 @@
 #include "http_connection.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/state.hpp"
+#include "poolrun/topo/nesting.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -146,7 +147,12 @@ class HttpPool : public PoolControl {
     const HttpResponse* res = &reply;
     json doc;
     try {
-      doc = res->body.empty() ? json(nullptr) : json::parse(res->body);
+      // A reply nested past any the API sends is not read as JSON (nor dumped, which recurses).
+      if (topo::jsonTooDeepAt(res->body, topo::kMaxJsonDepth))
+        doc =
+            json{{"error", "a reply nested deeper than " + std::to_string(topo::kMaxJsonDepth) + " levels"}};
+      else
+        doc = res->body.empty() ? json(nullptr) : json::parse(res->body);
     } catch (const json::exception&) {
       doc = json{{"error", res->body}};
     }

@@ -15,6 +15,7 @@
 #include "committed_state.hpp"
 #include "http_server.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/topo/nesting.hpp"
 #include "server_metrics.hpp"
 #include "tokens.hpp"
 
@@ -126,6 +127,9 @@ HttpReply replyForError(std::exception_ptr error) {
 }
 
 json parseBody(const std::string& body) {
+  if (auto at = topo::jsonTooDeepAt(body, topo::kMaxJsonDepth))
+    throw badRequest("request body nests deeper than " + std::to_string(topo::kMaxJsonDepth) +
+                     " levels (at byte " + std::to_string(*at) + ")");
   try {
     return json::parse(body);
   } catch (const json::parse_error& e) {

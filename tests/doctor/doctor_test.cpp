@@ -2,6 +2,7 @@
 // every check, and each way of breaking one is found by the check meant for it and by no other.
 
 #include "poolrun/doctor/doctor.hpp"
+#include "poolrun/topo/error.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -410,6 +411,18 @@ TEST(DoctorTest, ReportJsonCarriesEveryField) {
   }
   EXPECT_TRUE(found);
   EXPECT_EQ(doc["summary"]["fail"], 1);
+}
+
+TEST(DoctorTest, AReportNestedTooDeepIsRefusedNotRecursedInto) {
+  // A check that is a list nested 100,000 deep: printed in the error, it would overflow the stack.
+  std::string deep = R"({"schema": "poolrun.doctor/1", "checks": [)" + std::string(100000, '[') +
+                     std::string(100000, ']') + "]}";
+  try {
+    reportFromJson(deep);
+    ADD_FAILURE() << "accepted";
+  } catch (const poolrun::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("nests deeper than 64"));
+  }
 }
 
 }  // namespace

@@ -327,6 +327,10 @@ TEST_F(Hostile, BytesThatAreNotUtf8GetA400AndLeakNothing) {
     EXPECT_EQ(reply.substr(0, head).find("X:"), std::string::npos) << "no header injected";
     EXPECT_TRUE(json::accept(bodyOf(reply))) << "the reply is JSON: " << reply;
   }
+  std::string deep = "{\"gpus\": 1, \"labels\": " + std::string(60000, '[') + std::string(60000, ']') + "}";
+  std::string tooDeep = ask(port_, request("POST", "/v1/leases", deep, "tok-alice-0123456789"));
+  EXPECT_EQ(statusOf(tooDeep), 400) << tooDeep.substr(0, 300);
+  EXPECT_NE(tooDeep.find("nests deeper than 64"), std::string::npos) << tooDeep.substr(0, 300);
   std::string body = "{\"gpus\": 1, \"job_name\": \"caf\xe9\"}";
   std::string reply = ask(port_, request("POST", "/v1/leases", body, "tok-alice-0123456789"));
   EXPECT_EQ(statusOf(reply), 400) << reply;
