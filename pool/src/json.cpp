@@ -71,6 +71,30 @@ std::optional<seconds> secondsOr(const json& doc, const std::string& name, Range
   return seconds(integer(doc, name, range));
 }
 
+// A whole number the pool wrote itself (a stored row, a reply), clamped into [min, max]: the
+// ranges of limits.hpp are what clients may ask for now, and an older pool accepted more (a TTL of
+// 2^63 s, say), which must neither stop poold at start nor overflow the clock.
+template <typename T>
+T storedInteger(const json& doc, const std::string& name, T min, T max, T fallback) {
+  if (!present(doc, name)) return fallback;
+  const json& v = field(doc, name);
+  if (!v.is_number_integer()) throw badInput("field '" + name + "': " + shown(v) + " is not a whole number");
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    return std::cmp_greater(u, max) ? max : std::cmp_less(u, min) ? min : static_cast<T>(u);
+  }
+  int64_t i = v.get<int64_t>();
+  return std::cmp_greater(i, max) ? max : std::cmp_less(i, min) ? min : static_cast<T>(i);
+}
+
+// Durations the pool stored: at least a second, at most a century (far inside the clock).
+constexpr int64_t kStoredSecondsMax = int64_t{100} * 366 * 86400;
+
+std::optional<seconds> storedSecondsOr(const json& doc, const std::string& name) {
+  if (!present(doc, name)) return std::nullopt;
+  return seconds(storedInteger<int64_t>(doc, name, 0, kStoredSecondsMax, 0));
+}
+
 bool boolean(const json& doc, const std::string& name, bool fallback) {
   if (!present(doc, name)) return fallback;
   const json& v = field(doc, name);
@@ -225,10 +249,10 @@ Lease leaseFromJson(const json& doc) {
     std::string at = "gpus[" + std::to_string(i) + "]";
     l.gpus.push_back({nodeName(gpus[i], at + ".node"), integer(gpus[i], at + ".index", kGpuIndexRange)});
   }
-  l.priority = integerOr(doc, "priority", kPriorityRange, 0);
+  l.priority = storedInteger<int>(doc, "priority", INT32_MIN, INT32_MAX, 0);
   l.created = timeField(doc, "created_ms");
   l.expires = timeField(doc, "expires_ms");
-  l.ttl = seconds(integerOr(doc, "ttl_s", kTtlSecondsRange, int64_t{60}));
+  l.ttl = seconds(storedInteger<int64_t>(doc, "ttl_s", 1, kStoredSecondsMax, 60));
   if (present(doc, "max_end_ms")) l.max_end = timeField(doc, "max_end_ms");
   return l;
 }
@@ -282,6 +306,32 @@ LeaseRequest requestFromJson(const json& doc) {
   r.max_duration = secondsOr(doc, "max_duration_s", kMaxDurationSecondsRange);
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
   if (present(doc, "request_id")) leaseId(doc, "request_id");
+  return r;
+}
+
+LeaseRequest storedRequestFromJson(const json& doc) {
+  LeaseRequest r;
+  r.gpus = storedInteger<int>(doc, "gpus", 1, INT32_MAX, 1);
+  r.gpus_per_node = storedInteger<int>(doc, "gpus_per_node", 0, INT32_MAX, 0);
+  r.whole_nodes = boolean(doc, "whole_nodes", false);
+  r.gpu_model = textOr(doc, "gpu_model", 0, Text::kStored);
+  r.min_memory_bytes = storedInteger<uint64_t>(doc, "min_memory_bytes", 0, UINT64_MAX, 0);
+  if (present(doc, "fabric")) {
+    try {
+      r.fabric = topo::fabricFromString(text(doc, "fabric", 0, Text::kStored));
+    } catch (const Error& e) {
+      throw badInput("field 'fabric': " + std::string(e.what()));
+    }
+  }
+  r.labels = labelsOr(doc, "labels", Text::kStored);
+  r.one_switch = boolean(doc, "one_switch", false);
+  r.priority = storedInteger<int>(doc, "priority", INT32_MIN, INT32_MAX, 0);
+  r.owner = textOr(doc, "owner", 0, Text::kStored);
+  r.job_name = textOr(doc, "job_name", 0, Text::kStored);
+  r.wait = storedSecondsOr(doc, "wait_s");
+  r.ttl = storedSecondsOr(doc, "ttl_s").value_or(seconds(60));
+  if (r.ttl.count() < 1) r.ttl = seconds(1);
+  r.max_duration = storedSecondsOr(doc, "max_duration_s");
   return r;
 }
 

@@ -142,7 +142,7 @@ json queueDoc(const QueueEntry& e) {
 QueueEntry queueFromDoc(const json& doc) {
   QueueEntry e;
   e.ticket = doc.at("ticket").get<int64_t>();
-  e.request = requestFromJson(doc.at("request"));
+  e.request = storedRequestFromJson(doc.at("request"));
   e.enqueued = fromMillis(doc.at("enqueued_ms").get<int64_t>());
   e.heartbeat = fromMillis(doc.at("heartbeat_ms").get<int64_t>());
   std::string status = doc.at("status").get<std::string>();

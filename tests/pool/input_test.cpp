@@ -284,6 +284,13 @@ TEST(InputTest, RepliesWithBadNumbersOrNamesAreRefused) {
   json never = lease;
   never["expires_ms"] = json::parse("9223372036854775807");
   EXPECT_EQ(leaseFromJson(never).expires, kNever);
+  // What an older pool accepted and stored (a TTL of 2^63 s, a priority past 32 bits) is clamped
+  // into what the clock and an int hold, so that such a pool still starts.
+  json old = lease;
+  old["ttl_s"] = INT64_MAX;
+  old["priority"] = 99999999999LL;
+  EXPECT_EQ(leaseFromJson(old).ttl, std::chrono::seconds(int64_t{100} * 366 * 86400));
+  EXPECT_EQ(leaseFromJson(old).priority, INT32_MAX);
 
   const std::vector<BadField> cases = {
       {"GPU index past 32 bits", [](json& d) { d["gpus"][0]["index"] = 4294967296ULL; },
@@ -293,9 +300,8 @@ TEST(InputTest, RepliesWithBadNumbersOrNamesAreRefused) {
       {"lease id with a path", [](json& d) { d["id"] = "../../x"; }, "field 'id' '../../x': '/' at byte 2"},
       {"time past system_clock", [](json& d) { d["expires_ms"] = INT64_MAX - 1; },
        "field 'expires_ms': 9223372036854775806 is out of range (0 to 9223372036854"},
-      {"ttl", [](json& d) { d["ttl_s"] = INT64_MAX; }, "field 'ttl_s': 9223372036854775807 is out of range"},
-      {"priority", [](json& d) { d["priority"] = 99999999999LL; },
-       "field 'priority': 99999999999 is out of range"},
+      {"ttl not a whole number", [](json& d) { d["ttl_s"] = 1.5; },
+       "field 'ttl_s': 1.5 is not a whole number"},
       {"gpus not a list",
        [](json& d) {
          d["gpus"] = {{"node", "dgx01"}};
@@ -311,6 +317,21 @@ TEST(InputTest, RepliesWithBadNumbersOrNamesAreRefused) {
     EXPECT_NE(msg.find(c.expected), std::string::npos) << c.name << ": '" << msg << "'";
   }
   EXPECT_NE(messageOf([] { fromMillis(INT64_MAX - 1); }).find("out of range"), std::string::npos);
+}
+
+TEST(InputTest, StoredRequestsOfAnOlderPoolAreReadClamped) {
+  // The queue in a state file written before the ranges: read, never refused, never overflowing.
+  json stored = json::parse(R"({"gpus": 4294967297, "ttl_s": 9223372036854775807, "wait_s": -5,
+      "priority": 99999999999, "max_duration_s": 9223372036854775807, "job_name": "a\u0001b",
+      "colour": "blue"})");
+  LeaseRequest r = storedRequestFromJson(stored);
+  EXPECT_EQ(r.gpus, INT32_MAX);
+  EXPECT_EQ(r.ttl, std::chrono::seconds(int64_t{100} * 366 * 86400));
+  EXPECT_EQ(r.wait, std::chrono::seconds(0));
+  EXPECT_EQ(r.priority, INT32_MAX);
+  EXPECT_EQ(r.job_name, std::string("a\x01") + "b");
+  EXPECT_NE(messageOf([&] { requestFromJson(stored); }), "") << "a client sending the same is refused";
+  EXPECT_NE(messageOf([&] { storedRequestFromJson(json::parse(R"({"gpus": 1.5})")); }), "");
 }
 
 TEST(InputTest, StatusNodesAndQueueRepliesAreChecked) {

@@ -32,6 +32,9 @@ nlohmann::json toJson(
 Lease leaseFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const LeaseRequest& request);
 LeaseRequest requestFromJson(const nlohmann::json& doc);
+// A request as the pool stored it (the queue in the state file): numbers are clamped into what the
+// clock can hold rather than refused, since an older pool accepted more than clients may ask now.
+LeaseRequest storedRequestFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const PoolStatus& status);
 PoolStatus statusFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const NodeInfo& node);
