@@ -57,6 +57,28 @@ TEST(TopologyJsonTest, RoundTripsExactly) {
   EXPECT_EQ(back, t);
 }
 
+TEST(TopologyJsonTest, UnknownMeasurementsAreNullAndReadBackAsUnknown) {
+  NodeTopology t = shipped();
+  t.nics[0].ports[0].rate_gbps = 0;
+  t.gpus[0].memory_bytes = 0;
+  t.gpus[0].link = {};
+  json doc = json::parse(toJson(t).dump());
+  EXPECT_TRUE(doc["nics"][0]["ports"][0]["rate_gbps"].is_null()) << doc["nics"][0].dump();
+  EXPECT_TRUE(doc["gpus"][0]["memory_bytes"].is_null());
+  for (const char* key : {"speed_gts", "width", "gbyte_s"})
+    EXPECT_TRUE(doc["gpus"][0]["link"][key].is_null()) << key;
+  EXPECT_EQ(doc["nics"][1]["ports"][0]["rate_gbps"], 400) << "what is known stays";
+  NodeTopology back = fromJson(doc, "t.json");
+  back.source = t.source;
+  EXPECT_EQ(back, t);
+  // Files written before, with 0 for unknown, read the same.
+  doc["nics"][0]["ports"][0]["rate_gbps"] = 0;
+  doc["gpus"][0]["memory_bytes"] = 0;
+  NodeTopology old = fromJson(doc, "old.json");
+  old.source = t.source;
+  EXPECT_EQ(old, t);
+}
+
 struct Bad {
   const char* name;
   std::function<void(json&)> mutate;

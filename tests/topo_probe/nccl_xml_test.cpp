@@ -88,6 +88,35 @@ TEST(NcclXmlWriterTest, WritesWhatItReadsBack) {
   }
 }
 
+TEST(NcclXmlWriterTest, WritesOnlyWhatIsKnownOfANic) {
+  // NCCL keeps what an NCCL_TOPO_FILE gives and detects only what it leaves out (see the writer):
+  // an unknown rate must not be written as speed="0" (NCCL's 10 Gb/s), nor a made-up guid, latency,
+  // maxconn or gdr.
+  NodeTopology t = readNcclXmlString(kDump, "dump.xml");
+  ASSERT_GE(t.nics.size(), 2u);
+  t.nics[0].ports[0].rate_gbps = 0;    // unknown
+  t.nics[1].ports[0].rate_gbps = 400;  // NDR
+  std::string xml = toNcclXml(t);
+  std::string first = xml.substr(xml.find("<net name=\"" + t.nics[0].name + "\""));
+  first = first.substr(0, first.find("/>"));
+  EXPECT_EQ(first.find("speed="), std::string::npos) << first;
+  EXPECT_NE(xml.find("<net name=\"" + t.nics[1].name + "\" dev=\"1\" speed=\"400000\" port=\"1\"/>"),
+            std::string::npos)
+      << xml;
+  for (const char* guessed : {"guid=", "latency=", "maxconn=", "speed=\"0\""}) {
+    EXPECT_EQ(xml.find(guessed), std::string::npos) << guessed << " in " << xml;
+  }
+  size_t net = 0;
+  while ((net = xml.find("<net ", net)) != std::string::npos) {
+    std::string element = xml.substr(net, xml.find("/>", net) - net);
+    EXPECT_EQ(element.find("gdr="), std::string::npos) << element;
+    ++net;
+  }
+  NodeTopology back = readNcclXmlString(xml, "back.xml");
+  EXPECT_EQ(back.nics[0].ports[0].rate_gbps, 0) << "unknown stays unknown";
+  EXPECT_EQ(back.nics[1].ports[0].rate_gbps, 400);
+}
+
 struct Bad {
   const char* name;
   std::string xml;

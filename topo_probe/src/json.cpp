@@ -27,8 +27,15 @@ std::string hex6(uint32_t v) {
   return buf;
 }
 
+// A measurement the source did not give (recorded as 0) is null in the JSON, not a zero a reader
+// would take for a dead link; readers take null (and the 0 older files hold) as unknown.
+template <typename T>
+ojson known(T v) {
+  return v > 0 ? ojson(v) : ojson(nullptr);
+}
+
 ojson linkJson(const PciLink& l) {
-  return {{"speed_gts", l.speed_gts}, {"width", l.width}, {"gbyte_s", l.gbyte_s}};
+  return {{"speed_gts", known(l.speed_gts)}, {"width", known(l.width)}, {"gbyte_s", known(l.gbyte_s)}};
 }
 
 ojson placementJson(const PciPlacement& at) {
@@ -174,7 +181,7 @@ ojson toJson(const NodeTopology& topo) {
   for (const NumaNode& n : topo.numa_nodes) {
     numa.push_back({{"index", n.os_index},
                     {"cpuset", n.cpus.toList()},
-                    {"memory_bytes", n.memory_bytes},
+                    {"memory_bytes", known(n.memory_bytes)},
                     {"package", optionalInt(n.package)}});
   }
   doc["numa_nodes"] = numa;
@@ -210,7 +217,7 @@ ojson toJson(const NodeTopology& topo) {
                     {"cuda", g.isNvidia()},
                     {"model", g.model},
                     {"sm", g.sm == 0 ? ojson(nullptr) : ojson(g.sm)},
-                    {"memory_bytes", g.memory_bytes},
+                    {"memory_bytes", known(g.memory_bytes)},
                     {"uuid", g.uuid.empty() ? ojson(nullptr) : ojson(g.uuid)},
                     {"numa", optionalInt(g.at.numa)},
                     {"cpuset", g.cpus.toList()},
@@ -228,7 +235,7 @@ ojson toJson(const NodeTopology& topo) {
           {{"port", p.port},
            {"link_layer", toString(p.link_layer)},
            {"state", toString(p.state)},
-           {"rate_gbps", p.rate_gbps},
+           {"rate_gbps", known(p.rate_gbps)},
            {"netdev", p.netdev.empty() ? ojson(nullptr) : ojson(p.netdev)},
            {"roce_v2_gid_index", p.roce_v2_gid_index ? ojson(*p.roce_v2_gid_index) : ojson(nullptr)}});
     }

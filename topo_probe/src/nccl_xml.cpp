@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <pugixml.hpp>
@@ -587,12 +588,18 @@ class Writer {
     indent(depth);
     out_ << "<nic>\n";
     int dev = static_cast<int>(&n - topo_.nics.data());
+    // Only what the topology knows. NCCL (2.28, src/graph/topo.cc, ncclTopoProcessNet) fills a
+    // <net> it finds in NCCL_TOPO_FILE with xmlInitAttr*, which sets an attribute only where the
+    // file leaves it out: latency, speed, port, guid, maxconn and gdr then come from the NIC
+    // itself. What the file does give wins: speed="0" is read as 10 Gb/s (ncclTopoAddNet: "if
+    // (mbps <= 0) mbps = 10000"), guid="0x0" on every NIC makes them one ASIC and one rail
+    // (ncclTopoAddNetAsic, ncclTopoGetNetDevKey), and a gdr guessed from the vendor overrides
+    // NCCL's own GPUDirect RDMA probe.
     for (const NicPort& p : n.ports) {
       indent(depth + 1);
-      out_ << "<net name=\"" << escape(n.name) << "\" dev=\"" << dev << "\" speed=\""
-           << static_cast<long>(p.rate_gbps * 1000) << "\" port=\"" << p.port
-           << "\" latency=\"0.000000\" guid=\"0x0\" maxconn=\"131072\" gdr=\""
-           << (n.vendor == kVendorMellanox ? 1 : 0) << "\"/>\n";
+      out_ << "<net name=\"" << escape(n.name) << "\" dev=\"" << dev << "\"";
+      if (p.rate_gbps > 0) out_ << " speed=\"" << std::llround(p.rate_gbps * 1000) << "\"";
+      out_ << " port=\"" << p.port << "\"/>\n";
     }
     indent(depth);
     out_ << "</nic>\n";
