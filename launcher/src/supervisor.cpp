@@ -170,19 +170,22 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   }
   setpgid(child, child);  // also here, so that the group exists before any signal is forwarded
   close(errPipe[1]);
+  // The renewal thread starts with the job's signals blocked (they reach the signalfd only), after
+  // the clone (which shares this memory until the exec).
+  LeaseKeeper* lease = options.lease;
+  if (lease != nullptr) lease->start();
   // Signals and mpirun's output wait in the signalfd and the pipe meanwhile.
   if (options.started) options.started();
 
   SuperviseResult result;
   std::string errText;  // mpirun's stderr, kept for the failure report (bounded)
   auto start = Clock::now();
-  auto nextRenew = start + options.renew_every;
   std::optional<Clock::time_point> killAt, lastInt;
   bool exited = false;
   int status = 0;
   bool pipeOpen = true;
 
-  auto terminate = [&](const char* why) {
+  auto terminate = [&](const std::string& why) {
     if (!killAt) {
       kill(child, SIGTERM);
       killAt = Clock::now() + options.kill_grace;
@@ -194,14 +197,16 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     auto now = Clock::now();
     auto deadline = now + std::chrono::seconds(1);
     if (!exited) {
-      if (options.renew) deadline = std::min(deadline, nextRenew);
+      if (lease != nullptr && !result.lease_lost) deadline = std::min(deadline, lease->expiry());
       if (options.timeout) deadline = std::min(deadline, start + *options.timeout);
       if (killAt) deadline = std::min(deadline, *killAt);
     }
     int waitMs = static_cast<int>(
         std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()));
-    pollfd fds[2] = {{sfd, POLLIN, 0}, {pipeOpen ? errPipe[0] : -1, POLLIN, 0}};
-    int n = poll(fds, 2, exited ? 200 : waitMs);
+    pollfd fds[3] = {{sfd, POLLIN, 0},
+                     {pipeOpen ? errPipe[0] : -1, POLLIN, 0},
+                     {lease != nullptr && !exited ? lease->fd() : -1, POLLIN, 0}};
+    int n = poll(fds, 3, exited ? 200 : waitMs);
     if (n < 0 && errno != EINTR) break;
     if (fds[1].revents & (POLLIN | POLLHUP)) {
       char buf[4096];
@@ -240,17 +245,15 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     now = Clock::now();
     if (options.timeout && now >= start + *options.timeout && !result.timed_out) {
       result.timed_out = true;
-      terminate(
-          ("the job ran past --timeout " + std::to_string(options.timeout->count() / 1000) + " s: ending it")
-              .c_str());
+      terminate("the job ran past --timeout " + std::to_string(options.timeout->count() / 1000) +
+                " s: ending it");
     }
-    if (options.renew && now >= nextRenew) {
-      nextRenew = now + options.renew_every;
-      if (!options.renew() && !result.lease_lost) {
+    if (lease != nullptr) {
+      LeaseKeeper::News news = lease->take(now);
+      for (const std::string& line : news.lines) err << "poolrun: " << line << "\n";
+      if (news.lost && !result.lease_lost) {
         result.lease_lost = true;
-        terminate(
-            "the lease could not be renewed (expired or released): ending the job, whose GPUs are no longer "
-            "held");
+        terminate(*news.lost);
       }
     }
     if (killAt && now >= *killAt) {
@@ -259,6 +262,7 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     }
   }
   if (!exited) waitpid(child, &status, 0);
+  if (lease != nullptr) lease->stop();
   kill(-child, SIGKILL);  // anything of the job still in mpirun's process group
   close(errPipe[0]);
   close(sfd);
