@@ -351,6 +351,24 @@ TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty()) << "the lease expired";
 }
 
+// A rank that leaves a daemon behind in a session of its own (closing its output, as daemons do:
+// Open MPI waits for a rank's output to end) and exits: the daemon ends with the job.
+TEST_F(RunTest, NoProcessOfTheJobOutlivesIt) {
+  std::string pidFile = (tmp_.path() / "daemon.pid").string();
+  Result r =
+      poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 2 --gpus-per-node 1 /bin/sh -c " +
+              "'[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] || exit 0; setsid sleep 100 </dev/null >/dev/null 2>&1 & " +
+              "echo $! > " + pidFile + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  pid_t daemon = 0;
+  std::ifstream(pidFile) >> daemon;
+  ASSERT_GT(daemon, 0) << "the rank started its daemon";
+  bool gone = kill(daemon, 0) != 0;
+  if (!gone) kill(daemon, SIGKILL);
+  EXPECT_TRUE(gone) << "pid " << daemon << " (setsid sleep 100, started by rank 1) outlived the job";
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
 TEST_F(RunTest, DryRunOpenMpi4And5) {
   Result r4 =
       poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 4 --gpus-per-node 2 --dry-run ./train");

@@ -219,6 +219,23 @@ TEST(SupervisorTest, AHangingRenewalDoesNotHoldSignals) {
   EXPECT_TRUE(sawSignalWhileHanging) << "the signal waited for the renewal";
 }
 
+// What a rank leaves behind in a session of its own (`setsid daemon &`) ends with the job.
+TEST(SupervisorTest, NothingTheJobStartedOutlivesIt) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::string pidFile = (tmp.path() / "daemon.pid").string();
+  SuperviseResult r =
+      supervise(shell("(setsid sh -c 'sleep 100 & echo $! > " + pidFile + ".tmp; mv " + pidFile + ".tmp " +
+                      pidFile + "' &); while [ ! -e " + pidFile + " ]; do sleep 0.02; done; exit 0"),
+                err);
+  EXPECT_EQ(r.exit_status, 0) << err.str();
+  pid_t daemon = readPid(pidFile);
+  ASSERT_GT(daemon, 0);
+  bool gone = !alive(daemon);
+  if (!gone) kill(daemon, SIGKILL);
+  EXPECT_TRUE(gone) << "pid " << daemon << " (sleep 100, in a session of its own) outlived the job";
+}
+
 TEST(SupervisorTest, MissingProgram) {
   std::ostringstream err;
   SuperviseOptions o;

@@ -2,8 +2,11 @@
 
 // Runs mpirun and watches it: forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT (a second SIGINT within
 // a few seconds kills it), ends it past a timeout, keeps the lease (lease_keeper.hpp), and reports
-// which rank failed and how. mpirun dies with poolrun (PR_SET_PDEATHSIG), and nothing of its process
-// group is left running when supervise() returns.
+// which rank failed and how. mpirun dies with poolrun (PR_SET_PDEATHSIG). The calling process is a
+// child subreaper (PR_SET_CHILD_SUBREAPER) while the job runs, so that whatever the job's processes
+// leave behind on this machine (a daemon a rank started with setsid, the simulated cluster's
+// daemons) becomes its child: nothing the job started here is left running when supervise()
+// returns.
 
 #include <chrono>
 #include <functional>
@@ -56,7 +59,9 @@ struct SuperviseResult {
 // executable one in PATH's directories; `name` where there is none (its exec then fails: ENOENT).
 std::string findExecutable(const std::string& name);
 
-// Starts argv and returns when it and its process group are gone. Messages go to `err`.
+// Starts argv and returns when it, its process group and every process it left behind on this
+// machine are gone (the last killed with SIGKILL and reaped). Messages go to `err`. While it runs,
+// it reaps every child of the calling process that exits.
 SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err);
 
 }  // namespace poolrun::launcher
