@@ -222,6 +222,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       "mpi-flavor", po::value(&mpiFlavor), "auto (default), ompi4 or ompi5")(
       "mpirun", po::value(&mpirun), "the mpirun (or prterun) binary")(
       "dry-run", "print the plan and the exact command; start nothing")(
+      "simulate", "run the leased nodes on this machine, as a sim: pool's are (to try a pool's job here)")(
       "no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")(
       "job-dir", po::value(&jobDir), "job directory (default: under the state directory)")(
       "lease-ttl", po::value(&leaseTtl),
@@ -316,8 +317,14 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       throw badInput(std::string(launcher == "srun" ? "--launcher srun" : "--topology") +
                      " needs --pool slurm or slurm:PARTITION (pool here: '" + poolUri + "')");
     if (slurm) forgetSlurmGpuVariables(request, exports);
+    if (slurm && vm.count("simulate"))
+      throw badInput(
+          "--simulate runs a pool's nodes on this machine; a Slurm allocation's nodes run under "
+          "Slurm (pool here: '" +
+          poolUri + "'); use --pool sim:FILE or an http:// pool");
     std::unique_ptr<pool::PoolClient> pool = pool::openPool(poolUri, copts);
-    bool simulated = poolUri.starts_with("sim:");
+    // A sim: pool's nodes, or any pool's with --simulate, run here through poolrun-sim-agent.
+    bool simulated = poolUri.starts_with("sim:") || vm.count("simulate") > 0;
 
     pool::LeaseRequest lr;
     lr.gpus = ranks;

@@ -442,6 +442,10 @@ TEST_F(RunTest, RefusesWhatCannotBeMet) {
     EXPECT_EQ(local.status, 125);
     EXPECT_NE(local.err.find("no GPUs on this node; use --pool sim:FILE"), std::string::npos) << local.err;
   }
+  Result slurmSim = poolrun("--pool slurm --simulate -n 1 true");
+  EXPECT_EQ(slurmSim.status, 125) << slurmSim.err;
+  EXPECT_NE(slurmSim.err.find("--simulate runs a pool's nodes on this machine"), std::string::npos)
+      << slurmSim.err;
   Result usage = poolrun("-n 2");
   EXPECT_EQ(usage.status, 2);
   EXPECT_NE(usage.err.find("no PROGRAM to run"), std::string::npos);
