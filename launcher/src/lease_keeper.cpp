@@ -63,16 +63,13 @@ RenewalPolicy::Event RenewalPolicy::record(Time started, Time now, const RenewRe
 
 LeaseKeeper::LeaseKeeper(std::string lease_id, Ms valid_for, Ms every, std::function<RenewReply()> renew,
                          RenewalPolicy::Backoff backoff)
-    : id_(std::move(lease_id)), renew_(std::move(renew)), policy_(Clock::now(), valid_for, every, backoff) {}
-
-LeaseKeeper::~LeaseKeeper() {
-  stop();
-}
-
-void LeaseKeeper::start() {
+    : id_(std::move(lease_id)), renew_(std::move(renew)), policy_(Clock::now(), valid_for, every, backoff) {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0)
     throw Error(ErrorCode::kIo, std::string("cannot set up lease renewal: eventfd: ") + std::strerror(errno));
+}
+
+void LeaseKeeper::start() {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -83,8 +80,11 @@ void LeaseKeeper::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (event_fd_ >= 0) close(event_fd_);
-  event_fd_ = -1;
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  stop();
+  close(event_fd_);
 }
 
 LeaseKeeper::Clock::time_point LeaseKeeper::expiry() {
@@ -94,10 +94,8 @@ LeaseKeeper::Clock::time_point LeaseKeeper::expiry() {
 
 LeaseKeeper::News LeaseKeeper::take(Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (event_fd_ >= 0) {
-    uint64_t count;
-    while (read(event_fd_, &count, sizeof count) == sizeof count) {
-    }
+  uint64_t count;
+  while (read(event_fd_, &count, sizeof count) == sizeof count) {
   }
   if (!lost_ && policy_.expired(now)) expire(now);
   News out = std::move(news_);

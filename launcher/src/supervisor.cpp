@@ -241,6 +241,15 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     sigprocmask(SIG_SETMASK, &old, nullptr);
     throw Error(ErrorCode::kIo, std::string("cannot set up process supervision: ") + std::strerror(errno));
   }
+  // The renewal thread starts with the job's signals blocked, so that they reach the signalfd only.
+  LeaseKeeper* lease = options.lease;
+  try {
+    if (lease != nullptr) lease->start();
+  } catch (...) {
+    for (int fd : {errPipe[0], errPipe[1], sfd}) close(fd);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
   // What the job's processes leave behind when their parents exit (a rank's `setsid daemon &`, the
   // Open MPI daemons once mpirun has gone) becomes this process's child rather than init's.
   Subreaper subreaper;
@@ -250,6 +259,7 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     int e = errno;
     for (int fd : {errPipe[0], errPipe[1], sfd}) close(fd);
     sigprocmask(SIG_SETMASK, &old, nullptr);
+    if (lease != nullptr) lease->stop();
     throw Error(ErrorCode::kIo, std::string("cannot start mpirun: clone: ") + std::strerror(e));
   }
   if (spawn.execErrno != 0) {
@@ -258,10 +268,6 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   }
   setpgid(child, child);  // also here, so that the group exists before any signal is forwarded
   close(errPipe[1]);
-  // The renewal thread starts with the job's signals blocked (they reach the signalfd only), after
-  // the clone (which shares this memory until the exec).
-  LeaseKeeper* lease = options.lease;
-  if (lease != nullptr) lease->start();
   // Signals and mpirun's output wait in the signalfd and the pipe meanwhile.
   if (options.started) options.started();
 

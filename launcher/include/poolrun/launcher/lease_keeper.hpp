@@ -85,8 +85,9 @@ class LeaseKeeper {
  public:
   using Clock = RenewalPolicy::Clock;
 
-  // `renew` makes one attempt (called on the keeper's thread; it must not throw past itself, and
-  // whatever it throws counts as kUnreachable). `valid_for`: how long the lease holds from now.
+  // `renew` makes one attempt (on the keeper's thread; whatever it throws counts as kUnreachable).
+  // `valid_for`: how long the lease holds from now. Throws poolrun::Error (kIo) when the descriptor
+  // fd() cannot be made.
   LeaseKeeper(std::string lease_id, std::chrono::milliseconds valid_for, std::chrono::milliseconds every,
               std::function<RenewReply()> renew, RenewalPolicy::Backoff backoff = {});
   ~LeaseKeeper();  // stop()
@@ -95,10 +96,11 @@ class LeaseKeeper {
 
   // Starts the thread (it inherits the caller's signal mask: call with the job's signals blocked).
   void start();
-  // Stops the thread; waits for an attempt under way (bounded by the client's timeouts).
+  // Stops the thread; waits for an attempt under way (bounded by the client's timeouts). Once
+  // stopped, it does not start again.
   void stop();
 
-  // Readable when the thread has news for take(); -1 before start().
+  // Readable when the thread has news for take().
   int fd() const { return event_fd_; }
 
   struct News {
