@@ -13,6 +13,7 @@
 
 #include "option_checks.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/lease_keeper.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/launcher/preflight.hpp"
@@ -146,6 +147,30 @@ class LeaseGuard {
   std::ostream& err_;
 };
 
+// How long `lease` holds from `now`: until its expiry by this machine's clock, and never longer than
+// its time to live (so that a pool whose clock runs ahead cannot make poolrun wait past the real
+// expiry; one whose clock runs behind makes it give up early, never late).
+std::chrono::milliseconds validFor(const pool::Lease& lease, std::chrono::system_clock::time_point now) {
+  using std::chrono::milliseconds;
+  auto left = std::max(std::chrono::duration_cast<milliseconds>(lease.expires - now), milliseconds(0));
+  return lease.ttl.count() > 0 ? std::min(left, std::chrono::duration_cast<milliseconds>(lease.ttl)) : left;
+}
+
+// One renewal, in the lease keeper's terms: the pool saying the lease is gone, or that it is not
+// ours (401, 403), ends the job; anything else (no connection, a timeout, a 5xx) may pass.
+RenewReply renewOnce(pool::PoolClient& pool, const std::string& id) {
+  auto sent = std::chrono::system_clock::now();
+  try {
+    return {RenewReply::Kind::kRenewed, validFor(pool.renew(id), sent), ""};
+  } catch (const pool::PoolError& e) {
+    bool gone = e.failure() == pool::PoolFailure::kGone || e.failure() == pool::PoolFailure::kForbidden ||
+                e.failure() == pool::PoolFailure::kUnauthorized;
+    return {gone ? RenewReply::Kind::kGone : RenewReply::Kind::kUnreachable, {}, e.what()};
+  } catch (const std::exception& e) {
+    return {RenewReply::Kind::kUnreachable, {}, e.what()};
+  }
+}
+
 // Splits the command line at the program: options before it, PROGRAM [ARGS...] after.
 void splitProgram(const std::vector<std::string>& args, const po::options_description& opts,
                   std::vector<std::string>& options, std::vector<std::string>& program,
@@ -199,6 +224,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       "mpi-flavor", po::value(&mpiFlavor), "auto (default), ompi4 or ompi5")(
       "mpirun", po::value(&mpirun), "the mpirun (or prterun) binary")(
       "dry-run", "print the plan and the exact command; start nothing")(
+      "simulate", "run the leased nodes on this machine, as a sim: pool's are (to try a pool's job here)")(
       "no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")(
       "job-dir", po::value(&jobDir), "job directory (default: under the state directory)")(
       "lease-ttl", po::value(&leaseTtl),
@@ -293,8 +319,14 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       throw badInput(std::string(launcher == "srun" ? "--launcher srun" : "--topology") +
                      " needs --pool slurm or slurm:PARTITION (pool here: '" + poolUri + "')");
     if (slurm) forgetSlurmGpuVariables(request, exports);
+    if (slurm && vm.count("simulate"))
+      throw badInput(
+          "--simulate runs a pool's nodes on this machine; a Slurm allocation's nodes run under "
+          "Slurm (pool here: '" +
+          poolUri + "'); use --pool sim:FILE or an http:// pool");
     std::unique_ptr<pool::PoolClient> pool = pool::openPool(poolUri, copts);
-    bool simulated = poolUri.starts_with("sim:");
+    // A sim: pool's nodes, or any pool's with --simulate, run here through poolrun-sim-agent.
+    bool simulated = poolUri.starts_with("sim:") || vm.count("simulate") > 0;
 
     pool::LeaseRequest lr;
     lr.gpus = ranks;
@@ -413,19 +445,19 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     so.argv = cmd.argv;
     so.env = cmd.env;
     if (timeout > 0) so.timeout = std::chrono::milliseconds(static_cast<long>(timeout * 1000));
-    so.renew_every = std::chrono::milliseconds(static_cast<long>(leaseTtl * 1000 / 3));
-    so.renew = [&] {
-      try {
-        pool->renew(lease.id);
-        // A running job's directory stays the newest: pruning (below) never takes it.
-        std::error_code ec;
-        std::filesystem::last_write_time(dir, std::filesystem::file_time_type::clock::now(), ec);
-        return true;
-      } catch (const std::exception& e) {
-        err << "poolrun: warning: renewing lease " << lease.id << " failed: " << e.what() << "\n";
-        return false;
-      }
-    };
+    // Renewed on a thread of its own, retried until the lease's expiry when the pool cannot be
+    // reached (lease_keeper.hpp, README step 4).
+    LeaseKeeper keeper(lease.id, validFor(lease, std::chrono::system_clock::now()),
+                       std::chrono::milliseconds(static_cast<long>(leaseTtl * 1000 / 3)), [&] {
+                         RenewReply reply = renewOnce(*pool, lease.id);
+                         // A running job's directory stays the newest: pruning (below) never takes it.
+                         std::error_code ec;
+                         if (reply.kind == RenewReply::Kind::kRenewed)
+                           std::filesystem::last_write_time(
+                               dir, std::filesystem::file_time_type::clock::now(), ec);
+                         return reply;
+                       });
+    so.lease = &keeper;
     so.started = [&] {
       pool->idle();
       // poolrun's own job directories: a week's, and always the 100 newest, looked at hourly

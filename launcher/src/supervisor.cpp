@@ -11,8 +11,12 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string_view>
 
 #include "poolrun/topo/error.hpp"
@@ -79,6 +83,87 @@ class Spawn {
   std::vector<char*> argv_, envp_;
   std::vector<std::string> envText_;
   std::vector<char> stack_;
+};
+
+// The processes whose parent is this one: /proc/self/task/TID/children for every thread (a child
+// is listed under the thread that started it, an orphan under the one the kernel chose), else, on a
+// kernel without CONFIG_PROC_CHILDREN, every /proc/PID/stat whose parent field is this process.
+std::set<pid_t> childProcesses() {
+  std::set<pid_t> out;
+  std::error_code ec;
+  bool listed = false;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    if (!in) continue;
+    listed = true;
+    for (pid_t p; in >> p;) out.insert(p);
+  }
+  if (listed) return out;
+  const std::string self = std::to_string(getpid());
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+    std::istringstream fields(close == std::string::npos ? "" : line.substr(close + 2));
+    std::string state, ppid;
+    if (fields >> state >> ppid && ppid == self) out.insert(std::stoi(name));
+  }
+  return out;
+}
+
+// This process as a child subreaper (PR_SET_CHILD_SUBREAPER) for the job's time: a process of the
+// job whose parent exits is given to it instead of init, so that at the end the job's leftovers are
+// all its children, found and ended without knowing how they hid (a new session, a double fork).
+// Children this process had before the job (Slurm's salloc holding the allocation) are left alone.
+class Subreaper {
+ public:
+  Subreaper() : before_(childProcesses()) {
+    int was = 0;
+    prctl(PR_GET_CHILD_SUBREAPER, &was);
+    was_ = was != 0;
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+  }
+  ~Subreaper() {
+    if (!was_) prctl(PR_SET_CHILD_SUBREAPER, 0);
+  }
+  Subreaper(const Subreaper&) = delete;
+  Subreaper& operator=(const Subreaper&) = delete;
+
+  // Reaps the job's orphans that have ended, so that none waits as a zombie until the job's end.
+  void reap(pid_t keep) const {
+    for (pid_t p : childProcesses()) {
+      if (p != keep && !before_.contains(p)) waitpid(p, nullptr, WNOHANG);
+    }
+  }
+
+  // Kills (SIGKILL) and reaps every child of the job's, in rounds: a killed process's own children
+  // become this one's in turn. A process the kernel cannot end at once (uninterruptible sleep) is
+  // given up on after a few seconds, with a warning.
+  void endOrphans(std::ostream& err) const {
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      std::set<pid_t> left;
+      for (pid_t p : childProcesses()) {
+        if (before_.contains(p)) continue;
+        if (waitpid(p, nullptr, WNOHANG) != p) left.insert(p);
+      }
+      if (left.empty()) return;
+      if (Clock::now() > deadline) {
+        err << "poolrun: warning: " << left.size() << " process(es) of the job (pid " << *left.begin()
+            << "...) did not end on SIGKILL within 5 s; they may be waiting on a device or a file system\n";
+        return;
+      }
+      for (pid_t p : left) kill(p, SIGKILL);
+      poll(nullptr, 0, 2);
+    }
+  }
+
+ private:
+  std::set<pid_t> before_;
+  bool was_ = false;
 };
 
 }  // namespace
@@ -156,12 +241,25 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     sigprocmask(SIG_SETMASK, &old, nullptr);
     throw Error(ErrorCode::kIo, std::string("cannot set up process supervision: ") + std::strerror(errno));
   }
+  // The renewal thread starts with the job's signals blocked, so that they reach the signalfd only.
+  LeaseKeeper* lease = options.lease;
+  try {
+    if (lease != nullptr) lease->start();
+  } catch (...) {
+    for (int fd : {errPipe[0], errPipe[1], sfd}) close(fd);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  // What the job's processes leave behind when their parents exit (a rank's `setsid daemon &`, the
+  // Open MPI daemons once mpirun has gone) becomes this process's child rather than init's.
+  Subreaper subreaper;
   Spawn spawn(options, old, errPipe[1]);
   pid_t child = spawn.start();
   if (child < 0) {
     int e = errno;
     for (int fd : {errPipe[0], errPipe[1], sfd}) close(fd);
     sigprocmask(SIG_SETMASK, &old, nullptr);
+    if (lease != nullptr) lease->stop();
     throw Error(ErrorCode::kIo, std::string("cannot start mpirun: clone: ") + std::strerror(e));
   }
   if (spawn.execErrno != 0) {
@@ -176,13 +274,12 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   SuperviseResult result;
   std::string errText;  // mpirun's stderr, kept for the failure report (bounded)
   auto start = Clock::now();
-  auto nextRenew = start + options.renew_every;
   std::optional<Clock::time_point> killAt, lastInt;
   bool exited = false;
   int status = 0;
   bool pipeOpen = true;
 
-  auto terminate = [&](const char* why) {
+  auto terminate = [&](const std::string& why) {
     if (!killAt) {
       kill(child, SIGTERM);
       killAt = Clock::now() + options.kill_grace;
@@ -194,14 +291,16 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     auto now = Clock::now();
     auto deadline = now + std::chrono::seconds(1);
     if (!exited) {
-      if (options.renew) deadline = std::min(deadline, nextRenew);
+      if (lease != nullptr && !result.lease_lost) deadline = std::min(deadline, lease->expiry());
       if (options.timeout) deadline = std::min(deadline, start + *options.timeout);
       if (killAt) deadline = std::min(deadline, *killAt);
     }
     int waitMs = static_cast<int>(
         std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()));
-    pollfd fds[2] = {{sfd, POLLIN, 0}, {pipeOpen ? errPipe[0] : -1, POLLIN, 0}};
-    int n = poll(fds, 2, exited ? 200 : waitMs);
+    pollfd fds[3] = {{sfd, POLLIN, 0},
+                     {pipeOpen ? errPipe[0] : -1, POLLIN, 0},
+                     {lease != nullptr && !exited ? lease->fd() : -1, POLLIN, 0}};
+    int n = poll(fds, 3, exited ? 200 : waitMs);
     if (n < 0 && errno != EINTR) break;
     if (fds[1].revents & (POLLIN | POLLHUP)) {
       char buf[4096];
@@ -220,7 +319,10 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
       while (read(sfd, &si, sizeof si) == sizeof si) {
         int sig = static_cast<int>(si.ssi_signo);
         if (sig == SIGCHLD) {
+          // mpirun, or an orphan of the job that ended (reaped now, not left a zombie for the
+          // whole job). One SIGCHLD may stand for several children.
           if (!exited && waitpid(child, &status, WNOHANG) == child) exited = true;
+          subreaper.reap(child);
           continue;
         }
         if (exited) continue;
@@ -240,17 +342,15 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     now = Clock::now();
     if (options.timeout && now >= start + *options.timeout && !result.timed_out) {
       result.timed_out = true;
-      terminate(
-          ("the job ran past --timeout " + std::to_string(options.timeout->count() / 1000) + " s: ending it")
-              .c_str());
+      terminate("the job ran past --timeout " + std::to_string(options.timeout->count() / 1000) +
+                " s: ending it");
     }
-    if (options.renew && now >= nextRenew) {
-      nextRenew = now + options.renew_every;
-      if (!options.renew() && !result.lease_lost) {
+    if (lease != nullptr) {
+      LeaseKeeper::News news = lease->take(now);
+      for (const std::string& line : news.lines) err << "poolrun: " << line << "\n";
+      if (news.lost && !result.lease_lost) {
         result.lease_lost = true;
-        terminate(
-            "the lease could not be renewed (expired or released): ending the job, whose GPUs are no longer "
-            "held");
+        terminate(*news.lost);
       }
     }
     if (killAt && now >= *killAt) {
@@ -259,7 +359,9 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     }
   }
   if (!exited) waitpid(child, &status, 0);
+  if (lease != nullptr) lease->stop();
   kill(-child, SIGKILL);  // anything of the job still in mpirun's process group
+  subreaper.endOrphans(err);
   close(errPipe[0]);
   close(sfd);
   sigprocmask(SIG_SETMASK, &old, nullptr);

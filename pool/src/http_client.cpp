@@ -41,6 +41,10 @@ std::string segment(std::string_view text) {
   return out;
 }
 
+struct Timeouts {
+  milliseconds connect{5000}, io{30000};  // HttpConnection's defaults
+};
+
 class HttpPool : public PoolControl {
  public:
   HttpPool(std::string uri, const std::string& host, int port, const ClientOptions& options)
@@ -84,8 +88,12 @@ class HttpPool : public PoolControl {
     }
   }
 
+  // A launcher retries a renewal that does not get through until the lease expires (README, poolrun
+  // step 4): an attempt is kept short, so that the next one comes while the lease still holds.
   Lease renew(const std::string& id) override {
-    return leaseFromJson(call("POST", "/v1/leases/" + segment(id) + "/renew", json::object()).at("lease"));
+    return leaseFromJson(call("POST", "/v1/leases/" + segment(id) + "/renew", json::object(),
+                              {milliseconds(2000), milliseconds(5000)})
+                             .at("lease"));
   }
   void release(const std::string& id) override { call("DELETE", "/v1/leases/" + segment(id), nullptr); }
   topo::ClusterNode node(const std::string& name) override {
@@ -126,8 +134,10 @@ class HttpPool : public PoolControl {
   }
 
  private:
-  json call(const std::string& method, const std::string& path, const json& body) {
+  json call(const std::string& method, const std::string& path, const json& body, Timeouts timeouts = {}) {
     std::lock_guard<std::mutex> lock(mu_);
+    connection_.connect_timeout = timeouts.connect;
+    connection_.io_timeout = timeouts.io;
     std::string text = body.is_null() ? std::string() : body.dump();
     HttpResponse reply;
     for (int attempt = 0;; ++attempt) {

@@ -351,6 +351,24 @@ TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty()) << "the lease expired";
 }
 
+// A rank that leaves a daemon behind in a session of its own (closing its output, as daemons do:
+// Open MPI waits for a rank's output to end) and exits: the daemon ends with the job.
+TEST_F(RunTest, NoProcessOfTheJobOutlivesIt) {
+  std::string pidFile = (tmp_.path() / "daemon.pid").string();
+  Result r =
+      poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 2 --gpus-per-node 1 /bin/sh -c " +
+              "'[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] || exit 0; setsid sleep 100 </dev/null >/dev/null 2>&1 & " +
+              "echo $! > " + pidFile + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  pid_t daemon = 0;
+  std::ifstream(pidFile) >> daemon;
+  ASSERT_GT(daemon, 0) << "the rank started its daemon";
+  bool gone = kill(daemon, 0) != 0;
+  if (!gone) kill(daemon, SIGKILL);
+  EXPECT_TRUE(gone) << "pid " << daemon << " (setsid sleep 100, started by rank 1) outlived the job";
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
 TEST_F(RunTest, DryRunOpenMpi4And5) {
   Result r4 =
       poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 4 --gpus-per-node 2 --dry-run ./train");
@@ -424,6 +442,10 @@ TEST_F(RunTest, RefusesWhatCannotBeMet) {
     EXPECT_EQ(local.status, 125);
     EXPECT_NE(local.err.find("no GPUs on this node; use --pool sim:FILE"), std::string::npos) << local.err;
   }
+  Result slurmSim = poolrun("--pool slurm --simulate -n 1 true");
+  EXPECT_EQ(slurmSim.status, 125) << slurmSim.err;
+  EXPECT_NE(slurmSim.err.find("--simulate runs a pool's nodes on this machine"), std::string::npos)
+      << slurmSim.err;
   Result usage = poolrun("-n 2");
   EXPECT_EQ(usage.status, 2);
   EXPECT_NE(usage.err.find("no PROGRAM to run"), std::string::npos);

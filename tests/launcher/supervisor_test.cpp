@@ -149,16 +149,91 @@ TEST(SupervisorTest, SecondInterruptKills) {
   EXPECT_EQ(r.exit_status, 128 + SIGINT) << "interrupted by the user";
 }
 
-TEST(SupervisorTest, RenewsAndEndsTheJobWhenTheLeaseIsLost) {
+TEST(SupervisorTest, RenewsAndEndsTheJobWhenTheLeaseIsGone) {
   std::ostringstream err;
   std::atomic<int> renewals{0};
   SuperviseOptions o = shell("while true; do sleep 0.05; done");
-  o.renew_every = 100ms;
-  o.renew = [&] { return ++renewals < 4; };
+  LeaseKeeper keeper("L1", 10s, 100ms, [&] {
+    if (++renewals < 4) return RenewReply{RenewReply::Kind::kRenewed, 10s, ""};
+    return RenewReply{RenewReply::Kind::kGone, {}, "lease L1 expired"};
+  });
+  o.lease = &keeper;
   SuperviseResult r = supervise(o, err);
-  EXPECT_GE(renewals.load(), 4);
+  EXPECT_EQ(renewals.load(), 4);
   EXPECT_TRUE(r.lease_lost);
   EXPECT_EQ(r.exit_status, kExitLeaseLost);
+  EXPECT_NE(err.str().find("poolrun: lease L1 is gone (lease L1 expired): ending the job"), std::string::npos)
+      << err.str();
+}
+
+// A renewal that cannot get through is retried: the job goes on, with one warning and one line when
+// renewing works again.
+TEST(SupervisorTest, ARenewalThatFailsIsRetriedAndTheJobGoesOn) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::atomic<int> renewals{0};
+  std::string done = (tmp.path() / "done").string();
+  SuperviseOptions o = shell("while [ ! -e " + done + " ]; do sleep 0.02; done");
+  LeaseKeeper keeper("L2", 2s, 50ms,
+                     [&] {
+                       int n = ++renewals;
+                       if (n >= 2 && n <= 4)
+                         return RenewReply{RenewReply::Kind::kUnreachable, {}, "connection refused"};
+                       if (n == 6) std::ofstream(done) << "";
+                       return RenewReply{RenewReply::Kind::kRenewed, 2s, ""};
+                     },
+                     {10ms, 40ms, 5ms});
+  o.lease = &keeper;
+  SuperviseResult r = supervise(o, err);
+  EXPECT_EQ(r.exit_status, 0) << err.str();
+  EXPECT_FALSE(r.lease_lost);
+  std::string text = err.str();
+  EXPECT_NE(
+      text.find(
+          "poolrun: warning: cannot renew lease L2 (connection refused); retrying until it expires at "),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("warning"), text.rfind("warning")) << "one warning for the three failures\n" << text;
+  EXPECT_NE(text.find("poolrun: lease L2 renewed again after "), std::string::npos) << text;
+}
+
+// A renewal that hangs (a pool that accepted the connection and does not answer) delays nothing
+// else: the signal reaches the job while the renewal is still waiting.
+TEST(SupervisorTest, AHangingRenewalDoesNotHoldSignals) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::string mark = (tmp.path() / "got-term").string();
+  SuperviseOptions o = shell("trap 'touch " + mark + "; exit 143' TERM; while true; do sleep 0.05; done");
+  std::atomic<int> renewals{0};
+  std::atomic<bool> sawSignalWhileHanging{false};
+  LeaseKeeper keeper("L3", 60s, 100ms, [&] {
+    if (renewals++ > 0) return RenewReply{RenewReply::Kind::kRenewed, 60s, ""};
+    for (int i = 0; i < 200 && !std::filesystem::exists(mark); ++i) std::this_thread::sleep_for(50ms);
+    sawSignalWhileHanging = std::filesystem::exists(mark);
+    return RenewReply{RenewReply::Kind::kRenewed, 60s, ""};
+  });
+  o.lease = &keeper;
+  sendLater({{300ms, SIGTERM}});
+  SuperviseResult r = supervise(o, err);
+  EXPECT_EQ(r.exit_status, 143) << err.str();
+  EXPECT_TRUE(sawSignalWhileHanging) << "the signal waited for the renewal";
+}
+
+// What a rank leaves behind in a session of its own (`setsid daemon &`) ends with the job.
+TEST(SupervisorTest, NothingTheJobStartedOutlivesIt) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::string pidFile = (tmp.path() / "daemon.pid").string();
+  SuperviseResult r =
+      supervise(shell("(setsid sh -c 'sleep 100 & echo $! > " + pidFile + ".tmp; mv " + pidFile + ".tmp " +
+                      pidFile + "' &); while [ ! -e " + pidFile + " ]; do sleep 0.02; done; exit 0"),
+                err);
+  EXPECT_EQ(r.exit_status, 0) << err.str();
+  pid_t daemon = readPid(pidFile);
+  ASSERT_GT(daemon, 0);
+  bool gone = !alive(daemon);
+  if (!gone) kill(daemon, SIGKILL);
+  EXPECT_TRUE(gone) << "pid " << daemon << " (sleep 100, in a session of its own) outlived the job";
 }
 
 TEST(SupervisorTest, MissingProgram) {

@@ -22,11 +22,12 @@ std::vector<char*> cargs(std::vector<std::string>& v) {
 }  // namespace
 
 PooldProcess::PooldProcess(const std::filesystem::path& state, const std::filesystem::path& tokens,
-                           const std::vector<std::string>& extra) {
+                           const std::vector<std::string>& extra, int port) {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  std::vector<std::string> argv{POOLD_BINARY,   "--listen",     "127.0.0.1:0",  "--state",
-                                state.string(), "--token-file", tokens.string()};
+  std::vector<std::string> argv{POOLD_BINARY,   "--listen",     "127.0.0.1:" + std::to_string(port),
+                                "--state",      state.string(), "--token-file",
+                                tokens.string()};
   argv.insert(argv.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {

@@ -1,6 +1,7 @@
 #pragma once
 
-// A poold started by a test on 127.0.0.1, port 0, and stopped (or killed) by it.
+// A poold started by a test on 127.0.0.1 (port 0: one the kernel picks; or a given one, to restart
+// a poold where its clients expect it), and stopped (or killed) by it.
 
 #include <sys/types.h>
 
@@ -13,7 +14,7 @@ namespace poolrun::test {
 class PooldProcess {
  public:
   PooldProcess(const std::filesystem::path& state, const std::filesystem::path& tokens,
-               const std::vector<std::string>& extra = {});
+               const std::vector<std::string>& extra = {}, int port = 0);
   ~PooldProcess();
   PooldProcess(const PooldProcess&) = delete;
   PooldProcess& operator=(const PooldProcess&) = delete;

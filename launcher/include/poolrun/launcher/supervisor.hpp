@@ -1,9 +1,12 @@
 #pragma once
 
 // Runs mpirun and watches it: forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT (a second SIGINT within
-// a few seconds kills it), ends it past a timeout, renews the lease on a period, and reports which
-// rank failed and how. mpirun dies with poolrun (PR_SET_PDEATHSIG), and nothing of its process
-// group is left running when supervise() returns.
+// a few seconds kills it), ends it past a timeout, keeps the lease (lease_keeper.hpp), and reports
+// which rank failed and how. mpirun dies with poolrun (PR_SET_PDEATHSIG). The calling process is a
+// child subreaper (PR_SET_CHILD_SUBREAPER) while the job runs, so that whatever the job's processes
+// leave behind on this machine (a daemon a rank started with setsid, the simulated cluster's
+// daemons) becomes its child: nothing the job started here is left running when supervise()
+// returns.
 
 #include <chrono>
 #include <functional>
@@ -13,13 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include "poolrun/launcher/lease_keeper.hpp"
+
 namespace poolrun::launcher {
 
 // Exit statuses poolrun itself returns (documented in the README).
 inline constexpr int kExitUsage = 2;        // bad command line
 inline constexpr int kExitTimeout = 124;    // --timeout ended the job
 inline constexpr int kExitRefused = 125;    // poolrun refused to start: the request cannot be met
-inline constexpr int kExitLeaseLost = 126;  // the lease could not be renewed and the job was ended
+inline constexpr int kExitLeaseLost = 126;  // the lease was lost (gone, or expired unrenewed): job ended
 
 struct RankFailure {
   int rank = -1;
@@ -35,8 +40,9 @@ struct SuperviseOptions {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
   std::optional<std::chrono::milliseconds> timeout;
-  std::chrono::milliseconds renew_every{20000};
-  std::function<bool()> renew;    // false: the lease is gone; the job is ended
+  // The job's lease, or none: started with mpirun, stopped when it has gone; its lines are printed
+  // and the job is ended when it reports the lease lost (exit status kExitLeaseLost).
+  LeaseKeeper* lease = nullptr;
   std::function<void()> started;  // once mpirun runs: work that may wait (the pool's idle())
   std::chrono::milliseconds kill_grace{10000};
 };
@@ -53,7 +59,9 @@ struct SuperviseResult {
 // executable one in PATH's directories; `name` where there is none (its exec then fails: ENOENT).
 std::string findExecutable(const std::string& name);
 
-// Starts argv and returns when it and its process group are gone. Messages go to `err`.
+// Starts argv and returns when it, its process group and every process it left behind on this
+// machine are gone (the last killed with SIGKILL and reaped). Messages go to `err`. While it runs,
+// it reaps every child of the calling process that exits.
 SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err);
 
 }  // namespace poolrun::launcher

@@ -1,0 +1,94 @@
+// A job on a poold pool outlives a restart of poold: `poolrun --simulate` runs the pool's nodes on
+// this machine, poold is killed with SIGKILL mid-job and started again on the same port and state
+// a few seconds later; the job goes on, says so in two lines, and its lease is released at the end.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "poold_process.hpp"
+#include "support/fixtures.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using poolrun::test::PooldProcess;
+using poolrun::test::slurp;
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Kills a spawned shell's process group however the test ends.
+struct Reaped {
+  pid_t pid;
+  ~Reaped() {
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+TEST(PoolOutageTest, AJobOutlivesARestartOfPoold) {
+  poolrun::test::TempDir tmp;
+  std::filesystem::path tokens = tmp.write("tokens", poolrun::test::kTokens);
+  std::filesystem::path state = tmp.path() / "poold";
+  std::filesystem::create_directories(tmp.path() / "reports");
+  const std::vector<std::string> cluster{"--cluster",
+                                         (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string()};
+  auto poold = std::make_unique<PooldProcess>(state, tokens, cluster);
+  const std::string uri = poold->uri();
+  const int port = poold->port();
+
+  // Renewed every 4 s; the job (14 s) lasts longer than the lease's time to live (12 s).
+  std::filesystem::path err = tmp.path() / "err";
+  Reaped job{poolrun::test::spawnShell(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-alice-0123456789 "
+      "POOLRUN_STATE_DIR=" +
+      (tmp.path() / "state").string() + " REPORT_DIR=" + (tmp.path() / "reports").string() + " timeout 120 " +
+      POOLRUN_BINARY + " --pool " + uri + " --simulate -n 2 --gpus-per-node 1 --lease-ttl 12 " + RANK_REPORT +
+      " --sleep 14 >" + (tmp.path() / "out").string() + " 2>" + err.string())};
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp.path() / "reports", 2, 60s)) << slurp(err);
+
+  poold->kill9();
+  // Down until poolrun has noticed (its next renewal, within 4 s), then back where it was.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (slurp(err).find("cannot renew lease") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(100ms);
+  ASSERT_NE(slurp(err).find("cannot renew lease"), std::string::npos) << slurp(err);
+  poold = std::make_unique<PooldProcess>(state, tokens, cluster, port);
+
+  int status = 0;
+  waitpid(job.pid, &status, 0);
+  job.pid = -1;
+  std::string text = slurp(err);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  EXPECT_EQ(count(text, "poolrun: warning: cannot renew lease L"), 1u) << text;
+  EXPECT_NE(text.find("(cannot reach poold at " + uri), std::string::npos) << text;
+  EXPECT_NE(text.find("; retrying until it expires at "), std::string::npos) << text;
+  EXPECT_EQ(count(text, " renewed again after "), 1u) << text;
+  EXPECT_EQ(text.find("ending the job"), std::string::npos) << text;
+
+  std::string out;
+  ASSERT_EQ(poolrun::test::runProgram({POOLCTL_BINARY, "--pool", uri, "status", "--json"}, &out,
+                                      {"POOLRUN_TOKEN=tok-root-0123456789"}),
+            0)
+      << out;
+  json s = json::parse(out);
+  EXPECT_EQ(s["gpus"]["leased"], 0) << out;
+  EXPECT_EQ(s["leases"], 0) << out;
+}
+
+}  // namespace
