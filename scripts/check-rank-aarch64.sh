@@ -27,4 +27,19 @@ if err=$(qemu-aarch64 "$out/poolrun-rank" no-such-program 2>&1); then
   echo "check-rank-aarch64: a missing program ran" >&2; exit 1
 fi
 [[ $err == *"cannot run 'no-such-program': No such file or directory"* ]] || { echo "check-rank-aarch64: $err" >&2; exit 1; }
-echo "check-rank-aarch64: poolrun-rank for aarch64 ($(stat -c %s "$out/poolrun-rank") bytes) exports the plan, binds and reports errors under qemu"
+# The reaper (POOLRUN_REAP=1): the program's exit code passed through, its daemon ended. qemu-user
+# refuses PR_SET_CHILD_SUBREAPER (EINVAL): there the reaper must say so and run the program as
+# without it; on an aarch64 machine it must end the daemon.
+pidfile="$out/daemon.pid"
+set +e
+reaped=$(POOLRUN_REAP=1 qemu-aarch64 "$out/poolrun-rank" sh -c "setsid sleep 100 & echo \$! > $pidfile; exit 3" 2>&1)
+code=$?
+set -e
+[ "$code" = 3 ] || { echo "check-rank-aarch64: the reaper returned $code, want 3 ($reaped)" >&2; exit 1; }
+if [[ $reaped == *"prctl(PR_SET_CHILD_SUBREAPER): Invalid argument"* ]]; then
+  kill "$(cat "$pidfile")" 2>/dev/null || true
+  echo "check-rank-aarch64: qemu-user has no PR_SET_CHILD_SUBREAPER: the reaper said so and ran the program"
+elif kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+  echo "check-rank-aarch64: the reaper left the program's daemon running" >&2; exit 1
+fi
+echo "check-rank-aarch64: poolrun-rank for aarch64 ($(stat -c %s "$out/poolrun-rank") bytes) exports the plan, binds, reaps and reports errors under qemu"

@@ -407,6 +407,11 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     // RDMA ports before the program starts (poolrun-rank).
     if (!simulated && !vm.count("no-doctor") && plan.fabric != topo::Fabric::kTcp)
       spec.job_env.emplace_back("POOLRUN_CHECK_PORTS", "1");
+    // Where ranks run on nodes other than this one, poolrun-rank stays beside each program as its
+    // subreaper and ends what it leaves running there (poolrun's own subreaper covers this node and
+    // the simulated cluster). `-x POOLRUN_REAP=0` turns it off.
+    if (!simulated && poolUri != "local" && !request.user_env.count("POOLRUN_REAP"))
+      spec.job_env.emplace_back("POOLRUN_REAP", "1");
     for (auto& kv : rendezvousVariables(plan, simulated, pickRendezvousPort(), request.user_env))
       spec.job_env.push_back(std::move(kv));
     const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");

@@ -253,6 +253,113 @@ int run(char** argv, char** envp, const Environ& env, Arena& arena) {
   return 127;
 }
 
+// The signals a launcher sends a rank, passed on to the program.
+constexpr int kForwarded[] = {1 /*HUP*/,   2 /*INT*/,   3 /*QUIT*/,  10 /*USR1*/,
+                              12 /*USR2*/, 15 /*TERM*/, 18 /*CONT*/, 20 /*TSTP*/};
+constexpr int kSigChld = 17, kSigKill = 9, kSigTerm = 15;
+
+// The children this process has now (the program, and orphans of its that were reparented here).
+// /proc/PID/task/PID/children; false where the kernel does not list them.
+bool children(long pid, LongLine& out) {
+  Line path;
+  path.add("/proc/").add(pid).add("/task/").add(pid).add("/children");
+  static char text[65536];
+  Text t = sys::readFile(path.c_str(), text, sizeof text);
+  if (!t.isSet()) return false;
+  while (!t.empty() && (t[t.size - 1] == ' ' || t[t.size - 1] == '\n')) t = t.sub(0, t.size - 1);
+  out.clear();
+  out.add(t);
+  return true;
+}
+
+void signalAll(Text pids, int signal) {
+  for (size_t at = 0; at < pids.size;) {
+    size_t end = pids.find(' ', at);
+    long pid = 0;
+    if (parseNumber(pids.sub(at, end - at), (1L << 22), pid) && pid > 1) sys::kill(pid, signal);
+    at = end + 1;
+  }
+}
+
+// Runs the program as a child and stays beside it as a child subreaper (POOLRUN_REAP=1, which
+// poolrun sets for every rank): signals the launcher sends are passed on, and when the program
+// ends, whatever it left running on this node (a daemon that did `setsid sleep 100 &`, reparented
+// here rather than to init) is sent SIGTERM, then SIGKILL after a second, and reaped. Then this
+// process ends as the program did: its exit code, or the same signal. Costs one fork per rank
+// (runtime/README.md has the figure); a SIGKILL of this process leaves the program to die with it
+// (PR_SET_PDEATHSIG) but its orphans to init.
+int reapBeside(char** argv, char** envp, const Environ& env, Arena& arena) {
+  sys::SignalSet watched = sys::signalBit(kSigChld), old = 0;
+  for (int sig : kForwarded) watched |= sys::signalBit(sig);
+  long me = sys::processId();
+  // Each step, and what failed: without all of them nothing can stand beside the program, which
+  // then runs in this process as without reaping.
+  const char* failed = nullptr;
+  long error = 0, fd = -1, child = -1;
+  auto step = [&](long result, const char* call) {
+    if (result < 0) failed = call, error = result;
+    return result >= 0;
+  };
+  bool blocked = false;
+  if (step(sys::becomeSubreaper(), "prctl(PR_SET_CHILD_SUBREAPER)") &&
+      (blocked = step(sys::blockSignals(watched, old), "rt_sigprocmask")) &&
+      step(fd = sys::signalFd(watched), "signalfd4"))
+    step(child = sys::fork(), "clone");
+  if (child == 0) {
+    sys::setSignalMask(old);
+    sys::dieWithParent(kSigKill);
+    if (sys::parentId() != me) sys::exit(127);  // this process is already gone
+    return run(argv, envp, env, arena);
+  }
+  if (failed != nullptr) {
+    if (fd >= 0) sys::close(static_cast<int>(fd));
+    if (blocked) sys::setSignalMask(old);
+    Line line;
+    line.add("warning: cannot stay beside the program to end what it leaves running (").add(failed).add(": ");
+    sys::describe(line, error);
+    say(line.add("); running it as it is (-x POOLRUN_REAP=0 skips the reaper)").text());
+    return run(argv, envp, env, arena);
+  }
+  int status = 0;
+  bool running = true;
+  while (running) {
+    long sig = sys::nextSignal(static_cast<int>(fd), -1);
+    if (sig == kSigChld || sig <= 0) {
+      int s = 0;
+      for (long pid; (pid = sys::waitAny(s, false)) > 0;) {
+        if (pid == child) {
+          status = s;
+          running = false;
+        }
+      }
+    } else {
+      sys::kill(child, static_cast<int>(sig));
+    }
+  }
+  // What the program left: SIGTERM, a second's grace, then SIGKILL; reaped as they go. Where no
+  // child is left (wait4 says so: the common case), /proc is not read at all.
+  static constinit LongLine left;
+  int none = 0;
+  bool orphans = sys::waitAny(none, false) != sys::kNoChild;
+  for (int round = 0; orphans && round < 2 && children(me, left) && !left.empty(); ++round) {
+    signalAll(left.text(), round == 0 ? kSigTerm : kSigKill);
+    for (long waited = 0; waited < 1000 && children(me, left) && !left.empty(); waited += 50) {
+      int s = 0;
+      while (sys::waitAny(s, false) > 0) {
+      }
+      if (children(me, left) && !left.empty()) sys::nextSignal(static_cast<int>(fd), 50);
+    }
+  }
+  for (int s = 0; sys::waitAny(s, false) > 0;) {
+  }
+  int termination = status & 0x7f;
+  if (termination == 0) return (status >> 8) & 0xff;
+  sys::defaultAction(termination);
+  sys::setSignalMask(old & ~sys::signalBit(termination));
+  sys::kill(me, termination);
+  return 128 + termination;
+}
+
 }  // namespace
 
 int rankMain(int argc, char** argv, char** envp) {
@@ -309,6 +416,10 @@ int rankMain(int argc, char** argv, char** envp) {
   if (env.get("POOLRUN_CHECK_PORTS") == "1" && !portsUp(env, rank)) return 125;
   // Binding is the plan's: a program started by plain mpirun keeps the binding mpirun gave it.
   if (doc.isSet() && !bind(env, rank)) return 127;
+  if (env.get("POOLRUN_REAP") == "1") {
+    env.unset("POOLRUN_REAP");
+    return reapBeside(argv + 1, env.envp(), env, arena);
+  }
   return run(argv + 1, env.envp(), env, arena);
 }
 

@@ -1,7 +1,8 @@
 // What poolrun-rank costs each rank: the wrapper in front of a program that exits at once, against
 // the program alone, and binding against POOLRUN_BIND=off; the two launches of a pair alternate
 // which goes first. The rank's environment is an Open MPI rank's: a hundred OMPI_/PMIX_ variables
-// and the POOLRUN_RANK_ENV of an 8-GPU node's plan. Measures only; asserts nothing about time.
+// and the POOLRUN_RANK_ENV of an 8-GPU node's plan. And the reaper (POOLRUN_REAP=1) against none. Measures
+// only; asserts nothing about time.
 //
 //   rank_bench [PAIRS (1000)]
 
@@ -129,5 +130,10 @@ int main(int argc, char** argv) {
           Command{{"/bin/true"}, env}, pairs);
   compare("binding to a core against POOLRUN_BIND=off:", Command{{POOLRUN_RANK_BINARY, "/bin/true"}, bind},
           Command{{POOLRUN_RANK_BINARY, "/bin/true"}, bindOff}, pairs);
+  std::vector<std::string> reap = env;
+  reap.push_back("POOLRUN_REAP=1");
+  compare("staying beside the program as its reaper (POOLRUN_REAP=1) against exec'ing it:",
+          Command{{POOLRUN_RANK_BINARY, "/bin/true"}, reap}, Command{{POOLRUN_RANK_BINARY, "/bin/true"}, env},
+          pairs);
   return 0;
 }

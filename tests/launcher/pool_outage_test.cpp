@@ -91,4 +91,31 @@ TEST(PoolOutageTest, AJobOutlivesARestartOfPoold) {
   EXPECT_EQ(s["leases"], 0) << out;
 }
 
+// Ranks on a pool's own nodes get poolrun-rank as their reaper (POOLRUN_REAP=1, see
+// RankWrapperTest.TheReaper*); simulated ones, under poolrun's own subreaper, do not; the user's
+// -x POOLRUN_REAP=0 wins.
+TEST(PoolOutageTest, RanksOnAPoolsNodesGetAReaper) {
+  poolrun::test::TempDir tmp;
+  std::filesystem::path tokens = tmp.write("tokens", poolrun::test::kTokens);
+  PooldProcess poold(tmp.path() / "poold", tokens,
+                     {"--cluster", (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string()});
+  auto dryRun = [&](const std::string& extra) {
+    return poolrun::test::runShell(
+        "env POOLRUN_TOKEN=tok-alice-0123456789 POOLRUN_STATE_DIR=" + (tmp.path() / "state").string() +
+        " timeout 60 " + POOLRUN_BINARY + " --pool " + poold.uri() + " -n 2 --no-doctor --dry-run " + extra +
+        " /bin/true");
+  };
+  auto remote = dryRun("");
+  ASSERT_EQ(remote.status, 0) << remote.err;
+  EXPECT_NE(remote.out.find("POOLRUN_REAP=1"), std::string::npos) << remote.out;
+  EXPECT_NE(remote.out.find("-x POOLRUN_REAP "), std::string::npos) << remote.out;
+  auto simulated = dryRun("--simulate");
+  ASSERT_EQ(simulated.status, 0) << simulated.err;
+  EXPECT_EQ(simulated.out.find("POOLRUN_REAP"), std::string::npos) << simulated.out;
+  auto off = dryRun("-x POOLRUN_REAP=0");
+  ASSERT_EQ(off.status, 0) << off.err;
+  EXPECT_EQ(off.out.find("POOLRUN_REAP=1"), std::string::npos) << off.out;
+  EXPECT_NE(off.out.find("-x POOLRUN_REAP=0"), std::string::npos) << off.out;
+}
+
 }  // namespace

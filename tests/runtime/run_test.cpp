@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -274,6 +275,42 @@ TEST(RankWrapperTest, StartsTheProgramAsExecvpDoes) {
 
 // The plan's variables reach the program byte for byte (JSON escapes decoded), the rest of the
 // environment is passed on, and POOLRUN_RANK_ENV itself is not.
+// POOLRUN_REAP=1 (what poolrun sets for ranks on a pool's nodes): poolrun-rank stays beside the
+// program as its subreaper, ends what it left running (a daemon, one that ignores SIGTERM too),
+// passes the launcher's signals on, and ends as the program did.
+TEST(RankWrapperTest, TheReaperEndsWhatTheProgramLeavesRunning) {
+  poolrun::test::TempDir dir;
+  std::string pids = (dir.path() / "pids").string();
+  auto r = poolrun::test::runShell(
+      "POOLRUN_REAP=1 " + std::string(POOLRUN_RANK_BINARY) + " sh -c '(setsid sleep 100 & echo $! >> " +
+      pids + "); (trap \"\" TERM; setsid sh -c \"trap \\\"\\\" TERM; sleep 100\" & echo $! >> " + pids +
+      "); exit 3'");
+  EXPECT_EQ(r.status, 3) << r.err;
+  std::istringstream in(slurp(pids));
+  int n = 0;
+  for (long pid; in >> pid; ++n)
+    EXPECT_NE(::kill(static_cast<pid_t>(pid), 0), 0) << "pid " << pid << " survived";
+  EXPECT_EQ(n, 2);
+  auto plain = poolrun::test::runShell(std::string(POOLRUN_RANK_BINARY) + " sh -c 'exit 4'");
+  EXPECT_EQ(plain.status, 4) << "without POOLRUN_REAP: exec'ed as before";
+}
+
+TEST(RankWrapperTest, TheReaperPassesSignalsOnAndEndsAsTheProgramDid) {
+  poolrun::test::TempDir dir;
+  std::string ready = (dir.path() / "ready").string(), got = (dir.path() / "got").string();
+  // The program answers SIGTERM with exit 7: the wrapper must have passed the signal on.
+  auto r = poolrun::test::runShell(
+      "POOLRUN_REAP=1 " + std::string(POOLRUN_RANK_BINARY) + " sh -c 'trap \"echo term > " + got +
+      "; exit 7\" TERM; touch " + ready + "; while :; do sleep 0.05; done' & w=$!; " +
+      "for i in $(seq 200); do [ -e " + ready + " ] && break; sleep 0.05; done; kill -TERM $w; wait $w");
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_EQ(slurp(got), "term\n");
+  // Killed by a signal, it ends by the same signal (the shell reports 128 + N).
+  auto killed = poolrun::test::runShell("POOLRUN_REAP=1 " + std::string(POOLRUN_RANK_BINARY) +
+                                        " sh -c 'kill -USR1 $$'");
+  EXPECT_EQ(killed.status, 128 + SIGUSR1) << killed.err;
+}
+
 TEST(RankWrapperTest, ExportsThePlanAsWritten) {
   poolrun::test::TempDir dir;
   dir.write("doc.json", R"({"schema": "poolrun.rank-env/1", "templates": [[0, 1]], "runs": [[0, 1, 2, 0]],

@@ -115,6 +115,64 @@ void exit(int status) {
   for (;;) call(__NR_exit_group, status);
 }
 
+namespace {
+constexpr long kSigChld = 17, kWaitNoHang = 1, kSigBlock = 0, kSigSetMask = 2;
+constexpr long kPrSetPdeathsig = 1, kPrSetChildSubreaper = 36;
+constexpr long kPollIn = 1;
+}  // namespace
+
+long fork() {
+  return call(__NR_clone, kSigChld, 0, 0, 0, 0);
+}
+long waitAny(int& status, bool block) {
+  return call(__NR_wait4, -1, address(&status), block ? 0 : kWaitNoHang, 0);
+}
+long kill(long pid, int signal) {
+  return call(__NR_kill, pid, signal);
+}
+long processId() {
+  return call(__NR_getpid);
+}
+long parentId() {
+  return call(__NR_getppid);
+}
+long becomeSubreaper() {
+  return call(__NR_prctl, kPrSetChildSubreaper, 1, 0, 0, 0);
+}
+long dieWithParent(int signal) {
+  return call(__NR_prctl, kPrSetPdeathsig, signal, 0, 0, 0);
+}
+long blockSignals(SignalSet block, SignalSet& old) {
+  return call(__NR_rt_sigprocmask, kSigBlock, address(&block), address(&old), sizeof(SignalSet));
+}
+long setSignalMask(SignalSet mask) {
+  return call(__NR_rt_sigprocmask, kSigSetMask, address(&mask), 0, sizeof(SignalSet));
+}
+long signalFd(SignalSet signals) {
+  return call(__NR_signalfd4, -1, address(&signals), sizeof(SignalSet), kReadOnlyCloseOnExec);
+}
+long nextSignal(int fd, long timeoutMs) {
+  struct {
+    int fd;
+    short events, revents;
+  } poll = {fd, static_cast<short>(kPollIn), 0};
+  struct {
+    long seconds, nanoseconds;
+  } limit = {timeoutMs / 1000, (timeoutMs % 1000) * 1000000};
+  long ready = call(__NR_ppoll, address(&poll), 1, timeoutMs < 0 ? 0 : address(&limit), 0, 0);
+  if (ready <= 0) return ready;
+  unsigned info[32];  // struct signalfd_siginfo: 128 bytes, the signal's number first
+  long got = call(__NR_read, fd, address(info), static_cast<long>(sizeof info));
+  return got == static_cast<long>(sizeof info) ? static_cast<long>(info[0]) : (got < 0 ? got : 0);
+}
+long defaultAction(int signal) {
+  struct {
+    unsigned long handler, flags, restorer;
+    SignalSet mask;
+  } action = {0, 0, 0, 0};  // SIG_DFL
+  return call(__NR_rt_sigaction, signal, address(&action), 0, sizeof(SignalSet));
+}
+
 Text readFile(const char* path, char* buffer, size_t size) {
   long fd = openRead(path);
   if (fd < 0) return {};

@@ -23,6 +23,26 @@ char* mapMemory(size_t size);            // zeroed anonymous memory; null when r
 bool hostName(Line& out);
 [[noreturn]] void exit(int status);
 
+// Processes and signals, for poolrun-rank's reaper (rank_main.cpp). Signal sets are the kernel's
+// 64-bit masks (bit N-1 for signal N).
+using SignalSet = unsigned long;
+constexpr SignalSet signalBit(int signal) {
+  return SignalSet{1} << (signal - 1);
+}
+long fork();                            // clone(SIGCHLD): 0 in the child, its pid here
+long waitAny(int& status, bool block);  // wait4(-1): a child's pid, 0 (none yet), -ECHILD
+long kill(long pid, int signal);
+long processId();
+long parentId();
+long becomeSubreaper();          // prctl(PR_SET_CHILD_SUBREAPER): orphans below come here
+long dieWithParent(int signal);  // prctl(PR_SET_PDEATHSIG)
+long blockSignals(SignalSet block, SignalSet& old);
+long setSignalMask(SignalSet mask);
+long signalFd(SignalSet signals);  // signalfd4, close-on-exec
+// The next signal from signalFd `fd` within `timeoutMs` (-1: no limit): its number, 0 on timeout.
+long nextSignal(int fd, long timeoutMs);
+long defaultAction(int signal);  // rt_sigaction(SIG_DFL)
+
 // The file at `path`, NUL-terminated in `buffer`; an unset Text when it cannot be read or does not
 // fit in `size` - 1 bytes (a cut list would name the wrong CPUs).
 Text readFile(const char* path, char* buffer, size_t size);
@@ -32,7 +52,7 @@ void describe(Line& out, long error);
 
 // Errors this code tells apart.
 inline constexpr long kNoEntry = -2, kNoExec = -8, kAccess = -13, kNoDevice = -19, kNotDir = -20,
-                      kNameTooLong = -36, kTimedOut = -110, kStale = -116;
+                      kNameTooLong = -36, kTimedOut = -110, kStale = -116, kNoChild = -10;
 
 }  // namespace poolrun::runtime::core::sys
 
