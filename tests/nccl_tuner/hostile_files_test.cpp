@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "poolrun/tuner/config.hpp"
+#include "support/blocking.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::tuner {
@@ -38,23 +39,8 @@ std::string slurp(const std::string& path) {
   return out;
 }
 
-// The ConfigError `read` throws; "" when it returns. Where `read` blocks on the FIFO `unblock`, a
-// writer opens and closes it after 10 s so that the test fails rather than hangs.
 std::string errorOf(const std::function<void()>& read, const std::filesystem::path& unblock = {}) {
-  auto result = std::async(std::launch::async, [&]() -> std::string {
-    try {
-      read();
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "";
-  });
-  if (!unblock.empty() && result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-    ADD_FAILURE() << "reading the FIFO " << unblock << " blocked";
-    int fd = ::open(unblock.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0) ::close(fd);
-  }
-  return result.get();
+  return test::errorOf<ConfigError>(read, unblock);
 }
 
 #define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)

@@ -17,6 +17,7 @@
 #include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
+#include "support/blocking.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::topo {
@@ -31,24 +32,8 @@ std::string repeat(const std::string& s, int n) {
   return out;
 }
 
-// The message `read` throws; "" when it returns. Where `read` blocks on the FIFO `unblock` (a
-// reader without O_NONBLOCK would), the FIFO is opened for writing and closed after 10 s, so that the
-// read ends with EOF and the test fails rather than hangs.
 std::string errorOf(const std::function<void()>& read, const std::filesystem::path& unblock = {}) {
-  auto result = std::async(std::launch::async, [&]() -> std::string {
-    try {
-      read();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  });
-  if (!unblock.empty() && result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-    ADD_FAILURE() << "reading the FIFO " << unblock << " blocked";
-    int fd = ::open(unblock.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0) ::close(fd);
-  }
-  return result.get();
+  return test::errorOf<Error>(read, unblock);
 }
 
 std::filesystem::path sparseFile(const test::TempDir& tmp, const std::string& name, off_t size) {
