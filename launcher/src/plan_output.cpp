@@ -23,6 +23,21 @@ std::string nicList(const RankPlan& r) {
   return out.empty() ? "-" : out;
 }
 
+// The GDR column: on/off where NCCL's IB transport decides by the plan, n/a where NCCL's transport
+// has no GPUDirect RDMA (sockets, no NIC), plugin where the aws-ofi-nccl plugin decides (EFA).
+std::string gdrCell(const RankPlan& r) {
+  switch (r.transport) {
+    case NetTransport::kIbVerbs:
+      return r.gdr ? "on" : "off";
+    case NetTransport::kOfiPlugin:
+      return "plugin";
+    case NetTransport::kSocket:
+    case NetTransport::kNone:
+      break;
+  }
+  return "n/a";
+}
+
 void writeFile(const std::filesystem::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::binary);
   out << text;
@@ -59,7 +74,7 @@ ojson planToJson(const JobPlan& plan) {
            {"port", n.port},
            {"netdev", n.netdev.empty() ? ojson(nullptr) : ojson(n.netdev)},
            {"link_layer", topo::toString(n.link_layer)},
-           {"rate_gbps", n.rate_gbps},
+           {"rate_gbps", n.rate_gbps > 0 ? ojson(n.rate_gbps) : ojson(nullptr)},
            {"roce_v2_gid_index", n.roce_v2_gid_index ? ojson(*n.roce_v2_gid_index) : ojson(nullptr)}});
     }
     ojson env = ojson::object();
@@ -77,7 +92,8 @@ ojson planToJson(const JobPlan& plan) {
          {"nics", nics},
          {"nic_ports", ports},
          {"gpu_nic_path", r.nics.empty() ? ojson(nullptr) : ojson(r.gpu_nic_path.str())},
-         {"gdr", r.gdr},
+         {"transport", toString(r.transport)},
+         {"gdr", r.transport == NetTransport::kOfiPlugin ? ojson(nullptr) : ojson(r.gdr)},
          {"gdr_reason", r.gdr_reason},
          {"numa", r.numa == topo::kNone ? ojson(nullptr) : ojson(r.numa)},
          {"cpuset", r.cpuset.toList()},
@@ -102,7 +118,7 @@ std::string planTable(const JobPlan& plan) {
   for (const RankPlan& r : plan.ranks) {
     rows.push_back(
         {{std::to_string(r.rank), plan.nodeOf(r).name, std::to_string(r.local_rank), std::to_string(r.gpu),
-          r.gpu_pci.str(), nicList(r), r.nics.empty() ? "-" : r.gpu_nic_path.str(), r.gdr ? "on" : "off",
+          r.gpu_pci.str(), nicList(r), r.nics.empty() ? "-" : r.gpu_nic_path.str(), gdrCell(r),
           r.numa == topo::kNone ? "-" : std::to_string(r.numa), r.cpuset.toList()}});
   }
   std::vector<size_t> width(head.size());

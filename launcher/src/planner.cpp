@@ -1,6 +1,8 @@
 // The binding planner (see plan.hpp). Each distinct (topology, granted GPUs) pair is planned once
 // and reused, so that a 12,500-node cluster of one machine type costs one node's planning.
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -8,6 +10,7 @@
 
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/hostlist.hpp"
 
 namespace poolrun::launcher {
 namespace {
@@ -27,6 +30,14 @@ int rankOf(const Path& p) {
 bool usable(const topo::NicPort& p) {
   // Sources that do not record the state (NCCL hint files) list ports that NCCL would use.
   return p.up() || p.state == topo::PortState::kUnknown;
+}
+
+// A GPU that takes no rank, for messages: "AMD GPU 1002:66a1".
+std::string vendorWord(const topo::Gpu& g) {
+  return g.vendor == 0 ? "unknown-vendor" : topo::vendorName(g.vendor);
+}
+std::string describeOther(const topo::Gpu& g) {
+  return vendorWord(g) + " GPU " + fmt::format("{:04x}:{:04x}", g.vendor, g.device);
 }
 
 bool isRdmaName(const std::string& name) {
@@ -121,6 +132,7 @@ struct LocalPlan {
   int cuda_index = 0;
   std::vector<NicChoice> nics;
   Path path;
+  NetTransport transport = NetTransport::kNone;
   bool gdr = false;
   std::string gdr_reason;
   int numa = topo::kNone;
@@ -157,6 +169,7 @@ std::vector<NicChoice> choose(const NodeTopology& t, const std::vector<Candidate
     ch.rate_gbps = port.rate_gbps;
     ch.verbs = !opaque(nic) && isRdmaName(nic.name) &&
                (port.link_layer == LinkLayer::kInfiniBand || port.link_layer == LinkLayer::kEthernet);
+    ch.efa = nic.isEfa();
     out.push_back(std::move(ch));
   }
   return out;
@@ -178,7 +191,8 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
     for (LocalPlan& l : locals) {
       l.notes.push_back("no usable " + toString(fabric) +
                         " NIC on this node: NCCL falls back to its own choice");
-      l.gdr_reason = "no NIC";
+      l.transport = NetTransport::kNone;
+      l.gdr_reason = "n/a: no usable NIC on this node";
     }
     return;
   }
@@ -273,12 +287,25 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
                          (sameSocket ? "of its socket" : "of the node (none in its socket)"));
     }
   }
-  // GPUDirect RDMA.
+  // GPUDirect RDMA, where NCCL's transport for the NIC has it.
   for (LocalPlan& lp : locals) {
     PathType p = lp.path.type;
     bool close = p == PathType::kPIX || p == PathType::kPXB;
     bool viaCpu = p == PathType::kPHB || p == PathType::kNODE;
-    if (gdrMode == GdrMode::kOff) {
+    lp.transport = lp.nics.front().efa      ? NetTransport::kOfiPlugin
+                   : fabric == Fabric::kTcp ? NetTransport::kSocket
+                                            : NetTransport::kIbVerbs;
+    if (lp.transport == NetTransport::kOfiPlugin) {
+      lp.gdr = false;
+      lp.gdr_reason = "plugin: " + lp.nics.front().name +
+                      " is AWS EFA, which NCCL reaches only through the aws-ofi-nccl net plugin; the "
+                      "plugin decides GPUDirect RDMA (path " +
+                      lp.path.str() + "); without it NCCL uses sockets, which never do";
+    } else if (lp.transport == NetTransport::kSocket) {
+      lp.gdr = false;
+      lp.gdr_reason = std::string("n/a: fabric tcp: NCCL's socket transport never uses GPUDirect RDMA") +
+                      (gdrMode == GdrMode::kOn ? " (--gdr on does not apply)" : "");
+    } else if (gdrMode == GdrMode::kOff) {
       lp.gdr = false;
       lp.gdr_reason = "off (--gdr off)";
     } else if (close) {
@@ -466,11 +493,24 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fa
     env.emplace_back("NCCL_NET_GDR_LEVEL", lp.gdr ? ncclGdrLevel(lp.path) : "LOC");
     env.emplace_back("NCCL_NET_GDR_READ", lp.gdr ? "1" : "0");
   }
+  bool efa = false;
   for (const NicChoice& n : opaqueNics) {
+    if (n.efa) {
+      efa = true;
+      continue;
+    }
     notes.push_back(
         "NIC " + n.name +
         " is neither InfiniBand nor RoCE (or unnamed): no NCCL_IB_* or UCX_NET_DEVICES for it; NCCL's net "
         "plugin chooses");
+  }
+  if (efa) {
+    // One text for every EFA rank, so that the table says it once per node.
+    notes.push_back(
+        "the NICs are AWS EFA (vendor 0x1d0f), neither InfiniBand nor RoCE: NCCL reaches them only "
+        "through the aws-ofi-nccl net plugin (install it where NCCL loads libnccl-net.so, or name it in "
+        "NCCL_NET_PLUGIN), which picks the EFA device and decides GPUDirect RDMA; without it NCCL falls "
+        "back to sockets. poolrun sets no NCCL_IB_* or UCX_NET_DEVICES for them");
   }
   return env;
 }
@@ -487,6 +527,20 @@ std::string toString(GdrMode mode) {
       return "off";
   }
   return "auto";
+}
+
+std::string toString(NetTransport transport) {
+  switch (transport) {
+    case NetTransport::kIbVerbs:
+      return "ib";
+    case NetTransport::kSocket:
+      return "socket";
+    case NetTransport::kOfiPlugin:
+      return "ofi-plugin";
+    case NetTransport::kNone:
+      return "none";
+  }
+  return "none";
 }
 
 GdrMode gdrModeFromString(std::string_view text) {
@@ -532,9 +586,13 @@ std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const Plan
     throw badInput("-n " + std::to_string(request.ranks) + ": the job needs at least one rank");
   std::vector<const topo::ClusterNode*> nodes;
   size_t total = 0;
+  std::map<std::string, size_t> others;  // GPUs that take no rank, by vendor
   for (const topo::ClusterNode& n : cluster.nodes) {
     size_t nvidia = std::count_if(n.topology->gpus.begin(), n.topology->gpus.end(),
                                   [](const topo::Gpu& g) { return g.isNvidia(); });
+    for (const topo::Gpu& g : n.topology->gpus) {
+      if (!g.isNvidia()) ++others[vendorWord(g)];
+    }
     if (request.gpus_per_node > 0 && static_cast<size_t>(request.gpus_per_node) > nvidia) {
       throw badInput("--gpus-per-node " + std::to_string(request.gpus_per_node) + ": node " + n.name +
                      " has " + std::to_string(nvidia) + " NVIDIA GPUs");
@@ -544,11 +602,19 @@ std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const Plan
     total += request.gpus_per_node > 0 ? static_cast<size_t>(request.gpus_per_node) : nvidia;
   }
   if (static_cast<size_t>(request.ranks) > total) {
+    std::string other;
+    for (const auto& [vendor, count] : others) {
+      other += (other.empty() ? "" : ", ") + std::to_string(count) + " " + vendor;
+    }
     throw badInput(
         "-n " + std::to_string(request.ranks) + ": " + cluster.file.string() + " has " +
-        std::to_string(total) + " GPUs" +
+        std::to_string(total) + (others.empty() ? " GPUs" : " NVIDIA GPUs") +
         (request.gpus_per_node > 0 ? " at --gpus-per-node " + std::to_string(request.gpus_per_node) : "") +
-        " on " + std::to_string(nodes.size()) + " nodes; ask for fewer ranks");
+        " on " + std::to_string(nodes.size()) + " nodes" +
+        (others.empty() ? ""
+                        : " (and GPUs that take no rank, not being NVIDIA's: " + other +
+                              "; poolrun plans CUDA/NCCL ranks on NVIDIA GPUs only)") +
+        (total == 0 ? "; give nodes with NVIDIA GPUs" : "; ask for fewer ranks"));
   }
   std::vector<NodeGrant> grants;
   int left = request.ranks;
@@ -589,9 +655,11 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
       if (gpu < 0 || static_cast<size_t>(gpu) >= g.node->topology->gpus.size()) {
         throw badInput("node " + g.node->name + " has no GPU " + std::to_string(gpu));
       }
-      if (!g.node->topology->gpus[static_cast<size_t>(gpu)].isNvidia()) {
-        throw badInput("GPU" + std::to_string(gpu) + " of node " + g.node->name +
-                       " is not an NVIDIA GPU; poolrun runs CUDA ranks");
+      if (const topo::Gpu& other = g.node->topology->gpus[static_cast<size_t>(gpu)]; !other.isNvidia()) {
+        throw badInput("GPU" + std::to_string(gpu) + " of node " + g.node->name + " (" +
+                       describeOther(other) +
+                       ") is not an NVIDIA GPU: poolrun plans CUDA/NCCL ranks only; ask for NVIDIA GPUs "
+                       "(`poolrun topo` marks the others)");
       }
     }
   }
@@ -636,6 +704,7 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
       r.gpu_pci = grant.node->topology->gpus[static_cast<size_t>(lp.gpu)].pci;
       r.nics = lp.nics;
       r.gpu_nic_path = lp.path;
+      r.transport = lp.transport;
       r.gdr = lp.gdr;
       r.gdr_reason = lp.gdr_reason;
       r.numa = lp.numa;
@@ -661,6 +730,28 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
   for (RankPlan& r : plan.ranks) {
     const NodeTemplate& tpl = *nodeTemplates[static_cast<size_t>(r.node_index)];
     r.rankfile_slots = logicalList(r.cpuset, plan.hwthread_slots ? tpl.puLogical : tpl.coreLogical);
+  }
+  if (request.gdr == GdrMode::kOn && plan.fabric == Fabric::kTcp) {
+    plan.notes.push_back(
+        "--gdr on does not apply to fabric tcp: NCCL's socket transport never uses GPUDirect RDMA (GDR n/a)");
+  }
+  // What the nodes' topologies under-describe, once per topology (in node order: the plan is the
+  // same from run to run).
+  std::vector<std::pair<const NodeTopology*, std::vector<std::string>>> nodesOf;
+  for (const NodePlan& n : plan.nodes) {
+    auto it = std::find_if(nodesOf.begin(), nodesOf.end(),
+                           [&](const auto& entry) { return entry.first == n.node.topology.get(); });
+    if (it == nodesOf.end()) it = nodesOf.insert(nodesOf.end(), {n.node.topology.get(), {}});
+    it->second.push_back(n.name);
+  }
+  for (const auto& [t, names] : nodesOf) {
+    for (std::string& w : topo::missingNvlinkWarnings(*t)) plan.notes.push_back(std::move(w));
+    for (const topo::Gpu& g : t->gpus) {
+      if (g.isNvidia()) continue;
+      plan.notes.push_back(topo::compressHostlist(names) + ": " + NodeTopology::gpuLabel(g.index) + " (" +
+                           describeOther(g) +
+                           ") is not an NVIDIA GPU: no CUDA device, no rank planned on it");
+    }
   }
   if (plan.hwthread_slots) {
     plan.notes.push_back(

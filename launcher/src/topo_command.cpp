@@ -103,6 +103,7 @@ int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::os
       t = topo::probeLive(live);
     }
     for (const std::string& w : t.warnings) err << "poolrun: warning: " << w << "\n";
+    for (const std::string& w : topo::missingNvlinkWarnings(t)) err << "poolrun: warning: " << w << "\n";
     std::string text;
     if (format == "matrix") {
       text = topo::toMatrix(t);

@@ -67,6 +67,50 @@ TEST(PlanCommandTest, RoceTrafficClass) {
   EXPECT_EQ(doc["ranks"][0]["env"]["NCCL_IB_TC"], "106");
 }
 
+// What the plan claims on hardware the model under-describes, as the user sees it.
+TEST(PlanCommandTest, EfaPlanClaimsNoGpuDirectRdmaAndSaysWhatNcclNeeds) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  std::string file = (dir / "nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml").string();
+  Result r = run("plan --from " + file + " -n 8");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("fabric tcp · 8 ranks on 1 nodes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0     node0  0      0    0000:10:1c.0  pci:0000:10:1b.0  PIX   plugin  0     0-11\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("  on  "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("through the aws-ofi-nccl net plugin"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  - GPUs 0-7 are A100 SXM4, which have NVLink, but " + file + " records no NVLink"),
+            std::string::npos)
+      << r.out;
+
+  Result j = run("plan --from " + file + " -n 8 --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  auto doc = nlohmann::json::parse(j.out);
+  for (const auto& rank : doc["ranks"]) {
+    EXPECT_TRUE(rank["gdr"].is_null()) << rank.dump();
+    EXPECT_EQ(rank["transport"], "ofi-plugin");
+    EXPECT_TRUE(rank["nic_ports"][0]["rate_gbps"].is_null()) << "the file gives no rate";
+  }
+}
+
+TEST(PlanCommandTest, TcpPlanSaysGdrDoesNotApply) {
+  Result r = run("plan --cluster " + src("clusters/hgx-h100.toml") + " -n 8 --fabric tcp --gdr on");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("hgx01  7      7    0000:f3:00.0  -       -     n/a  1     56-63"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--gdr on does not apply to fabric tcp"), std::string::npos) << r.out;
+}
+
+TEST(PlanCommandTest, AmdGpusAreRefusedWithTheReason) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  Result r = run("plan --from " + (dir / "hwloc-xml/mpibind_epyc-corona.xml").string() + " -n 4");
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("has 0 NVIDIA GPUs on 0 nodes (and GPUs that take no rank, not being NVIDIA's: 4 AMD; "
+                       "poolrun plans CUDA/NCCL ranks on NVIDIA GPUs only); give nodes with NVIDIA GPUs"),
+            std::string::npos)
+      << r.err;
+}
+
 struct Bad {
   const char* args;
   const char* message;

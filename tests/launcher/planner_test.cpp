@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <sstream>
 
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/topo/error.hpp"
@@ -258,7 +261,23 @@ const std::vector<Case>& cases() {
            EXPECT_EQ(env(r, "NCCL_IB_DISABLE"), "1");
            EXPECT_EQ(env(r, "NCCL_IB_HCA"), "<unset>");
            EXPECT_EQ(env(r, "NCCL_SOCKET_IFNAME").substr(0, 3), "=ib");
+           EXPECT_EQ(r.transport, NetTransport::kSocket);
+           EXPECT_FALSE(r.gdr) << "PIX to the NIC, but NCCL's sockets never use GPUDirect RDMA";
          }
+       }},
+      {"TcpWithGdrOn", SyntheticSpec{},
+       with(ranks(4),
+            [](PlanRequest& r) {
+              r.fabric = topo::Fabric::kTcp;
+              r.gdr = GdrMode::kOn;
+            }),
+       [](const JobPlan& p) {
+         for (const RankPlan& r : p.ranks) {
+           EXPECT_FALSE(r.gdr);
+           EXPECT_NE(r.gdr_reason.find("(--gdr on does not apply)"), std::string::npos) << r.gdr_reason;
+         }
+         ASSERT_EQ(p.notes.size(), 1u);
+         EXPECT_TRUE(p.notes[0].starts_with("--gdr on does not apply to fabric tcp")) << p.notes[0];
        }},
       {"UserValueWins", SyntheticSpec{},
        with(ranks(2), [](PlanRequest& r) { r.user_env["NCCL_IB_HCA"] = "mlx5"; }),
@@ -391,6 +410,53 @@ TEST(PlannerTest, CudaIndexSkipsNonNvidiaGpus) {
     EXPECT_NE(r.gpu, 0);
     EXPECT_EQ(r.cuda_index, r.gpu - 1);
   }
+  EXPECT_NE(
+      std::find(plan.notes.begin(), plan.notes.end(),
+                "n1: GPU0 (AMD GPU 1002:2330) is not an NVIDIA GPU: no CUDA device, no rank planned on it"),
+      plan.notes.end());
+}
+
+TEST(PlannerTest, RefusesRanksOnGpusThatAreNotNvidia) {
+  topo::NodeTopology t = synthetic({});
+  t.gpus[0].vendor = topo::kVendorAmd;
+  Cluster c = clusterOf(t, 2);
+  // Asked of the cluster: the AMD GPUs are not counted, and the error says so.
+  try {
+    planOn(c, ranks(16));
+    FAIL() << "planned 16 ranks on 14 NVIDIA GPUs";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("-n 16: test-cluster.toml has 14 NVIDIA GPUs on 2 nodes (and GPUs that "
+                                   "take no rank, not being NVIDIA's: 2 AMD; poolrun plans CUDA/NCCL ranks "
+                                   "on NVIDIA GPUs only); ask for fewer ranks"),
+        std::string::npos)
+        << e.what();
+  }
+  // Granted by a pool: refused before anything starts.
+  std::vector<NodeGrant> grants{{&c.nodes[0], {0, 1}}};
+  try {
+    makePlan(grants, ranks(2));
+    FAIL() << "planned a CUDA rank on an AMD GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+    EXPECT_NE(
+        std::string(e.what()).find("GPU0 of node n1 (AMD GPU 1002:2330) is not an NVIDIA GPU: poolrun plans "
+                                   "CUDA/NCCL ranks only; ask for NVIDIA GPUs"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PlannerTest, MissingNvlinkIsNotedOncePerTopology) {
+  JobPlan plan =
+      planOn(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nvswitch_links = 0; })), 4), ranks(32));
+  ASSERT_EQ(plan.notes.size(), 1u) << planTable(plan);
+  EXPECT_TRUE(
+      plan.notes[0].starts_with("GPUs 0-7 are H100 SXM5, which have NVLink, but synthetic records no "
+                                "NVLink"))
+      << plan.notes[0];
+  EXPECT_NE(planTable(plan).find("notes:\n  - GPUs 0-7 are H100 SXM5"), std::string::npos) << planTable(plan);
+  EXPECT_TRUE(planOn(clusterOf(synthetic({}), 4), ranks(32)).notes.empty()) << "with NVSwitch links: no note";
 }
 
 struct Refusal {
@@ -526,10 +592,131 @@ TEST(PlannerFixtures, AwsEfaGetsNoVerbsVariables) {
     EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
     EXPECT_EQ(env(r, "NCCL_IB_HCA"), "<unset>");
     EXPECT_EQ(env(r, "UCX_NET_DEVICES"), "<unset>");
-    bool said = false;
-    for (const std::string& n : r.notes) said |= n.find("neither InfiniBand nor RoCE") != std::string::npos;
-    EXPECT_TRUE(said);
+    ASSERT_EQ(r.notes.size(), 1u);
+    EXPECT_NE(r.notes[0].find("AWS EFA (vendor 0x1d0f), neither InfiniBand nor RoCE: NCCL reaches them only "
+                              "through the aws-ofi-nccl net plugin"),
+              std::string::npos)
+        << r.notes[0];
   }
+}
+
+// What a plan says about GPUDirect RDMA, over the fixtures: on or off only where NCCL's IB
+// transport carries the rank (by path); n/a over sockets, which never use it; "plugin" over EFA,
+// where the aws-ofi-nccl plugin decides. And the NVLink a file lacks for SXM GPUs, in the notes.
+struct Truth {
+  const char* file;
+  int ranks;
+  std::optional<topo::Fabric> fabric;  // asked for; nullopt: auto
+  topo::Fabric planned;
+  NetTransport transport;
+  const char* gdr_cell;  // the table's GDR column for every rank
+  bool nvlink_note;      // "GPUs ... which have NVLink, but FILE records no NVLink" in the notes
+};
+
+class PlanTruth : public ::testing::TestWithParam<Truth> {};
+
+TEST_P(PlanTruth, GdrAndNvlinkAsTheyAre) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  const Truth& t = GetParam();
+  PlanRequest req = ranks(t.ranks);
+  req.fabric = t.fabric;
+  JobPlan plan = planOn(fixtureCluster(dir / t.file, 1), req);
+  checkInvariants(plan);
+  EXPECT_EQ(plan.fabric, t.planned);
+  nlohmann::json doc = nlohmann::json::parse(planToJson(plan).dump());
+  for (const RankPlan& r : plan.ranks) {
+    SCOPED_TRACE("rank " + std::to_string(r.rank) + ": " + r.gdr_reason);
+    EXPECT_EQ(r.transport, t.transport);
+    EXPECT_EQ(r.gdr, std::string(t.gdr_cell) == "on");
+    const nlohmann::json& rj = doc["ranks"][static_cast<size_t>(r.rank)];
+    EXPECT_EQ(rj["transport"], toString(t.transport));
+    if (t.transport == NetTransport::kOfiPlugin) {
+      EXPECT_TRUE(rj["gdr"].is_null()) << "the plugin decides: not poolrun's to claim";
+      EXPECT_TRUE(r.gdr_reason.starts_with("plugin: ")) << r.gdr_reason;
+    } else {
+      EXPECT_EQ(rj["gdr"], r.gdr);
+    }
+    if (t.transport != NetTransport::kIbVerbs) {
+      EXPECT_EQ(env(r, "NCCL_NET_GDR_LEVEL"), "<unset>");
+      EXPECT_EQ(env(r, "NCCL_IB_HCA"), "<unset>");
+    }
+    if (t.transport == NetTransport::kSocket) {
+      EXPECT_TRUE(
+          r.gdr_reason.starts_with("n/a: fabric tcp: NCCL's socket transport never uses GPUDirect RDMA"));
+    }
+  }
+  // The table's GDR column, row by row.
+  std::istringstream table(planTable(plan));
+  std::string line;
+  std::getline(table, line);  // fabric ...
+  std::getline(table, line);  // header
+  EXPECT_NE(line.find("GDR"), std::string::npos) << line;
+  for (size_t i = 0; i < plan.ranks.size() && std::getline(table, line); ++i) {
+    std::istringstream row(line);
+    std::vector<std::string> cells{std::istream_iterator<std::string>(row), {}};
+    ASSERT_EQ(cells.size(), 10u) << line;
+    EXPECT_EQ(cells[7], t.gdr_cell) << line;
+  }
+  size_t nvlinkNotes = std::count_if(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
+    return n.find("which have NVLink, but") != std::string::npos;
+  });
+  EXPECT_EQ(nvlinkNotes, t.nvlink_note ? 1u : 0u) << planTable(plan);
+  EXPECT_EQ(doc["notes"].size(), plan.notes.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, PlanTruth,
+    ::testing::Values(Truth{"nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml", 8, std::nullopt, topo::Fabric::kTcp,
+                            NetTransport::kOfiPlugin, "plugin", true},
+                      Truth{"nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml", 2, topo::Fabric::kTcp,
+                            topo::Fabric::kTcp, NetTransport::kOfiPlugin, "plugin", true},
+                      Truth{"hwloc-xml/mpibind_g4dnmetal.xml", 8, std::nullopt, topo::Fabric::kTcp,
+                            NetTransport::kOfiPlugin, "plugin", false},
+                      Truth{"hwloc-xml/psmgmt_topo.jrc0323.xml", 4, std::nullopt, topo::Fabric::kIb,
+                            NetTransport::kIbVerbs, "on", true},
+                      Truth{"hwloc-xml/psmgmt_topo.jrc0323.xml", 4, topo::Fabric::kTcp, topo::Fabric::kTcp,
+                            NetTransport::kSocket, "n/a", true},
+                      Truth{"nccl-topo/simai_topo_8A100_4CX6.xml", 8, std::nullopt, topo::Fabric::kRoce,
+                            NetTransport::kIbVerbs, "on", false},
+                      // Its RoCE bonds have no netdev: no NIC for sockets.
+                      Truth{"nccl-topo/simai_topo_8A100_4CX6.xml", 8, topo::Fabric::kTcp, topo::Fabric::kTcp,
+                            NetTransport::kNone, "n/a", false},
+                      Truth{"hwloc-xml/psmgmt_topo.jwc09n003.xml", 4, std::nullopt, topo::Fabric::kIb,
+                            NetTransport::kIbVerbs, "on", true}),
+    [](const ::testing::TestParamInfo<Truth>& param) {
+      std::string name = std::filesystem::path(param.param.file).stem().string() + "_" +
+                         (param.param.fabric ? toString(*param.param.fabric) : "auto");
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
+TEST(PlannerFixtures, AmdGpusTakeNoRank) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  // Only AMD GPUs: nothing to plan on, and the error says why.
+  try {
+    planOn(fixtureCluster(dir / "hwloc-xml/mpibind_epyc-corona.xml", 1), ranks(4));
+    FAIL() << "planned CUDA ranks on AMD GPUs";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "has 0 NVIDIA GPUs on 0 nodes (and GPUs that take no rank, not being NVIDIA's: 4 AMD; poolrun "
+            "plans CUDA/NCCL ranks on NVIDIA GPUs only); give nodes with NVIDIA GPUs"),
+        std::string::npos)
+        << e.what();
+  }
+  // Three NVIDIA GPUs and an AMD one: the plan uses the three and says why not the fourth.
+  JobPlan plan =
+      planOn(fixtureCluster(dir / "hwloc-xml/hwloc_32em64t-2n8c2t-pci-normalio.v2.xml", 1), ranks(3));
+  for (const RankPlan& r : plan.ranks) EXPECT_NE(r.gpu, 3);
+  EXPECT_NE(
+      std::find(
+          plan.notes.begin(), plan.notes.end(),
+          "node0: GPU3 (AMD GPU 1002:6798) is not an NVIDIA GPU: no CUDA device, no rank planned on it"),
+      plan.notes.end())
+      << planTable(plan);
 }
 
 TEST(PlannerFixtures, XeWithDownPortsAndALonelyGpu) {

@@ -39,6 +39,24 @@ TEST(TopoCommandTest, JsonFromAShippedTopology) {
   EXPECT_EQ(r.err, "");
 }
 
+TEST(TopoCommandTest, WarnsWhereSxmGpusHaveNoNvlinkAndMarksAmdGpus) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  std::string p4d = (dir / "nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml").string();
+  Result r = poolrun("topo --from " + p4d);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err,
+            "poolrun: warning: GPUs 0-7 are A100 SXM4, which have NVLink, but " + p4d +
+                " records no NVLink: paths between them show PCIe types (PIX to SYS) instead of NV#; give a "
+                "topology with NVLink information (poolrun topo --format json on the node, or "
+                "NCCL_TOPO_DUMP_FILE)\n");
+  Result nv = poolrun("topo --from " + shipped());
+  EXPECT_EQ(nv.err, "") << "NVLinks recorded: no warning";
+  Result amd = poolrun("topo --from " + (dir / "hwloc-xml/mpibind_epyc-corona.xml").string());
+  ASSERT_EQ(amd.status, 0) << amd.err;
+  EXPECT_NE(amd.out.find("\nGPU0 (AMD)  X "), std::string::npos) << amd.out;
+  EXPECT_NE(amd.out.find("(AMD) = not an NVIDIA GPU"), std::string::npos) << amd.out;
+}
+
 TEST(TopoCommandTest, MatrixIsTheDefault) {
   Result r = poolrun("topo --from " + shipped());
   ASSERT_EQ(r.status, 0) << r.err;

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/sources.hpp"
@@ -297,6 +298,67 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RealMachines, ::testing::ValuesIn(machines())
                            }
                            return name;
                          });
+
+// What the files under-describe, said where the topology is shown: SXM GPUs whose NVLinks the file
+// does not record get a warning, files that record them (or hold no SXM GPUs) none; GPUs that are
+// not NVIDIA's are marked in the matrix.
+struct Gap {
+  const char* file;
+  const char* nvlink_warning;       // the warning's start, or "" for none
+  std::vector<std::string> marked;  // matrix row labels with a vendor mark
+};
+
+class RealMachineGaps : public ::testing::TestWithParam<Gap> {};
+
+TEST_P(RealMachineGaps, AreSaid) {
+  POOLRUN_REQUIRE_FIXTURES(dir);
+  const Gap& g = GetParam();
+  std::filesystem::path file = dir / g.file;
+  NodeTopology t = readTopologyFile(file);
+  std::vector<std::string> warnings = missingNvlinkWarnings(t);
+  if (std::string(g.nvlink_warning).empty()) {
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+  } else {
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_EQ(warnings[0], std::string(g.nvlink_warning) + ", which have NVLink, but " + file.string() +
+                               " records no NVLink: paths between them show PCIe types (PIX to SYS) instead "
+                               "of NV#; give a topology with NVLink information (poolrun topo --format json "
+                               "on the node, or NCCL_TOPO_DUMP_FILE)");
+  }
+  std::vector<std::string> marked;
+  std::istringstream matrix(toMatrix(t));
+  for (std::string line; std::getline(matrix, line) && !line.empty();) {
+    if (size_t close = line.find(')'); line.starts_with("GPU") && close != std::string::npos)
+      marked.push_back(line.substr(0, close + 1));
+  }
+  EXPECT_EQ(marked, g.marked);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, RealMachineGaps,
+    ::testing::Values(
+        Gap{"nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml", "GPUs 0-7 are A100 SXM4", {}},
+        Gap{"hwloc-xml/psmgmt_topo.jrc0323.xml", "GPUs 0-3 are A100 SXM4", {}},
+        Gap{"hwloc-xml/psmgmt_topo.jwc09n003.xml", "GPUs 0-3 are V100 SXM2", {}},
+        Gap{"hwloc-xml/flux-core_sierra.xml", "GPUs 0-3 are V100 SXM2", {}},
+        Gap{"hwloc-xml/flux-core_ipa20.xml", "", {}},              // NVLinkBandwidth distances
+        Gap{"hwloc-xml/hwloc_nvidiaDGX2.v2.xml", "", {}},          // NVSwitch
+        Gap{"hwloc-xml/hwloc_power8gpudistances.v2.xml", "", {}},  // P100 SXM2 with NVLink recorded
+        Gap{"nccl-topo/simai_topo_8A100_4CX6.xml", "", {}},        // <nvlink> to NVSwitches
+        Gap{"nccl-topo/azure_ncv4-topo.xml", "", {}},              // A100 PCIe
+        Gap{"hwloc-xml/mpibind_cts1-pascal.xml", "", {}},          // P100 PCIe
+        Gap{"hwloc-xml/mpibind_g4dnmetal.xml", "", {}},            // T4
+        Gap{"hwloc-xml/mpibind_epyc-corona.xml",
+            "",
+            {"GPU0 (AMD)", "GPU1 (AMD)", "GPU2 (AMD)", "GPU3 (AMD)"}},
+        Gap{"hwloc-xml/hwloc_32em64t-2n8c2t-pci-normalio.v2.xml", "", {"GPU3 (AMD)"}}),
+    [](const ::testing::TestParamInfo<Gap>& param) {
+      std::string name = std::filesystem::path(param.param.file).stem().string();
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
 
 // Files that are not topologies this build can read: one clear error naming the file.
 struct BadFixture {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace poolrun::topo {
 namespace {
 
@@ -110,6 +112,129 @@ TEST(NodeTopologyTest, ComputeCapabilityFromDeviceId) {
   EXPECT_EQ(smFromPciDevice(0x1db1), 70);  // V100
   EXPECT_EQ(smFromPciDevice(0x1eb8), 75);  // T4
   EXPECT_EQ(smFromPciDevice(0x0001), 0);
+}
+
+// GPUs of one board (device id), `count` of them, with no NVLink recorded.
+NodeTopology boardNode(int count, uint16_t device, const std::string& source = "nccl-xml:/in/p4d.xml") {
+  NodeTopology t;
+  t.source = source;
+  for (int i = 0; i < count; ++i) {
+    Gpu g;
+    g.index = i;
+    g.pci = *PciAddress::parse("0000:" + std::to_string(10 + i) + ":00.0");
+    g.vendor = kVendorNvidia;
+    g.device = device;
+    t.gpus.push_back(g);
+  }
+  return t;
+}
+
+struct NvlinkGap {
+  const char* name;
+  std::function<NodeTopology()> topology;
+  std::vector<std::string> warnings;  // each a warning's start up to " records no NVLink"
+};
+
+class MissingNvlink : public ::testing::TestWithParam<NvlinkGap> {};
+
+TEST_P(MissingNvlink, WarnsOnlyWhereSxmGpusHaveNoNvlinkRecorded) {
+  std::vector<std::string> got = missingNvlinkWarnings(GetParam().topology());
+  ASSERT_EQ(got.size(), GetParam().warnings.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(got[i].starts_with(GetParam().warnings[i] +
+                                   " records no NVLink: paths between them show PCIe "
+                                   "types (PIX to SYS) instead of NV#; "))
+        << got[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MissingNvlink,
+    ::testing::Values(NvlinkGap{"H100Sxm",
+                                [] { return boardNode(8, 0x2330); },
+                                {"GPUs 0-7 are H100 SXM5, which have NVLink, but /in/p4d.xml"}},
+                      NvlinkGap{"H200Sxm",
+                                [] { return boardNode(4, 0x2335, "hwloc-xml:h200.xml"); },
+                                {"GPUs 0-3 are H200 SXM, which have NVLink, but h200.xml"}},
+                      NvlinkGap{"V100Sxm2ByModelName",
+                                [] {
+                                  NodeTopology node = boardNode(2, 0);
+                                  for (Gpu& g : node.gpus) g.model = "Tesla V100-SXM2-16GB";
+                                  return node;
+                                },
+                                {"GPUs 0-1 are Tesla V100-SXM2-16GB, which have NVLink, but /in/p4d.xml"}},
+                      NvlinkGap{"TwoBoards",
+                                [] {
+                                  NodeTopology node = boardNode(4, 0x20b0);
+                                  for (int i = 2; i < 4; ++i)
+                                    node.gpus[static_cast<size_t>(i)].device = 0x1db1;
+                                  return node;
+                                },
+                                {"GPUs 0-1 are A100 SXM4, which have NVLink, but /in/p4d.xml",
+                                 "GPUs 2-3 are V100 SXM2, which have NVLink, but /in/p4d.xml"}},
+                      NvlinkGap{"LiveProbe",
+                                [] { return boardNode(8, 0x20b2, "live"); },
+                                {"GPUs 0-7 are A100 SXM4, which have NVLink, but the live probe"}},
+                      NvlinkGap{"NoSource",
+                                [] { return boardNode(2, 0x20b2, ""); },
+                                {"GPUs 0-1 are A100 SXM4, which have NVLink, but the topology"}},
+                      NvlinkGap{"NvlinkRecorded",
+                                [] {
+                                  NodeTopology node = boardNode(8, 0x2330);
+                                  node.gpus[0].nvlinks.push_back({1, "GPU1", 18});
+                                  return node;
+                                },
+                                {}},
+                      NvlinkGap{"NvSwitchLinks",
+                                [] {
+                                  NodeTopology node = boardNode(8, 0x2330);
+                                  node.gpus[3].nvswitch_links = 18;
+                                  return node;
+                                },
+                                {}},
+                      NvlinkGap{"NvSwitchFabric",
+                                [] {
+                                  NodeTopology node = boardNode(8, 0x2330);
+                                  node.nvswitch = true;
+                                  return node;
+                                },
+                                {}},
+                      NvlinkGap{"PcieCards", [] { return boardNode(8, 0x2331); }, {}},  // H100 PCIe
+                      NvlinkGap{"OneGpu", [] { return boardNode(1, 0x2330); }, {}},
+                      NvlinkGap{"AmdGpus",
+                                [] {
+                                  NodeTopology node = boardNode(4, 0x2330);
+                                  for (Gpu& g : node.gpus) g.vendor = kVendorAmd;
+                                  return node;
+                                },
+                                {}}),
+    [](const ::testing::TestParamInfo<NvlinkGap>& param) { return std::string(param.param.name); });
+
+TEST(NodeTopologyTest, NvlinkBoardsByDeviceIdOrModel) {
+  Gpu g;
+  g.vendor = kVendorNvidia;
+  g.device = 0x20b0;
+  EXPECT_EQ(nvlinkBoard(g), "A100 SXM4");
+  g.device = 0x20b5;  // A100 PCIe 80GB
+  EXPECT_EQ(nvlinkBoard(g), "");
+  g.model = "NVIDIA A100-SXM4-80GB";
+  EXPECT_EQ(nvlinkBoard(g), "NVIDIA A100-SXM4-80GB");
+  g.vendor = kVendorAmd;
+  EXPECT_EQ(nvlinkBoard(g), "");
+}
+
+TEST(NodeTopologyTest, EfaByVendorAndDeviceId) {
+  Nic n;
+  n.vendor = kVendorAmazon;
+  for (uint16_t id : std::initializer_list<uint16_t>{0xefa0, 0xefa1, 0xefa2, 0xefa3}) {
+    n.device = id;
+    EXPECT_TRUE(n.isEfa()) << std::hex << id;
+  }
+  n.device = 0xec20;  // ENA, AWS's Ethernet adapter
+  EXPECT_FALSE(n.isEfa());
+  n.vendor = kVendorMellanox;
+  n.device = 0xefa0;
+  EXPECT_FALSE(n.isEfa());
 }
 
 }  // namespace

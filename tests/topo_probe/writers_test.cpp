@@ -330,6 +330,27 @@ TEST(MatrixTest, NicsWithoutGpusStillMakeATable) {
   EXPECT_EQ(rows[2], (std::vector<std::string>{"NIC1", "SYS", "X", "16-31", "1"}));
 }
 
+TEST(MatrixTest, MarksGpusThatAreNotNvidia) {
+  NodeTopology t = twoSocketNode();
+  t.gpus[2].vendor = kVendorAmd;
+  t.gpus[3].vendor = 0;  // a source that does not say
+  std::string matrix = toMatrix(t);
+  std::vector<std::string> all = lines(matrix);
+  EXPECT_EQ(words(all[0])[0], "GPU0") << "column headers keep nvidia-smi's labels";
+  EXPECT_EQ(words(all[1])[0], "GPU0");
+  EXPECT_EQ(words(all[2])[0], "GPU1");
+  EXPECT_TRUE(all[3].starts_with("GPU2 (AMD) ")) << all[3];
+  EXPECT_TRUE(all[4].starts_with("GPU3 (vendor unknown) ")) << all[4];
+  // The paths still line up under their headers.
+  EXPECT_EQ(all[3].find("NV2"), all[0].find("GPU3"));
+  EXPECT_NE(matrix.find(
+                "\n  (AMD) = not an NVIDIA GPU: no CUDA device, so poolrun plans no CUDA/NCCL ranks on it\n"),
+            std::string::npos)
+      << matrix;
+  EXPECT_NE(matrix.find("\n  (vendor unknown) = not an NVIDIA GPU"), std::string::npos) << matrix;
+  EXPECT_EQ(toMatrix(twoSocketNode()).find("not an NVIDIA GPU"), std::string::npos) << "only where one is";
+}
+
 TEST(MatrixTest, EmptyTopologyPrintsANote) {
   EXPECT_EQ(toMatrix(NodeTopology{}), "this node: no GPUs or RDMA NICs found (0 CPUs in 0 NUMA nodes)\n");
 }

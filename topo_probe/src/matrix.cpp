@@ -56,6 +56,15 @@ std::string toMatrix(const NodeTopology& topo) {
   auto label = [&](int d) {
     return d < nGpus ? NodeTopology::gpuLabel(d) : "NIC" + std::to_string(d - nGpus);
   };
+  // Row labels mark GPUs that are not NVIDIA's ("GPU3 (AMD)"): no CUDA device, no rank of poolrun's.
+  std::set<std::string> otherVendors;
+  auto rowLabel = [&](int d) {
+    if (d >= nGpus || topo.gpus[static_cast<size_t>(d)].isNvidia()) return label(d);
+    uint16_t vendor = topo.gpus[static_cast<size_t>(d)].vendor;
+    std::string mark = vendor == 0 ? "vendor unknown" : vendorName(vendor);
+    otherVendors.insert(mark);
+    return label(d) + " (" + mark + ")";
+  };
   auto path = [&](int r, int c) -> std::string {
     if (r == c) return "X";
     if (r < nGpus && c < nGpus) return topo.gpuToGpu(r, c).str();
@@ -72,7 +81,7 @@ std::string toMatrix(const NodeTopology& topo) {
   header.push_back("NUMA Affinity");
   rows.push_back(std::move(header));
   for (int r = 0; r < nDevices; ++r) {
-    std::vector<std::string> row{label(r)};
+    std::vector<std::string> row{rowLabel(r)};
     for (int c = 0; c < nDevices; ++c) row.push_back(path(r, c));
     const CpuSet& cpus =
         r < nGpus ? topo.gpus[static_cast<size_t>(r)].cpus : topo.nics[static_cast<size_t>(r - nGpus)].cpus;
@@ -102,6 +111,9 @@ std::string toMatrix(const NodeTopology& topo) {
 
   out += "\n";
   out += kLegend;
+  for (const std::string& v : otherVendors) {
+    out += "  (" + v + ") = not an NVIDIA GPU: no CUDA device, so poolrun plans no CUDA/NCCL ranks on it\n";
+  }
   if (nNics > 0) {
     out += "\nNIC Legend:\n\n";
     for (int n = 0; n < nNics; ++n) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 namespace poolrun::topo {
 namespace {
@@ -309,6 +310,54 @@ std::string vendorName(uint16_t vendor) {
   char buf[8];
   std::snprintf(buf, sizeof buf, "0x%04x", vendor);
   return buf;
+}
+
+std::string nvlinkBoard(const Gpu& gpu) {
+  if (!gpu.isNvidia()) return "";
+  // SXM and HGX boards by PCI device id (names from pci.ids, pciutils/pciids c1c12547). PCIe cards
+  // (A100 PCIe 0x20b5, H100 PCIe 0x2331, H100/H200 NVL) may have NVLink bridges or none: not here.
+  static constexpr std::pair<uint16_t, const char*> kBoards[] = {
+      {0x15f9, "P100 SXM2"}, {0x1db0, "V100 SXM2"}, {0x1db1, "V100 SXM2"}, {0x1db5, "V100 SXM2"},
+      {0x1db8, "V100 SXM3"}, {0x1dbd, "V100 SXM2"}, {0x1df5, "V100 SXM2"}, {0x20b0, "A100 SXM4"},
+      {0x20b2, "A100 SXM4"}, {0x20b3, "A100 SXM4"}, {0x20bd, "A800 SXM4"}, {0x20f3, "A800 SXM4"},
+      {0x2324, "H800 SXM5"}, {0x2329, "H20 SXM5"},  {0x2330, "H100 SXM5"}, {0x2335, "H200 SXM"},
+      {0x2337, "H100 SXM5"}, {0x2338, "H100 SXM5"}, {0x2339, "H100 SXM5"}, {0x2901, "B200"},
+      {0x2909, "B200"},      {0x3182, "B300 SXM6"},
+  };
+  for (const auto& [device, board] : kBoards) {
+    if (gpu.device == device) return board;
+  }
+  return gpu.model.find("SXM") != std::string::npos ? gpu.model : "";
+}
+
+std::vector<std::string> missingNvlinkWarnings(const NodeTopology& topo) {
+  if (topo.nvswitch) return {};
+  for (const Gpu& g : topo.gpus) {
+    if (!g.nvlinks.empty() || g.nvswitch_links > 0) return {};  // the source does record NVLink
+  }
+  std::map<std::string, std::vector<unsigned>> boards;  // board -> GPU indexes
+  for (const Gpu& g : topo.gpus) {
+    if (std::string board = nvlinkBoard(g); !board.empty())
+      boards[board].push_back(static_cast<unsigned>(g.index));
+  }
+  std::string from = topo.source;
+  for (const char* prefix : {"hwloc-xml:", "nccl-xml:", "json:"}) {
+    if (from.starts_with(prefix)) from.erase(0, std::string_view(prefix).size());
+  }
+  const bool live = topo.source == "live";
+  if (live) from = "the live probe";
+  if (from.empty()) from = "the topology";
+  std::vector<std::string> out;
+  for (const auto& [board, gpus] : boards) {
+    if (gpus.size() < 2) continue;
+    out.push_back("GPUs " + CpuSet(gpus).toList() + " are " + board + ", which have NVLink, but " + from +
+                  " records no NVLink: paths between them show PCIe types (PIX to SYS) instead of NV#; " +
+                  (live ? "check that NVML loads (the driver's libnvidia-ml.so.1), through which the probe "
+                          "reads NVLink, or give a topology with NVLink information (NCCL_TOPO_DUMP_FILE)"
+                        : "give a topology with NVLink information (poolrun topo --format json on the node, "
+                          "or NCCL_TOPO_DUMP_FILE)"));
+  }
+  return out;
 }
 
 }  // namespace poolrun::topo

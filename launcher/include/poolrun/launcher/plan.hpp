@@ -24,6 +24,16 @@ enum class GdrMode { kAuto, kOn, kOff };
 std::string toString(GdrMode mode);
 GdrMode gdrModeFromString(std::string_view text);  // auto | on | off
 
+// Which of NCCL's network transports carries a rank's traffic to other nodes, as the plan sets
+// NCCL up. It decides whether GPUDirect RDMA can apply at all.
+enum class NetTransport {
+  kIbVerbs,    // NCCL's IB transport (InfiniBand, RoCE): NCCL_IB_*, GPUDirect RDMA by path and --gdr
+  kSocket,     // NCCL's socket transport (fabric tcp): never GPUDirect RDMA
+  kOfiPlugin,  // AWS EFA: only through the aws-ofi-nccl net plugin, which decides GPUDirect RDMA
+  kNone,       // no usable NIC on the node
+};
+std::string toString(NetTransport transport);  // "ib", "socket", "ofi-plugin", "none"
+
 // The GPUs a job holds on one node (indexes into the node topology's gpus).
 struct NodeGrant {
   const topo::ClusterNode* node = nullptr;
@@ -47,6 +57,7 @@ struct NicChoice {
   std::optional<int> roce_v2_gid_index;
   double rate_gbps = 0;
   bool verbs = false;  // InfiniBand or RoCE through ibverbs: NCCL_IB_* and UCX apply
+  bool efa = false;    // AWS EFA (topo::Nic::isEfa): NCCL needs the aws-ofi-nccl plugin
 };
 
 struct RankPlan {
@@ -58,7 +69,10 @@ struct RankPlan {
   int cuda_index = 0;  // CUDA device index with CUDA_DEVICE_ORDER=PCI_BUS_ID (NVIDIA GPUs only)
   topo::PciAddress gpu_pci;
   std::vector<NicChoice> nics;
-  topo::Path gpu_nic_path;  // to the first NIC
+  topo::Path gpu_nic_path;                       // to the first NIC
+  NetTransport transport = NetTransport::kNone;  // of the first NIC
+  // NCCL uses GPUDirect RDMA as planned. Always false unless `transport` is kIbVerbs: sockets never
+  // do, and over EFA the plugin decides (gdr_reason says which; the table shows n/a or plugin).
   bool gdr = false;
   std::string gdr_reason;
   int numa = topo::kNone;

@@ -155,6 +155,11 @@ struct Nic {
   PciPlacement at;
   PciLink link;
   std::vector<NicPort> ports;
+
+  // An AWS Elastic Fabric Adapter (1d0f:efa0 to efa3, the ids NCCL XML and hwloc record): neither
+  // InfiniBand nor RoCE, and no socket interface. NCCL reaches it only through the aws-ofi-nccl net
+  // plugin, which also decides GPUDirect RDMA over it.
+  bool isEfa() const { return vendor == kVendorAmazon && (device & 0xfff0) == 0xefa0; }
   bool operator==(const Nic&) const = default;
 };
 
@@ -203,5 +208,18 @@ PortState portStateFromString(std::string_view text);  // "4: ACTIVE", "active",
 int smFromPciDevice(uint16_t device);
 // "NVIDIA", "AMD", "Intel", "Mellanox", "Amazon" or the hex id.
 std::string vendorName(uint16_t vendor);
+
+// The board of an NVIDIA GPU that is always wired with NVLink ("A100 SXM4", "H100 SXM5", "V100
+// SXM2", "B200", ...), from its PCI device id (pci.ids names) or, for an id the table lacks, a model
+// name with "SXM" in it; empty for PCIe cards, other vendors and unknown ids.
+std::string nvlinkBoard(const Gpu& gpu);
+
+// What the topology under-describes that changes paths: where GPUs that are always wired with
+// NVLink (nvlinkBoard) number two or more and the source records no NVLink at all (no <nvlink>
+// in NCCL XML, no NVLinkBandwidth distances in hwloc XML, no NVML on a live probe), one warning
+// per board: "GPUs 0-7 are A100 SXM4, which have NVLink, but FILE records no NVLink: ...". Paths
+// between those GPUs then read as PCIe types (PIX to SYS). Computed from the value, not stored in
+// NodeTopology::warnings, so that a file written and read again says it once.
+std::vector<std::string> missingNvlinkWarnings(const NodeTopology& topo);
 
 }  // namespace poolrun::topo
