@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <ctime>
 #include <random>
 
 #include "inventory.hpp"
+#include "queue_wait.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -454,6 +457,71 @@ TEST(WaitReasonTest, PlannedStartWhereTheSchedulerHasOne) {
   EXPECT_EQ(state.queueList().front().planned_start, t0() + seconds(100));
   EXPECT_FALSE(state.poll(endless, t0()).planned_start) << "no time to tell: it waits for an endless lease";
   EXPECT_EQ(state.waitReason(12345), "") << "not a waiting ticket";
+}
+
+// What a queued client prints: each line, times in UTC here.
+TEST(QueueProgressTest, Printed) {
+  setenv("TZ", "UTC", 1);
+  tzset();
+  const TimePoint now = t0() + std::chrono::hours(12);  // noon
+  struct Case {
+    QueueProgress progress;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{5, 1, seconds(0), "", std::nullopt}, "queued at position 1 (ticket 5), waited 0:00"},
+      {{18, 2, seconds(65), "needs 120 GPUs, 108 free; behind ticket 3", now + seconds(180)},
+       "queued at position 2 (ticket 18), waited 1:05: needs 120 GPUs, 108 free; behind ticket 3; planned "
+       "start "
+       "12:03:00 (in 3:00)"},
+      {{7, 1, seconds(3723), "needs 8 GPUs, 0 free", now + std::chrono::hours(13)},
+       "queued at position 1 (ticket 7), waited 1:02:03: needs 8 GPUs, 0 free; planned start "
+       "2019-12-21T01:00:00 (in 13:00:00)"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(formatQueueProgress(c.progress, now), c.expected);
+  EXPECT_EQ(formatElapsed(seconds(42)), "0:42");
+  EXPECT_EQ(formatElapsed(seconds(303)), "5:03");
+  EXPECT_EQ(formatElapsed(seconds(2 * 86400 + 3600)), "2-01:00:00");
+  EXPECT_EQ(formatElapsed(seconds(-5)), "0:00");
+}
+
+// A waiting client tells its caller on every change and at least every 30 s, not at every poll.
+TEST(QueueProgressTest, PacedOnChangeAndEvery30Seconds) {
+  using Steady = std::chrono::steady_clock;
+  const Steady::time_point start{};
+  const QueueProgress base{3, 2, seconds(0), "needs 8 GPUs, 0 free; behind ticket 1", std::nullopt};
+  struct Step {
+    int at_s;
+    QueueProgress progress;
+    bool told;
+  };
+  auto with = [&](auto change) {
+    QueueProgress p = base;
+    change(p);
+    return p;
+  };
+  const std::vector<Step> steps = {
+      {0, base, true},                                                      // queued
+      {1, with([](QueueProgress& p) { p.waited = seconds(1); }), false},    // only time passed
+      {29, with([](QueueProgress& p) { p.waited = seconds(29); }), false},  //
+      {30, with([](QueueProgress& p) { p.waited = seconds(30); }), true},   // 30 s since the last
+      {31, with([](QueueProgress& p) { p.position = 1; }), true},           // moved up
+      {32, with([](QueueProgress& p) { p.position = 1; }), false},          //
+      {33, with([](QueueProgress& p) {
+         p.position = 1;
+         p.reason = "needs 8 GPUs, 4 free";
+       }),
+       true},  // a new reason
+      {34, with([](QueueProgress& p) {
+         p.position = 1;
+         p.reason = "needs 8 GPUs, 4 free";
+         p.planned_start = t0();
+       }),
+       true},  // a planned start
+  };
+  ProgressPacer pacer;
+  for (const Step& s : steps)
+    EXPECT_EQ(pacer.due(s.progress, start + seconds(s.at_s)), s.told) << "at " << s.at_s << " s";
 }
 
 }  // namespace
