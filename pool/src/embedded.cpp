@@ -86,8 +86,14 @@ class EmbeddedPool : public PoolControl {
     milliseconds interval(0);
     for (;;) {
       if (pendingInterrupt() != 0) {
-        withdraw(sub.ticket);
-        throw interrupted("withdrew the queued request (ticket " + std::to_string(sub.ticket) + ")");
+        std::string did = "withdrew the queued request (ticket " + std::to_string(sub.ticket) + ")";
+        try {
+          withdraw(sub.ticket);
+        } catch (const Error& e) {
+          did = "could not withdraw the queued request (ticket " + std::to_string(sub.ticket) + ": " +
+                e.what() + "; the pool drops it 30 s after its last poll)";
+        }
+        throw interrupted(did);
       }
       std::this_thread::sleep_for(interval);
       interval = std::clamp(interval * 2, milliseconds(10), milliseconds(200));
