@@ -650,19 +650,29 @@ std::string PoolState::waitReason(int64_t ticket) const {
   auto it = queue_.find(ticket);
   if (it == queue_.end() || it->second.status != QueueEntry::Status::kWaiting) return "";
   const LeaseRequest& r = it->second.request;
-  // The GPUs it could have now, as the scheduler sees them: free, not failed, on up nodes that match.
-  std::vector<NodeView> views;
+  // The GPUs it could have now, as the scheduler sees them: free, not failed, on up nodes that
+  // match. Placed (in pool order) only where there are enough of them: a poll on a full pool of
+  // 1,000 nodes stays a counting pass.
+  auto usable = [&](const PoolNode& node, const Occupancy* o) {
+    std::vector<int> out;
+    for (int i = 0; i < node.gpuCount(); ++i) {
+      bool held = o != nullptr && static_cast<size_t>(i) < o->holder.size() &&
+                  !o->holder[static_cast<size_t>(i)].empty();
+      if (!held && !node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], r))
+        out.push_back(i);
+    }
+    return out;
+  };
+  auto occupancyOf = [&](const std::string& name) -> const Occupancy* {
+    auto o = occupancy_.find(name);
+    return o == occupancy_.end() ? nullptr : &o->second;
+  };
   int free = 0;
-  for (const PoolNode* node : nodesInOrder()) {
-    if (!nodeMatches(*node, r)) continue;
-    NodeView v{node, {}, false};
-    for (int i = 0; i < node->gpuCount(); ++i)
-      if (!node->failed.count(i) && holder(node->name, i) == nullptr &&
-          gpuMatches(node->topology->gpus[static_cast<size_t>(i)], r))
-        v.usable.push_back(i);
-    v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
-    free += static_cast<int>(v.usable.size());
-    views.push_back(std::move(v));
+  auto o = occupancy_.begin();  // both maps are keyed by node name: walked side by side
+  for (const auto& [name, node] : nodes_) {
+    while (o != occupancy_.end() && o->first < name) ++o;
+    size_t n = usable(node, o != occupancy_.end() && o->first == name ? &o->second : nullptr).size();
+    if (n > 0 && nodeMatches(node, r)) free += static_cast<int>(n);  // most nodes of a busy pool have none
   }
   std::vector<int64_t> ahead;
   for (const QueueEntry* e : waitingInOrder()) {
@@ -673,6 +683,13 @@ std::string PoolState::waitReason(int64_t ticket) const {
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
                      ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
   if (free >= r.gpus) {
+    std::vector<NodeView> views;
+    for (const PoolNode* node : nodesInOrder()) {
+      if (!nodeMatches(*node, r)) continue;
+      NodeView v{node, usable(*node, occupancyOf(node->name)), false};
+      v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
+      views.push_back(std::move(v));
+    }
     if (!place(views, r))
       text += ", not in that shape";
     else if (ahead.empty())
