@@ -339,12 +339,22 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     lr.ttl = std::chrono::seconds(static_cast<long>(leaseTtl));
     if (timeout > 0)
       lr.max_duration = std::chrono::seconds(static_cast<long>(timeout) + static_cast<long>(leaseTtl));
-    int lastPosition = -1;
-    pool::Lease lease = pool->acquire(lr, [&](int position) {
-      if (position != lastPosition)
-        err << "poolrun: waiting in the queue of " << pool->describe() << ": position " << position << "\n";
-      lastPosition = position;
-    });
+    pool::Lease lease;
+    try {
+      // Ctrl-C (or SIGTERM, SIGHUP) while queued withdraws the request, as salloc does; the
+      // supervisor takes the signals from here on (signalfd).
+      pool::QueueInterruption interruption;
+      bool told = false;
+      lease = pool->acquire(lr, [&](const pool::QueueProgress& progress) {
+        if (!told) err << "poolrun: waiting in the queue of " << pool->describe() << "\n";
+        told = true;
+        err << "poolrun: " << pool::formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
+      });
+    } catch (const pool::PoolError& e) {
+      if (e.failure() != pool::PoolFailure::kInterrupted) throw;
+      err << "poolrun: " << e.what() << "\n";
+      return 128 + e.signal();
+    }
     LeaseGuard guard(*pool, lease.id, err);
 
     // The leased GPUs, node by node in the pool's order.

@@ -4,6 +4,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "poolrun/pool/store.hpp"
 #include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/sources.hpp"
+#include "queue_wait.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -62,7 +64,8 @@ class EmbeddedPool : public PoolControl {
     });
   }
 
-  Lease acquire(const LeaseRequest& request, const std::function<void(int)>& queued) override {
+  Lease acquire(const LeaseRequest& request,
+                const std::function<void(const QueueProgress&)>& queued) override {
     LeaseRequest r = request;
     if (r.owner.empty() || !admin_) r.owner = owner_;
     if (local_) {
@@ -73,30 +76,38 @@ class EmbeddedPool : public PoolControl {
         throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                         "no GPUs on this node; use --pool sim:FILE");
     }
-    const auto start = Clock::now();
+    const auto start = std::chrono::steady_clock::now();
     const bool noWait = r.wait && *r.wait == seconds(0);
     SubmitResult sub = transact([&](PoolState& s, TimePoint now) { return s.submit(r, now, !noWait); });
-    if (sub.lease) return *sub.lease;
+    if (sub.lease) return keepUnlessInterrupted(*sub.lease);
     if (sub.ticket == 0) throw queueTimeout(r, sub.position, description_);
     int position = sub.position;
-    if (queued) queued(position);
-    milliseconds interval(10);
+    ProgressPacer pacer;
+    milliseconds interval(0);
     for (;;) {
+      if (pendingInterrupt() != 0) {
+        std::string did = "withdrew the queued request (ticket " + std::to_string(sub.ticket) + ")";
+        try {
+          withdraw(sub.ticket);
+        } catch (const Error& e) {
+          did = "could not withdraw the queued request (ticket " + std::to_string(sub.ticket) + ": " +
+                e.what() + "; the pool drops it 30 s after its last poll)";
+        }
+        throw interrupted(did);
+      }
       std::this_thread::sleep_for(interval);
-      interval = std::min(interval * 2, milliseconds(200));
+      interval = std::clamp(interval * 2, milliseconds(10), milliseconds(200));
       PollResult p = transact([&](PoolState& s, TimePoint now) { return s.poll(sub.ticket, now); });
-      if (p.status == QueueEntry::Status::kGranted) return *p.lease;
+      if (p.status == QueueEntry::Status::kGranted) return keepUnlessInterrupted(*p.lease);
       if (p.status == QueueEntry::Status::kFailed)
         throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, p.reason);
-      if (p.position != position) {
-        position = p.position;
-        if (queued) queued(position);
-      }
-      if (r.wait && Clock::now() - start >= *r.wait) {
-        transact([&](PoolState& s, TimePoint now) {
-          s.cancel(sub.ticket, now);
-          return 0;
-        });
+      position = p.position;
+      auto now = std::chrono::steady_clock::now();
+      QueueProgress progress{sub.ticket, position, std::chrono::duration_cast<seconds>(now - start),
+                             p.wait_reason, p.planned_start};
+      if (queued && pacer.due(progress, now)) queued(progress);
+      if (r.wait && now - start >= *r.wait) {
+        withdraw(sub.ticket);
         throw queueTimeout(r, position, description_);
       }
     }
@@ -106,8 +117,8 @@ class EmbeddedPool : public PoolControl {
     return transact([&](PoolState& s, TimePoint now) { return s.renew(id, owner_, admin_, now); });
   }
 
-  void release(const std::string& id) override {
-    transact([&](PoolState& s, TimePoint now) { return s.release(id, owner_, admin_, now); });
+  bool release(const std::string& id) override {
+    return transact([&](PoolState& s, TimePoint now) { return s.release(id, owner_, admin_, now); });
   }
 
   void idle() override {
@@ -167,6 +178,21 @@ class EmbeddedPool : public PoolControl {
   }
 
  private:
+  // A queued request taken back: a lease granted to it meanwhile is released with it.
+  void withdraw(int64_t ticket) {
+    transact([&](PoolState& s, TimePoint now) {
+      s.cancel(ticket, now);
+      return 0;
+    });
+  }
+
+  // A lease granted as a signal came is given back at once.
+  Lease keepUnlessInterrupted(const Lease& lease) {
+    if (pendingInterrupt() == 0) return lease;
+    release(lease.id);
+    throw interrupted("released lease " + lease.id + " (granted as the wait was interrupted)");
+  }
+
   void requireAdmin(const std::string& what) const {
     if (!admin_)
       throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,

@@ -8,6 +8,7 @@
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/state.hpp"
 #include "poolrun/topo/nesting.hpp"
+#include "queue_wait.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -50,41 +51,60 @@ class HttpPool : public PoolControl {
   HttpPool(std::string uri, const std::string& host, int port, const ClientOptions& options)
       : uri_(std::move(uri)), connection_(host, port, options.token) {}
 
-  Lease acquire(const LeaseRequest& request, const std::function<void(int)>& queued) override {
+  Lease acquire(const LeaseRequest& request,
+                const std::function<void(const QueueProgress&)>& queued) override {
     const auto start = Clock::now();
     // The request id makes a retried POST (its reply lost on a reused connection) idempotent.
     json body = toJson(request);
     body["request_id"] = newLeaseId();
     json reply = call("POST", "/v1/leases", body);
-    if (reply.contains("lease")) return leaseFromJson(reply["lease"]);
+    if (reply.contains("lease")) return keepUnlessInterrupted(leaseFromJson(reply["lease"]));
     int64_t ticket = reply.value("ticket", int64_t{0});
     int position = reply.value("position", 0);
     if (ticket == 0) throw queueTimeout(request, position, uri_);
-    if (queued) queued(position);
+    const std::string path = "/v1/queue/" + segment(std::to_string(ticket));
+    ProgressPacer pacer;
+    // The first poll answers at once, so that the caller hears the reason and planned start; the
+    // next ones wait up to a second for a change, so that a signal is seen within about a second.
+    milliseconds slice(0);
     for (;;) {
-      milliseconds slice(1000);
+      if (pendingInterrupt() != 0) {
+        std::string did = "withdrew the queued request (ticket " + std::to_string(ticket) + ")";
+        try {
+          call("DELETE", path, nullptr);
+        } catch (const Error& e) {
+          did = "could not withdraw the queued request (ticket " + std::to_string(ticket) + ": " + e.what() +
+                "; poold drops it 30 s after its last poll)";
+        }
+        throw interrupted(did);
+      }
       if (request.wait) {
         auto left = std::chrono::duration_cast<milliseconds>(*request.wait - (Clock::now() - start));
         if (left <= milliseconds(0)) {
-          json gone = call("DELETE", "/v1/queue/" + segment(std::to_string(ticket)), nullptr);
-          (void)gone;
+          call("DELETE", path, nullptr);
           throw queueTimeout(request, position, uri_);
         }
         slice = std::min(slice, left);
       }
-      json p = call("GET",
-                    "/v1/queue/" + segment(std::to_string(ticket)) +
-                        "?wait_ms=" + std::to_string(slice.count()) + "&position=" + std::to_string(position),
-                    nullptr);
+      json p = call(
+          "GET", path + "?wait_ms=" + std::to_string(slice.count()) + "&position=" + std::to_string(position),
+          nullptr);
+      slice = milliseconds(1000);
       std::string status = p.value("status", "");
-      if (status == "granted") return leaseFromJson(p.at("lease"));
+      if (status == "granted") return keepUnlessInterrupted(leaseFromJson(p.at("lease")));
       if (status == "failed")
         throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, p.value("error", "request failed"));
-      int now = p.value("position", position);
-      if (now != position) {
-        position = now;
-        if (queued) queued(position);
+      position = p.value("position", position);
+      QueueProgress progress{
+          ticket, position, std::chrono::duration_cast<seconds>(Clock::now() - start),
+          p.contains("reason") && p["reason"].is_string() ? p["reason"].get<std::string>() : "",
+          std::nullopt};
+      try {
+        if (p.contains("planned_start_ms") && p["planned_start_ms"].is_number_integer())
+          progress.planned_start = fromMillis(p["planned_start_ms"].get<int64_t>());
+      } catch (const Error&) {  // a time out of range: no planned start to tell
       }
+      if (queued && pacer.due(progress, Clock::now())) queued(progress);
     }
   }
 
@@ -95,7 +115,12 @@ class HttpPool : public PoolControl {
                               {milliseconds(2000), milliseconds(5000)})
                              .at("lease"));
   }
-  void release(const std::string& id) override { call("DELETE", "/v1/leases/" + segment(id), nullptr); }
+  bool release(const std::string& id) override {
+    json reply = call("DELETE", "/v1/leases/" + segment(id), nullptr);
+    // An older poold's reply may lack "released": then the lease counts as held.
+    return !(reply.is_object() && reply.contains("released") && reply["released"].is_boolean()) ||
+           reply["released"].get<bool>();
+  }
   topo::ClusterNode node(const std::string& name) override {
     return clusterNodeFromJson(call("GET", "/v1/nodes/" + segment(name), nullptr));
   }
@@ -134,6 +159,18 @@ class HttpPool : public PoolControl {
   }
 
  private:
+  // A lease granted as a signal came is given back at once.
+  Lease keepUnlessInterrupted(const Lease& lease) {
+    if (pendingInterrupt() == 0) return lease;
+    try {
+      release(lease.id);
+    } catch (const Error& e) {
+      throw interrupted("could not release lease " + lease.id + ", granted as the wait was interrupted (" +
+                        e.what() + "; it expires at the end of its ttl)");
+    }
+    throw interrupted("released lease " + lease.id + " (granted as the wait was interrupted)");
+  }
+
   json call(const std::string& method, const std::string& path, const json& body, Timeouts timeouts = {}) {
     std::lock_guard<std::mutex> lock(mu_);
     connection_.connect_timeout = timeouts.connect;

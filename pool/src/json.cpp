@@ -410,7 +410,9 @@ json toJson(const QueueInfo& q) {
           {"job_name", q.job_name},
           {"gpus", q.gpus},
           {"priority", q.priority},
-          {"enqueued_ms", toMillis(q.enqueued)}};
+          {"enqueued_ms", toMillis(q.enqueued)},
+          {"reason", q.reason},
+          {"planned_start_ms", q.planned_start ? json(toMillis(*q.planned_start)) : json(nullptr)}};
 }
 
 QueueInfo queueInfoFromJson(const json& doc) {
@@ -422,6 +424,8 @@ QueueInfo queueInfoFromJson(const json& doc) {
   q.gpus = integer(doc, "gpus", kGpusRange);
   q.priority = integerOr(doc, "priority", kPriorityRange, 0);
   q.enqueued = timeField(doc, "enqueued_ms");
+  q.reason = textOr(doc, "reason", 0, Text::kStored);
+  if (present(doc, "planned_start_ms")) q.planned_start = timeField(doc, "planned_start_ms");
   return q;
 }
 

@@ -62,6 +62,44 @@ std::string inSeconds(TimePoint t) {
   return std::to_string(s) + "s";
 }
 
+// A time to come as squeue shows it: "0:45" (from now), "-" for never.
+std::string fromNow(TimePoint t, TimePoint now) {
+  if (t == kNever) return "-";
+  return formatElapsed(std::chrono::duration_cast<std::chrono::seconds>(t - now));
+}
+
+std::string orDash(const std::string& s) {
+  return s.empty() ? "-" : s;
+}
+
+// The columns squeue users look for: what runs (leases) and what waits (queue), one per line.
+void printLeaseTable(const std::vector<Lease>& leases, TimePoint now) {
+  std::cout << std::left << std::setw(19) << "LEASE" << std::setw(16) << "JOB" << std::setw(12) << "OWNER"
+            << std::setw(6) << "GPUS" << std::setw(11) << "AGE" << std::setw(11) << "EXPIRES" << std::setw(11)
+            << "END"
+            << "NODELIST\n";
+  for (const Lease& l : leases)
+    std::cout << std::setw(19) << l.id << std::setw(16) << orDash(l.job_name) << std::setw(12) << l.owner
+              << std::setw(6) << l.gpus.size() << std::setw(11)
+              << formatElapsed(std::chrono::duration_cast<std::chrono::seconds>(now - l.created))
+              << std::setw(11) << fromNow(l.expires, now) << std::setw(11)
+              << (l.max_end ? fromNow(*l.max_end, now) : "-") << formatGpus(l.gpus) << "\n";
+}
+
+void printQueueTable(const std::vector<QueueInfo>& queue, TimePoint now) {
+  std::cout << std::left << std::setw(5) << "POS" << std::setw(8) << "TICKET" << std::setw(16) << "JOB"
+            << std::setw(12) << "OWNER" << std::setw(6) << "GPUS" << std::setw(6) << "PRIO" << std::setw(11)
+            << "WAITED" << std::setw(11) << "START"
+            << "REASON\n";
+  for (const QueueInfo& q : queue)
+    std::cout << std::setw(5) << q.position << std::setw(8) << q.ticket << std::setw(16) << orDash(q.job_name)
+              << std::setw(12) << q.owner << std::setw(6) << q.gpus << std::setw(6) << q.priority
+              << std::setw(11)
+              << formatElapsed(std::chrono::duration_cast<std::chrono::seconds>(now - q.enqueued))
+              << std::setw(11) << (q.planned_start ? formatLocalTime(*q.planned_start, now) : "-")
+              << orDash(q.reason) << "\n";
+}
+
 void printLease(const Lease& l) {
   std::cout << l.id << "  " << l.gpus.size() << " GPUs  " << formatGpus(l.gpus) << "  owner " << l.owner
             << "  expires in " << inSeconds(l.expires) << "\n";
@@ -167,8 +205,10 @@ int run(int argc, char** argv) {
       for (const Lease& l : leases) out.push_back(toJson(l));
       std::cout << out.dump(2) << "\n";
     } else {
-      if (leases.empty()) std::cout << "no leases\n";
-      for (const Lease& l : leases) printLease(l);
+      if (leases.empty())
+        std::cout << "no leases\n";
+      else
+        printLeaseTable(leases, std::chrono::system_clock::now());
     }
   } else if (cmd == "queue") {
     std::vector<QueueInfo> queue = pool().queue();
@@ -177,11 +217,10 @@ int run(int argc, char** argv) {
       for (const QueueInfo& q : queue) out.push_back(toJson(q));
       std::cout << out.dump(2) << "\n";
     } else {
-      if (queue.empty()) std::cout << "queue empty\n";
-      for (const QueueInfo& q : queue)
-        std::cout << "#" << q.position << "  ticket " << q.ticket << "  " << q.gpus << " GPUs  priority "
-                  << q.priority << "  owner " << q.owner << (q.job_name.empty() ? "" : "  job " + q.job_name)
-                  << "\n";
+      if (queue.empty())
+        std::cout << "queue empty\n";
+      else
+        printQueueTable(queue, std::chrono::system_clock::now());
     }
   } else if (cmd == "register") {
     std::vector<topo::ClusterNode> nodes;
@@ -227,11 +266,15 @@ int run(int argc, char** argv) {
       else
         printLease(l);
     } else {
-      pool().release(id);
+      // Idempotent: a lease that is gone already is not an error (exit 0), but it is said.
+      bool held = pool().release(id);
       if (asJson)
-        std::cout << json{{"id", id}, {"released", true}}.dump() << "\n";
-      else
+        std::cout << json{{"id", id}, {"released", held}}.dump() << "\n";
+      else if (held)
         std::cout << id << ": released\n";
+      else
+        std::cerr << "poolctl: lease " << id
+                  << " was not held (already released, expired, or never granted)\n";
     }
   } else if (cmd == "acquire") {
     LeaseRequest r;
@@ -279,9 +322,16 @@ int run(int argc, char** argv) {
     }
     if (r.gpus <= 0) throw badInput("acquire needs -n N (N >= 1)");
     r.owner = copt.owner;
-    Lease l = pool().acquire(r, [&](int position) {
-      if (!asJson) std::cerr << "poolctl: queued at position " << position << "\n";
-    });
+    PoolControl& p = pool();
+    Lease l;
+    {
+      // Ctrl-C (or SIGTERM, SIGHUP) while queued withdraws the request: main() says so.
+      QueueInterruption interruption;
+      l = p.acquire(r, [&](const QueueProgress& progress) {
+        if (!asJson)
+          std::cerr << "poolctl: " << formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
+      });
+    }
     if (asJson)
       std::cout << toJson(l).dump(2) << "\n";
     else
@@ -296,6 +346,10 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const PoolError& e) {
+    if (e.failure() == PoolFailure::kInterrupted) {
+      std::cerr << "poolctl: " << e.what() << "\n";
+      return 128 + e.signal();
+    }
     std::cerr << "poolctl: error: " << e.what() << "\n";
     switch (e.failure()) {
       case PoolFailure::kNeverFits:

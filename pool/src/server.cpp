@@ -400,7 +400,11 @@ struct PoolServer::Impl {
         if (p.status == QueueEntry::Status::kGranted)
           return json{{"status", "granted"}, {"lease", toJson(*p.lease)}};
         if (p.status == QueueEntry::Status::kFailed) return json{{"status", "failed"}, {"error", p.reason}};
-        if (p.position != known || last) return json{{"status", "waiting"}, {"position", p.position}};
+        if (p.position != known || last) {
+          json out = {{"status", "waiting"}, {"position", p.position}, {"reason", p.wait_reason}};
+          out["planned_start_ms"] = p.planned_start ? json(toMillis(*p.planned_start)) : json(nullptr);
+          return out;
+        }
         return std::nullopt;
       });
     });

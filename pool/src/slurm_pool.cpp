@@ -82,7 +82,7 @@ class SlurmPool : public PoolClient {
     }
   }
 
-  Lease acquire(const LeaseRequest& request, const std::function<void(int)>&) override {
+  Lease acquire(const LeaseRequest& request, const std::function<void(const QueueProgress&)>&) override {
     if (request.gpus <= 0) throw badInput("-n " + std::to_string(request.gpus) + ": at least one GPU");
     if (!partition_) return inside(request);
     return outside(request);
@@ -95,13 +95,14 @@ class SlurmPool : public PoolClient {
     return it->second;  // Slurm owns the lifetime: nothing to renew
   }
 
-  void release(const std::string& id) override {
-    leases_.erase(id);
+  bool release(const std::string& id) override {
+    bool held = leases_.erase(id) > 0;
     auto it = active_.find(id);
-    if (it == active_.end()) return;  // inside an allocation: Slurm ends it, not poolrun
+    if (it == active_.end()) return held;  // inside an allocation: Slurm ends it, not poolrun
     std::string job = it->second;
     active_.erase(it);
     system_->relinquish(job);
+    return true;
   }
 
   topo::ClusterNode node(const std::string& name) override {

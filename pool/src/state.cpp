@@ -16,6 +16,14 @@ PoolError gone(const std::string& id) {
                    "lease " + id + " is gone (expired, released or never granted); acquire a new one");
 }
 
+// " as whole nodes", " as 8 per node", " under one leaf switch" or "": the shape a request asks for.
+std::string shapeText(const LeaseRequest& r) {
+  return r.whole_nodes         ? " as whole nodes"
+         : r.gpus_per_node > 0 ? " as " + std::to_string(r.gpus_per_node) + " per node"
+         : r.one_switch        ? " under one leaf switch"
+                               : "";
+}
+
 TimePoint addSaturating(TimePoint t, seconds d) {
   if (t == kNever || d >= std::chrono::duration_cast<seconds>(kNever - t)) return kNever;
   return t + d;
@@ -391,11 +399,7 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
         if (!node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], request))
           ++usable;
     }
-    std::string shape = request.whole_nodes ? " as whole nodes"
-                        : request.gpus_per_node > 0
-                            ? " as " + std::to_string(request.gpus_per_node) + " per node"
-                        : request.one_switch ? " under one leaf switch"
-                                             : "";
+    std::string shape = shapeText(request);
     throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                     "a request for " + std::to_string(request.gpus) + " GPUs" + shape +
                         " can never be satisfied: the pool has " + std::to_string(usable) +
@@ -436,6 +440,9 @@ PollResult PoolState::poll(int64_t ticket, TimePoint now) {
     std::vector<const QueueEntry*> order = waitingInOrder();
     for (size_t i = 0; i < order.size(); ++i)
       if (order[i]->ticket == ticket) r.position = static_cast<int>(i + 1);
+    r.wait_reason = waitReason(ticket);
+    if (std::optional<TimePoint> planned = plannedStart(ticket); planned && *planned != kNever)
+      r.planned_start = planned;
     return r;
   }
   if (e.status == QueueEntry::Status::kGranted) {
@@ -567,9 +574,20 @@ std::vector<Lease> PoolState::leaseList() const {
 std::vector<QueueInfo> PoolState::queueList() const {
   std::vector<QueueInfo> out;
   int position = 0;
-  for (const QueueEntry* e : waitingInOrder())
-    out.push_back({e->ticket, ++position, e->request.owner, e->request.job_name, e->request.gpus,
-                   e->request.priority, e->enqueued});
+  for (const QueueEntry* e : waitingInOrder()) {
+    QueueInfo q;
+    q.ticket = e->ticket;
+    q.position = ++position;
+    q.owner = e->request.owner;
+    q.job_name = e->request.job_name;
+    q.gpus = e->request.gpus;
+    q.priority = e->request.priority;
+    q.enqueued = e->enqueued;
+    q.reason = waitReason(e->ticket);
+    if (std::optional<TimePoint> planned = plannedStart(e->ticket); planned && *planned != kNever)
+      q.planned_start = planned;
+    out.push_back(std::move(q));
+  }
   return out;
 }
 
@@ -626,6 +644,69 @@ std::optional<TimePoint> PoolState::plannedStart(int64_t ticket) const {
   auto it = planned_.find(ticket);
   if (it == planned_.end()) return std::nullopt;
   return it->second;
+}
+
+std::string PoolState::waitReason(int64_t ticket) const {
+  auto it = queue_.find(ticket);
+  if (it == queue_.end() || it->second.status != QueueEntry::Status::kWaiting) return "";
+  const LeaseRequest& r = it->second.request;
+  // The GPUs it could have now, as the scheduler sees them: free, not failed, on up nodes that
+  // match. Placed (in pool order) only where there are enough of them: a poll on a full pool of
+  // 1,000 nodes stays a counting pass.
+  auto usable = [&](const PoolNode& node, const Occupancy* o) {
+    std::vector<int> out;
+    for (int i = 0; i < node.gpuCount(); ++i) {
+      bool held = o != nullptr && static_cast<size_t>(i) < o->holder.size() &&
+                  !o->holder[static_cast<size_t>(i)].empty();
+      if (!held && !node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], r))
+        out.push_back(i);
+    }
+    return out;
+  };
+  auto occupancyOf = [&](const std::string& name) -> const Occupancy* {
+    auto o = occupancy_.find(name);
+    return o == occupancy_.end() ? nullptr : &o->second;
+  };
+  int free = 0;
+  auto o = occupancy_.begin();  // both maps are keyed by node name: walked side by side
+  for (const auto& [name, node] : nodes_) {
+    while (o != occupancy_.end() && o->first < name) ++o;
+    size_t n = usable(node, o != occupancy_.end() && o->first == name ? &o->second : nullptr).size();
+    if (n > 0 && nodeMatches(node, r)) free += static_cast<int>(n);  // most nodes of a busy pool have none
+  }
+  std::vector<int64_t> ahead;
+  for (const QueueEntry* e : waitingInOrder()) {
+    if (e->ticket == ticket) break;
+    ahead.push_back(e->ticket);
+  }
+  const bool constrained = !r.gpu_model.empty() || r.min_memory_bytes > 0 || r.fabric || !r.labels.empty();
+  std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
+                     ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
+  if (free >= r.gpus) {
+    std::vector<NodeView> views;
+    for (const PoolNode* node : nodesInOrder()) {
+      if (!nodeMatches(*node, r)) continue;
+      NodeView v{node, usable(*node, occupancyOf(node->name)), false};
+      v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
+      views.push_back(std::move(v));
+    }
+    if (!place(views, r))
+      text += ", not in that shape";
+    else if (ahead.empty())
+      text += ", about to start";
+    else
+      text += std::string(", held for the requests ahead") +
+              (r.max_duration ? " (it would not end before they start)"
+                              : " (with a maximum duration it could start in a gap)");
+  }
+  if (!ahead.empty()) {
+    text += ahead.size() == 1 ? "; behind ticket " : "; behind tickets ";
+    const size_t shown = std::min<size_t>(ahead.size(), 3);
+    for (size_t i = 0; i < shown; ++i)
+      text += (i == 0 ? "" : i + 1 == shown && ahead.size() <= 3 ? " and " : ", ") + std::to_string(ahead[i]);
+    if (ahead.size() > 3) text += " and " + std::to_string(ahead.size() - 3) + " more";
+  }
+  return text;
 }
 
 std::vector<double> PoolState::takeWaitSeconds() {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <future>
 #include <set>
 #include <thread>
@@ -91,8 +92,9 @@ TEST_P(Contract, AcquireRenewRelease) {
   EXPECT_GE(r.expires, l.expires);
   EXPECT_EQ(alice->leases().size(), 1u);
   EXPECT_EQ(alice->status().gpus_leased, 12);
-  alice->release(l.id);
-  alice->release(l.id);  // idempotent
+  EXPECT_TRUE(alice->release(l.id));
+  EXPECT_FALSE(alice->release(l.id)) << "idempotent: no error, and it says the lease was not held";
+  EXPECT_FALSE(alice->release("L0123456789abcdef")) << "never granted";
   EXPECT_TRUE(alice->leases().empty());
   EXPECT_EQ(alice->status().gpus_free, 128);
   try {
@@ -133,7 +135,7 @@ TEST_P(Contract, GangWaitsWholeAndTimesOut) {
   Lease big = alice->acquire(request(120));
   int positions = 0;
   try {
-    bob->acquire(request(16, seconds(1)), [&](int) { ++positions; });
+    bob->acquire(request(16, seconds(1)), [&](const QueueProgress&) { ++positions; });
     ADD_FAILURE() << "16 GPUs granted with 8 free";
   } catch (const PoolError& e) {
     EXPECT_EQ(e.failure(), PoolFailure::kTimeout) << e.what();
@@ -154,18 +156,24 @@ TEST_P(Contract, GangWaitsWholeAndTimesOut) {
 TEST_P(Contract, QueuedRequestStartsOnRelease) {
   auto alice = harness_->client("alice");
   Lease all = alice->acquire(request(128));
-  std::promise<int> firstPosition;
+  std::promise<QueueProgress> first;
   auto waiter = std::async(std::launch::async, [&] {
     auto bob = harness_->client("bob");
     bool told = false;
-    return bob->acquire(request(16), [&](int p) {
-      if (!told) firstPosition.set_value(p);
+    return bob->acquire(request(16), [&](const QueueProgress& p) {
+      if (!told) first.set_value(p);
       told = true;
     });
   });
-  EXPECT_EQ(firstPosition.get_future().get(), 1);
+  QueueProgress p = first.get_future().get();
+  EXPECT_EQ(p.position, 1);
+  EXPECT_GT(p.ticket, 0);
+  EXPECT_EQ(p.reason, "needs 16 GPUs, 0 free") << "the reason comes with the first report";
+  EXPECT_FALSE(p.planned_start) << "the lease it waits for has no end";
   ASSERT_EQ(alice->queue().size(), 1u);
   EXPECT_EQ(alice->queue()[0].owner, "bob");
+  EXPECT_EQ(alice->queue()[0].ticket, p.ticket);
+  EXPECT_EQ(alice->queue()[0].reason, "needs 16 GPUs, 0 free");
   alice->release(all.id);
   Lease got = waiter.get();
   EXPECT_EQ(got.owner, "bob");
@@ -179,7 +187,7 @@ TEST_P(Contract, OnlyTheOwnerOrAnAdministratorReleases) {
   Lease l = alice->acquire(request(4));
   for (auto op : {0, 1}) {
     try {
-      op == 0 ? bob->release(l.id) : static_cast<void>(bob->renew(l.id));
+      op == 0 ? static_cast<void>(bob->release(l.id)) : static_cast<void>(bob->renew(l.id));
       ADD_FAILURE() << "bob changed alice's lease";
     } catch (const PoolError& e) {
       EXPECT_EQ(e.failure(), PoolFailure::kForbidden) << e.what();
@@ -228,6 +236,69 @@ TEST_P(Contract, DrainAndFailKeepNewLeasesAway) {
     for (const GpuInfo& g : n.gpus)
       sawFailed |= n.name == "hgx03" && g.index == 0 && g.state == GpuState::kFailed;
   EXPECT_TRUE(sawFailed);
+}
+
+TEST_P(Contract, ProgressTellsThePlannedStart) {
+  auto alice = harness_->client("alice");
+  LeaseRequest all = request(128);
+  all.max_duration = seconds(600);
+  Lease l = alice->acquire(all);
+  auto bob = harness_->client("bob");
+  std::optional<QueueProgress> told;
+  try {
+    bob->acquire(request(16, seconds(1)), [&](const QueueProgress& p) { told = p; });
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kTimeout) << e.what();
+  }
+  ASSERT_TRUE(told);
+  ASSERT_TRUE(told->planned_start);
+  using std::chrono::floor;
+  using std::chrono::milliseconds;
+  EXPECT_EQ(floor<milliseconds>(*told->planned_start), floor<milliseconds>(*l.max_end))
+      << "when alice's lease ends at the latest (pools keep times in milliseconds)";
+  alice->release(l.id);
+}
+
+// A signal while queued (here raised by the test, as a QueueInterruption is in scope) withdraws
+// the request; a lease granted just before it is released. Nobody holds the GPUs afterwards.
+TEST_P(Contract, InterruptedWhileQueuedWithdrawsAndReleasesARacingGrant) {
+  auto alice = harness_->client("alice");
+  auto bob = harness_->client("bob");
+  Lease all = alice->acquire(request(128));
+  QueueInterruption interruption;
+  try {
+    bob->acquire(request(16), [&](const QueueProgress&) {
+      // The pool grants bob's request as alice's lease goes; the signal comes before bob has
+      // collected the grant.
+      alice->release(all.id);
+      raise(SIGINT);
+    });
+    ADD_FAILURE() << "acquire returned after the signal";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kInterrupted) << e.what();
+    EXPECT_EQ(e.signal(), SIGINT);
+    EXPECT_NE(std::string(e.what()).find("withdrew the queued request (ticket "), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(alice->queue().empty());
+  EXPECT_TRUE(alice->leases().empty()) << "no lease granted to the interrupted client";
+  EXPECT_EQ(alice->status().gpus_free, 128);
+}
+
+TEST_P(Contract, InterruptedAsTheLeaseIsGrantedReleasesIt) {
+  auto bob = harness_->client("bob");
+  QueueInterruption interruption;
+  raise(SIGTERM);  // before the request is even sent: it is granted at once, and given back
+  try {
+    bob->acquire(request(16));
+    ADD_FAILURE() << "acquire returned after the signal";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kInterrupted) << e.what();
+    EXPECT_EQ(e.signal(), SIGTERM);
+    EXPECT_NE(std::string(e.what()).find("released lease L"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(bob->leases().empty());
+  EXPECT_EQ(bob->status().gpus_free, 128);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pool, Contract, ::testing::Values("sim", "http"),

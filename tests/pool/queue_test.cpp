@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <ctime>
 #include <random>
 
 #include "inventory.hpp"
+#include "queue_wait.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -358,6 +361,167 @@ TEST(Queue, QuietClientsAreDropped) {
   EXPECT_EQ(state.poll(t, t0() + seconds(20)).position, 1);
   state.tick(t0() + seconds(51), seconds(30));
   EXPECT_THROW(state.poll(t, t0() + seconds(51)), PoolError);
+}
+
+// Why a waiting request cannot start now, for every kind of reason: too few free GPUs (those that
+// match it), free ones in the wrong shape, free ones held for the requests ahead, and who is ahead.
+struct ReasonCase {
+  const char* name;
+  const char* inventory;
+  std::vector<const char*> requests;  // submitted in order at t0; the reason is the last one's
+  const char* expected;               // "{N}": the ticket of request N
+};
+
+const ReasonCase kReasonCases[] = {
+    {"too few free", "n[01-02]/gpu[0-7]; n01 leased 0-7; n02 leased 0-3", {"8"}, "needs 8 GPUs, 4 free"},
+    {"one GPU", "n01/gpu[0-7]; n01 leased 0-7", {"1"}, "needs 1 GPU, 0 free"},
+    {"behind one", "n01/gpu[0-7]; n01 leased 0-7", {"8", "4"}, "needs 4 GPUs, 0 free; behind ticket {0}"},
+    {"behind two",
+     "n01/gpu[0-7]; n01 leased 0-7",
+     {"8", "4", "2"},
+     "needs 2 GPUs, 0 free; behind tickets {0} and {1}"},
+    {"behind many",
+     "n01/gpu[0-7]; n01 leased 0-7",
+     {"8", "4", "2 prio=5", "3", "1"},
+     "needs 1 GPU, 0 free; behind tickets {2}, {0}, {1} and 1 more"},
+    {"failed GPUs and drained nodes do not count",
+     "n[01-02]/gpu[0-7]; n01 failed 0-3; n01 leased 4-5; n02 draining",
+     {"8"},
+     "needs 8 GPUs, 2 free"},
+    {"free GPUs that match",
+     "n01/gpu[0-7] model=A100; n02/gpu[0-7] model=H100; n02 leased 0-5",
+     {"4 model=H100"},
+     "needs 4 GPUs, 2 free that match"},
+    {"per node: enough free, not in that shape",
+     "n[01-02]/gpu[0-7]; n01 leased 0-3; n02 leased 0-3",
+     {"8 ppn=8"},
+     "needs 8 GPUs as 8 per node, 8 free, not in that shape"},
+    {"whole nodes: enough free, not in that shape",
+     "n[01-02]/gpu[0-7]; n01 leased 0; n02 leased 0",
+     {"8 whole"},
+     "needs 8 GPUs as whole nodes, 14 free, not in that shape"},
+    {"held for the head, no maximum duration",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8", "2"},
+     "needs 2 GPUs, 2 free, held for the requests ahead (with a maximum duration it could start in a gap); "
+     "behind ticket {0}"},
+    {"held for the head, too long",
+     "n01/gpu[0-7]; n01 leased 0-5 for 100",
+     {"8", "2 max=150"},
+     "needs 2 GPUs, 2 free, held for the requests ahead (it would not end before they start); behind ticket "
+     "{0}"},
+};
+
+void PrintTo(const ReasonCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class WaitReason : public ::testing::TestWithParam<ReasonCase> {};
+
+TEST_P(WaitReason, SaysWhyItWaits) {
+  const ReasonCase& c = GetParam();
+  PoolState state;
+  addInventory(state, c.inventory, t0());
+  std::vector<int64_t> tickets;
+  for (const char* r : c.requests) {
+    SubmitResult s = state.submit(parseRequest(r), t0());
+    ASSERT_FALSE(s.lease) << r << " was granted at once";
+    tickets.push_back(s.ticket);
+  }
+  std::string expected = c.expected;
+  for (size_t i = 0; i < tickets.size(); ++i) {
+    std::string mark = "{" + std::to_string(i) + "}";
+    if (size_t at = expected.find(mark); at != std::string::npos)
+      expected.replace(at, mark.size(), std::to_string(tickets[i]));
+  }
+  EXPECT_EQ(state.waitReason(tickets.back()), expected);
+  EXPECT_EQ(state.poll(tickets.back(), t0()).wait_reason, expected) << "poll says the same";
+  EXPECT_EQ(state.queueList().back().reason, expected) << "so does the queue";
+}
+
+std::string reasonName(const ::testing::TestParamInfo<ReasonCase>& info) {
+  std::string n;
+  for (const char* p = info.param.name; *p; ++p) n += std::isalnum(*p) ? *p : '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Pool, WaitReason, ::testing::ValuesIn(kReasonCases), reasonName);
+
+TEST(WaitReasonTest, PlannedStartWhereTheSchedulerHasOne) {
+  PoolState state;
+  addInventory(state, "n[01-02]/gpu[0-7]; n01 leased 0-5 for 100; n02 leased 0-7", t0());
+  int64_t bounded = state.submit(parseRequest("8"), t0()).ticket;   // n01 at 100 s
+  int64_t endless = state.submit(parseRequest("16"), t0()).ticket;  // once n02's endless lease ends
+  PollResult p = state.poll(bounded, t0());
+  EXPECT_EQ(p.planned_start, t0() + seconds(100));
+  EXPECT_EQ(state.queueList().front().planned_start, t0() + seconds(100));
+  EXPECT_FALSE(state.poll(endless, t0()).planned_start) << "no time to tell: it waits for an endless lease";
+  EXPECT_EQ(state.waitReason(12345), "") << "not a waiting ticket";
+}
+
+// What a queued client prints: each line, times in UTC here.
+TEST(QueueProgressTest, Printed) {
+  setenv("TZ", "UTC", 1);
+  tzset();
+  const TimePoint now = t0() + std::chrono::hours(12);  // noon
+  struct Case {
+    QueueProgress progress;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{5, 1, seconds(0), "", std::nullopt}, "queued at position 1 (ticket 5), waited 0:00"},
+      {{18, 2, seconds(65), "needs 120 GPUs, 108 free; behind ticket 3", now + seconds(180)},
+       "queued at position 2 (ticket 18), waited 1:05: needs 120 GPUs, 108 free; behind ticket 3; planned "
+       "start "
+       "12:03:00 (in 3:00)"},
+      {{7, 1, seconds(3723), "needs 8 GPUs, 0 free", now + std::chrono::hours(13)},
+       "queued at position 1 (ticket 7), waited 1:02:03: needs 8 GPUs, 0 free; planned start "
+       "2019-12-21T01:00:00 (in 13:00:00)"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(formatQueueProgress(c.progress, now), c.expected);
+  EXPECT_EQ(formatElapsed(seconds(42)), "0:42");
+  EXPECT_EQ(formatElapsed(seconds(303)), "5:03");
+  EXPECT_EQ(formatElapsed(seconds(2 * 86400 + 3600)), "2-01:00:00");
+  EXPECT_EQ(formatElapsed(seconds(-5)), "0:00");
+}
+
+// A waiting client tells its caller on every change and at least every 30 s, not at every poll.
+TEST(QueueProgressTest, PacedOnChangeAndEvery30Seconds) {
+  using Steady = std::chrono::steady_clock;
+  const Steady::time_point start{};
+  const QueueProgress base{3, 2, seconds(0), "needs 8 GPUs, 0 free; behind ticket 1", std::nullopt};
+  struct Step {
+    int at_s;
+    QueueProgress progress;
+    bool told;
+  };
+  auto with = [&](auto change) {
+    QueueProgress p = base;
+    change(p);
+    return p;
+  };
+  const std::vector<Step> steps = {
+      {0, base, true},                                                      // queued
+      {1, with([](QueueProgress& p) { p.waited = seconds(1); }), false},    // only time passed
+      {29, with([](QueueProgress& p) { p.waited = seconds(29); }), false},  //
+      {30, with([](QueueProgress& p) { p.waited = seconds(30); }), true},   // 30 s since the last
+      {31, with([](QueueProgress& p) { p.position = 1; }), true},           // moved up
+      {32, with([](QueueProgress& p) { p.position = 1; }), false},          //
+      {33, with([](QueueProgress& p) {
+         p.position = 1;
+         p.reason = "needs 8 GPUs, 4 free";
+       }),
+       true},  // a new reason
+      {34, with([](QueueProgress& p) {
+         p.position = 1;
+         p.reason = "needs 8 GPUs, 4 free";
+         p.planned_start = t0();
+       }),
+       true},  // a planned start
+  };
+  ProgressPacer pacer;
+  for (const Step& s : steps)
+    EXPECT_EQ(pacer.due(s.progress, start + seconds(s.at_s)), s.told) << "at " << s.at_s << " s";
 }
 
 }  // namespace

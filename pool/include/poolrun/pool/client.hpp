@@ -10,6 +10,7 @@
 // Every implementation passes the same contract tests.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -73,38 +74,81 @@ enum class PoolFailure {
   kUnauthorized,  // 401: no token, or one the pool does not know
   kForbidden,     // 403: the token's owner or role may not do this
   kGone,          // renew of a lease that expired, was released or never existed
+  kInterrupted,   // a signal (PoolError::signal()) ended a queued wait; the request was withdrawn
 };
 
 // A poolrun::Error with the reason a pool refused; thrown by every PoolClient.
 class PoolError : public Error {
  public:
-  PoolError(PoolFailure failure, ErrorCode code, const std::string& message, int position = 0)
-      : Error(code, message), failure_(failure), position_(position) {}
+  PoolError(PoolFailure failure, ErrorCode code, const std::string& message, int position = 0, int signal = 0)
+      : Error(code, message), failure_(failure), position_(position), signal_(signal) {}
   PoolFailure failure() const noexcept { return failure_; }
   int position() const noexcept { return position_; }  // kTimeout: the last queue position
+  int signal() const noexcept { return signal_; }      // kInterrupted: the signal's number
 
  private:
   PoolFailure failure_;
   int position_;
+  int signal_;
 };
 
 // The error a client raises when `request` did not fit within its --wait; `pool` names the pool.
 PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool);
 
+// Where a queued request stands, as its client tells its caller while it waits.
+struct QueueProgress {
+  int64_t ticket = 0;
+  int position = 0;                // 1: the head
+  std::chrono::seconds waited{0};  // since the client queued it
+  std::string reason;              // why it cannot start now (PoolState::waitReason); may be empty
+  std::optional<std::chrono::system_clock::time_point> planned_start;  // where the scheduler has one
+  // Whether the caller is told anything new, position, reason or planned start (waited aside).
+  bool sameAs(const QueueProgress& other) const {
+    return ticket == other.ticket && position == other.position && reason == other.reason &&
+           planned_start == other.planned_start;
+  }
+};
+
+// "queued at position 2 (ticket 18), waited 1:05: needs 120 GPUs, 108 free; behind ticket 3;
+// planned start 12:04:31 (in 3:00)": what poolrun and poolctl print; times in local time.
+std::string formatQueueProgress(const QueueProgress& progress, std::chrono::system_clock::time_point now);
+// "0:42", "5:03", "1:02:03", "2-01:00:00": a duration as Slurm's squeue shows one (negative: 0:00).
+std::string formatElapsed(std::chrono::seconds duration);
+// "12:04:31" on the day of `now`, else "2026-12-02T09:00:00"; local time.
+std::string formatLocalTime(std::chrono::system_clock::time_point t,
+                            std::chrono::system_clock::time_point now);
+
+// While one is in scope, SIGINT, SIGTERM and SIGHUP end a queued PoolClient::acquire rather than
+// the process: the handler only records the signal; acquire sees it within a second (one poll),
+// withdraws its queued request, releases a lease granted meanwhile, and throws PoolError
+// kInterrupted with the signal and what it did ("withdrew the queued request (ticket 18)"). The
+// previous dispositions come back when it goes (a signal ignored when it came stays ignored); a
+// signal it caught that no acquire acted on is raised again then, so that none is lost. One at a
+// time per process; made and destroyed on the main thread.
+class QueueInterruption {
+ public:
+  QueueInterruption();
+  ~QueueInterruption();
+  QueueInterruption(const QueueInterruption&) = delete;
+  QueueInterruption& operator=(const QueueInterruption&) = delete;
+};
+
 class PoolClient {
  public:
   virtual ~PoolClient() = default;
 
-  // All-or-nothing. Blocks while queued (calling `queued(position)` when the position changes),
-  // up to request.wait. Throws poolrun::Error: kUnsupported when the pool can never satisfy the
-  // request, kNotFound/kIo on a pool that cannot be reached, and a timeout error (kIo) with the
-  // last queue position when `wait` runs out.
+  // All-or-nothing. Blocks while queued, up to request.wait, calling `queued` when the request is
+  // queued, whenever its position, reason or planned start changes, and at least every 30 s.
+  // Throws poolrun::Error: kUnsupported when the pool can never satisfy the request, kNotFound/kIo
+  // on a pool that cannot be reached, a timeout error (kIo) with the last queue position when
+  // `wait` runs out, and PoolError kInterrupted (see QueueInterruption).
   virtual Lease acquire(const LeaseRequest& request,
-                        const std::function<void(int position)>& queued = {}) = 0;
+                        const std::function<void(const QueueProgress&)>& queued = {}) = 0;
   // Extends the lease by its ttl (never past max_duration). Throws when it is gone (expired/released).
   virtual Lease renew(const std::string& lease_id) = 0;
-  // Idempotent: releasing a released or expired lease is not an error.
-  virtual void release(const std::string& lease_id) = 0;
+  // Idempotent: releasing a released or expired lease is not an error. Returns whether the lease
+  // was held (false: already released, expired, or never granted).
+  virtual bool release(const std::string& lease_id) = 0;
 
   // Housekeeping that may wait for the disk, done by a launcher while its job runs, where waiting
   // costs the job nothing: the embedded pools checkpoint their file, so that the next launch

@@ -46,6 +46,8 @@ struct QueueInfo {
   int gpus = 0;
   int priority = 0;
   std::chrono::system_clock::time_point enqueued;
+  std::string reason;  // why it cannot start now (PoolState::waitReason)
+  std::optional<std::chrono::system_clock::time_point> planned_start;  // where the scheduler has one
 };
 
 struct PoolStatus {

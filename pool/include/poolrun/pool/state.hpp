@@ -69,7 +69,11 @@ struct PollResult {
   QueueEntry::Status status = QueueEntry::Status::kWaiting;
   int position = 0;
   std::optional<Lease> lease;
-  std::string reason;
+  std::string reason;  // kFailed: why
+  // kWaiting: why it cannot start now (waitReason) and when it is planned to (plannedStart, where
+  // the start is a time: not one that waits for leases without an end).
+  std::string wait_reason;
+  std::optional<TimePoint> planned_start;
 };
 
 class PoolState {
@@ -109,8 +113,17 @@ class PoolState {
   std::vector<NodeInfo> nodeInfos() const;
   std::vector<Lease> leaseList() const;      // by creation time
   std::vector<QueueInfo> queueList() const;  // in queue order
-  // When the last scheduling pass planned a waiting request to start (nullopt: it fits nowhere).
+  // When the last scheduling pass planned a waiting request to start (nullopt: it fits nowhere;
+  // kNever: once leases without an end have ended).
   std::optional<TimePoint> plannedStart(int64_t ticket) const;
+  // Why a waiting request cannot start now, in words: the GPUs it needs against the free ones that
+  // match it, the shape where that is what fails, and the requests ahead of it:
+  //   "needs 120 GPUs, 108 free; behind ticket 3"
+  //   "needs 16 GPUs as 8 per node, 20 free that match, not in that shape"
+  //   "needs 2 GPUs, 6 free, held for the requests ahead (with a maximum duration it could start
+  //    in a gap); behind ticket 3"
+  // Empty for a ticket that is not waiting. Cost: one pass over the pool's GPUs and one placement.
+  std::string waitReason(int64_t ticket) const;
   uint64_t leasesGranted() const { return leases_granted_; }
   int64_t nextTicket() const { return next_ticket_; }
 
