@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -419,7 +420,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       nlohmann::ordered_json config = tunerConfig(plan);
       bool netKnown = plan.nodes.size() == 1 || config["net"]["nics_per_node"].get<size_t>() > 0;
       if (netKnown) {
-        std::ofstream(dir / "tuner.json") << config.dump(2) << "\n";
+        writeJobFile(dir / "tuner.json", config.dump(2) + "\n");
         spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
         spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", config.dump());
       } else {
@@ -430,19 +431,43 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
     MpiCommand cmd =
         launcher == "srun" ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(mpirun, flavor));
-    std::ofstream(dir / "hostfile") << cmd.hostfile;
-    std::ofstream(dir / "rankfile.mpi") << cmd.rankfile;
-    std::ofstream(dir / "command") << shellJoin(cmd.argv) << "\n";
+    writeJobFile(dir / "hostfile", cmd.hostfile);
+    writeJobFile(dir / "rankfile.mpi", cmd.rankfile);
+    // The launch as it can be run again by hand: run.sh sets every variable and runs mpirun; the
+    // command file is the same for reading, the two JSON documents read from their files.
+    std::map<std::string, std::string> fromFiles;
+    for (const auto& [k, v] : cmd.env) {
+      if (k == "POOLRUN_RANK_ENV") {
+        writeJobFile(dir / "rank-env.json", v + "\n");
+        fromFiles[k] = (dir / "rank-env.json").string();
+      } else if (k == "POOLRUN_TUNER_CONFIG") {
+        fromFiles[k] = (dir / "tuner.json").string();
+      }
+    }
+    const std::string command = readableCommand(cmd, fromFiles);
+    writeJobFile(dir / "command", command);
+    const std::filesystem::path script = dir / "run.sh";
+    // Synced for a dry run, whose product it is; a launch's own copy is a record, and the sync would
+    // cost it about 4 ms (plan.hpp).
+    using std::filesystem::perms;
+    writeJobFileAtomically(
+        script, launchScript(cmd, std::filesystem::current_path()),
+        perms::owner_all | perms::group_read | perms::group_exec | perms::others_read | perms::others_exec,
+        vm.count("dry-run") > 0);
 
     if (vm.count("dry-run")) {
       out << planTable(plan) << "\nlease " << lease.id << " from " << pool->describe()
           << " (released: dry run)\n"
-          << "job directory: " << dir.string() << "\n\n";
-      for (const auto& [k, v] : cmd.env) {
-        if (k != "POOLRUN_RANK_ENV" && k != "POOLRUN_TUNER_CONFIG")
-          out << k << "=" << shellJoin({v}) << " \\\n";
-      }
-      out << shellJoin(cmd.argv) << "\n";
+          << "job directory: " << dir.string() << "\n\n"
+          << "wrote " << script.string()
+          << ", which sets every variable below and runs mpirun; to run the job:\n"
+          << "  sh " << shellJoin({script.string()}) << "\n"
+          << (simulated
+                  ? ""
+                  : "(nothing holds these GPUs for it then: the lease was released, and without poolrun "
+                    "no lease is taken)\n")
+          << "\n"
+          << command;
       return 0;
     }
 

@@ -387,6 +387,46 @@ TEST_F(RunTest, DryRunOpenMpi4And5) {
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
 }
 
+// What --dry-run prints runs the job: the job directory's run.sh (the line the dry run prints) and its
+// command file, each run with a shell after the dry run gave the lease back (a simulated cluster needs
+// none), start every rank with its plan's variables and the tuner configuration.
+TEST_F(RunTest, DryRunScriptRunsTheJob) {
+  const std::string cluster = src("clusters/sim-ib.toml");
+  Result dry = poolrun("--pool sim:" + cluster + " -n 4 --gpus-per-node 2 --dry-run " + RANK_REPORT);
+  ASSERT_EQ(dry.status, 0) << dry.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path() / "reports" / "rank-0.json")) << "a dry run started ranks";
+  EXPECT_TRUE(leases(cluster).empty()) << "the dry run gave its lease back";
+  const std::string script = (jobDir() / "run.sh").string();
+  const std::string line = "\n  sh " + script + "\n";
+  ASSERT_NE(dry.out.find(line), std::string::npos) << "the dry run names the script to run\n" << dry.out;
+  // The readable command is the command file, with the two JSON documents read from their files.
+  const std::string command = slurp(jobDir() / "command");
+  EXPECT_NE(dry.out.find(command), std::string::npos) << dry.out;
+  EXPECT_NE(command.find("POOLRUN_RANK_ENV=\"$(cat " + (jobDir() / "rank-env.json").string() + ")\" \\\n"),
+            std::string::npos)
+      << command;
+  EXPECT_NE(command.find("POOLRUN_TUNER_CONFIG=\"$(cat " + (jobDir() / "tuner.json").string() + ")\" \\\n"),
+            std::string::npos)
+      << command;
+
+  for (const std::string& run : {"sh " + script, "sh " + (jobDir() / "command").string()}) {
+    SCOPED_TRACE(run);
+    std::filesystem::remove_all(tmp_.path() / "reports");
+    std::filesystem::create_directories(tmp_.path() / "reports");
+    // From another folder, as a user would: run.sh goes where poolrun ran; the command file runs
+    // where it is run, and the program's path here is absolute.
+    Result r = poolrun::test::runShell("cd / && " + env() + "timeout 120 " + run);
+    ASSERT_EQ(r.status, 0) << r.err;
+    checkAgainstPlan(4);
+    for (int rank = 0; rank < 4; ++rank) {
+      json rep = report(rank);
+      EXPECT_EQ(rep["env"].value("RANK", ""), std::to_string(rank));
+      EXPECT_EQ(json::parse(rep["env"].value("POOLRUN_TUNER_CONFIG", "null")),
+                json::parse(slurp(jobDir() / "tuner.json")));
+    }
+  }
+}
+
 // A two-node RoCE cluster whose second node's topology is the shipped one, changed by `change`.
 std::string roceClusterWith(const TempDir& dir, const std::function<void(json&)>& change) {
   json topology = json::parse(slurp(src("topologies/hgx-h100-8gpu-8roce.json")));
