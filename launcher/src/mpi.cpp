@@ -250,6 +250,13 @@ MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
     a.insert(a.end(), {"-x", name});
   }
   for (const std::string& x : spec.user_exports) a.insert(a.end(), {"-x", x});
+  if (spec.tag_output) {
+    if (ompi4)
+      a.push_back("--tag-output");
+    else
+      a.insert(a.end(), {"--output", "tag"});
+  }
+  a.insert(a.end(), spec.mpirun_args.begin(), spec.mpirun_args.end());
   a.push_back(spec.rank_wrapper);
   a.insert(a.end(), spec.program.begin(), spec.program.end());
   return cmd;

@@ -69,7 +69,10 @@ std::string usage() {
          "  --max-user-priority P         highest priority of a user's request; administrators may use\n"
          "                                any from " +
          n(poolrun::pool::kPriorityRange.min) + " to " + n(poolrun::pool::kPriorityRange.max) + " (default " +
-         n(d.max_user_priority) + ")\n";
+         n(d.max_user_priority) +
+         ")\n"
+         "environment:\n"
+         "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
 }
 
 template <typename T>

@@ -45,6 +45,10 @@ struct LaunchSpec {
   // The user's pass-through: -x VAR[=VALUE] and --mca KEY VALUE.
   std::vector<std::string> user_exports;
   std::vector<std::pair<std::string, std::string>> user_mca;
+  // Every line of the ranks' output prefixed with its rank (4.x --tag-output, 5.x --output tag).
+  bool tag_output = false;
+  // --mpirun-arg: options given to mpirun verbatim, after poolrun's own, before the program.
+  std::vector<std::string> mpirun_args;
 };
 
 struct MpiCommand {
