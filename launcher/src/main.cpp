@@ -5,12 +5,14 @@
 #include <vector>
 
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/topo/version.hpp"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: poolrun [options] -n N [--] PROGRAM [ARGS...]   run a job (poolrun --help)\n"
     "       poolrun COMMAND [options]\n"
+    "       poolrun --version\n"
     "\n";
 
 }  // namespace
@@ -20,6 +22,10 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "help") {
     (args.empty() ? std::cerr : std::cout) << kUsage << poolrun::launcher::kCommandList;
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << poolrun::topo::versionText("poolrun");
+    return 0;
   }
   std::string command = args[0];
   if (command.starts_with("-")) return poolrun::launcher::runCommand(args, std::cout, std::cerr);

@@ -16,6 +16,7 @@
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/version.hpp"
 
 namespace {
 
@@ -51,7 +52,7 @@ constexpr const char* kUsage =
     "                     else $HOME/.local/state/poolrun)\n"
     "  USER               the owner in local and sim: pools when --owner is not given\n"
     "  POOLRUN_FIXTURES   where cluster files' shared/fixtures/ topologies are (sim:, register)\n"
-    "`poolctl help COMMAND` or `poolctl COMMAND --help`: that command's help.\n";
+    "`poolctl help COMMAND` or `poolctl COMMAND --help`: that command's help; `poolctl --version`.\n";
 
 // `poolctl help COMMAND`, `poolctl COMMAND --help`. Options of every command: see kUsage.
 const char* commandHelp(const std::string& command) {
@@ -157,6 +158,9 @@ int run(int argc, char** argv) {
       if (help == nullptr && !command.empty())
         throw badInput("no command '" + topo::printable(command) + "' to give the help of");
       std::cout << (help != nullptr ? help : kUsage);
+      return 0;
+    } else if (a == "--version") {
+      std::cout << topo::versionText("poolctl");
       return 0;
     } else if (a == "--pool") {
       uri = value();

@@ -12,6 +12,7 @@
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/options.hpp"
+#include "poolrun/topo/version.hpp"
 
 namespace {
 
@@ -29,6 +30,7 @@ std::string usage() {
   auto n = [](auto v) { return std::to_string(v); };
   auto s = [](std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000); };
   return "usage: poold --state DIR --token-file FILE [--listen HOST:PORT] [--cluster FILE]\n"
+         "       poold --help | --version\n"
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
@@ -95,6 +97,9 @@ int main(int argc, char** argv) {
       };
       if (a == "--help" || a == "-h") {
         std::cout << usage();
+        return 0;
+      } else if (a == "--version") {
+        std::cout << topo::versionText("poold");
         return 0;
       } else if (a == "--listen") {
         std::string v = value();

@@ -115,6 +115,23 @@ TEST(OptionsTest, MinusNpIsMinusN) {
   EXPECT_EQ(fromPool.out, plan.out);
 }
 
+// --version in every binary: the project's version, then the build's NCCL, CUDA, MPI and hwloc.
+TEST(OptionsTest, EveryBinaryHasVersion) {
+  static const std::regex kVersion(
+      R"(^[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+\nbuilt with: NCCL ([0-9.]+|none), CUDA ([0-9.]+|none), )"
+      R"((Open MPI [0-9.]+|MPICH [0-9.a-z]+|Open MPI none), hwloc [0-9][0-9.a-z]*\n$)");
+  for (const auto& [name, binary] :
+       std::vector<std::pair<std::string, std::string>>{{"poolrun", POOLRUN_BINARY},
+                                                        {"poolctl", POOLCTL_BINARY},
+                                                        {"poold", POOLD_BINARY},
+                                                        {"poolrun-sim-agent", SIM_AGENT_BINARY}}) {
+    poolrun::test::ProcessResult r = poolrun::test::runShell("timeout 60 " + binary + " --version");
+    EXPECT_EQ(r.status, 0) << binary << "\n" << r.err;
+    EXPECT_TRUE(std::regex_match(r.out, kVersion)) << r.out;
+    EXPECT_EQ(r.out.substr(0, name.size() + 1), name + " ") << r.out;
+  }
+}
+
 // Every help names its values (no Boost "arg"), poolrun's lists the commands and the environment,
 // and poolctl gives each command's own help both ways.
 TEST(OptionsTest, HelpNamesValuesCommandsAndEnvironment) {

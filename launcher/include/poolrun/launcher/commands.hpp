@@ -17,7 +17,7 @@ inline constexpr const char* kCommandList =
     "  plan     show which GPU, NIC(s), cores and environment every rank of a job would get\n"
     "  doctor   check this node for what makes NCCL jobs hang or run slow (ports, GIDs, GPUDirect RDMA)\n"
     "  tuner    explain the NCCL tuner plugin's choices; calibrate it from nccl-tests logs\n"
-    "Run `poolrun COMMAND --help` for the options of a command.\n";
+    "Run `poolrun COMMAND --help` for the options of a command, `poolrun --version` for the versions.\n";
 
 // poolrun topo [--from FILE] [--format matrix|json|nccl-xml|dot|svg] [--sysfs-root DIR] [-o FILE]
 int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
