@@ -18,7 +18,8 @@ constexpr const char* kDoctorUsage =
     "                      [--mtu N] [--json] [--slurm]\n"
     "Checks this node for what makes NCCL jobs hang or run slow: RDMA ports, RoCE GIDs and MTU,\n"
     "GPUDirect RDMA (peer memory, PCIe ACS, IOMMU), host settings, Open MPI and UCX, GPU health.\n"
-    "--slurm runs it on every node of the Slurm allocation it is in and prints one table.\n"
+    "--slurm runs it on every node of the Slurm allocation it is in and prints one table\n"
+    "(environment: SLURM_JOB_ID and SLURM_JOB_NODELIST, the allocation).\n"
     "Exit status: 0 when nothing FAILs, 1 when a check FAILs, 2 on a bad command line.\n";
 
 // "mlx5_0,mlx5_1:2" -> ports (port 1 where none is named).
@@ -53,12 +54,13 @@ int doctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
   po::options_description opts("poolrun doctor options");
   std::string sysRoot = "/sys", procRoot = "/proc", devRoot = "/dev", nics;
   int mtu = 9000;
-  opts.add_options()("help,h", "show this help")("sysfs-root", po::value(&sysRoot),
+  opts.add_options()("help,h", "show this help")("sysfs-root", po::value(&sysRoot)->value_name("DIR"),
                                                  "read DIR instead of /sys")(
-      "proc-root", po::value(&procRoot), "read DIR instead of /proc")("dev-root", po::value(&devRoot),
-                                                                      "read DIR instead of /dev")(
-      "nic", po::value(&nics), "check only these RDMA ports (NIC or NIC:PORT, comma-separated)")(
-      "mtu", po::value(&mtu), "the netdev MTU the RoCE fabric expects (default 9000)")(
+      "proc-root", po::value(&procRoot)->value_name("DIR"), "read DIR instead of /proc")(
+      "dev-root", po::value(&devRoot)->value_name("DIR"), "read DIR instead of /dev")(
+      "nic", po::value(&nics)->value_name("LIST"),
+      "check only these RDMA ports (NIC or NIC:PORT, comma-separated)")(
+      "mtu", po::value(&mtu)->value_name("N"), "the netdev MTU the RoCE fabric expects (default 9000)")(
       "json", "print a JSON document")(
       "slurm", "run on every node of this Slurm allocation (one srun task per node), one table");
   po::variables_map vm;

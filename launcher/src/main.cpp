@@ -5,28 +5,27 @@
 #include <vector>
 
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/topo/version.hpp"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: poolrun [options] -n N [--] PROGRAM [ARGS...]   run a job (poolrun --help)\n"
-    "       poolrun <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  topo     show how this node's GPUs, NICs, PCIe switches and NUMA nodes are wired\n"
-    "  plan     show which GPU, NIC(s), cores and environment every rank of a job would get\n"
-    "  doctor   check this node for what makes NCCL jobs hang or run slow (ports, GIDs, GPUDirect RDMA)\n"
-    "  tuner    explain the NCCL tuner plugin's choices; calibrate it from nccl-tests logs\n"
-    "\n"
-    "Run `poolrun <command> --help` for the options of a command.\n";
+    "       poolrun COMMAND [options]\n"
+    "       poolrun --version\n"
+    "\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help") {
-    (args.empty() ? std::cerr : std::cout) << kUsage;
+    (args.empty() ? std::cerr : std::cout) << kUsage << poolrun::launcher::kCommandList;
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << poolrun::topo::versionText("poolrun");
+    return 0;
   }
   std::string command = args[0];
   if (command.starts_with("-")) return poolrun::launcher::runCommand(args, std::cout, std::cerr);
@@ -39,6 +38,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return poolrun::launcher::reportError(e, std::cerr);
   }
-  std::cerr << "poolrun: error: unknown command '" << command << "'\n" << kUsage;
+  std::cerr << "poolrun: error: unknown command '" << command << "'\n"
+            << kUsage << poolrun::launcher::kCommandList;
   return 2;
 }

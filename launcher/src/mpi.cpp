@@ -98,6 +98,28 @@ std::string shellJoin(const std::vector<std::string>& argv) {
   return out;
 }
 
+std::string launchScript(const MpiCommand& cmd, const std::filesystem::path& workdir) {
+  std::string out =
+      "#!/bin/sh\n"
+      "# Written by poolrun: the job's mpirun with every variable poolrun sets for it. Without\n"
+      "# poolrun nothing holds a lease on these GPUs, renews it or gives it back.\n";
+  for (const auto& [k, v] : cmd.env) out += "export " + k + "=" + shellJoin({v}) + "\n";
+  return out + "cd " + shellJoin({workdir.string()}) + " || exit 125\nexec " + shellJoin(cmd.argv) + "\n";
+}
+
+std::string readableCommand(const MpiCommand& cmd, const std::map<std::string, std::string>& from_files) {
+  std::string out;
+  for (const auto& [k, v] : cmd.env) {
+    auto file = from_files.find(k);
+    // Quoted, the substitution stays one word whatever the file holds; the name inside it is a
+    // word of its own, quoted as such.
+    out += k + "=" +
+           (file == from_files.end() ? shellJoin({v}) : "\"$(cat " + shellJoin({file->second}) + ")\"") +
+           " \\\n";
+  }
+  return out + shellJoin(cmd.argv) + "\n";
+}
+
 std::string encodeRankEnv(const JobPlan& plan, bool simulated) {
   using ojson = nlohmann::ordered_json;
   std::map<std::vector<std::pair<std::string, std::string>>, size_t> setIndex;
@@ -228,6 +250,13 @@ MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
     a.insert(a.end(), {"-x", name});
   }
   for (const std::string& x : spec.user_exports) a.insert(a.end(), {"-x", x});
+  if (spec.tag_output) {
+    if (ompi4)
+      a.push_back("--tag-output");
+    else
+      a.insert(a.end(), {"--output", "tag"});
+  }
+  a.insert(a.end(), spec.mpirun_args.begin(), spec.mpirun_args.end());
   a.push_back(spec.rank_wrapper);
   a.insert(a.end(), spec.program.begin(), spec.program.end());
   return cmd;

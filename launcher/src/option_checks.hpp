@@ -33,18 +33,22 @@ inline void checkNumericOptions(const boost::program_options::parsed_options& pa
   }
 }
 
-// "-x needs a value VAR[=VALUE]": an option without its value, or with "--" in its place.
-[[noreturn]] inline void missingValue(const std::string& option) {
-  throw boost::program_options::error(option + " needs a value" + (option == "-x" ? " VAR[=VALUE]" : ""));
+// "-n needs a value: N, the number of ranks, one per GPU": an option without its value, or with "--"
+// in its place, named as the user wrote it, with its value's name and help.
+[[noreturn]] inline void missingValue(const std::string& option,
+                                      const boost::program_options::option_description& d) {
+  throw boost::program_options::error(option + " needs a value: " + d.semantic()->name() + ", " +
+                                      d.description());
 }
 
-// Whether `arg` names an option of `opts` that takes a value given as the next argument.
-inline bool takesNextValue(const std::string& arg, const boost::program_options::options_description& opts) {
-  if (arg.size() < 2 || arg[0] != '-' || arg == "--" || arg.find('=') != std::string::npos) return false;
-  if (!arg.starts_with("--") && arg.size() > 2) return false;  // "-n4"
+// The option of `opts` that `arg` names if it takes a value given as the next argument, else null.
+inline const boost::program_options::option_description* takesNextValue(
+    const std::string& arg, const boost::program_options::options_description& opts) {
+  if (arg.size() < 2 || arg[0] != '-' || arg == "--" || arg.find('=') != std::string::npos) return nullptr;
+  if (!arg.starts_with("--") && arg.size() > 2) return nullptr;  // "-n4"
   std::string name = arg.starts_with("--") ? arg.substr(2) : arg.substr(0, 2);
   const boost::program_options::option_description* d = opts.find_nothrow(name, false);
-  return d != nullptr && d->semantic()->max_tokens() > 0;
+  return d != nullptr && d->semantic()->max_tokens() > 0 ? d : nullptr;
 }
 
 // Every option of `args` that takes a value has one that is not "--".
@@ -52,8 +56,9 @@ inline void checkValuesGiven(const std::vector<std::string>& args,
                              const boost::program_options::options_description& opts) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--") return;
-    if (!takesNextValue(args[i], opts)) continue;
-    if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(args[i]);
+    const boost::program_options::option_description* d = takesNextValue(args[i], opts);
+    if (d == nullptr) continue;
+    if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(args[i], *d);
     ++i;
   }
 }

@@ -20,6 +20,13 @@ constexpr const char* kPlanUsage =
     "                    [--gdr auto|on|off] [--roce-tc N] [-x VAR=VALUE]... [--json] [--out DIR]\n"
     "Shows which GPU, NIC(s), cores and environment every rank would get.\n";
 
+constexpr const char* kPlanEnvironment =
+    "\nenvironment:\n"
+    "  POOLRUN_POOL       sim:CLUSTER_FILE: that cluster file when neither --cluster nor --from is given\n"
+    "  POOLRUN_FIXTURES   where cluster files' shared/fixtures/ topologies are\n"
+    "  CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, NCCL_SOCKET_IFNAME, ... (the variables a plan sets)\n"
+    "                     set: yours wins over the plan's (as -x VAR=VALUE does)\n";
+
 }  // namespace
 
 int planCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -27,21 +34,33 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
   std::string clusterFile, from, fabric = "auto", gdr = "auto", outDir;
   int ranks = 0, gpusPerNode = 0, roceTc = -1;
   std::vector<std::string> exports;
-  opts.add_options()("help,h", "show this help")("cluster", po::value(&clusterFile),
-                                                 "the cluster file (TOML)")(
-      "from", po::value(&from), "plan on the one node this topology file describes")(
-      ",n", po::value(&ranks), "number of ranks (one per GPU)")("gpus-per-node", po::value(&gpusPerNode),
-                                                                "GPUs to use on each node (default: all)")(
-      "fabric", po::value(&fabric), "auto (default), ib, roce or tcp")(
-      "gdr", po::value(&gdr), "GPUDirect RDMA: auto (PXB or closer), on (also PHB), off")(
-      "roce-tc", po::value(&roceTc), "RoCE traffic class (NCCL_IB_TC)")(
-      ",x", po::value(&exports), "VAR=VALUE the ranks get; wins over what the plan would set")(
-      "json", "print the poolrun.plan/1 document")(
-      "out", po::value(&outDir), "write the job directory (plan.json, rankfile, topo-NODE.xml)");
+  // clang-format off
+  opts.add_options()
+      ("help,h", "show this help")
+      ("cluster", po::value(&clusterFile)->value_name("FILE"), "the cluster file (TOML)")
+      ("from", po::value(&from)->value_name("TOPOLOGY"), "plan on the one node this topology file describes")
+      (",n", po::value(&ranks)->value_name("N"), "the number of ranks, one per GPU (-np N is the same)")
+      ("gpus-per-node", po::value(&gpusPerNode)->value_name("K"), "GPUs to use on each node (default: all)")
+      ("fabric", po::value(&fabric)->value_name("FABRIC"), "auto (default), ib, roce or tcp")
+      ("gdr", po::value(&gdr)->value_name("MODE"), "GPUDirect RDMA: auto (PXB or closer), on (also PHB), off")
+      ("roce-tc", po::value(&roceTc)->value_name("N"), "RoCE traffic class (NCCL_IB_TC)")
+      (",x", po::value(&exports)->value_name("VAR=VALUE"),
+       "a variable the ranks get, over what the plan sets")
+      ("json", "print the poolrun.plan/1 document")
+      ("out", po::value(&outDir)->value_name("DIR"),
+       "write the job directory (plan.json, rankfile, topo-NODE.xml)");
+  // clang-format on
   po::variables_map vm;
   try {
-    checkValuesGiven(args, opts);
-    po::parsed_options parsed = po::command_line_parser(args).options(opts).run();
+    // mpirun's -np N is -n N.
+    std::vector<std::string> given = args;
+    for (size_t i = 0; i < given.size() && given[i] != "--"; ++i) {
+      if (given[i] != "-np" && given[i] != "--np") continue;
+      if (i + 1 >= given.size() || given[i + 1] == "--") missingValue(given[i], opts.find("-n", false));
+      given[i] = "-n";
+    }
+    checkValuesGiven(given, opts);
+    po::parsed_options parsed = po::command_line_parser(given).options(opts).run();
     // The ranges of `poolrun` itself (run_command.cpp), so that a plan and a run refuse the same.
     checkNumericOptions(parsed, {{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
                                  {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
@@ -56,9 +75,13 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     return 2;
   }
   if (vm.count("help")) {
-    out << kPlanUsage << opts;
+    out << kPlanUsage << opts << kPlanEnvironment;
     return 0;
   }
+  // A simulated pool's cluster file is the cluster to plan on, as poolrun would run there.
+  const char* pool = std::getenv("POOLRUN_POOL");
+  if (clusterFile.empty() && from.empty() && pool != nullptr && std::string_view(pool).starts_with("sim:"))
+    clusterFile = std::string(pool).substr(4);
   if (clusterFile.empty() == from.empty()) {
     err << "poolrun: error: give exactly one of --cluster FILE and --from TOPOLOGY\n" << kPlanUsage;
     return 2;

@@ -1,7 +1,13 @@
 // What a plan looks like to people (the table), to tools (plan.json), to Open MPI (the rankfile)
 // and to NCCL (per-node topology XML).
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <fstream>
@@ -38,16 +44,54 @@ std::string gdrCell(const RankPlan& r) {
   return "n/a";
 }
 
-void writeFile(const std::filesystem::path& file, const std::string& text) {
+}  // namespace
+
+void writeJobFile(const std::filesystem::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::binary);
   out << text;
+  out.close();
   if (!out) {
     throw Error(ErrorCode::kIo,
                 file.string() + ": cannot write (check that the folder is writable and has space)");
   }
 }
 
-}  // namespace
+void writeJobFileAtomically(const std::filesystem::path& file, const std::string& text,
+                            std::filesystem::perms permissions, bool durable) {
+  const std::filesystem::path tmp =
+      file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(getpid()));
+  auto fail = [&](const std::string& what, int error) {
+    unlink(tmp.c_str());
+    throw Error(ErrorCode::kIo, file.string() + ": cannot write (" + what + " " + tmp.string() + ": " +
+                                    std::strerror(error) +
+                                    "); check that the folder is writable and has space");
+  };
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(permissions));
+  if (fd < 0) fail("creating", errno);
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      fail("writing", e);
+    }
+    done += static_cast<size_t>(n);
+  }
+  // The mode given, whatever the umask took from it at creation.
+  if (fchmod(fd, static_cast<mode_t>(permissions)) != 0) {
+    int e = errno;
+    close(fd);
+    fail("setting the mode of", e);
+  }
+  if (durable && fsync(fd) != 0) {
+    int e = errno;
+    close(fd);
+    fail("syncing", e);
+  }
+  if (close(fd) != 0) fail("closing", errno);
+  if (rename(tmp.c_str(), file.c_str()) != 0) fail("renaming", errno);
+}
 
 ojson planToJson(const JobPlan& plan) {
   ojson doc;
@@ -163,14 +207,14 @@ void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(ErrorCode::kIo, dir.string() + ": cannot create the job directory: " + ec.message());
-  writeFile(dir / "plan.json",
-            planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  writeFile(dir / "rankfile", rankfile(plan));
+  writeJobFile(dir / "plan.json",
+               planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  writeJobFile(dir / "rankfile", rankfile(plan));
   std::map<const topo::NodeTopology*, std::string> xml;
   for (const NodePlan& n : plan.nodes) {
     auto it = xml.find(n.node.topology.get());
     if (it == xml.end()) it = xml.emplace(n.node.topology.get(), topo::toNcclXml(*n.node.topology)).first;
-    writeFile(dir / ("topo-" + n.name + ".xml"), it->second);
+    writeJobFile(dir / ("topo-" + n.name + ".xml"), it->second);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -35,6 +36,33 @@ constexpr const char* kRunUsage =
     "usage: poolrun [options] -n N [--] PROGRAM [ARGS...]\n"
     "Takes N GPUs from the pool, binds every rank to its GPU, NIC(s) and cores, runs PROGRAM under\n"
     "Open MPI and gives the GPUs back however the job ends.\n";
+
+constexpr const char* kRunHelpTail =
+    "\nmpirun options: --mca KEY VALUE is passed through; --mpirun-arg ARG passes any other.\n"
+    "\n"
+    "environment:\n"
+    "  POOLRUN_POOL        the pool when --pool is not given (default local)\n"
+    "  POOLRUN_TOKEN       the bearer token for http pools when --token-file is not given\n"
+    "  POOLRUN_STATE_DIR   state directory: local and sim: pools, job directories, caches (else\n"
+    "                      $XDG_STATE_HOME/poolrun, else $HOME/.local/state/poolrun)\n"
+    "  POOLRUN_FIXTURES    where cluster files' shared/fixtures/ topologies are\n"
+    "  USER                the owner of the lease in local and sim: pools\n"
+    "  NCCL_TUNER_PLUGIN   set: NCCL keeps your plugin and poolrun's tuner is not used\n"
+    "  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_IB_GID_INDEX,\n"
+    "  NCCL_IB_TC, NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ, NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, RANK,\n"
+    "  WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE\n"
+    "                      set: yours wins over the plan's for every rank (as -x VAR=VALUE does)\n"
+    "  SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_STEP_GPUS, SLURM_MPI_TYPE, ...\n"
+    "                      --pool slurm: the allocation poolrun runs in\n"
+    "\n"
+    "exit status: the first failing rank's code (128+N for signal N); 124 timeout; 125 refused to start;\n"
+    "126 lease lost; 2 bad command line.\n";
+
+// --pool's default: $POOLRUN_POOL, else this node's GPUs (as poolctl).
+std::string defaultPool() {
+  const char* p = std::getenv("POOLRUN_POOL");
+  return p != nullptr && *p != '\0' ? p : "local";
+}
 
 std::filesystem::path selfDir() {
   std::error_code ec;
@@ -183,8 +211,13 @@ void splitProgram(const std::vector<std::string>& args, const po::options_descri
       break;
     }
     if (a.empty() || a[0] != '-') break;
+    if (a == "-np" || a == "--np") {  // mpirun's spelling of -n
+      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a, opts.find("-n", false));
+      options.insert(options.end(), {"-n", args[++i]});
+      continue;
+    }
     if (a == "--mca") {
-      if (i + 2 >= args.size()) throw po::error("--mca needs KEY VALUE");
+      if (i + 2 >= args.size()) throw po::error("--mca needs two values: KEY VALUE (an MCA parameter)");
       mca.emplace_back(args[i + 1], args[i + 2]);
       i += 2;
       continue;
@@ -194,8 +227,12 @@ void splitProgram(const std::vector<std::string>& args, const po::options_descri
     if (a.find('=') != std::string::npos || (!a.starts_with("--") && a.size() > 2)) continue;
     const po::option_description* d = opts.find_nothrow(name, false);
     if (d != nullptr && d->semantic()->max_tokens() > 0) {
-      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a);
-      options.push_back(args[++i]);
+      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a, *d);
+      // As --name=VALUE, so that a value starting with '-' (--mpirun-arg --report-bindings) stays one.
+      if (a.starts_with("--"))
+        options.back() += "=" + args[++i];
+      else
+        options.push_back(args[++i]);
     }
   }
   program.assign(args.begin() + static_cast<ptrdiff_t>(std::min(i, args.size())), args.end());
@@ -207,32 +244,44 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   po::options_description opts("poolrun options");
   int ranks = 0, gpusPerNode = 0, priority = 0, roceTc = -1;
   double wait = -1, leaseTtl = 60, timeout = 0;
-  std::string poolUri = "local", fabric = "auto", gdr = "auto", tuner = "on", name, mpiFlavor = "auto",
+  std::string poolUri = defaultPool(), fabric = "auto", gdr = "auto", tuner = "on", name, mpiFlavor = "auto",
               mpirun = "mpirun", jobDir, tokenFile, topologyFile, launcher = "mpirun";
-  std::vector<std::string> exports;
-  opts.add_options()("help,h", "show this help")(",n", po::value(&ranks), "number of ranks, one per GPU")(
-      "pool", po::value(&poolUri),
-      "local (default), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")(
-      "gpus-per-node", po::value(&gpusPerNode), "GPUs per node (default: any split)")(
-      "priority", po::value(&priority), "queue priority (higher first)")(
-      "wait", po::value(&wait), "seconds to wait in the queue (default: while the pool could ever fit it)")(
-      "name", po::value(&name), "job name")("fabric", po::value(&fabric), "auto, ib, roce or tcp")(
-      "gdr", po::value(&gdr), "GPUDirect RDMA: auto, on, off")("roce-tc", po::value(&roceTc),
-                                                               "RoCE traffic class")(
-      "tuner", po::value(&tuner), "on (default): NCCL uses poolrun's tuner plugin; off")(
-      ",x", po::value(&exports), "VAR[=VALUE] for every rank (wins over the plan)")(
-      "mpi-flavor", po::value(&mpiFlavor), "auto (default), ompi4 or ompi5")(
-      "mpirun", po::value(&mpirun), "the mpirun (or prterun) binary")(
-      "dry-run", "print the plan and the exact command; start nothing")(
-      "simulate", "run the leased nodes on this machine, as a sim: pool's are (to try a pool's job here)")(
-      "no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")(
-      "job-dir", po::value(&jobDir), "job directory (default: under the state directory)")(
-      "lease-ttl", po::value(&leaseTtl),
-      "lease time to live in seconds, renewed at a third of it (default 60)")("timeout", po::value(&timeout),
-                                                                              "end the job after SECONDS")(
-      "token-file", po::value(&tokenFile), "bearer token for http pools (default: $POOLRUN_TOKEN)")(
-      "topology", po::value(&topologyFile), "slurm pools: topology (or cluster) file of nodes not to probe")(
-      "launcher", po::value(&launcher), "mpirun (default) or srun (slurm pools)");
+  std::vector<std::string> exports, mpirunArgs;
+  // clang-format off
+  opts.add_options()
+      ("help,h", "show this help")
+      (",n", po::value(&ranks)->value_name("N"), "the number of ranks, one per GPU (-np N is the same)")
+      ("pool", po::value(&poolUri)->value_name("URI"),
+       "local (default, or $POOLRUN_POOL), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")
+      ("gpus-per-node", po::value(&gpusPerNode)->value_name("K"), "GPUs per node (default: any split)")
+      ("priority", po::value(&priority)->value_name("P"), "queue priority (higher first)")
+      ("wait", po::value(&wait)->value_name("SECONDS"),
+       "seconds to wait in the queue (default: while the pool could ever fit it)")
+      ("name", po::value(&name)->value_name("NAME"), "job name (default: the program's)")
+      ("fabric", po::value(&fabric)->value_name("FABRIC"), "auto (default), ib, roce or tcp")
+      ("gdr", po::value(&gdr)->value_name("MODE"), "GPUDirect RDMA: auto (default), on, off")
+      ("roce-tc", po::value(&roceTc)->value_name("N"), "RoCE traffic class (NCCL_IB_TC)")
+      ("tuner", po::value(&tuner)->value_name("on|off"),
+       "on (default): NCCL uses poolrun's tuner plugin; off")
+      (",x", po::value(&exports)->value_name("VAR[=VALUE]"), "a variable for every rank (wins over the plan)")
+      ("tag-output", "prefix every line the ranks print with their rank (mpirun --tag-output)")
+      ("mpirun-arg", po::value(&mpirunArgs)->value_name("ARG"),
+       "give ARG to mpirun as it is (repeatable: --mpirun-arg -x --mpirun-arg A=1)")
+      ("mpi-flavor", po::value(&mpiFlavor)->value_name("FLAVOR"), "auto (default), ompi4 or ompi5")
+      ("mpirun", po::value(&mpirun)->value_name("PATH"), "the mpirun (or prterun) binary")
+      ("dry-run", "print the plan and the command, write the job directory with its run.sh; start nothing")
+      ("simulate", "run the leased nodes on this machine, as a sim: pool's are (to try a pool's job here)")
+      ("no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")
+      ("job-dir", po::value(&jobDir)->value_name("DIR"), "job directory (default: under the state directory)")
+      ("lease-ttl", po::value(&leaseTtl)->value_name("SECONDS"),
+       "lease time to live, renewed at a third of it (default 60)")
+      ("timeout", po::value(&timeout)->value_name("SECONDS"), "end the job after SECONDS")
+      ("token-file", po::value(&tokenFile)->value_name("FILE"),
+       "bearer token for http pools (default: $POOLRUN_TOKEN)")
+      ("topology", po::value(&topologyFile)->value_name("FILE"),
+       "slurm pools: topology (or cluster) file of nodes not to probe")
+      ("launcher", po::value(&launcher)->value_name("NAME"), "mpirun (default) or srun (slurm pools)");
+  // clang-format on
   std::vector<std::string> optionArgs, program;
   std::vector<std::pair<std::string, std::string>> mca;
   po::variables_map vm;
@@ -257,10 +306,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     return kExitUsage;
   }
   if (vm.count("help")) {
-    out << kRunUsage << opts << "\nmpirun options: --mca KEY VALUE is passed through.\n"
-        << "exit status: the first failing rank's code (128+N for signal N); 124 timeout; 125 refused to "
-           "start;\n"
-        << "126 lease lost; 2 bad command line.\n";
+    out << kRunUsage << "\n" << kCommandList << "\n" << opts << kRunHelpTail;
     return 0;
   }
   if (!vm.count("-n") || program.empty()) {
@@ -299,6 +345,10 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
     if (launcher != "mpirun" && launcher != "srun")
       throw badInput("--launcher '" + launcher + "': use mpirun or srun");
+    if (launcher == "srun" && (vm.count("tag-output") || !mpirunArgs.empty()))
+      throw badInput(std::string(vm.count("tag-output") ? "--tag-output" : "--mpirun-arg") +
+                     " is for mpirun, and --launcher srun starts the ranks with srun: use -x and --mca, or "
+                     "--launcher mpirun");
     topo::checkText(name, topo::kMaxJobNameBytes, "--name");
   } catch (const Error& e) {
     err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
@@ -410,6 +460,8 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
     spec.user_mca = mca;
     spec.user_exports = exports;
+    spec.tag_output = vm.count("tag-output") > 0;
+    spec.mpirun_args = mpirunArgs;
     spec.job_env.emplace_back("POOLRUN_RANK_ENV", encodeRankEnv(plan, simulated));
     spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
     spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
@@ -429,7 +481,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       nlohmann::ordered_json config = tunerConfig(plan);
       bool netKnown = plan.nodes.size() == 1 || config["net"]["nics_per_node"].get<size_t>() > 0;
       if (netKnown) {
-        std::ofstream(dir / "tuner.json") << config.dump(2) << "\n";
+        writeJobFile(dir / "tuner.json", config.dump(2) + "\n");
         spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
         spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", config.dump());
       } else {
@@ -440,19 +492,43 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
     MpiCommand cmd =
         launcher == "srun" ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(mpirun, flavor));
-    std::ofstream(dir / "hostfile") << cmd.hostfile;
-    std::ofstream(dir / "rankfile.mpi") << cmd.rankfile;
-    std::ofstream(dir / "command") << shellJoin(cmd.argv) << "\n";
+    writeJobFile(dir / "hostfile", cmd.hostfile);
+    writeJobFile(dir / "rankfile.mpi", cmd.rankfile);
+    // The launch as it can be run again by hand: run.sh sets every variable and runs mpirun; the
+    // command file is the same for reading, the two JSON documents read from their files.
+    std::map<std::string, std::string> fromFiles;
+    for (const auto& [k, v] : cmd.env) {
+      if (k == "POOLRUN_RANK_ENV") {
+        writeJobFile(dir / "rank-env.json", v + "\n");
+        fromFiles[k] = (dir / "rank-env.json").string();
+      } else if (k == "POOLRUN_TUNER_CONFIG") {
+        fromFiles[k] = (dir / "tuner.json").string();
+      }
+    }
+    const std::string command = readableCommand(cmd, fromFiles);
+    writeJobFile(dir / "command", command);
+    const std::filesystem::path script = dir / "run.sh";
+    // Synced for a dry run, whose product it is; a launch's own copy is a record, and the sync would
+    // cost it about 4 ms (plan.hpp).
+    using std::filesystem::perms;
+    writeJobFileAtomically(
+        script, launchScript(cmd, std::filesystem::current_path()),
+        perms::owner_all | perms::group_read | perms::group_exec | perms::others_read | perms::others_exec,
+        vm.count("dry-run") > 0);
 
     if (vm.count("dry-run")) {
       out << planTable(plan) << "\nlease " << lease.id << " from " << pool->describe()
           << " (released: dry run)\n"
-          << "job directory: " << dir.string() << "\n\n";
-      for (const auto& [k, v] : cmd.env) {
-        if (k != "POOLRUN_RANK_ENV" && k != "POOLRUN_TUNER_CONFIG")
-          out << k << "=" << shellJoin({v}) << " \\\n";
-      }
-      out << shellJoin(cmd.argv) << "\n";
+          << "job directory: " << dir.string() << "\n\n"
+          << "wrote " << script.string()
+          << ", which sets every variable below and runs mpirun; to run the job:\n"
+          << "  sh " << shellJoin({script.string()}) << "\n"
+          << (simulated
+                  ? ""
+                  : "(nothing holds these GPUs for it then: the lease was released, and without poolrun "
+                    "no lease is taken)\n")
+          << "\n"
+          << command;
       return 0;
     }
 

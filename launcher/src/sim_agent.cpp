@@ -12,7 +12,14 @@
 #include <iostream>
 #include <string>
 
+#include "poolrun/topo/version.hpp"
+
 int main(int argc, char** argv) {
+  // Open MPI starts it as `AGENT [ssh options] HOST COMMAND`: --version alone is never that.
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::cout << poolrun::topo::versionText("poolrun-sim-agent");
+    return 0;
+  }
   int i = 1;
   while (i < argc && argv[i][0] == '-') ++i;  // options Open MPI passes for ssh
   if (i + 1 >= argc) {

@@ -66,11 +66,12 @@ int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::os
   po::options_description opts("poolrun topo options");
   std::string from, format = "matrix", sysfsRoot, output;
   opts.add_options()("help,h", "show this help")(
-      "from", po::value(&from), "read the topology from FILE (hwloc XML, NCCL topology XML or poolrun JSON)")(
-      "format", po::value(&format), "matrix (default), json, nccl-xml, dot or svg")(
-      "sysfs-root", po::value(&sysfsRoot),
+      "from", po::value(&from)->value_name("FILE"),
+      "read the topology from FILE (hwloc XML, NCCL topology XML or poolrun JSON)")(
+      "format", po::value(&format)->value_name("FORMAT"), "matrix (default), json, nccl-xml, dot or svg")(
+      "sysfs-root", po::value(&sysfsRoot)->value_name("DIR"),
       "read RDMA ports from DIR instead of /sys (DIR/class/infiniband/...)")(
-      "output,o", po::value(&output), "write to FILE instead of standard output");
+      "output,o", po::value(&output)->value_name("FILE"), "write to FILE instead of standard output");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);

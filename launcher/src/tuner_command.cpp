@@ -57,14 +57,16 @@ int explainCommand(const std::vector<std::string>& args, std::ostream& out, std:
   po::options_description opts("poolrun tuner explain options");
   std::string config, coll = "allreduce", minBytes = "8", maxBytes = "1GiB";
   int nranks = 0, nnodes = 0;
-  opts.add_options()("help,h", "show this help")("config", po::value(&config),
+  opts.add_options()("help,h", "show this help")("config", po::value(&config)->value_name("FILE"),
                                                  "the tuner configuration (JSON)")(
-      "coll", po::value(&coll), "allreduce (default), allgather, reducescatter, broadcast or reduce")(
-      "nranks", po::value(&nranks),
+      "coll", po::value(&coll)->value_name("COLL"),
+      "allreduce (default), allgather, reducescatter, broadcast or reduce")(
+      "nranks", po::value(&nranks)->value_name("N"),
       "communicator size (default: nodes x gpus_per_node of the configuration)")(
-      "nnodes", po::value(&nnodes), "nodes the communicator spans (default: the configuration's nodes)")(
-      "min-bytes", po::value(&minBytes), "smallest size, e.g. 8, 64K, 1MiB (default 8)")(
-      "max-bytes", po::value(&maxBytes), "largest size (default 1GiB)")(
+      "nnodes", po::value(&nnodes)->value_name("M"),
+      "nodes the communicator spans (default: the configuration's nodes)")(
+      "min-bytes", po::value(&minBytes)->value_name("BYTES"), "smallest size, e.g. 8, 64K, 1MiB (default 8)")(
+      "max-bytes", po::value(&maxBytes)->value_name("BYTES"), "largest size (default 1GiB)")(
       "json", "print a poolrun.tuner-explain/1 document");
   po::variables_map vm;
   if (int status = parse(opts, nullptr, args, vm, out, err); status >= 0) return status;
@@ -109,16 +111,18 @@ int calibrateCommand(const std::vector<std::string>& args, std::ostream& out, st
   std::string config, output, coll, algo, proto;
   int nranks = 0, nnodes = 0;
   std::vector<std::string> logs;
-  opts.add_options()("help,h", "show this help")("config", po::value(&config),
+  opts.add_options()("help,h", "show this help")("config", po::value(&config)->value_name("FILE"),
                                                  "the tuner configuration (JSON)")(
-      "output,o", po::value(&output),
+      "output,o", po::value(&output)->value_name("OUT"),
       "write the result here ('-' for standard output; default: --config in place)")(
-      "coll", po::value(&coll), "the collective, where the logs do not name it")(
-      "algo", po::value(&algo), "the algorithm the runs forced (NCCL_ALGO), where the logs do not show it")(
-      "proto", po::value(&proto), "the protocol the runs forced (NCCL_PROTO), where the logs do not show it")(
-      "nranks", po::value(&nranks), "ranks of the runs, where the logs do not list them")(
-      "nnodes", po::value(&nnodes), "nodes of the runs, where the logs do not list them")(
-      "log", po::value(&logs), "nccl-tests output (positional)");
+      "coll", po::value(&coll)->value_name("COLL"), "the collective, where the logs do not name it")(
+      "algo", po::value(&algo)->value_name("ALGO"),
+      "the algorithm the runs forced (NCCL_ALGO), where the logs do not show it")(
+      "proto", po::value(&proto)->value_name("PROTO"),
+      "the protocol the runs forced (NCCL_PROTO), where the logs do not show it")(
+      "nranks", po::value(&nranks)->value_name("N"), "ranks of the runs, where the logs do not list them")(
+      "nnodes", po::value(&nnodes)->value_name("M"), "nodes of the runs, where the logs do not list them")(
+      "log", po::value(&logs)->value_name("LOG"), "nccl-tests output (positional)");
   po::positional_options_description positional;
   positional.add("log", -1);
   po::variables_map vm;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "poolrun/pool/control.hpp"
@@ -15,6 +16,7 @@
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/version.hpp"
 
 namespace {
 
@@ -42,7 +44,71 @@ constexpr const char* kUsage =
     "defaults: --ttl 60 (a lease not renewed within its ttl expires; poolrun renews every ttl/3),\n"
     "  --wait: without limit while the pool could ever satisfy the request, fail at once otherwise\n"
     "exit status: 0 done, 1 error, 2 bad input, 3 did not fit (within --wait, or never),\n"
-    "  4 refused (401 unknown token, 403 not allowed), 5 lease gone\n";
+    "  4 refused (401 unknown token, 403 not allowed), 5 lease gone\n"
+    "environment:\n"
+    "  POOLRUN_POOL       the pool when --pool is not given\n"
+    "  POOLRUN_TOKEN      the bearer token when --token-file is not given\n"
+    "  POOLRUN_STATE_DIR  the state directory when --state is not given (else $XDG_STATE_HOME/poolrun,\n"
+    "                     else $HOME/.local/state/poolrun)\n"
+    "  USER               the owner in local and sim: pools when --owner is not given\n"
+    "  POOLRUN_FIXTURES   where cluster files' shared/fixtures/ topologies are (sim:, register)\n"
+    "`poolctl help COMMAND` or `poolctl COMMAND --help`: that command's help; `poolctl --version`.\n";
+
+// `poolctl help COMMAND`, `poolctl COMMAND --help`. Options of every command: see kUsage.
+const char* commandHelp(const std::string& command) {
+  static const std::map<std::string, const char*> kHelp = {
+      {"status",
+       "usage: poolctl [--pool URI] [--json] status\n"
+       "The pool in one line: nodes (up, draining, down), GPUs (free, leased, failed), leases, queued.\n"},
+      {"nodes",
+       "usage: poolctl [--pool URI] [--json] nodes\n"
+       "Every node: its state, leaf switch, fabric and GPUs (free/leased/failed).\n"},
+      {"leases",
+       "usage: poolctl [--pool URI] [--json] leases\n"
+       "Every lease held: its id, GPUs, owner and expiry.\n"},
+      {"queue",
+       "usage: poolctl [--pool URI] [--json] queue\n"
+       "The waiting requests in the order they will be served: position, ticket, GPUs, priority, owner,\n"
+       "job.\n"},
+      {"acquire",
+       "usage: poolctl [--pool URI] [--json] acquire -n N [options]\n"
+       "Takes N GPUs (all or nothing) and prints the lease; queues while they are not free.\n"
+       "  -n, --gpus N             GPUs to take\n"
+       "  --gpus-per-node K        exactly K on each node\n"
+       "  --whole-nodes            whole nodes only: every GPU of each node it takes\n"
+       "  --ttl SECONDS            the lease expires unless renewed within SECONDS (default 60)\n"
+       "  --wait SECONDS           give up queueing after SECONDS (default: while it could ever fit)\n"
+       "  --max-duration SECONDS   the lease ends after SECONDS however it is renewed\n"
+       "  --priority P             queue priority (higher first)\n"
+       "  --job NAME               the job's name, shown in leases and queue\n"
+       "  --model TEXT             only GPUs whose model contains TEXT\n"
+       "  --min-memory-gib G       only GPUs with at least G GiB\n"
+       "  --fabric ib|roce|tcp     only nodes with that fabric\n"
+       "  --label KEY=VALUE        only nodes with that label (repeatable)\n"
+       "  --one-switch             only nodes under one leaf switch\n"
+       "exit status: 3 when it does not fit within --wait (or never can).\n"},
+      {"renew",
+       "usage: poolctl [--pool URI] [--json] renew LEASE\n"
+       "Extends LEASE by its TTL from now. Exit status 5 when the lease is gone.\n"},
+      {"release",
+       "usage: poolctl [--pool URI] [--json] release LEASE\n"
+       "Gives LEASE's GPUs back to the pool.\n"},
+      {"register",
+       "usage: poolctl [--pool URI] register [--cluster FILE]\n"
+       "(admin) Adds the nodes of a cluster file, or without --cluster this node, probed.\n"},
+      {"drain",
+       "usage: poolctl [--pool URI] drain NODE\n"
+       "(admin) NODE takes no new lease; its leases run on.\n"},
+      {"resume",
+       "usage: poolctl [--pool URI] resume NODE\n"
+       "(admin) NODE takes new leases again.\n"},
+      {"fail",
+       "usage: poolctl [--pool URI] fail NODE:GPU\n"
+       "(admin) Marks GPU (its index) of NODE failed: it is leased no more.\n"},
+  };
+  auto it = kHelp.find(command);
+  return it == kHelp.end() ? nullptr : it->second;
+}
 
 std::string readToken(const std::string& file) {
   std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
@@ -123,8 +189,16 @@ int run(int argc, char** argv) {
       if (i + 1 >= args.size()) throw badInput(a + " needs a value");
       return args[++i];
     };
-    if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
+    if (a == "--help" || a == "-h" || (a == "help" && rest.empty())) {
+      // After a command (or `help COMMAND`), that command's help.
+      std::string command = !rest.empty() ? rest[0] : a == "help" && i + 1 < args.size() ? args[i + 1] : "";
+      const char* help = commandHelp(command);
+      if (help == nullptr && !command.empty())
+        throw badInput("no command '" + topo::printable(command) + "' to give the help of");
+      std::cout << (help != nullptr ? help : kUsage);
+      return 0;
+    } else if (a == "--version") {
+      std::cout << topo::versionText("poolctl");
       return 0;
     } else if (a == "--pool") {
       uri = value();

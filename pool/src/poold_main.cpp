@@ -12,6 +12,7 @@
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/options.hpp"
+#include "poolrun/topo/version.hpp"
 
 namespace {
 
@@ -29,6 +30,7 @@ std::string usage() {
   auto n = [](auto v) { return std::to_string(v); };
   auto s = [](std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000); };
   return "usage: poold --state DIR --token-file FILE [--listen HOST:PORT] [--cluster FILE]\n"
+         "       poold --help | --version\n"
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
@@ -69,7 +71,10 @@ std::string usage() {
          "  --max-user-priority P         highest priority of a user's request; administrators may use\n"
          "                                any from " +
          n(poolrun::pool::kPriorityRange.min) + " to " + n(poolrun::pool::kPriorityRange.max) + " (default " +
-         n(d.max_user_priority) + ")\n";
+         n(d.max_user_priority) +
+         ")\n"
+         "environment:\n"
+         "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
 }
 
 template <typename T>
@@ -92,6 +97,9 @@ int main(int argc, char** argv) {
       };
       if (a == "--help" || a == "-h") {
         std::cout << usage();
+        return 0;
+      } else if (a == "--version") {
+        std::cout << topo::versionText("poold");
         return 0;
       } else if (a == "--listen") {
         std::string v = value();

@@ -78,6 +78,32 @@ TEST(MpiCommandTest, OpenMpi5SyntaxForASimulatedCluster) {
   EXPECT_EQ(env["PMIX_MCA_pif_base_do_not_resolve"], "1") << "the simulated nodes' names are not looked up";
 }
 
+// --tag-output in the flavour's syntax, and --mpirun-arg verbatim after poolrun's own options, in order,
+// before the rank wrapper (so that mpirun, not the program, gets them).
+TEST(MpiCommandTest, TagOutputAndPassThrough) {
+  Fixture f(1, 2);
+  LaunchSpec s = spec(f.plan, false);
+  s.tag_output = true;
+  s.mpirun_args = {"--report-bindings", "--display-map", "-x", "A B"};
+  const std::string tail = " -x POOLRUN_RANK_ENV -x USER_A=1 ";
+  std::string four = shellJoin(buildMpiCommand(s, {"mpirun", MpiFlavor::kOmpi4, "4.1.4"}).argv);
+  EXPECT_NE(
+      four.find(tail + "--tag-output --report-bindings --display-map -x 'A B' /bin/poolrun-rank ./train"),
+      std::string::npos)
+      << four;
+  EXPECT_EQ(four.find("--output"), std::string::npos) << four;
+  std::string five = shellJoin(buildMpiCommand(s, {"mpirun", MpiFlavor::kOmpi5, "5.0.3"}).argv);
+  EXPECT_NE(
+      five.find(tail + "--output tag --report-bindings --display-map -x 'A B' /bin/poolrun-rank ./train"),
+      std::string::npos)
+      << five;
+  EXPECT_EQ(five.find("--tag-output"), std::string::npos) << five;
+  s.tag_output = false;
+  s.mpirun_args.clear();
+  std::string plain = shellJoin(buildMpiCommand(s, {"mpirun", MpiFlavor::kOmpi4, "4.1.4"}).argv);
+  EXPECT_EQ(plain.find("tag"), std::string::npos) << plain;
+}
+
 TEST(MpiCommandTest, HardwareThreadSlots) {
   test::SyntheticSpec s;
   s.cores_per_numa = 2;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -39,7 +41,14 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
       {"-n 0", "poolrun: error: -n 0: out of range (1 to 1000000)"},
       {"-n 4294967298", "poolrun: error: -n 4294967298: out of range (1 to 1000000)"},
       {"-n 2 --gpus-per-node -1", "poolrun: error: --gpus-per-node -1: out of range (0 to 1024)"},
-      {"-n 2 -x --", "poolrun: error: -x needs a value VAR[=VALUE]"},
+      {"-n 2 -x --", "poolrun: error: -x needs a value: VAR[=VALUE], a variable for every rank"},
+      {"-n 2 --token-file --",
+       "poolrun: error: --token-file needs a value: FILE, bearer token for http pools"},
+      {"-n 2 --wait --", "poolrun: error: --wait needs a value: SECONDS, seconds to wait in the queue"},
+      {"-np --", "poolrun: error: -np needs a value: N, the number of ranks, one per GPU"},
+      {"-np 0", "poolrun: error: -n 0: out of range (1 to 1000000)"},
+      {"-n 2 --tag-output --launcher srun",
+       "poolrun: error: --tag-output is for mpirun, and --launcher srun starts the ranks with srun"},
       {"-n 2 --tuner maybe", "poolrun: error: --tuner 'maybe': use on or off"},
       {"-n 2 --fabric myrinet", "poolrun: error: unknown fabric 'myrinet'"},
       {"-n 2 --name \"$(printf 'a\\nb')\"",
@@ -64,8 +73,14 @@ TEST(OptionsTest, PlanRefusesWhatARunRefuses) {
       {"-n 2 --gpus-per-node -1", "poolrun: error: --gpus-per-node -1: out of range (0 to 1024)"},
       {"-n 99999999999", "poolrun: error: -n 99999999999: out of range (1 to 1000000)"},
       {"-n two", "poolrun: error: -n two: not a whole number (1 to 1000000)"},
-      {"-n 2 -x --", "poolrun: error: -x needs a value VAR[=VALUE]"},
-      {"-n 2 -x", "poolrun: error: -x needs a value VAR[=VALUE]"},
+      {"-n 2 -x --",
+       "poolrun: error: -x needs a value: VAR=VALUE, a variable the ranks get, over what the plan "
+       "sets"},
+      {"-n 2 -x",
+       "poolrun: error: -x needs a value: VAR=VALUE, a variable the ranks get, over what the plan "
+       "sets"},
+      {"-np", "poolrun: error: -np needs a value: N, the number of ranks, one per GPU (-np N is the same)"},
+      {"-np 0", "poolrun: error: -n 0: out of range (1 to 1000000)"},
   };
   for (const Case& c : cases) {
     poolrun::test::ProcessResult r = poolrun::test::runShell("timeout 60 " + std::string(POOLRUN_BINARY) +
@@ -73,6 +88,93 @@ TEST(OptionsTest, PlanRefusesWhatARunRefuses) {
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
     EXPECT_EQ(firstLine(r.err), c.expected) << c.args;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// mpirun's -np N is -n N, for a run and a plan.
+TEST(OptionsTest, MinusNpIsMinusN) {
+  poolrun::test::TempDir tmp;
+  const std::string cluster = (poolrun::test::sourceDir() / "clusters" / "sim-ib.toml").string();
+  poolrun::test::ProcessResult run = poolrun::test::runShell(
+      "POOLRUN_STATE_DIR=" + (tmp.path() / "state").string() + " timeout 60 " + std::string(POOLRUN_BINARY) +
+      " --pool sim:" + cluster + " -np 3 --dry-run /bin/true");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("3 ranks on"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("mpirun -np 3 "), std::string::npos) << run.out;
+  poolrun::test::ProcessResult plan = poolrun::test::runShell("timeout 60 " + std::string(POOLRUN_BINARY) +
+                                                              " plan --cluster " + cluster + " -np 3 --json");
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  EXPECT_NE(plan.out.find("\"world_size\": 3"), std::string::npos) << plan.out;
+  // POOLRUN_POOL=sim:FILE is the cluster a plan without --cluster or --from is made on.
+  poolrun::test::ProcessResult fromPool = poolrun::test::runShell(
+      "POOLRUN_POOL=sim:" + cluster + " timeout 60 " + std::string(POOLRUN_BINARY) + " plan -n 3 --json");
+  ASSERT_EQ(fromPool.status, 0) << fromPool.err;
+  EXPECT_EQ(fromPool.out, plan.out);
+}
+
+// --version in every binary: the project's version, then the build's NCCL, CUDA, MPI and hwloc.
+TEST(OptionsTest, EveryBinaryHasVersion) {
+  static const std::regex kVersion(
+      R"(^[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+\nbuilt with: NCCL ([0-9.]+|none), CUDA ([0-9.]+|none), )"
+      R"((Open MPI [0-9.]+|MPICH [0-9.a-z]+|Open MPI none), hwloc [0-9][0-9.a-z]*\n$)");
+  for (const auto& [name, binary] :
+       std::vector<std::pair<std::string, std::string>>{{"poolrun", POOLRUN_BINARY},
+                                                        {"poolctl", POOLCTL_BINARY},
+                                                        {"poold", POOLD_BINARY},
+                                                        {"poolrun-sim-agent", SIM_AGENT_BINARY}}) {
+    poolrun::test::ProcessResult r = poolrun::test::runShell("timeout 60 " + binary + " --version");
+    EXPECT_EQ(r.status, 0) << binary << "\n" << r.err;
+    EXPECT_TRUE(std::regex_match(r.out, kVersion)) << r.out;
+    EXPECT_EQ(r.out.substr(0, name.size() + 1), name + " ") << r.out;
+  }
+}
+
+// Every help names its values (no Boost "arg"), poolrun's lists the commands and the environment,
+// and poolctl gives each command's own help both ways.
+TEST(OptionsTest, HelpNamesValuesCommandsAndEnvironment) {
+  const std::string poolrun = std::string("timeout 60 ") + POOLRUN_BINARY;
+  const std::string poolctl = std::string("timeout 60 ") + POOLCTL_BINARY;
+  for (const std::string& cmd :
+       {poolrun + " --help", poolrun + " plan --help", poolrun + " topo --help", poolrun + " doctor --help",
+        poolrun + " tuner explain --help", poolrun + " tuner calibrate --help"}) {
+    poolrun::test::ProcessResult r = poolrun::test::runShell(cmd);
+    EXPECT_EQ(r.status, 0) << cmd << "\n" << r.err;
+    EXPECT_FALSE(std::regex_search(r.out, std::regex(R"((^|\s)arg(\s|$))"))) << cmd << "\n" << r.out;
+  }
+  poolrun::test::ProcessResult help = poolrun::test::runShell(poolrun + " --help");
+  for (const char* want : {"\ncommands:\n", "\n  topo ", "\n  plan ", "\n  doctor ", "\n  tuner ",
+                           "\nenvironment:\n", "POOLRUN_POOL", "POOLRUN_TOKEN", "POOLRUN_STATE_DIR",
+                           "XDG_STATE_HOME", "POOLRUN_FIXTURES", "NCCL_TUNER_PLUGIN", "-n N ", "--pool URI ",
+                           "--timeout SECONDS ", "--token-file FILE ", "--tag-output", "--mpirun-arg ARG"}) {
+    EXPECT_NE(help.out.find(want), std::string::npos) << want << "\n" << help.out;
+  }
+  poolrun::test::ProcessResult plan = poolrun::test::runShell(poolrun + " plan --help");
+  EXPECT_NE(plan.out.find("POOLRUN_POOL"), std::string::npos) << plan.out;
+
+  poolrun::test::ProcessResult all = poolrun::test::runShell(poolctl + " help");
+  EXPECT_EQ(all.status, 0) << all.err;
+  for (const char* want : {"POOLRUN_POOL", "POOLRUN_TOKEN", "POOLRUN_STATE_DIR"})
+    EXPECT_NE(all.out.find(want), std::string::npos) << want << "\n" << all.out;
+  for (const std::string command : {"acquire", "queue", "release", "drain", "fail"}) {
+    poolrun::test::ProcessResult a = poolrun::test::runShell(poolctl + " " + command + " --help");
+    poolrun::test::ProcessResult b = poolrun::test::runShell(poolctl + " help " + command);
+    EXPECT_EQ(a.status, 0) << a.err;
+    EXPECT_EQ(a.out.find("usage: poolctl [--pool URI]"), 0u) << a.out;
+    EXPECT_NE(a.out.substr(0, a.out.find('\n')).find(" " + command), std::string::npos) << a.out;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_NE(a.out, all.out);
+  }
+  poolrun::test::ProcessResult acquire = poolrun::test::runShell(poolctl + " acquire --help");
+  EXPECT_NE(acquire.out.find("--ttl SECONDS"), std::string::npos) << acquire.out;
+  poolrun::test::ProcessResult poold =
+      poolrun::test::runShell(std::string("timeout 60 ") + POOLD_BINARY + " --help");
+  EXPECT_NE(poold.out.find("POOLRUN_FIXTURES"), std::string::npos) << poold.out;
+  poolrun::test::ProcessResult unknown = poolrun::test::runShell(poolctl + " help frobnicate");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.err.find("'frobnicate'"), std::string::npos) << unknown.err;
 }
 
 }  // namespace

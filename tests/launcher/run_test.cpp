@@ -16,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -385,6 +386,82 @@ TEST_F(RunTest, DryRunOpenMpi4And5) {
   EXPECT_NE(r5.out.find("--map-by rankfile:file="), std::string::npos) << r5.out;
   EXPECT_NE(r5.out.find("--prtemca plm_ssh_agent"), std::string::npos) << r5.out;
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
+}
+
+// What --dry-run prints runs the job: the job directory's run.sh (the line the dry run prints) and its
+// command file, each run with a shell after the dry run gave the lease back (a simulated cluster needs
+// none), start every rank with its plan's variables, the tuner configuration and what --mpirun-arg
+// gave mpirun.
+TEST_F(RunTest, DryRunScriptRunsTheJob) {
+  const std::string cluster = src("clusters/sim-ib.toml");
+  Result dry = poolrun("--pool sim:" + cluster + " -n 4 --gpus-per-node 2 --dry-run --mpirun-arg -x " +
+                       "--mpirun-arg USER_VIA_MPIRUN=yes " + RANK_REPORT);
+  ASSERT_EQ(dry.status, 0) << dry.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path() / "reports" / "rank-0.json")) << "a dry run started ranks";
+  EXPECT_TRUE(leases(cluster).empty()) << "the dry run gave its lease back";
+  const std::string script = (jobDir() / "run.sh").string();
+  const std::string line = "\n  sh " + script + "\n";
+  ASSERT_NE(dry.out.find(line), std::string::npos) << "the dry run names the script to run\n" << dry.out;
+  // The readable command is the command file, with the two JSON documents read from their files.
+  const std::string command = slurp(jobDir() / "command");
+  EXPECT_NE(dry.out.find(command), std::string::npos) << dry.out;
+  EXPECT_NE(command.find("POOLRUN_RANK_ENV=\"$(cat " + (jobDir() / "rank-env.json").string() + ")\" \\\n"),
+            std::string::npos)
+      << command;
+  EXPECT_NE(command.find("POOLRUN_TUNER_CONFIG=\"$(cat " + (jobDir() / "tuner.json").string() + ")\" \\\n"),
+            std::string::npos)
+      << command;
+
+  for (const std::string& run : {"sh " + script, "sh " + (jobDir() / "command").string()}) {
+    SCOPED_TRACE(run);
+    std::filesystem::remove_all(tmp_.path() / "reports");
+    std::filesystem::create_directories(tmp_.path() / "reports");
+    // From another folder, as a user would: run.sh goes where poolrun ran; the command file runs
+    // where it is run, and the program's path here is absolute.
+    Result r = poolrun::test::runShell("cd / && " + env() + "timeout 120 " + run);
+    ASSERT_EQ(r.status, 0) << r.err;
+    checkAgainstPlan(4);
+    for (int rank = 0; rank < 4; ++rank) {
+      json rep = report(rank);
+      EXPECT_EQ(rep["env"].value("RANK", ""), std::to_string(rank));
+      EXPECT_EQ(rep["env"].value("USER_VIA_MPIRUN", ""), "yes") << "mpirun got -x USER_VIA_MPIRUN=yes";
+      EXPECT_EQ(json::parse(rep["env"].value("POOLRUN_TUNER_CONFIG", "null")),
+                json::parse(slurp(jobDir() / "tuner.json")));
+    }
+  }
+}
+
+// --tag-output (and mpirun's -np): every line a rank prints carries its rank, as mpirun prints it.
+TEST_F(RunTest, TagOutputPrefixesEveryLineWithTheRank) {
+  Result r =
+      poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -np 2 --tag-output sh -c 'echo one; echo two'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  static const std::regex kTagged(R"(^\[[0-9]+,([0-9]+)\]<stdout>: ?(one|two)$)");
+  std::multiset<std::string> seen;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(l, m, kTagged)) << "an untagged line: '" << l << "'\n" << r.out;
+    seen.insert(m[1].str() + ":" + m[2].str());
+  }
+  EXPECT_EQ(seen, (std::multiset<std::string>{"0:one", "0:two", "1:one", "1:two"})) << r.out;
+}
+
+// POOLRUN_POOL is the pool where --pool is not given; --pool wins over it.
+TEST_F(RunTest, PoolFromTheEnvironment) {
+  const std::string cluster = src("clusters/sim-ib.toml");
+  Result r = poolrun::test::runShell(env() + "POOLRUN_POOL=sim:" + cluster + " timeout 120 " +
+                                     POOLRUN_BINARY + " -n 2 --dry-run /bin/true");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(" from sim:" + cluster + " (released: dry run)"), std::string::npos) << r.out;
+  Result option =
+      poolrun::test::runShell(env() + "POOLRUN_POOL=sim:/nonexistent.toml timeout 120 " + POOLRUN_BINARY +
+                              " --pool sim:" + cluster + " -n 2 --dry-run /bin/true");
+  ASSERT_EQ(option.status, 0) << option.err;
+  Result bad = poolrun::test::runShell(env() + "POOLRUN_POOL=sim:/nonexistent.toml timeout 120 " +
+                                       POOLRUN_BINARY + " -n 2 --dry-run /bin/true");
+  EXPECT_EQ(bad.status, 125) << bad.err;
+  EXPECT_NE(bad.err.find("/nonexistent.toml"), std::string::npos) << bad.err;
 }
 
 // A two-node RoCE cluster whose second node's topology is the shipped one, changed by `change`.

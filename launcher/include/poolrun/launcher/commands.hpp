@@ -10,6 +10,15 @@
 
 namespace poolrun::launcher {
 
+// The subcommands, one line each, as `poolrun --help` and `poolrun help` list them.
+inline constexpr const char* kCommandList =
+    "commands:\n"
+    "  topo     show how this node's GPUs, NICs, PCIe switches and NUMA nodes are wired\n"
+    "  plan     show which GPU, NIC(s), cores and environment every rank of a job would get\n"
+    "  doctor   check this node for what makes NCCL jobs hang or run slow (ports, GIDs, GPUDirect RDMA)\n"
+    "  tuner    explain the NCCL tuner plugin's choices; calibrate it from nccl-tests logs\n"
+    "Run `poolrun COMMAND --help` for the options of a command, `poolrun --version` for the versions.\n";
+
 // poolrun topo [--from FILE] [--format matrix|json|nccl-xml|dot|svg] [--sysfs-root DIR] [-o FILE]
 int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

@@ -45,6 +45,10 @@ struct LaunchSpec {
   // The user's pass-through: -x VAR[=VALUE] and --mca KEY VALUE.
   std::vector<std::string> user_exports;
   std::vector<std::pair<std::string, std::string>> user_mca;
+  // Every line of the ranks' output prefixed with its rank (4.x --tag-output, 5.x --output tag).
+  bool tag_output = false;
+  // --mpirun-arg: options given to mpirun verbatim, after poolrun's own, before the program.
+  std::vector<std::string> mpirun_args;
 };
 
 struct MpiCommand {
@@ -74,5 +78,15 @@ int pickRendezvousPort();
 
 // `a b 'c d'`: the command as a shell would need it.
 std::string shellJoin(const std::vector<std::string>& argv);
+
+// `cmd` as a POSIX shell script (the job directory's run.sh): every variable of `cmd.env` exported,
+// its value quoted as it is, a `cd` to `workdir` (where poolrun ran: the program's relative paths),
+// then `exec` of `cmd.argv`. `sh run.sh` starts the job as poolrun would, from the same job
+// directory (its hostfile and rankfile), without poolrun's lease and supervision.
+std::string launchScript(const MpiCommand& cmd, const std::filesystem::path& workdir);
+// `cmd` for people (the job directory's command file, what --dry-run prints): one `VAR=VALUE \`
+// line per variable, then the command. A variable named in `from_files` is read from that file
+// (`VAR="$(cat FILE)"`), so that long JSON values stay readable; the text runs as printed.
+std::string readableCommand(const MpiCommand& cmd, const std::map<std::string, std::string>& from_files);
 
 }  // namespace poolrun::launcher
