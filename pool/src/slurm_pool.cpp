@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "poolrun/topo/hostlist.hpp"
+#include "queue_wait.hpp"
 
 namespace poolrun::pool::slurm {
 namespace {
@@ -361,6 +362,19 @@ class RealSlurm : public SlurmSystem {
     Allocation a;
     pid_t helperPid = 0;
     for (;;) {
+      // Looked at five times a second: a Ctrl-C while Slurm keeps the request pending (a
+      // QueueInterruption caught it) ends salloc, which withdraws the request on SIGTERM.
+      pollfd ready{out[0], POLLIN, 0};
+      if (poll(&ready, 1, 200) == 0 || (ready.revents & (POLLIN | POLLHUP)) == 0) {
+        if (pendingInterrupt() == 0) continue;
+        close(out[0]);
+        kill(pid, SIGTERM);
+        if (!waitFor(pid, std::chrono::seconds(10), nullptr)) {
+          kill(pid, SIGKILL);
+          waitFor(pid, std::chrono::seconds(5), nullptr);
+        }
+        throw interrupted("withdrew the pending Slurm request (`" + commandText(sallocArgs) + "`)");
+      }
       char buf[4096];
       ssize_t n = read(out[0], buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;

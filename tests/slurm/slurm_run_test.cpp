@@ -293,7 +293,13 @@ TEST_F(SlurmTest, CtrlCWhileQueuedWithdrawsTheRequest) {
   EXPECT_FALSE(sh("squeue -h -t PD").out.empty())
       << "poolrun's request waits: " << slurp(tmp_.path() / "err");
   kill(pid, SIGINT);
-  waitpid(pid, nullptr, 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  // poolrun (the shell execs it) exits 130 for the interrupt, and says so in one line.
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130)
+      << status << ": " << slurp(tmp_.path() / "err");
+  EXPECT_NE(slurp(tmp_.path() / "err").find("withdrew the pending Slurm request"), std::string::npos)
+      << slurp(tmp_.path() / "err");
   end = std::chrono::steady_clock::now() + 10s;
   while (!sh("squeue -h -t PD").out.empty() && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(100ms);
