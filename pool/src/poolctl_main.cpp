@@ -44,7 +44,8 @@ constexpr const char* kUsage =
     "defaults: --ttl 60 (a lease not renewed within its ttl expires; poolrun renews every ttl/3),\n"
     "  --wait: without limit while the pool could ever satisfy the request, fail at once otherwise\n"
     "exit status: 0 done, 1 error, 2 bad input, 3 did not fit (within --wait, or never),\n"
-    "  4 refused (401 unknown token, 403 not allowed), 5 lease gone\n"
+    "  4 refused (401 unknown token, 403 not allowed), 5 lease gone (renew; release of a lease\n"
+    "  not held says so and exits 0), 128+N interrupted by signal N while queued (the request is withdrawn)\n"
     "environment:\n"
     "  POOLRUN_POOL       the pool when --pool is not given\n"
     "  POOLRUN_TOKEN      the bearer token when --token-file is not given\n"
@@ -86,7 +87,8 @@ const char* commandHelp(const std::string& command) {
        "  --fabric ib|roce|tcp     only nodes with that fabric\n"
        "  --label KEY=VALUE        only nodes with that label (repeatable)\n"
        "  --one-switch             only nodes under one leaf switch\n"
-       "exit status: 3 when it does not fit within --wait (or never can).\n"},
+       "exit status: 3 when it does not fit within --wait (or never can); 128+N when signal N (Ctrl-C:\n"
+       "130) interrupts the wait: the queued request is withdrawn first.\n"},
       {"renew",
        "usage: poolctl [--pool URI] [--json] renew LEASE\n"
        "Extends LEASE by its TTL from now. Exit status 5 when the lease is gone.\n"},
