@@ -11,6 +11,7 @@
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/state.hpp"
 #include "poolrun/topo/writers.hpp"
+#include "support/blocking.hpp"
 #include "support/synthetic.hpp"
 
 namespace poolrun::pool {
@@ -19,13 +20,7 @@ namespace {
 using nlohmann::json;
 
 std::string messageOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kBadInput) << e.what();
-    return e.what();
-  }
-  return "";
+  return test::badInputMessage(fn);
 }
 
 json goodRequest() {

@@ -1,6 +1,8 @@
 #pragma once
 
-// The message of the exception of type E that `read` throws, "" when it returns. Where `read` blocks
+// What readers of hostile input throw, for tests.
+//
+// errorOf: the message of the exception of type E that `read` throws, "" when it returns. Where `read` blocks
 // on the FIFO `unblock` (a reader without O_NONBLOCK would), the FIFO is opened for writing and
 // closed after 10 s, so that the read ends with EOF and the test fails rather than hangs.
 
@@ -13,6 +15,8 @@
 #include <functional>
 #include <future>
 #include <string>
+
+#include "poolrun/topo/error.hpp"
 
 namespace poolrun::test {
 
@@ -32,6 +36,17 @@ std::string errorOf(const std::function<void()>& read, const std::filesystem::pa
     if (fd >= 0) ::close(fd);
   }
   return result.get();
+}
+
+// The message of the poolrun::Error (kBadInput, checked) that `fn` throws; "" when it returns.
+inline std::string badInputMessage(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput) << e.what();
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace poolrun::test

@@ -9,19 +9,14 @@
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/options.hpp"
+#include "support/blocking.hpp"
 #include "support/fixtures.hpp"
 
 namespace poolrun::topo {
 namespace {
 
 std::string messageOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kBadInput) << e.what();
-    return e.what();
-  }
-  return "";
+  return test::badInputMessage(fn);
 }
 
 struct NameCase {
