@@ -193,6 +193,13 @@ struct PoolServer::Impl {
   std::thread ticker;
 
   explicit Impl(ServerOptions o) : opt(std::move(o)) {}
+  // Also when PoolServer's constructor throws after taking the lock (a bad token or state file).
+  // The state file is closed before the lock goes, so that the next poold opens it only then.
+  ~Impl() {
+    http.reset();
+    pool.reset();
+    if (lock_fd >= 0) close(lock_fd);
+  }
 
   TokenEntry authenticate(const HttpRequest& req) {
     const std::string prefix = "Bearer ";
@@ -451,7 +458,6 @@ PoolServer::~PoolServer() {
   stop();
   if (impl_->ticker.joinable()) impl_->ticker.join();
   impl_->http.reset();  // joins the workers before the state they use goes
-  if (impl_->lock_fd >= 0) close(impl_->lock_fd);
 }
 
 void PoolServer::registerNodes(const std::vector<topo::ClusterNode>& nodes) {

@@ -1,48 +1,24 @@
 #include "tokens.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <sstream>
 
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 namespace {
 
-constexpr off_t kMaxTokenFileBytes = off_t{16} << 20;
+// poold's token file holds a line per user and, with node agents, per node: 16 MiB is some 200,000
+// tokens (a client's token file, one token, is read with topo::kTokenFileLimit).
+constexpr size_t kPooldTokenFileLimit = size_t{16} << 20;
 
 bool validToken(const std::string& token) {
   if (token.size() < 8 || token.size() > 512) return false;
   for (unsigned char c : token)
     if (c <= 0x20 || c >= 0x7f) return false;
   return true;
-}
-
-// The file's text: a regular file of bounded size, never a FIFO or a device that would block or
-// never end.
-std::string readTokenFile(const std::filesystem::path& file, struct stat& st) {
-  int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(ErrorCode::kNotFound, file.string() + ": cannot open the token file");
-  std::string text;
-  bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  if (regular && st.st_size <= kMaxTokenFileBytes) {
-    text.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < text.size()) {
-      ssize_t n = read(fd, text.data() + got, text.size() - got);
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    text.resize(got);
-  }
-  close(fd);
-  if (!regular) throw badInput(file.string() + ": the token file is not a regular file");
-  if (st.st_size > kMaxTokenFileBytes)
-    throw badInput(file.string() + ": the token file is " + std::to_string(st.st_size) +
-                   " bytes; token files are at most 16 MiB");
-  return text;
 }
 
 }  // namespace
@@ -95,16 +71,15 @@ TokenStore::TokenStore(std::filesystem::path file, Warn warn)
 }
 
 void TokenStore::reload(bool initial) {
-  struct stat st {};
   if (!initial) {
+    struct stat st {};
     if (stat(file_.c_str(), &st) != 0) return;  // gone for now (being replaced): keep what we have
-    if (st.st_size == size_ && st.st_ino == ino_ && st.st_mtim.tv_sec == mtime_.tv_sec &&
-        st.st_mtim.tv_nsec == mtime_.tv_nsec)
-      return;
+    if (topo::identityOf(st) == identity_) return;
   }
   std::string text;
+  topo::FileIdentity identity;
   try {
-    text = readTokenFile(file_, st);
+    text = topo::readRegularFile(file_, kPooldTokenFileLimit, "poold's token files", &identity);
   } catch (const Error& e) {
     if (initial) throw;
     warn_(std::string("keeping the previous tokens: ") + e.what());
@@ -113,9 +88,7 @@ void TokenStore::reload(bool initial) {
   std::vector<std::string> warnings;
   tokens_ = parseTokenFile(text, file_.string(), &warnings);
   for (const std::string& w : warnings) warn_(w);
-  size_ = st.st_size;
-  ino_ = st.st_ino;
-  mtime_ = st.st_mtim;
+  identity_ = identity;
 }
 
 std::optional<TokenEntry> TokenStore::find(const std::string& token) {

@@ -2,12 +2,9 @@
 
 // poold's bearer tokens: the token file, read at start and again whenever it changes (its size,
 // inode or modification time). A malformed line is named and skipped with a warning, so that one
-// typo never locks every user out nor stops poold; a file that cannot be read at all keeps the
-// tokens read before.
+// typo never locks every user out nor stops poold; a file that cannot be read at all (or is not a
+// regular file, or is over 16 MiB) keeps the tokens read before.
 
-#include <sys/types.h>
-
-#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -16,6 +13,7 @@
 #include <string>
 
 #include "poolrun/pool/server.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 
@@ -36,9 +34,7 @@ class TokenStore {
   Warn warn_;
   std::mutex mu_;
   std::map<std::string, TokenEntry> tokens_;
-  struct timespec mtime_ {};
-  off_t size_ = -1;
-  ino_t ino_ = 0;
+  topo::FileIdentity identity_;
 };
 
 }  // namespace poolrun::pool

@@ -402,6 +402,21 @@ TEST_F(HostileTokens, BadLinesAreSkippedAndNothingInTheFileStopsPoold) {
   EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status"))), 401) << "root's line is gone";
 }
 
+TEST(HostileTokenFile, ADeviceOrFifoIsRefusedAtStartWithItsName) {
+  test::TempDir dir;
+  for (const std::string& file : {std::string("/dev/zero"), dir.path().string()}) {
+    ServerOptions o;
+    o.state_dir = dir.path() / "state";
+    o.token_file = file;
+    try {
+      PoolServer server(o);
+      ADD_FAILURE() << "started with the token file " << file;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(file + " is a"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TargetParsing, SegmentsAndQueryAreDecodedAndBadOnesRefused) {
   std::vector<std::string> segments;
   std::map<std::string, std::string> query;
