@@ -30,10 +30,10 @@ std::string usage() {
   auto n = [](auto v) { return std::to_string(v); };
   auto s = [](std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000); };
   return "usage: poold --state DIR --token-file FILE [--listen HOST:PORT] [--cluster FILE]\n"
-         "       poold --help | --version\n"
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
+         "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
          "; port 0 picks a free port and prints it)\n"
@@ -47,7 +47,7 @@ std::string usage() {
          n(d.max_body_bytes) + ", " + n(kMaxBodyRange.min) + " to " + n(kMaxBodyRange.max) +
          ");\n"
          "                      larger ones get 413\n"
-         "  --threads N         workers that run requests (default " +
+         "  --threads N         workers that run requests; a queued client's long poll holds one (default " +
          n(d.threads) + ", 1 to " + n(kThreadsRange.max) +
          ")\n"
          "  --max-connections N           open connections in total (default " +

@@ -121,7 +121,7 @@ TEST(CliInputTest, PooldHelpShowsTheDefaults) {
         "--header-timeout SECONDS      from a request's first byte to its last header (default 10)",
         "--body-timeout SECONDS        for a request's whole body (default 30)", "(default 60)",
         "--max-ttl SECONDS", "(default 3600, at most 86400)", "--max-user-priority P", "(default 100)",
-        "--threads N         workers that run requests (default 8"})
+        "--threads N         workers that run requests; a queued client's long poll holds one (default 64"})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
 }
 

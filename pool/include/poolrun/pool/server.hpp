@@ -22,7 +22,9 @@ struct ServerOptions {
   std::filesystem::path token_file;
   Durability durability = Durability::kNormal;
   size_t max_body_bytes = size_t{1} << 20;  // however the body is framed (Content-Length or chunked)
-  int threads = 8;                          // workers that run requests; idle and slow connections hold none
+  // Workers that run requests. Idle and slow connections hold none; a queued client's long poll
+  // holds one for up to a second, so there are enough for many waiting clients and the renewals.
+  int threads = 64;
   std::chrono::seconds stale_after{30};
 
   // Limits against hostile or broken clients. A connection past either count is closed at once.
