@@ -10,6 +10,7 @@
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_names.hpp"
 
 namespace {
 
@@ -133,6 +134,10 @@ TEST_P(PlanCommandErrors, ExitTwoWithTheReason) {
   EXPECT_NE(r.err.find(GetParam().message), std::string::npos) << r.err;
 }
 
+void PrintTo(const Bad& b, std::ostream* os) {
+  *os << "poolrun " << b.args << ": \"" << b.message << "\"";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, PlanCommandErrors,
     ::testing::Values(
@@ -150,6 +155,7 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"plan --cluster TMP/broken.toml -n 2", "broken.toml:1:"},
         Bad{"plan --cluster TMP/none.toml -n 2", "none.toml: no such file"},
         Bad{"plan -n 2", "give exactly one of --cluster FILE and --from TOPOLOGY"},
-        Bad{"plan --cluster SRC/clusters/hgx-h100.toml", "-n N is required"}));
+        Bad{"plan --cluster SRC/clusters/hgx-h100.toml", "-n N is required"}),
+    [](const ::testing::TestParamInfo<Bad>& p) { return poolrun::test::testName(p.param.message); });
 
 }  // namespace

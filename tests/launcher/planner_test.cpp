@@ -308,6 +308,10 @@ TEST_P(PlannerTable, Plans) {
   c.check(plan);
 }
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << ", " << c.request.ranks << " ranks";
+}
+
 INSTANTIATE_TEST_SUITE_P(Synthetic, PlannerTable, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& param) {
                            return std::string(param.param.name);
@@ -476,6 +480,10 @@ TEST_P(PlannerRefuses, BeforeAnythingStarts) {
     EXPECT_EQ(e.code(), ErrorCode::kBadInput);
     EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
   }
+}
+
+void PrintTo(const Refusal& r, std::ostream* os) {
+  *os << r.name << ": \"" << r.message << "\"";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -662,6 +670,11 @@ TEST_P(PlanTruth, GdrAndNvlinkAsTheyAre) {
   });
   EXPECT_EQ(nvlinkNotes, t.nvlink_note ? 1u : 0u) << planTable(plan);
   EXPECT_EQ(doc["notes"].size(), plan.notes.size());
+}
+
+void PrintTo(const Truth& t, std::ostream* os) {
+  *os << t.file << ", " << t.ranks << " ranks, --fabric " << (t.fabric ? topo::toString(*t.fabric) : "auto")
+      << ": " << topo::toString(t.planned) << ", " << toString(t.transport) << ", GDR " << t.gdr_cell;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -137,6 +137,10 @@ TEST_P(RunShapes, EveryRankGetsItsPlan) {
             json::parse(slurp(tuner)));
 }
 
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.cluster << ", " << s.ranks << " ranks, " << s.per_node << " per node, " << s.fabric;
+}
+
 INSTANTIATE_TEST_SUITE_P(Sim, RunShapes,
                          ::testing::Values(Shape{"IbOneNode", "clusters/sim-ib.toml", 2, 2, "ib"},
                                            Shape{"IbTwoNodes", "clusters/sim-ib.toml", 4, 2, "ib"},
@@ -330,7 +334,10 @@ TEST_P(RunSignals, ForwardedAndTheLeaseIsReleased) {
   EXPECT_EQ(leftovers(marker), 0) << "no rank is left behind";
 }
 
-INSTANTIATE_TEST_SUITE_P(Sim, RunSignals, ::testing::Values(SIGINT, SIGTERM));
+INSTANTIATE_TEST_SUITE_P(Sim, RunSignals, ::testing::Values(SIGINT, SIGTERM),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::string(p.param == SIGINT ? "SIGINT" : "SIGTERM");
+                         });
 
 TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
   std::string marker = (tmp_.path() / "reports").string();

@@ -10,6 +10,7 @@
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_names.hpp"
 
 namespace {
 
@@ -143,6 +144,10 @@ TEST_P(TopoCommandErrors, ExitTwoWithOneLine) {
   EXPECT_NE(r.err.find(GetParam().message), std::string::npos) << r.err;
 }
 
+void PrintTo(const BadRun& b, std::ostream* os) {
+  *os << "poolrun " << b.args << ": \"" << b.message << "\"";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, TopoCommandErrors,
     ::testing::Values(BadRun{"topo --from TMP/missing.xml", "/missing.xml: no such file"},
@@ -152,7 +157,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadRun{"topo --from TMP", "is a directory"},
                       BadRun{"topo --format yaml", "unknown --format 'yaml'"},
                       BadRun{"topo --bogus", "unrecognised option"},
-                      BadRun{"frobnicate", "unknown command 'frobnicate'"}));
+                      BadRun{"frobnicate", "unknown command 'frobnicate'"}),
+    [](const ::testing::TestParamInfo<BadRun>& p) { return poolrun::test::testName(p.param.message); });
 
 TEST(TopoCommandErrorsTest, ErrorsAreOneLine) {
   Result r = poolrun("topo --from /nonexistent.xml");

@@ -7,6 +7,7 @@
 
 #include "poolrun/tuner/calibrate.hpp"
 #include "poolrun/tuner/config.hpp"
+#include "support/test_names.hpp"
 
 namespace {
 
@@ -89,6 +90,10 @@ TEST_P(BadConfigTest, OneLineNamingTheValue) {
   }
 }
 
+void PrintTo(const Bad& b, std::ostream* os) {
+  *os << "error naming \"" << b.mentions << "\"";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Config, BadConfigTest,
     ::testing::Values(Bad{"", "not valid JSON"}, Bad{"[]", "JSON object"}, Bad{"{\"schema\": 1}", "schema"},
@@ -113,7 +118,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{with("\"max_bytes\": 65536", "\"max_bytes\": -5"), "max_bytes"},
                       Bad{with("\"time_us\": 40.5", "\"time_us\": 0"), "time_us"},
                       Bad{with("\"coll\": \"allgather\"", "\"coll\": \"alltoall\""), "alltoall"},
-                      Bad{with("\"rules\": [", "\"rules\": 5, \"x-ignored\": ["), "rules must be an array"}));
+                      Bad{with("\"rules\": [", "\"rules\": 5, \"x-ignored\": ["), "rules must be an array"}),
+    [](const ::testing::TestParamInfo<Bad>& p) { return poolrun::test::testName(p.param.mentions); });
 
 TEST(ExampleCsvTest, ReadsTheExampleTunersFormat) {
   auto rules = parseExampleCsv(

@@ -162,6 +162,11 @@ constexpr Cell kRingLL{Algo::kRing, Proto::kLL}, kRingLL128{Algo::kRing, Proto::
     kNvlsTree{Algo::kNvlsTree, Proto::kSimple}, kDirect{Algo::kCollNetDirect, Proto::kSimple},
     kChain{Algo::kCollNetChain, Proto::kSimple}, kPat{Algo::kPat, Proto::kSimple};
 
+void PrintTo(const ValidityCase& v, std::ostream* os) {
+  *os << v.what << " (" << v.shape.nranks << " ranks, " << v.shape.nnodes
+      << " nodes): " << (v.expected ? "valid" : "invalid");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Model, ValidityTest,
     ::testing::Values(

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ Constants defaultConstants();
 // The NCCL releases whose plugin lookup this host imitates.
 enum class Release { k2_21, k2_22, k2_24, k2_28, k2_30 };
 const char* releaseName(Release r);
+// How GoogleTest shows a Release parameter: "NCCL 2.21".
+inline void PrintTo(Release r, std::ostream* os) {
+  *os << "NCCL " << releaseName(r);
+}
 
 struct LogRecord {
   int level = 0;

@@ -479,6 +479,10 @@ const std::string kBadRule =
 const std::string kNoNetwork = replaced(replaced(kGood, R"("nodes": 2)", R"("nodes": 1)"),
                                         R"("nics_per_node": 8)", R"("nics_per_node": 0)");
 
+void PrintTo(const BadConfig& b, std::ostream* os) {
+  *os << b.name << ": a warning naming \"" << b.mentions << "\"";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Plugin, BadConfigTest,
     ::testing::Values(BadConfig{"missing_file", nullptr, "/nonexistent/tuner.json",

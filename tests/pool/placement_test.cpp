@@ -75,6 +75,10 @@ TEST_P(PlacementTable, Places) {
   EXPECT_TRUE(state.queueMap().empty()) << "a request that is not queued leaves no entry";
 }
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << ": " << c.inventory << " | request " << c.request << " -> " << c.expected;
+}
+
 INSTANTIATE_TEST_SUITE_P(Pool, PlacementTable, ::testing::ValuesIn(kCases), [](const auto& param_info) {
   std::string n;
   for (const char* p = param_info.param.name; *p; ++p) n += std::isalnum(*p) ? *p : '_';

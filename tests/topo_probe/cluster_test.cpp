@@ -7,6 +7,7 @@
 #include "poolrun/topo/hostlist.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::topo {
 namespace {
@@ -98,6 +99,10 @@ TEST_P(ClusterFileErrors, NameTheFileAndTheProblem) {
   }
 }
 
+void PrintTo(const Bad& b, std::ostream* os) {
+  *os << "error with \"" << b.message << "\"";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, ClusterFileErrors,
     ::testing::Values(
@@ -111,7 +116,11 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels='r1'\n", "'labels' must be a table"},
         Bad{"[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\n[[group]]\nnodes='a2'\ntopology='node.xml'\n",
             "group 2: node a2 is already in an earlier group"},
-        Bad{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}));
+        Bad{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}),
+    [](const ::testing::TestParamInfo<Bad>& p) {
+      std::string name = poolrun::test::testName(p.param.message);
+      return std::isdigit(static_cast<unsigned char>(name[0])) ? "syntax_error_at_line_" + name : name;
+    });
 
 TEST(ClusterFileTest, FixturesFolderOverride) {
   POOLRUN_REQUIRE_FIXTURES(dir);

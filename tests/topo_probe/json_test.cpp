@@ -100,6 +100,10 @@ TEST_P(TopologyJsonBadInput, NamesTheField) {
   }
 }
 
+void PrintTo(const Bad& b, std::ostream* os) {
+  *os << b.name << ": error with \"" << b.message << "\"";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, TopologyJsonBadInput,
     ::testing::Values(

@@ -5,6 +5,7 @@
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::topo {
 namespace {
@@ -145,6 +146,10 @@ std::string nest(int depth) {
   return s + "</cpu></system>";
 }
 
+void PrintTo(const Bad& b, std::ostream* os) {
+  *os << b.name << ": error with \"" << b.message << "\"";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, NcclXmlBadInput,
     ::testing::Values(
@@ -171,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"no cpu", "<system version=\"1\"/>", "no <cpu> element"},
         Bad{"bad affinity", "<system version=\"1\"><cpu numaid=\"0\" affinity=\"xyz\"/></system>",
             "affinity"},
-        Bad{"deep", nest(40), "deeper than"}));
+        Bad{"deep", nest(40), "deeper than"}),
+    [](const ::testing::TestParamInfo<Bad>& p) { return poolrun::test::testName(p.param.name); });
 
 TEST(NcclXmlReaderTest, WarnsAboutNvLinkToAMissingGpu) {
   std::string xml =

@@ -12,6 +12,7 @@
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "support/fixtures.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::topo {
 namespace {
@@ -290,6 +291,10 @@ TEST_P(RealMachines, NcclXmlRoundTripKeepsDevicesAndPaths) {
   }
 }
 
+void PrintTo(const Machine& m, std::ostream* os) {
+  *os << m.file << " (" << m.gpus << " GPUs, " << m.nics << " NICs, " << m.numa_nodes << " NUMA nodes)";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, RealMachines, ::testing::ValuesIn(machines()),
                          [](const ::testing::TestParamInfo<Machine>& param) {
                            std::string name = std::filesystem::path(param.param.file).stem().string();
@@ -332,6 +337,11 @@ TEST_P(RealMachineGaps, AreSaid) {
       marked.push_back(line.substr(0, close + 1));
   }
   EXPECT_EQ(marked, g.marked);
+}
+
+void PrintTo(const Gap& g, std::ostream* os) {
+  *os << g.file
+      << (*g.nvlink_warning ? ": warns \"" + std::string(g.nvlink_warning) + "\"" : ": no NVLink warning");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -383,10 +393,17 @@ TEST_P(RealMachineRejects, WithAClearError) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, RealMachineRejects,
-                         ::testing::Values(BadFixture{"hwloc-xml/hwloc_nvidiaDGX2.v3.xml",
-                                                      "version 3.0 needs hwloc 3"},
-                                           BadFixture{"nccl-topo/azure_ncv4-graph.xml", "NCCL graph file"}));
+void PrintTo(const BadFixture& b, std::ostream* os) {
+  *os << b.file << ": error with \"" << b.message << "\"";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, RealMachineRejects,
+    ::testing::Values(BadFixture{"hwloc-xml/hwloc_nvidiaDGX2.v3.xml", "version 3.0 needs hwloc 3"},
+                      BadFixture{"nccl-topo/azure_ncv4-graph.xml", "NCCL graph file"}),
+    [](const ::testing::TestParamInfo<BadFixture>& p) {
+      return poolrun::test::testName(std::filesystem::path(p.param.file).stem().string());
+    });
 
 }  // namespace
 }  // namespace poolrun::topo

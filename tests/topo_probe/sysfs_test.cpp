@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "support/temp_dir.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::topo {
 namespace {
@@ -519,7 +520,12 @@ INSTANTIATE_TEST_SUITE_P(
                       RateCase{"40 Gb/sec (4X)", 40}, RateCase{"", 0}, RateCase{"fast", 0},
                       RateCase{"Gb/sec", 0}, RateCase{"100", 0}, RateCase{"100 Mb/sec", 0},
                       RateCase{"-100 Gb/sec (4X EDR)", 0}, RateCase{"0 Gb/sec", 0}, RateCase{"inf Gb/sec", 0},
-                      RateCase{"nan Gb/sec", 0}));
+                      RateCase{"nan Gb/sec", 0}),
+    [](const ::testing::TestParamInfo<RateCase>& p) {
+      std::string_view text = p.param.text;
+      if (text.empty()) return std::string("empty");
+      return std::string(text.starts_with('-') ? "minus_" : "") + poolrun::test::testName(text);
+    });
 
 struct RoceCase {
   const char* name;

@@ -148,6 +148,10 @@ TEST_P(MissingNvlink, WarnsOnlyWhereSxmGpusHaveNoNvlinkRecorded) {
   }
 }
 
+void PrintTo(const NvlinkGap& g, std::ostream* os) {
+  *os << g.name << ", " << g.warnings.size() << " warning(s)";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, MissingNvlink,
     ::testing::Values(NvlinkGap{"H100Sxm",
