@@ -3,18 +3,6 @@ pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc>=2.0)
 add_library(poolrun_hwloc INTERFACE)
 target_link_libraries(poolrun_hwloc INTERFACE PkgConfig::HWLOC)
 
-# poolrun-rank starts once per rank, in front of the program (runtime/CMakeLists.txt). It is built
-# without a C library on the architectures its start and system calls are written for, with GCC
-# (whose flags for that it uses); not in sanitizer or fuzzing builds, whose runtimes need the C library.
-find_library(POOLRUN_LIBC_ARCHIVE libc.a)
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|aarch64|arm64)$" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU"
-   AND NOT POOLRUN_SANITIZE AND NOT POOLRUN_BUILD_FUZZERS)
-  set(POOLRUN_FREESTANDING_RANK ON)
-else()
-  set(POOLRUN_FREESTANDING_RANK OFF)
-endif()
-message(STATUS "poolrun: poolrun-rank without a C library ${POOLRUN_FREESTANDING_RANK}")
-
 find_package(nlohmann_json 3.10 REQUIRED)
 # The C++ libraries go into the binaries (static archives, or header-only where Debian ships no
 # archive), so that a poolrun process loads only C libraries: each shared C++ library costs every

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Builds poolrun-rank without a C library for aarch64 (Grace Hopper and other Arm nodes) with the
-# same flags as runtime/CMakeLists.txt, and runs it under qemu-user: the plan's variables, a
-# binding, an error. Not part of CI (it needs a cross compiler); run it after changing
-# runtime/src/core, runtime/src/freestanding.cpp or runtime/src/rank_main.cpp.
-#   apt-get install g++-aarch64-linux-gnu qemu-user; scripts/check-rank-aarch64.sh
+# Builds poolrun-rank for aarch64 (Grace Hopper and other Arm nodes) as runtime/CMakeLists.txt builds
+# it, linked statically against musl, and runs it under qemu-user: the plan's variables, a binding,
+# an error, the reaper. Not part of CI (it needs a cross compiler and arm64's musl); run it after
+# changing runtime/src/core or runtime/src/rank_main.cpp.
+#   apt-get install g++-aarch64-linux-gnu qemu-user
+#   dpkg --add-architecture arm64 && apt-get update && apt-get install musl-dev:arm64
+#   scripts/check-rank-aarch64.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in aarch64-linux-gnu-g++ qemu-aarch64; do
   command -v "$tool" >/dev/null || { echo "check-rank-aarch64: $tool is missing (apt-get install g++-aarch64-linux-gnu qemu-user)" >&2; exit 2; }
 done
+specs=/usr/lib/aarch64-linux-musl/musl-gcc.specs
+[ -f "$specs" ] || { echo "check-rank-aarch64: $specs is missing (dpkg --add-architecture arm64; apt-get update; apt-get install musl-dev:arm64)" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 src=runtime/src
-aarch64-linux-gnu-g++ -std=c++20 -O2 -DPOOLRUN_FREESTANDING=1 -I"$src" -ffreestanding -fno-exceptions -fno-rtti \
-  -fno-stack-protector -fno-threadsafe-statics -fno-tree-loop-distribute-patterns -fno-pie -Wall -Wextra \
-  -Wpedantic -Wshadow -Wnon-virtual-dtor -Wconversion -Wno-sign-conversion -Werror -nostdlib -static -no-pie \
-  "$src"/rank_main.cpp "$src"/freestanding.cpp "$src"/core/{rank_env,rank_info,binding,system}.cpp -lgcc \
-  -o "$out/poolrun-rank"
+aarch64-linux-gnu-g++ -std=c++20 -O2 -specs="$specs" -I"$src" -Itopo_probe/include -fno-exceptions -fno-rtti \
+  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wconversion -Wno-sign-conversion -Werror -static -nodefaultlibs \
+  "$src"/rank_main.cpp "$src"/core/{rank_env,rank_info,binding,system}.cpp -lc -lgcc -o "$out/poolrun-rank"
+file "$out/poolrun-rank" | grep -q "ARM aarch64.*statically linked" || { echo "check-rank-aarch64: $(file "$out/poolrun-rank")" >&2; exit 1; }
 doc='{"schema":"poolrun.rank-env/1","sets":[{"A":"zero"},{"A":"caf\u00e9","POOLRUN_CPUSET":"0"}],"templates":[[0,1]],"runs":[[0,1,2,0]]}'
 # shellcheck disable=SC2016  # expanded by the rank's shell, not this one
 got=$(OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 POOLRUN_RANK_ENV="$doc" qemu-aarch64 "$out/poolrun-rank" \

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ make pkg-config
+  cmake ninja-build g++ make pkg-config musl-tools
   libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin libucx-dev
   libboost-program-options-dev libboost-dev

@@ -1,15 +1,13 @@
 #pragma once
 
 // Between the C++ interface of the rank side (poolrun/runtime/*.hpp: maps, CpuSet, exceptions) and
-// the rank core it is built on (core/: the code poolrun-rank runs without a C library).
+// the rank core it is built on (core/: the code poolrun-rank runs without the C++ library).
 
 #include <string>
 #include <string_view>
 
-#include "core/bits.hpp"
 #include "core/text.hpp"
 #include "poolrun/runtime/rank_info.hpp"
-#include "poolrun/topo/cpuset.hpp"
 
 namespace poolrun::runtime {
 
@@ -32,19 +30,5 @@ class EnvironmentVariables final : public core::Variables {
  private:
   const Environment& env_;
 };
-
-template <unsigned kBits>
-core::Bits<kBits> coreMask(const topo::CpuSet& set) {
-  core::Bits<kBits> mask;
-  for (unsigned c : set.cpus()) mask.set(c);
-  return mask;
-}
-
-template <unsigned kBits>
-std::vector<unsigned> members(const core::Bits<kBits>& mask) {
-  std::vector<unsigned> out;
-  for (unsigned i = mask.next(0); i < kBits; i = mask.next(i + 1)) out.push_back(i);
-  return out;
-}
 
 }  // namespace poolrun::runtime

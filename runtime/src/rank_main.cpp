@@ -5,12 +5,19 @@
 //
 //   poolrun-rank PROGRAM [ARGS...]
 //
-// It runs once per rank before the program, so it is built on the rank core (core/), which needs no
-// C library: where the build allows, poolrun-rank has none (freestanding.cpp starts it). glibc's own
-// start-up (its CPU feature probes, each a trap to the hypervisor in a VM) cost each rank more than
-// everything poolrun-rank does.
+// It runs once per rank before the program, so it is built on the rank core (core/), which
+// allocates nothing and needs no C++ library, and linked statically against musl where the build
+// has it (runtime/CMakeLists.txt): no loader, no relocations, no CPU probing at start-up.
 
-#include "rank_main.hpp"
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "core/binding.hpp"
 #include "core/rank_env.hpp"
 #include "core/rank_info.hpp"
@@ -19,10 +26,14 @@
 namespace poolrun::runtime::core {
 namespace {
 
-// Memory for the environment poolrun-rank builds, taken once from the kernel.
+// Memory for the environment poolrun-rank builds, taken once.
 class Arena {
  public:
-  explicit Arena(size_t size) : base_(sys::mapMemory(size)), size_(base_ == nullptr ? 0 : size) {}
+  explicit Arena(size_t size) : base_(static_cast<char*>(malloc(size))), size_(base_ == nullptr ? 0 : size) {}
+  ~Arena() { free(base_); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
   bool ok() const { return base_ != nullptr; }
   char* take(size_t n) {
     n = (n + 7) & ~size_t{7};
@@ -107,7 +118,8 @@ constinit BindingResult bindingResult;  // 7 KiB, kept off the stack
 void say(Text line) {
   Line text;
   text.add("poolrun-rank: ").add(line.sub(0, Line::kCapacity - 64)).add("\n");
-  sys::write(2, text.c_str(), text.text().size);
+  ssize_t written = write(2, text.c_str(), text.text().size);
+  (void)written;  // nowhere left to say it
 }
 
 // The rank Open MPI (or another PMIx launcher) gave this process.
@@ -127,7 +139,8 @@ Line& about(Line& line, const Environ& env, int rank) {
   if (Text node = env.get("POOLRUN_NODE"); !node.empty()) {
     line.add(node);
   } else {
-    sys::hostName(line);
+    char host[256] = {};
+    line.add(gethostname(host, sizeof host - 1) == 0 ? host : "this node");
   }
   return line.add(": ");
 }
@@ -135,14 +148,13 @@ Line& about(Line& line, const Environ& env, int rank) {
 // One NUMA node (or a kernel without NUMA): /sys/devices/system/node/online names at most one.
 bool singleNumaNode() {
   char online[256];
-  Text t = sys::readFile("/sys/devices/system/node/online", online, sizeof online);
+  Text t = readFile("/sys/devices/system/node/online", online, sizeof online);
   return !t.isSet() || (t.find(',') == t.size && t.find('-') == t.size);
 }
 
 // Binds as the plan says; returns false where POOLRUN_BIND=strict and the binding did not take.
 bool bind(Environ& env, int rank) {
-  CpuMask current;
-  sys::getAffinity(current);
+  CpuMask current = currentCpus();
   BindingRequest request;
   BindMode mode = BindMode::kOn;
   Line error;
@@ -202,61 +214,35 @@ bool portsUp(const Environ& env, int rank) {
   return !hca.isSet() || downPorts(hca, root.isSet() ? root : Text("/sys"), report) == 0;
 }
 
-// execvp(): PATH searched for a name without '/', a script without "#!" run by /bin/sh.
-int run(char** argv, char** envp, const Environ& env, Arena& arena) {
-  Text program = argv[0];
-  long error = sys::kNoEntry;
-  // Returns whether a later directory of PATH may still hold the program.
-  auto attempt = [&](const char* path) {
-    long r = sys::execve(path, argv, envp);
-    if (r == sys::kNoExec) {  // as execvp does: a script without "#!"
-      size_t argc = 0;
-      while (argv[argc] != nullptr) ++argc;
-      char** shell = reinterpret_cast<char**>(arena.take((argc + 2) * sizeof(char*)));
-      if (shell != nullptr) {
-        shell[0] = const_cast<char*>("/bin/sh");
-        shell[1] = const_cast<char*>(path);
-        for (size_t k = 1; k <= argc; ++k) shell[k + 1] = argv[k];
-        sys::execve("/bin/sh", shell, envp);
-      }
-    }
-    // EACCES is remembered over "not found", as execvp reports it.
-    if (r == sys::kAccess || error != sys::kAccess) error = r;
-    return r == sys::kNoEntry || r == sys::kNotDir || r == sys::kAccess || r == sys::kNoDevice ||
-           r == sys::kTimedOut || r == sys::kStale || r == sys::kNameTooLong;
-  };
-  if (program.empty()) {
-    error = sys::kNoEntry;
-  } else if (program.find('/') < program.size) {
-    attempt(argv[0]);
-  } else {
-    Text path = env.get("PATH");
-    if (!path.isSet()) path = "/bin:/usr/bin";
-    for (size_t at = 0; at <= path.size;) {
-      size_t end = path.find(':', at);
-      Text dir = path.sub(at, end - at);
-      at = end + 1;
-      static constinit LongLine file;
-      file.clear();
-      file.add(dir.empty() ? Text(".") : dir).add("/").add(program);
-      if (file.truncated()) {
-        if (error != sys::kAccess) error = sys::kNameTooLong;
-        continue;
-      }
-      if (!attempt(file.c_str())) break;
+// The program, found as execvp finds it (PATH in order, past files it may not execute). A file
+// without "#!" is run by /bin/sh: glibc's execvp does that itself, musl's leaves it to the shell,
+// whose `exec` runs such a file as a script.
+int run(char** argv, char** envp) {
+  environ = envp;  // the PATH execvp searches is the program's
+  execvp(argv[0], argv);
+  int error = errno;
+  if (error == ENOEXEC) {
+    size_t argc = 0;
+    while (argv[argc] != nullptr) ++argc;
+    char** shell = static_cast<char**>(malloc((argc + 4) * sizeof(char*)));
+    if (shell != nullptr) {
+      shell[0] = const_cast<char*>("sh");
+      shell[1] = const_cast<char*>("-c");
+      shell[2] = const_cast<char*>("exec \"$0\" \"$@\"");
+      for (size_t k = 0; k <= argc; ++k) shell[k + 3] = argv[k];
+      execv("/bin/sh", shell);
+      free(shell);
     }
   }
   Line line;
-  line.add("error: cannot run ").quoted(program).add(": ");
-  sys::describe(line, error);
+  line.add("error: cannot run ").quoted(argv[0]).add(": ");
+  describe(line, error);
   say(line.add(" (check the program's path and that it is executable on every node)").text());
   return 127;
 }
 
 // The signals a launcher sends a rank, passed on to the program.
-constexpr int kForwarded[] = {1 /*HUP*/,   2 /*INT*/,   3 /*QUIT*/,  10 /*USR1*/,
-                              12 /*USR2*/, 15 /*TERM*/, 18 /*CONT*/, 20 /*TSTP*/};
-constexpr int kSigChld = 17, kSigKill = 9, kSigTerm = 15;
+constexpr int kForwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGCONT, SIGTSTP};
 
 // The children this process has now (the program, and orphans of its that were reparented here).
 // /proc/PID/task/PID/children; false where the kernel does not list them.
@@ -264,7 +250,7 @@ bool children(long pid, LongLine& out) {
   Line path;
   path.add("/proc/").add(pid).add("/task/").add(pid).add("/children");
   static char text[65536];
-  Text t = sys::readFile(path.c_str(), text, sizeof text);
+  Text t = readFile(path.c_str(), text, sizeof text);
   if (!t.isSet()) return false;
   while (!t.empty() && (t[t.size - 1] == ' ' || t[t.size - 1] == '\n')) t = t.sub(0, t.size - 1);
   out.clear();
@@ -276,8 +262,27 @@ void signalAll(Text pids, int signal) {
   for (size_t at = 0; at < pids.size;) {
     size_t end = pids.find(' ', at);
     long pid = 0;
-    if (parseNumber(pids.sub(at, end - at), (1L << 22), pid) && pid > 1) sys::kill(pid, signal);
+    if (parseNumber(pids.sub(at, end - at), (1L << 22), pid) && pid > 1)
+      kill(static_cast<pid_t>(pid), signal);
     at = end + 1;
+  }
+}
+
+// The next signal from signalfd `fd` within `timeoutMs` (-1: no limit): its number, 0 on timeout.
+int nextSignal(int fd, long timeoutMs) {
+  pollfd ready = {fd, POLLIN, 0};
+  timespec limit = {timeoutMs / 1000, (timeoutMs % 1000) * 1000000};
+  if (ppoll(&ready, 1, timeoutMs < 0 ? nullptr : &limit, nullptr) <= 0) return 0;
+  signalfd_siginfo info;
+  return read(fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info) ? static_cast<int>(info.ssi_signo)
+                                                                           : 0;
+}
+
+// Every child that has ended, reaped; the program's status in `status` if it is one of them.
+void reapEnded(pid_t program, int& status, bool& running) {
+  int s = 0;
+  for (pid_t pid; (pid = waitpid(-1, &s, WNOHANG)) > 0;) {
+    if (pid == program) status = s, running = false;
   }
 }
 
@@ -288,95 +293,86 @@ void signalAll(Text pids, int signal) {
 // process ends as the program did: its exit code, or the same signal. Costs one fork per rank
 // (runtime/README.md has the figure); a SIGKILL of this process leaves the program to die with it
 // (PR_SET_PDEATHSIG) but its orphans to init.
-int reapBeside(char** argv, char** envp, const Environ& env, Arena& arena) {
-  sys::SignalSet watched = sys::signalBit(kSigChld), old = 0;
-  for (int sig : kForwarded) watched |= sys::signalBit(sig);
-  long me = sys::processId();
+int reapBeside(char** argv, char** envp) {
+  sigset_t watched, old;
+  sigemptyset(&watched);
+  sigaddset(&watched, SIGCHLD);
+  for (int sig : kForwarded) sigaddset(&watched, sig);
+  pid_t me = getpid();
   // Each step, and what failed: without all of them nothing can stand beside the program, which
   // then runs in this process as without reaping.
   const char* failed = nullptr;
-  long error = 0, fd = -1, child = -1;
+  int error = 0, fd = -1;
+  pid_t child = -1;
   auto step = [&](long result, const char* call) {
-    if (result < 0) failed = call, error = result;
+    if (result < 0) failed = call, error = errno;
     return result >= 0;
   };
   bool blocked = false;
-  if (step(sys::becomeSubreaper(), "prctl(PR_SET_CHILD_SUBREAPER)") &&
-      (blocked = step(sys::blockSignals(watched, old), "rt_sigprocmask")) &&
-      step(fd = sys::signalFd(watched), "signalfd4"))
-    step(child = sys::fork(), "clone");
+  if (step(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)") &&
+      (blocked = step(sigprocmask(SIG_BLOCK, &watched, &old), "sigprocmask")) &&
+      step(fd = signalfd(-1, &watched, SFD_CLOEXEC), "signalfd"))
+    step(child = fork(), "fork");
   if (child == 0) {
-    sys::setSignalMask(old);
-    sys::dieWithParent(kSigKill);
-    if (sys::parentId() != me) sys::exit(127);  // this process is already gone
-    return run(argv, envp, env, arena);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != me) _exit(127);  // this process is already gone
+    return run(argv, envp);
   }
   if (failed != nullptr) {
-    if (fd >= 0) sys::close(static_cast<int>(fd));
-    if (blocked) sys::setSignalMask(old);
+    if (fd >= 0) close(fd);
+    if (blocked) sigprocmask(SIG_SETMASK, &old, nullptr);
     Line line;
     line.add("warning: cannot stay beside the program to end what it leaves running (").add(failed).add(": ");
-    sys::describe(line, error);
+    describe(line, error);
     say(line.add("); running it as it is (-x POOLRUN_REAP=0 skips the reaper)").text());
-    return run(argv, envp, env, arena);
+    return run(argv, envp);
   }
   int status = 0;
-  bool running = true;
-  while (running) {
-    long sig = sys::nextSignal(static_cast<int>(fd), -1);
-    if (sig == kSigChld || sig <= 0) {
-      int s = 0;
-      for (long pid; (pid = sys::waitAny(s, false)) > 0;) {
-        if (pid == child) {
-          status = s;
-          running = false;
-        }
-      }
+  for (bool running = true; running;) {
+    int sig = nextSignal(fd, -1);
+    if (sig == SIGCHLD || sig == 0) {
+      reapEnded(child, status, running);
     } else {
-      sys::kill(child, static_cast<int>(sig));
+      kill(child, sig);
     }
   }
   // What the program left: SIGTERM, a second's grace, then SIGKILL; reaped as they go. Where no
-  // child is left (wait4 says so: the common case), /proc is not read at all.
+  // child is left (waitpid says so: the common case), /proc is not read at all.
   static constinit LongLine left;
+  bool orphans = !(waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD);
+  bool ignored = true;
   int none = 0;
-  bool orphans = sys::waitAny(none, false) != sys::kNoChild;
   for (int round = 0; orphans && round < 2 && children(me, left) && !left.empty(); ++round) {
-    signalAll(left.text(), round == 0 ? kSigTerm : kSigKill);
+    signalAll(left.text(), round == 0 ? SIGTERM : SIGKILL);
     for (long waited = 0; waited < 1000 && children(me, left) && !left.empty(); waited += 50) {
-      int s = 0;
-      while (sys::waitAny(s, false) > 0) {
-      }
-      if (children(me, left) && !left.empty()) sys::nextSignal(static_cast<int>(fd), 50);
+      reapEnded(child, none, ignored);
+      if (children(me, left) && !left.empty()) nextSignal(fd, 50);
     }
   }
-  for (int s = 0; sys::waitAny(s, false) > 0;) {
-  }
-  int termination = status & 0x7f;
-  if (termination == 0) return (status >> 8) & 0xff;
-  sys::defaultAction(termination);
-  sys::setSignalMask(old & ~sys::signalBit(termination));
-  sys::kill(me, termination);
+  reapEnded(child, none, ignored);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  int termination = WTERMSIG(status);
+  signal(termination, SIG_DFL);
+  sigdelset(&old, termination);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  kill(me, termination);
   return 128 + termination;
 }
 
-}  // namespace
-
 int rankMain(int argc, char** argv, char** envp) {
   if (argc < 2) {
-    Text usage = "usage: poolrun-rank PROGRAM [ARGS...] (started by poolrun in front of every rank)\n";
-    sys::write(2, usage.data, usage.size);
+    say("usage: poolrun-rank PROGRAM [ARGS...] (started by poolrun in front of every rank)");
     return 2;
   }
   size_t count = 0, bytes = 0;
   for (char** e = envp; e != nullptr && *e != nullptr; ++e, ++count) bytes += length(*e);
-  // The plan's variables and their copies (a variable takes at least 6 bytes of the document), and
-  // the arguments of /bin/sh for a script.
-  size_t arenaSize = 2 * bytes + (count + static_cast<size_t>(argc) + 2) * sizeof(char*) + 256 * 1024;
+  // The plan's variables and their copies (a variable takes at least 6 bytes of the document).
+  size_t arenaSize = 2 * bytes + (count + 2) * sizeof(char*) + 256 * 1024;
   Arena arena(arenaSize);
   if (!arena.ok()) {
     Line line;
-    line.add("error: the kernel refused ").add(arenaSize).add(" bytes for the rank's environment (");
+    line.add("error: no memory for the rank's environment, ").add(arenaSize).add(" bytes (");
     say(line.add(count)
             .add(" variables): check the node's free memory and the job's memory limit (ulimit -v)")
             .text());
@@ -418,9 +414,14 @@ int rankMain(int argc, char** argv, char** envp) {
   if (doc.isSet() && !bind(env, rank)) return 127;
   if (env.get("POOLRUN_REAP") == "1") {
     env.unset("POOLRUN_REAP");
-    return reapBeside(argv + 1, env.envp(), env, arena);
+    return reapBeside(argv + 1, env.envp());
   }
-  return run(argv + 1, env.envp(), env, arena);
+  return run(argv + 1, env.envp());
 }
 
+}  // namespace
 }  // namespace poolrun::runtime::core
+
+int main(int argc, char** argv) {
+  return poolrun::runtime::core::rankMain(argc, argv, environ);
+}

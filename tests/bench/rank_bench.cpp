@@ -2,9 +2,10 @@
 // the program alone, and binding against POOLRUN_BIND=off; the two launches of a pair alternate
 // which goes first. The rank's environment is an Open MPI rank's: a hundred OMPI_/PMIX_ variables
 // and the POOLRUN_RANK_ENV of an 8-GPU node's plan. And the reaper (POOLRUN_REAP=1) against none. Measures
-// only; asserts nothing about time.
+// only; asserts nothing about time. With a second poolrun-rank (another build of it), the two
+// wrappers against each other instead, alternating in the same way, for each of those environments.
 //
-//   rank_bench [PAIRS (1000)]
+//   rank_bench [PAIRS (1000)] [OTHER_POOLRUN_RANK]
 
 #include <sched.h>
 #include <spawn.h>
@@ -110,8 +111,9 @@ std::vector<std::string> rankEnvironment() {
 
 int main(int argc, char** argv) {
   int pairs = argc > 1 ? std::atoi(argv[1]) : 1000;
-  if (pairs < 4) {
-    std::fprintf(stderr, "usage: rank_bench [PAIRS (at least 4; 1000)]\n");
+  if (pairs < 4 || argc > 3) {
+    std::fprintf(stderr,
+                 "usage: rank_bench [PAIRS (at least 4; 1000)] [OTHER_POOLRUN_RANK (to compare with)]\n");
     return 2;
   }
   std::vector<std::string> env = rankEnvironment();
@@ -126,12 +128,22 @@ int main(int argc, char** argv) {
   std::vector<std::string> bindOff = bind;
   bindOff.push_back("POOLRUN_BIND=off");
   std::printf("poolrun-rank %s; the plan's document is %zu bytes\n", POOLRUN_RANK_BINARY, env[2].size() - 17);
+  std::vector<std::string> reap = env;
+  reap.push_back("POOLRUN_REAP=1");
+  if (argc == 3) {
+    std::string other = argv[2];
+    std::printf("against %s\n", other.c_str());
+    for (const auto& [what, e] :
+         {std::pair{"an Open MPI rank's environment:", env}, std::pair{"binding to a core:", bind},
+          std::pair{"POOLRUN_REAP=1:", reap}}) {
+      compare(what, Command{{POOLRUN_RANK_BINARY, "/bin/true"}, e}, Command{{other, "/bin/true"}, e}, pairs);
+    }
+    return 0;
+  }
   compare("poolrun-rank /bin/true against /bin/true:", Command{{POOLRUN_RANK_BINARY, "/bin/true"}, env},
           Command{{"/bin/true"}, env}, pairs);
   compare("binding to a core against POOLRUN_BIND=off:", Command{{POOLRUN_RANK_BINARY, "/bin/true"}, bind},
           Command{{POOLRUN_RANK_BINARY, "/bin/true"}, bindOff}, pairs);
-  std::vector<std::string> reap = env;
-  reap.push_back("POOLRUN_REAP=1");
   compare("staying beside the program as its reaper (POOLRUN_REAP=1) against exec'ing it:",
           Command{{POOLRUN_RANK_BINARY, "/bin/true"}, reap}, Command{{POOLRUN_RANK_BINARY, "/bin/true"}, env},
           pairs);

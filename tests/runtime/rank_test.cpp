@@ -4,15 +4,21 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <memory>
+#include <optional>
 
 #include "poolrun/launcher/mpi.hpp"
-#include "poolrun/runtime/binding.hpp"
 #include "poolrun/runtime/port_check.hpp"
 #include "poolrun/runtime/rank_env.hpp"
 #include "poolrun/runtime/rank_info.hpp"
 #include "poolrun/topo/error.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
+
+// The rank core, which poolrun-rank runs on.
+#include "core/binding.hpp"
+#include "core/system.hpp"
+#include "core_adapters.hpp"
 
 namespace poolrun::runtime {
 namespace {
@@ -94,122 +100,184 @@ TEST(RankInfoTest, TheProcessEnvironment) {
   unsetenv("POOLRUN_TEST_NAMED_B");
 }
 
-// A machine of 2 NUMA nodes x 4 CPUs; it may refuse or alter bindings.
-class FakeBinder : public Binder {
- public:
-  CpuSet machine = CpuSet::parseList("0-7");
-  std::vector<std::pair<int, CpuSet>> numa = {{0, CpuSet::parseList("0-3")}, {1, CpuSet::parseList("4-7")}};
-  CpuSet bound = CpuSet::parseList("0-7");
-  std::vector<int> memory;
-  bool refuseCpus = false, refuseMemory = false;
-  std::optional<CpuSet> kernelGives;  // a cgroup that narrows what is asked
+// Binding, through the rank core's one Binder: a fake machine here, the kernel below.
+core::CpuMask mask(const char* list) {
+  core::CpuMask m;
+  EXPECT_TRUE(m.parseList(list)) << list;
+  return m;
+}
 
-  CpuSet machineCpus() override { return machine; }
-  std::vector<std::pair<int, CpuSet>> numaNodes() override { return numa; }
-  void bindCpus(const CpuSet& cpus) override {
-    if (refuseCpus) throw Error(ErrorCode::kIo, "Operation not permitted");
-    bound = kernelGives ? *kernelGives : cpus;
+template <unsigned kBits>
+std::string listOf(const core::Bits<kBits>& bits) {
+  core::LongLine line;
+  bits.addList(line);
+  return line.c_str();
+}
+
+std::vector<std::string> problems(const core::BindingResult& r) {
+  std::vector<std::string> out;
+  for (unsigned i = 0; i < r.problems.count; ++i) out.push_back(r.problems.items[i].c_str());
+  return out;
+}
+
+// A machine of 2 NUMA nodes x 4 CPUs; it may refuse or alter bindings.
+class FakeBinder final : public core::Binder {
+ public:
+  core::CpuMask machine = mask("0-7");
+  std::vector<std::pair<unsigned, core::CpuMask>> numa = {{0, mask("0-3")}, {1, mask("4-7")}};
+  core::CpuMask bound = mask("0-7");
+  core::NodeMask memory;
+  bool refuseCpus = false, refuseMemory = false;
+  std::optional<core::CpuMask> kernelGives;  // a cgroup that narrows what is asked
+
+  core::CpuMask machineCpus() override { return machine; }
+  bool numaNode(unsigned i, unsigned& index, core::CpuMask& cpus) override {
+    if (i >= numa.size()) return false;
+    index = numa[i].first;
+    cpus = numa[i].second;
+    return true;
   }
-  CpuSet boundCpus() override { return bound; }
-  void bindMemory(const std::vector<int>& nodes) override {
-    if (refuseMemory) throw Error(ErrorCode::kIo, "Operation not permitted");
-    memory = nodes;
+  bool bindCpus(const core::CpuMask& cpus, core::Line& why) override {
+    if (refuseCpus) why.add("Operation not permitted");
+    if (!refuseCpus) bound = kernelGives ? *kernelGives : cpus;
+    return !refuseCpus;
   }
-  std::vector<int> boundMemory() override { return memory; }
+  core::CpuMask boundCpus() override { return bound; }
+  bool bindMemory(const core::NodeMask& nodes, core::Line& why) override {
+    if (refuseMemory) why.add("Operation not permitted");
+    if (!refuseMemory) memory = nodes;
+    return !refuseMemory;
+  }
+  core::NodeMask boundMemory() override { return memory; }
 };
+
+// The core's result is 7 KiB: on the heap.
+std::unique_ptr<core::BindingResult> bind(core::Binder& machine, const char* cpus, int numa) {
+  core::BindingRequest request;
+  request.cpus = mask(cpus);
+  request.numa = numa;
+  auto result = std::make_unique<core::BindingResult>();
+  core::applyBinding(machine, request, *result);
+  return result;
+}
 
 TEST(BindingTest, BindsCoresAndTheirNumaNode) {
   FakeBinder m;
-  BindingResult r = applyBinding(m, {CpuSet::parseList("4-5"), 1});
-  EXPECT_TRUE(r.cpus_as_planned);
-  EXPECT_TRUE(r.memory_as_planned);
-  EXPECT_EQ(m.bound, CpuSet::parseList("4-5"));
-  EXPECT_EQ(r.memory, std::vector<int>{1});
-  EXPECT_TRUE(r.problems.empty());
+  auto r = bind(m, "4-5", 1);
+  EXPECT_TRUE(r->cpus_as_planned);
+  EXPECT_TRUE(r->memory_as_planned);
+  EXPECT_EQ(listOf(m.bound), "4-5");
+  EXPECT_EQ(listOf(r->memory), "1");
+  EXPECT_TRUE(problems(*r).empty());
 }
 
 TEST(BindingTest, WithoutAPlannedNodeMemoryGoesWhereTheCoresAre) {
   FakeBinder m;
-  BindingResult r = applyBinding(m, {CpuSet::parseList("3-4"), -1});
-  EXPECT_EQ(r.memory, (std::vector<int>{0, 1}));
-  EXPECT_TRUE(r.memory_as_planned);
+  auto r = bind(m, "3-4", -1);
+  EXPECT_EQ(listOf(r->memory), "0-1");
+  EXPECT_TRUE(r->memory_as_planned);
 }
 
 TEST(BindingTest, SaysPlainlyWhenTheKernelNarrowsTheBinding) {
   FakeBinder m;
-  m.kernelGives = CpuSet::parseList("4");
-  BindingResult r = applyBinding(m, {CpuSet::parseList("4-5"), 1});
-  EXPECT_FALSE(r.cpus_as_planned);
-  ASSERT_EQ(r.problems.size(), 1u);
-  EXPECT_NE(r.problems[0].find("asked for cores 4-5, the kernel says 4"), std::string::npos) << r.problems[0];
+  m.kernelGives = mask("4");
+  auto r = bind(m, "4-5", 1);
+  EXPECT_FALSE(r->cpus_as_planned);
+  ASSERT_EQ(problems(*r).size(), 1u);
+  EXPECT_NE(problems(*r)[0].find("asked for cores 4-5, the kernel says 4"), std::string::npos)
+      << problems(*r)[0];
 }
 
 TEST(BindingTest, RefusalsAreProblemsNotCrashes) {
   FakeBinder m;
   m.refuseCpus = true;
   m.refuseMemory = true;
-  BindingResult r = applyBinding(m, {CpuSet::parseList("0-1"), 0});
-  EXPECT_FALSE(r.cpus_as_planned);
-  EXPECT_FALSE(r.memory_as_planned);
-  ASSERT_GE(r.problems.size(), 2u);
-  EXPECT_NE(r.problems[0].find("binding to cores 0-1 was refused: Operation not permitted"),
-            std::string::npos);
-  EXPECT_NE(r.problems.back().find("NUMA node 0 was refused"), std::string::npos) << r.problems.back();
+  auto r = bind(m, "0-1", 0);
+  EXPECT_FALSE(r->cpus_as_planned);
+  EXPECT_FALSE(r->memory_as_planned);
+  auto said = problems(*r);
+  ASSERT_GE(said.size(), 2u);
+  EXPECT_NE(said[0].find("binding to cores 0-1 was refused: Operation not permitted"), std::string::npos);
+  EXPECT_NE(said.back().find("NUMA node 0 was refused"), std::string::npos) << said.back();
 }
 
 TEST(BindingTest, CoresThatDoNotExistHere) {
   FakeBinder m;
-  BindingResult r = applyBinding(m, {CpuSet::parseList("6-9"), 3});
-  EXPECT_FALSE(r.cpus_as_planned);
-  EXPECT_EQ(m.bound, CpuSet::parseList("6-7")) << "binds to the planned cores that exist";
-  EXPECT_NE(r.problems[0].find("planned cores 6-9 are not all usable here"), std::string::npos);
-  EXPECT_NE(r.problems[1].find("planned NUMA node 3 does not exist here"), std::string::npos);
+  auto r = bind(m, "6-9", 3);
+  EXPECT_FALSE(r->cpus_as_planned);
+  EXPECT_EQ(listOf(m.bound), "6-7") << "binds to the planned cores that exist";
+  auto said = problems(*r);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_NE(said[0].find("planned cores 6-9 are not all usable here"), std::string::npos);
+  EXPECT_NE(said[1].find("planned NUMA node 3 does not exist here"), std::string::npos);
 }
 
 TEST(BindingTest, OneNumaNodeNeedsNoMemoryBinding) {
   FakeBinder m;
-  m.numa = {{0, CpuSet::parseList("0-7")}};
+  m.numa = {{0, mask("0-7")}};
   m.refuseMemory = true;  // a container without CAP_SYS_NICE: nothing to say on one node
-  BindingResult r = applyBinding(m, {CpuSet::parseList("0-1"), 0});
-  EXPECT_TRUE(r.memory_as_planned);
-  EXPECT_TRUE(r.problems.empty());
+  auto r = bind(m, "0-1", 0);
+  EXPECT_TRUE(r->memory_as_planned);
+  EXPECT_TRUE(problems(*r).empty());
+}
+
+// What to bind to from the rank's variables: the request, or the message naming a malformed one.
+struct Request {
+  core::BindingRequest request;
+  core::BindMode mode = core::BindMode::kOn;
+  std::string error;  // empty: accepted
+};
+std::unique_ptr<Request> request(const Environment& env, const char* current = "0-1") {
+  auto r = std::make_unique<Request>();
+  core::Line error;
+  if (!core::bindingRequest(EnvironmentVariables(env), mask(current), r->request, r->mode, error))
+    r->error = error.c_str();
+  return r;
 }
 
 TEST(BindingTest, RequestFromTheRankVariables) {
-  CpuSet current = CpuSet::parseList("0-1");
-  auto real = bindingRequest({{"POOLRUN_CPUSET", "8-15"}, {"POOLRUN_NUMA", "1"}}, current);
-  ASSERT_TRUE(real);
-  EXPECT_EQ(real->cpus, CpuSet::parseList("8-15"));
-  EXPECT_EQ(real->numa, 1);
-  auto sim = bindingRequest({{"POOLRUN_PLANNED_CPUSET", "48-59"}}, current);
-  ASSERT_TRUE(sim);
-  EXPECT_EQ(sim->cpus, current) << "a simulated rank keeps the cores its mapped rankfile gave it";
-  EXPECT_FALSE(bindingRequest({{"POOLRUN_BIND", "off"}}, current));
-  EXPECT_THROW(bindingRequest({{"POOLRUN_BIND", "maybe"}}, current), Error);
-  EXPECT_THROW(bindingRequest({{"POOLRUN_CPUSET", "0-"}}, current), Error);
-  EXPECT_THROW(bindingRequest({{"POOLRUN_NUMA", "first"}}, current), Error);
+  auto real = request({{"POOLRUN_CPUSET", "8-15"}, {"POOLRUN_NUMA", "1"}});
+  EXPECT_EQ(real->error, "");
+  EXPECT_EQ(listOf(real->request.cpus), "8-15");
+  EXPECT_EQ(real->request.numa, 1);
+  auto sim = request({{"POOLRUN_PLANNED_CPUSET", "48-59"}});
+  EXPECT_EQ(listOf(sim->request.cpus), "0-1")
+      << "a simulated rank keeps the cores its mapped rankfile gave it";
+  EXPECT_EQ(request({{"POOLRUN_BIND", "off"}})->mode, core::BindMode::kOff);
+  EXPECT_EQ(request({{"POOLRUN_BIND", "strict"}})->mode, core::BindMode::kStrict);
+  EXPECT_EQ(
+      request({{"POOLRUN_BIND", "maybe"}})->error,
+      "POOLRUN_BIND='maybe': use on (the default: warn when the binding did not take), strict (fail the "
+      "rank) or off");
+  EXPECT_EQ(request({{"POOLRUN_CPUSET", "0-"}})->error,
+            "POOLRUN_CPUSET='0-' is not a cpulist like 0-3,8 (it is written by poolrun)");
+  EXPECT_EQ(request({{"POOLRUN_NUMA", "first"}})->error,
+            "POOLRUN_NUMA='first' is not a NUMA node index (it is written by poolrun)");
 }
 
 TEST(BindingTest, ThisMachineThroughTheKernel) {
-  auto binder = systemBinder();
-  CpuSet before = binder->boundCpus();
+  core::SystemBinder binder;
+  core::CpuMask before = binder.boundCpus();
   ASSERT_FALSE(before.empty());
-  EXPECT_EQ(binder->machineCpus() & before, before) << "the cgroup allows what the process runs on";
-  CpuSet one({before.cpus().front()});
-  BindingResult r = applyBinding(*binder, {one, -1});
-  EXPECT_TRUE(r.cpus_as_planned) << (r.problems.empty() ? "" : r.problems[0]);
-  EXPECT_EQ(binder->boundCpus(), one);
-  binder->bindCpus(before);
+  EXPECT_TRUE((binder.machineCpus() & before) == before) << "the cgroup allows what the process runs on";
+  std::string one = std::to_string(before.next(0));
+  auto r = bind(binder, one.c_str(), -1);
+  EXPECT_TRUE(r->cpus_as_planned) << (problems(*r).empty() ? "" : problems(*r)[0]);
+  EXPECT_EQ(listOf(binder.boundCpus()), one);
+  core::Line why;
+  ASSERT_TRUE(binder.bindCpus(before, why)) << why.c_str();
   // Memory: bound and read back, or refused with the system's reason (a container without
   // CAP_SYS_NICE); either way no crash.
-  auto numa = binder->numaNodes();
-  ASSERT_FALSE(numa.empty());
-  try {
-    binder->bindMemory({numa.front().first});
-    EXPECT_EQ(binder->boundMemory(), std::vector<int>{numa.front().first});
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kIo);
-    std::cerr << "memory binding refused here: " << e.what() << "\n";
+  unsigned node = 0;
+  core::CpuMask cpus;
+  ASSERT_TRUE(binder.numaNode(0, node, cpus));
+  core::NodeMask nodes;
+  nodes.set(node);
+  if (binder.bindMemory(nodes, why)) {
+    EXPECT_EQ(listOf(binder.boundMemory()), std::to_string(node));
+  } else {
+    EXPECT_FALSE(why.empty());
+    std::cerr << "memory binding refused here: " << why.c_str() << "\n";
   }
 }
 
@@ -218,6 +286,7 @@ TEST(BindingTest, ThisMachineThroughTheKernel) {
 // that have memory and that the cgroup allows.
 TEST(BindingTest, TheMachineFromProcAndSys) {
   poolrun::test::TempDir root;
+  std::string path = root.path().string();
   root.write("sys/devices/system/cpu/online", "0-15\n");
   root.write("sys/devices/system/node/online", "0-3\n");
   root.write("sys/devices/system/node/has_memory", "0-1,3\n");
@@ -230,41 +299,62 @@ TEST(BindingTest, TheMachineFromProcAndSys) {
   root.write("sys/fs/cgroup/slurm/job_7/cpuset.cpus.effective", "2-9\n");
   root.write("sys/fs/cgroup/slurm/job_7/cpuset.mems.effective", "0,2-3\n");
   root.write("sys/fs/cgroup/slurm/cpuset.cpus.effective", "0-15\n");
-  auto machine = systemBinder(root.path().string());
-  EXPECT_EQ(machine->machineCpus(), CpuSet::parseList("2-9"));
-  auto numa = machine->numaNodes();
+  auto numaNodes = [&] {
+    core::SystemBinder machine(coreText(path));
+    std::vector<std::pair<unsigned, std::string>> out;
+    unsigned index = 0;
+    core::CpuMask cpus;
+    for (unsigned i = 0; machine.numaNode(i, index, cpus); ++i) out.emplace_back(index, listOf(cpus));
+    return out;
+  };
+  auto machineCpus = [&] { return listOf(core::SystemBinder(coreText(path)).machineCpus()); };
+  EXPECT_EQ(machineCpus(), "2-9");
+  auto numa = numaNodes();
   ASSERT_EQ(numa.size(), 2u) << "node 1 is not allowed, node 2 has no memory";
-  EXPECT_EQ(numa[0], (std::pair<int, CpuSet>{0, CpuSet::parseList("0-3")}));
-  EXPECT_EQ(numa[1], (std::pair<int, CpuSet>{3, CpuSet()})) << "a node of memory alone";
+  EXPECT_EQ(numa[0], (std::pair<unsigned, std::string>{0, "0-3"}));
+  EXPECT_EQ(numa[1], (std::pair<unsigned, std::string>{3, ""})) << "a node of memory alone";
 
   // cgroup v1: the hierarchy that has the cpuset controller, among others.
   root.write("proc/self/cgroup", "5:cpuacct,cpu:/\n3:cpuset,memory:/docker/abc\n");
   root.write("sys/fs/cgroup/cpuset/docker/abc/cpuset.effective_cpus", "12-15,0");
-  EXPECT_EQ(systemBinder(root.path().string())->machineCpus(), CpuSet::parseList("0,12-15"));
+  EXPECT_EQ(machineCpus(), "0,12-15");
   // No cgroup that says (a kernel without cpusets): every online CPU.
   root.write("proc/self/cgroup", "0::/user.slice\n");
-  EXPECT_EQ(systemBinder(root.path().string())->machineCpus(), CpuSet::parseList("0-15"));
+  EXPECT_EQ(machineCpus(), "0-15");
   // No NUMA in the kernel: one node of every CPU.
   std::filesystem::remove_all(root.path() / "sys/devices/system/node");
-  auto flat = systemBinder(root.path().string())->numaNodes();
+  auto flat = numaNodes();
   ASSERT_EQ(flat.size(), 1u);
-  EXPECT_EQ(flat[0], (std::pair<int, CpuSet>{0, CpuSet::parseList("0-15")}));
+  EXPECT_EQ(flat[0], (std::pair<unsigned, std::string>{0, "0-15"}));
 }
 
+// One reader of the cpulist form (poolrun/topo/cpu_list.hpp) for the rank core and topo::CpuSet:
+// both accept and refuse the same lists.
 TEST(BindingTest, CpuListsAsTheyAreWritten) {
-  CpuSet current = CpuSet::parseList("0-1");
-  for (const char* list : {"0-3, 8", "0-3,8,", " 0-3,8\n"}) {
-    auto r = bindingRequest({{"POOLRUN_CPUSET", list}}, current);
-    ASSERT_TRUE(r) << list;
-    EXPECT_EQ(r->cpus, CpuSet::parseList("0-3,8")) << list;
+  for (const char* list : {"0-3, 8", "0-3,8,", " 0-3,8\n", "8,0-3"}) {
+    auto r = request({{"POOLRUN_CPUSET", list}});
+    EXPECT_EQ(r->error, "") << list;
+    EXPECT_EQ(listOf(r->request.cpus), "0-3,8") << list;
+    EXPECT_EQ(CpuSet::parseList(list).toList(), "0-3,8") << list;
   }
-  for (const char* list : {",0", "0,,1", "3-1", "x", "0-"}) {
-    EXPECT_THROW(bindingRequest({{"POOLRUN_CPUSET", list}}, current), Error) << list;
+  for (const char* empty : {"", " \n"}) {
+    core::CpuMask m = mask("0");
+    EXPECT_TRUE(m.parseList(empty) && m.empty()) << "'" << empty << "'";
+    EXPECT_TRUE(CpuSet::parseList(empty).empty()) << "'" << empty << "'";
   }
-  auto far = bindingRequest({{"POOLRUN_CPUSET", "100000"}, {"POOLRUN_NUMA", "2000"}}, current);
-  ASSERT_TRUE(far) << "planned CPUs and nodes this kernel cannot have are reported when binding, not refused";
-  EXPECT_EQ(far->cpus, CpuSet::parseList("100000"));
-  EXPECT_EQ(far->numa, 2000);
+  for (const char* list : {",0", ",", "0,,1", "3-1", "x", "0-", "-3", "1 2", "+1", "1048576"}) {
+    EXPECT_NE(request({{"POOLRUN_CPUSET", list}})->error, "") << list;
+    EXPECT_THROW(CpuSet::parseList(list), Error) << list;
+  }
+  auto far = request({{"POOLRUN_CPUSET", "100000"}, {"POOLRUN_NUMA", "2000"}});
+  EXPECT_EQ(far->error, "")
+      << "planned CPUs and nodes this kernel cannot have are reported when binding, not refused";
+  EXPECT_EQ(far->request.beyond, 1u);
+  EXPECT_TRUE(far->request.cpus.empty());
+  EXPECT_EQ(far->request.numa, 2000);
+  core::NodeMask nodes;
+  EXPECT_FALSE(nodes.parseList("1024"))
+      << "a NUMA node past what a kernel can have, with nothing to count it";
 }
 
 // What the launcher gives every rank: the same rendezvous, the cores and memory node to bind to.
@@ -305,7 +395,7 @@ TEST(LaunchToRankTest, RendezvousAndBinding) {
       << "a simulated node's planned cores are a fixture's";
 }
 
-// The rank core's JSON reader (poolrun-rank has no C library, so no JSON library either): what
+// The rank core's JSON reader (poolrun-rank has no C++ library, so no JSON library either): what
 // JSON allows is read as JSON means it, and anything else is refused with a reason.
 std::string rankEnvDoc(const std::string& sets, const std::string& rest = "") {
   return R"({"schema": "poolrun.rank-env/1", "sets": )" + sets +

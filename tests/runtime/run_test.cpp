@@ -234,9 +234,10 @@ TEST(RankWrapperTest, StopsBeforeTheProgramWhenItsPortIsDown) {
   EXPECT_TRUE(std::filesystem::exists(sys.path() / "ran"));
 }
 
-// poolrun-rank finds and starts the program as execvp would (it has no C library to do it): the
-// PATH in order, past a file it may not execute, a script without "#!" through /bin/sh, and a
-// message naming the program and the system's reason when there is none to run.
+// poolrun-rank finds and starts the program as execvp would (on musl, whose execvp leaves a script
+// without "#!" to the shell, too): the PATH in order, past a file it may not execute, a script
+// without "#!" through /bin/sh, and a message naming the program and the system's reason when
+// there is none to run.
 TEST(RankWrapperTest, StartsTheProgramAsExecvpDoes) {
   poolrun::test::TempDir dir;
   std::string marker = (dir.path() / "ran").string();

@@ -5,16 +5,11 @@
 #include <cstdio>
 #include <iterator>
 
+#include "poolrun/topo/cpu_list.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::topo {
 namespace {
-
-bool parseUnsigned(std::string_view text, unsigned& out) {
-  if (text.empty()) return false;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
@@ -32,27 +27,16 @@ CpuSet::CpuSet(std::vector<unsigned> cpus) : cpus_(std::move(cpus)) {
 }
 
 CpuSet CpuSet::parseList(std::string_view text) {
-  text = trim(text);
   std::vector<unsigned> cpus;
-  while (!text.empty()) {
-    size_t comma = text.find(',');
-    std::string_view item = trim(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    size_t dash = item.find('-');
-    unsigned first = 0, last = 0;
-    bool ok = dash == std::string_view::npos
-                  ? parseUnsigned(item, first) && (last = first, true)
-                  : parseUnsigned(item.substr(0, dash), first) && parseUnsigned(item.substr(dash + 1), last);
-    if (!ok || first > last || last >= kMaxCpu) {
-      throw badInput("bad CPU list item '" + std::string(item) +
-                     "' (expected a cpulist such as 0-11,96-107)");
-    }
-    if (cpus.size() + (last - first) >= kMaxCpu) {
-      throw badInput("CPU list '" + std::string(item) + "' names more than " + std::to_string(kMaxCpu) +
-                     " CPUs");
-    }
-    for (unsigned c = first; c <= last; ++c) cpus.push_back(c);
-  }
+  bool tooMany = false;
+  CpuListStop stop = readCpuList(text.data(), text.size(), [&](unsigned long first, unsigned long last) {
+    tooMany = cpus.size() + (last - first) >= kMaxCpu;
+    for (unsigned long c = first; c <= last && !tooMany; ++c) cpus.push_back(static_cast<unsigned>(c));
+    return !tooMany;
+  });
+  std::string item(text.substr(stop.item, stop.item_size));
+  if (tooMany) throw badInput("CPU list '" + item + "' names more than " + std::to_string(kMaxCpu) + " CPUs");
+  if (!stop.ok) throw badInput("bad CPU list item '" + item + "' (expected a cpulist such as 0-11,96-107)");
   return CpuSet(std::move(cpus));
 }
 

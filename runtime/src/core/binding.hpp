@@ -1,7 +1,8 @@
 #pragma once
 
-// Binding a rank to its cores and its memory to their NUMA node, without a C library
-// (poolrun/runtime/binding.hpp has the rules and the C++ interface).
+// Binding a rank to its cores and its memory to their NUMA node, and checking that the kernel did
+// what was asked, without the C++ library. The machine sits behind `Binder` (the kernel in
+// system.hpp, a fake in the tests), so that every rule below is testable on any machine.
 
 #include "bits.hpp"
 #include "text.hpp"
@@ -48,11 +49,16 @@ struct BindingResult {
   Problems problems;
 };
 
+// Binds and reads the binding back. A machine with one NUMA node gets no memory binding (there is
+// nothing to choose) and counts as bound as planned. A refusal is a problem in the result, each
+// saying what was asked, what happened and what to do: a rank that runs unbound is slower, not wrong.
 void applyBinding(Binder& binder, const BindingRequest& request, BindingResult& result);
 
 enum class BindMode { kOn, kStrict, kOff };
 
-// What to bind to, from POOLRUN_CPUSET and POOLRUN_NUMA (else `current`); `mode` from POOLRUN_BIND.
+// What to bind to, from POOLRUN_CPUSET and POOLRUN_NUMA (a real node), else `current`: the CPUs
+// Open MPI's rankfile bound the process to (the simulated cluster, whose planned cores are a
+// fixture's); `mode` from POOLRUN_BIND.
 // False with the message in `error` when one of them is malformed.
 bool bindingRequest(const Variables& env, const CpuMask& current, BindingRequest& request, BindMode& mode,
                     Line& error);

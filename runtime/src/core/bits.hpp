@@ -3,6 +3,7 @@
 // Sets of CPUs and of NUMA nodes as the kernel takes them (sched_setaffinity, set_mempolicy), with
 // the Linux list form ("0-11,96-107") that sysfs and the plan use.
 
+#include "poolrun/topo/cpu_list.hpp"
 #include "text.hpp"
 
 namespace poolrun::runtime::core {
@@ -46,36 +47,24 @@ class Bits {
     return true;
   }
 
-  // A list such as "0-3, 8" (spaces around items, a final comma and a final newline allowed; ""
-  // is empty). False for anything else, or for a member past kBits unless `beyond` counts those
-  // (up to 2^20: a plan may name CPUs this kernel cannot have, which is then said plainly).
+  // A list such as "0-3, 8" (topo/cpu_list.hpp has the form); false for anything else, or for a
+  // member past kBits unless `beyond` counts those (a plan may name CPUs this kernel cannot have,
+  // which is then said plainly).
   bool parseList(Text text, unsigned* beyond = nullptr) {
     *this = Bits();
-    auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\n'; };
-    long max = beyond != nullptr ? (1L << 20) - 1 : long{kBits} - 1;
-    size_t at = 0;
-    while (at < text.size) {
-      size_t comma = text.find(',', at);
-      Text item = text.sub(at, comma - at);
-      at = comma + 1;
-      while (!item.empty() && blank(item[0])) item = item.sub(1);
-      while (!item.empty() && blank(item[item.size - 1])) --item.size;
-      if (item.empty() && at >= text.size) break;  // a final comma, or nothing but blanks
-      size_t dash = item.find('-');
-      long first = 0, last = 0;
-      bool ok = dash == item.size ? parseNumber(item, max, first) && (last = first, true)
-                                  : parseNumber(item.sub(0, dash), max, first) &&
-                                        parseNumber(item.sub(dash + 1), max, last);
-      if (!ok || first > last) return false;
-      for (long i = first; i <= last; ++i) {
-        if (i < long{kBits}) {
+    auto add = [&](unsigned long first, unsigned long last) {
+      for (unsigned long i = first; i <= last; ++i) {
+        if (i < kBits) {
           set(static_cast<unsigned>(i));
+        } else if (beyond == nullptr) {
+          return false;
         } else {
           ++*beyond;
         }
       }
-    }
-    return true;
+      return true;
+    };
+    return topo::readCpuList(text.data, text.size, add).ok;
   }
   // The list form; "none" where `noneWord` is given and the set is empty.
   template <class Out>

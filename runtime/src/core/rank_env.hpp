@@ -1,7 +1,7 @@
 #pragma once
 
 // A rank's variables from the "poolrun.rank-env/1" document in POOLRUN_RANK_ENV (its format is in
-// poolrun/runtime/rank_env.hpp), read without a C library: a JSON reader for what the document
+// poolrun/runtime/rank_env.hpp), read without the C++ library: a JSON reader for what the document
 // holds (objects, arrays, strings, integers, and any other JSON value skipped where it may appear).
 
 #include "text.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 
-// A rank's identity from its variables, without a C library (poolrun/runtime/rank_info.hpp has
+// A rank's identity from its variables, without the C++ library (poolrun/runtime/rank_info.hpp has
 // the rules and the C++ interface).
 
 #include "text.hpp"

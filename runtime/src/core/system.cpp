@@ -1,233 +1,59 @@
 #include "system.hpp"
 
-#include <asm/unistd.h>
-
-#if !POOLRUN_FREESTANDING
+#include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#endif
-
-namespace poolrun::runtime::core::sys {
+namespace poolrun::runtime::core {
 namespace {
 
-// The kernel's constants (the same on every Linux architecture poolrun-rank builds for).
-constexpr long kAtCwd = -100;
-constexpr long kReadOnlyCloseOnExec = 02000000;
-constexpr long kMpolBind = 2;
-constexpr long kProtReadWrite = 3, kMapPrivateAnonymous = 0x22;
-#if !POOLRUN_FREESTANDING
-static_assert(kAtCwd == AT_FDCWD && kReadOnlyCloseOnExec == (O_RDONLY | O_CLOEXEC));
-static_assert(kProtReadWrite == (PROT_READ | PROT_WRITE) &&
-              kMapPrivateAnonymous == (MAP_PRIVATE | MAP_ANONYMOUS));
-#endif
+constexpr long kMpolBind = 2;  // <linux/mempolicy.h>; the C libraries have no set_mempolicy
 
-template <class... A>
-long call(long number, A... args) {
-#if POOLRUN_FREESTANDING
-  long a[6] = {static_cast<long>(args)...};
-#if defined(__x86_64__)
-  register long r10 __asm__("r10") = a[3];
-  register long r8 __asm__("r8") = a[4];
-  register long r9 __asm__("r9") = a[5];
-  long result;
-  __asm__ volatile("syscall"
-                   : "=a"(result)
-                   : "a"(number), "D"(a[0]), "S"(a[1]), "d"(a[2]), "r"(r10), "r"(r8), "r"(r9)
-                   : "rcx", "r11", "memory");
-  return result;
-#elif defined(__aarch64__)
-  register long x8 __asm__("x8") = number;
-  register long x0 __asm__("x0") = a[0];
-  register long x1 __asm__("x1") = a[1];
-  register long x2 __asm__("x2") = a[2];
-  register long x3 __asm__("x3") = a[3];
-  register long x4 __asm__("x4") = a[4];
-  register long x5 __asm__("x5") = a[5];
-  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
-  return x0;
-#else
-#error "poolrun-rank without a C library is built for x86_64 and aarch64 only"
-#endif
-#else
-  long result = ::syscall(number, static_cast<long>(args)...);
-  return result == -1 ? -errno : result;
-#endif
+// set_mempolicy(MPOL_BIND): survives exec. The kernel reads maxnode - 1 bits (libnuma and hwloc
+// pass one more than they mean, too).
+long setMemoryBinding(const NodeMask& nodes) {
+  return syscall(SYS_set_mempolicy, kMpolBind, nodes.words(), NodeMask::kSize + 1);
 }
 
-template <class T>
-long address(T* p) {
-  return reinterpret_cast<long>(p);
-}
-
-}  // namespace
-
-long openRead(const char* path) {
-  return call(__NR_openat, kAtCwd, address(path), kReadOnlyCloseOnExec, 0);
-}
-long read(int fd, char* buffer, size_t size) {
-  return call(__NR_read, fd, address(buffer), static_cast<long>(size));
-}
-long write(int fd, const char* buffer, size_t size) {
-  return call(__NR_write, fd, address(buffer), static_cast<long>(size));
-}
-long close(int fd) {
-  return call(__NR_close, fd);
-}
-long execve(const char* path, char* const argv[], char* const envp[]) {
-  return call(__NR_execve, address(path), address(argv), address(envp));
-}
-long getAffinity(CpuMask& cpus) {
-  cpus = CpuMask();
-  return call(__NR_sched_getaffinity, 0, static_cast<long>(CpuMask::kBytes), address(cpus.words()));
-}
-long setAffinity(const CpuMask& cpus) {
-  return call(__NR_sched_setaffinity, 0, static_cast<long>(CpuMask::kBytes), address(cpus.words()));
-}
-long bindMemory(const NodeMask& nodes) {
-  // The kernel reads maxnode - 1 bits (libnuma and hwloc pass one more than they mean, too).
-  return call(__NR_set_mempolicy, kMpolBind, address(nodes.words()), static_cast<long>(NodeMask::kSize + 1));
-}
+// The nodes of an MPOL_BIND policy; none for another policy.
 long getMemoryBinding(NodeMask& nodes) {
-  nodes = NodeMask();
   int mode = 0;
-  long r = call(__NR_get_mempolicy, address(&mode), address(nodes.words()),
-                static_cast<long>(NodeMask::kSize + 1), 0, 0);
-  if (r >= 0 && (mode & 0xff) != kMpolBind) nodes = NodeMask();  // the mode flags are in the high bits
+  long r = syscall(SYS_get_mempolicy, &mode, nodes.words(), NodeMask::kSize + 1, 0, 0);
+  if (r < 0 || (mode & 0xff) != kMpolBind) nodes = NodeMask();  // the mode flags are in the high bits
   return r;
 }
-char* mapMemory(size_t size) {
-  long r = call(__NR_mmap, 0, static_cast<long>(size), kProtReadWrite, kMapPrivateAnonymous, -1, 0);
-  return r < 0 && r > -4096 ? nullptr : reinterpret_cast<char*>(r);
-}
-bool hostName(Line& out) {
-  struct {
-    char field[6][65];
-  } names = {};
-  if (call(__NR_uname, address(&names)) < 0) return false;
-  out.add(names.field[1]);  // sysname, nodename, ...
-  return true;
-}
-void exit(int status) {
-  for (;;) call(__NR_exit_group, status);
-}
 
-namespace {
-constexpr long kSigChld = 17, kWaitNoHang = 1, kSigBlock = 0, kSigSetMask = 2;
-constexpr long kPrSetPdeathsig = 1, kPrSetChildSubreaper = 36;
-constexpr long kPollIn = 1;
 }  // namespace
 
-long fork() {
-  return call(__NR_clone, kSigChld, 0, 0, 0, 0);
-}
-long waitAny(int& status, bool block) {
-  return call(__NR_wait4, -1, address(&status), block ? 0 : kWaitNoHang, 0);
-}
-long kill(long pid, int signal) {
-  return call(__NR_kill, pid, signal);
-}
-long processId() {
-  return call(__NR_getpid);
-}
-long parentId() {
-  return call(__NR_getppid);
-}
-long becomeSubreaper() {
-  return call(__NR_prctl, kPrSetChildSubreaper, 1, 0, 0, 0);
-}
-long dieWithParent(int signal) {
-  return call(__NR_prctl, kPrSetPdeathsig, signal, 0, 0, 0);
-}
-long blockSignals(SignalSet block, SignalSet& old) {
-  return call(__NR_rt_sigprocmask, kSigBlock, address(&block), address(&old), sizeof(SignalSet));
-}
-long setSignalMask(SignalSet mask) {
-  return call(__NR_rt_sigprocmask, kSigSetMask, address(&mask), 0, sizeof(SignalSet));
-}
-long signalFd(SignalSet signals) {
-  return call(__NR_signalfd4, -1, address(&signals), sizeof(SignalSet), kReadOnlyCloseOnExec);
-}
-long nextSignal(int fd, long timeoutMs) {
-  struct {
-    int fd;
-    short events, revents;
-  } poll = {fd, static_cast<short>(kPollIn), 0};
-  struct {
-    long seconds, nanoseconds;
-  } limit = {timeoutMs / 1000, (timeoutMs % 1000) * 1000000};
-  long ready = call(__NR_ppoll, address(&poll), 1, timeoutMs < 0 ? 0 : address(&limit), 0, 0);
-  if (ready <= 0) return ready;
-  unsigned info[32];  // struct signalfd_siginfo: 128 bytes, the signal's number first
-  long got = call(__NR_read, fd, address(info), static_cast<long>(sizeof info));
-  return got == static_cast<long>(sizeof info) ? static_cast<long>(info[0]) : (got < 0 ? got : 0);
-}
-long defaultAction(int signal) {
-  struct {
-    unsigned long handler, flags, restorer;
-    SignalSet mask;
-  } action = {0, 0, 0, 0};  // SIG_DFL
-  return call(__NR_rt_sigaction, signal, address(&action), 0, sizeof(SignalSet));
-}
-
 Text readFile(const char* path, char* buffer, size_t size) {
-  long fd = openRead(path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {};
   size_t got = 0;
-  long n = 1;
+  ssize_t n = 1;
   while (n > 0 && got + 1 < size) {
-    n = read(static_cast<int>(fd), buffer + got, size - 1 - got);
+    n = read(fd, buffer + got, size - 1 - got);
     if (n > 0) got += static_cast<size_t>(n);
   }
-  close(static_cast<int>(fd));
+  close(fd);
   if (n != 0) return {};  // an error, or more than fits
   buffer[got] = '\0';
   return {buffer, got};
 }
 
-void describe(Line& out, long error) {
-#if !POOLRUN_FREESTANDING
-  out.add(std::strerror(static_cast<int>(-error)));
-#else
-  struct Reason {
-    long error;
-    const char* text;
-  };
-  static constexpr Reason kReasons[] = {{1, "Operation not permitted"},
-                                        {2, "No such file or directory"},
-                                        {3, "No such process"},
-                                        {5, "Input/output error"},
-                                        {7, "Argument list too long"},
-                                        {8, "Exec format error"},
-                                        {12, "Cannot allocate memory"},
-                                        {13, "Permission denied"},
-                                        {14, "Bad address"},
-                                        {16, "Device or resource busy"},
-                                        {19, "No such device"},
-                                        {20, "Not a directory"},
-                                        {21, "Is a directory"},
-                                        {22, "Invalid argument"},
-                                        {26, "Text file busy"},
-                                        {30, "Read-only file system"},
-                                        {36, "File name too long"},
-                                        {38, "Function not implemented"},
-                                        {40, "Too many levels of symbolic links"},
-                                        {110, "Connection timed out"},
-                                        {116, "Stale file handle"}};
-  for (const Reason& r : kReasons) {
-    if (r.error == -error) {
-      out.add(r.text);
-      return;
-    }
-  }
-  out.add("Unknown error ").add(-error);
-#endif
+void describe(Line& out, int error) {
+  out.add(strerror(error));
 }
 
-}  // namespace poolrun::runtime::core::sys
+CpuMask currentCpus() {
+  CpuMask cpus;
+  sched_getaffinity(0, CpuMask::kBytes, reinterpret_cast<cpu_set_t*>(cpus.words()));
+  return cpus;
+}
+
+}  // namespace poolrun::runtime::core
 
 namespace poolrun::runtime::core {
 namespace {
@@ -238,14 +64,14 @@ bool readList(Text root, Text path, Mask& out) {
   Line file;
   file.add(root).add(path);
   char text[65536];
-  Text t = file.truncated() ? Text() : sys::readFile(file.c_str(), text, sizeof text);
+  Text t = file.truncated() ? Text() : readFile(file.c_str(), text, sizeof text);
   return t.isSet() && out.parseList(t);
 }
 
 Text readUnder(Text root, const char* path, char* buffer, size_t size) {
   Line file;
   file.add(root).add(path);
-  return file.truncated() ? Text() : sys::readFile(file.c_str(), buffer, size);
+  return file.truncated() ? Text() : readFile(file.c_str(), buffer, size);
 }
 
 }  // namespace
@@ -294,10 +120,7 @@ const SystemBinder::Cpuset& SystemBinder::cpuset() {
 
 CpuMask SystemBinder::machineCpus() {
   CpuMask online;
-  if (!readList(root_, "/sys/devices/system/cpu/online", online)) {
-    sys::getAffinity(online);
-    return online;
-  }
+  if (!readList(root_, "/sys/devices/system/cpu/online", online)) return currentCpus();
   return cpuset().has_cpus ? online & cpuset().cpus : online;
 }
 
@@ -328,26 +151,24 @@ bool SystemBinder::numaNode(unsigned i, unsigned& index, CpuMask& cpus) {
 }
 
 bool SystemBinder::bindCpus(const CpuMask& cpus, Line& why) {
-  long r = sys::setAffinity(cpus);
-  if (r < 0) sys::describe(why, r);
-  return r >= 0;
+  bool ok = sched_setaffinity(0, CpuMask::kBytes, reinterpret_cast<const cpu_set_t*>(cpus.words())) == 0;
+  if (!ok) describe(why, errno);
+  return ok;
 }
 
 CpuMask SystemBinder::boundCpus() {
-  CpuMask cpus;
-  sys::getAffinity(cpus);
-  return cpus;
+  return currentCpus();
 }
 
 bool SystemBinder::bindMemory(const NodeMask& nodes, Line& why) {
-  long r = sys::bindMemory(nodes);
-  if (r < 0) sys::describe(why, r);
-  return r >= 0;
+  bool ok = setMemoryBinding(nodes) == 0;
+  if (!ok) describe(why, errno);
+  return ok;
 }
 
 NodeMask SystemBinder::boundMemory() {
   NodeMask nodes;
-  if (sys::getMemoryBinding(nodes) < 0) nodes = NodeMask();
+  getMemoryBinding(nodes);
   return nodes;
 }
 
@@ -373,7 +194,7 @@ unsigned downPorts(Text ncclIbHca, Text sysfsRoot, ProblemSink& sink) {
     file.add("/ports/");
     file.add(port).add("/state");
     char text[256];
-    Text state = sys::readFile(file.c_str(), text, sizeof text);
+    Text state = readFile(file.c_str(), text, sizeof text);
     while (state.size > 0 && (state[state.size - 1] == '\n' || state[state.size - 1] == ' ' ||
                               state[state.size - 1] == '\t' || state[state.size - 1] == '\r')) {
       --state.size;

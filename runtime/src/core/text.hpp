@@ -1,15 +1,14 @@
 #pragma once
 
-// Text without a C library: a view of characters and a fixed-capacity line to build messages in.
-// The rank core (this folder) runs in poolrun-rank, which starts without glibc in front of every
-// rank, and in libpoolrun_runtime; so it allocates nothing and throws nothing.
+// Text without the C++ library: a view of characters and a fixed-capacity line to build messages
+// in. The rank core (this folder) runs in poolrun-rank, which is linked statically against musl
+// (C headers only) and starts in front of every rank, and in libpoolrun_runtime; so it allocates
+// nothing and throws nothing.
 
-#include <cstddef>
-#include <cstdint>
+#include <stddef.h>
+#include <stdint.h>
 
 namespace poolrun::runtime::core {
-
-using std::size_t;
 
 constexpr size_t length(const char* s) {
   size_t n = 0;
