@@ -5,6 +5,7 @@
 
 #include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
@@ -82,7 +83,7 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     topo::Cluster cluster =
         clusterFile.empty() ? topo::singleNodeCluster(from) : topo::readClusterFile(clusterFile);
     JobPlan plan = makePlan(grantFromCluster(cluster, request), request);
-    if (!outDir.empty()) writeJobDir(plan, outDir);
+    if (!outDir.empty()) JobDirectory(outDir, Durability::kSynced).writePlan(plan);
     if (vm.count("json")) {
       out << planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {

@@ -9,6 +9,7 @@
 
 #include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/tuner/calibrate.hpp"
 #include "poolrun/tuner/config.hpp"
@@ -155,22 +156,7 @@ int calibrateCommand(const std::vector<std::string>& args, std::ostream& out, st
     if (target == "-") {
       out << result;
     } else {
-      const std::string tmp = target + ".tmp";
-      {
-        std::ofstream file(tmp, std::ios::binary);
-        file << result;
-        if (!file) {
-          err << "poolrun: error: " << tmp << ": cannot write (check the folder exists and is writable)\n";
-          return 1;
-        }
-      }
-      std::error_code ec;
-      std::filesystem::rename(tmp, target, ec);
-      if (ec) {
-        std::filesystem::remove(tmp, ec);
-        err << "poolrun: error: " << target << ": cannot replace it (check it is writable)\n";
-        return 1;
-      }
+      writeFileAtomically(target, result, std::nullopt, Durability::kSynced);
     }
     (target == "-" ? err : out) << "poolrun: tuner calibrate: " << all.size() << " figures from "
                                 << logs.size() << (logs.size() == 1 ? " log" : " logs") << " (" << forced
