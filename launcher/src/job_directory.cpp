@@ -65,7 +65,7 @@ JobDirectory::JobDirectory(std::filesystem::path dir, Durability durability, Ope
   std::filesystem::create_directories(dir_, ec);
   if (ec)
     throw Error(ErrorCode::kIo, dir_.string() + ": cannot create the job directory (" + ec.message() +
-                                    "); check that its folder is writable, or give another with --job-dir");
+                                    "); check that its folder exists and is writable");
 }
 
 std::filesystem::path JobDirectory::write(std::string_view name, std::string_view text,
