@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <sstream>
 
+#include "command_options.hpp"
 #include "poolrun/doctor/doctor.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/slurm.hpp"
@@ -51,30 +52,21 @@ std::vector<doctor::PlannedPort> parseNics(const std::string& text) {
 }  // namespace
 
 int doctorCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  po::options_description opts("poolrun doctor options");
+  CommandOptions command("poolrun doctor options", {kDoctorUsage, "", ""});
   std::string sysRoot = "/sys", procRoot = "/proc", devRoot = "/dev", nics;
   int mtu = 9000;
-  opts.add_options()("help,h", "show this help")("sysfs-root", po::value(&sysRoot)->value_name("DIR"),
-                                                 "read DIR instead of /sys")(
-      "proc-root", po::value(&procRoot)->value_name("DIR"), "read DIR instead of /proc")(
-      "dev-root", po::value(&devRoot)->value_name("DIR"), "read DIR instead of /dev")(
-      "nic", po::value(&nics)->value_name("LIST"),
-      "check only these RDMA ports (NIC or NIC:PORT, comma-separated)")(
-      "mtu", po::value(&mtu)->value_name("N"), "the netdev MTU the RoCE fabric expects (default 9000)")(
-      "json", "print a JSON document")(
-      "slurm", "run on every node of this Slurm allocation (one srun task per node), one table");
+  // clang-format off
+  command.add()
+      ("sysfs-root", po::value(&sysRoot)->value_name("DIR"), "read DIR instead of /sys")
+      ("proc-root", po::value(&procRoot)->value_name("DIR"), "read DIR instead of /proc")
+      ("dev-root", po::value(&devRoot)->value_name("DIR"), "read DIR instead of /dev")
+      ("nic", po::value(&nics)->value_name("LIST"), "check only these RDMA ports (NIC or NIC:PORT, comma-separated)")
+      ("mtu", po::value(&mtu)->value_name("N"), "the netdev MTU the RoCE fabric expects (default 9000)")
+      ("json", "print a JSON document")
+      ("slurm", "run on every node of this Slurm allocation (one srun task per node), one table");
+  // clang-format on
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kDoctorUsage;
-    return 2;
-  }
-  if (vm.count("help")) {
-    out << kDoctorUsage << opts;
-    return 0;
-  }
+  if (std::optional<int> status = command.parse(args, vm, out, err)) return *status;
   try {
     if (mtu < 576 || mtu > 65535)
       throw badInput("--mtu " + std::to_string(mtu) + ": expected 576 to 65535 (e.g. 9000)");

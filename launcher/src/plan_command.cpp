@@ -3,9 +3,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "option_checks.hpp"
+#include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/plan.hpp"
+#include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
 
@@ -30,13 +32,12 @@ constexpr const char* kPlanEnvironment =
 }  // namespace
 
 int planCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  po::options_description opts("poolrun plan options");
+  CommandOptions command("poolrun plan options", {kPlanUsage, "", kPlanEnvironment});
   std::string clusterFile, from, fabric = "auto", gdr = "auto", outDir;
   int ranks = 0, gpusPerNode = 0, roceTc = -1;
   std::vector<std::string> exports;
   // clang-format off
-  opts.add_options()
-      ("help,h", "show this help")
+  command.add()
       ("cluster", po::value(&clusterFile)->value_name("FILE"), "the cluster file (TOML)")
       ("from", po::value(&from)->value_name("TOPOLOGY"), "plan on the one node this topology file describes")
       (",n", po::value(&ranks)->value_name("N"), "the number of ranks, one per GPU (-np N is the same)")
@@ -50,46 +51,19 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
       ("out", po::value(&outDir)->value_name("DIR"),
        "write the job directory (plan.json, rankfile, topo-NODE.xml)");
   // clang-format on
+  // The ranges of `poolrun` itself (run_command.cpp), so that a plan and a run refuse the same.
+  command.ranges({{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
+                  {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
+                  {"roce-tc", 0, 255}});
   po::variables_map vm;
-  try {
-    // mpirun's -np N is -n N.
-    std::vector<std::string> given = args;
-    for (size_t i = 0; i < given.size() && given[i] != "--"; ++i) {
-      if (given[i] != "-np" && given[i] != "--np") continue;
-      if (i + 1 >= given.size() || given[i + 1] == "--") missingValue(given[i], opts.find("-n", false));
-      given[i] = "-n";
-    }
-    checkValuesGiven(given, opts);
-    po::parsed_options parsed = po::command_line_parser(given).options(opts).run();
-    // The ranges of `poolrun` itself (run_command.cpp), so that a plan and a run refuse the same.
-    checkNumericOptions(parsed, {{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
-                                 {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
-                                 {"roce-tc", 0, 255}});
-    po::store(parsed, vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kPlanUsage;
-    return 2;
-  } catch (const Error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kPlanUsage;
-    return 2;
-  }
-  if (vm.count("help")) {
-    out << kPlanUsage << opts << kPlanEnvironment;
-    return 0;
-  }
+  if (std::optional<int> status = command.parse(args, vm, out, err)) return *status;
   // A simulated pool's cluster file is the cluster to plan on, as poolrun would run there.
-  const char* pool = std::getenv("POOLRUN_POOL");
-  if (clusterFile.empty() && from.empty() && pool != nullptr && std::string_view(pool).starts_with("sim:"))
-    clusterFile = std::string(pool).substr(4);
-  if (clusterFile.empty() == from.empty()) {
-    err << "poolrun: error: give exactly one of --cluster FILE and --from TOPOLOGY\n" << kPlanUsage;
-    return 2;
-  }
-  if (!vm.count("-n")) {
-    err << "poolrun: error: -n N is required (the number of ranks)\n" << kPlanUsage;
-    return 2;
-  }
+  const char* poolUri = std::getenv("POOLRUN_POOL");
+  if (clusterFile.empty() && from.empty() && poolUri != nullptr)
+    clusterFile = pool::simClusterFile(poolUri).value_or("");
+  if (clusterFile.empty() == from.empty())
+    return command.usageError("give exactly one of --cluster FILE and --from TOPOLOGY", err);
+  if (!vm.count("-n")) return command.usageError("-n N is required (the number of ranks)", err);
   try {
     PlanRequest request;
     request.ranks = ranks;
@@ -109,7 +83,7 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     topo::Cluster cluster =
         clusterFile.empty() ? topo::singleNodeCluster(from) : topo::readClusterFile(clusterFile);
     JobPlan plan = makePlan(grantFromCluster(cluster, request), request);
-    if (!outDir.empty()) writeJobDir(plan, outDir);
+    if (!outDir.empty()) JobDirectory(outDir, Durability::kSynced).writePlan(plan);
     if (vm.count("json")) {
       out << planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {

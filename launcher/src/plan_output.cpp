@@ -1,22 +1,13 @@
-// What a plan looks like to people (the table), to tools (plan.json), to Open MPI (the rankfile)
-// and to NCCL (per-node topology XML).
+// What a plan looks like to people (the table), to tools (plan.json) and to Open MPI (the rankfile);
+// JobDirectory (job_directory.cpp) writes them.
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "poolrun/launcher/plan.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/writers.hpp"
 
 namespace poolrun::launcher {
 namespace {
@@ -45,53 +36,6 @@ std::string gdrCell(const RankPlan& r) {
 }
 
 }  // namespace
-
-void writeJobFile(const std::filesystem::path& file, const std::string& text) {
-  std::ofstream out(file, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    throw Error(ErrorCode::kIo,
-                file.string() + ": cannot write (check that the folder is writable and has space)");
-  }
-}
-
-void writeJobFileAtomically(const std::filesystem::path& file, const std::string& text,
-                            std::filesystem::perms permissions, bool durable) {
-  const std::filesystem::path tmp =
-      file.parent_path() / ("." + file.filename().string() + ".tmp-" + std::to_string(getpid()));
-  auto fail = [&](const std::string& what, int error) {
-    unlink(tmp.c_str());
-    throw Error(ErrorCode::kIo, file.string() + ": cannot write (" + what + " " + tmp.string() + ": " +
-                                    std::strerror(error) +
-                                    "); check that the folder is writable and has space");
-  };
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(permissions));
-  if (fd < 0) fail("creating", errno);
-  for (size_t done = 0; done < text.size();) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      close(fd);
-      fail("writing", e);
-    }
-    done += static_cast<size_t>(n);
-  }
-  // The mode given, whatever the umask took from it at creation.
-  if (fchmod(fd, static_cast<mode_t>(permissions)) != 0) {
-    int e = errno;
-    close(fd);
-    fail("setting the mode of", e);
-  }
-  if (durable && fsync(fd) != 0) {
-    int e = errno;
-    close(fd);
-    fail("syncing", e);
-  }
-  if (close(fd) != 0) fail("closing", errno);
-  if (rename(tmp.c_str(), file.c_str()) != 0) fail("renaming", errno);
-}
 
 ojson planToJson(const JobPlan& plan) {
   ojson doc;
@@ -201,60 +145,6 @@ std::string rankfile(const JobPlan& plan) {
     out += fmt::format("rank {}={} slot={}\n", r.rank, plan.nodeOf(r).name, r.rankfile_slots);
   }
   return out;
-}
-
-void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(ErrorCode::kIo, dir.string() + ": cannot create the job directory: " + ec.message());
-  writeJobFile(dir / "plan.json",
-               planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  writeJobFile(dir / "rankfile", rankfile(plan));
-  std::map<const topo::NodeTopology*, std::string> xml;
-  for (const NodePlan& n : plan.nodes) {
-    auto it = xml.find(n.node.topology.get());
-    if (it == xml.end()) it = xml.emplace(n.node.topology.get(), topo::toNcclXml(*n.node.topology)).first;
-    writeJobFile(dir / ("topo-" + n.name + ".xml"), it->second);
-  }
-}
-
-size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age,
-                    std::chrono::minutes every) {
-  namespace fs = std::filesystem;
-  // Listing a week of job directories with their times costs milliseconds, so a launch looks only
-  // when the last look is `every` old, and reads times only when there are more than `keep`.
-  const fs::path stamp = jobs / ".pruned";
-  const fs::file_time_type now = fs::file_time_type::clock::now();
-  std::error_code ec;
-  if (every.count() > 0) {
-    fs::file_time_type last = fs::last_write_time(stamp, ec);
-    if (!ec && now - last < every && last <= now) return 0;
-  }
-  std::vector<fs::path> candidates;
-  for (fs::directory_iterator it(jobs, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code e;
-    if (it->is_directory(e) && !it->is_symlink(e)) candidates.push_back(it->path());
-  }
-  if (ec) return 0;  // no job directory yet, or one poolrun cannot read: nothing to do
-  if (every.count() > 0) {
-    std::ofstream(stamp).close();  // created where missing; its time is the last look's
-    fs::last_write_time(stamp, now, ec);
-  }
-  if (candidates.size() <= keep) return 0;
-  std::vector<std::pair<fs::file_time_type, fs::path>> dirs;
-  for (fs::path& p : candidates) {
-    std::error_code e;
-    fs::file_time_type t = fs::last_write_time(p, e);
-    if (!e) dirs.emplace_back(t, std::move(p));
-  }
-  std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  const fs::file_time_type cutoff = now - max_age;
-  size_t removed = 0;
-  for (size_t i = keep; i < dirs.size(); ++i) {
-    std::error_code e;
-    if (dirs[i].first < cutoff && fs::remove_all(dirs[i].second, e) > 0 && !e) ++removed;
-  }
-  return removed;
 }
 
 }  // namespace poolrun::launcher

@@ -1,9 +1,9 @@
-// poolrun [options] -n N [--] PROGRAM [ARGS...]: lease, plan, job directory, mpirun, supervision,
-// release.
+// poolrun [options] -n N [--] PROGRAM [ARGS...]: the job flow, in its steps: read the options, open
+// the pool and acquire a lease, plan on the leased GPUs, check the nodes (doctor), prepare the job
+// directory and the launch, launch and supervise the ranks, release the lease.
 
 #include <unistd.h>
 
-#include <boost/program_options.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -12,8 +12,8 @@
 #include <set>
 #include <sstream>
 
-#include "option_checks.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/lease_keeper.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
@@ -23,46 +23,12 @@
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
-
-namespace po = boost::program_options;
+#include "run_options.hpp"
 
 namespace poolrun::launcher {
 namespace {
-
-constexpr const char* kRunUsage =
-    "usage: poolrun [options] -n N [--] PROGRAM [ARGS...]\n"
-    "Takes N GPUs from the pool, binds every rank to its GPU, NIC(s) and cores, runs PROGRAM under\n"
-    "Open MPI and gives the GPUs back however the job ends.\n";
-
-constexpr const char* kRunHelpTail =
-    "\nmpirun options: --mca KEY VALUE is passed through; --mpirun-arg ARG passes any other.\n"
-    "\n"
-    "environment:\n"
-    "  POOLRUN_POOL        the pool when --pool is not given (default local)\n"
-    "  POOLRUN_TOKEN       the bearer token for http pools when --token-file is not given\n"
-    "  POOLRUN_STATE_DIR   state directory: local and sim: pools, job directories, caches (else\n"
-    "                      $XDG_STATE_HOME/poolrun, else $HOME/.local/state/poolrun)\n"
-    "  POOLRUN_FIXTURES    where cluster files' shared/fixtures/ topologies are\n"
-    "  USER                the owner of the lease in local and sim: pools\n"
-    "  NCCL_TUNER_PLUGIN   set: NCCL keeps your plugin and poolrun's tuner is not used\n"
-    "  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_IB_GID_INDEX,\n"
-    "  NCCL_IB_TC, NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ, NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, RANK,\n"
-    "  WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE\n"
-    "                      set: yours wins over the plan's for every rank (as -x VAR=VALUE does)\n"
-    "  SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_STEP_GPUS, SLURM_MPI_TYPE, ...\n"
-    "                      --pool slurm: the allocation poolrun runs in\n"
-    "\n"
-    "exit status: the first failing rank's code (128+N for signal N); 124 timeout; 125 refused to start;\n"
-    "126 lease lost; 2 bad command line.\n";
-
-// --pool's default: $POOLRUN_POOL, else this node's GPUs (as poolctl).
-std::string defaultPool() {
-  const char* p = std::getenv("POOLRUN_POOL");
-  return p != nullptr && *p != '\0' ? p : "local";
-}
 
 std::filesystem::path selfDir() {
   std::error_code ec;
@@ -199,376 +165,299 @@ RenewReply renewOnce(pool::PoolClient& pool, const std::string& id) {
   }
 }
 
-// Splits the command line at the program: options before it, PROGRAM [ARGS...] after.
-void splitProgram(const std::vector<std::string>& args, const po::options_description& opts,
-                  std::vector<std::string>& options, std::vector<std::string>& program,
-                  std::vector<std::pair<std::string, std::string>>& mca) {
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a.empty() || a[0] != '-') break;
-    if (a == "-np" || a == "--np") {  // mpirun's spelling of -n
-      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a, opts.find("-n", false));
-      options.insert(options.end(), {"-n", args[++i]});
-      continue;
-    }
-    if (a == "--mca") {
-      if (i + 2 >= args.size()) throw po::error("--mca needs two values: KEY VALUE (an MCA parameter)");
-      mca.emplace_back(args[i + 1], args[i + 2]);
-      i += 2;
-      continue;
-    }
-    options.push_back(a);
-    std::string name = a.starts_with("--") ? a.substr(2) : a.substr(0, 2);
-    if (a.find('=') != std::string::npos || (!a.starts_with("--") && a.size() > 2)) continue;
-    const po::option_description* d = opts.find_nothrow(name, false);
-    if (d != nullptr && d->semantic()->max_tokens() > 0) {
-      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a, *d);
-      // As --name=VALUE, so that a value starting with '-' (--mpirun-arg --report-bindings) stays one.
-      if (a.starts_with("--"))
-        options.back() += "=" + args[++i];
-      else
-        options.push_back(args[++i]);
-    }
+// Where the job's ranks run: what the pool says of its nodes, and --simulate.
+struct JobSite {
+  pool::RankSite site = pool::RankSite::kThisMachine;
+  bool simulated = false;  // every node runs here through poolrun-sim-agent (a sim: pool, --simulate)
+
+  bool slurm() const { return site == pool::RankSite::kSlurmAllocation; }
+  // Ranks run on machines other than this one: they check their own RDMA ports, and poolrun-rank
+  // reaps what they leave running there (poolrun's own subreaper covers this machine).
+  bool otherMachines() const { return !simulated && site != pool::RankSite::kThisMachine; }
+};
+
+// The launch as prepared in the job directory.
+struct Launch {
+  MpiCommand cmd;
+  std::string command;           // the command file: what --dry-run prints
+  std::filesystem::path script;  // run.sh
+};
+
+std::unique_ptr<pool::PoolClient> openJobPool(const RunOptions& o) {
+  pool::ClientOptions copts;
+  if (!o.token_file.empty()) {
+    std::istringstream tf(topo::readRegularFile(o.token_file, topo::kTokenFileLimit, "token files"));
+    if (!(tf >> copts.token))
+      throw badInput("--token-file " + o.token_file + ": cannot read a token from it");
+  } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
+    copts.token = t;
   }
-  program.assign(args.begin() + static_cast<ptrdiff_t>(std::min(i, args.size())), args.end());
+  copts.owner = pool::currentUser();
+  return pool::openPool(o.pool, copts);
+}
+
+// Where the pool says its ranks run, with --simulate; checks the options that depend on it (Slurm:
+// launcher/src/slurm_launch.cpp). Throws poolrun::Error (kBadInput).
+JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
+  JobSite where{pool.rankSite(), pool.rankSite() == pool::RankSite::kSimulated || o.simulate};
+  if (!where.slurm() && (o.srun || !o.topology_file.empty()))
+    throw badInput(std::string(o.srun ? "--launcher srun" : "--topology") +
+                   " needs --pool slurm or slurm:PARTITION (pool here: '" + o.pool + "')");
+  if (where.slurm() && o.simulate)
+    throw badInput(
+        "--simulate runs a pool's nodes on this machine; a Slurm allocation's nodes run under Slurm (pool "
+        "here: '" +
+        o.pool + "'); use --pool sim:FILE or an http:// pool");
+  if (where.slurm()) forgetSlurmGpuVariables(o.request, o.exports);
+  return where;
+}
+
+pool::LeaseRequest leaseRequest(const RunOptions& o) {
+  pool::LeaseRequest lr;
+  lr.gpus = o.request.ranks;
+  lr.gpus_per_node = o.request.gpus_per_node;
+  if (o.request.fabric != topo::Fabric::kTcp) lr.fabric = o.request.fabric;  // every node can do TCP
+  lr.priority = o.priority;
+  lr.owner = pool::currentUser();
+  lr.job_name = o.job_name;
+  lr.wait = o.wait;
+  lr.ttl = o.lease_ttl;
+  if (o.timeout) lr.max_duration = *o.timeout + o.lease_ttl;
+  return lr;
+}
+
+// Waits in the pool's queue, saying where the request stands. Ctrl-C (or SIGTERM, SIGHUP) while
+// queued withdraws the request, as salloc does (PoolError kInterrupted); the supervisor takes the
+// signals from the launch on (signalfd).
+pool::Lease acquireLease(pool::PoolClient& pool, const pool::LeaseRequest& request, std::ostream& err) {
+  pool::QueueInterruption interruption;
+  bool told = false;
+  return pool.acquire(request, [&](const pool::QueueProgress& progress) {
+    if (!told) err << "poolrun: waiting in the queue of " << pool.describe() << "\n";
+    told = true;
+    err << "poolrun: " << pool::formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
+  });
+}
+
+// The leased nodes in the pool's order, each with its topology: the pool's record, or for a Slurm
+// allocation (entered here) a probe of each node.
+std::vector<topo::ClusterNode> leasedNodes(pool::PoolClient& pool, const pool::Lease& lease,
+                                           const JobSite& where, const RunOptions& o, std::ostream& err) {
+  if (where.slurm()) {
+    enterAllocation(lease);
+    return slurmNodes(lease, {o.topology_file, stateDir() / "slurm-topology", ""}, err);
+  }
+  std::vector<topo::ClusterNode> nodes;
+  for (const pool::GpuRef& g : lease.gpus) {
+    if (nodes.empty() || nodes.back().name != g.node) nodes.push_back(pool.node(g.node));
+  }
+  return nodes;
+}
+
+JobPlan planJob(const std::vector<topo::ClusterNode>& nodes, const pool::Lease& lease, const JobSite& where,
+                const PlanRequest& request, std::ostream& err) {
+  std::vector<NodeGrant> grants;
+  for (const topo::ClusterNode& n : nodes) {
+    NodeGrant grant;
+    grant.node = &n;
+    for (const pool::GpuRef& g : lease.gpus) {
+      if (g.node == n.name) grant.gpus.push_back(g.index);
+    }
+    grants.push_back(std::move(grant));
+  }
+  JobPlan plan = makePlan(grants, request);
+  if (where.slurm()) applySlurmGpuNumbering(plan, lease, err);
+  return plan;
+}
+
+// The doctor's pre-launch checks; false, after saying so, when they found what would make the job
+// hang. This machine is checked through its /sys, other nodes by what their topology records.
+bool doctorPasses(const JobPlan& plan, const JobSite& where, std::ostream& err) {
+  const std::string here = hostName();
+  doctor::Report report = preflight(plan, [&](const NodePlan& n) {
+    return where.site == pool::RankSite::kThisMachine || (!where.simulated && n.name == here);
+  });
+  printPreflight(report, err);
+  if (!report.failed()) return true;
+  err << "poolrun: refusing to start: the doctor found " << report.count(doctor::Status::kFail)
+      << " problem(s) that would make the job hang (above); fix them, or start anyway with --no-doctor\n";
+  return false;
+}
+
+// The tuner configuration the job's ranks get, if any (nullopt: NCCL tunes itself, or the user's
+// NCCL_TUNER_PLUGIN stays).
+std::optional<nlohmann::ordered_json> jobTuner(const JobPlan& plan, const RunOptions& o, std::ostream& err) {
+  if (!o.tuner || std::getenv("NCCL_TUNER_PLUGIN") != nullptr) return std::nullopt;
+  nlohmann::ordered_json config = tunerConfig(plan);
+  if (plan.nodes.size() == 1 || config["net"]["nics_per_node"].get<size_t>() > 0) return config;
+  err << "poolrun: note: no NIC of the " << toString(plan.fabric)
+      << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes itself\n";
+  return std::nullopt;
+}
+
+LaunchSpec launchSpec(const JobPlan& plan, const pool::Lease& lease, const JobSite& where,
+                      const RunOptions& o, const JobDirectory& dir,
+                      const std::optional<nlohmann::ordered_json>& tuner) {
+  LaunchSpec spec;
+  spec.plan = &plan;
+  spec.job_dir = dir.path();
+  spec.rank_wrapper = sibling("poolrun-rank");
+  spec.program = o.program;
+  spec.simulated = where.simulated;
+  spec.sim_agent = sibling("poolrun-sim-agent");
+  if (where.simulated) {
+    topo::CpuCount here = topo::countLocalCpus();
+    spec.local_cores = std::max(here.cores, 1);
+    spec.local_threads = std::max(1, here.threads / spec.local_cores);
+  }
+  spec.user_mca = o.mca;
+  spec.user_exports = o.exports;
+  spec.tag_output = o.tag_output;
+  spec.mpirun_args = o.mpirun_args;
+  spec.job_env.emplace_back("POOLRUN_RANK_ENV", encodeRankEnv(plan, where.simulated));
+  spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.path().string());
+  spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
+  // Nodes this process cannot read (a pool's or Slurm's remote nodes): each rank checks its own RDMA
+  // ports before the program starts (poolrun-rank).
+  if (!where.simulated && o.doctor && plan.fabric != topo::Fabric::kTcp)
+    spec.job_env.emplace_back("POOLRUN_CHECK_PORTS", "1");
+  // Where ranks run on other machines, poolrun-rank stays beside each program as its subreaper and
+  // ends what it leaves running there. `-x POOLRUN_REAP=0` turns it off.
+  if (where.otherMachines() && !o.request.user_env.count("POOLRUN_REAP"))
+    spec.job_env.emplace_back("POOLRUN_REAP", "1");
+  for (auto& kv : rendezvousVariables(plan, where.simulated, pickRendezvousPort(), o.request.user_env))
+    spec.job_env.push_back(std::move(kv));
+  if (tuner) {
+    spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
+    spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", tuner->dump());
+  }
+  return spec;
+}
+
+// Writes what mpirun reads (hostfile, rankfile.mpi, tuner.json, rank-env.json) and the launch as it
+// can be run again by hand: run.sh sets every variable and runs mpirun; the command file is the same
+// for reading, the two JSON documents read from their files.
+Launch writeLaunch(const JobDirectory& dir, MpiCommand cmd,
+                   const std::optional<nlohmann::ordered_json>& tuner) {
+  if (tuner) dir.write("tuner.json", tuner->dump(2) + "\n");
+  dir.write("hostfile", cmd.hostfile);
+  dir.write("rankfile.mpi", cmd.rankfile);
+  std::map<std::string, std::string> fromFiles;
+  for (const auto& [k, v] : cmd.env) {
+    if (k == "POOLRUN_RANK_ENV") fromFiles[k] = dir.write("rank-env.json", v + "\n").string();
+    if (k == "POOLRUN_TUNER_CONFIG") fromFiles[k] = dir.file("tuner.json").string();
+  }
+  Launch launch{std::move(cmd), "", {}};
+  launch.command = readableCommand(launch.cmd, fromFiles);
+  dir.write("command", launch.command);
+  using std::filesystem::perms;
+  launch.script = dir.write(
+      "run.sh", launchScript(launch.cmd, std::filesystem::current_path()),
+      perms::owner_all | perms::group_read | perms::group_exec | perms::others_read | perms::others_exec);
+  return launch;
+}
+
+// The job directory with everything the launch needs: the plan's files, the tuner configuration,
+// the mpirun (or srun) command and its files.
+Launch prepareLaunch(const JobPlan& plan, const pool::Lease& lease, const JobSite& where, const RunOptions& o,
+                     const JobDirectory& dir, std::ostream& err) {
+  dir.writePlan(plan);
+  const std::optional<nlohmann::ordered_json> tuner = jobTuner(plan, o, err);
+  const LaunchSpec spec = launchSpec(plan, lease, where, o, dir, tuner);
+  return writeLaunch(
+      dir, o.srun ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(o.mpirun, o.mpi_flavor)),
+      tuner);
+}
+
+void printDryRun(const JobPlan& plan, const pool::Lease& lease, const pool::PoolClient& pool,
+                 const JobSite& where, const JobDirectory& dir, const Launch& launch, std::ostream& out) {
+  out << planTable(plan) << "\nlease " << lease.id << " from " << pool.describe() << " (released: dry run)\n"
+      << "job directory: " << dir.path().string() << "\n\n"
+      << "wrote " << launch.script.string()
+      << ", which sets every variable below and runs mpirun; to run the job:\n"
+      << "  sh " << shellJoin({launch.script.string()}) << "\n"
+      << (where.simulated
+              ? ""
+              : "(nothing holds these GPUs for it then: the lease was released, and without poolrun "
+                "no lease is taken)\n")
+      << "\n"
+      << launch.command;
+}
+
+// Runs the launch to its end while the lease is renewed on a thread of its own, retried until the
+// lease's expiry when the pool cannot be reached (lease_keeper.hpp); says which rank failed first.
+int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan, const Launch& launch,
+                 const RunOptions& o, const JobDirectory& dir, std::ostream& err) {
+  SuperviseOptions so;
+  so.argv = launch.cmd.argv;
+  so.env = launch.cmd.env;
+  if (o.timeout) so.timeout = *o.timeout;
+  LeaseKeeper keeper(lease.id, validFor(lease, std::chrono::system_clock::now()),
+                     std::chrono::milliseconds(o.lease_ttl) / 3, [&] {
+                       RenewReply reply = renewOnce(pool, lease.id);
+                       // A running job's directory stays the newest: pruning (below) never takes it.
+                       std::error_code ec;
+                       if (reply.kind == RenewReply::Kind::kRenewed)
+                         std::filesystem::last_write_time(dir.path(),
+                                                          std::filesystem::file_time_type::clock::now(), ec);
+                       return reply;
+                     });
+  so.lease = &keeper;
+  so.started = [&] {
+    pool.idle();
+    // poolrun's own job directories: a week's, and always the 100 newest, looked at hourly.
+    if (o.job_dir.empty())
+      pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7), std::chrono::minutes(60));
+  };
+  SuperviseResult r = supervise(so, err);
+  if (r.failure && r.failure->rank >= 0 && static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
+    const RankPlan& rp = plan.ranks[static_cast<size_t>(r.failure->rank)];
+    err << "poolrun: rank " << rp.rank << " on node " << plan.nodeOf(rp).name << " (GPU " << rp.gpu << ") "
+        << (r.failure->signal != 0 ? "was killed by signal " + std::to_string(r.failure->signal)
+                                   : "exited with code " + std::to_string(r.failure->exit_code))
+        << "\n";
+  }
+  return r.exit_status;
+}
+
+// The exit status for an error that ended the flow, after printing it.
+int failedToStart(const std::exception& e, std::ostream& err) {
+  err << "poolrun: error: " << e.what() << "\n";
+  const auto* pe = dynamic_cast<const Error*>(&e);
+  return pe != nullptr && pe->code() == ErrorCode::kInternal ? 1 : kExitRefused;
 }
 
 }  // namespace
 
 int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  po::options_description opts("poolrun options");
-  int ranks = 0, gpusPerNode = 0, priority = 0, roceTc = -1;
-  double wait = -1, leaseTtl = 60, timeout = 0;
-  std::string poolUri = defaultPool(), fabric = "auto", gdr = "auto", tuner = "on", name, mpiFlavor = "auto",
-              mpirun = "mpirun", jobDir, tokenFile, topologyFile, launcher = "mpirun";
-  std::vector<std::string> exports, mpirunArgs;
-  // clang-format off
-  opts.add_options()
-      ("help,h", "show this help")
-      (",n", po::value(&ranks)->value_name("N"), "the number of ranks, one per GPU (-np N is the same)")
-      ("pool", po::value(&poolUri)->value_name("URI"),
-       "local (default, or $POOLRUN_POOL), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")
-      ("gpus-per-node", po::value(&gpusPerNode)->value_name("K"), "GPUs per node (default: any split)")
-      ("priority", po::value(&priority)->value_name("P"), "queue priority (higher first)")
-      ("wait", po::value(&wait)->value_name("SECONDS"),
-       "seconds to wait in the queue (default: while the pool could ever fit it)")
-      ("name", po::value(&name)->value_name("NAME"), "job name (default: the program's)")
-      ("fabric", po::value(&fabric)->value_name("FABRIC"), "auto (default), ib, roce or tcp")
-      ("gdr", po::value(&gdr)->value_name("MODE"), "GPUDirect RDMA: auto (default), on, off")
-      ("roce-tc", po::value(&roceTc)->value_name("N"), "RoCE traffic class (NCCL_IB_TC)")
-      ("tuner", po::value(&tuner)->value_name("on|off"),
-       "on (default): NCCL uses poolrun's tuner plugin; off")
-      (",x", po::value(&exports)->value_name("VAR[=VALUE]"), "a variable for every rank (wins over the plan)")
-      ("tag-output", "prefix every line the ranks print with their rank (mpirun --tag-output)")
-      ("mpirun-arg", po::value(&mpirunArgs)->value_name("ARG"),
-       "give ARG to mpirun as it is (repeatable: --mpirun-arg -x --mpirun-arg A=1)")
-      ("mpi-flavor", po::value(&mpiFlavor)->value_name("FLAVOR"), "auto (default), ompi4 or ompi5")
-      ("mpirun", po::value(&mpirun)->value_name("PATH"), "the mpirun (or prterun) binary")
-      ("dry-run", "print the plan and the command, write the job directory with its run.sh; start nothing")
-      ("simulate", "run the leased nodes on this machine, as a sim: pool's are (to try a pool's job here)")
-      ("no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")
-      ("job-dir", po::value(&jobDir)->value_name("DIR"), "job directory (default: under the state directory)")
-      ("lease-ttl", po::value(&leaseTtl)->value_name("SECONDS"),
-       "lease time to live, renewed at a third of it (default 60)")
-      ("timeout", po::value(&timeout)->value_name("SECONDS"), "end the job after SECONDS")
-      ("token-file", po::value(&tokenFile)->value_name("FILE"),
-       "bearer token for http pools (default: $POOLRUN_TOKEN)")
-      ("topology", po::value(&topologyFile)->value_name("FILE"),
-       "slurm pools: topology (or cluster) file of nodes not to probe")
-      ("launcher", po::value(&launcher)->value_name("NAME"), "mpirun (default) or srun (slurm pools)");
-  // clang-format on
-  std::vector<std::string> optionArgs, program;
-  std::vector<std::pair<std::string, std::string>> mca;
-  po::variables_map vm;
+  RunOptions options;
+  if (std::optional<int> status = parseRunOptions(args, options, out, err)) return *status;
   try {
-    splitProgram(args, opts, optionArgs, program, mca);
-    po::parsed_options parsed = po::command_line_parser(optionArgs).options(opts).run();
-    checkNumericOptions(parsed,
-                        {{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
-                         {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
-                         {"priority", pool::kPriorityRange.min, pool::kPriorityRange.max},
-                         {"wait", 0, pool::kWaitSecondsRange.max},
-                         {"roce-tc", 0, 255},
-                         {"lease-ttl", 3, pool::kTtlSecondsRange.max},
-                         {"timeout", 0, pool::kMaxDurationSecondsRange.max - pool::kTtlSecondsRange.max}});
-    po::store(parsed, vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
-    return kExitUsage;
-  } catch (const Error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
-    return kExitUsage;
-  }
-  if (vm.count("help")) {
-    out << kRunUsage << "\n" << kCommandList << "\n" << opts << kRunHelpTail;
-    return 0;
-  }
-  if (!vm.count("-n") || program.empty()) {
-    err << "poolrun: error: " << (program.empty() ? "no PROGRAM to run" : "-n N is required") << "\n"
-        << kRunUsage;
-    return kExitUsage;
-  }
-  // The rest of the options, before anything starts: a bad value is a bad command line.
-  PlanRequest request;
-  std::optional<MpiFlavor> flavor;
-  try {
-    request.ranks = ranks;
-    request.gpus_per_node = gpusPerNode;
-    if (fabric != "auto") request.fabric = topo::fabricFromString(fabric);
-    request.gdr = gdrModeFromString(gdr);
-    if (vm.count("roce-tc")) request.roce_tc = roceTc;
-    if (tuner != "on" && tuner != "off") throw badInput("--tuner '" + tuner + "': use on or off");
-    if (mpiFlavor == "ompi4")
-      flavor = MpiFlavor::kOmpi4;
-    else if (mpiFlavor == "ompi5")
-      flavor = MpiFlavor::kOmpi5;
-    else if (mpiFlavor != "auto")
-      throw badInput("--mpi-flavor '" + mpiFlavor + "': use auto, ompi4 or ompi5");
-    for (const std::string& var : plannedVariables()) {
-      if (const char* v = std::getenv(var.c_str())) request.user_env[var] = v;
-    }
-    for (const std::string& x : exports) {
-      size_t eq = x.find('=');
-      std::string var = x.substr(0, eq);
-      if (var.empty()) throw badInput("-x '" + x + "': expected VAR or VAR=VALUE");
-      if (eq != std::string::npos) {
-        request.user_env[var] = x.substr(eq + 1);
-      } else if (const char* v = std::getenv(var.c_str())) {
-        request.user_env[var] = v;
-      }
-    }
-    if (launcher != "mpirun" && launcher != "srun")
-      throw badInput("--launcher '" + launcher + "': use mpirun or srun");
-    if (launcher == "srun" && (vm.count("tag-output") || !mpirunArgs.empty()))
-      throw badInput(std::string(vm.count("tag-output") ? "--tag-output" : "--mpirun-arg") +
-                     " is for mpirun, and --launcher srun starts the ranks with srun: use -x and --mca, or "
-                     "--launcher mpirun");
-    topo::checkText(name, topo::kMaxJobNameBytes, "--name");
-  } catch (const Error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kRunUsage;
-    return kExitUsage;
-  }
-  try {
-    pool::ClientOptions copts;
-    if (!tokenFile.empty()) {
-      std::istringstream tf(topo::readRegularFile(tokenFile, topo::kTokenFileLimit, "token files"));
-      if (!(tf >> copts.token)) throw badInput("--token-file " + tokenFile + ": cannot read a token from it");
-    } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
-      copts.token = t;
-    }
-    copts.owner = pool::currentUser();
-    // Slurm (launcher/src/slurm_launch.cpp): --topology and --launcher srun need a Slurm pool.
-    const bool slurm = isSlurmPool(poolUri);
-    if (!slurm && (launcher == "srun" || !topologyFile.empty()))
-      throw badInput(std::string(launcher == "srun" ? "--launcher srun" : "--topology") +
-                     " needs --pool slurm or slurm:PARTITION (pool here: '" + poolUri + "')");
-    if (slurm) forgetSlurmGpuVariables(request, exports);
-    if (slurm && vm.count("simulate"))
-      throw badInput(
-          "--simulate runs a pool's nodes on this machine; a Slurm allocation's nodes run under "
-          "Slurm (pool here: '" +
-          poolUri + "'); use --pool sim:FILE or an http:// pool");
-    std::unique_ptr<pool::PoolClient> pool = pool::openPool(poolUri, copts);
-    // A sim: pool's nodes, or any pool's with --simulate, run here through poolrun-sim-agent.
-    bool simulated = poolUri.starts_with("sim:") || vm.count("simulate") > 0;
+    std::unique_ptr<pool::PoolClient> pool = openJobPool(options);
+    const JobSite where = jobSite(*pool, options);
+    const pool::Lease lease = acquireLease(*pool, leaseRequest(options), err);
+    LeaseGuard release(*pool, lease.id, err);
 
-    pool::LeaseRequest lr;
-    lr.gpus = ranks;
-    lr.gpus_per_node = gpusPerNode;
-    if (request.fabric != topo::Fabric::kTcp) lr.fabric = request.fabric;  // every node can do TCP
-    lr.priority = priority;
-    lr.owner = copts.owner;
-    lr.job_name = name.empty() ? std::filesystem::path(program[0]).filename().string() : name;
-    if (wait >= 0) lr.wait = std::chrono::seconds(static_cast<long>(wait));
-    lr.ttl = std::chrono::seconds(static_cast<long>(leaseTtl));
-    if (timeout > 0)
-      lr.max_duration = std::chrono::seconds(static_cast<long>(timeout) + static_cast<long>(leaseTtl));
-    pool::Lease lease;
-    try {
-      // Ctrl-C (or SIGTERM, SIGHUP) while queued withdraws the request, as salloc does; the
-      // supervisor takes the signals from here on (signalfd).
-      pool::QueueInterruption interruption;
-      bool told = false;
-      lease = pool->acquire(lr, [&](const pool::QueueProgress& progress) {
-        if (!told) err << "poolrun: waiting in the queue of " << pool->describe() << "\n";
-        told = true;
-        err << "poolrun: " << pool::formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
-      });
-    } catch (const pool::PoolError& e) {
-      if (e.failure() != pool::PoolFailure::kInterrupted) throw;
-      err << "poolrun: " << e.what() << "\n";
-      return 128 + e.signal();
-    }
-    LeaseGuard guard(*pool, lease.id, err);
+    const std::vector<topo::ClusterNode> nodes = leasedNodes(*pool, lease, where, options, err);
+    const JobPlan plan = planJob(nodes, lease, where, options.request, err);
+    if (options.doctor && !doctorPasses(plan, where, err)) return kExitRefused;
 
-    // The leased GPUs, node by node in the pool's order.
-    std::vector<topo::ClusterNode> nodes;
-    std::vector<NodeGrant> grants;
-    if (slurm) {
-      enterAllocation(lease);
-      nodes = slurmNodes(lease, {topologyFile, stateDir() / "slurm-topology", ""}, err);
-    }
-    for (const pool::GpuRef& g : lease.gpus) {
-      if (slurm) break;
-      if (nodes.empty() || nodes.back().name != g.node) nodes.push_back(pool->node(g.node));
-    }
-    for (const topo::ClusterNode& n : nodes) {
-      NodeGrant grant;
-      grant.node = &n;
-      for (const pool::GpuRef& g : lease.gpus) {
-        if (g.node == n.name) grant.gpus.push_back(g.index);
-      }
-      grants.push_back(std::move(grant));
-    }
-    JobPlan plan = makePlan(grants, request);
-    if (slurm) applySlurmGpuNumbering(plan, lease, err);
-    if (!vm.count("no-doctor")) {
-      // This machine is checked through its /sys; other nodes by what their topology records.
-      bool local = poolUri == "local";
-      std::string here = hostName();
-      doctor::Report report =
-          preflight(plan, [&](const NodePlan& n) { return local || (!simulated && n.name == here); });
-      printPreflight(report, err);
-      if (report.failed()) {
-        err << "poolrun: refusing to start: the doctor found " << report.count(doctor::Status::kFail)
-            << " problem(s) that would make the job hang (above); fix them, or start anyway with "
-               "--no-doctor\n";
-        return kExitRefused;
-      }
-    }
-
-    std::filesystem::path dir =
-        jobDir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(jobDir);
-    writeJobDir(plan, dir);
-    LaunchSpec spec;
-    spec.plan = &plan;
-    spec.job_dir = dir;
-    spec.rank_wrapper = sibling("poolrun-rank");
-    spec.program = program;
-    spec.simulated = simulated;
-    spec.sim_agent = sibling("poolrun-sim-agent");
-    if (simulated) {
-      topo::CpuCount here = topo::countLocalCpus();
-      spec.local_cores = std::max(here.cores, 1);
-      spec.local_threads = std::max(1, here.threads / spec.local_cores);
-    }
-    spec.user_mca = mca;
-    spec.user_exports = exports;
-    spec.tag_output = vm.count("tag-output") > 0;
-    spec.mpirun_args = mpirunArgs;
-    spec.job_env.emplace_back("POOLRUN_RANK_ENV", encodeRankEnv(plan, simulated));
-    spec.job_env.emplace_back("POOLRUN_JOB_DIR", dir.string());
-    spec.job_env.emplace_back("POOLRUN_LEASE", lease.id);
-    // Nodes this process cannot read (a pool's or Slurm's remote nodes): each rank checks its own
-    // RDMA ports before the program starts (poolrun-rank).
-    if (!simulated && !vm.count("no-doctor") && plan.fabric != topo::Fabric::kTcp)
-      spec.job_env.emplace_back("POOLRUN_CHECK_PORTS", "1");
-    // Where ranks run on nodes other than this one, poolrun-rank stays beside each program as its
-    // subreaper and ends what it leaves running there (poolrun's own subreaper covers this node and
-    // the simulated cluster). `-x POOLRUN_REAP=0` turns it off.
-    if (!simulated && poolUri != "local" && !request.user_env.count("POOLRUN_REAP"))
-      spec.job_env.emplace_back("POOLRUN_REAP", "1");
-    for (auto& kv : rendezvousVariables(plan, simulated, pickRendezvousPort(), request.user_env))
-      spec.job_env.push_back(std::move(kv));
-    const char* userPlugin = std::getenv("NCCL_TUNER_PLUGIN");
-    if (tuner == "on" && userPlugin == nullptr) {
-      nlohmann::ordered_json config = tunerConfig(plan);
-      bool netKnown = plan.nodes.size() == 1 || config["net"]["nics_per_node"].get<size_t>() > 0;
-      if (netKnown) {
-        writeJobFile(dir / "tuner.json", config.dump(2) + "\n");
-        spec.job_env.emplace_back("NCCL_TUNER_PLUGIN", sibling("libnccl-tuner-poolrun.so"));
-        spec.job_env.emplace_back("POOLRUN_TUNER_CONFIG", config.dump());
-      } else {
-        err << "poolrun: note: no NIC of the " << toString(plan.fabric)
-            << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes "
-               "itself\n";
-      }
-    }
-    MpiCommand cmd =
-        launcher == "srun" ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(mpirun, flavor));
-    writeJobFile(dir / "hostfile", cmd.hostfile);
-    writeJobFile(dir / "rankfile.mpi", cmd.rankfile);
-    // The launch as it can be run again by hand: run.sh sets every variable and runs mpirun; the
-    // command file is the same for reading, the two JSON documents read from their files.
-    std::map<std::string, std::string> fromFiles;
-    for (const auto& [k, v] : cmd.env) {
-      if (k == "POOLRUN_RANK_ENV") {
-        writeJobFile(dir / "rank-env.json", v + "\n");
-        fromFiles[k] = (dir / "rank-env.json").string();
-      } else if (k == "POOLRUN_TUNER_CONFIG") {
-        fromFiles[k] = (dir / "tuner.json").string();
-      }
-    }
-    const std::string command = readableCommand(cmd, fromFiles);
-    writeJobFile(dir / "command", command);
-    const std::filesystem::path script = dir / "run.sh";
-    // Synced for a dry run, whose product it is; a launch's own copy is a record, and the sync would
-    // cost it about 4 ms (plan.hpp).
-    using std::filesystem::perms;
-    writeJobFileAtomically(
-        script, launchScript(cmd, std::filesystem::current_path()),
-        perms::owner_all | perms::group_read | perms::group_exec | perms::others_read | perms::others_exec,
-        vm.count("dry-run") > 0);
-
-    if (vm.count("dry-run")) {
-      out << planTable(plan) << "\nlease " << lease.id << " from " << pool->describe()
-          << " (released: dry run)\n"
-          << "job directory: " << dir.string() << "\n\n"
-          << "wrote " << script.string()
-          << ", which sets every variable below and runs mpirun; to run the job:\n"
-          << "  sh " << shellJoin({script.string()}) << "\n"
-          << (simulated
-                  ? ""
-                  : "(nothing holds these GPUs for it then: the lease was released, and without poolrun "
-                    "no lease is taken)\n")
-          << "\n"
-          << command;
+    // A dry run's directory is its product, synced; a launch's is read back by mpirun (job_directory.hpp).
+    const JobDirectory dir(
+        options.job_dir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(options.job_dir),
+        options.dry_run ? Durability::kSynced : Durability::kSameBoot);
+    const Launch launch = prepareLaunch(plan, lease, where, options, dir, err);
+    if (options.dry_run) {
+      printDryRun(plan, lease, *pool, where, dir, launch, out);
       return 0;
     }
-
-    SuperviseOptions so;
-    so.argv = cmd.argv;
-    so.env = cmd.env;
-    if (timeout > 0) so.timeout = std::chrono::milliseconds(static_cast<long>(timeout * 1000));
-    // Renewed on a thread of its own, retried until the lease's expiry when the pool cannot be
-    // reached (lease_keeper.hpp, README step 4).
-    LeaseKeeper keeper(lease.id, validFor(lease, std::chrono::system_clock::now()),
-                       std::chrono::milliseconds(static_cast<long>(leaseTtl * 1000 / 3)), [&] {
-                         RenewReply reply = renewOnce(*pool, lease.id);
-                         // A running job's directory stays the newest: pruning (below) never takes it.
-                         std::error_code ec;
-                         if (reply.kind == RenewReply::Kind::kRenewed)
-                           std::filesystem::last_write_time(
-                               dir, std::filesystem::file_time_type::clock::now(), ec);
-                         return reply;
-                       });
-    so.lease = &keeper;
-    so.started = [&] {
-      pool->idle();
-      // poolrun's own job directories: a week's, and always the 100 newest, looked at hourly
-      // (README, poolrun step 2).
-      if (jobDir.empty())
-        pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7), std::chrono::minutes(60));
-    };
-    SuperviseResult r = supervise(so, err);
-    if (r.failure && r.failure->rank >= 0 && static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
-      const RankPlan& rp = plan.ranks[static_cast<size_t>(r.failure->rank)];
-      err << "poolrun: rank " << rp.rank << " on node " << plan.nodeOf(rp).name << " (GPU " << rp.gpu << ") "
-          << (r.failure->signal != 0 ? "was killed by signal " + std::to_string(r.failure->signal)
-                                     : "exited with code " + std::to_string(r.failure->exit_code))
-          << "\n";
-    }
-    return r.exit_status;
+    return superviseJob(*pool, lease, plan, launch, options, dir, err);
+  } catch (const pool::PoolError& e) {
+    if (e.failure() != pool::PoolFailure::kInterrupted) return failedToStart(e, err);
+    err << "poolrun: " << e.what() << "\n";  // the queued request was withdrawn
+    return 128 + e.signal();
   } catch (const std::exception& e) {
-    err << "poolrun: error: " << e.what() << "\n";
-    const auto* pe = dynamic_cast<const Error*>(&e);
-    return pe != nullptr && pe->code() == ErrorCode::kInternal ? 1 : kExitRefused;
+    return failedToStart(e, err);
   }
 }
 

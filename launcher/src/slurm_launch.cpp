@@ -93,10 +93,6 @@ std::map<std::string, std::string> parseProbeOutput(const std::string& labelled)
   return out;
 }
 
-bool isSlurmPool(const std::string& uri) {
-  return uri == "slurm" || uri.starts_with("slurm:");
-}
-
 void enterAllocation(const pool::Lease& lease) {
   if (lease.env.empty()) return;
   std::vector<std::string> drop;

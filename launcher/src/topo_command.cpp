@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/sources.hpp"
@@ -63,31 +64,23 @@ int reportError(const std::exception& e, std::ostream& err) {
 }
 
 int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  po::options_description opts("poolrun topo options");
+  CommandOptions command("poolrun topo options", {kTopoUsage, "", ""});
   std::string from, format = "matrix", sysfsRoot, output;
-  opts.add_options()("help,h", "show this help")(
-      "from", po::value(&from)->value_name("FILE"),
-      "read the topology from FILE (hwloc XML, NCCL topology XML or poolrun JSON)")(
-      "format", po::value(&format)->value_name("FORMAT"), "matrix (default), json, nccl-xml, dot or svg")(
-      "sysfs-root", po::value(&sysfsRoot)->value_name("DIR"),
-      "read RDMA ports from DIR instead of /sys (DIR/class/infiniband/...)")(
-      "output,o", po::value(&output)->value_name("FILE"), "write to FILE instead of standard output");
+  // clang-format off
+  command.add()
+      ("from", po::value(&from)->value_name("FILE"),
+       "read the topology from FILE (hwloc XML, NCCL topology XML or poolrun JSON)")
+      ("format", po::value(&format)->value_name("FORMAT"), "matrix (default), json, nccl-xml, dot or svg")
+      ("sysfs-root", po::value(&sysfsRoot)->value_name("DIR"),
+       "read RDMA ports from DIR instead of /sys (DIR/class/infiniband/...)")
+      ("output,o", po::value(&output)->value_name("FILE"), "write to FILE instead of standard output");
+  // clang-format on
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(opts).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kTopoUsage;
-    return 2;
-  }
-  if (vm.count("help")) {
-    out << kTopoUsage << opts;
-    return 0;
-  }
+  if (std::optional<int> status = command.parse(args, vm, out, err)) return *status;
   static const char* kFormats[] = {"matrix", "json", "nccl-xml", "dot", "svg"};
   if (std::find(std::begin(kFormats), std::end(kFormats), format) == std::end(kFormats)) {
-    err << "poolrun: error: unknown --format '" << format << "' (use matrix, json, nccl-xml, dot or svg)\n";
-    return 2;
+    return command.usageError("unknown --format '" + format + "' (use matrix, json, nccl-xml, dot or svg)",
+                              err);
   }
   try {
     topo::NodeTopology t;

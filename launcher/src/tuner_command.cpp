@@ -7,7 +7,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/job_directory.hpp"
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/tuner/calibrate.hpp"
 #include "poolrun/tuner/config.hpp"
 #include "poolrun/tuner/explain.hpp"
@@ -30,57 +33,42 @@ constexpr size_t kNcclTestsLogLimit = size_t{64} << 20;
 
 constexpr const char* kCollHint = "allreduce, allgather, reducescatter, broadcast or reduce";
 
-// Parses the options; returns -1 to go on, else the exit status (help printed or bad usage).
-int parse(const po::options_description& opts, const po::positional_options_description* positional,
-          const std::vector<std::string>& args, po::variables_map& vm, std::ostream& out, std::ostream& err) {
-  try {
-    auto parser = po::command_line_parser(args).options(opts);
-    if (positional != nullptr) parser.positional(*positional);
-    po::store(parser.run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    err << "poolrun: error: " << e.what() << "\n" << kTunerUsage;
-    return 2;
-  }
-  if (vm.count("help")) {
-    out << kTunerUsage << opts;
-    return 0;
-  }
-  if (!vm.count("config")) {
-    err << "poolrun: error: --config FILE is required (a poolrun.tuner/1 JSON file)\n";
-    return 2;
-  }
-  return -1;
+// The counts a run's logs may name: at least one, at most as many as a pool grants.
+constexpr NumericOption kNranks{"nranks", 1, pool::kGpusRange.max};
+constexpr NumericOption kNnodes{"nnodes", 1, pool::kGpusRange.max};
+
+// The tuner's commands need a configuration: nullopt to go on, else the exit status.
+std::optional<int> parse(const CommandOptions& command, const std::vector<std::string>& args,
+                         po::variables_map& vm, std::ostream& out, std::ostream& err) {
+  if (std::optional<int> status = command.parse(args, vm, out, err)) return status;
+  if (!vm.count("config"))
+    return command.usageError("--config FILE is required (a poolrun.tuner/1 JSON file)", err);
+  return std::nullopt;
 }
 
 int explainCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  po::options_description opts("poolrun tuner explain options");
+  CommandOptions command("poolrun tuner explain options", {kTunerUsage, "", ""});
   std::string config, coll = "allreduce", minBytes = "8", maxBytes = "1GiB";
   int nranks = 0, nnodes = 0;
-  opts.add_options()("help,h", "show this help")("config", po::value(&config)->value_name("FILE"),
-                                                 "the tuner configuration (JSON)")(
-      "coll", po::value(&coll)->value_name("COLL"),
-      "allreduce (default), allgather, reducescatter, broadcast or reduce")(
-      "nranks", po::value(&nranks)->value_name("N"),
-      "communicator size (default: nodes x gpus_per_node of the configuration)")(
-      "nnodes", po::value(&nnodes)->value_name("M"),
-      "nodes the communicator spans (default: the configuration's nodes)")(
-      "min-bytes", po::value(&minBytes)->value_name("BYTES"), "smallest size, e.g. 8, 64K, 1MiB (default 8)")(
-      "max-bytes", po::value(&maxBytes)->value_name("BYTES"), "largest size (default 1GiB)")(
-      "json", "print a poolrun.tuner-explain/1 document");
+  // clang-format off
+  command.add()
+      ("config", po::value(&config)->value_name("FILE"), "the tuner configuration (JSON)")
+      ("coll", po::value(&coll)->value_name("COLL"),
+       "allreduce (default), allgather, reducescatter, broadcast or reduce")
+      ("nranks", po::value(&nranks)->value_name("N"),
+       "communicator size (default: nodes x gpus_per_node of the configuration)")
+      ("nnodes", po::value(&nnodes)->value_name("M"),
+       "nodes the communicator spans (default: the configuration's nodes)")
+      ("min-bytes", po::value(&minBytes)->value_name("BYTES"), "smallest size, e.g. 8, 64K, 1MiB (default 8)")
+      ("max-bytes", po::value(&maxBytes)->value_name("BYTES"), "largest size (default 1GiB)")
+      ("json", "print a poolrun.tuner-explain/1 document");
+  // clang-format on
+  command.ranges({kNranks, kNnodes});
   po::variables_map vm;
-  if (int status = parse(opts, nullptr, args, vm, out, err); status >= 0) return status;
+  if (std::optional<int> status = parse(command, args, vm, out, err)) return *status;
   auto c = tuner::parseColl(coll);
   if (!c) {
     err << "poolrun: error: unknown --coll '" << coll << "' (use " << kCollHint << ")\n";
-    return 2;
-  }
-  if (vm.count("nranks") && nranks < 1) {
-    err << "poolrun: error: --nranks " << nranks << " must be at least 1\n";
-    return 2;
-  }
-  if (vm.count("nnodes") && nnodes < 1) {
-    err << "poolrun: error: --nnodes " << nnodes << " must be at least 1\n";
     return 2;
   }
   try {
@@ -107,26 +95,27 @@ int explainCommand(const std::vector<std::string>& args, std::ostream& out, std:
 }
 
 int calibrateCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  po::options_description opts("poolrun tuner calibrate options");
+  CommandOptions command("poolrun tuner calibrate options", {kTunerUsage, "", ""});
   std::string config, output, coll, algo, proto;
   int nranks = 0, nnodes = 0;
   std::vector<std::string> logs;
-  opts.add_options()("help,h", "show this help")("config", po::value(&config)->value_name("FILE"),
-                                                 "the tuner configuration (JSON)")(
-      "output,o", po::value(&output)->value_name("OUT"),
-      "write the result here ('-' for standard output; default: --config in place)")(
-      "coll", po::value(&coll)->value_name("COLL"), "the collective, where the logs do not name it")(
-      "algo", po::value(&algo)->value_name("ALGO"),
-      "the algorithm the runs forced (NCCL_ALGO), where the logs do not show it")(
-      "proto", po::value(&proto)->value_name("PROTO"),
-      "the protocol the runs forced (NCCL_PROTO), where the logs do not show it")(
-      "nranks", po::value(&nranks)->value_name("N"), "ranks of the runs, where the logs do not list them")(
-      "nnodes", po::value(&nnodes)->value_name("M"), "nodes of the runs, where the logs do not list them")(
-      "log", po::value(&logs)->value_name("LOG"), "nccl-tests output (positional)");
-  po::positional_options_description positional;
-  positional.add("log", -1);
+  // clang-format off
+  command.add()
+      ("config", po::value(&config)->value_name("FILE"), "the tuner configuration (JSON)")
+      ("output,o", po::value(&output)->value_name("OUT"),
+       "write the result here ('-' for standard output; default: --config in place)")
+      ("coll", po::value(&coll)->value_name("COLL"), "the collective, where the logs do not name it")
+      ("algo", po::value(&algo)->value_name("ALGO"),
+       "the algorithm the runs forced (NCCL_ALGO), where the logs do not show it")
+      ("proto", po::value(&proto)->value_name("PROTO"),
+       "the protocol the runs forced (NCCL_PROTO), where the logs do not show it")
+      ("nranks", po::value(&nranks)->value_name("N"), "ranks of the runs, where the logs do not list them")
+      ("nnodes", po::value(&nnodes)->value_name("M"), "nodes of the runs, where the logs do not list them")
+      ("log", po::value(&logs)->value_name("LOG"), "nccl-tests output (positional)");
+  // clang-format on
+  command.ranges({kNranks, kNnodes}).positional("log");
   po::variables_map vm;
-  if (int status = parse(opts, &positional, args, vm, out, err); status >= 0) return status;
+  if (std::optional<int> status = parse(command, args, vm, out, err)) return *status;
   if (logs.empty()) {
     err << "poolrun: error: no nccl-tests logs given (poolrun tuner calibrate --config FILE LOG...)\n";
     return 2;
@@ -145,20 +134,8 @@ int calibrateCommand(const std::vector<std::string>& args, std::ostream& out, st
     err << "poolrun: error: unknown --proto '" << proto << "' (use LL, LL128 or Simple)\n";
     return 2;
   }
-  if (vm.count("nranks")) {
-    if (nranks < 1) {
-      err << "poolrun: error: --nranks " << nranks << " must be at least 1\n";
-      return 2;
-    }
-    overrides.nranks = nranks;
-  }
-  if (vm.count("nnodes")) {
-    if (nnodes < 1) {
-      err << "poolrun: error: --nnodes " << nnodes << " must be at least 1\n";
-      return 2;
-    }
-    overrides.nnodes = nnodes;
-  }
+  if (vm.count("nranks")) overrides.nranks = nranks;
+  if (vm.count("nnodes")) overrides.nnodes = nnodes;
   try {
     const std::string text = tuner::readConfigFile(config, "tuner config");
     tuner::parseConfig(text, config);  // the configuration must be valid before it is extended
@@ -179,22 +156,7 @@ int calibrateCommand(const std::vector<std::string>& args, std::ostream& out, st
     if (target == "-") {
       out << result;
     } else {
-      const std::string tmp = target + ".tmp";
-      {
-        std::ofstream file(tmp, std::ios::binary);
-        file << result;
-        if (!file) {
-          err << "poolrun: error: " << tmp << ": cannot write (check the folder exists and is writable)\n";
-          return 1;
-        }
-      }
-      std::error_code ec;
-      std::filesystem::rename(tmp, target, ec);
-      if (ec) {
-        std::filesystem::remove(tmp, ec);
-        err << "poolrun: error: " << target << ": cannot replace it (check it is writable)\n";
-        return 1;
-      }
+      writeFileAtomically(target, result, std::nullopt, Durability::kSynced);
     }
     (target == "-" ? err : out) << "poolrun: tuner calibrate: " << all.size() << " figures from "
                                 << logs.size() << (logs.size() == 1 ? " log" : " logs") << " (" << forced

@@ -145,6 +145,7 @@ class EmbeddedPool : public PoolControl {
   }
 
   std::string describe() const override { return description_; }
+  RankSite rankSite() const override { return local_ ? RankSite::kThisMachine : RankSite::kSimulated; }
 
   PoolStatus status() override {
     return transact([](PoolState& s, TimePoint) { return s.status(); });

@@ -125,6 +125,7 @@ class HttpPool : public PoolControl {
     return clusterNodeFromJson(call("GET", "/v1/nodes/" + segment(name), nullptr));
   }
   std::string describe() const override { return uri_; }
+  RankSite rankSite() const override { return RankSite::kRemoteNodes; }
 
   PoolStatus status() override { return statusFromJson(call("GET", "/v1/status", nullptr)); }
   std::vector<NodeInfo> nodes() override {

@@ -20,10 +20,9 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
         "': Slurm keeps its own queue and nodes, poolctl does not administer them; use squeue, sinfo "
         "and scontrol");
   if (uri.empty() || uri == "local") return openEmbeddedLocal(options);
-  if (uri.rfind("sim:", 0) == 0) {
-    std::string file = uri.substr(4);
-    if (file.empty()) throw badUri(uri, "no cluster file after 'sim:'");
-    return openEmbeddedSim(file, options);
+  if (std::optional<std::string> file = simClusterFile(uri)) {
+    if (file->empty()) throw badUri(uri, "no cluster file after 'sim:'");
+    return openEmbeddedSim(*file, options);
   }
   if (uri.rfind("http://", 0) == 0) {
     std::string rest = uri.substr(7);
@@ -41,6 +40,11 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
   }
   if (uri.rfind("https://", 0) == 0) throw badUri(uri, "poold speaks plain HTTP; put TLS in front of it");
   throw badUri(uri, "unknown kind");
+}
+
+std::optional<std::string> simClusterFile(const std::string& uri) {
+  if (!uri.starts_with("sim:")) return std::nullopt;
+  return uri.substr(4);
 }
 
 std::unique_ptr<PoolClient> openPool(const std::string& uri, const ClientOptions& options) {

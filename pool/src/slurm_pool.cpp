@@ -114,6 +114,7 @@ class SlurmPool : public PoolClient {
   }
 
   std::string describe() const override { return partition_ ? "slurm:" + *partition_ : "slurm"; }
+  RankSite rankSite() const override { return RankSite::kSlurmAllocation; }
 
  private:
   Lease inside(const LeaseRequest& request) {

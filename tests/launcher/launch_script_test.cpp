@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/topo/error.hpp"
@@ -47,8 +48,8 @@ TEST(LaunchScriptTest, WrittenAtomically) {
   const fs::path file = tmp.path() / "run.sh";
   const fs::perms mode = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec;
   mode_t old = umask(077);
-  writeJobFileAtomically(file, "#!/bin/sh\nexit 3\n", mode, true);
-  writeJobFileAtomically(file, "#!/bin/sh\nexit 4\n", mode, false);
+  writeFileAtomically(file, "#!/bin/sh\nexit 3\n", mode, Durability::kSynced);
+  writeFileAtomically(file, "#!/bin/sh\nexit 4\n", mode, Durability::kSameBoot);
   umask(old);
   EXPECT_EQ(fs::status(file).permissions(), mode);
   EXPECT_EQ(test::slurp(file), "#!/bin/sh\nexit 4\n");
@@ -57,7 +58,7 @@ TEST(LaunchScriptTest, WrittenAtomically) {
   for (const auto& e : fs::directory_iterator(tmp.path())) entries += e.path() == file ? 0 : 1;
   EXPECT_EQ(entries, 0u) << "a temporary file was left beside run.sh";
   try {
-    writeJobFileAtomically(tmp.path() / "missing" / "run.sh", "x", mode, true);
+    writeFileAtomically(tmp.path() / "missing" / "run.sh", "x", mode, Durability::kSynced);
     ADD_FAILURE() << "no error for a missing folder";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);

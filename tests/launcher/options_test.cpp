@@ -66,6 +66,34 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
   }
 }
 
+// Every command reads its options one way: a missing value names the option, its value and what it
+// is for; a stray argument is named; a number is read as written, with its range; every error is
+// "poolrun: error: ..." then the command's usage, exit status 2.
+TEST(OptionsTest, EveryCommandParsesOneWay) {
+  const std::vector<Case> cases = {
+      {"topo --format", "poolrun: error: --format needs a value: FORMAT, matrix (default), json, nccl-xml"},
+      {"topo stray",
+       "poolrun: error: unexpected argument 'stray': this command takes only options (see --help)"},
+      {"doctor --mtu", "poolrun: error: --mtu needs a value: N, the netdev MTU the RoCE fabric expects"},
+      {"doctor --nic", "poolrun: error: --nic needs a value: LIST, check only these RDMA ports"},
+      {"plan --from x stray", "poolrun: error: unexpected argument 'stray'"},
+      {"tuner explain --config x --nranks 1e3",
+       "poolrun: error: --nranks 1e3: not a whole number (1 to 1000000)"},
+      {"tuner explain --config x --nnodes 0", "poolrun: error: --nnodes 0: out of range (1 to 1000000)"},
+      {"tuner calibrate --config x --nranks 4294967297 a.log",
+       "poolrun: error: --nranks 4294967297: out of range (1 to 1000000)"},
+      {"tuner calibrate --config", "poolrun: error: --config needs a value: FILE, the tuner configuration"},
+  };
+  for (const Case& c : cases) {
+    poolrun::test::ProcessResult r =
+        poolrun::test::runShell("timeout 60 " + std::string(POOLRUN_BINARY) + " " + c.args + " </dev/null");
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
+    EXPECT_EQ(firstLine(r.err).substr(0, c.expected.size()), c.expected) << c.args << "\n" << r.err;
+    const std::string command = c.args.substr(0, c.args.find(' '));
+    EXPECT_NE(r.err.find("\nusage: poolrun " + command), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
 TEST(OptionsTest, PlanRefusesWhatARunRefuses) {
   const std::string from = (poolrun::test::sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
   const std::vector<Case> cases = {

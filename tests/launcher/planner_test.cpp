@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/topo/error.hpp"
 #include "support/fixtures.hpp"
@@ -787,7 +788,7 @@ TEST(PlannerFixtures, ClusterFilesThatShip) {
 TEST(PlanOutputTest, JobDirectoryHasPlanRankfileAndTopologies) {
   JobPlan plan = planOn(clusterOf(synthetic({}), 2), ranks(16));
   poolrun::test::TempDir tmp;
-  writeJobDir(plan, tmp.path() / "job");
+  JobDirectory(tmp.path() / "job", Durability::kSameBoot).writePlan(plan);
   std::ifstream rf(tmp.path() / "job/rankfile");
   std::string line;
   std::getline(rf, line);

@@ -517,6 +517,28 @@ TEST_F(RunTest, DoctorWarnsOfASlowPortAndStarts) {
   EXPECT_TRUE(std::filesystem::exists(tmp_.path() / "reports" / "rank-1.json"));
 }
 
+// A job directory file that cannot be written (here rankfile.mpi, where a directory stands) stops the
+// launch before mpirun: exit 125, one line naming the file and the system's reason, no temporary left
+// and the lease given back. (A full disk, the same error from the write itself: job_directory_test.)
+TEST_F(RunTest, AJobFileThatCannotBeWrittenStopsTheLaunch) {
+  const std::string cluster = src("clusters/sim-ib.toml");
+  const std::filesystem::path job = tmp_.path() / "job";
+  tmp_.write("job/rankfile.mpi/in-the-way", "");
+  Result r = poolrun("--pool sim:" + cluster + " -n 2 --job-dir " + job.string() + " " + RANK_REPORT);
+  EXPECT_EQ(r.status, 125) << r.err;
+  const std::string line = "poolrun: error: " + (job / "rankfile.mpi").string() + ": cannot write (renaming ";
+  EXPECT_NE(r.err.find(line), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Is a directory); check that the folder is writable and has space\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path() / "reports" / "rank-0.json")) << "ranks were started";
+  EXPECT_TRUE(std::filesystem::exists(job / "hostfile")) << "the files before it are written";
+  EXPECT_FALSE(std::filesystem::exists(job / "command")) << "nothing after it is";
+  for (const auto& e : std::filesystem::directory_iterator(job))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  EXPECT_TRUE(leases(cluster).empty()) << "the lease was given back";
+}
+
 TEST_F(RunTest, RefusesWhatCannotBeMet) {
   Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 64 " + RANK_REPORT);
   EXPECT_EQ(r.status, 125) << r.err;

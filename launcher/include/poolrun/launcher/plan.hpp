@@ -116,25 +116,6 @@ std::string planTable(const JobPlan& plan);
 // An Open MPI rankfile ("rank N=HOST slot=LIST"): the same text for 4.1 and 5.x.
 std::string rankfile(const JobPlan& plan);
 
-// Writes the job directory: plan.json, rankfile, and NCCL topology XML per node (topo-NODE.xml).
-void writeJobDir(const JobPlan& plan, const std::filesystem::path& dir);
-// Writes one file of a job directory. Throws poolrun::Error (kIo) naming the file and the reason.
-void writeJobFile(const std::filesystem::path& file, const std::string& text);
-// The same, atomically, for a file someone runs (run.sh): written to a temporary name in the same
-// folder, given `permissions`, then renamed over `file`, so that a reader finds the old file or the
-// whole new one, never a part of it. `durable` fsyncs it before the rename, so that it is whole after
-// a crash too: about 4 ms on this project's VM (ext4), against 0.2 ms for the write alone.
-void writeJobFileAtomically(const std::filesystem::path& file, const std::string& text,
-                            std::filesystem::perms permissions, bool durable);
-
-// Removes job directories under `jobs` (poolrun's own, in the state directory) whose modification
-// time is older than `max_age`, keeping the `keep` newest whatever their age. A running job's
-// directory is touched at every lease renewal, so it never looks old. With `every` above zero it
-// looks at most that often (the time of `jobs/.pruned` says when it last did); zero looks every
-// time. Best effort: what cannot be read or removed stays. Returns how many were removed.
-size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age,
-                    std::chrono::minutes every = std::chrono::minutes(0));
-
 // The variables the planner may set (so that callers can tell which user variables matter).
 const std::vector<std::string>& plannedVariables();
 

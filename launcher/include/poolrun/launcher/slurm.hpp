@@ -20,9 +20,6 @@
 
 namespace poolrun::launcher {
 
-// "slurm" or "slurm:PARTITION".
-bool isSlurmPool(const std::string& uri);
-
 // Makes this process (and so mpirun or srun) run inside the lease's allocation: where poolrun made
 // the allocation, every SLURM_* variable of the environment is replaced by the allocation's.
 void enterAllocation(const pool::Lease& lease);

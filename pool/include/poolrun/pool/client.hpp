@@ -133,6 +133,14 @@ class QueueInterruption {
   QueueInterruption& operator=(const QueueInterruption&) = delete;
 };
 
+// Where the ranks of a job on a pool's GPUs run: what a launcher needs to know of the pool's kind.
+enum class RankSite {
+  kThisMachine,      // local: the pool is this machine's GPUs
+  kSimulated,        // sim:FILE: the nodes are simulated, and all of them run on this machine
+  kSlurmAllocation,  // slurm: the nodes of a Slurm allocation, which the launcher enters and probes
+  kRemoteNodes,      // http://: other machines, reached by mpirun's remote shell
+};
+
 class PoolClient {
  public:
   virtual ~PoolClient() = default;
@@ -158,6 +166,7 @@ class PoolClient {
   // The node as the pool knows it: name, topology, leaf switch, labels, fabric override.
   virtual topo::ClusterNode node(const std::string& name) = 0;
   virtual std::string describe() const = 0;  // "local (/var/lib/...)", "http://h:p", "sim:FILE"
+  virtual RankSite rankSite() const = 0;
 };
 
 struct ClientOptions {
@@ -178,5 +187,8 @@ std::string currentUser();
 // `local` pool opens on any machine (so that status and leases work); acquiring from it on a
 // machine without GPUs throws PoolError kNeverFits "no GPUs on this node; use --pool sim:FILE".
 std::unique_ptr<PoolClient> openPool(const std::string& uri, const ClientOptions& options = {});
+
+// The cluster file of a `sim:FILE` URI (FILE, possibly empty); nullopt for the other kinds.
+std::optional<std::string> simClusterFile(const std::string& uri);
 
 }  // namespace poolrun::pool

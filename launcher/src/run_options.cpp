@@ -1,0 +1,200 @@
+// The options of `poolrun [options] -n N [--] PROGRAM [ARGS...]` (run_options.hpp).
+
+#include "run_options.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "command_options.hpp"
+#include "poolrun/launcher/commands.hpp"
+#include "poolrun/pool/limits.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/names.hpp"
+
+namespace po = boost::program_options;
+
+namespace poolrun::launcher {
+namespace {
+
+constexpr const char* kRunUsage =
+    "usage: poolrun [options] -n N [--] PROGRAM [ARGS...]\n"
+    "Takes N GPUs from the pool, binds every rank to its GPU, NIC(s) and cores, runs PROGRAM under\n"
+    "Open MPI and gives the GPUs back however the job ends.\n";
+
+constexpr const char* kRunHelpTail =
+    "\nmpirun options: --mca KEY VALUE is passed through; --mpirun-arg ARG passes any other.\n"
+    "\n"
+    "environment:\n"
+    "  POOLRUN_POOL        the pool when --pool is not given (default local)\n"
+    "  POOLRUN_TOKEN       the bearer token for http pools when --token-file is not given\n"
+    "  POOLRUN_STATE_DIR   state directory: local and sim: pools, job directories, caches (else\n"
+    "                      $XDG_STATE_HOME/poolrun, else $HOME/.local/state/poolrun)\n"
+    "  POOLRUN_FIXTURES    where cluster files' shared/fixtures/ topologies are\n"
+    "  USER                the owner of the lease in local and sim: pools\n"
+    "  NCCL_TUNER_PLUGIN   set: NCCL keeps your plugin and poolrun's tuner is not used\n"
+    "  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_IB_GID_INDEX,\n"
+    "  NCCL_IB_TC, NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ, NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, RANK,\n"
+    "  WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE\n"
+    "                      set: yours wins over the plan's for every rank (as -x VAR=VALUE does)\n"
+    "  SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_STEP_GPUS, SLURM_MPI_TYPE, ...\n"
+    "                      --pool slurm: the allocation poolrun runs in\n"
+    "\n"
+    "exit status: the first failing rank's code (128+N for signal N); 124 timeout; 125 refused to start;\n"
+    "126 lease lost; 2 bad command line.\n";
+
+// --pool's default: $POOLRUN_POOL, else this node's GPUs (as poolctl).
+std::string defaultPool() {
+  const char* p = std::getenv("POOLRUN_POOL");
+  return p != nullptr && *p != '\0' ? p : "local";
+}
+
+// Splits the command line at the program: options before it, PROGRAM [ARGS...] after.
+void splitProgram(const std::vector<std::string>& args, const po::options_description& opts,
+                  std::vector<std::string>& options, std::vector<std::string>& program,
+                  std::vector<std::pair<std::string, std::string>>& mca) {
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-') break;
+    if (a == "-np" || a == "--np") {  // mpirun's spelling of -n
+      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a, opts.find("-n", false));
+      options.insert(options.end(), {"-n", args[++i]});
+      continue;
+    }
+    if (a == "--mca") {
+      if (i + 2 >= args.size()) throw po::error("--mca needs two values: KEY VALUE (an MCA parameter)");
+      mca.emplace_back(args[i + 1], args[i + 2]);
+      i += 2;
+      continue;
+    }
+    options.push_back(a);
+    if (const po::option_description* d = takesNextValue(a, opts)) {
+      if (i + 1 >= args.size() || args[i + 1] == "--") missingValue(a, *d);
+      // As --name=VALUE, so that a value starting with '-' (--mpirun-arg --report-bindings) stays one.
+      if (a.starts_with("--"))
+        options.back() += "=" + args[++i];
+      else
+        options.push_back(args[++i]);
+    }
+  }
+  program.assign(args.begin() + static_cast<ptrdiff_t>(std::min(i, args.size())), args.end());
+}
+
+// The checks Boost cannot do, on the values it read; throws poolrun::Error (kBadInput).
+void checkValues(const po::variables_map& vm, const std::string& tuner, const std::string& mpiFlavor,
+                 const std::string& launcher, RunOptions& o) {
+  if (tuner != "on" && tuner != "off") throw badInput("--tuner '" + tuner + "': use on or off");
+  o.tuner = tuner == "on";
+  if (mpiFlavor == "ompi4")
+    o.mpi_flavor = MpiFlavor::kOmpi4;
+  else if (mpiFlavor == "ompi5")
+    o.mpi_flavor = MpiFlavor::kOmpi5;
+  else if (mpiFlavor != "auto")
+    throw badInput("--mpi-flavor '" + mpiFlavor + "': use auto, ompi4 or ompi5");
+  for (const std::string& var : plannedVariables()) {
+    if (const char* v = std::getenv(var.c_str())) o.request.user_env[var] = v;
+  }
+  for (const std::string& x : o.exports) {
+    size_t eq = x.find('=');
+    std::string var = x.substr(0, eq);
+    if (var.empty()) throw badInput("-x '" + x + "': expected VAR or VAR=VALUE");
+    if (eq != std::string::npos) {
+      o.request.user_env[var] = x.substr(eq + 1);
+    } else if (const char* v = std::getenv(var.c_str())) {
+      o.request.user_env[var] = v;
+    }
+  }
+  if (launcher != "mpirun" && launcher != "srun")
+    throw badInput("--launcher '" + launcher + "': use mpirun or srun");
+  o.srun = launcher == "srun";
+  if (o.srun && (vm.count("tag-output") || !o.mpirun_args.empty()))
+    throw badInput(std::string(vm.count("tag-output") ? "--tag-output" : "--mpirun-arg") +
+                   " is for mpirun, and --launcher srun starts the ranks with srun: use -x and --mca, or "
+                   "--launcher mpirun");
+  topo::checkText(o.job_name, topo::kMaxJobNameBytes, "--name");
+}
+
+}  // namespace
+
+std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOptions& o, std::ostream& out,
+                                   std::ostream& err) {
+  CommandOptions command("poolrun options",
+                         {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
+  long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0;
+  std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun";
+  o.pool = defaultPool();
+  // clang-format off
+  command.add()
+      (",n", po::value(&o.request.ranks)->value_name("N"), "the number of ranks, one per GPU (-np N is the same)")
+      ("pool", po::value(&o.pool)->value_name("URI"),
+       "local (default, or $POOLRUN_POOL), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")
+      ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
+      ("priority", po::value(&o.priority)->value_name("P"), "queue priority (higher first)")
+      ("wait", po::value(&wait)->value_name("SECONDS"),
+       "seconds to wait in the queue (default: while the pool could ever fit it)")
+      ("name", po::value(&o.job_name)->value_name("NAME"), "job name (default: the program's)")
+      ("fabric", po::value(&fabric)->value_name("FABRIC"), "auto (default), ib, roce or tcp")
+      ("gdr", po::value(&gdr)->value_name("MODE"), "GPUDirect RDMA: auto (default), on, off")
+      ("roce-tc", po::value<int>()->value_name("N"), "RoCE traffic class (NCCL_IB_TC)")
+      ("tuner", po::value(&tuner)->value_name("on|off"),
+       "on (default): NCCL uses poolrun's tuner plugin; off")
+      (",x", po::value(&o.exports)->value_name("VAR[=VALUE]"), "a variable for every rank (wins over the plan)")
+      ("tag-output", "prefix every line the ranks print with their rank (mpirun --tag-output)")
+      ("mpirun-arg", po::value(&o.mpirun_args)->value_name("ARG"),
+       "give ARG to mpirun as it is (repeatable: --mpirun-arg -x --mpirun-arg A=1)")
+      ("mpi-flavor", po::value(&mpiFlavor)->value_name("FLAVOR"), "auto (default), ompi4 or ompi5")
+      ("mpirun", po::value(&o.mpirun)->value_name("PATH"), "the mpirun (or prterun) binary")
+      ("dry-run", "print the plan and the command, write the job directory with its run.sh; start nothing")
+      ("simulate", "run the leased nodes on this machine, as a sim: pool's are (to try a pool's job here)")
+      ("no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")
+      ("job-dir", po::value(&o.job_dir)->value_name("DIR"), "job directory (default: under the state directory)")
+      ("lease-ttl", po::value(&leaseTtl)->value_name("SECONDS"),
+       "lease time to live, renewed at a third of it (default 60)")
+      ("timeout", po::value(&timeout)->value_name("SECONDS"), "end the job after SECONDS")
+      ("token-file", po::value(&o.token_file)->value_name("FILE"),
+       "bearer token for http pools (default: $POOLRUN_TOKEN)")
+      ("topology", po::value(&o.topology_file)->value_name("FILE"),
+       "slurm pools: topology (or cluster) file of nodes not to probe")
+      ("launcher", po::value(&launcher)->value_name("NAME"), "mpirun (default) or srun (slurm pools)");
+  // clang-format on
+  command.ranges({{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
+                  {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
+                  {"priority", pool::kPriorityRange.min, pool::kPriorityRange.max},
+                  {"wait", 0, pool::kWaitSecondsRange.max},
+                  {"roce-tc", 0, 255},
+                  {"lease-ttl", 3, pool::kTtlSecondsRange.max},
+                  {"timeout", 0, pool::kMaxDurationSecondsRange.max - pool::kTtlSecondsRange.max}});
+  std::vector<std::string> optionArgs;
+  try {
+    splitProgram(args, command.options(), optionArgs, o.program, o.mca);
+  } catch (const po::error& e) {
+    return command.usageError(e.what(), err);
+  }
+  po::variables_map vm;
+  if (std::optional<int> status = command.parse(optionArgs, vm, out, err)) return status;
+  if (!vm.count("-n") || o.program.empty())
+    return command.usageError(o.program.empty() ? "no PROGRAM to run" : "-n N is required", err);
+  try {
+    if (fabric != "auto") o.request.fabric = topo::fabricFromString(fabric);
+    o.request.gdr = gdrModeFromString(gdr);
+    if (vm.count("roce-tc")) o.request.roce_tc = vm["roce-tc"].as<int>();
+    if (vm.count("wait")) o.wait = std::chrono::seconds(wait);
+    o.lease_ttl = std::chrono::seconds(leaseTtl);
+    if (timeout > 0) o.timeout = std::chrono::seconds(timeout);
+    o.tag_output = vm.count("tag-output") > 0;
+    o.dry_run = vm.count("dry-run") > 0;
+    o.simulate = vm.count("simulate") > 0;
+    o.doctor = vm.count("no-doctor") == 0;
+    checkValues(vm, tuner, mpiFlavor, launcher, o);
+    if (o.job_name.empty()) o.job_name = std::filesystem::path(o.program[0]).filename().string();
+  } catch (const Error& e) {
+    return command.usageError(e.what(), err);
+  }
+  return std::nullopt;
+}
+
+}  // namespace poolrun::launcher

@@ -1,0 +1,48 @@
+#pragma once
+
+// `poolrun [options] -n N [--] PROGRAM [ARGS...]`: the options of a run, read and checked before
+// anything starts (a bad value is a bad command line, exit status 2).
+
+#include <chrono>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "poolrun/launcher/mpi.hpp"
+#include "poolrun/launcher/plan.hpp"
+
+namespace poolrun::launcher {
+
+struct RunOptions {
+  std::vector<std::string> program;  // PROGRAM [ARGS...]
+  PlanRequest request;               // -n, --gpus-per-node, --fabric, --gdr, --roce-tc, the user's variables
+  std::string pool;                  // --pool, else $POOLRUN_POOL, else local
+  std::string token_file;
+  int priority = 0;
+  std::optional<std::chrono::seconds> wait;  // nullopt: while the pool could ever fit the job
+  std::chrono::seconds lease_ttl{60};
+  std::optional<std::chrono::seconds> timeout;
+  std::string job_name;  // --name, else the program's file name
+  bool tuner = true;
+  std::optional<MpiFlavor> mpi_flavor;  // nullopt: detected
+  std::string mpirun = "mpirun";
+  std::string job_dir;                                   // --job-dir; empty: under the state directory
+  std::string topology_file;                             // Slurm pools: --topology
+  bool srun = false;                                     // --launcher srun
+  std::vector<std::string> exports;                      // -x VAR[=VALUE], as given
+  std::vector<std::pair<std::string, std::string>> mca;  // --mca KEY VALUE
+  std::vector<std::string> mpirun_args;                  // --mpirun-arg ARG
+  bool tag_output = false;
+  bool dry_run = false;
+  bool simulate = false;  // --simulate: the leased nodes run on this machine
+  bool doctor = true;     // false: --no-doctor
+};
+
+// Reads `args` into `options`. Returns nullopt to go on; 0 after printing --help on `out`; 2 after
+// printing "poolrun: error: ..." and the usage on `err`.
+std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOptions& options,
+                                   std::ostream& out, std::ostream& err);
+
+}  // namespace poolrun::launcher
