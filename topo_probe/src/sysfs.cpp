@@ -16,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::topo {
@@ -29,15 +30,8 @@ constexpr size_t kMaxAttributeBytes = 8192;  // sysfs attributes are at most a p
 constexpr size_t kMaxEntries = 4096;         // per folder: devices, ports, GIDs, netdevs
 constexpr size_t kMaxQuoted = 64;            // of a bad value, in a warning
 
-bool isSpace(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && isSpace(s.front())) s.remove_prefix(1);
-  while (!s.empty() && isSpace(s.back())) s.remove_suffix(1);
-  return s;
-}
+using common::parseHex;
+using common::trim;
 
 // A value quoted for a warning, cut short: a hostile file must not make a warning of kilobytes.
 std::string shown(std::string_view value) {
@@ -175,13 +169,6 @@ std::optional<T> parseNumber(std::string_view text, int base = 10) {
   return value;
 }
 
-// "0x15b3" (sysfs writes the prefix; accept its absence too).
-template <typename T>
-std::optional<T> parseHex(std::string_view text) {
-  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
-  return parseNumber<T>(text, 16);
-}
-
 // A folder entry named by a non-negative decimal number: a port or a GID index.
 std::optional<int> parseIndex(std::string_view name) {
   if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
@@ -317,7 +304,10 @@ std::optional<int> portOfNetdev(const fs::path& netdev) {
   if (std::optional<std::string> text = optionalAttribute(netdev / "dev_port")) {
     return parseNumber<int>(*text);
   }
-  if (std::optional<std::string> text = optionalAttribute(netdev / "dev_id")) return parseHex<int>(*text);
+  if (std::optional<std::string> text = optionalAttribute(netdev / "dev_id")) {
+    if (std::optional<uint16_t> id = parseHex<uint16_t>(*text)) return *id;
+    return std::nullopt;
+  }
   return std::nullopt;
 }
 
