@@ -3,13 +3,8 @@
 
 #include "poolrun/topo/sysfs.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <system_error>
@@ -18,6 +13,7 @@
 
 #include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::topo {
 namespace fs = std::filesystem;
@@ -44,79 +40,19 @@ void warn(Warnings& warnings, const fs::path& path, const std::string& what) {
   warnings.push_back(path.string() + ": " + what);
 }
 
-std::string errnoText(int error) {
-  return std::error_code(error, std::generic_category()).message();
-}
-
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// The trimmed text of a sysfs attribute, or std::nullopt with `error` saying why not. Only regular
-// files are opened (a FIFO or a device node planted in a tree would block or never end), and at
-// most kMaxAttributeBytes are read.
-std::optional<std::string> readAttribute(const fs::path& file, std::string& error) {
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) {
-    error = errno == ENOENT ? "no such file" : "cannot open: " + errnoText(errno);
-    return std::nullopt;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    error = S_ISDIR(st.st_mode) ? "is a folder, not an attribute file" : "not a regular file";
-    return std::nullopt;
-  }
-  FileDescriptor fd(::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) {
-    error = "cannot open: " + errnoText(errno);
-    return std::nullopt;
-  }
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    error = "not a regular file";
-    return std::nullopt;
-  }
-  std::string text(kMaxAttributeBytes + 1, '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      // The kernel answers EINVAL for unused GID slots and for the rate of a port without a link.
-      error = "cannot read: " + errnoText(errno);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got > kMaxAttributeBytes) {
-    error = "larger than " + std::to_string(kMaxAttributeBytes) + " bytes, not a sysfs attribute";
-    return std::nullopt;
-  }
-  text.resize(got);
-  return std::string(trim(text));
-}
-
-// An attribute the device should have: a failure is a warning.
+// An attribute the device should have: a failure is a warning ("FILE: no such file (...)", "FILE is a
+// FIFO, not a regular file (...)"). Only regular files are opened (a FIFO or a device node planted
+// in a tree would block or never end), and at most kMaxAttributeBytes are read.
 std::optional<std::string> requiredAttribute(const fs::path& file, Warnings& warnings) {
   std::string error;
-  std::optional<std::string> text = readAttribute(file, error);
-  if (!text) warn(warnings, file, error);
+  std::optional<std::string> text = readAttributeFile(file, kMaxAttributeBytes, false, &error);
+  if (!text) warnings.push_back(error);
   return text;
 }
 
 // An attribute that is often absent for good reasons (GID slots, dev_port): no warning.
 std::optional<std::string> optionalAttribute(const fs::path& file) {
-  std::string error;
-  return readAttribute(file, error);
+  return readAttributeFile(file, kMaxAttributeBytes, false);
 }
 
 bool isFolder(const fs::path& path) {
