@@ -12,7 +12,7 @@
 
 namespace poolrun::doctor::detail {
 
-// A small file's text without trailing white space, or nullopt with the reason in `why`.
+// A small file's text without the white space around it, or nullopt with the reason in `why`.
 std::optional<std::string> readText(const std::filesystem::path& file, std::string* why = nullptr);
 // Up to `limit` bytes of a binary file (a PCI configuration space); empty where unreadable.
 std::vector<uint8_t> readBytes(const std::filesystem::path& file, size_t limit);

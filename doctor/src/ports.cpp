@@ -20,15 +20,7 @@ namespace fs = std::filesystem;
 // Kernel files: regular (a FIFO or a device planted in a test's tree must not block), and only their
 // first 64 KiB (/proc/modules of a node with hundreds of modules is a fraction of that).
 std::optional<std::string> readText(const fs::path& file, std::string* why) {
-  std::string text;
-  try {
-    text = topo::readRegularFileHead(file, topo::kSysfsFileLimit, "kernel attribute files");
-  } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
-    return std::nullopt;
-  }
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  return text;
+  return topo::readAttributeFile(file, topo::kSysfsFileLimit, true, why);
 }
 
 std::vector<uint8_t> readBytes(const fs::path& file, size_t limit) {

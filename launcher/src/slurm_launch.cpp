@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/pool/slurm.hpp"
 #include "poolrun/topo/error.hpp"
@@ -24,11 +25,7 @@ extern char** environ;
 namespace poolrun::launcher {
 namespace {
 
-std::string firstLine(const std::string& text) {
-  size_t start = text.find_first_not_of(" \n");
-  if (start == std::string::npos) return "";
-  return text.substr(start, text.find('\n', start) - start);
-}
+using common::firstLine;
 
 bool looksLikeClusterFile(const std::filesystem::path& file) {
   return file.extension() == ".toml";

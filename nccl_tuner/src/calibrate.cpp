@@ -7,6 +7,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "poolrun/common/text.hpp"
+
 namespace poolrun::tuner {
 namespace {
 
@@ -137,9 +139,7 @@ ParsedLog parseNcclTestsLog(std::string_view text, const std::string& source, co
                                   "' does not force one cell; its figures are kept as unforced");
       }
     }
-    std::string_view trimmed = line;
-    while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front())))
-      trimmed.remove_prefix(1);
+    std::string_view trimmed = common::trim(line);
     if (trimmed.starts_with("#")) {
       auto w = words(trimmed.substr(1));
       if (w.size() >= 9 && w[0] == "Rank" && w[2] == "Group") {

@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <sstream>
 
+#include "poolrun/common/json_fields.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/regular_file.hpp"
 
@@ -17,109 +19,24 @@ using nlohmann::json;
   throw ConfigError("tuner config " + origin + ": " + message);
 }
 
+using common::trim;
+using Fields = common::JsonFields;
+
 std::string shown(const json& v) {
-  std::string s = v.dump();
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  return common::shownJson(v);
 }
 
-// Typed access to one JSON object with messages that name the key path.
-class Fields {
- public:
-  Fields(const json& obj, std::string path, const std::string& origin)
-      : obj_(obj), path_(std::move(path)), origin_(origin) {
-    if (!obj_.is_object()) fail(origin_, where("") + " must be a JSON object (got " + shown(obj_) + ")");
-  }
+// The "comment" and "x-..." keys of any object are the user's own.
+bool userKey(std::string_view key) {
+  return key == "comment" || key.starts_with("x-");
+}
 
-  void allow(std::initializer_list<std::string_view> keys) const {
-    for (const auto& [key, value] : obj_.items()) {
-      if (key == "comment" || key.starts_with("x-")) continue;
-      bool known = false;
-      std::string list;
-      for (std::string_view k : keys) {
-        known = known || key == k;
-        list += (list.empty() ? "" : ", ") + std::string(k);
-      }
-      if (!known) fail(origin_, "unknown key '" + where(key) + "' (known keys: " + list + ")");
-    }
-  }
-
-  bool has(const std::string& key) const { return obj_.contains(key); }
-  const json& raw(const std::string& key) const { return obj_.at(key); }
-
-  const json& need(const std::string& key) const {
-    if (!obj_.contains(key)) fail(origin_, "missing key '" + where(key) + "'");
-    return obj_.at(key);
-  }
-
-  long long integer(const std::string& key, long long lo, long long hi, std::optional<long long> dflt) const {
-    if (!obj_.contains(key)) {
-      if (dflt) return *dflt;
-      need(key);
-    }
-    const json& v = obj_.at(key);
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<unsigned long long>() > 1ULL << 62)) {
-      fail(origin_, where(key) + " must be an integer (got " + shown(v) + ")");
-    }
-    long long x = v.get<long long>();
-    if (x < lo || x > hi) {
-      fail(origin_, where(key) + " " + std::to_string(x) + " is out of range (use " + std::to_string(lo) +
-                        " to " + std::to_string(hi) + ")");
-    }
-    return x;
-  }
-
-  std::uint64_t bytes(const std::string& key, std::uint64_t dflt) const {
-    if (!obj_.contains(key)) return dflt;
-    const json& v = obj_.at(key);
-    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0)) {
-      fail(origin_, where(key) + " must be a byte count, an integer >= 0 (got " + shown(v) + ")");
-    }
-    return v.get<std::uint64_t>();
-  }
-
-  double number(const std::string& key, double lo, double hi, std::optional<double> dflt) const {
-    if (!obj_.contains(key)) {
-      if (dflt) return *dflt;
-      need(key);
-    }
-    const json& v = obj_.at(key);
-    if (!v.is_number()) fail(origin_, where(key) + " must be a number (got " + shown(v) + ")");
-    double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) {
-      std::ostringstream range;
-      range << lo << " to " << hi;
-      fail(origin_, where(key) + " " + shown(v) + " is out of range (use " + range.str() + ")");
-    }
-    return x;
-  }
-
-  bool boolean(const std::string& key, std::optional<bool> dflt) const {
-    if (!obj_.contains(key)) {
-      if (dflt) return *dflt;
-      need(key);
-    }
-    const json& v = obj_.at(key);
-    if (!v.is_boolean()) fail(origin_, where(key) + " must be true or false (got " + shown(v) + ")");
-    return v.get<bool>();
-  }
-
-  std::string string(const std::string& key) const {
-    const json& v = need(key);
-    if (!v.is_string()) fail(origin_, where(key) + " must be a string (got " + shown(v) + ")");
-    return v.get<std::string>();
-  }
-
-  std::string where(std::string_view key) const {
-    if (path_.empty()) return std::string(key);
-    if (key.empty()) return path_;
-    return path_ + "." + std::string(key);
-  }
-
- private:
-  const json& obj_;
-  std::string path_;
-  const std::string& origin_;
-};
+// The fields of the object `v`, named `path` in messages (a null is a value here, of the wrong type).
+Fields fieldsOf(const json& v, std::string path, const std::string& origin) {
+  return Fields(
+      v, std::move(path), [origin](const std::string& message) { fail(origin, message); },
+      Fields::Nulls::kValues);
+}
 
 constexpr const char* kCollList = "allreduce, allgather, reducescatter, broadcast or reduce";
 constexpr const char* kAlgoList = "Ring, Tree, NVLS, NVLSTree, CollNetDirect, CollNetChain or PAT";
@@ -128,21 +45,21 @@ constexpr const char* kProtoList = "LL, LL128 or Simple";
 Coll collField(const Fields& f, const std::string& key, const std::string& origin) {
   std::string s = f.string(key);
   auto c = parseColl(s);
-  if (!c) fail(origin, f.where(key) + " '" + s + "' is not a collective (use " + kCollList + ")");
+  if (!c) fail(origin, f.name(key) + " '" + s + "' is not a collective (use " + kCollList + ")");
   return *c;
 }
 
 Algo algoField(const Fields& f, const std::string& key, const std::string& origin) {
   std::string s = f.string(key);
   auto a = parseAlgo(s);
-  if (!a) fail(origin, f.where(key) + " '" + s + "' is not an NCCL algorithm (use " + kAlgoList + ")");
+  if (!a) fail(origin, f.name(key) + " '" + s + "' is not an NCCL algorithm (use " + kAlgoList + ")");
   return *a;
 }
 
 Proto protoField(const Fields& f, const std::string& key, const std::string& origin) {
   std::string s = f.string(key);
   auto p = parseProto(s);
-  if (!p) fail(origin, f.where(key) + " '" + s + "' is not an NCCL protocol (use " + kProtoList + ")");
+  if (!p) fail(origin, f.name(key) + " '" + s + "' is not an NCCL protocol (use " + kProtoList + ")");
   return *p;
 }
 
@@ -164,37 +81,40 @@ std::string ruleProblem(const Rule& r) {
 }
 
 Rule parseRule(const json& v, size_t index, const std::string& origin) {
-  Fields f(v, "rules[" + std::to_string(index) + "]", origin);
-  f.allow({"coll", "min_bytes", "max_bytes", "nnodes", "nranks", "pipe_ops", "reg_buff", "algo", "proto",
-           "channels"});
+  Fields f = fieldsOf(v, "rules[" + std::to_string(index) + "]", origin);
+  f.allowOnly({"coll", "min_bytes", "max_bytes", "nnodes", "nranks", "pipe_ops", "reg_buff", "algo", "proto",
+               "channels"},
+              {}, userKey);
   Rule r;
   if (f.has("coll")) r.coll = collField(f, "coll", origin);
-  r.min_bytes = f.bytes("min_bytes", 0);
-  r.max_bytes = f.bytes("max_bytes", std::numeric_limits<std::uint64_t>::max());
-  r.nnodes = static_cast<int>(f.integer("nnodes", -1, 1 << 20, -1));
-  r.nranks = static_cast<int>(f.integer("nranks", -1, 1 << 24, -1));
-  r.pipe_ops = static_cast<int>(f.integer("pipe_ops", -1, 1 << 20, -1));
-  r.reg_buff = static_cast<int>(f.integer("reg_buff", -1, 1, -1));
+  r.min_bytes = f.integer<std::uint64_t>("min_bytes", 0, UINT64_MAX, 0);
+  r.max_bytes = f.integer<std::uint64_t>("max_bytes", 0, UINT64_MAX, UINT64_MAX);
+  r.nnodes = f.integer("nnodes", -1, 1 << 20, -1);
+  r.nranks = f.integer("nranks", -1, 1 << 24, -1);
+  r.pipe_ops = f.integer("pipe_ops", -1, 1 << 20, -1);
+  r.reg_buff = f.integer("reg_buff", -1, 1, -1);
   if (f.has("algo")) r.algo = algoField(f, "algo", origin);
   if (f.has("proto")) r.proto = protoField(f, "proto", origin);
-  if (!r.algo && !r.proto) fail(origin, f.where("") + " names neither algo nor proto (set at least one)");
-  r.channels = static_cast<int>(f.integer("channels", 0, 64, 0));
-  r.origin = origin + " " + f.where("");
-  if (std::string problem = ruleProblem(r); !problem.empty()) fail(origin, f.where("") + ": " + problem);
+  if (!r.algo && !r.proto) fail(origin, f.path() + " names neither algo nor proto (set at least one)");
+  r.channels = f.integer("channels", 0, 64, 0);
+  r.origin = origin + " " + f.path();
+  if (std::string problem = ruleProblem(r); !problem.empty()) fail(origin, f.path() + ": " + problem);
   return r;
 }
 
 Measurement parseMeasurement(const json& v, size_t index, const std::string& origin) {
-  Fields f(v, "calibration[" + std::to_string(index) + "]", origin);
-  f.allow({"coll", "nranks", "nnodes", "algo", "proto", "bytes", "time_us", "source"});
+  Fields f = fieldsOf(v, "calibration[" + std::to_string(index) + "]", origin);
+  f.allowOnly({"coll", "nranks", "nnodes", "algo", "proto", "bytes", "time_us", "source"}, {}, userKey);
   Measurement m;
   m.coll = collField(f, "coll", origin);
-  m.nranks = static_cast<int>(f.integer("nranks", 1, 1 << 24, std::nullopt));
-  m.nnodes = static_cast<int>(f.integer("nnodes", 1, m.nranks, std::nullopt));
-  if (f.has("algo") && !f.raw("algo").is_null()) m.algo = algoField(f, "algo", origin);
-  if (f.has("proto") && !f.raw("proto").is_null()) m.proto = protoField(f, "proto", origin);
-  m.bytes = f.bytes("bytes", 0);
-  m.time_us = f.number("time_us", 1e-3, 1e12, std::nullopt);
+  m.nranks = f.integer("nranks", 1, 1 << 24);
+  m.nnodes = f.integer("nnodes", 1, m.nranks);
+  // null: not forced (as toJson writes it).
+  if (const json* a = f.find("algo"); a != nullptr && !a->is_null()) m.algo = algoField(f, "algo", origin);
+  if (const json* p = f.find("proto"); p != nullptr && !p->is_null())
+    m.proto = protoField(f, "proto", origin);
+  m.bytes = f.integer<std::uint64_t>("bytes", 0, UINT64_MAX, 0);
+  m.time_us = f.number("time_us", 1e-3, 1e12);
   if (f.has("source")) m.source = f.string("source");
   return m;
 }
@@ -216,12 +136,6 @@ TunerConfig configFromFile(const std::string& path, bool csv, topo::FileIdentity
   c.origin = path;
   c.rules = parseExampleCsv(readFile(path, "tuner rules", kConfigFileLimit, identity), path);
   return c;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
 }
 
 }  // namespace
@@ -270,9 +184,10 @@ TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
          "unusable JSON: " + what.substr(what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2) +
              " (use a number a double can hold)");
   }
-  Fields top(doc, "", origin);
-  top.allow(
-      {"schema", "fabric", "nodes", "gpus_per_node", "gpu", "net", "cpu_vendor", "rules", "calibration"});
+  Fields top = fieldsOf(doc, "", origin);
+  top.allowOnly(
+      {"schema", "fabric", "nodes", "gpus_per_node", "gpu", "net", "cpu_vendor", "rules", "calibration"}, {},
+      userKey);
   std::string schema = top.string("schema");
   if (schema != kConfigSchema) {
     fail(origin, "schema '" + schema + "' is not supported (this plugin reads \"" +
@@ -290,13 +205,13 @@ TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
   } else {
     fail(origin, "fabric '" + fabric + "' is not known (use ib, roce or tcp)");
   }
-  c.nodes = static_cast<int>(top.integer("nodes", 1, 1 << 20, std::nullopt));
-  c.gpus_per_node = static_cast<int>(top.integer("gpus_per_node", 1, 1024, std::nullopt));
+  c.nodes = top.integer("nodes", 1, 1 << 20);
+  c.gpus_per_node = top.integer("gpus_per_node", 1, 1024);
 
-  Fields gpu(top.need("gpu"), "gpu", origin);
-  gpu.allow({"sm", "nvlink_gbyte_s", "nvswitch", "nvls", "pcie_gbyte_s"});
-  c.gpu.sm = static_cast<int>(gpu.integer("sm", 60, 199, std::nullopt));
-  c.gpu.nvlink_gbyte_s = gpu.number("nvlink_gbyte_s", 0, 100000, std::nullopt);
+  Fields gpu = top.object("gpu");
+  gpu.allowOnly({"sm", "nvlink_gbyte_s", "nvswitch", "nvls", "pcie_gbyte_s"}, {}, userKey);
+  c.gpu.sm = gpu.integer("sm", 60, 199);
+  c.gpu.nvlink_gbyte_s = gpu.number("nvlink_gbyte_s", 0, 100000);
   c.gpu.nvswitch = gpu.boolean("nvswitch", false);
   c.gpu.nvls = gpu.boolean("nvls", false);
   c.gpu.pcie_gbyte_s = gpu.number("pcie_gbyte_s", 0.1, 10000, 12.0);
@@ -309,10 +224,10 @@ TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
     fail(origin, "gpu.nvswitch is true but gpu.nvlink_gbyte_s is 0 (give the NVLink bandwidth per GPU)");
   }
 
-  Fields net(top.need("net"), "net", origin);
-  net.allow({"nics_per_node", "nic_gbit_s", "gdr", "sharp"});
-  c.net.nics_per_node = static_cast<int>(net.integer("nics_per_node", 0, 256, std::nullopt));
-  c.net.nic_gbit_s = net.number("nic_gbit_s", 0, 100000, std::nullopt);
+  Fields net = top.object("net");
+  net.allowOnly({"nics_per_node", "nic_gbit_s", "gdr", "sharp"}, {}, userKey);
+  c.net.nics_per_node = net.integer("nics_per_node", 0, 256);
+  c.net.nic_gbit_s = net.number("nic_gbit_s", 0, 100000);
   c.net.gdr = net.boolean("gdr", false);
   c.net.sharp = net.boolean("sharp", false);
   if (c.nodes > 1 && (c.net.nics_per_node == 0 || c.net.nic_gbit_s <= 0)) {
@@ -339,12 +254,12 @@ TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
   }
 
   if (top.has("rules")) {
-    const json& rules = top.raw("rules");
+    const json& rules = top.need("rules");
     if (!rules.is_array()) fail(origin, "rules must be an array of rule objects (got " + shown(rules) + ")");
     for (size_t i = 0; i < rules.size(); ++i) c.rules.push_back(parseRule(rules[i], i, origin));
   }
   if (top.has("calibration")) {
-    const json& cal = top.raw("calibration");
+    const json& cal = top.need("calibration");
     if (!cal.is_array()) {
       fail(origin, "calibration must be an array of measurements (got " + shown(cal) +
                        "); `poolrun tuner calibrate` writes it");

@@ -4,16 +4,15 @@
 #include <cctype>
 #include <string>
 
+#include "poolrun/common/text.hpp"
+
 namespace poolrun::tuner {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    if (c == '_' || c == '-') continue;  // all_reduce, collnet_direct, nvls-tree
-    out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  }
+// How names compare: without case, '_' or '-' (all_reduce, collnet_direct, nvls-tree).
+std::string key(std::string_view s) {
+  std::string out = common::lower(s);
+  std::erase_if(out, [](char c) { return c == '_' || c == '-'; });
   return out;
 }
 
@@ -25,9 +24,9 @@ constexpr std::array<std::string_view, kNumProtos> kProtoNames = {"LL", "LL128",
 
 template <typename E, size_t N>
 std::optional<E> find(const std::array<std::string_view, N>& names, std::string_view s) {
-  std::string key = lower(s);
+  std::string wanted = key(s);
   for (size_t i = 0; i < N; ++i) {
-    if (lower(names[i]) == key) return static_cast<E>(i);
+    if (key(names[i]) == wanted) return static_cast<E>(i);
   }
   return std::nullopt;
 }

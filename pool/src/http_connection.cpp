@@ -12,23 +12,15 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <string_view>
+
+#include "poolrun/common/text.hpp"
 
 namespace poolrun::pool {
 namespace {
 
 constexpr size_t kMaxHeaderBytes = 64 * 1024;
 constexpr size_t kMaxBodyBytes = size_t{256} << 20;
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-std::string trim(const std::string& s) {
-  size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
-  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-}
 
 // Waits until `fd` is ready for `events`; false on timeout.
 bool waitFor(int fd, short events, std::chrono::milliseconds timeout) {
@@ -188,16 +180,18 @@ HttpResponse HttpConnection::request(const std::string& method, const std::strin
       if (headerBytes > kMaxHeaderBytes) throw transferError("reply headers too large");
       size_t colon = line.find(':');
       if (colon == std::string::npos) continue;
-      std::string name = lower(trim(line.substr(0, colon)));
-      std::string value = trim(line.substr(colon + 1));
+      std::string name = common::lower(common::trim(std::string_view(line).substr(0, colon)));
+      std::string value(common::trim(std::string_view(line).substr(colon + 1)));
       if (name == "content-length") length = parseSize(value, 10, "Content-Length");
-      if (name == "transfer-encoding") chunked = lower(value).find("chunked") != std::string::npos;
-      if (name == "connection") keepAlive = lower(value) != "close";
+      if (name == "transfer-encoding") chunked = common::lower(value).find("chunked") != std::string::npos;
+      if (name == "connection") keepAlive = common::lower(value) != "close";
     }
     if (chunked) {
       for (;;) {
         std::string sizeLine = takeLine();
-        size_t n = parseSize(trim(sizeLine.substr(0, sizeLine.find(';'))), 16, "chunk size");
+        size_t n =
+            parseSize(std::string(common::trim(std::string_view(sizeLine).substr(0, sizeLine.find(';')))), 16,
+                      "chunk size");
         if (response.body.size() + n > kMaxBodyBytes) throw transferError("reply body too large");
         if (n == 0) {
           while (!takeLine().empty()) {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "poolrun/common/json_fields.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/writers.hpp"
@@ -16,69 +17,48 @@ using std::chrono::seconds;
 constexpr Range<int64_t> kTimeMillisRange{
     0, std::chrono::duration_cast<std::chrono::milliseconds>(TimePoint::max().time_since_epoch()).count()};
 
-// A value as the message shows it: JSON, cut short, bytes that are not UTF-8 replaced.
-std::string shown(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+using common::JsonFields;
+
+// The fields of `doc`, named `path` in messages; a failure is poolrun::Error (kBadInput).
+JsonFields fieldsOf(const json& doc, std::string path = "") {
+  return JsonFields(doc, std::move(path), [](const std::string& message) { throw badInput(message); });
 }
 
-// `name` is the field as messages name it, with the path of a nested one ("gpus[2].index"); the
-// part after the last "]." is the key looked up.
-std::string keyOf(const std::string& name) {
-  size_t at = name.rfind("].");
-  return at == std::string::npos ? name : name.substr(at + 2);
-}
-
-const json& field(const json& doc, const std::string& name) {
-  if (!doc.is_object()) throw badInput("expected a JSON object, got " + std::string(doc.type_name()));
-  auto it = doc.find(keyOf(name));
-  if (it == doc.end()) throw badInput("missing field '" + name + "'");
-  return *it;
-}
-
-bool present(const json& doc, const std::string& name) {
-  if (!doc.is_object()) return false;
-  auto it = doc.find(keyOf(name));
-  return it != doc.end() && !it->is_null();
+// A client's document: `what` names it where it is not even an object; a field its reader does not
+// know is refused (a misspelt one, "ttl" for "ttl_s", would otherwise be ignored without a word).
+JsonFields clientFields(const json& doc, std::initializer_list<std::string_view> known,
+                        const std::string& what) {
+  if (!doc.is_object())
+    throw badInput(what + ": expected a JSON object, got " + std::string(doc.type_name()));
+  JsonFields f = fieldsOf(doc);
+  f.allowOnly(known, what);
+  return f;
 }
 
 // A whole number (not a float, a bool or a string) in `range`.
 template <typename T>
-T integerValue(const json& v, const std::string& name, Range<T> range) {
-  std::string allowed = " (" + std::to_string(range.min) + " to " + std::to_string(range.max) + ")";
-  if (!v.is_number_integer())
-    throw badInput("field '" + name + "': " + shown(v) + " is not a whole number" + allowed);
-  auto inRange = [&](auto x) {
-    return std::cmp_greater_equal(x, range.min) && std::cmp_less_equal(x, range.max);
-  };
-  bool ok = v.is_number_unsigned() ? inRange(v.get<uint64_t>()) : inRange(v.get<int64_t>());
-  if (!ok) throw badInput("field '" + name + "': " + shown(v) + " is out of range" + allowed);
-  return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>());
+T integer(const JsonFields& f, std::string_view key, Range<T> range) {
+  return f.integer(key, range.min, range.max);
 }
 
 template <typename T>
-T integer(const json& doc, const std::string& name, Range<T> range) {
-  return integerValue(field(doc, name), name, range);
+T integerOr(const JsonFields& f, std::string_view key, Range<T> range, T fallback) {
+  return f.integer(key, range.min, range.max, fallback);
 }
 
-template <typename T>
-T integerOr(const json& doc, const std::string& name, Range<T> range, T fallback) {
-  return present(doc, name) ? integer(doc, name, range) : fallback;
-}
-
-std::optional<seconds> secondsOr(const json& doc, const std::string& name, Range<int64_t> range) {
-  if (!present(doc, name)) return std::nullopt;
-  return seconds(integer(doc, name, range));
+std::optional<seconds> secondsOr(const JsonFields& f, std::string_view key, Range<int64_t> range) {
+  if (!f.has(key)) return std::nullopt;
+  return seconds(integer(f, key, range));
 }
 
 // A whole number the pool wrote itself (a stored row, a reply), clamped into [min, max]: the
 // ranges of limits.hpp are what clients may ask for now, and an older pool accepted more (a TTL of
 // 2^63 s, say), which must neither stop poold at start nor overflow the clock.
 template <typename T>
-T storedInteger(const json& doc, const std::string& name, T min, T max, T fallback) {
-  if (!present(doc, name)) return fallback;
-  const json& v = field(doc, name);
-  if (!v.is_number_integer()) throw badInput("field '" + name + "': " + shown(v) + " is not a whole number");
+T storedInteger(const JsonFields& f, std::string_view key, T min, T max, T fallback) {
+  if (!f.has(key)) return fallback;
+  const json& v = f.need(key);
+  if (!v.is_number_integer()) f.failField(key, common::shownJson(v) + " is not a whole number");
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
     return std::cmp_greater(u, max) ? max : std::cmp_less(u, min) ? min : static_cast<T>(u);
@@ -90,16 +70,9 @@ T storedInteger(const json& doc, const std::string& name, T min, T max, T fallba
 // Durations the pool stored: at least a second, at most a century (far inside the clock).
 constexpr int64_t kStoredSecondsMax = int64_t{100} * 366 * 86400;
 
-std::optional<seconds> storedSecondsOr(const json& doc, const std::string& name) {
-  if (!present(doc, name)) return std::nullopt;
-  return seconds(storedInteger<int64_t>(doc, name, 0, kStoredSecondsMax, 0));
-}
-
-bool boolean(const json& doc, const std::string& name, bool fallback) {
-  if (!present(doc, name)) return fallback;
-  const json& v = field(doc, name);
-  if (!v.is_boolean()) throw badInput("field '" + name + "': " + shown(v) + " is not true or false");
-  return v.get<bool>();
+std::optional<seconds> storedSecondsOr(const JsonFields& f, std::string_view key) {
+  if (!f.has(key)) return std::nullopt;
+  return seconds(storedInteger<int64_t>(f, key, 0, kStoredSecondsMax, 0));
 }
 
 // How strictly a string is read: what a client sends may hold no control characters and has a
@@ -113,71 +86,46 @@ void checkUtf8(const std::string& s, const std::string& name) {
                    " is not UTF-8");
 }
 
-std::string textValue(const json& v, const std::string& name, size_t maxBytes, Text mode) {
-  if (!v.is_string()) throw badInput("field '" + name + "': " + shown(v) + " is not a string");
-  const std::string& s = v.get_ref<const std::string&>();
+std::string text(const JsonFields& f, std::string_view key, size_t maxBytes, Text mode) {
+  std::string s = f.string(key);
   if (mode == Text::kClient)
-    topo::checkText(s, maxBytes, "field '" + name + "'");
+    topo::checkText(s, maxBytes, "field '" + f.name(key) + "'");
   else
-    checkUtf8(s, name);
+    checkUtf8(s, f.name(key));
   return s;
 }
 
-std::string text(const json& doc, const std::string& name, size_t maxBytes, Text mode) {
-  return textValue(field(doc, name), name, maxBytes, mode);
+std::string textOr(const JsonFields& f, std::string_view key, size_t maxBytes, Text mode) {
+  return f.has(key) ? text(f, key, maxBytes, mode) : std::string();
 }
 
-std::string textOr(const json& doc, const std::string& name, size_t maxBytes, Text mode) {
-  return present(doc, name) ? text(doc, name, maxBytes, mode) : std::string();
-}
-
-std::map<std::string, std::string> labelsOr(const json& doc, const std::string& name, Text mode) {
+std::map<std::string, std::string> labelsOr(const JsonFields& f, std::string_view key, Text mode) {
   std::map<std::string, std::string> out;
-  if (!present(doc, name)) return out;
-  const json& v = field(doc, name);
+  if (!f.has(key)) return out;
+  const json& v = f.need(key);
   if (!v.is_object())
-    throw badInput("field '" + name + "': " + shown(v) + " is not an object of strings ({\"rack\": \"r1\"})");
-  for (const auto& [key, value] : v.items()) {
+    f.failField(key, common::shownJson(v) + " is not an object of strings ({\"rack\": \"r1\"})");
+  JsonFields labels = f.object(key);
+  for (const auto& [label, value] : v.items()) {
     if (mode == Text::kClient)
-      topo::checkText(key, topo::kMaxLabelBytes, "a key of field '" + name + "'");
+      topo::checkText(label, topo::kMaxLabelBytes, "a key of field '" + f.name(key) + "'");
     else
-      checkUtf8(key, name);
-    out[key] = textValue(value, name + "." + topo::printable(key), topo::kMaxLabelBytes, mode);
+      checkUtf8(label, f.name(key));
+    out[label] = text(labels, label, topo::kMaxLabelBytes, mode);
   }
   return out;
 }
 
-std::string nodeName(const json& doc, const std::string& name) {
-  std::string n = text(doc, name, topo::kMaxNodeNameBytes, Text::kStored);
-  topo::checkNodeName(n, "field '" + name + "'");
+std::string nodeName(const JsonFields& f, std::string_view key) {
+  std::string n = text(f, key, topo::kMaxNodeNameBytes, Text::kStored);
+  topo::checkNodeName(n, "field '" + f.name(key) + "'");
   return n;
 }
 
-std::string leaseId(const json& doc, const std::string& name) {
-  std::string id = text(doc, name, topo::kMaxLeaseIdBytes, Text::kStored);
-  topo::checkLeaseId(id, "field '" + name + "'");
+std::string leaseId(const JsonFields& f, std::string_view key) {
+  std::string id = text(f, key, topo::kMaxLeaseIdBytes, Text::kStored);
+  topo::checkLeaseId(id, "field '" + f.name(key) + "'");
   return id;
-}
-
-const json& array(const json& doc, const std::string& name) {
-  const json& v = field(doc, name);
-  if (!v.is_array()) throw badInput("field '" + name + "': " + shown(v) + " is not a list");
-  return v;
-}
-
-// A client's document may hold only the fields its reader knows: a misspelt one ("ttl" for
-// "ttl_s") would otherwise be ignored without a word.
-void checkKeys(const json& doc, std::initializer_list<const char*> known, const std::string& what) {
-  if (!doc.is_object())
-    throw badInput(what + ": expected a JSON object, got " + std::string(doc.type_name()));
-  for (const auto& [key, value] : doc.items()) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || key == k;
-    if (ok) continue;
-    std::string list;
-    for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-    throw badInput("unknown field '" + topo::printable(key) + "' in " + what + " (known: " + list + ")");
-  }
 }
 
 // Every string (keys too) of a nested document is UTF-8, and it is at most `depth` levels deep:
@@ -215,10 +163,10 @@ TimePoint fromMillis(int64_t ms) {
 
 namespace {
 
-TimePoint timeField(const json& doc, const std::string& name) {
-  const json& v = field(doc, name);
+TimePoint timeField(const JsonFields& f, std::string_view key) {
+  const json& v = f.need(key);
   if (v.is_number_integer() && v == json(INT64_MAX)) return kNever;
-  return fromMillis(integerValue(v, name, kTimeMillisRange));
+  return fromMillis(integer(f, key, kTimeMillisRange));
 }
 
 }  // namespace
@@ -240,20 +188,21 @@ json toJson(const Lease& l) {
 }
 
 Lease leaseFromJson(const json& doc) {
+  JsonFields f = fieldsOf(doc);
   Lease l;
-  l.id = leaseId(doc, "id");
-  l.owner = text(doc, "owner", 0, Text::kStored);
-  l.job_name = textOr(doc, "job_name", 0, Text::kStored);
-  const json& gpus = array(doc, "gpus");
+  l.id = leaseId(f, "id");
+  l.owner = text(f, "owner", 0, Text::kStored);
+  l.job_name = textOr(f, "job_name", 0, Text::kStored);
+  const json& gpus = f.array("gpus");
   for (size_t i = 0; i < gpus.size(); ++i) {
-    std::string at = "gpus[" + std::to_string(i) + "]";
-    l.gpus.push_back({nodeName(gpus[i], at + ".node"), integer(gpus[i], at + ".index", kGpuIndexRange)});
+    JsonFields g = f.child(gpus[i], f.element("gpus", i));
+    l.gpus.push_back({nodeName(g, "node"), integer(g, "index", kGpuIndexRange)});
   }
-  l.priority = storedInteger<int>(doc, "priority", INT32_MIN, INT32_MAX, 0);
-  l.created = timeField(doc, "created_ms");
-  l.expires = timeField(doc, "expires_ms");
-  l.ttl = seconds(storedInteger<int64_t>(doc, "ttl_s", 1, kStoredSecondsMax, 60));
-  if (present(doc, "max_end_ms")) l.max_end = timeField(doc, "max_end_ms");
+  l.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
+  l.created = timeField(f, "created_ms");
+  l.expires = timeField(f, "expires_ms");
+  l.ttl = seconds(storedInteger<int64_t>(f, "ttl_s", 1, kStoredSecondsMax, 60));
+  if (f.has("max_end_ms")) l.max_end = timeField(f, "max_end_ms");
   return l;
 }
 
@@ -276,62 +225,63 @@ json toJson(const LeaseRequest& r) {
 }
 
 LeaseRequest requestFromJson(const json& doc) {
-  checkKeys(
+  JsonFields f = clientFields(
       doc,
       {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes", "fabric", "labels",
        "one_switch", "priority", "owner", "job_name", "wait_s", "ttl_s", "max_duration_s", "request_id"},
       "the lease request");
   LeaseRequest r;
-  r.gpus = integer(doc, "gpus", kGpusRange);
-  r.gpus_per_node = integerOr(doc, "gpus_per_node", kGpusPerNodeRange, 0);
-  r.whole_nodes = boolean(doc, "whole_nodes", false);
-  r.gpu_model = textOr(doc, "gpu_model", topo::kMaxLabelBytes, Text::kClient);
-  r.min_memory_bytes = integerOr(doc, "min_memory_bytes", kMinMemoryBytesRange, uint64_t{0});
-  if (present(doc, "fabric")) {
-    std::string f = text(doc, "fabric", topo::kMaxLabelBytes, Text::kClient);
+  r.gpus = integer(f, "gpus", kGpusRange);
+  r.gpus_per_node = integerOr(f, "gpus_per_node", kGpusPerNodeRange, 0);
+  r.whole_nodes = f.boolean("whole_nodes", false);
+  r.gpu_model = textOr(f, "gpu_model", topo::kMaxLabelBytes, Text::kClient);
+  r.min_memory_bytes = integerOr(f, "min_memory_bytes", kMinMemoryBytesRange, uint64_t{0});
+  if (f.has("fabric")) {
+    std::string fabric = text(f, "fabric", topo::kMaxLabelBytes, Text::kClient);
     try {
-      r.fabric = topo::fabricFromString(f);
+      r.fabric = topo::fabricFromString(fabric);
     } catch (const Error& e) {
       throw badInput("field 'fabric': " + std::string(e.what()));
     }
   }
-  r.labels = labelsOr(doc, "labels", Text::kClient);
-  r.one_switch = boolean(doc, "one_switch", false);
-  r.priority = integerOr(doc, "priority", kPriorityRange, 0);
-  r.owner = textOr(doc, "owner", topo::kMaxOwnerBytes, Text::kClient);
+  r.labels = labelsOr(f, "labels", Text::kClient);
+  r.one_switch = f.boolean("one_switch", false);
+  r.priority = integerOr(f, "priority", kPriorityRange, 0);
+  r.owner = textOr(f, "owner", topo::kMaxOwnerBytes, Text::kClient);
   if (!r.owner.empty()) topo::checkOwner(r.owner, "field 'owner'");
-  r.job_name = textOr(doc, "job_name", topo::kMaxJobNameBytes, Text::kClient);
-  r.wait = secondsOr(doc, "wait_s", kWaitSecondsRange);
-  r.ttl = secondsOr(doc, "ttl_s", kTtlSecondsRange).value_or(seconds(60));
-  r.max_duration = secondsOr(doc, "max_duration_s", kMaxDurationSecondsRange);
+  r.job_name = textOr(f, "job_name", topo::kMaxJobNameBytes, Text::kClient);
+  r.wait = secondsOr(f, "wait_s", kWaitSecondsRange);
+  r.ttl = secondsOr(f, "ttl_s", kTtlSecondsRange).value_or(seconds(60));
+  r.max_duration = secondsOr(f, "max_duration_s", kMaxDurationSecondsRange);
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
-  if (present(doc, "request_id")) leaseId(doc, "request_id");
+  if (f.has("request_id")) leaseId(f, "request_id");
   return r;
 }
 
 LeaseRequest storedRequestFromJson(const json& doc) {
+  JsonFields f = fieldsOf(doc);
   LeaseRequest r;
-  r.gpus = storedInteger<int>(doc, "gpus", 1, INT32_MAX, 1);
-  r.gpus_per_node = storedInteger<int>(doc, "gpus_per_node", 0, INT32_MAX, 0);
-  r.whole_nodes = boolean(doc, "whole_nodes", false);
-  r.gpu_model = textOr(doc, "gpu_model", 0, Text::kStored);
-  r.min_memory_bytes = storedInteger<uint64_t>(doc, "min_memory_bytes", 0, UINT64_MAX, 0);
-  if (present(doc, "fabric")) {
+  r.gpus = storedInteger<int>(f, "gpus", 1, INT32_MAX, 1);
+  r.gpus_per_node = storedInteger<int>(f, "gpus_per_node", 0, INT32_MAX, 0);
+  r.whole_nodes = f.boolean("whole_nodes", false);
+  r.gpu_model = textOr(f, "gpu_model", 0, Text::kStored);
+  r.min_memory_bytes = storedInteger<uint64_t>(f, "min_memory_bytes", 0, UINT64_MAX, 0);
+  if (f.has("fabric")) {
     try {
-      r.fabric = topo::fabricFromString(text(doc, "fabric", 0, Text::kStored));
+      r.fabric = topo::fabricFromString(text(f, "fabric", 0, Text::kStored));
     } catch (const Error& e) {
       throw badInput("field 'fabric': " + std::string(e.what()));
     }
   }
-  r.labels = labelsOr(doc, "labels", Text::kStored);
-  r.one_switch = boolean(doc, "one_switch", false);
-  r.priority = storedInteger<int>(doc, "priority", INT32_MIN, INT32_MAX, 0);
-  r.owner = textOr(doc, "owner", 0, Text::kStored);
-  r.job_name = textOr(doc, "job_name", 0, Text::kStored);
-  r.wait = storedSecondsOr(doc, "wait_s");
-  r.ttl = storedSecondsOr(doc, "ttl_s").value_or(seconds(60));
+  r.labels = labelsOr(f, "labels", Text::kStored);
+  r.one_switch = f.boolean("one_switch", false);
+  r.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
+  r.owner = textOr(f, "owner", 0, Text::kStored);
+  r.job_name = textOr(f, "job_name", 0, Text::kStored);
+  r.wait = storedSecondsOr(f, "wait_s");
+  r.ttl = storedSecondsOr(f, "ttl_s").value_or(seconds(60));
   if (r.ttl.count() < 1) r.ttl = seconds(1);
-  r.max_duration = storedSecondsOr(doc, "max_duration_s");
+  r.max_duration = storedSecondsOr(f, "max_duration_s");
   return r;
 }
 
@@ -346,17 +296,18 @@ json toJson(const PoolStatus& s) {
 PoolStatus statusFromJson(const json& doc) {
   constexpr Range<int> kCount{0, INT32_MAX};
   PoolStatus s;
-  const json& n = field(doc, "nodes");
+  JsonFields f = fieldsOf(doc);
+  JsonFields n = f.object("nodes");
   s.nodes_up = integer(n, "up", kCount);
   s.nodes_draining = integer(n, "draining", kCount);
   s.nodes_down = integer(n, "down", kCount);
-  const json& g = field(doc, "gpus");
+  JsonFields g = f.object("gpus");
   s.gpus_free = integer(g, "free", kCount);
   s.gpus_leased = integer(g, "leased", kCount);
   s.gpus_failed = integer(g, "failed", kCount);
-  s.leases = integer(doc, "leases", kCount);
-  s.queued = integer(doc, "queued", kCount);
-  s.leases_granted = integerOr(doc, "leases_granted", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
+  s.leases = integer(f, "leases", kCount);
+  s.queued = integer(f, "queued", kCount);
+  s.leases_granted = integerOr(f, "leases_granted", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
   return s;
 }
 
@@ -378,26 +329,26 @@ json toJson(const NodeInfo& n) {
 }
 
 NodeInfo nodeInfoFromJson(const json& doc) {
+  JsonFields f = fieldsOf(doc);
   NodeInfo n;
-  n.name = nodeName(doc, "name");
-  n.switch_name = textOr(doc, "switch", 0, Text::kStored);
-  n.rail_group = textOr(doc, "rail_group", 0, Text::kStored);
-  n.fabric = textOr(doc, "fabric", 0, Text::kStored);
-  n.labels = labelsOr(doc, "labels", Text::kStored);
-  n.state = nodeStateFromString(text(doc, "state", 0, Text::kStored));
-  const json& gpus = array(doc, "gpus");
+  n.name = nodeName(f, "name");
+  n.switch_name = textOr(f, "switch", 0, Text::kStored);
+  n.rail_group = textOr(f, "rail_group", 0, Text::kStored);
+  n.fabric = textOr(f, "fabric", 0, Text::kStored);
+  n.labels = labelsOr(f, "labels", Text::kStored);
+  n.state = nodeStateFromString(text(f, "state", 0, Text::kStored));
+  const json& gpus = f.array("gpus");
   for (size_t i = 0; i < gpus.size(); ++i) {
-    const json& g = gpus[i];
-    std::string at = "gpus[" + std::to_string(i) + "].";
+    JsonFields g = f.child(gpus[i], f.element("gpus", i));
     GpuInfo gi;
-    gi.index = integer(g, at + "index", kGpuIndexRange);
-    gi.pci = textOr(g, at + "pci", 0, Text::kStored);
-    gi.uuid = textOr(g, at + "uuid", 0, Text::kStored);
-    gi.model = textOr(g, at + "model", 0, Text::kStored);
-    gi.memory_bytes = integerOr(g, at + "memory_bytes", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
-    std::string st = text(g, at + "state", 0, Text::kStored);
+    gi.index = integer(g, "index", kGpuIndexRange);
+    gi.pci = textOr(g, "pci", 0, Text::kStored);
+    gi.uuid = textOr(g, "uuid", 0, Text::kStored);
+    gi.model = textOr(g, "model", 0, Text::kStored);
+    gi.memory_bytes = integerOr(g, "memory_bytes", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
+    std::string st = text(g, "state", 0, Text::kStored);
     gi.state = st == "leased" ? GpuState::kLeased : st == "failed" ? GpuState::kFailed : GpuState::kFree;
-    if (present(g, at + "lease")) gi.lease = leaseId(g, at + "lease");
+    if (g.has("lease")) gi.lease = leaseId(g, "lease");
     n.gpus.push_back(std::move(gi));
   }
   return n;
@@ -416,16 +367,17 @@ json toJson(const QueueInfo& q) {
 }
 
 QueueInfo queueInfoFromJson(const json& doc) {
+  JsonFields f = fieldsOf(doc);
   QueueInfo q;
-  q.ticket = integer(doc, "ticket", Range<int64_t>{0, INT64_MAX});
-  q.position = integer(doc, "position", Range<int>{0, INT32_MAX});
-  q.owner = textOr(doc, "owner", 0, Text::kStored);
-  q.job_name = textOr(doc, "job_name", 0, Text::kStored);
-  q.gpus = integer(doc, "gpus", kGpusRange);
-  q.priority = integerOr(doc, "priority", kPriorityRange, 0);
-  q.enqueued = timeField(doc, "enqueued_ms");
-  q.reason = textOr(doc, "reason", 0, Text::kStored);
-  if (present(doc, "planned_start_ms")) q.planned_start = timeField(doc, "planned_start_ms");
+  q.ticket = integer(f, "ticket", Range<int64_t>{0, INT64_MAX});
+  q.position = integer(f, "position", Range<int>{0, INT32_MAX});
+  q.owner = textOr(f, "owner", 0, Text::kStored);
+  q.job_name = textOr(f, "job_name", 0, Text::kStored);
+  q.gpus = integer(f, "gpus", kGpusRange);
+  q.priority = integerOr(f, "priority", kPriorityRange, 0);
+  q.enqueued = timeField(f, "enqueued_ms");
+  q.reason = textOr(f, "reason", 0, Text::kStored);
+  if (f.has("planned_start_ms")) q.planned_start = timeField(f, "planned_start_ms");
   return q;
 }
 
@@ -441,23 +393,23 @@ json toJson(const topo::ClusterNode& n) {
 }
 
 topo::ClusterNode clusterNodeFromJson(const json& doc) {
-  checkKeys(doc, {"name", "switch", "rail_group", "labels", "topology_file", "fabric", "topology"},
-            "the node");
+  JsonFields f = clientFields(
+      doc, {"name", "switch", "rail_group", "labels", "topology_file", "fabric", "topology"}, "the node");
   topo::ClusterNode n;
-  n.name = nodeName(doc, "name");
+  n.name = nodeName(f, "name");
   const std::string where = "node " + n.name;
-  n.switch_name = textOr(doc, "switch", topo::kMaxLabelBytes, Text::kClient);
-  n.rail_group = textOr(doc, "rail_group", topo::kMaxLabelBytes, Text::kClient);
-  n.labels = labelsOr(doc, "labels", Text::kClient);
-  n.topology_file = textOr(doc, "topology_file", 4096, Text::kClient);
-  if (present(doc, "fabric")) {
+  n.switch_name = textOr(f, "switch", topo::kMaxLabelBytes, Text::kClient);
+  n.rail_group = textOr(f, "rail_group", topo::kMaxLabelBytes, Text::kClient);
+  n.labels = labelsOr(f, "labels", Text::kClient);
+  n.topology_file = textOr(f, "topology_file", 4096, Text::kClient);
+  if (f.has("fabric")) {
     try {
-      n.fabric = topo::fabricFromString(text(doc, "fabric", topo::kMaxLabelBytes, Text::kClient));
+      n.fabric = topo::fabricFromString(text(f, "fabric", topo::kMaxLabelBytes, Text::kClient));
     } catch (const Error& e) {
       throw badInput(where + ": field 'fabric': " + e.what());
     }
   }
-  const json& t = field(doc, "topology");
+  const json& t = f.need("topology");
   if (!t.is_object()) throw badInput(where + ": field 'topology' is not a poolrun.topology/1 document");
   checkStrings(t, "topology", 0);
   try {
@@ -471,8 +423,8 @@ topo::ClusterNode clusterNodeFromJson(const json& doc) {
 }
 
 std::vector<topo::ClusterNode> registrationFromJson(const json& doc) {
-  checkKeys(doc, {"nodes"}, "the registration");
-  const json& nodes = array(doc, "nodes");
+  JsonFields f = clientFields(doc, {"nodes"}, "the registration");
+  const json& nodes = f.array("nodes");
   std::vector<topo::ClusterNode> out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     try {

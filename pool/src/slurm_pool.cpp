@@ -18,17 +18,15 @@
 #include <set>
 #include <thread>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "queue_wait.hpp"
 
 namespace poolrun::pool::slurm {
 namespace {
 
-std::string trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
+using common::firstLine;
+using common::trim;
 
 // "Key=Value" fields of one line of scontrol output (values end at whitespace).
 std::map<std::string, std::string> fields(std::string_view line) {
@@ -62,11 +60,6 @@ std::string commandText(const std::vector<std::string>& argv) {
   std::string s;
   for (const std::string& a : argv) s += (s.empty() ? "" : " ") + a;
   return s;
-}
-
-std::string firstLine(const std::string& text) {
-  std::string t = trim(text);
-  return t.substr(0, t.find('\n'));
 }
 
 class SlurmPool : public PoolClient {
@@ -449,13 +442,13 @@ class RealSlurm : public SlurmSystem {
 
 std::vector<int> parseIndexList(std::string_view text) {
   std::set<int> out;
-  std::string t = trim(text);
+  std::string t(trim(text));
   if (t.empty()) return {};
   size_t start = 0;
   while (start <= t.size()) {
     size_t comma = t.find(',', start);
     if (comma == std::string::npos) comma = t.size();
-    std::string item = trim(std::string_view(t).substr(start, comma - start));
+    std::string item(trim(std::string_view(t).substr(start, comma - start)));
     start = comma + 1;
     size_t dash = item.find('-');
     std::string lo = item.substr(0, dash), hi = dash == std::string::npos ? lo : item.substr(dash + 1);
@@ -519,8 +512,7 @@ JobDetail parseJobDetail(std::string_view text) {
       }
     }
   }
-  if (d.id.empty())
-    throw badInput("not a Slurm job record (no JobId=): '" + firstLine(std::string(text)) + "'");
+  if (d.id.empty()) throw badInput("not a Slurm job record (no JobId=): '" + firstLine(text) + "'");
   if (d.node_list.empty() || d.node_list == "(null)") return d;
   for (const std::string& n : topo::expandHostlist(d.node_list)) {
     auto it = perNode.find(n);
@@ -531,11 +523,11 @@ JobDetail parseJobDetail(std::string_view text) {
 
 bool parseConstrainDevices(std::string_view showConfig) {
   for (std::string_view line : lines(showConfig)) {
-    std::string t = trim(line);
+    std::string t(trim(line));
     if (!t.starts_with("ConstrainDevices")) continue;
     size_t eq = t.find('=');
     if (eq == std::string::npos) continue;
-    std::string v = trim(std::string_view(t).substr(eq + 1));
+    std::string v(trim(std::string_view(t).substr(eq + 1)));
     return v == "yes" || v == "Yes" || v == "YES";
   }
   return false;
@@ -551,7 +543,7 @@ std::map<std::string, std::string> parseNodeHardware(std::string_view text) {
          {"Arch", "Boards", "Sockets", "CoresPerSocket", "ThreadsPerCore", "CPUTot", "RealMemory", "Gres"}) {
       key += std::string(k) + "=" + (f.count(k) ? f[k] : "") + " ";
     }
-    out[f["NodeName"]] = trim(key);
+    out[f["NodeName"]] = std::string(trim(key));
   }
   return out;
 }

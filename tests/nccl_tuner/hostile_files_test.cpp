@@ -107,7 +107,8 @@ TEST_F(HostileFiles, Nested100000DeepIsRefusedInAFileAndInTheEnvironment) {
     }
   }
   // 64 levels are read (and fail on what they hold, not on their depth).
-  EXPECT_HAS(errorOf([&] { loadConfig(repeat("{\"x-a\":", 64) + "1" + repeat("}", 64)); }), "missing key");
+  EXPECT_HAS(errorOf([&] { loadConfig(repeat("{\"x-a\":", 64) + "1" + repeat("}", 64)); }),
+             "missing field 'schema'");
 }
 
 TEST_F(HostileFiles, NumberBeyondADoubleIsAConfigError) {

@@ -333,7 +333,7 @@ TEST(InputTest, StatusNodesAndQueueRepliesAreChecked) {
   PoolStatus s;
   json status = toJson(s);
   status["gpus"]["free"] = 4294967296ULL;
-  EXPECT_NE(messageOf([&] { statusFromJson(status); }).find("field 'free': 4294967296 is out of range"),
+  EXPECT_NE(messageOf([&] { statusFromJson(status); }).find("field 'gpus.free': 4294967296 is out of range"),
             std::string::npos);
 
   NodeInfo n;

@@ -108,12 +108,12 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, TopologyJsonBadInput,
     ::testing::Values(
         Bad{"schema", [](json& d) { d["schema"] = "poolrun.topology/9"; }, "expected \"poolrun.topology/1\""},
-        Bad{"not object", [](json& d) { d = json::array(); }, "expected an object"},
+        Bad{"not object", [](json& d) { d = json::array(); }, "expected a JSON object, got array"},
         Bad{"gpu pci", [](json& d) { d["gpus"][1]["pci"] = "nope"; },
-            "gpus[1]: field \"pci\" must be a PCI address"},
-        Bad{"gpus type", [](json& d) { d["gpus"] = 3; }, "field \"gpus\" must be an array"},
+            "field 'gpus[1].pci': \"nope\" is not a PCI address"},
+        Bad{"gpus type", [](json& d) { d["gpus"] = 3; }, "field 'gpus': 3 is not a list"},
         Bad{"cpuset", [](json& d) { d["numa_nodes"][0]["cpuset"] = "0-"; },
-            "numa_nodes[0]: field \"cpuset\""},
+            "field 'numa_nodes[0].cpuset': bad CPU list item '0-'"},
         Bad{"switch parent", [](json& d) { d["switches"][0]["parent"] = 5; }, "must name an earlier switch"},
         Bad{"placement", [](json& d) { d["gpus"][0]["placement"]["switch"] = 99; },
             "switch 99 does not exist"},
@@ -122,8 +122,9 @@ INSTANTIATE_TEST_SUITE_P(
               d["gpus"][0]["nvlinks"] = json::array({{{"peer", "GPU42"}, {"count", 2}}});
             },
             "peer GPU42 does not exist"},
-        Bad{"nic name", [](json& d) { d["nics"][0].erase("name"); }, "missing field \"name\""},
-        Bad{"int type", [](json& d) { d["nics"][0]["ports"][0]["port"] = "one"; }, "must be an integer"}),
+        Bad{"nic name", [](json& d) { d["nics"][0].erase("name"); }, "missing field 'nics[0].name'"},
+        Bad{"int type", [](json& d) { d["nics"][0]["ports"][0]["port"] = "one"; },
+            "field 'nics[0].ports[0].port': \"one\" is not a whole number"}),
     [](const ::testing::TestParamInfo<Bad>& param) {
       std::string n = param.param.name;
       for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

@@ -118,6 +118,25 @@ TEST(NcclXmlWriterTest, WritesOnlyWhatIsKnownOfANic) {
   EXPECT_EQ(back.nics[1].ports[0].rate_gbps, 400);
 }
 
+TEST(NcclXmlWriterTest, EscapesWhatAValueHoldsAndEndsTagsAsNcclReadsThem) {
+  NodeTopology t = readNcclXmlString(kDump, "dump.xml");
+  ASSERT_FALSE(t.packages.empty());
+  const std::string vendor = "Genuine & <Intel> \"x\" 'y' \xc3\xa9\tz";
+  t.packages[0].vendor = vendor;
+  std::string xml = toNcclXml(t);
+  EXPECT_NE(xml.find("vendor=\"Genuine &amp; &lt;Intel> &quot;x&quot; 'y' \xc3\xa9&#09;z\""),
+            std::string::npos)
+      << xml;
+  // NCCL's parser reads the space of " />" as one more attribute, with an empty name.
+  EXPECT_EQ(xml.find(" />"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("tclass=\"0x030200\"/>\n"), std::string::npos) << xml;
+  EXPECT_TRUE(xml.starts_with("<system version=\"1\">\n  <cpu ")) << xml;
+  EXPECT_TRUE(xml.ends_with("  </cpu>\n</system>\n")) << xml;
+  NodeTopology back = readNcclXmlString(xml, "back.xml");
+  ASSERT_FALSE(back.packages.empty());
+  EXPECT_EQ(back.packages[0].vendor, vendor);
+}
+
 struct Bad {
   const char* name;
   std::string xml;

@@ -332,8 +332,9 @@ TEST(SysfsReadTest, HostileFilesAreWarnings) {
   EXPECT_TRUE(anyContains(warnings, (root / dev / "device/vendor").string(), "0x115b3"));
   EXPECT_TRUE(anyContains(warnings, (root / dev / "device/numa_node").string(), "banana"));
   EXPECT_TRUE(anyContains(warnings, (root / dev / "device/local_cpulist").string(), "0-zz"));
-  EXPECT_TRUE(anyContains(warnings, (root / port / "link_layer").string(), "larger than"));
-  EXPECT_TRUE(anyContains(warnings, (root / port / "state").string(), "folder"));
+  EXPECT_TRUE(anyContains(warnings, (root / port / "link_layer").string(),
+                          "kernel attribute files are at most 8 KiB"));
+  EXPECT_TRUE(anyContains(warnings, (root / port / "state").string(), " is a directory, not a regular file"));
   EXPECT_TRUE(anyContains(warnings, (root / port / "rate").string(), "not a regular file"));
   EXPECT_TRUE(anyContains(warnings, (root / "class/infiniband/loop").string(), "skipped"));
   EXPECT_TRUE(anyContains(warnings, (root / "class/infiniband/README").string(), "skipped"));

@@ -5,17 +5,14 @@
 #include <cstdio>
 #include <iterator>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/cpu_list.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::topo {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using common::trim;
 
 constexpr unsigned kMaxCpu = 1u << 20;  // no machine has a million CPUs; guards hostile input
 

@@ -1,7 +1,11 @@
 // The "poolrun.topology/1" JSON document.
 
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "poolrun/common/json_fields.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/writers.hpp"
 
@@ -16,15 +20,11 @@ ojson optionalInt(int v) {
 }
 
 std::string hex4(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%04x", v);
-  return buf;
+  return common::hexNumber(v, 4);
 }
 
 std::string hex6(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%06x", v);
-  return buf;
+  return common::hexNumber(v, 6);
 }
 
 // A measurement the source did not give (recorded as 0) is null in the JSON, not a zero a reader
@@ -45,90 +45,58 @@ ojson placementJson(const PciPlacement& at) {
           {"package", optionalInt(at.package)}};
 }
 
-// Reading: every accessor names the field it was looking for.
+// Reading: common::JsonFields with the defaults of this format (an absent or null field is 0, "",
+// false or kNone: a source that does not know a value leaves it out) and its own types.
 class Fields {
  public:
   Fields(const json& j, std::string where, const std::string& file)
-      : j_(j), where_(std::move(where)), file_(file) {
-    if (!j_.is_object()) fail("expected an object");
-  }
+      : f_(j, std::move(where),
+           [&file](const std::string& message) { throw badInput(file + ": " + message); }) {}
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw badInput(file_ + ": " + where_ + ": " + what);
-  }
+  [[noreturn]] void fail(const std::string& what) const { f_.fail(what); }
+  [[noreturn]] void failField(const char* key, const std::string& what) const { f_.failField(key, what); }
 
-  const json& get(const char* key) const {
-    auto it = j_.find(key);
-    if (it == j_.end()) fail(std::string("missing field \"") + key + "\"");
-    return *it;
-  }
-  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const json& get(const char* key) const { return f_.need(key); }
+  bool has(const char* key) const { return f_.has(key); }
 
   std::string str(const char* key, const std::string& fallback = "") const {
-    if (!has(key)) return fallback;
-    if (!j_[key].is_string()) fail(std::string("field \"") + key + "\" must be a string");
-    return j_[key].get<std::string>();
+    return f_.string(key, fallback);
   }
+  std::string requiredStr(const char* key) const { return f_.string(key); }
   int integer(const char* key, int fallback = kNone) const {
-    if (!has(key)) return fallback;
-    const json& v = j_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
-      fail(std::string("field \"") + key + "\" must be an integer");
-    }
-    return v.get<int>();
+    return f_.integer(key, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(), fallback);
   }
   double number(const char* key) const {
-    if (!has(key)) return 0;
-    if (!j_[key].is_number()) fail(std::string("field \"") + key + "\" must be a number");
-    return j_[key].get<double>();
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    return f_.number(key, -kInf, kInf, 0);
   }
-  uint64_t u64(const char* key) const {
-    if (!has(key)) return 0;
-    if (!j_[key].is_number_unsigned() && !(j_[key].is_number_integer() && j_[key].get<int64_t>() >= 0)) {
-      fail(std::string("field \"") + key + "\" must be a non-negative integer");
-    }
-    return j_[key].get<uint64_t>();
-  }
-  bool boolean(const char* key) const {
-    if (!has(key)) return false;
-    if (!j_[key].is_boolean()) fail(std::string("field \"") + key + "\" must be true or false");
-    return j_[key].get<bool>();
-  }
+  uint64_t u64(const char* key) const { return f_.integer<uint64_t>(key, 0, UINT64_MAX, 0); }
+  bool boolean(const char* key) const { return f_.boolean(key, false); }
   uint32_t hex(const char* key) const {
     std::string s = str(key);
     if (s.empty()) return 0;
-    try {
-      size_t used = 0;
-      unsigned long v = std::stoul(s, &used, 16);
-      if (used != s.size() || v > 0xffffffffUL) throw std::invalid_argument(s);
-      return static_cast<uint32_t>(v);
-    } catch (const std::exception&) {
-      fail(std::string("field \"") + key + "\" must be hexadecimal, got \"" + s + "\"");
-    }
+    std::optional<uint32_t> v = common::parseHex<uint32_t>(s);
+    if (!v) f_.failField(key, common::shownJson(s) + " is not hexadecimal (such as 0x15b3)");
+    return *v;
   }
   CpuSet cpus(const char* key) const {
     try {
       return CpuSet::parseList(str(key));
     } catch (const Error& e) {
-      fail(std::string("field \"") + key + "\": " + e.what());
+      f_.failField(key, e.what());
     }
   }
   PciAddress pci(const char* key) const {
     std::string s = str(key);
     auto a = PciAddress::parse(s);
-    if (!a) fail(std::string("field \"") + key + "\" must be a PCI address dddd:bb:dd.f, got \"" + s + "\"");
+    if (!a) f_.failField(key, common::shownJson(s) + " is not a PCI address dddd:bb:dd.f");
     return *a;
   }
-  const json& array(const char* key) const {
-    static const json kEmpty = json::array();
-    if (!has(key)) return kEmpty;
-    if (!j_[key].is_array()) fail(std::string("field \"") + key + "\" must be an array");
-    return j_[key];
-  }
+  const json& array(const char* key) const { return f_.optionalArray(key); }
   PciLink link() const {
     PciLink l;
     if (!has("link")) return l;
-    Fields f(j_["link"], where_ + ".link", file_);
+    Fields f(f_.object("link"));
     l.speed_gts = f.number("speed_gts");
     l.width = f.integer("width", 0);
     l.gbyte_s = f.number("gbyte_s");
@@ -151,9 +119,9 @@ class Fields {
   }
 
  private:
-  const json& j_;
-  std::string where_;
-  const std::string& file_;
+  explicit Fields(common::JsonFields f) : f_(std::move(f)) {}
+
+  common::JsonFields f_;
 };
 
 std::string at(const char* what, size_t i) {
@@ -279,7 +247,7 @@ ojson toJson(const NodeTopology& topo) {
 }
 
 NodeTopology fromJson(const json& doc, const std::string& name) {
-  Fields top(doc, "document", name);
+  Fields top(doc, "", name);
   std::string schema = top.str("schema");
   if (schema != kTopologySchema) {
     top.fail("schema is \"" + schema + "\", expected \"" + kTopologySchema + "\"");
@@ -388,8 +356,8 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
   for (size_t i = 0; i < nics.size(); ++i) {
     Fields f(nics[i], at("nics", i), name);
     Nic n;
-    n.name = f.str("name");
-    if (n.name.empty()) f.fail("missing field \"name\"");
+    n.name = f.requiredStr("name");
+    if (n.name.empty()) f.failField("name", "\"\" is empty (every NIC has a name)");
     n.has_pci = f.has("pci");
     if (n.has_pci) n.pci = f.pci("pci");
     n.vendor = static_cast<uint16_t>(f.hex("vendor_id"));

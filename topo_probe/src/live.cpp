@@ -8,6 +8,7 @@
 #include "file_util.hpp"
 #include "hwloc_source.hpp"
 #include "nvml.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/regular_file.hpp"
@@ -136,9 +137,7 @@ CpuCount countLocalCpus(const std::filesystem::path& sysfs_root) {
       std::error_code ec;
       std::filesystem::path siblings = topology / "core_cpus_list";
       if (!std::filesystem::exists(siblings, ec)) siblings = topology / "thread_siblings_list";
-      std::string list = readRegularFile(siblings, kSysfsFileLimit, "sysfs attributes");
-      while (!list.empty() && std::isspace(static_cast<unsigned char>(list.back()))) list.pop_back();
-      cores.insert(list);
+      cores.insert(std::string(common::trim(readRegularFile(siblings, kSysfsFileLimit, "sysfs attributes"))));
     }
     if (!cpus.empty() && !cores.empty()) {
       count.threads = static_cast<int>(cpus.size());

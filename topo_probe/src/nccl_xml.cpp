@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "file_util.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
@@ -39,8 +40,6 @@ const std::map<std::string, std::set<std::string>, std::less<>>& knownAttributes
   };
   return kKnown;
 }
-
-std::string hex(uint32_t value, int digits);
 
 class Reader {
  public:
@@ -123,13 +122,10 @@ class Reader {
     pugi::xml_attribute a = node.attribute(attr);
     if (a.empty() || *a.value() == '\0') return 0;
     std::string_view v = a.value();
-    std::string_view digits = v.starts_with("0x") || v.starts_with("0X") ? v.substr(2) : v;
-    uint64_t value = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
-    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || value > 0xffffffffu) {
+    std::optional<uint32_t> value = common::parseHex<uint32_t>(v);
+    if (!value)
       fail(where(node) + "attribute " + attr + "=\"" + std::string(v) + "\" is not a hexadecimal number");
-    }
-    return static_cast<uint32_t>(value);
+    return *value;
   }
 
   PciAddress busid(pugi::xml_node node) const {
@@ -246,7 +242,7 @@ class Reader {
     bool nic = (cls >> 16) == 0x02 || hasChild(pci, "nic");
     if (cls != 0 &&
         ((hasChild(pci, "gpu") && (cls >> 16) != 0x03) || (hasChild(pci, "nic") && (cls >> 16) != 0x02))) {
-      fail(where(pci) + "class " + hex(cls, 6) + " does not match its <" +
+      fail(where(pci) + "class " + common::hexNumber(cls, 6) + " does not match its <" +
            (hasChild(pci, "gpu") ? "gpu" : "nic") + "> (GPUs are 0x03xxxx, NICs 0x02xxxx)");
     }
     if (gpu && nic) fail(where(pci) + "a PCI device cannot be both a GPU and a NIC");
@@ -384,38 +380,9 @@ class Reader {
 
 // ---- writer ----
 
-std::string hex(uint32_t value, int digits) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%0*x", digits, value);
-  return buf;
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 // NCCL wants a generation name ("16 GT/s") and a width; hwloc only knows GB/s, so pick the
 // x16 generation closest to it.
-std::string linkAttrs(const PciLink& link) {
+void setLink(pugi::xml_node pci, const PciLink& link) {
   double gts = link.speed_gts;
   int width = link.width;
   if ((gts == 0 || width == 0) && link.gbyte_s > 0) {
@@ -428,18 +395,37 @@ std::string linkAttrs(const PciLink& link) {
       if (std::abs(usable - perLane) < std::abs(gts * (gts >= 8 ? 128.0 / 130.0 : 0.8) - perLane)) gts = g;
     }
   }
-  if (gts == 0 || width == 0) return "";
-  std::ostringstream s;
-  s << " link_speed=\"" << gts << " GT/s\" link_width=\"" << width << "\"";
-  return s.str();
+  if (gts == 0 || width == 0) return;
+  std::ostringstream speed;
+  speed << gts << " GT/s";
+  pci.append_attribute("link_speed") = speed.str().c_str();
+  pci.append_attribute("link_width") = width;
 }
+
+// A <pci> element: busid, class, then vendor and device where known, as NCCL writes them.
+pugi::xml_node appendPci(pugi::xml_node parent, const PciAddress& busid, uint32_t cls, uint16_t vendor,
+                         uint16_t device) {
+  pugi::xml_node pci = parent.append_child("pci");
+  pci.append_attribute("busid") = busid.str().c_str();
+  pci.append_attribute("class") = common::hexNumber(cls, 6).c_str();
+  if (vendor != 0) pci.append_attribute("vendor") = common::hexNumber(vendor, 4).c_str();
+  if (device != 0) pci.append_attribute("device") = common::hexNumber(device, 4).c_str();
+  return pci;
+}
+
+// Collects what pugixml saves.
+struct StringWriter : pugi::xml_writer {
+  std::string text;
+  void write(const void* data, size_t size) override { text.append(static_cast<const char*>(data), size); }
+};
 
 class Writer {
  public:
   explicit Writer(const NodeTopology& topo) : topo_(topo) {}
 
   std::string write() {
-    out_ << "<system version=\"1\">\n";
+    pugi::xml_node system = doc_.append_child("system");
+    system.append_attribute("version") = 1;
     std::vector<int> numas;
     for (const NumaNode& n : topo_.numa_nodes) numas.push_back(n.os_index);
     if (numas.empty()) numas.push_back(0);
@@ -447,9 +433,16 @@ class Writer {
     for (const NumaNode& n : topo_.numa_nodes) {
       if (!n.cpus.empty()) words = std::max<size_t>(words, n.cpus.cpus().back() / 32 + 1);
     }
-    for (int numa : numas) writeCpu(numa, numa == numas.front(), words);
-    out_ << "</system>\n";
-    return out_.str();
+    for (int numa : numas) writeCpu(system, numa, numa == numas.front(), words);
+    StringWriter out;
+    doc_.save(out, "  ", pugi::format_indent | pugi::format_no_declaration, pugi::encoding_utf8);
+    // pugixml ends an empty element with " />"; NCCL's parser (src/graph/xml.cc, xmlGetNode) reads
+    // the space as the start of one more attribute, with an empty name. No attribute value holds
+    // " />\n" (pugixml writes a newline in one as "&#10;"), so this changes only the tags' ends.
+    std::string& text = out.text;
+    for (size_t at = text.find(" />\n"); at != std::string::npos; at = text.find(" />\n", at))
+      text.erase(at, 1);
+    return std::move(text);
   }
 
  private:
@@ -467,126 +460,103 @@ class Writer {
     return n == numa || (first && (n == kNone || topo_.numaNode(n) == nullptr));
   }
 
-  void writeCpu(int numa, bool first, size_t words) {
+  void writeCpu(pugi::xml_node system, int numa, bool first, size_t words) {
     const NumaNode* node = topo_.numaNode(numa);
     const Package* pkg = nullptr;
     for (const Package& p : topo_.packages) {
       if (node != nullptr && p.os_index == node->package) pkg = &p;
     }
-    out_ << "  <cpu numaid=\"" << numa << "\"";
-    if (node != nullptr && !node->cpus.empty()) out_ << " affinity=\"" << node->cpus.toMask(words) << "\"";
+    pugi::xml_node cpu = system.append_child("cpu");
+    cpu.append_attribute("numaid") = numa;
+    if (node != nullptr && !node->cpus.empty())
+      cpu.append_attribute("affinity") = node->cpus.toMask(words).c_str();
     if (pkg != nullptr && !pkg->vendor.empty()) {
-      out_ << " arch=\"x86_64\" vendor=\"" << escape(pkg->vendor) << "\"";
-      if (pkg->family != kNone) out_ << " familyid=\"" << pkg->family << "\"";
-      if (pkg->model_number != kNone) out_ << " modelid=\"" << pkg->model_number << "\"";
+      cpu.append_attribute("arch") = "x86_64";
+      cpu.append_attribute("vendor") = pkg->vendor.c_str();
+      if (pkg->family != kNone) cpu.append_attribute("familyid") = pkg->family;
+      if (pkg->model_number != kNone) cpu.append_attribute("modelid") = pkg->model_number;
     }
-    out_ << ">\n";
     for (size_t s = 0; s < topo_.switches.size(); ++s) {
       const PciSwitch& sw = topo_.switches[s];
       PciPlacement at;
       at.numa = sw.numa;
-      if (sw.parent == kNone && belongs(numa, first, at)) writeSwitch(static_cast<int>(s), 2);
+      if (sw.parent == kNone && belongs(numa, first, at)) writeSwitch(cpu, static_cast<int>(s));
     }
-    writeDevicesAt(kNone, numa, first, 2);
+    writeDevicesAt(cpu, kNone, numa, first);
     for (const Nic& n : topo_.nics) {
-      if (!n.has_pci && belongs(numa, first, n.at)) writeNet(n, 2);
+      if (!n.has_pci && belongs(numa, first, n.at)) writeNet(cpu, n);
     }
-    out_ << "  </cpu>\n";
   }
 
-  void indent(int depth) { out_ << std::string(static_cast<size_t>(depth) * 2, ' '); }
-
-  void writeSwitch(int s, int depth) {
+  void writeSwitch(pugi::xml_node parent, int s) {
     const PciSwitch& sw = topo_.switches[static_cast<size_t>(s)];
-    indent(depth);
-    out_ << "<pci busid=\"" << sw.pci.str() << "\" class=\"0x060400\"";
-    if (sw.vendor != 0)
-      out_ << " vendor=\"" << hex(sw.vendor, 4) << "\" device=\"" << hex(sw.device, 4) << "\"";
-    out_ << linkAttrs(sw.link) << ">\n";
-    for (size_t c = 0; c < topo_.switches.size(); ++c) {
-      if (topo_.switches[c].parent == s) writeSwitch(static_cast<int>(c), depth + 1);
+    pugi::xml_node pci = parent.append_child("pci");
+    pci.append_attribute("busid") = sw.pci.str().c_str();
+    pci.append_attribute("class") = "0x060400";
+    if (sw.vendor != 0) {
+      pci.append_attribute("vendor") = common::hexNumber(sw.vendor, 4).c_str();
+      pci.append_attribute("device") = common::hexNumber(sw.device, 4).c_str();
     }
-    writeDevicesAt(s, kNone, false, depth + 1);
-    indent(depth);
-    out_ << "</pci>\n";
+    setLink(pci, sw.link);
+    for (size_t c = 0; c < topo_.switches.size(); ++c) {
+      if (topo_.switches[c].parent == s) writeSwitch(pci, static_cast<int>(c));
+    }
+    writeDevicesAt(pci, s, kNone, false);
   }
 
   // GPUs and NICs under switch `s`, or (s == kNone) directly under NUMA node `numa`.
-  void writeDevicesAt(int s, int numa, bool first, int depth) {
+  void writeDevicesAt(pugi::xml_node parent, int s, int numa, bool first) {
     auto here = [&](const PciPlacement& at) {
       return s != kNone ? at.switch_index == s : at.switch_index == kNone && belongs(numa, first, at);
     };
     for (const Gpu& g : topo_.gpus) {
-      if (here(g.at)) writeGpu(g, depth);
+      if (here(g.at)) writeGpu(parent, g);
     }
     for (const Nic& n : topo_.nics) {
-      if (n.has_pci && here(n.at)) writeNic(n, depth);
+      if (n.has_pci && here(n.at)) writeNic(parent, n);
     }
   }
 
-  void writeGpu(const Gpu& g, int depth) {
-    indent(depth);
-    out_ << "<pci busid=\"" << g.pci.str() << "\" class=\""
-         << hex(g.pci_class != 0 ? g.pci_class : 0x030200, 6) << "\"";
-    if (g.vendor != 0) out_ << " vendor=\"" << hex(g.vendor, 4) << "\"";
-    if (g.device != 0) out_ << " device=\"" << hex(g.device, 4) << "\"";
-    out_ << linkAttrs(g.link);
+  void writeGpu(pugi::xml_node parent, const Gpu& g) {
+    pugi::xml_node pci =
+        appendPci(parent, g.pci, g.pci_class != 0 ? g.pci_class : 0x030200, g.vendor, g.device);
+    setLink(pci, g.link);
     // NCCL requires dev, sm, rank and gdr on a <gpu>; without a known sm the bare <pci> is the hint.
-    if (!g.isNvidia() || g.sm == 0) {
-      out_ << "/>\n";
-      return;
-    }
-    out_ << ">\n";
-    indent(depth + 1);
-    out_ << "<gpu dev=\"" << g.index << "\" sm=\"" << g.sm << "\" rank=\"" << g.index << "\" gdr=\"1\"";
-    bool links = g.nvswitch_links > 0 || !g.nvlinks.empty();
-    out_ << (links ? ">\n" : "/>\n");
-    if (g.nvswitch_links > 0) {
-      indent(depth + 2);
-      out_ << "<nvlink target=\"ffff:ff:00.0\" count=\"" << g.nvswitch_links << "\" tclass=\"0x068000\"/>\n";
-    }
+    if (!g.isNvidia() || g.sm == 0) return;
+    pugi::xml_node gpu = pci.append_child("gpu");
+    gpu.append_attribute("dev") = g.index;
+    gpu.append_attribute("sm") = g.sm;
+    gpu.append_attribute("rank") = g.index;
+    gpu.append_attribute("gdr") = 1;
+    auto nvlink = [&](const std::string& target, int count, const char* tclass) {
+      pugi::xml_node link = gpu.append_child("nvlink");
+      link.append_attribute("target") = target.c_str();
+      link.append_attribute("count") = count;
+      link.append_attribute("tclass") = tclass;
+    };
+    if (g.nvswitch_links > 0) nvlink("ffff:ff:00.0", g.nvswitch_links, "0x068000");
     for (const NvLinkPeer& p : g.nvlinks) {
-      indent(depth + 2);
       if (p.gpu != kNone) {
-        out_ << "<nvlink target=\"" << topo_.gpus[static_cast<size_t>(p.gpu)].pci.str() << "\" count=\""
-             << p.count << "\" tclass=\"0x030200\"/>\n";
+        nvlink(topo_.gpus[static_cast<size_t>(p.gpu)].pci.str(), p.count, "0x030200");
       } else if (p.peer == "cpu") {
-        out_ << "<nvlink target=\"" << g.pci.str() << "\" count=\"" << p.count
-             << "\" tclass=\"0x068001\"/>\n";
+        nvlink(g.pci.str(), p.count, "0x068001");
       }
     }
-    if (links) {
-      indent(depth + 1);
-      out_ << "</gpu>\n";
-    }
-    indent(depth);
-    out_ << "</pci>\n";
   }
 
-  void writeNic(const Nic& n, int depth) {
-    indent(depth);
+  void writeNic(pugi::xml_node parent, const Nic& n) {
     uint32_t cls = n.pci_class;
     if ((cls >> 16) != 0x02) {  // NCCL knows NICs by class 0x02xxxx (old HCAs report 0x0c06, 0x0280)
       bool ib = !n.ports.empty() && n.ports.front().link_layer == LinkLayer::kInfiniBand;
       cls = ib ? 0x020700 : 0x020000;
     }
-    out_ << "<pci busid=\"" << n.pci.str() << "\" class=\"" << hex(cls, 6) << "\"";
-    if (n.vendor != 0) out_ << " vendor=\"" << hex(n.vendor, 4) << "\"";
-    if (n.device != 0) out_ << " device=\"" << hex(n.device, 4) << "\"";
-    out_ << linkAttrs(n.link);
-    if (n.name.starts_with("pci:")) {
-      out_ << "/>\n";
-      return;
-    }
-    out_ << ">\n";
-    writeNet(n, depth + 1);
-    indent(depth);
-    out_ << "</pci>\n";
+    pugi::xml_node pci = appendPci(parent, n.pci, cls, n.vendor, n.device);
+    setLink(pci, n.link);
+    if (!n.name.starts_with("pci:")) writeNet(pci, n);
   }
 
-  void writeNet(const Nic& n, int depth) {
-    indent(depth);
-    out_ << "<nic>\n";
+  void writeNet(pugi::xml_node parent, const Nic& n) {
+    pugi::xml_node nic = parent.append_child("nic");
     int dev = static_cast<int>(&n - topo_.nics.data());
     // Only what the topology knows. NCCL (2.28, src/graph/topo.cc, ncclTopoProcessNet) fills a
     // <net> it finds in NCCL_TOPO_FILE with xmlInitAttr*, which sets an attribute only where the
@@ -596,17 +566,17 @@ class Writer {
     // (ncclTopoAddNetAsic, ncclTopoGetNetDevKey), and a gdr guessed from the vendor overrides
     // NCCL's own GPUDirect RDMA probe.
     for (const NicPort& p : n.ports) {
-      indent(depth + 1);
-      out_ << "<net name=\"" << escape(n.name) << "\" dev=\"" << dev << "\"";
-      if (p.rate_gbps > 0) out_ << " speed=\"" << std::llround(p.rate_gbps * 1000) << "\"";
-      out_ << " port=\"" << p.port << "\"/>\n";
+      pugi::xml_node net = nic.append_child("net");
+      net.append_attribute("name") = n.name.c_str();
+      net.append_attribute("dev") = dev;
+      if (p.rate_gbps > 0)
+        net.append_attribute("speed") = static_cast<long long>(std::llround(p.rate_gbps * 1000));
+      net.append_attribute("port") = p.port;
     }
-    indent(depth);
-    out_ << "</nic>\n";
   }
 
   const NodeTopology& topo_;
-  std::ostringstream out_;
+  pugi::xml_document doc_;
 };
 
 }  // namespace

@@ -3,20 +3,17 @@
 
 #include "poolrun/topo/sysfs.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <system_error>
 #include <tuple>
 #include <type_traits>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::topo {
 namespace fs = std::filesystem;
@@ -29,15 +26,8 @@ constexpr size_t kMaxAttributeBytes = 8192;  // sysfs attributes are at most a p
 constexpr size_t kMaxEntries = 4096;         // per folder: devices, ports, GIDs, netdevs
 constexpr size_t kMaxQuoted = 64;            // of a bad value, in a warning
 
-bool isSpace(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && isSpace(s.front())) s.remove_prefix(1);
-  while (!s.empty() && isSpace(s.back())) s.remove_suffix(1);
-  return s;
-}
+using common::parseHex;
+using common::trim;
 
 // A value quoted for a warning, cut short: a hostile file must not make a warning of kilobytes.
 std::string shown(std::string_view value) {
@@ -50,79 +40,19 @@ void warn(Warnings& warnings, const fs::path& path, const std::string& what) {
   warnings.push_back(path.string() + ": " + what);
 }
 
-std::string errnoText(int error) {
-  return std::error_code(error, std::generic_category()).message();
-}
-
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// The trimmed text of a sysfs attribute, or std::nullopt with `error` saying why not. Only regular
-// files are opened (a FIFO or a device node planted in a tree would block or never end), and at
-// most kMaxAttributeBytes are read.
-std::optional<std::string> readAttribute(const fs::path& file, std::string& error) {
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) {
-    error = errno == ENOENT ? "no such file" : "cannot open: " + errnoText(errno);
-    return std::nullopt;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    error = S_ISDIR(st.st_mode) ? "is a folder, not an attribute file" : "not a regular file";
-    return std::nullopt;
-  }
-  FileDescriptor fd(::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) {
-    error = "cannot open: " + errnoText(errno);
-    return std::nullopt;
-  }
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    error = "not a regular file";
-    return std::nullopt;
-  }
-  std::string text(kMaxAttributeBytes + 1, '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      // The kernel answers EINVAL for unused GID slots and for the rate of a port without a link.
-      error = "cannot read: " + errnoText(errno);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got > kMaxAttributeBytes) {
-    error = "larger than " + std::to_string(kMaxAttributeBytes) + " bytes, not a sysfs attribute";
-    return std::nullopt;
-  }
-  text.resize(got);
-  return std::string(trim(text));
-}
-
-// An attribute the device should have: a failure is a warning.
+// An attribute the device should have: a failure is a warning ("FILE: no such file (...)", "FILE is a
+// FIFO, not a regular file (...)"). Only regular files are opened (a FIFO or a device node planted
+// in a tree would block or never end), and at most kMaxAttributeBytes are read.
 std::optional<std::string> requiredAttribute(const fs::path& file, Warnings& warnings) {
   std::string error;
-  std::optional<std::string> text = readAttribute(file, error);
-  if (!text) warn(warnings, file, error);
+  std::optional<std::string> text = readAttributeFile(file, kMaxAttributeBytes, false, &error);
+  if (!text) warnings.push_back(error);
   return text;
 }
 
 // An attribute that is often absent for good reasons (GID slots, dev_port): no warning.
 std::optional<std::string> optionalAttribute(const fs::path& file) {
-  std::string error;
-  return readAttribute(file, error);
+  return readAttributeFile(file, kMaxAttributeBytes, false);
 }
 
 bool isFolder(const fs::path& path) {
@@ -173,13 +103,6 @@ std::optional<T> parseNumber(std::string_view text, int base = 10) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
-}
-
-// "0x15b3" (sysfs writes the prefix; accept its absence too).
-template <typename T>
-std::optional<T> parseHex(std::string_view text) {
-  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
-  return parseNumber<T>(text, 16);
 }
 
 // A folder entry named by a non-negative decimal number: a port or a GID index.
@@ -317,7 +240,10 @@ std::optional<int> portOfNetdev(const fs::path& netdev) {
   if (std::optional<std::string> text = optionalAttribute(netdev / "dev_port")) {
     return parseNumber<int>(*text);
   }
-  if (std::optional<std::string> text = optionalAttribute(netdev / "dev_id")) return parseHex<int>(*text);
+  if (std::optional<std::string> text = optionalAttribute(netdev / "dev_id")) {
+    if (std::optional<uint16_t> id = parseHex<uint16_t>(*text)) return *id;
+    return std::nullopt;
+  }
   return std::nullopt;
 }
 

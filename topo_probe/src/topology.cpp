@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "poolrun/common/text.hpp"
+
 namespace poolrun::topo {
 namespace {
 
@@ -237,24 +239,15 @@ std::string toString(PortState state) {
   return "unknown";
 }
 
-namespace {
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  while (!out.empty() && std::isspace(static_cast<unsigned char>(out.back()))) out.pop_back();
-  return out;
-}
-}  // namespace
-
 LinkLayer linkLayerFromString(std::string_view text) {
-  std::string s = lower(text);
+  std::string s = common::lower(common::trim(text));
   if (s == "infiniband" || s == "ib") return LinkLayer::kInfiniBand;
   if (s == "ethernet" || s == "roce" || s == "eth") return LinkLayer::kEthernet;
   return LinkLayer::kUnspecified;
 }
 
 PortState portStateFromString(std::string_view text) {
-  std::string s = lower(text);
+  std::string s = common::lower(common::trim(text));
   // sysfs: "4: ACTIVE"; hwloc: "4"; JSON: "active"
   size_t colon = s.find(':');
   std::string num = colon == std::string::npos ? s : s.substr(0, colon);
@@ -307,9 +300,7 @@ std::string vendorName(uint16_t vendor) {
     default:
       break;
   }
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%04x", vendor);
-  return buf;
+  return common::hexNumber(vendor, 4);
 }
 
 std::string nvlinkBoard(const Gpu& gpu) {

@@ -1,9 +1,11 @@
 #pragma once
 
 // JSON forms of the pool's values, shared by poold's HTTP API, its client, the SQLite store and
-// `poolctl --json`. Times are Unix milliseconds ("created_ms"). Readers throw poolrun::Error
-// (kBadInput) naming the field that is missing, of the wrong type or out of range:
-//   "field 'gpus': 4294967297 is out of range (1 to 1000000)", "field 'gpus': 1.9 is not a whole number"
+// `poolctl --json`. Times are Unix milliseconds ("created_ms"). Readers (through common::JsonFields,
+// as every JSON format of poolrun) throw poolrun::Error (kBadInput) naming the field, with its path,
+// that is missing, of the wrong type or out of range:
+//   "field 'gpus': 4294967297 is out of range (1 to 1000000)", "field 'gpus[2].index': 1.9 is not a
+//   whole number (0 to 1023)", "missing field 'gpus'"
 // Numbers must be JSON integers (not 1.0, true or "1") in the ranges of poolrun/pool/limits.hpp;
 // names follow poolrun/topo/names.hpp (node names and lease ids everywhere, since they end up in
 // URLs, paths and hostfiles); every string must be UTF-8.

@@ -14,9 +14,11 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::topo {
@@ -130,6 +132,21 @@ inline std::string readRegularFile(const std::filesystem::path& file, size_t lim
 inline std::string readRegularFileHead(const std::filesystem::path& file, size_t limit,
                                        std::string_view kind) {
   return detail::readRegular(file, limit, kind, nullptr, true);
+}
+
+// A kernel attribute file (/sys, /proc): its text without the white space around it, or nullopt
+// with `why` (where given) saying what was wrong, as readRegularFile's errors say it ("FILE is a
+// FIFO, not a regular file (...)"). Read as readRegularFile, or with `head` as readRegularFileHead.
+// For probes that go on without a value: nothing is thrown.
+inline std::optional<std::string> readAttributeFile(const std::filesystem::path& file, size_t limit,
+                                                    bool head, std::string* why = nullptr) {
+  try {
+    return std::string(
+        common::trim(detail::readRegular(file, limit, "kernel attribute files", nullptr, head)));
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
+    return std::nullopt;
+  }
 }
 
 }  // namespace poolrun::topo

@@ -1,0 +1,47 @@
+#pragma once
+
+// Small text helpers every part needs: white space, case, first lines, hexadecimal numbers. One
+// home for each, so that two parsers of the same format cannot disagree on what " 0x15b3\n" is.
+// ASCII only: the formats read here (sysfs, HTTP headers, Slurm output, NCCL names) are ASCII, and
+// the results do not depend on the locale.
+
+#include <charconv>
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace poolrun::common {
+
+// ' ', '\t', '\n', '\r', '\f' and '\v', as std::isspace in the "C" locale.
+constexpr bool isSpace(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+// `text` without the white space at its start and end. The view points into `text`.
+std::string_view trim(std::string_view text);
+
+// `text` with ASCII letters in lower case; every other byte as it is.
+std::string lower(std::string_view text);
+
+// The first line of `text` that holds more than white space, without white space around it: what
+// an error message quotes of a command's output ("" when there is none).
+std::string firstLine(std::string_view text);
+
+// "0x15b3", "0x030200": `value` in lower-case hexadecimal with at least `digits` digits, after "0x",
+// as NCCL's XML, sysfs and lspci write PCI ids and classes.
+std::string hexNumber(uint64_t value, int digits);
+
+// A hexadecimal number with or without "0x"/"0X" in front ("0x15b3", "15B3"), all of `text`,
+// within T; nullopt for anything else (empty, a sign, white space, other characters, too large).
+template <std::unsigned_integral T>
+std::optional<T> parseHex(std::string_view text) {
+  if (text.starts_with("0x") || text.starts_with("0X")) text.remove_prefix(2);
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace poolrun::common
