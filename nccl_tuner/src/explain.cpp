@@ -83,7 +83,7 @@ std::vector<Measurement> readComparisonTable(std::string_view text, const std::s
 }
 
 Comparison compare(const TunerConfig& config, const std::vector<Measurement>& table,
-                   const std::string& origin, const ExplainOptions& options) {
+                   const std::string& origin, const ExplainOptions& options, const ModelFit& fit) {
   Comparison c;
   c.coll = options.coll;
   c.table = origin;
@@ -116,7 +116,7 @@ Comparison compare(const TunerConfig& config, const std::vector<Measurement>& ta
   TunerConfig modelOnly = config;
   modelOnly.calibration.clear();
   modelOnly.rules.clear();
-  const CostModel model(modelOnly, c.shape);
+  const CostModel model(modelOnly, c.shape, fit);
 
   // The fastest figure per size and forced cell, as calibrate keeps them.
   using Key = std::tuple<std::uint64_t, int, int>;

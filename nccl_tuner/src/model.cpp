@@ -11,6 +11,7 @@ namespace {
 // [N] NCCL 2.28.9 src/graph/tuning.cc (via ../shared/ref/nccl-tuner.md section 4): taken as facts.
 // [M] derived from published measurements (../shared/ref/perf-anchors.md).
 // [E] poolrun's estimate, to be replaced by `poolrun tuner calibrate` where it matters.
+// [F] fitted to the published tables of nccl_tuner/data/ (ModelFit, defaultFit() below).
 
 constexpr int kNvlinkHw = 0, kPciHw = 1, kNetHw = 2;
 constexpr double kNa = 0;  // a cell that NCCL never runs
@@ -109,7 +110,17 @@ int key(Coll c, Cell cell) {
 
 }  // namespace
 
-CostModel::CostModel(const TunerConfig& config, CommShape shape) : config_(config), shape_(shape) {
+// [F] The fit to all the tables of nccl_tuner/data/ (least mean |log error| from 64 KiB up, each
+// table weighing the same; tests/nccl_tuner/validation_test.cpp refits it and checks these values).
+ModelFit defaultFit() {
+  ModelFit f;
+  f.fill_us = 0;  // not fitted yet
+  f.fill_half_bytes = 1;
+  return f;
+}
+
+CostModel::CostModel(const TunerConfig& config, CommShape shape, ModelFit fit)
+    : config_(config), shape_(shape), fit_(fit) {
   if (!config.has_hardware) {
     throw ConfigError("tuner config " + config.origin +
                       ": holds rules only and no hardware, so there is nothing to model (use a "
@@ -318,7 +329,9 @@ double CostModel::predictUs(Coll coll, Cell cell, std::uint64_t bytes) const {
   const double lat = latencyUs(coll, cell, bytes);
   const double bw = algoBandwidth(coll, cell);
   if (!(bw > 0)) return std::numeric_limits<double>::infinity();
-  return lat + static_cast<double>(bytes) / (bw * 1e3);
+  const double b = static_cast<double>(bytes);
+  const double fill = cell.proto == Proto::kLL ? 0.0 : fit_.fill_us * b / (b + fit_.fill_half_bytes);
+  return lat + b / (bw * 1e3) + fill;
 }
 
 Estimate CostModel::estimate(Coll coll, Cell cell, std::uint64_t bytes) const {

@@ -82,7 +82,8 @@ std::vector<Measurement> readComparisonTable(std::string_view text, const std::s
 // shape is options.nranks/nnodes where set, else the table's; a table of several shapes needs them.
 // Throws ConfigError where nothing is left to compare or the configuration cannot model the shape.
 Comparison compare(const TunerConfig& config, const std::vector<Measurement>& table,
-                   const std::string& origin, const ExplainOptions& options);
+                   const std::string& origin, const ExplainOptions& options,
+                   const ModelFit& fit = defaultFit());
 
 nlohmann::json compareJson(const TunerConfig& config, const Comparison& c);
 // Size, cell, predicted, measured, error and bus bandwidths, then the worst error from 64 KiB and

@@ -26,6 +26,22 @@ struct CommShape {
   int nnodes = 1;
 };
 
+// The model's constants fitted to the published tables in nccl_tuner/data/ rather than taken from
+// NCCL or a single figure; tests/nccl_tuner/validation_test.cpp refits them (and fits them again
+// with each table left out, to predict that table) and checks that defaultFit() is the fit.
+//
+// Pipeline fill: NCCL pipelines a collective in chunks through every step of its algorithm, and the
+// steps of the first chunk cannot overlap. Its chunks grow with the message until NCCL's buffers
+// cap them, so the fill time grows with the message and then stays: fill_us x bytes / (bytes +
+// fill_half_bytes) per call, added to the LL128 and Simple cells (LL sends 8-byte lines through
+// small buffers and is used where the fill is negligible). One fill for every algorithm and shape:
+// scaling it by the algorithm's step count fits the tables worse (see nccl_tuner/README.md).
+struct ModelFit {
+  double fill_us = 0;          // the fill once chunks are at their largest
+  double fill_half_bytes = 1;  // the message size at which the fill is half of that
+};
+ModelFit defaultFit();
+
 struct Estimate {
   double time_us = 0;
   bool measured = false;  // from the configuration's calibration rather than the model
@@ -35,7 +51,7 @@ class CostModel {
  public:
   // Throws ConfigError where the configuration cannot model this communicator: it has no hardware
   // section (CSV rules only), or the communicator spans several nodes and no network is described.
-  CostModel(const TunerConfig& config, CommShape shape);
+  CostModel(const TunerConfig& config, CommShape shape, ModelFit fit = defaultFit());
 
   const CommShape& shape() const { return shape_; }
   int ranksPerNode() const { return ppn_; }
@@ -63,6 +79,7 @@ class CostModel {
 
   TunerConfig config_;
   CommShape shape_;
+  ModelFit fit_;
   int ppn_ = 1;
   int gen_ = 1;          // 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell
   double intraBus_ = 0;  // GB/s a ring gets inside a node
