@@ -114,8 +114,8 @@ int key(Coll c, Cell cell) {
 // table weighing the same; tests/nccl_tuner/validation_test.cpp refits it and checks these values).
 ModelFit defaultFit() {
   ModelFit f;
-  f.fill_us = 0;  // not fitted yet
-  f.fill_half_bytes = 1;
+  f.fill_us = 235;
+  f.fill_half_bytes = 33554432;  // 32 MiB
   return f;
 }
 
@@ -136,7 +136,7 @@ CostModel::CostModel(const TunerConfig& config, CommShape shape, ModelFit fit)
   intraBus_ = config_.gpu.nvlink_gbyte_s > 0 ? config_.gpu.nvlink_gbyte_s * kNvlinkRingEfficiency[gen_]
                                              : config_.gpu.pcie_gbyte_s;
   const auto f = static_cast<size_t>(config_.fabric);
-  netBus_ = config_.net.nics_per_node * config_.net.nic_gbit_s / 8.0 * kNetEfficiency[f];
+  netBus_ = nicsUsed() * config_.net.nic_gbit_s / 8.0 * kNetEfficiency[f];
   if (!config_.net.gdr && config_.fabric != Fabric::kTcp) netBus_ *= kNoGdrFactor;
   if (shape_.nnodes > 1 && netBus_ <= 0) {
     throw ConfigError("tuner config " + config_.origin + ": the communicator spans " +
@@ -161,6 +161,10 @@ CostModel::CostModel(const TunerConfig& config, CommShape shape, ModelFit fit)
     }
     points = std::move(unique);
   }
+}
+
+int CostModel::nicsUsed() const {
+  return std::min(config_.net.nics_per_node, ppn_);
 }
 
 double CostModel::fabricHopLatencyUs() const {
@@ -251,7 +255,7 @@ double CostModel::latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const {
       double lat = base + (steps - netSteps) * intraStep + netSteps * interLat;
       if (coll == Coll::kAllReduce && k > 1 && cell.proto == Proto::kSimple) {
         // NCCL opens about two channels per NIC.
-        const double channels = std::max(2, 2 * config_.net.nics_per_node);
+        const double channels = std::max(2, 2 * nicsUsed());
         if (static_cast<double>(bytes) / (channels * n) >= 64) lat *= kPlateauFactor[gen_ >= 1 ? 1 : 0];
       }
       return lat;

@@ -3,12 +3,13 @@
 // The cost model: predicted time of one collective for every NCCL algorithm and protocol, from the
 // hardware in the configuration and the communicator's shape NCCL reports.
 //
-// time = latency + bytes / algorithm bandwidth. Latencies follow NCCL's own structure (a base per
-// algorithm and protocol plus per-hop terms for NVLink/PCIe/network hops, counted per algorithm
-// shape: ring steps, tree depth, NVLS, CollNet, PAT) with a fabric-specific network hop (IB, RoCE and
-// TCP differ). Bandwidths come from the configured link and NIC rates times measured efficiencies,
-// with NCCL's protocol factors and a fabric-specific LL128 penalty on network hops. The constants and
-// where each comes from are listed in model.cpp.
+// time = latency + bytes / algorithm bandwidth + pipeline fill (ModelFit). Latencies follow NCCL's own
+// structure (a base per algorithm and protocol plus per-hop terms for NVLink/PCIe/network hops, counted per
+// algorithm shape: ring steps, tree depth, NVLS, CollNet, PAT) with a fabric-specific network hop (IB, RoCE
+// and TCP differ). Bandwidths come from the configured link and NIC rates times measured efficiencies, with
+// NCCL's protocol factors and a fabric-specific LL128 penalty on network hops; the network is the NICs the
+// ranks use (one per rank where a node has more NICs than ranks). The constants and where each comes from are
+// listed in model.cpp.
 
 #include <cstdint>
 #include <map>
@@ -72,6 +73,9 @@ class CostModel {
   double fabricHopLatencyUs() const;
   // The factor LL128 keeps of its bandwidth on network hops on this fabric (1 on IB).
   double ll128NetworkFactor() const;
+  // The NICs of a node that the communicator's ranks use: each GPU sends through its nearest NIC,
+  // so with fewer ranks than NICs on a node the others stay idle (NCCL_IB_HCA listing them or not).
+  int nicsUsed() const;
 
  private:
   double latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const;
