@@ -25,6 +25,43 @@ TEST(ValidationTest, TablesLoad) {
   }
 }
 
+// The data file of the A3 Mega table holds what its nccl-tests output says: read through
+// readComparisonTable both give the same 31 sizes and times (the faster of out-of-place and in-place).
+TEST(ValidationTest, DataFileAndNcclTestsOutputAgree) {
+  const std::string log =
+      readConfigFile(std::string(POOLRUN_TUNER_TEST_DATA) + "/all_reduce_perf_2x8_h100_a3mega.log", "log",
+                     std::size_t{64} << 20);
+  const std::string file = kTables + "/h100-8x2-gcp-a3mega-tcpxo.json";
+  const auto fromLog = readComparisonTable(log, "log", {});
+  const auto fromFile = readComparisonTable(readConfigFile(file, "table"), file, {});
+  ASSERT_EQ(fromLog.size(), 31u);
+  ASSERT_EQ(fromFile.size(), fromLog.size());
+  for (size_t i = 0; i < fromLog.size(); ++i) {
+    EXPECT_EQ(fromLog[i].bytes, fromFile[i].bytes);
+    EXPECT_DOUBLE_EQ(fromLog[i].time_us, fromFile[i].time_us) << fromLog[i].bytes;
+    EXPECT_EQ(fromLog[i].nranks, 16);
+    EXPECT_EQ(fromLog[i].nnodes, 2);
+  }
+}
+
+// A run that forced an algorithm is compared with the model's best cell of that algorithm, never
+// with another algorithm's.
+TEST(ValidationTest, ForcedFiguresAreComparedWithTheForcedAlgorithm) {
+  const Table t = [] {
+    for (Table& x : loadTables(kTables)) {
+      if (x.name == "h100-1x2-roce-4nic-tree.json") return x;
+    }
+    return Table{};
+  }();
+  const Comparison c = compareTable(t, defaultFit(), kFrom);
+  ASSERT_EQ(c.rows.size(), 5u);
+  for (const CompareRow& r : c.rows) {
+    EXPECT_EQ(r.cell.algo, Algo::kTree) << r.bytes;
+    EXPECT_EQ(r.forced_algo, Algo::kTree);
+    EXPECT_FALSE(r.forced_proto.has_value());
+  }
+}
+
 TEST(ValidationTest, DefaultFitIsTheFitOfAllTables) {
   const std::vector<Table> tables = loadTables(kTables);
   std::vector<const Table*> all;
