@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "command_options.hpp"
@@ -22,10 +23,11 @@ namespace {
 
 constexpr const char* kTunerUsage =
     "usage: poolrun tuner explain --config FILE [--coll C] [--nranks N] [--nnodes M] [--min-bytes B]\n"
-    "                             [--max-bytes B] [--json]\n"
+    "                             [--max-bytes B] [--json] [--compare TABLE]\n"
     "       poolrun tuner calibrate --config FILE [-o OUT] [--coll C] [--algo A] [--proto P]\n"
     "                               [--nranks N] [--nnodes M] LOG...\n"
-    "explain: what the NCCL tuner plugin chooses for each power-of-two size, and every candidate.\n"
+    "explain: what the NCCL tuner plugin chooses for each power-of-two size, and every candidate;\n"
+    "         with --compare, the model against measured figures (nccl-tests output or a data file).\n"
     "calibrate: read nccl-tests outputs and write their times into the configuration's calibration.\n";
 
 // nccl-tests prints a few lines per size and run: 64 MiB is thousands of runs.
@@ -48,7 +50,7 @@ std::optional<int> parse(const CommandOptions& command, const std::vector<std::s
 
 int explainCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CommandOptions command("poolrun tuner explain options", {kTunerUsage, "", ""});
-  std::string config, coll = "allreduce", minBytes = "8", maxBytes = "1GiB";
+  std::string config, coll = "allreduce", minBytes = "8", maxBytes = "1GiB", table;
   int nranks = 0, nnodes = 0;
   // clang-format off
   command.add()
@@ -61,7 +63,9 @@ int explainCommand(const std::vector<std::string>& args, std::ostream& out, std:
        "nodes the communicator spans (default: the configuration's nodes)")
       ("min-bytes", po::value(&minBytes)->value_name("BYTES"), "smallest size, e.g. 8, 64K, 1MiB (default 8)")
       ("max-bytes", po::value(&maxBytes)->value_name("BYTES"), "largest size (default 1GiB)")
-      ("json", "print a poolrun.tuner-explain/1 document");
+      ("json", "print a poolrun.tuner-explain/1 document")
+      ("compare", po::value(&table)->value_name("TABLE"),
+       "nccl-tests output or a poolrun.tuner/1 table: print size, predicted, measured and error");
   // clang-format on
   command.ranges({kNranks, kNnodes});
   po::variables_map vm;
@@ -79,6 +83,17 @@ int explainCommand(const std::vector<std::string>& args, std::ostream& out, std:
     options.nnodes = nnodes;
     options.min_bytes = tuner::parseBytes(minBytes, "--min-bytes");
     options.max_bytes = tuner::parseBytes(maxBytes, "--max-bytes");
+    if (vm.count("compare")) {
+      if (!vm.count("max-bytes")) options.max_bytes = std::numeric_limits<std::uint64_t>::max();
+      tuner::LogOverrides overrides;
+      if (nranks > 0) overrides.nranks = nranks;
+      if (nnodes > 0) overrides.nnodes = nnodes;
+      const auto figures = tuner::readComparisonTable(
+          tuner::readConfigFile(table, "comparison table", kNcclTestsLogLimit), table, overrides);
+      tuner::Comparison cmp = tuner::compare(cfg, figures, table, options);
+      out << (vm.count("json") ? tuner::compareJson(cfg, cmp).dump(2) + "\n" : tuner::compareText(cfg, cmp));
+      return 0;
+    }
     tuner::Explanation e = tuner::explain(cfg, options);
     if (vm.count("json")) {
       out << tuner::explainJson(cfg, e).dump(2) << "\n";

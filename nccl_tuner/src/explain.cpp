@@ -1,10 +1,15 @@
 #include "poolrun/tuner/explain.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 namespace poolrun::tuner {
 namespace {
@@ -33,7 +38,181 @@ std::string source(const ExplainRow& row) {
   return "model";
 }
 
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", fraction * 100.0);
+  return buf;
+}
+
+std::string shapeName(const CommShape& s) {
+  return std::to_string(s.nranks) + " ranks, " + std::to_string(s.nnodes) +
+         (s.nnodes == 1 ? " node" : " nodes");
+}
+
+// The worst error at or above `from` bytes; none where no row is that large.
+const CompareRow* worstFrom(const Comparison& c, std::uint64_t from) {
+  const CompareRow* worst = nullptr;
+  for (const CompareRow& r : c.rows) {
+    if (r.bytes >= from && (worst == nullptr || std::fabs(r.error()) > std::fabs(worst->error()))) worst = &r;
+  }
+  return worst;
+}
+
 }  // namespace
+
+std::vector<Measurement> readComparisonTable(std::string_view text, const std::string& origin,
+                                             const LogOverrides& overrides) {
+  size_t first = 0;
+  while (first < text.size() && std::isspace(static_cast<unsigned char>(text[first]))) ++first;
+  if (first == text.size()) {
+    throw ConfigError(
+        origin +
+        ": is empty (give the output of an nccl-tests *_perf program, or a poolrun.tuner/1 file "
+        "with calibration figures)");
+  }
+  if (text[first] == '{') {
+    TunerConfig doc = parseConfig(text, origin);
+    if (doc.calibration.empty()) {
+      throw ConfigError(origin +
+                        ": holds no calibration figures to compare with (a poolrun.tuner/1 table lists "
+                        "them under \"calibration\")");
+    }
+    return doc.calibration;
+  }
+  return parseNcclTestsLog(text, origin, overrides).measurements;
+}
+
+Comparison compare(const TunerConfig& config, const std::vector<Measurement>& table,
+                   const std::string& origin, const ExplainOptions& options, const ModelFit& fit) {
+  Comparison c;
+  c.coll = options.coll;
+  c.table = origin;
+  std::set<std::pair<int, int>> shapes;  // (nranks, nnodes) of the figures of this collective
+  std::set<std::string> others;
+  for (const Measurement& m : table) {
+    if (m.coll != options.coll) {
+      others.insert(std::string(collName(m.coll)));
+      continue;
+    }
+    if (options.nranks > 0 && m.nranks != options.nranks) continue;
+    if (options.nnodes > 0 && m.nnodes != options.nnodes) continue;
+    shapes.insert({m.nranks, m.nnodes});
+  }
+  if (shapes.empty()) {
+    std::string has;
+    for (const std::string& o : others) has += (has.empty() ? "" : ", ") + o;
+    throw ConfigError(origin + ": no " + std::string(collName(options.coll)) + " figures" +
+                      (options.nranks > 0 || options.nnodes > 0 ? " of the shape asked for" : "") +
+                      (has.empty() ? "" : " (it has " + has + "; use --coll)"));
+  }
+  if (shapes.size() > 1) {
+    std::string list;
+    for (const auto& [n, k] : shapes)
+      list += (list.empty() ? "" : ", ") + std::to_string(n) + "x" + std::to_string(k);
+    throw ConfigError(origin + ": figures of several shapes (ranks x nodes: " + list +
+                      "); choose one with --nranks and --nnodes");
+  }
+  c.shape = {shapes.begin()->first, shapes.begin()->second};
+  TunerConfig modelOnly = config;
+  modelOnly.calibration.clear();
+  modelOnly.rules.clear();
+  const CostModel model(modelOnly, c.shape, fit);
+
+  // The fastest figure per size and forced cell, as calibrate keeps them.
+  using Key = std::tuple<std::uint64_t, int, int>;
+  std::map<Key, const Measurement*> best;
+  for (const Measurement& m : table) {
+    if (m.coll != c.coll || m.nranks != c.shape.nranks || m.nnodes != c.shape.nnodes) continue;
+    if (m.bytes < options.min_bytes || m.bytes > options.max_bytes || m.bytes == 0) continue;
+    const Key k{m.bytes, m.algo ? static_cast<int>(*m.algo) : -1, m.proto ? static_cast<int>(*m.proto) : -1};
+    auto [it, inserted] = best.emplace(k, &m);
+    if (!inserted && m.time_us < it->second->time_us) it->second = &m;
+  }
+  for (const auto& [k, m] : best) {
+    CompareRow row;
+    row.bytes = m->bytes;
+    row.forced_algo = m->algo;
+    row.forced_proto = m->proto;
+    row.measured_us = m->time_us;
+    double bestUs = std::numeric_limits<double>::infinity();
+    for (int a = 0; a < kNumAlgos; ++a) {
+      for (int p = 0; p < kNumProtos; ++p) {
+        const Cell cell{static_cast<Algo>(a), static_cast<Proto>(p)};
+        if ((m->algo && *m->algo != cell.algo) || (m->proto && *m->proto != cell.proto)) continue;
+        if (!model.valid(c.coll, cell)) continue;
+        const double t = model.predictUs(c.coll, cell, m->bytes);
+        if (t < bestUs) {
+          bestUs = t;
+          row.cell = cell;
+        }
+      }
+    }
+    if (!(bestUs < std::numeric_limits<double>::infinity())) {
+      c.skipped.push_back(formatBytes(m->bytes) + ": the run forced " +
+                          (m->algo ? std::string(algoName(*m->algo)) : "any algorithm") + "/" +
+                          (m->proto ? std::string(protoName(*m->proto)) : "any protocol") +
+                          ", which NCCL's rules do not allow on this hardware and shape");
+      continue;
+    }
+    row.predicted_us = bestUs;
+    c.rows.push_back(row);
+  }
+  if (c.rows.empty()) {
+    throw ConfigError(origin + ": no " + std::string(collName(c.coll)) + " figures between " +
+                      formatBytes(options.min_bytes) + " and " + formatBytes(options.max_bytes) +
+                      " that the model can run (check --min-bytes/--max-bytes)");
+  }
+  return c;
+}
+
+nlohmann::json compareJson(const TunerConfig& config, const Comparison& c) {
+  nlohmann::json doc = {{"schema", "poolrun.tuner-compare/1"},
+                        {"config", config.origin},
+                        {"table", c.table},
+                        {"coll", collName(c.coll)},
+                        {"nranks", c.shape.nranks},
+                        {"nnodes", c.shape.nnodes}};
+  doc["rows"] = nlohmann::json::array();
+  for (const CompareRow& r : c.rows) {
+    nlohmann::json row = {{"bytes", r.bytes},
+                          {"algo", algoName(r.cell.algo)},
+                          {"proto", protoName(r.cell.proto)},
+                          {"forced", r.forced_algo.has_value() || r.forced_proto.has_value()},
+                          {"predicted_us", r.predicted_us},
+                          {"measured_us", r.measured_us},
+                          {"error", r.error()}};
+    doc["rows"].push_back(std::move(row));
+  }
+  doc["skipped"] = c.skipped;
+  return doc;
+}
+
+std::string compareText(const TunerConfig& config, const Comparison& c) {
+  std::ostringstream out;
+  out << collName(c.coll) << " on " << shapeName(c.shape) << ": the model (" << config.origin << ") against "
+      << c.table << ", " << c.rows.size() << (c.rows.size() == 1 ? " size" : " sizes") << "\n";
+  out << pad("size", 10, true) << "  " << pad("cell", 24, false) << pad("predicted_us", 13, true)
+      << pad("measured_us", 13, true) << pad("error", 9, true) << pad("busbw model", 13, true)
+      << pad("busbw measured", 16, true) << "\n";
+  const double factor = busBandwidthFactor(c.coll, c.shape.nranks);
+  for (const CompareRow& r : c.rows) {
+    std::string cell = cellName(r.cell);
+    if (r.forced_algo || r.forced_proto) cell += " (forced)";
+    const double bytes = static_cast<double>(r.bytes) * factor;
+    out << pad(formatBytes(r.bytes), 10, true) << "  " << pad(cell, 24, false)
+        << pad(fixed(r.predicted_us, 1), 13, true) << pad(fixed(r.measured_us, 1), 13, true)
+        << pad(percent(r.error()), 9, true) << pad(fixed(bytes / (r.predicted_us * 1e3), 2), 13, true)
+        << pad(fixed(bytes / (r.measured_us * 1e3), 2), 16, true) << "\n";
+  }
+  for (const std::string& s : c.skipped) out << "skipped " << s << "\n";
+  for (std::uint64_t from : {std::uint64_t{64} << 10, std::uint64_t{256} << 20}) {
+    if (const CompareRow* w = worstFrom(c, from)) {
+      out << "worst error from " << formatBytes(from) << ": " << percent(w->error()) << " at "
+          << formatBytes(w->bytes) << "\n";
+    }
+  }
+  return out.str();
+}
 
 std::string formatBytes(std::uint64_t bytes) {
   static constexpr std::array<const char*, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -11,6 +11,7 @@ namespace {
 // [N] NCCL 2.28.9 src/graph/tuning.cc (via ../shared/ref/nccl-tuner.md section 4): taken as facts.
 // [M] derived from published measurements (../shared/ref/perf-anchors.md).
 // [E] poolrun's estimate, to be replaced by `poolrun tuner calibrate` where it matters.
+// [F] fitted to the published tables of nccl_tuner/data/ (ModelFit, defaultFit() below).
 
 constexpr int kNvlinkHw = 0, kPciHw = 1, kNetHw = 2;
 constexpr double kNa = 0;  // a cell that NCCL never runs
@@ -109,7 +110,17 @@ int key(Coll c, Cell cell) {
 
 }  // namespace
 
-CostModel::CostModel(const TunerConfig& config, CommShape shape) : config_(config), shape_(shape) {
+// [F] The fit to all the tables of nccl_tuner/data/ (least mean |log error| from 64 KiB up, each
+// table weighing the same; tests/nccl_tuner/validation_test.cpp refits it and checks these values).
+ModelFit defaultFit() {
+  ModelFit f;
+  f.fill_us = 235;
+  f.fill_half_bytes = 33554432;  // 32 MiB
+  return f;
+}
+
+CostModel::CostModel(const TunerConfig& config, CommShape shape, ModelFit fit)
+    : config_(config), shape_(shape), fit_(fit) {
   if (!config.has_hardware) {
     throw ConfigError("tuner config " + config.origin +
                       ": holds rules only and no hardware, so there is nothing to model (use a "
@@ -125,7 +136,7 @@ CostModel::CostModel(const TunerConfig& config, CommShape shape) : config_(confi
   intraBus_ = config_.gpu.nvlink_gbyte_s > 0 ? config_.gpu.nvlink_gbyte_s * kNvlinkRingEfficiency[gen_]
                                              : config_.gpu.pcie_gbyte_s;
   const auto f = static_cast<size_t>(config_.fabric);
-  netBus_ = config_.net.nics_per_node * config_.net.nic_gbit_s / 8.0 * kNetEfficiency[f];
+  netBus_ = nicsUsed() * config_.net.nic_gbit_s / 8.0 * kNetEfficiency[f];
   if (!config_.net.gdr && config_.fabric != Fabric::kTcp) netBus_ *= kNoGdrFactor;
   if (shape_.nnodes > 1 && netBus_ <= 0) {
     throw ConfigError("tuner config " + config_.origin + ": the communicator spans " +
@@ -150,6 +161,10 @@ CostModel::CostModel(const TunerConfig& config, CommShape shape) : config_(confi
     }
     points = std::move(unique);
   }
+}
+
+int CostModel::nicsUsed() const {
+  return std::min(config_.net.nics_per_node, ppn_);
 }
 
 double CostModel::fabricHopLatencyUs() const {
@@ -240,7 +255,7 @@ double CostModel::latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const {
       double lat = base + (steps - netSteps) * intraStep + netSteps * interLat;
       if (coll == Coll::kAllReduce && k > 1 && cell.proto == Proto::kSimple) {
         // NCCL opens about two channels per NIC.
-        const double channels = std::max(2, 2 * config_.net.nics_per_node);
+        const double channels = std::max(2, 2 * nicsUsed());
         if (static_cast<double>(bytes) / (channels * n) >= 64) lat *= kPlateauFactor[gen_ >= 1 ? 1 : 0];
       }
       return lat;
@@ -318,7 +333,9 @@ double CostModel::predictUs(Coll coll, Cell cell, std::uint64_t bytes) const {
   const double lat = latencyUs(coll, cell, bytes);
   const double bw = algoBandwidth(coll, cell);
   if (!(bw > 0)) return std::numeric_limits<double>::infinity();
-  return lat + static_cast<double>(bytes) / (bw * 1e3);
+  const double b = static_cast<double>(bytes);
+  const double fill = cell.proto == Proto::kLL ? 0.0 : fit_.fill_us * b / (b + fit_.fill_half_bytes);
+  return lat + b / (bw * 1e3) + fill;
 }
 
 Estimate CostModel::estimate(Coll coll, Cell cell, std::uint64_t bytes) const {

@@ -18,6 +18,7 @@ namespace {
 using poolrun::test::TempDir;
 
 const std::string kData = POOLRUN_TUNER_TEST_DATA;
+const std::string kTables = POOLRUN_TUNER_TABLES;
 
 using Result = poolrun::test::ProcessResult;
 using poolrun::test::slurp;
@@ -135,6 +136,108 @@ TEST(HostileFiles, TunerCommandsRefuseThemInOneLine) {
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.mentions), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
+// --compare with published nccl-tests output (2 x 8 H100, 31 sizes from 8 B to 8 GiB): one row per
+// size with the model's cell, its prediction, the measured time (the faster of out-of-place and
+// in-place) and the error, then the worst errors; --json gives the same figures.
+TEST(TunerCliTest, CompareAgainstNcclTestsOutput) {
+  const std::string args = "tuner explain --config " + kTables +
+                           "/h100-8x2-gcp-a3mega-tcpxo.json --compare " + kData +
+                           "/all_reduce_perf_2x8_h100_a3mega.log";
+  Result r = poolrun(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("allreduce on 16 ranks, 2 nodes: the model ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("predicted_us  measured_us    error"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worst error from 64 KiB: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worst error from 256 MiB: "), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out), 2u + 31u + 2u) << r.out;
+  // 8 GiB: 47535 us out-of-place, 47743 in-place.
+  const size_t at = r.out.find("     8 GiB");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NE(r.out.substr(at, r.out.find('\n', at) - at).find("47535.0"), std::string::npos) << r.out;
+
+  Result j = poolrun(args + " --json --min-bytes 64K --max-bytes 1G");
+  ASSERT_EQ(j.status, 0) << j.err;
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["nranks"], 16);
+  EXPECT_EQ(doc["nnodes"], 2);
+  ASSERT_EQ(doc["rows"].size(), 15u);  // 64 KiB .. 1 GiB
+  for (const auto& row : doc["rows"]) {
+    const double predicted = row["predicted_us"], measured = row["measured_us"], error = row["error"];
+    EXPECT_GT(predicted, 0);
+    EXPECT_NEAR(error, predicted / measured - 1, 1e-9);
+    EXPECT_FALSE(row["forced"].get<bool>());
+  }
+  EXPECT_EQ(doc["rows"][0]["measured_us"], 157.6);
+  EXPECT_EQ(doc["rows"].back()["measured_us"], 6737.4);
+}
+
+// A data file of nccl_tuner/data as the table: its calibration figures, busbw converted to time.
+TEST(TunerCliTest, CompareAgainstADataFile) {
+  const std::string table = kTables + "/a100-8x1-azure-nda100v4.json";
+  Result r = poolrun("tuner explain --json --config " + table + " --compare " + table);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["rows"].size(), 21u);
+  for (const auto& row : doc["rows"]) {
+    if (row["bytes"] == 1u << 30) {
+      EXPECT_NEAR(row["measured_us"].get<double>(), 1073741824 * 1.75 / 228.10e3, 0.1);
+    }
+  }
+  // Another collective than the table holds, and a shape it does not have, say so.
+  Result coll = poolrun("tuner explain --config " + table + " --compare " + table + " --coll allgather");
+  EXPECT_EQ(coll.status, 2);
+  EXPECT_NE(coll.err.find("no allgather figures (it has allreduce; use --coll)"), std::string::npos)
+      << coll.err;
+  Result shape =
+      poolrun("tuner explain --config " + table + " --compare " + table + " --nranks 16 --nnodes 2");
+  EXPECT_EQ(shape.status, 2);
+  EXPECT_NE(shape.err.find("no allreduce figures of the shape asked for"), std::string::npos) << shape.err;
+}
+
+// Tables that are not tables: one line naming the file and what is wrong, exit status 2.
+TEST(TunerCliTest, CompareRefusesBadTablesInOneLine) {
+  TempDir tmp;
+  const std::string cfg = kTables + "/a100-8x1-azure-nda100v4.json";
+  const std::string empty = tmp.write("empty.txt", "").string();
+  const std::string blank = tmp.write("blank.txt", "\n  \n\t\n").string();
+  const std::string garbage = tmp.write("garbage.txt", "hello\nsize busbw\n1 2 3\n").string();
+  const std::string binary =
+      tmp.write("binary.bin", std::string("\xff\xfe\x00\x01\x89PNG\r\n\x1a\n", 12)).string();
+  const std::string badJson = tmp.write("bad.json", "{\"schema\": \"\xff\xfe\"}").string();
+  const std::string noFigures = kData + "/a100-8gpu-1node.json";
+  const std::string huge = tmp.write("huge.log", "").string();
+  ASSERT_EQ(truncate(huge.c_str(), off_t{65} << 20), 0);
+  const std::string twoShapes =
+      tmp.write("two.log", slurp(kData + "/all_reduce_perf_1x8_ring_ll128.log") +
+                               slurp(kData + "/all_reduce_perf_2x8_h100_a3mega.log"))
+          .string();
+  struct Case {
+    std::string table, mentions;
+  };
+  for (const Case& c : std::vector<Case>{
+           {empty, empty + ": is empty"},
+           {blank, blank + ": is empty"},
+           {garbage, garbage + ": no result lines found"},
+           {binary, binary + ": no result lines found"},
+           {badJson, "not valid JSON"},
+           {noFigures, noFigures + ": holds no calibration figures"},
+           {huge, huge + " is 65 MiB; comparison table files are at most 64 MiB"},
+           {twoShapes,
+            "figures of several shapes (ranks x nodes: 8x1, 16x2); choose one with --nranks and --nnodes"},
+           {"/dev/zero", "/dev/zero is a character device"},
+           {"/nonexistent.log", "/nonexistent.log"},
+       }) {
+    Result r =
+        poolrun::test::runShell("timeout 20 " + std::string(POOLRUN_BINARY) + " tuner explain --config " +
+                                cfg + " --compare " + c.table + " </dev/null");
+    EXPECT_EQ(r.status, 2) << c.table << "\n" << r.err;
+    EXPECT_TRUE(r.err.starts_with("poolrun: error: ")) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.table << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.mentions), std::string::npos) << c.table << "\n" << r.err;
   }
 }
 

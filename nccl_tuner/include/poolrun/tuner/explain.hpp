@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/tuner/calibrate.hpp"
 #include "poolrun/tuner/config.hpp"
 #include "poolrun/tuner/decision.hpp"
 
@@ -45,6 +46,49 @@ Explanation explain(const TunerConfig& config, const ExplainOptions& options);
 nlohmann::json explainJson(const TunerConfig& config, const Explanation& e);
 // A table for people.
 std::string explainText(const TunerConfig& config, const Explanation& e);
+
+// ---- the model against measured figures (`poolrun tuner explain --compare TABLE`) ----------------
+
+// One measured size: the model's prediction for the cell the run used (the cell it forced with
+// NCCL_ALGO/NCCL_PROTO; where it forced none, the cell the model ranks first, which is what the
+// plugin would run) against the measured time.
+struct CompareRow {
+  std::uint64_t bytes = 0;
+  std::optional<Algo> forced_algo;  // what the run forced, if anything
+  std::optional<Proto> forced_proto;
+  Cell cell;  // the cell predicted
+  double predicted_us = 0;
+  double measured_us = 0;
+  double error() const { return predicted_us / measured_us - 1.0; }  // +0.25: the model 25% slow
+};
+
+struct Comparison {
+  Coll coll = Coll::kAllReduce;
+  CommShape shape;
+  std::string table;  // where the figures came from
+  std::vector<CompareRow> rows;
+  std::vector<std::string> skipped;  // figures of cells the model cannot run here, one line each
+};
+
+// A table to compare against: nccl-tests output (any *_perf program; ranks and nodes from its
+// `# Using devices` lines unless `overrides` give them) or a poolrun.tuner/1 document, whose
+// `calibration` figures are taken (the format of nccl_tuner/data/). `origin` names it in messages.
+// Throws ConfigError for an empty text, one with no figures, or one that is neither format.
+std::vector<Measurement> readComparisonTable(std::string_view text, const std::string& origin,
+                                             const LogOverrides& overrides);
+
+// The model alone (the configuration's own calibration is left out, so that a table is never
+// compared with itself) against the figures of `options.coll` within [min_bytes, max_bytes]. The
+// shape is options.nranks/nnodes where set, else the table's; a table of several shapes needs them.
+// Throws ConfigError where nothing is left to compare or the configuration cannot model the shape.
+Comparison compare(const TunerConfig& config, const std::vector<Measurement>& table,
+                   const std::string& origin, const ExplainOptions& options,
+                   const ModelFit& fit = defaultFit());
+
+nlohmann::json compareJson(const TunerConfig& config, const Comparison& c);
+// Size, cell, predicted, measured, error and bus bandwidths, then the worst error from 64 KiB and
+// from 256 MiB.
+std::string compareText(const TunerConfig& config, const Comparison& c);
 
 // "8 B", "64 KiB", "1 GiB" (exact binary units where they divide, else bytes).
 std::string formatBytes(std::uint64_t bytes);

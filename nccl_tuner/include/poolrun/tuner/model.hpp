@@ -3,12 +3,13 @@
 // The cost model: predicted time of one collective for every NCCL algorithm and protocol, from the
 // hardware in the configuration and the communicator's shape NCCL reports.
 //
-// time = latency + bytes / algorithm bandwidth. Latencies follow NCCL's own structure (a base per
-// algorithm and protocol plus per-hop terms for NVLink/PCIe/network hops, counted per algorithm
-// shape: ring steps, tree depth, NVLS, CollNet, PAT) with a fabric-specific network hop (IB, RoCE and
-// TCP differ). Bandwidths come from the configured link and NIC rates times measured efficiencies,
-// with NCCL's protocol factors and a fabric-specific LL128 penalty on network hops. The constants and
-// where each comes from are listed in model.cpp.
+// time = latency + bytes / algorithm bandwidth + pipeline fill (ModelFit). Latencies follow NCCL's own
+// structure (a base per algorithm and protocol plus per-hop terms for NVLink/PCIe/network hops, counted per
+// algorithm shape: ring steps, tree depth, NVLS, CollNet, PAT) with a fabric-specific network hop (IB, RoCE
+// and TCP differ). Bandwidths come from the configured link and NIC rates times measured efficiencies, with
+// NCCL's protocol factors and a fabric-specific LL128 penalty on network hops; the network is the NICs the
+// ranks use (one per rank where a node has more NICs than ranks). The constants and where each comes from are
+// listed in model.cpp.
 
 #include <cstdint>
 #include <map>
@@ -26,6 +27,22 @@ struct CommShape {
   int nnodes = 1;
 };
 
+// The model's constants fitted to the published tables in nccl_tuner/data/ rather than taken from
+// NCCL or a single figure; tests/nccl_tuner/validation_test.cpp refits them (and fits them again
+// with each table left out, to predict that table) and checks that defaultFit() is the fit.
+//
+// Pipeline fill: NCCL pipelines a collective in chunks through every step of its algorithm, and the
+// steps of the first chunk cannot overlap. Its chunks grow with the message until NCCL's buffers
+// cap them, so the fill time grows with the message and then stays: fill_us x bytes / (bytes +
+// fill_half_bytes) per call, added to the LL128 and Simple cells (LL sends 8-byte lines through
+// small buffers and is used where the fill is negligible). One fill for every algorithm and shape:
+// scaling it by the algorithm's step count fits the tables worse (see nccl_tuner/README.md).
+struct ModelFit {
+  double fill_us = 0;          // the fill once chunks are at their largest
+  double fill_half_bytes = 1;  // the message size at which the fill is half of that
+};
+ModelFit defaultFit();
+
 struct Estimate {
   double time_us = 0;
   bool measured = false;  // from the configuration's calibration rather than the model
@@ -35,7 +52,7 @@ class CostModel {
  public:
   // Throws ConfigError where the configuration cannot model this communicator: it has no hardware
   // section (CSV rules only), or the communicator spans several nodes and no network is described.
-  CostModel(const TunerConfig& config, CommShape shape);
+  CostModel(const TunerConfig& config, CommShape shape, ModelFit fit = defaultFit());
 
   const CommShape& shape() const { return shape_; }
   int ranksPerNode() const { return ppn_; }
@@ -56,6 +73,9 @@ class CostModel {
   double fabricHopLatencyUs() const;
   // The factor LL128 keeps of its bandwidth on network hops on this fabric (1 on IB).
   double ll128NetworkFactor() const;
+  // The NICs of a node that the communicator's ranks use: each GPU sends through its nearest NIC,
+  // so with fewer ranks than NICs on a node the others stay idle (NCCL_IB_HCA listing them or not).
+  int nicsUsed() const;
 
  private:
   double latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const;
@@ -63,6 +83,7 @@ class CostModel {
 
   TunerConfig config_;
   CommShape shape_;
+  ModelFit fit_;
   int ppn_ = 1;
   int gen_ = 1;          // 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell
   double intraBus_ = 0;  // GB/s a ring gets inside a node
