@@ -4,6 +4,8 @@
 #include <map>
 #include <numeric>
 
+#include "poolrun/topo/fabric.hpp"
+
 namespace poolrun::pool {
 namespace {
 
@@ -190,7 +192,7 @@ std::vector<int> pickGpus(const PoolNode& node, const std::vector<int>& usable, 
 
 bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState) {
   if ((!anyState && node.state != NodeState::kUp) || !node.topology) return false;
-  if (request.fabric && node.effectiveFabric() != *request.fabric) return false;
+  if (request.fabric && !topo::nodeCarries(*node.topology, node.fabric, *request.fabric)) return false;
   for (const auto& [key, value] : request.labels) {
     auto it = node.labels.find(key);
     if (it == node.labels.end() || it->second != value) return false;

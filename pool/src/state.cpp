@@ -62,19 +62,6 @@ NodeState nodeStateFromString(std::string_view text) {
   throw badInput("unknown node state '" + std::string(text) + "' (use up, draining or down)");
 }
 
-topo::Fabric PoolNode::effectiveFabric() const {
-  if (fabric) return *fabric;
-  bool roce = false;
-  if (topology)
-    for (const topo::Nic& nic : topology->nics)
-      for (const topo::NicPort& port : nic.ports) {
-        if (!port.up()) continue;
-        if (port.link_layer == topo::LinkLayer::kInfiniBand) return topo::Fabric::kIb;
-        if (port.link_layer == topo::LinkLayer::kEthernet) roce = true;
-      }
-  return roce ? topo::Fabric::kRoce : topo::Fabric::kTcp;
-}
-
 void Dirty::merge(const Dirty& other) {
   nodes.insert(other.nodes.begin(), other.nodes.end());
   leases.insert(other.leases.begin(), other.leases.end());
@@ -542,7 +529,7 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
     info.name = node->name;
     info.switch_name = node->switch_name;
     info.rail_group = node->rail_group;
-    info.fabric = topo::toString(node->effectiveFabric());
+    info.fabric = topo::toString(topo::nodeFabrics(*node->topology, node->fabric).front());
     info.labels = node->labels;
     info.state = node->state;
     for (int i = 0; i < node->gpuCount(); ++i) {

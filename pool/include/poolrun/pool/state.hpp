@@ -27,14 +27,13 @@ struct PoolNode {
   std::shared_ptr<const topo::NodeTopology> topology;
   std::string switch_name;
   std::string rail_group;
-  std::optional<topo::Fabric> fabric;  // where the cluster file says; else derived from the NICs
+  std::optional<topo::Fabric> fabric;  // where the cluster file says; else topo::nodeFabrics decides
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;
   std::set<int> failed;  // failed GPU indexes
   int64_t order = 0;     // registration order: "pool order"
 
   int gpuCount() const { return topology ? static_cast<int>(topology->gpus.size()) : 0; }
-  topo::Fabric effectiveFabric() const;
 };
 
 struct QueueEntry {
