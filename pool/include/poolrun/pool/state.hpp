@@ -144,6 +144,8 @@ class PoolState {
   void schedule(TimePoint now);
   std::vector<const QueueEntry*> waitingInOrder() const;
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
+  // A waiting request's lease, granted now: the entry marked granted, its wait kept for metrics.
+  Lease grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now);
   void dropLease(const std::string& id);
   bool everFits(const LeaseRequest& request) const;
   Occupancy& occupancy(const std::string& node);
