@@ -60,9 +60,9 @@ Fabric chooseFabric(const std::vector<NodeGrant>& grants, const PlanRequest& req
 
 // GPUs of a node in the order that puts the fastest link between consecutive ranks: from the
 // first GPU, always the closest not yet taken (NVLink, then one switch, then one NUMA node).
-std::vector<int> chainOrder(const NodeTopology& t, std::vector<int> gpus) {
+std::vector<size_t> chainOrder(const NodeTopology& t, std::vector<size_t> gpus) {
   std::sort(gpus.begin(), gpus.end());
-  std::vector<int> out;
+  std::vector<size_t> out;
   std::vector<bool> taken(gpus.size(), false);
   for (size_t step = 0; step < gpus.size(); ++step) {
     size_t pick = 0;
@@ -84,7 +84,7 @@ std::vector<int> chainOrder(const NodeTopology& t, std::vector<int> gpus) {
 
 // One local rank's node-level decisions (the same on every node of the same type and grant).
 struct LocalPlan {
-  int gpu = 0;
+  size_t gpu = 0;
   int cuda_index = 0;
   std::vector<NicChoice> nics;
   Path path;
@@ -149,7 +149,7 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
   std::vector<int> bestRank(locals.size(), 1 << 30);
   for (size_t l = 0; l < locals.size(); ++l) {
     for (const topo::NicPortRef& p : ports) {
-      paths[l].push_back(t.gpuToNic(locals[l].gpu, static_cast<int>(p.nic)));
+      paths[l].push_back(t.gpuToNic(locals[l].gpu, p.nic));
       bestRank[l] = std::min(bestRank[l], rankOf(paths[l].back()));
     }
   }
@@ -197,7 +197,7 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
   for (size_t l : order) {
     if (done[l]) continue;
     LocalPlan& lp = locals[l];
-    const topo::Gpu& gpu = t.gpus[static_cast<size_t>(lp.gpu)];
+    const topo::Gpu& gpu = t.gpus[lp.gpu];
     bool nearby = bestRank[l] < static_cast<int>(PathType::kSYS);
     // Among the closest (or, with none nearby, those of the GPU's socket): least loaded, then fastest.
     std::optional<size_t> pick;
@@ -283,7 +283,7 @@ void assignCpus(const NodeTopology& t, NodeTemplate& tpl) {
   std::map<std::string, CpuSet> domains;
   for (size_t l = 0; l < tpl.locals.size(); ++l) {
     LocalPlan& lp = tpl.locals[l];
-    CpuSet d = cpuDomain(t, t.gpus[static_cast<size_t>(lp.gpu)], lp.numa);
+    CpuSet d = cpuDomain(t, t.gpus[lp.gpu], lp.numa);
     domains[d.toList()] = d;
     byDomain[d.toList()].push_back(l);
   }
@@ -335,18 +335,18 @@ void assignCpus(const NodeTopology& t, NodeTemplate& tpl) {
   }
 }
 
-NodeTemplate planNode(const topo::ClusterNode& node, std::vector<int> gpus, Fabric fabric, GdrMode gdr) {
+NodeTemplate planNode(const topo::ClusterNode& node, std::vector<size_t> gpus, Fabric fabric, GdrMode gdr) {
   const NodeTopology& t = *node.topology;
   NodeTemplate tpl;
   std::vector<int> cuda(t.gpus.size(), -1);
   int next = 0;
   for (const topo::Gpu& g : t.gpus) {
-    if (g.isNvidia()) cuda[static_cast<size_t>(g.index)] = next++;
+    if (g.isNvidia()) cuda[g.index] = next++;
   }
-  for (int g : chainOrder(t, std::move(gpus))) {
+  for (size_t g : chainOrder(t, std::move(gpus))) {
     LocalPlan lp;
     lp.gpu = g;
-    lp.cuda_index = cuda[static_cast<size_t>(g)];
+    lp.cuda_index = cuda[g];
     tpl.locals.push_back(std::move(lp));
   }
   assignNics(t, fabric, gdr, tpl.locals);
@@ -562,13 +562,13 @@ std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const Plan
   }
   std::vector<NodeGrant> grants;
   int left = request.ranks;
-  std::map<const NodeTopology*, std::vector<int>> chains;
+  std::map<const NodeTopology*, std::vector<size_t>> chains;
   for (size_t i : switchOrder(nodes)) {
     if (left == 0) break;
     const NodeTopology& t = *nodes[i]->topology;
     auto it = chains.find(&t);
     if (it == chains.end()) {
-      std::vector<int> all;
+      std::vector<size_t> all;
       for (const topo::Gpu& g : t.gpus) {
         if (g.isNvidia()) all.push_back(g.index);
       }
@@ -595,11 +595,11 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
                    std::to_string(held) + " GPUs; one rank per GPU");
   }
   for (const NodeGrant& g : grants) {
-    for (int gpu : g.gpus) {
-      if (gpu < 0 || static_cast<size_t>(gpu) >= g.node->topology->gpus.size()) {
+    for (size_t gpu : g.gpus) {
+      if (gpu >= g.node->topology->gpus.size()) {
         throw badInput("node " + g.node->name + " has no GPU " + std::to_string(gpu));
       }
-      if (const topo::Gpu& other = g.node->topology->gpus[static_cast<size_t>(gpu)]; !other.isNvidia()) {
+      if (const topo::Gpu& other = g.node->topology->gpus[gpu]; !other.isNvidia()) {
         throw badInput("GPU" + std::to_string(gpu) + " of node " + g.node->name + " (" +
                        describeOther(other) +
                        ") is not an NVIDIA GPU: poolrun plans CUDA/NCCL ranks only; ask for NVIDIA GPUs "
@@ -611,14 +611,14 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
   plan.fabric = chooseFabric(grants, request);
   std::vector<const topo::ClusterNode*> nodes;
   for (const NodeGrant& g : grants) nodes.push_back(g.node);
-  std::map<std::pair<const NodeTopology*, std::vector<int>>, NodeTemplate> templates;
+  std::map<std::pair<const NodeTopology*, std::vector<size_t>>, NodeTemplate> templates;
   std::vector<const NodeTemplate*> nodeTemplates;
   plan.ranks.reserve(static_cast<size_t>(request.ranks));
   plan.nodes.reserve(grants.size());
   int rank = 0;
   for (size_t gi : switchOrder(nodes)) {
     const NodeGrant& grant = grants[gi];
-    std::vector<int> key = grant.gpus;
+    std::vector<size_t> key = grant.gpus;
     std::sort(key.begin(), key.end());
     auto it = templates.find({grant.node->topology.get(), key});
     if (it == templates.end()) {
@@ -645,7 +645,7 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
       r.local_size = np.ranks;
       r.gpu = lp.gpu;
       r.cuda_index = lp.cuda_index;
-      r.gpu_pci = grant.node->topology->gpus[static_cast<size_t>(lp.gpu)].pci;
+      r.gpu_pci = grant.node->topology->gpus[lp.gpu].pci;
       r.nics = lp.nics;
       r.gpu_nic_path = lp.path;
       r.transport = lp.transport;

@@ -214,7 +214,7 @@ class Reader {
     bool bridge = (cls >> 8) == 0x0604 || (cls == 0 && hasChild(pci, "pci"));
     if (bridge) {
       int gen = bcmGen(vendor, device, hexAttr(pci, "subsystem_vendor"));
-      bool merge = gen != 0 && at.switch_index != kNone && switchGen_[at.switch_index] == gen;
+      bool merge = gen != 0 && at.switch_index != kNoIndex && switchGen_[at.switch_index] == gen;
       if (!merge) {
         PciSwitch s;
         s.pci = addr;
@@ -224,7 +224,7 @@ class Reader {
         s.numa = at.numa;
         s.link = link(pci);
         out_.switches.push_back(s);
-        at.switch_index = static_cast<int>(out_.switches.size()) - 1;
+        at.switch_index = out_.switches.size() - 1;
         switchGen_[at.switch_index] = gen;
       }
       for (pugi::xml_node child : pci.children()) {
@@ -289,13 +289,13 @@ class Reader {
         if (tclass == 0x068000) {
           g.nvswitch_links += count;
         } else if (tclass == 0x068001 || tclass == 0x060000) {
-          g.nvlinks.push_back({kNone, "cpu", count});
+          g.nvlinks.push_back({kNoIndex, "cpu", count});
         } else if (*t != addr) {
           pendingLinks_.push_back({out_.gpus.size(), *t, count});
         }
       }
     }
-    g.index = static_cast<int>(out_.gpus.size());
+    g.index = out_.gpus.size();
     out_.gpus.push_back(std::move(g));
   }
 
@@ -377,7 +377,7 @@ class Reader {
 
   std::string name_;
   NodeTopology out_;
-  std::map<int, int> switchGen_;
+  std::map<size_t, int> switchGen_;
   std::vector<PendingLink> pendingLinks_;
   int unclassified_ = 0;
 };
@@ -485,9 +485,9 @@ class Writer {
       const PciSwitch& sw = topo_.switches[s];
       PciPlacement at;
       at.numa = sw.numa;
-      if (sw.parent == kNone && belongs(numa, first, at)) writeSwitch(static_cast<int>(s), 2);
+      if (sw.parent == kNoIndex && belongs(numa, first, at)) writeSwitch(s, 2);
     }
-    writeDevicesAt(kNone, numa, first, 2);
+    writeDevicesAt(kNoIndex, numa, first, 2);
     for (const Nic& n : topo_.nics) {
       if (!n.has_pci && belongs(numa, first, n.at)) writeNet(n, 2);
     }
@@ -496,25 +496,25 @@ class Writer {
 
   void indent(int depth) { out_ << std::string(static_cast<size_t>(depth) * 2, ' '); }
 
-  void writeSwitch(int s, int depth) {
-    const PciSwitch& sw = topo_.switches[static_cast<size_t>(s)];
+  void writeSwitch(size_t s, int depth) {
+    const PciSwitch& sw = topo_.switches[s];
     indent(depth);
     out_ << "<pci busid=\"" << sw.pci.str() << "\" class=\"0x060400\"";
     if (sw.vendor != 0)
       out_ << " vendor=\"" << hex(sw.vendor, 4) << "\" device=\"" << hex(sw.device, 4) << "\"";
     out_ << linkAttrs(sw.link) << ">\n";
     for (size_t c = 0; c < topo_.switches.size(); ++c) {
-      if (topo_.switches[c].parent == s) writeSwitch(static_cast<int>(c), depth + 1);
+      if (topo_.switches[c].parent == s) writeSwitch(c, depth + 1);
     }
     writeDevicesAt(s, kNone, false, depth + 1);
     indent(depth);
     out_ << "</pci>\n";
   }
 
-  // GPUs and NICs under switch `s`, or (s == kNone) directly under NUMA node `numa`.
-  void writeDevicesAt(int s, int numa, bool first, int depth) {
+  // GPUs and NICs under switch `s`, or (s == kNoIndex) directly under NUMA node `numa`.
+  void writeDevicesAt(size_t s, int numa, bool first, int depth) {
     auto here = [&](const PciPlacement& at) {
-      return s != kNone ? at.switch_index == s : at.switch_index == kNone && belongs(numa, first, at);
+      return s != kNoIndex ? at.switch_index == s : at.switch_index == kNoIndex && belongs(numa, first, at);
     };
     for (const Gpu& g : topo_.gpus) {
       if (here(g.at)) writeGpu(g, depth);
@@ -547,9 +547,9 @@ class Writer {
     }
     for (const NvLinkPeer& p : g.nvlinks) {
       indent(depth + 2);
-      if (p.gpu != kNone) {
-        out_ << "<nvlink target=\"" << topo_.gpus[static_cast<size_t>(p.gpu)].pci.str() << "\" count=\""
-             << p.count << "\" tclass=\"0x030200\"/>\n";
+      if (p.gpu != kNoIndex) {
+        out_ << "<nvlink target=\"" << topo_.gpus[p.gpu].pci.str() << "\" count=\"" << p.count
+             << "\" tclass=\"0x030200\"/>\n";
       } else if (p.peer == "cpu") {
         out_ << "<nvlink target=\"" << g.pci.str() << "\" count=\"" << p.count
              << "\" tclass=\"0x068001\"/>\n";
