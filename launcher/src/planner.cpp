@@ -10,6 +10,7 @@
 
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/fabric.hpp"
 #include "poolrun/topo/hostlist.hpp"
 
 namespace poolrun::launcher {
@@ -27,11 +28,6 @@ int rankOf(const Path& p) {
   return p.type == PathType::kNVLink ? -p.nvlinks : static_cast<int>(p.type);
 }
 
-bool usable(const topo::NicPort& p) {
-  // Sources that do not record the state (NCCL hint files) list ports that NCCL would use.
-  return p.up() || p.state == topo::PortState::kUnknown;
-}
-
 // A GPU that takes no rank, for messages: "AMD GPU 1002:66a1".
 std::string vendorWord(const topo::Gpu& g) {
   return g.vendor == 0 ? "unknown-vendor" : topo::vendorName(g.vendor);
@@ -40,49 +36,9 @@ std::string describeOther(const topo::Gpu& g) {
   return vendorWord(g) + " GPU " + fmt::format("{:04x}:{:04x}", g.vendor, g.device);
 }
 
-bool isRdmaName(const std::string& name) {
-  static const char* kPrefixes[] = {"mlx", "rocep", "ibp",  "irdma", "bnxt_re", "qedr", "hns", "erdma",
-                                    "efa", "rdmap", "hfi1", "qib",   "ionic",   "siw",  "rxe"};
-  for (const char* p : kPrefixes) {
-    if (name.starts_with(p)) return true;
-  }
-  return false;
-}
-
-// What a port can carry: the verbs fabric it belongs to, if any.
-bool carries(const topo::Nic& nic, const topo::NicPort& port, Fabric fabric) {
-  bool verbsNic = isRdmaName(nic.name) && nic.vendor != topo::kVendorAmazon;
-  switch (fabric) {
-    case Fabric::kIb:
-      return port.link_layer == LinkLayer::kInfiniBand;
-    case Fabric::kRoce:
-      return port.link_layer == LinkLayer::kEthernet && verbsNic;
-    case Fabric::kTcp:
-      return !port.netdev.empty() ||
-             (!verbsNic && !nic.name.starts_with("pci:") && nic.vendor != topo::kVendorAmazon);
-  }
-  return false;
-}
-
-// NICs that are neither InfiniBand nor RoCE (EFA) or that the topology does not name: usable for
-// placement on any fabric, but without NCCL_IB_* and UCX variables.
-bool opaque(const topo::Nic& nic) {
-  return nic.vendor == topo::kVendorAmazon || nic.name.starts_with("pci:") ||
-         (nic.ports.size() == 1 && nic.ports[0].link_layer == LinkLayer::kUnspecified);
-}
-
-bool nodeHas(const NodeTopology& t, Fabric fabric) {
-  for (const topo::Nic& nic : t.nics) {
-    for (const topo::NicPort& p : nic.ports) {
-      if (usable(p) && carries(nic, p, fabric)) return true;
-    }
-  }
-  return false;
-}
-
 Fabric chooseFabric(const std::vector<NodeGrant>& grants, const PlanRequest& request) {
   auto supports = [](const NodeGrant& g, Fabric f) {
-    return g.node->fabric ? *g.node->fabric == f || f == Fabric::kTcp : nodeHas(*g.node->topology, f);
+    return topo::nodeCarries(*g.node->topology, g.node->fabric, f);
   };
   if (request.fabric) {
     if (*request.fabric == Fabric::kTcp) return Fabric::kTcp;
@@ -104,9 +60,9 @@ Fabric chooseFabric(const std::vector<NodeGrant>& grants, const PlanRequest& req
 
 // GPUs of a node in the order that puts the fastest link between consecutive ranks: from the
 // first GPU, always the closest not yet taken (NVLink, then one switch, then one NUMA node).
-std::vector<int> chainOrder(const NodeTopology& t, std::vector<int> gpus) {
+std::vector<size_t> chainOrder(const NodeTopology& t, std::vector<size_t> gpus) {
   std::sort(gpus.begin(), gpus.end());
-  std::vector<int> out;
+  std::vector<size_t> out;
   std::vector<bool> taken(gpus.size(), false);
   for (size_t step = 0; step < gpus.size(); ++step) {
     size_t pick = 0;
@@ -128,7 +84,7 @@ std::vector<int> chainOrder(const NodeTopology& t, std::vector<int> gpus) {
 
 // One local rank's node-level decisions (the same on every node of the same type and grant).
 struct LocalPlan {
-  int gpu = 0;
+  size_t gpu = 0;
   int cuda_index = 0;
   std::vector<NicChoice> nics;
   Path path;
@@ -149,25 +105,25 @@ struct NodeTemplate {
 };
 
 struct Candidate {
-  int nic;
-  int port;  // index into ports
+  topo::NicPortRef at;
   Path path;
 };
 
 std::vector<NicChoice> choose(const NodeTopology& t, const std::vector<Candidate>& picked) {
   std::vector<NicChoice> out;
   for (const Candidate& c : picked) {
-    const topo::Nic& nic = t.nics[static_cast<size_t>(c.nic)];
-    const topo::NicPort& port = nic.ports[static_cast<size_t>(c.port)];
+    const topo::Nic& nic = t.nics[c.at.nic];
+    const topo::NicPort& port = nic.ports[c.at.port];
+    const topo::NicAccess access = topo::nicAccess(nic);
     NicChoice ch;
     ch.name = nic.name;
     ch.port = port.port;
     ch.netdev = port.netdev;
-    if (ch.netdev.empty() && !isRdmaName(nic.name) && !opaque(nic)) ch.netdev = nic.name;  // NCCL socket NIC
+    if (ch.netdev.empty() && access == topo::NicAccess::kSocket) ch.netdev = nic.name;
     ch.link_layer = port.link_layer;
     ch.roce_v2_gid_index = port.roce_v2_gid_index;
     ch.rate_gbps = port.rate_gbps;
-    ch.verbs = !opaque(nic) && isRdmaName(nic.name) &&
+    ch.verbs = access == topo::NicAccess::kVerbs &&
                (port.link_layer == LinkLayer::kInfiniBand || port.link_layer == LinkLayer::kEthernet);
     ch.efa = nic.isEfa();
     out.push_back(std::move(ch));
@@ -176,17 +132,7 @@ std::vector<NicChoice> choose(const NodeTopology& t, const std::vector<Candidate
 }
 
 void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vector<LocalPlan>& locals) {
-  // Usable ports of the job's fabric (and opaque NICs, which any fabric may use).
-  std::vector<std::pair<int, int>> ports;  // (nic, port index)
-  for (size_t n = 0; n < t.nics.size(); ++n) {
-    const topo::Nic& nic = t.nics[n];
-    for (size_t p = 0; p < nic.ports.size(); ++p) {
-      if (usable(nic.ports[p]) && (carries(nic, nic.ports[p], fabric) || opaque(nic))) {
-        ports.emplace_back(static_cast<int>(n), static_cast<int>(p));
-        break;  // one port per NIC: NCCL treats each port as its own device anyway
-      }
-    }
-  }
+  const std::vector<topo::NicPortRef> ports = topo::fabricPorts(t, fabric);
   if (ports.empty()) {
     for (LocalPlan& l : locals) {
       l.notes.push_back("no usable " + toString(fabric) +
@@ -202,8 +148,8 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
   std::vector<std::vector<Path>> paths(locals.size());
   std::vector<int> bestRank(locals.size(), 1 << 30);
   for (size_t l = 0; l < locals.size(); ++l) {
-    for (const auto& [n, p] : ports) {
-      paths[l].push_back(t.gpuToNic(locals[l].gpu, n));
+    for (const topo::NicPortRef& p : ports) {
+      paths[l].push_back(t.gpuToNic(locals[l].gpu, p.nic));
       bestRank[l] = std::min(bestRank[l], rankOf(paths[l].back()));
     }
   }
@@ -240,7 +186,7 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
     for (size_t i = 0; i < members.size(); ++i) {
       std::vector<Candidate> picked;
       for (size_t c = i; c < set.size(); c += members.size()) {
-        picked.push_back({ports[set[c]].first, ports[set[c]].second, paths[members[i]][set[c]]});
+        picked.push_back({ports[set[c]], paths[members[i]][set[c]]});
         ++load[set[c]];
       }
       locals[members[i]].nics = choose(t, picked);
@@ -251,7 +197,7 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
   for (size_t l : order) {
     if (done[l]) continue;
     LocalPlan& lp = locals[l];
-    const topo::Gpu& gpu = t.gpus[static_cast<size_t>(lp.gpu)];
+    const topo::Gpu& gpu = t.gpus[lp.gpu];
     bool nearby = bestRank[l] < static_cast<int>(PathType::kSYS);
     // Among the closest (or, with none nearby, those of the GPU's socket): least loaded, then fastest.
     std::optional<size_t> pick;
@@ -260,16 +206,14 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
       bool capC = load[c] < cap, capT = load[than] < cap;
       if (capC != capT) return capC;
       if (load[c] != load[than]) return load[c] < load[than];
-      const auto& pc =
-          t.nics[static_cast<size_t>(ports[c].first)].ports[static_cast<size_t>(ports[c].second)];
-      const auto& pt =
-          t.nics[static_cast<size_t>(ports[than].first)].ports[static_cast<size_t>(ports[than].second)];
+      const topo::NicPort& pc = t.nics[ports[c].nic].ports[ports[c].port];
+      const topo::NicPort& pt = t.nics[ports[than].nic].ports[ports[than].port];
       if (pc.rate_gbps != pt.rate_gbps) return pc.rate_gbps > pt.rate_gbps;
       return c < than;
     };
     for (size_t c = 0; c < ports.size(); ++c) {
-      bool eligible = nearby ? rankOf(paths[l][c]) == bestRank[l]
-                             : t.nics[static_cast<size_t>(ports[c].first)].at.package == gpu.at.package;
+      bool eligible =
+          nearby ? rankOf(paths[l][c]) == bestRank[l] : t.nics[ports[c].nic].at.package == gpu.at.package;
       if (eligible && (!pick || better(c, *pick))) pick = c;
     }
     sameSocket = pick.has_value();
@@ -279,7 +223,7 @@ void assignNics(const NodeTopology& t, Fabric fabric, GdrMode gdrMode, std::vect
       }
     }
     ++load[*pick];
-    lp.nics = choose(t, {{ports[*pick].first, ports[*pick].second, paths[l][*pick]}});
+    lp.nics = choose(t, {{ports[*pick], paths[l][*pick]}});
     lp.path = paths[l][*pick];
     if (!nearby) {
       lp.notes.push_back("no NIC near GPU" + std::to_string(lp.gpu) + ": using " + lp.nics[0].name + " (" +
@@ -339,7 +283,7 @@ void assignCpus(const NodeTopology& t, NodeTemplate& tpl) {
   std::map<std::string, CpuSet> domains;
   for (size_t l = 0; l < tpl.locals.size(); ++l) {
     LocalPlan& lp = tpl.locals[l];
-    CpuSet d = cpuDomain(t, t.gpus[static_cast<size_t>(lp.gpu)], lp.numa);
+    CpuSet d = cpuDomain(t, t.gpus[lp.gpu], lp.numa);
     domains[d.toList()] = d;
     byDomain[d.toList()].push_back(l);
   }
@@ -391,18 +335,18 @@ void assignCpus(const NodeTopology& t, NodeTemplate& tpl) {
   }
 }
 
-NodeTemplate planNode(const topo::ClusterNode& node, std::vector<int> gpus, Fabric fabric, GdrMode gdr) {
+NodeTemplate planNode(const topo::ClusterNode& node, std::vector<size_t> gpus, Fabric fabric, GdrMode gdr) {
   const NodeTopology& t = *node.topology;
   NodeTemplate tpl;
   std::vector<int> cuda(t.gpus.size(), -1);
   int next = 0;
   for (const topo::Gpu& g : t.gpus) {
-    if (g.isNvidia()) cuda[static_cast<size_t>(g.index)] = next++;
+    if (g.isNvidia()) cuda[g.index] = next++;
   }
-  for (int g : chainOrder(t, std::move(gpus))) {
+  for (size_t g : chainOrder(t, std::move(gpus))) {
     LocalPlan lp;
     lp.gpu = g;
-    lp.cuda_index = cuda[static_cast<size_t>(g)];
+    lp.cuda_index = cuda[g];
     tpl.locals.push_back(std::move(lp));
   }
   assignNics(t, fabric, gdr, tpl.locals);
@@ -618,13 +562,13 @@ std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const Plan
   }
   std::vector<NodeGrant> grants;
   int left = request.ranks;
-  std::map<const NodeTopology*, std::vector<int>> chains;
+  std::map<const NodeTopology*, std::vector<size_t>> chains;
   for (size_t i : switchOrder(nodes)) {
     if (left == 0) break;
     const NodeTopology& t = *nodes[i]->topology;
     auto it = chains.find(&t);
     if (it == chains.end()) {
-      std::vector<int> all;
+      std::vector<size_t> all;
       for (const topo::Gpu& g : t.gpus) {
         if (g.isNvidia()) all.push_back(g.index);
       }
@@ -651,11 +595,11 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
                    std::to_string(held) + " GPUs; one rank per GPU");
   }
   for (const NodeGrant& g : grants) {
-    for (int gpu : g.gpus) {
-      if (gpu < 0 || static_cast<size_t>(gpu) >= g.node->topology->gpus.size()) {
+    for (size_t gpu : g.gpus) {
+      if (gpu >= g.node->topology->gpus.size()) {
         throw badInput("node " + g.node->name + " has no GPU " + std::to_string(gpu));
       }
-      if (const topo::Gpu& other = g.node->topology->gpus[static_cast<size_t>(gpu)]; !other.isNvidia()) {
+      if (const topo::Gpu& other = g.node->topology->gpus[gpu]; !other.isNvidia()) {
         throw badInput("GPU" + std::to_string(gpu) + " of node " + g.node->name + " (" +
                        describeOther(other) +
                        ") is not an NVIDIA GPU: poolrun plans CUDA/NCCL ranks only; ask for NVIDIA GPUs "
@@ -667,14 +611,14 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
   plan.fabric = chooseFabric(grants, request);
   std::vector<const topo::ClusterNode*> nodes;
   for (const NodeGrant& g : grants) nodes.push_back(g.node);
-  std::map<std::pair<const NodeTopology*, std::vector<int>>, NodeTemplate> templates;
+  std::map<std::pair<const NodeTopology*, std::vector<size_t>>, NodeTemplate> templates;
   std::vector<const NodeTemplate*> nodeTemplates;
   plan.ranks.reserve(static_cast<size_t>(request.ranks));
   plan.nodes.reserve(grants.size());
   int rank = 0;
   for (size_t gi : switchOrder(nodes)) {
     const NodeGrant& grant = grants[gi];
-    std::vector<int> key = grant.gpus;
+    std::vector<size_t> key = grant.gpus;
     std::sort(key.begin(), key.end());
     auto it = templates.find({grant.node->topology.get(), key});
     if (it == templates.end()) {
@@ -701,7 +645,7 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
       r.local_size = np.ranks;
       r.gpu = lp.gpu;
       r.cuda_index = lp.cuda_index;
-      r.gpu_pci = grant.node->topology->gpus[static_cast<size_t>(lp.gpu)].pci;
+      r.gpu_pci = grant.node->topology->gpus[lp.gpu].pci;
       r.nics = lp.nics;
       r.gpu_nic_path = lp.path;
       r.transport = lp.transport;

@@ -90,7 +90,7 @@ nlohmann::ordered_json tunerConfig(const JobPlan& plan) {
   const topo::NodeTopology& t = *plan.nodeOf(r0).node.topology;
   const topo::Gpu& gpu = t.gpus[static_cast<size_t>(r0.gpu)];
   int links = gpu.nvswitch_links;
-  for (const topo::NvLinkPeer& p : gpu.nvlinks) links += p.gpu != topo::kNone ? p.count : 0;
+  for (const topo::NvLinkPeer& p : gpu.nvlinks) links += p.gpu != topo::kNoIndex ? p.count : 0;
   double perLink = gpu.sm >= 100 ? 50 : gpu.sm == 60 ? 20 : 25;  // GB/s per link and direction
   std::set<std::string> nics;
   bool gdr = true;

@@ -4,6 +4,8 @@
 #include <map>
 #include <numeric>
 
+#include "poolrun/topo/fabric.hpp"
+
 namespace poolrun::pool {
 namespace {
 
@@ -161,21 +163,25 @@ std::vector<int> pickGpus(const PoolNode& node, const std::vector<int>& usable, 
   if (static_cast<size_t>(k) >= usable.size()) return usable;
   const auto& gpus = node.topology->gpus;
   auto groupsBy = [&](auto key) {
-    std::map<int, std::vector<int>> groups;
+    std::map<decltype(key(gpus.front())), std::vector<int>> groups;
     for (int i : usable) groups[key(gpus[static_cast<size_t>(i)])].push_back(i);
     return groups;
   };
-  for (auto groups : {groupsBy([](const topo::Gpu& g) { return g.at.switch_index; }),
-                      groupsBy([](const topo::Gpu& g) { return g.at.numa; })}) {
+  // The smallest group that has k, among those of a known switch or NUMA node.
+  auto smallestWith = [&](const auto& groups, auto unknown) -> const std::vector<int>* {
     const std::vector<int>* best = nullptr;
     for (const auto& [key, g] : groups)
-      if (key != topo::kNone && g.size() >= static_cast<size_t>(k) && (!best || g.size() < best->size()))
+      if (key != unknown && g.size() >= static_cast<size_t>(k) && (!best || g.size() < best->size()))
         best = &g;
-    if (best) return {best->begin(), best->begin() + k};
-  }
-  auto groups = groupsBy([](const topo::Gpu& g) { return g.at.numa; });
+    return best;
+  };
+  const auto bySwitch = groupsBy([](const topo::Gpu& g) { return g.at.switch_index; });
+  const auto groups = groupsBy([](const topo::Gpu& g) { return g.at.numa; });  // by NUMA node
+  const std::vector<int>* best = smallestWith(bySwitch, topo::kNoIndex);
+  if (!best) best = smallestWith(groups, topo::kNone);
+  if (best) return {best->begin(), best->begin() + k};
   std::vector<std::vector<int>> ordered;
-  for (auto& [key, g] : groups) ordered.push_back(g);
+  for (const auto& [key, g] : groups) ordered.push_back(g);
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const auto& a, const auto& b) { return a.size() > b.size(); });
   std::vector<int> out;
@@ -190,7 +196,7 @@ std::vector<int> pickGpus(const PoolNode& node, const std::vector<int>& usable, 
 
 bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState) {
   if ((!anyState && node.state != NodeState::kUp) || !node.topology) return false;
-  if (request.fabric && node.effectiveFabric() != *request.fabric) return false;
+  if (request.fabric && !topo::nodeCarries(*node.topology, node.fabric, *request.fabric)) return false;
   for (const auto& [key, value] : request.labels) {
     auto it = node.labels.find(key);
     if (it == node.labels.end() || it->second != value) return false;

@@ -29,6 +29,83 @@ TimePoint addSaturating(TimePoint t, seconds d) {
   return t + d;
 }
 
+// The nodes of `nodes` that match `r` as placement sees them: each with its GPUs that are not
+// failed, match, and that `freeOn(node)(gpu)` says are free. `everUsable`: as if every node that is
+// not down were up (whether the pool could ever fit the request).
+template <class FreeOn>
+std::vector<NodeView> nodeViews(const std::vector<const PoolNode*>& nodes, const LeaseRequest& r,
+                                FreeOn freeOn, bool everUsable = false) {
+  std::vector<NodeView> views;
+  views.reserve(nodes.size());
+  for (const PoolNode* node : nodes) {
+    if ((everUsable && node->state == NodeState::kDown) || !nodeMatches(*node, r, everUsable)) continue;
+    auto free = freeOn(*node);
+    NodeView v{node, {}, false};
+    for (int i = 0; i < node->gpuCount(); ++i)
+      if (!node->failed.count(i) && gpuMatches(node->topology->gpus[static_cast<size_t>(i)], r) && free(i))
+        v.usable.push_back(i);
+    v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+// Every GPU free: the pool as if no lease were held.
+auto allFree(const PoolNode&) {
+  return [](int) { return true; };
+}
+
+// When GPUs are busy as the scheduler plans ahead: running leases until their maximum end (forever
+// without one), and the GPUs promised to the waiting requests planned so far.
+class Timeline {
+ public:
+  Timeline(const std::vector<const PoolNode*>& nodes, const std::map<std::string, Lease>& leases,
+           TimePoint now) {
+    for (const PoolNode* node : nodes) busy_[node->name].resize(static_cast<size_t>(node->gpuCount()));
+    for (const auto& [id, lease] : leases) hold(lease.gpus, now, lease.max_end.value_or(kNever), true);
+  }
+
+  // When a request may start: now, at every planned end after now, and never (once leases
+  // without an end have ended).
+  std::vector<TimePoint> starts(TimePoint now) const {
+    std::vector<TimePoint> times{now};
+    for (TimePoint t : ends_)
+      if (t > now) times.push_back(t);
+    times.push_back(kNever);
+    return times;
+  }
+
+  // Per GPU of `node`: whether it is free from `t` to `to`. From kNever, only promises without an
+  // end hold it.
+  auto freeOn(const PoolNode& node, TimePoint t, TimePoint to) const {
+    const std::vector<std::vector<Interval>>& gpus = busy_.at(node.name);
+    return [&gpus, t, to](int i) {
+      return std::none_of(gpus[static_cast<size_t>(i)].begin(), gpus[static_cast<size_t>(i)].end(),
+                          [&](const Interval& iv) {
+                            return t == kNever ? (!iv.lease && iv.to == kNever) : (iv.from < to && t < iv.to);
+                          });
+    };
+  }
+
+  // `gpus` busy from `from` to `to`: held by a lease, or promised to a waiting request.
+  void hold(const std::vector<GpuRef>& gpus, TimePoint from, TimePoint to, bool lease) {
+    if (to != kNever) ends_.insert(to);
+    for (const GpuRef& g : gpus) {
+      auto b = busy_.find(g.node);
+      if (b != busy_.end() && static_cast<size_t>(g.index) < b->second.size())
+        b->second[static_cast<size_t>(g.index)].push_back({from, to, lease});
+    }
+  }
+
+ private:
+  struct Interval {
+    TimePoint from, to;
+    bool lease;
+  };
+  std::map<std::string, std::vector<std::vector<Interval>>> busy_;  // per node, per GPU
+  std::set<TimePoint> ends_;
+};
+
 }  // namespace
 
 std::string toString(NodeState state) {
@@ -60,19 +137,6 @@ NodeState nodeStateFromString(std::string_view text) {
   if (text == "draining") return NodeState::kDraining;
   if (text == "down") return NodeState::kDown;
   throw badInput("unknown node state '" + std::string(text) + "' (use up, draining or down)");
-}
-
-topo::Fabric PoolNode::effectiveFabric() const {
-  if (fabric) return *fabric;
-  bool roce = false;
-  if (topology)
-    for (const topo::Nic& nic : topology->nics)
-      for (const topo::NicPort& port : nic.ports) {
-        if (!port.up()) continue;
-        if (port.link_layer == topo::LinkLayer::kInfiniBand) return topo::Fabric::kIb;
-        if (port.link_layer == topo::LinkLayer::kEthernet) roce = true;
-      }
-  return roce ? topo::Fabric::kRoce : topo::Fabric::kTcp;
 }
 
 void Dirty::merge(const Dirty& other) {
@@ -187,17 +251,7 @@ GpuState PoolState::gpuState(const std::string& node, int index) const {
 bool PoolState::everFits(const LeaseRequest& request) const {
   // Every GPU that is not failed on a node that is not down (draining ones come back), as if no
   // lease were held.
-  std::vector<NodeView> views;
-  for (const PoolNode* node : nodesInOrder()) {
-    if (node->state == NodeState::kDown || !nodeMatches(*node, request, true)) continue;
-    NodeView v{node, {}, false};
-    for (int i = 0; i < node->gpuCount(); ++i)
-      if (!node->failed.count(i) && gpuMatches(node->topology->gpus[static_cast<size_t>(i)], request))
-        v.usable.push_back(i);
-    v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
-    views.push_back(std::move(v));
-  }
-  return place(views, request).has_value();
+  return place(nodeViews(nodesInOrder(), request, allFree, true), request).has_value();
 }
 
 std::vector<const QueueEntry*> PoolState::waitingInOrder() const {
@@ -253,6 +307,17 @@ void PoolState::dropLease(const std::string& id) {
   dirty_.new_leases.erase(id);
 }
 
+Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now) {
+  Lease lease = grant(entry.request, gpus, now);
+  planned_[entry.ticket] = now;
+  QueueEntry& e = queue_.at(entry.ticket);
+  e.status = QueueEntry::Status::kGranted;
+  e.lease_id = lease.id;
+  dirty_.queue.insert(e.ticket);
+  wait_seconds_.push_back(std::chrono::duration<double>(now - e.enqueued).count());
+  return lease;
+}
+
 void PoolState::schedule(TimePoint now) {
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
@@ -262,107 +327,39 @@ void PoolState::schedule(TimePoint now) {
   // which it fits on GPUs that are free then and not promised to a request ahead of it. Running
   // leases hold their GPUs until their maximum end (forever without one); a request starts now
   // only when its start is now, so it never delays anyone ahead of it.
-  struct Interval {
-    TimePoint from, to;
-    bool lease;
-  };
-  std::map<std::string, std::vector<std::vector<Interval>>> busy;
-  std::set<TimePoint> ends;
   const std::vector<const PoolNode*> inOrder = nodesInOrder();
+  auto unheld = [&](const PoolNode& node) {
+    const Occupancy& o = occupancy_[node.name];
+    return [&o](int i) { return o.holder[static_cast<size_t>(i)].empty(); };
+  };
   // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
   // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
-  bool timeline = false;
-  auto buildTimeline = [&] {
-    for (const PoolNode* node : inOrder) busy[node->name].resize(static_cast<size_t>(node->gpuCount()));
-    for (const auto& [id, lease] : leases_) {
-      TimePoint end = lease.max_end.value_or(kNever);
-      if (end != kNever) ends.insert(end);
-      for (const GpuRef& g : lease.gpus) {
-        auto b = busy.find(g.node);
-        if (b != busy.end() && static_cast<size_t>(g.index) < b->second.size())
-          b->second[static_cast<size_t>(g.index)].push_back({now, end, true});
-      }
-    }
-    timeline = true;
-  };
-
+  std::optional<Timeline> timeline;
   for (const QueueEntry* entry : order) {
     const LeaseRequest& r = entry->request;
     if (!timeline) {
-      std::vector<NodeView> views;
-      views.reserve(inOrder.size());
-      for (const PoolNode* node : inOrder) {
-        if (!nodeMatches(*node, r)) continue;
-        const Occupancy& o = occupancy_[node->name];
-        NodeView v{node, {}, false};
-        for (int i = 0; i < node->gpuCount(); ++i)
-          if (!node->failed.count(i) && o.holder[static_cast<size_t>(i)].empty() &&
-              gpuMatches(node->topology->gpus[static_cast<size_t>(i)], r))
-            v.usable.push_back(i);
-        v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
-        views.push_back(std::move(v));
-      }
-      if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) {
-        planned_[entry->ticket] = now;
-        Lease lease = grant(r, *gpus, now);
-        QueueEntry& e = queue_.at(entry->ticket);
-        e.status = QueueEntry::Status::kGranted;
-        e.lease_id = lease.id;
-        dirty_.queue.insert(e.ticket);
-        wait_seconds_.push_back(std::chrono::duration<double>(now - e.enqueued).count());
+      if (std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, unheld), r)) {
+        grantQueued(*entry, *gpus, now);
         continue;
       }
-      buildTimeline();
+      timeline.emplace(inOrder, leases_, now);
     }
-    std::vector<TimePoint> times{now};
-    for (TimePoint t : ends)
-      if (t > now) times.push_back(t);
-    times.push_back(kNever);
     bool placedAny = false;
-    for (TimePoint t : times) {
+    for (TimePoint t : timeline->starts(now)) {
       TimePoint to = (t == kNever || !r.max_duration) ? kNever : addSaturating(t, *r.max_duration);
-      std::vector<NodeView> views;
-      views.reserve(inOrder.size());
-      for (const PoolNode* node : inOrder) {
-        if (!nodeMatches(*node, r)) continue;
-        const auto& gpuBusy = busy[node->name];
-        NodeView v{node, {}, false};
-        for (int i = 0; i < node->gpuCount(); ++i) {
-          if (node->failed.count(i) || !gpuMatches(node->topology->gpus[static_cast<size_t>(i)], r)) continue;
-          bool free = true;
-          for (const Interval& iv : gpuBusy[static_cast<size_t>(i)]) {
-            bool conflict = t == kNever ? (!iv.lease && iv.to == kNever) : (iv.from < to && t < iv.to);
-            if (conflict) {
-              free = false;
-              break;
-            }
-          }
-          if (free) v.usable.push_back(i);
-        }
-        v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
-        views.push_back(std::move(v));
-      }
-      std::optional<std::vector<GpuRef>> gpus = place(views, r);
+      auto freeThen = [&](const PoolNode& node) { return timeline->freeOn(node, t, to); };
+      std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, freeThen), r);
       if (!gpus) continue;
       placedAny = true;
-      planned_[entry->ticket] = t;
       if (t == now) {
-        Lease lease = grant(r, *gpus, now);
-        QueueEntry& e = queue_.at(entry->ticket);
-        e.status = QueueEntry::Status::kGranted;
-        e.lease_id = lease.id;
-        dirty_.queue.insert(e.ticket);
-        wait_seconds_.push_back(std::chrono::duration<double>(now - e.enqueued).count());
-        TimePoint end = lease.max_end.value_or(kNever);
-        if (end != kNever) ends.insert(end);
-        for (const GpuRef& g : *gpus) busy[g.node][static_cast<size_t>(g.index)].push_back({now, end, true});
+        Lease lease = grantQueued(*entry, *gpus, now);
+        timeline->hold(*gpus, now, lease.max_end.value_or(kNever), true);
       } else {
-        if (to != kNever) ends.insert(to);
+        planned_[entry->ticket] = t;
         // A request that can start only once leases without an end have ended ("never", as far
         // as the plan can tell) may start at any moment they end: its GPUs are promised from now
         // on, or anything placed on them meanwhile could delay it without bound.
-        TimePoint from = t == kNever ? now : t;
-        for (const GpuRef& g : *gpus) busy[g.node][static_cast<size_t>(g.index)].push_back({from, to, false});
+        timeline->hold(*gpus, t == kNever ? now : t, to, false);
       }
       break;
     }
@@ -392,13 +389,8 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   if (e.status == QueueEntry::Status::kFailed) {
     queue_.erase(ticket);
     dirty_.queue.erase(ticket);
-    int usable = 0;
-    for (const auto& [name, node] : nodes_) {
-      if (node.state == NodeState::kDown || !nodeMatches(node, request, true)) continue;
-      for (int i = 0; i < node.gpuCount(); ++i)
-        if (!node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], request))
-          ++usable;
-    }
+    size_t usable = 0;
+    for (const NodeView& v : nodeViews(nodesInOrder(), request, allFree, true)) usable += v.usable.size();
     std::string shape = shapeText(request);
     throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                     "a request for " + std::to_string(request.gpus) + " GPUs" + shape +
@@ -542,7 +534,7 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
     info.name = node->name;
     info.switch_name = node->switch_name;
     info.rail_group = node->rail_group;
-    info.fabric = topo::toString(node->effectiveFabric());
+    info.fabric = topo::toString(topo::nodeFabrics(*node->topology, node->fabric).front());
     info.labels = node->labels;
     info.state = node->state;
     for (int i = 0; i < node->gpuCount(); ++i) {
@@ -653,26 +645,22 @@ std::string PoolState::waitReason(int64_t ticket) const {
   // The GPUs it could have now, as the scheduler sees them: free, not failed, on up nodes that
   // match. Placed (in pool order) only where there are enough of them: a poll on a full pool of
   // 1,000 nodes stays a counting pass.
-  auto usable = [&](const PoolNode& node, const Occupancy* o) {
-    std::vector<int> out;
-    for (int i = 0; i < node.gpuCount(); ++i) {
-      bool held = o != nullptr && static_cast<size_t>(i) < o->holder.size() &&
-                  !o->holder[static_cast<size_t>(i)].empty();
-      if (!held && !node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], r))
-        out.push_back(i);
-    }
-    return out;
-  };
-  auto occupancyOf = [&](const std::string& name) -> const Occupancy* {
-    auto o = occupancy_.find(name);
-    return o == occupancy_.end() ? nullptr : &o->second;
+  auto unheldIn = [](const Occupancy* o) {
+    return [o](int i) {
+      return o == nullptr || static_cast<size_t>(i) >= o->holder.size() ||
+             o->holder[static_cast<size_t>(i)].empty();
+    };
   };
   int free = 0;
   auto o = occupancy_.begin();  // both maps are keyed by node name: walked side by side
   for (const auto& [name, node] : nodes_) {
     while (o != occupancy_.end() && o->first < name) ++o;
-    size_t n = usable(node, o != occupancy_.end() && o->first == name ? &o->second : nullptr).size();
-    if (n > 0 && nodeMatches(node, r)) free += static_cast<int>(n);  // most nodes of a busy pool have none
+    auto unheld = unheldIn(o != occupancy_.end() && o->first == name ? &o->second : nullptr);
+    int n = 0;
+    for (int i = 0; i < node.gpuCount(); ++i)
+      if (unheld(i) && !node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], r))
+        ++n;
+    if (n > 0 && nodeMatches(node, r)) free += n;  // most nodes of a busy pool have none
   }
   std::vector<int64_t> ahead;
   for (const QueueEntry* e : waitingInOrder()) {
@@ -683,14 +671,11 @@ std::string PoolState::waitReason(int64_t ticket) const {
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
                      ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
   if (free >= r.gpus) {
-    std::vector<NodeView> views;
-    for (const PoolNode* node : nodesInOrder()) {
-      if (!nodeMatches(*node, r)) continue;
-      NodeView v{node, usable(*node, occupancyOf(node->name)), false};
-      v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
-      views.push_back(std::move(v));
-    }
-    if (!place(views, r))
+    auto unheld = [&](const PoolNode& node) {
+      auto held = occupancy_.find(node.name);
+      return unheldIn(held == occupancy_.end() ? nullptr : &held->second);
+    };
+    if (!place(nodeViews(nodesInOrder(), r, unheld), r))
       text += ", not in that shape";
     else if (ahead.empty())
       text += ", about to start";

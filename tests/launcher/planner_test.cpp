@@ -60,7 +60,7 @@ std::string nicNames(const RankPlan& r) {
 // Invariants every plan keeps: each granted GPU used once per node, CPU sets disjoint and inside
 // the GPU's NUMA node, exact-match HCA strings, local ranks contiguous.
 void checkInvariants(const JobPlan& plan) {
-  std::map<std::string, std::set<int>> gpus;
+  std::map<std::string, std::set<size_t>> gpus;
   std::map<std::string, topo::CpuSet> used;
   int expectedRank = 0;
   for (const RankPlan& r : plan.ranks) {
@@ -149,7 +149,7 @@ const std::vector<Case>& cases() {
       {"Gpu8Nic1", spec([](SyntheticSpec& s) { s.nics = 1; }), ranks(8),
        [](const JobPlan& p) {
          for (const RankPlan& r : p.ranks) EXPECT_EQ(r.nics.at(0).name, "mlx5_0");
-         std::map<int, std::string> path;
+         std::map<size_t, std::string> path;
          for (const RankPlan& r : p.ranks) path[r.gpu] = r.gpu_nic_path.str();
          EXPECT_EQ(path[0], "PIX");
          EXPECT_EQ(path[2], "PHB");
@@ -391,9 +391,9 @@ TEST(PlannerTest, ConsecutiveRanksShareTheFastestLink) {
   s.nics = 0;
   s.nvswitch_links = 0;
   topo::NodeTopology t = synthetic(s);
-  auto link = [&](int a, int b) {
-    t.gpus[static_cast<size_t>(a)].nvlinks.push_back({b, "GPU" + std::to_string(b), 4});
-    t.gpus[static_cast<size_t>(b)].nvlinks.push_back({a, "GPU" + std::to_string(a), 4});
+  auto link = [&](size_t a, size_t b) {
+    t.gpus[a].nvlinks.push_back({b, "GPU" + std::to_string(b), 4});
+    t.gpus[b].nvlinks.push_back({a, "GPU" + std::to_string(a), 4});
   };
   link(0, 2);
   link(2, 1);
@@ -401,9 +401,9 @@ TEST(PlannerTest, ConsecutiveRanksShareTheFastestLink) {
   PlanRequest req = ranks(4);
   req.fabric = topo::Fabric::kTcp;
   JobPlan plan = planOn(clusterOf(t, 1), req);
-  std::vector<int> gpus;
+  std::vector<size_t> gpus;
   for (const RankPlan& r : plan.ranks) gpus.push_back(r.gpu);
-  EXPECT_EQ(gpus, (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(gpus, (std::vector<size_t>{0, 2, 1, 3}));
 }
 
 TEST(PlannerTest, CudaIndexSkipsNonNvidiaGpus) {

@@ -26,19 +26,19 @@ struct Machine {
   std::function<void(const NodeTopology&)> check;  // what the README says beyond the counts
 };
 
-int nicIndex(const NodeTopology& t, const std::string& name) {
+size_t nicIndex(const NodeTopology& t, const std::string& name) {
   for (size_t i = 0; i < t.nics.size(); ++i) {
-    if (t.nics[i].name == name) return static_cast<int>(i);
+    if (t.nics[i].name == name) return i;
   }
   ADD_FAILURE() << "no NIC " << name;
   return 0;
 }
 
-std::string gpuNic(const NodeTopology& t, int gpu, const std::string& nic) {
+std::string gpuNic(const NodeTopology& t, size_t gpu, const std::string& nic) {
   return t.gpuToNic(gpu, nicIndex(t, nic)).str();
 }
 
-int gpuByPci(const NodeTopology& t, const std::string& pci) {
+size_t gpuByPci(const NodeTopology& t, const std::string& pci) {
   for (const Gpu& g : t.gpus) {
     if (g.pci.str() == pci) return g.index;
   }
@@ -47,10 +47,10 @@ int gpuByPci(const NodeTopology& t, const std::string& pci) {
 }
 
 // NICs that share a PCIe switch (PIX or PXB) with `gpu`.
-std::vector<std::string> switchNics(const NodeTopology& t, int gpu) {
+std::vector<std::string> switchNics(const NodeTopology& t, size_t gpu) {
   std::vector<std::string> out;
   for (size_t n = 0; n < t.nics.size(); ++n) {
-    PathType p = t.gpuToNic(gpu, static_cast<int>(n)).type;
+    PathType p = t.gpuToNic(gpu, n).type;
     if (p == PathType::kPIX || p == PathType::kPXB) out.push_back(t.nics[n].name);
   }
   return out;
@@ -83,7 +83,7 @@ const std::vector<Machine>& machines() {
        }},
       {"hwloc-xml/hwloc_32em64t-2n8c2t-pci-normalio.v2.xml", 4, 3, 1, 2,
        [](const NodeTopology& t) {
-         int amd = gpuByPci(t, "0000:84:00.1");
+         size_t amd = gpuByPci(t, "0000:84:00.1");
          EXPECT_FALSE(t.gpus[amd].isNvidia());
          EXPECT_EQ(t.gpus[amd].sm, 0);
          EXPECT_EQ(t.nics[0].name, "mlx5_0");
@@ -132,7 +132,7 @@ const std::vector<Machine>& machines() {
        }},
       {"hwloc-xml/flux-core_ipa20.xml", 4, 4, 4, 8,
        [](const NodeTopology& t) {
-         int lonely = gpuByPci(t, "0000:cb:00.0");
+         size_t lonely = gpuByPci(t, "0000:cb:00.0");
          EXPECT_TRUE(switchNics(t, lonely).empty()) << "GPU2 has no NIC nearby";
          for (size_t n = 0; n < t.nics.size(); ++n) EXPECT_EQ(t.gpuToNic(lonely, int(n)).str(), "SYS");
          // Only mlx5_0 is up.

@@ -433,12 +433,12 @@ TEST(SysfsMergeTest, UpdatesKnownNicsAndAddsTheOthers) {
   Nic unnamed;
   unnamed.name = "pci:0000:82:00.0";
   unnamed.pci = *PciAddress::parse("0000:82:00.0");
-  unnamed.at = PciPlacement{0, kNone, kNone, kNone};
+  unnamed.at = PciPlacement{0, kNoIndex, kNone, kNone};
   unnamed.ports = {NicPort{1, LinkLayer::kInfiniBand, PortState::kUnknown, 0, "ib0", std::nullopt}};
   Nic named;
   named.name = "mlx5_1";
   named.pci = *PciAddress::parse("0000:03:00.0");
-  named.at = PciPlacement{kNone, kNone, 0, 0};
+  named.at = PciPlacement{kNoIndex, kNoIndex, 0, 0};
   named.cpus = CpuSet::parseList("0-3");
   topo.nics = {unnamed, named};
 
@@ -482,7 +482,7 @@ TEST(SysfsMergeTest, UpdatesKnownNicsAndAddsTheOthers) {
   EXPECT_EQ(n2.device, 0x101b);
   EXPECT_EQ(n2.pci_class, 0x020700u);
   EXPECT_EQ(n2.cpus.toList(), "8-15");
-  EXPECT_EQ(n2.at, (PciPlacement{kNone, kNone, 1, 1}));
+  EXPECT_EQ(n2.at, (PciPlacement{kNoIndex, kNoIndex, 1, 1}));
   EXPECT_THAT(n2.ports, ElementsAre(fresh));
 
   ASSERT_THAT(topo.warnings, SizeIs(1));
@@ -494,7 +494,7 @@ TEST(SysfsMergeTest, NewNicOnUnknownNumaNodeHasNoPackage) {
   NicPort port{1, LinkLayer::kEthernet, PortState::kActive, 25, "eth0", std::nullopt};
   mergeRdmaDevices(topo, {sysfsDevice("rxe0", "0000:00:05.0", kNone, port)});
   ASSERT_THAT(topo.nics, SizeIs(1));
-  EXPECT_EQ(topo.nics[0].at, (PciPlacement{kNone, kNone, kNone, kNone}));
+  EXPECT_EQ(topo.nics[0].at, (PciPlacement{kNoIndex, kNoIndex, kNone, kNone}));
   EXPECT_THAT(topo.nics[0].ports, ElementsAre(port));
 }
 

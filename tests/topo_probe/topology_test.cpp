@@ -47,8 +47,8 @@ TEST(PathTest, ClassifiesPciPlacements) {
   sw2.parent = 1;
   sw2.host_bridge = 0;
   t.switches = {root, sw1, sw2};
-  PciPlacement a{2, 0, 0, 0}, b{1, 0, 0, 0}, x{1, 0, 0, 0}, y{kNone, 1, 0, 0}, c{kNone, 2, 1, 1};
-  PciPlacement noBridges{kNone, kNone, 0, 0}, noBridges2{kNone, kNone, 0, 0};
+  PciPlacement a{2, 0, 0, 0}, b{1, 0, 0, 0}, x{1, 0, 0, 0}, y{kNoIndex, 1, 0, 0}, c{kNoIndex, 2, 1, 1};
+  PciPlacement noBridges{kNoIndex, kNoIndex, 0, 0}, noBridges2{kNoIndex, kNoIndex, 0, 0};
   struct Case {
     PciPlacement p, q;
     const char* want;

@@ -33,7 +33,7 @@ Package package(int os, const CpuSet& cpus, const std::string& model) {
   return p;
 }
 
-PciSwitch pciSwitch(std::string_view address, int parent, int hostBridge, int numa) {
+PciSwitch pciSwitch(std::string_view address, size_t parent, size_t hostBridge, int numa) {
   PciSwitch s;
   s.pci = pci(address);
   s.parent = parent;
@@ -61,22 +61,23 @@ NodeTopology twoSocketNode() {
     t.packages.push_back(package(s, cpus, "Xeon 8480+"));
     t.numa_nodes.push_back({.os_index = s, .cpus = cpus, .memory_bytes = 64 * kGiB, .package = s});
     t.host_bridges.push_back({.buses = s == 0 ? "0000:[00-7f]" : "0000:[80-ff]", .numa = s});
-    int root = static_cast<int>(t.switches.size());
-    t.switches.push_back(pciSwitch(s == 0 ? "0000:0f:01.0" : "0000:8f:01.0", kNone, s, s));
+    const size_t host_bridge = t.host_bridges.size() - 1;
+    size_t root = t.switches.size();
+    t.switches.push_back(pciSwitch(s == 0 ? "0000:0f:01.0" : "0000:8f:01.0", kNoIndex, s, s));
     t.switches.back().root_port = true;
-    int sw = static_cast<int>(t.switches.size());
+    size_t sw = t.switches.size();
     t.switches.push_back(pciSwitch(s == 0 ? "0000:10:00.0" : "0000:90:00.0", root, s, s));
     t.switches.back().link = {.speed_gts = 32, .width = 16, .gbyte_s = 63};
-    PciPlacement at{.switch_index = sw, .host_bridge = s, .numa = s, .package = s};
+    PciPlacement at{.switch_index = sw, .host_bridge = host_bridge, .numa = s, .package = s};
     for (int k = 0; k < 2; ++k) {
       Gpu g;
-      g.index = 2 * s + k;
+      g.index = static_cast<size_t>(2 * s + k);
       g.pci = pci(kGpuBusIds[2 * s + k]);
       g.vendor = kVendorNvidia;
       g.model = "NVIDIA H100 80GB HBM3";
       g.cpus = cpus;
       g.at = at;
-      int peer = 2 * s + (1 - k);
+      size_t peer = static_cast<size_t>(2 * s + (1 - k));
       g.nvlinks.push_back({peer, NodeTopology::gpuLabel(peer), 2});
       t.gpus.push_back(g);
     }
@@ -190,7 +191,7 @@ NodeTopology nvSwitchNode() {
     g.nvswitch_links = 18;
     t.gpus.push_back(g);
   }
-  t.gpus[0].nvlinks.push_back({kNone, "cpu", 4});
+  t.gpus[0].nvlinks.push_back({kNoIndex, "cpu", 4});
   t.nvswitch = true;
   return t;
 }
@@ -198,11 +199,11 @@ NodeTopology nvSwitchNode() {
 // What an NCCL XML source may give: no packages or NUMA nodes, localities naming ones not listed.
 NodeTopology sparseNode() {
   NodeTopology t;
-  t.switches.push_back(pciSwitch("0000:20:00.0", kNone, kNone, 3));
+  t.switches.push_back(pciSwitch("0000:20:00.0", kNoIndex, kNoIndex, 3));
   Gpu g;
   g.pci = pci("0000:21:00.0");
   g.at = {.switch_index = 0, .numa = 3, .package = 1};
-  g.nvlinks.push_back({kNone, "cpu", 2});
+  g.nvlinks.push_back({kNoIndex, "cpu", 2});
   t.gpus.push_back(g);
   Nic n;
   n.name = "pci:0000:22:00.0";

@@ -75,25 +75,6 @@ void checkKeyDepth(std::string_view text, const std::string& name) {
 
 }  // namespace
 
-std::string toString(Fabric fabric) {
-  switch (fabric) {
-    case Fabric::kIb:
-      return "ib";
-    case Fabric::kRoce:
-      return "roce";
-    case Fabric::kTcp:
-      return "tcp";
-  }
-  return "tcp";
-}
-
-Fabric fabricFromString(std::string_view text) {
-  if (text == "ib") return Fabric::kIb;
-  if (text == "roce") return Fabric::kRoce;
-  if (text == "tcp") return Fabric::kTcp;
-  throw badInput("unknown fabric '" + std::string(text) + "' (use ib, roce or tcp)");
-}
-
 const ClusterNode* Cluster::node(const std::string& name) const {
   for (const ClusterNode& n : nodes) {
     if (n.name == name) return &n;

@@ -128,7 +128,7 @@ class DotWriter {
     return "";
   }
 
-  bool validSwitch(int s) const { return s >= 0 && static_cast<size_t>(s) < topo_.switches.size(); }
+  bool validSwitch(size_t s) const { return s < topo_.switches.size(); }
 
   void addPackagesAndNumaNodes() {
     for (const Package& p : topo_.packages) {
@@ -147,19 +147,19 @@ class DotWriter {
     switchAt_.assign(switches.size(), Locality{});
     for (size_t s = 0; s < switches.size(); ++s) {
       int numa = switches[s].numa;
-      int hb = switches[s].host_bridge;
-      if (numa == kNone && hb >= 0 && static_cast<size_t>(hb) < topo_.host_bridges.size()) {
-        numa = topo_.host_bridges[static_cast<size_t>(hb)].numa;
+      size_t hb = switches[s].host_bridge;
+      if (numa == kNone && hb < topo_.host_bridges.size()) {
+        numa = topo_.host_bridges[hb].numa;
       }
       switchAt_[s] = locate(numa, kNone);
     }
     // Switches without a locality of their own take the one of the devices below them...
     auto fromDevice = [&](const PciPlacement& at) {
       Locality device = locate(at.numa, at.package);
-      int s = at.switch_index;
+      size_t s = at.switch_index;
       for (size_t guard = 0; validSwitch(s) && guard < switches.size(); ++guard) {
-        if (!switchAt_[static_cast<size_t>(s)].known()) switchAt_[static_cast<size_t>(s)] = device;
-        s = switches[static_cast<size_t>(s)].parent;
+        if (!switchAt_[s].known()) switchAt_[s] = device;
+        s = switches[s].parent;
       }
     };
     for (const Gpu& g : topo_.gpus) fromDevice(g.at);
@@ -167,9 +167,8 @@ class DotWriter {
     // ...or of the switch above them.
     for (size_t pass = 0; pass < switches.size(); ++pass) {
       for (size_t s = 0; s < switches.size(); ++s) {
-        int parent = switches[s].parent;
-        if (!switchAt_[s].known() && validSwitch(parent))
-          switchAt_[s] = switchAt_[static_cast<size_t>(parent)];
+        size_t parent = switches[s].parent;
+        if (!switchAt_[s].known() && validSwitch(parent)) switchAt_[s] = switchAt_[parent];
       }
     }
 
@@ -178,8 +177,8 @@ class DotWriter {
       std::string kind = sw.root_port ? "root port" : "PCIe switch";
       place(switchAt_[s],
             switchId(s) + " [shape=box, label=" + label({kind, sw.pci.str(), linkText(sw.link)}) + "];");
-      if (validSwitch(sw.parent) && static_cast<size_t>(sw.parent) != s) {
-        edge(switchId(static_cast<size_t>(sw.parent)), switchId(s));
+      if (validSwitch(sw.parent) && sw.parent != s) {
+        edge(switchId(sw.parent), switchId(s));
       } else if (std::string anchor = cpuAnchor(switchAt_[s]); !anchor.empty()) {
         edge(anchor, switchId(s));
       }
@@ -188,15 +187,14 @@ class DotWriter {
 
   Locality deviceAt(const PciPlacement& at) const {
     Locality where = locate(at.numa, at.package);
-    if (!where.known() && validSwitch(at.switch_index))
-      return switchAt_[static_cast<size_t>(at.switch_index)];
+    if (!where.known() && validSwitch(at.switch_index)) return switchAt_[at.switch_index];
     return where;
   }
 
   // The edge from a device up to its switch, or to the CPU it hangs from directly.
   void attach(const std::string& id, const PciPlacement& at, const std::string& attrs) {
     if (validSwitch(at.switch_index)) {
-      edge(switchId(static_cast<size_t>(at.switch_index)), id, attrs);
+      edge(switchId(at.switch_index), id, attrs);
     } else if (std::string anchor = cpuAnchor(deviceAt(at)); !anchor.empty()) {
       edge(anchor, id, attrs);
     }
@@ -205,7 +203,7 @@ class DotWriter {
   void addGpus() {
     for (size_t i = 0; i < topo_.gpus.size(); ++i) {
       const Gpu& g = topo_.gpus[i];
-      std::string text = label({NodeTopology::gpuLabel(static_cast<int>(i)), g.model, g.pci.str()});
+      std::string text = label({NodeTopology::gpuLabel(i), g.model, g.pci.str()});
       place(deviceAt(g.at),
             gpuId(i) + " [shape=box, style=filled, fillcolor=" + quote(kGpuColor) + ", label=" + text + "];");
       attach(gpuId(i), g.at, "");
@@ -243,14 +241,14 @@ class DotWriter {
       nvswitchLinks[i] = g.nvswitch_links;
       for (const NvLinkPeer& p : g.nvlinks) {
         if (p.count <= 0) continue;
-        if (p.gpu >= 0 && static_cast<size_t>(p.gpu) < n && static_cast<size_t>(p.gpu) != i) {
-          directed[{i, static_cast<size_t>(p.gpu)}] += p.count;
-        } else if (p.gpu == kNone && p.peer == "cpu") {
+        if (p.gpu < n && p.gpu != i) {
+          directed[{i, p.gpu}] += p.count;
+        } else if (p.gpu == kNoIndex && p.peer == "cpu") {
           Locality at = deviceAt(g.at);
           std::string cpu = at.package != kNone ? pkgId(at.package) : quote("cpu");
           if (at.package == kNone) needCpuNode_ = true;
           edge(gpuId(i), cpu, nvLinkAttrs(p.count));
-        } else if (p.gpu == kNone && p.peer == "nvswitch" && g.nvswitch_links == 0) {
+        } else if (p.gpu == kNoIndex && p.peer == "nvswitch" && g.nvswitch_links == 0) {
           nvswitchLinks[i] += p.count;
         }
       }

@@ -175,9 +175,9 @@ class Converter {
     if (host != nullptr) at.host_bridge = hostBridgeIndex(host);
     // Depth below the host bridge: 1 = root port, even = switch upstream port, odd >= 3 = downstream
     // port (part of the switch above it), as NCCL pairs them.
-    int k = static_cast<int>(bridges.size());
-    for (int j = 0; j < k; ++j) {
-      int depth = k - j;
+    const size_t k = bridges.size();
+    for (size_t j = 0; j < k; ++j) {
+      size_t depth = k - j;
       if (depth == 1 || depth % 2 == 0) {
         at.switch_index = switchIndex(bridges, j, at);
         break;
@@ -186,7 +186,7 @@ class Converter {
     return at;
   }
 
-  int hostBridgeIndex(hwloc_obj_t host) {
+  size_t hostBridgeIndex(hwloc_obj_t host) {
     auto it = hostBridges_.find(host);
     if (it != hostBridges_.end()) return it->second;
     HostBridge hb;
@@ -197,18 +197,18 @@ class Converter {
     hb.buses = buf;
     hb.numa = numaOf(host);
     out_.host_bridges.push_back(hb);
-    int index = static_cast<int>(out_.host_bridges.size()) - 1;
+    size_t index = out_.host_bridges.size() - 1;
     hostBridges_[host] = index;
     return index;
   }
 
   // The switch node of bridges[j] (a root port or an upstream port), created with its parents.
-  int switchIndex(const std::vector<hwloc_obj_t>& bridges, int j, const PciPlacement& at) {
-    hwloc_obj_t obj = bridges[static_cast<size_t>(j)];
+  size_t switchIndex(const std::vector<hwloc_obj_t>& bridges, size_t j, const PciPlacement& at) {
+    hwloc_obj_t obj = bridges[j];
     auto it = switches_.find(obj);
     if (it != switches_.end()) return it->second;
-    int k = static_cast<int>(bridges.size());
-    int depth = k - j;
+    const size_t k = bridges.size();
+    const size_t depth = k - j;
     PciSwitch s;
     s.pci = pciOf(obj);
     s.vendor = obj->attr->pcidev.vendor_id;
@@ -219,7 +219,7 @@ class Converter {
     s.link = linkOf(obj);
     if (depth >= 2) s.parent = switchIndex(bridges, depth == 2 ? k - 1 : j + 2, at);
     out_.switches.push_back(s);
-    int index = static_cast<int>(out_.switches.size()) - 1;
+    size_t index = out_.switches.size() - 1;
     switches_[obj] = index;
     return index;
   }
@@ -279,11 +279,11 @@ class Converter {
       if (std::string mem = info(c, "CUDAGlobalMemorySize"); !mem.empty() && g.memory_bytes == 0) {
         g.memory_bytes = static_cast<uint64_t>(std::stoull(mem)) << 10;
       }
-      osdevToGpu_[c] = static_cast<int>(out_.gpus.size());
+      osdevToGpu_[c] = out_.gpus.size();
     }
     if (g.isNvidia()) g.sm = smFromPciDevice(g.device);
-    pciToGpu_[obj] = static_cast<int>(out_.gpus.size());
-    g.index = static_cast<int>(out_.gpus.size());
+    pciToGpu_[obj] = out_.gpus.size();
+    g.index = out_.gpus.size();
     out_.gpus.push_back(std::move(g));
   }
 
@@ -346,18 +346,18 @@ class Converter {
     }
   }
 
-  int gpuOfObj(hwloc_obj_t o) {
+  size_t gpuOfObj(hwloc_obj_t o) {
     if (auto it = osdevToGpu_.find(o); it != osdevToGpu_.end()) return it->second;
     if (auto it = pciToGpu_.find(o); it != pciToGpu_.end()) return it->second;
-    return kNone;
+    return kNoIndex;
   }
 
   void readNvLinkMatrix(hwloc_distances_s* dist) {
     unsigned n = dist->nbobjs;
     for (unsigned i = 0; i < n; ++i) {
-      int gi = gpuOfObj(dist->objs[i]);
-      if (gi == kNone) continue;
-      Gpu& g = out_.gpus[static_cast<size_t>(gi)];
+      size_t gi = gpuOfObj(dist->objs[i]);
+      if (gi == kNoIndex) continue;
+      Gpu& g = out_.gpus[gi];
       // hwloc counts 20 GB/s per NVLink1 link, 25 GB/s per later link, 50 GB/s from NVLink5.
       uint64_t perLink = g.sm == 60 ? 20000 : g.sm >= 100 ? 50000 : 25000;
       for (unsigned j = 0; j < n; ++j) {
@@ -367,13 +367,13 @@ class Converter {
         int links = static_cast<int>((bw + perLink / 2) / perLink);
         if (links == 0) links = 1;
         hwloc_obj_t peer = dist->objs[j];
-        int gj = gpuOfObj(peer);
-        if (gj != kNone) {
+        size_t gj = gpuOfObj(peer);
+        if (gj != kNoIndex) {
           g.nvlinks.push_back({gj, NodeTopology::gpuLabel(gj), links});
         } else if (peer->type == HWLOC_OBJ_PCI_DEVICE) {
           g.nvswitch_links += links;  // an NVSwitch (class 0x0680; some report no ids at all)
         } else if (peer->type == HWLOC_OBJ_PACKAGE) {
-          g.nvlinks.push_back({kNone, "cpu", links});
+          g.nvlinks.push_back({kNoIndex, "cpu", links});
         }
       }
     }
@@ -385,7 +385,7 @@ class Converter {
 
   hwloc_topology_t topo_;
   NodeTopology& out_;
-  std::map<hwloc_obj_t, int> hostBridges_, switches_, osdevToGpu_, pciToGpu_;
+  std::map<hwloc_obj_t, size_t> hostBridges_, switches_, osdevToGpu_, pciToGpu_;
 };
 
 HwlocTopology newTopology() {

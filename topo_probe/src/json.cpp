@@ -19,6 +19,15 @@ ojson optionalInt(int v) {
   return v == kNone ? ojson(nullptr) : ojson(v);
 }
 
+ojson optionalIndex(size_t v) {
+  return v == kNoIndex ? ojson(nullptr) : ojson(v);
+}
+
+// A vector index read as an int (kNone where absent) and checked against -1 and the count.
+size_t indexOf(int v) {
+  return v == kNone ? kNoIndex : static_cast<size_t>(v);
+}
+
 std::string hex4(uint32_t v) {
   return common::hexNumber(v, 4);
 }
@@ -39,8 +48,8 @@ ojson linkJson(const PciLink& l) {
 }
 
 ojson placementJson(const PciPlacement& at) {
-  return {{"switch", optionalInt(at.switch_index)},
-          {"host_bridge", optionalInt(at.host_bridge)},
+  return {{"switch", optionalIndex(at.switch_index)},
+          {"host_bridge", optionalIndex(at.host_bridge)},
           {"numa", optionalInt(at.numa)},
           {"package", optionalInt(at.package)}};
 }
@@ -104,17 +113,18 @@ class Fields {
   }
   PciPlacement placement(size_t switches, size_t bridges) const {
     PciPlacement at;
-    at.switch_index = integer("switch");
-    at.host_bridge = integer("host_bridge");
+    const int sw = integer("switch");
+    const int bridge = integer("host_bridge");
     at.numa = integer("numa");
     at.package = integer("package");
-    if (at.switch_index != kNone &&
-        (at.switch_index < 0 || static_cast<size_t>(at.switch_index) >= switches)) {
-      fail("switch " + std::to_string(at.switch_index) + " does not exist");
+    if (sw != kNone && (sw < 0 || static_cast<size_t>(sw) >= switches)) {
+      fail("switch " + std::to_string(sw) + " does not exist");
     }
-    if (at.host_bridge != kNone && (at.host_bridge < 0 || static_cast<size_t>(at.host_bridge) >= bridges)) {
-      fail("host_bridge " + std::to_string(at.host_bridge) + " does not exist");
+    if (bridge != kNone && (bridge < 0 || static_cast<size_t>(bridge) >= bridges)) {
+      fail("host_bridge " + std::to_string(bridge) + " does not exist");
     }
+    at.switch_index = indexOf(sw);
+    at.host_bridge = indexOf(bridge);
     return at;
   }
 
@@ -166,8 +176,8 @@ ojson toJson(const NodeTopology& topo) {
                         {"vendor_id", hex4(s.vendor)},
                         {"device_id", hex4(s.device)},
                         {"root_port", s.root_port},
-                        {"parent", optionalInt(s.parent)},
-                        {"host_bridge", optionalInt(s.host_bridge)},
+                        {"parent", optionalIndex(s.parent)},
+                        {"host_bridge", optionalIndex(s.host_bridge)},
                         {"numa", optionalInt(s.numa)},
                         {"link", linkJson(s.link)}});
   }
@@ -299,16 +309,17 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     s.vendor = static_cast<uint16_t>(f.hex("vendor_id"));
     s.device = static_cast<uint16_t>(f.hex("device_id"));
     s.root_port = f.boolean("root_port");
-    s.parent = f.integer("parent");
+    const int parent = f.integer("parent");
     // Parents come first, so a parent index below i also rules out cycles.
-    if (s.parent != kNone && (s.parent < 0 || static_cast<size_t>(s.parent) >= i)) {
-      f.fail("parent " + std::to_string(s.parent) + " must name an earlier switch");
+    if (parent != kNone && (parent < 0 || static_cast<size_t>(parent) >= i)) {
+      f.fail("parent " + std::to_string(parent) + " must name an earlier switch");
     }
-    s.host_bridge = f.integer("host_bridge");
-    if (s.host_bridge != kNone &&
-        (s.host_bridge < 0 || static_cast<size_t>(s.host_bridge) >= bridges.size())) {
-      f.fail("host_bridge " + std::to_string(s.host_bridge) + " does not exist");
+    const int bridge = f.integer("host_bridge");
+    if (bridge != kNone && (bridge < 0 || static_cast<size_t>(bridge) >= bridges.size())) {
+      f.fail("host_bridge " + std::to_string(bridge) + " does not exist");
     }
+    s.parent = indexOf(parent);
+    s.host_bridge = indexOf(bridge);
     s.numa = f.integer("numa");
     s.link = f.link();
     t.switches.push_back(s);
@@ -317,7 +328,7 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
   for (size_t i = 0; i < gpus.size(); ++i) {
     Fields f(gpus[i], at("gpus", i), name);
     Gpu g;
-    g.index = static_cast<int>(i);
+    g.index = i;
     g.pci = f.pci("pci");
     g.vendor = static_cast<uint16_t>(f.hex("vendor_id"));
     g.device = static_cast<uint16_t>(f.hex("device_id"));
@@ -340,12 +351,11 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
       p.count = lf.integer("count", 0);
       if (p.peer.starts_with("GPU")) {
         try {
-          p.gpu = std::stoi(p.peer.substr(3));
+          p.gpu = std::stoul(p.peer.substr(3));  // "-1" wraps: past the end, refused below
         } catch (const std::exception&) {
           lf.fail("bad peer \"" + p.peer + "\"");
         }
-        if (p.gpu < 0 || static_cast<size_t>(p.gpu) >= gpus.size())
-          lf.fail("peer " + p.peer + " does not exist");
+        if (p.gpu >= gpus.size()) lf.fail("peer " + p.peer + " does not exist");
       }
       g.nvlinks.push_back(p);
     }

@@ -50,22 +50,23 @@ std::string toMatrix(const NodeTopology& topo) {
            std::to_string(topo.numa_nodes.size()) + " NUMA nodes)\n";
   }
 
-  const int nGpus = static_cast<int>(topo.gpus.size());
-  const int nNics = static_cast<int>(topo.nics.size());
-  const int nDevices = nGpus + nNics;
-  auto label = [&](int d) {
+  // Devices: GPUs 0 to nGpus-1, then the NICs.
+  const size_t nGpus = topo.gpus.size();
+  const size_t nNics = topo.nics.size();
+  const size_t nDevices = nGpus + nNics;
+  auto label = [&](size_t d) {
     return d < nGpus ? NodeTopology::gpuLabel(d) : "NIC" + std::to_string(d - nGpus);
   };
   // Row labels mark GPUs that are not NVIDIA's ("GPU3 (AMD)"): no CUDA device, no rank of poolrun's.
   std::set<std::string> otherVendors;
-  auto rowLabel = [&](int d) {
-    if (d >= nGpus || topo.gpus[static_cast<size_t>(d)].isNvidia()) return label(d);
-    uint16_t vendor = topo.gpus[static_cast<size_t>(d)].vendor;
+  auto rowLabel = [&](size_t d) {
+    if (d >= nGpus || topo.gpus[d].isNvidia()) return label(d);
+    uint16_t vendor = topo.gpus[d].vendor;
     std::string mark = vendor == 0 ? "vendor unknown" : vendorName(vendor);
     otherVendors.insert(mark);
     return label(d) + " (" + mark + ")";
   };
-  auto path = [&](int r, int c) -> std::string {
+  auto path = [&](size_t r, size_t c) -> std::string {
     if (r == c) return "X";
     if (r < nGpus && c < nGpus) return topo.gpuToGpu(r, c).str();
     if (r < nGpus) return topo.gpuToNic(r, c - nGpus).str();
@@ -76,17 +77,15 @@ std::string toMatrix(const NodeTopology& topo) {
   // rows[0] is the header; column 0 holds the row labels.
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header{""};
-  for (int d = 0; d < nDevices; ++d) header.push_back(label(d));
+  for (size_t d = 0; d < nDevices; ++d) header.push_back(label(d));
   header.push_back("CPU Affinity");
   header.push_back("NUMA Affinity");
   rows.push_back(std::move(header));
-  for (int r = 0; r < nDevices; ++r) {
+  for (size_t r = 0; r < nDevices; ++r) {
     std::vector<std::string> row{rowLabel(r)};
-    for (int c = 0; c < nDevices; ++c) row.push_back(path(r, c));
-    const CpuSet& cpus =
-        r < nGpus ? topo.gpus[static_cast<size_t>(r)].cpus : topo.nics[static_cast<size_t>(r - nGpus)].cpus;
-    int numa = r < nGpus ? topo.gpus[static_cast<size_t>(r)].at.numa
-                         : topo.nics[static_cast<size_t>(r - nGpus)].at.numa;
+    for (size_t c = 0; c < nDevices; ++c) row.push_back(path(r, c));
+    const CpuSet& cpus = r < nGpus ? topo.gpus[r].cpus : topo.nics[r - nGpus].cpus;
+    int numa = r < nGpus ? topo.gpus[r].at.numa : topo.nics[r - nGpus].at.numa;
     row.push_back(cpuAffinity(cpus));
     row.push_back(numaAffinity(numa));
     rows.push_back(std::move(row));
@@ -116,8 +115,8 @@ std::string toMatrix(const NodeTopology& topo) {
   }
   if (nNics > 0) {
     out += "\nNIC Legend:\n\n";
-    for (int n = 0; n < nNics; ++n) {
-      const Nic& nic = topo.nics[static_cast<size_t>(n)];
+    for (size_t n = 0; n < nNics; ++n) {
+      const Nic& nic = topo.nics[n];
       out += "  " + label(nGpus + n) + ": " + nic.name + nicNote(nic) + "\n";
     }
   }

@@ -210,7 +210,7 @@ class Reader {
     bool bridge = (cls >> 8) == 0x0604 || (cls == 0 && hasChild(pci, "pci"));
     if (bridge) {
       int gen = bcmGen(vendor, device, hexAttr(pci, "subsystem_vendor"));
-      bool merge = gen != 0 && at.switch_index != kNone && switchGen_[at.switch_index] == gen;
+      bool merge = gen != 0 && at.switch_index != kNoIndex && switchGen_[at.switch_index] == gen;
       if (!merge) {
         PciSwitch s;
         s.pci = addr;
@@ -220,7 +220,7 @@ class Reader {
         s.numa = at.numa;
         s.link = link(pci);
         out_.switches.push_back(s);
-        at.switch_index = static_cast<int>(out_.switches.size()) - 1;
+        at.switch_index = out_.switches.size() - 1;
         switchGen_[at.switch_index] = gen;
       }
       for (pugi::xml_node child : pci.children()) {
@@ -285,13 +285,13 @@ class Reader {
         if (tclass == 0x068000) {
           g.nvswitch_links += count;
         } else if (tclass == 0x068001 || tclass == 0x060000) {
-          g.nvlinks.push_back({kNone, "cpu", count});
+          g.nvlinks.push_back({kNoIndex, "cpu", count});
         } else if (*t != addr) {
           pendingLinks_.push_back({out_.gpus.size(), *t, count});
         }
       }
     }
-    g.index = static_cast<int>(out_.gpus.size());
+    g.index = out_.gpus.size();
     out_.gpus.push_back(std::move(g));
   }
 
@@ -373,7 +373,7 @@ class Reader {
 
   std::string name_;
   NodeTopology out_;
-  std::map<int, int> switchGen_;
+  std::map<size_t, int> switchGen_;
   std::vector<PendingLink> pendingLinks_;
   int unclassified_ = 0;
 };
@@ -480,16 +480,16 @@ class Writer {
       const PciSwitch& sw = topo_.switches[s];
       PciPlacement at;
       at.numa = sw.numa;
-      if (sw.parent == kNone && belongs(numa, first, at)) writeSwitch(cpu, static_cast<int>(s));
+      if (sw.parent == kNoIndex && belongs(numa, first, at)) writeSwitch(cpu, s);
     }
-    writeDevicesAt(cpu, kNone, numa, first);
+    writeDevicesAt(cpu, kNoIndex, numa, first);
     for (const Nic& n : topo_.nics) {
       if (!n.has_pci && belongs(numa, first, n.at)) writeNet(cpu, n);
     }
   }
 
-  void writeSwitch(pugi::xml_node parent, int s) {
-    const PciSwitch& sw = topo_.switches[static_cast<size_t>(s)];
+  void writeSwitch(pugi::xml_node parent, size_t s) {
+    const PciSwitch& sw = topo_.switches[s];
     pugi::xml_node pci = parent.append_child("pci");
     pci.append_attribute("busid") = sw.pci.str().c_str();
     pci.append_attribute("class") = "0x060400";
@@ -499,15 +499,15 @@ class Writer {
     }
     setLink(pci, sw.link);
     for (size_t c = 0; c < topo_.switches.size(); ++c) {
-      if (topo_.switches[c].parent == s) writeSwitch(pci, static_cast<int>(c));
+      if (topo_.switches[c].parent == s) writeSwitch(pci, c);
     }
     writeDevicesAt(pci, s, kNone, false);
   }
 
-  // GPUs and NICs under switch `s`, or (s == kNone) directly under NUMA node `numa`.
-  void writeDevicesAt(pugi::xml_node parent, int s, int numa, bool first) {
+  // GPUs and NICs under switch `s`, or (s == kNoIndex) directly under NUMA node `numa`.
+  void writeDevicesAt(pugi::xml_node parent, size_t s, int numa, bool first) {
     auto here = [&](const PciPlacement& at) {
-      return s != kNone ? at.switch_index == s : at.switch_index == kNone && belongs(numa, first, at);
+      return s != kNoIndex ? at.switch_index == s : at.switch_index == kNoIndex && belongs(numa, first, at);
     };
     for (const Gpu& g : topo_.gpus) {
       if (here(g.at)) writeGpu(parent, g);
@@ -536,8 +536,8 @@ class Writer {
     };
     if (g.nvswitch_links > 0) nvlink("ffff:ff:00.0", g.nvswitch_links, "0x068000");
     for (const NvLinkPeer& p : g.nvlinks) {
-      if (p.gpu != kNone) {
-        nvlink(topo_.gpus[static_cast<size_t>(p.gpu)].pci.str(), p.count, "0x030200");
+      if (p.gpu != kNoIndex) {
+        nvlink(topo_.gpus[p.gpu].pci.str(), p.count, "0x030200");
       } else if (p.peer == "cpu") {
         nvlink(g.pci.str(), p.count, "0x068001");
       }

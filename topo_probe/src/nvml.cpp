@@ -63,12 +63,12 @@ std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
 }
 
 void mergeNvml(NodeTopology& topo, const std::vector<NvmlGpu>& gpus) {
-  std::map<PciAddress, int> byPci;
+  std::map<PciAddress, size_t> byPci;
   for (const Gpu& g : topo.gpus) byPci[g.pci] = g.index;
   for (const NvmlGpu& ng : gpus) {
     auto it = byPci.find(ng.pci);
     if (it == byPci.end()) continue;
-    Gpu& g = topo.gpus[static_cast<size_t>(it->second)];
+    Gpu& g = topo.gpus[it->second];
     if (!ng.uuid.empty()) g.uuid = ng.uuid;
     if (!ng.name.empty()) g.model = ng.name;
     if (ng.memory_bytes != 0) g.memory_bytes = ng.memory_bytes;
@@ -77,7 +77,7 @@ void mergeNvml(NodeTopology& topo, const std::vector<NvmlGpu>& gpus) {
     // NVML is the better witness for NVLink: replace what hwloc said.
     g.nvlinks.clear();
     g.nvswitch_links = 0;
-    std::map<int, int> perPeer;
+    std::map<size_t, int> perPeer;
     for (const NvmlLink& l : ng.links) {
       auto peer = byPci.find(l.remote);
       if (l.remote_is_gpu && peer != byPci.end()) {

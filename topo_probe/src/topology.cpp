@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <utility>
 
 #include "poolrun/common/text.hpp"
@@ -93,34 +94,32 @@ std::optional<Path> Path::parse(std::string_view text) {
 
 Path NodeTopology::pciPath(const PciPlacement& a, const PciPlacement& b) const {
   // Switch chains from the device upwards; the number of switches on the path decides PIX / PXB.
-  auto chain = [this](int s) {
-    std::vector<int> out;
-    for (int guard = 0; s != kNone && guard < 64; ++guard) {
+  auto chain = [this](size_t s) {
+    std::vector<size_t> out;
+    for (int guard = 0; s != kNoIndex && guard < 64; ++guard) {
       out.push_back(s);
-      s = switches[static_cast<size_t>(s)].parent;
+      s = switches[s].parent;
     }
     return out;
   };
-  std::vector<int> ca = chain(a.switch_index), cb = chain(b.switch_index);
+  std::vector<size_t> ca = chain(a.switch_index), cb = chain(b.switch_index);
   for (size_t i = 0; i < ca.size(); ++i) {
-    auto it = std::find(cb.begin(), cb.end(), ca[i]);
-    if (it != cb.end()) {
-      size_t crossed = i + static_cast<size_t>(it - cb.begin()) + 1;
-      return Path{crossed == 1 ? PathType::kPIX : PathType::kPXB};
+    for (size_t j = 0; j < cb.size(); ++j) {
+      if (cb[j] == ca[i]) return Path{i + j == 0 ? PathType::kPIX : PathType::kPXB};
     }
   }
-  if (a.host_bridge != kNone && a.host_bridge == b.host_bridge) return Path{PathType::kPHB};
+  if (a.host_bridge != kNoIndex && a.host_bridge == b.host_bridge) return Path{PathType::kPHB};
   if (a.numa != kNone && a.numa == b.numa) {
     // Without host bridges (NCCL XML) the CPU is the only thing in between.
-    bool bridgesKnown = a.host_bridge != kNone && b.host_bridge != kNone;
+    bool bridgesKnown = a.host_bridge != kNoIndex && b.host_bridge != kNoIndex;
     return Path{bridgesKnown ? PathType::kNODE : PathType::kPHB};
   }
   return Path{PathType::kSYS};
 }
 
-Path NodeTopology::gpuToGpu(int a, int b) const {
-  const Gpu& ga = gpus[static_cast<size_t>(a)];
-  const Gpu& gb = gpus[static_cast<size_t>(b)];
+Path NodeTopology::gpuToGpu(size_t a, size_t b) const {
+  const Gpu& ga = gpus[a];
+  const Gpu& gb = gpus[b];
   int direct = 0;
   for (const NvLinkPeer& p : ga.nvlinks) {
     if (p.gpu == b) direct += p.count;
@@ -130,12 +129,12 @@ Path NodeTopology::gpuToGpu(int a, int b) const {
   return pciPath(ga.at, gb.at);
 }
 
-Path NodeTopology::gpuToNic(int gpu, int nic) const {
-  return pciPath(gpus[static_cast<size_t>(gpu)].at, nics[static_cast<size_t>(nic)].at);
+Path NodeTopology::gpuToNic(size_t gpu, size_t nic) const {
+  return pciPath(gpus[gpu].at, nics[nic].at);
 }
 
-Path NodeTopology::nicToNic(int a, int b) const {
-  return pciPath(nics[static_cast<size_t>(a)].at, nics[static_cast<size_t>(b)].at);
+Path NodeTopology::nicToNic(size_t a, size_t b) const {
+  return pciPath(nics[a].at, nics[b].at);
 }
 
 CpuSet NodeTopology::allCpus() const {
@@ -168,23 +167,22 @@ const Nic* NodeTopology::nicByName(const std::string& name) const {
 }
 
 void NodeTopology::normalize() {
-  std::vector<int> order(gpus.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  std::stable_sort(order.begin(), order.end(), [this](int x, int y) {
-    return gpus[static_cast<size_t>(x)].pci < gpus[static_cast<size_t>(y)].pci;
-  });
-  std::vector<int> newIndex(gpus.size());
+  std::vector<size_t> order(gpus.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [this](size_t x, size_t y) { return gpus[x].pci < gpus[y].pci; });
+  std::vector<size_t> newIndex(gpus.size());
   std::vector<Gpu> sorted;
   for (size_t i = 0; i < order.size(); ++i) {
-    newIndex[static_cast<size_t>(order[i])] = static_cast<int>(i);
-    sorted.push_back(std::move(gpus[static_cast<size_t>(order[i])]));
+    newIndex[order[i]] = i;
+    sorted.push_back(std::move(gpus[order[i]]));
   }
   gpus = std::move(sorted);
   for (size_t i = 0; i < gpus.size(); ++i) {
-    gpus[i].index = static_cast<int>(i);
+    gpus[i].index = i;
     for (NvLinkPeer& p : gpus[i].nvlinks) {
-      if (p.gpu != kNone) {
-        p.gpu = newIndex[static_cast<size_t>(p.gpu)];
+      if (p.gpu != kNoIndex) {
+        p.gpu = newIndex[p.gpu];
         p.peer = gpuLabel(p.gpu);
       }
     }

@@ -37,7 +37,7 @@ std::string toString(NetTransport transport);  // "ib", "socket", "ofi-plugin", 
 // The GPUs a job holds on one node (indexes into the node topology's gpus).
 struct NodeGrant {
   const topo::ClusterNode* node = nullptr;
-  std::vector<int> gpus;
+  std::vector<size_t> gpus;  // indexes into the node's topology
 };
 
 struct PlanRequest {
@@ -65,7 +65,7 @@ struct RankPlan {
   int node_index = 0;  // into JobPlan::nodes
   int local_rank = 0;
   int local_size = 0;
-  int gpu = 0;         // index in the node topology (PCI bus order)
+  size_t gpu = 0;      // index in the node topology (PCI bus order)
   int cuda_index = 0;  // CUDA device index with CUDA_DEVICE_ORDER=PCI_BUS_ID (NVIDIA GPUs only)
   topo::PciAddress gpu_pci;
   std::vector<NicChoice> nics;

@@ -27,14 +27,13 @@ struct PoolNode {
   std::shared_ptr<const topo::NodeTopology> topology;
   std::string switch_name;
   std::string rail_group;
-  std::optional<topo::Fabric> fabric;  // where the cluster file says; else derived from the NICs
+  std::optional<topo::Fabric> fabric;  // where the cluster file says; else topo::nodeFabrics decides
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;
   std::set<int> failed;  // failed GPU indexes
   int64_t order = 0;     // registration order: "pool order"
 
   int gpuCount() const { return topology ? static_cast<int>(topology->gpus.size()) : 0; }
-  topo::Fabric effectiveFabric() const;
 };
 
 struct QueueEntry {
@@ -145,6 +144,8 @@ class PoolState {
   void schedule(TimePoint now);
   std::vector<const QueueEntry*> waitingInOrder() const;
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
+  // A waiting request's lease, granted now: the entry marked granted, its wait kept for metrics.
+  Lease grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now);
   void dropLease(const std::string& id);
   bool everFits(const LeaseRequest& request) const;
   Occupancy& occupancy(const std::string& node);

@@ -21,14 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/topo/fabric.hpp"
 #include "poolrun/topo/topology.hpp"
 
 namespace poolrun::topo {
-
-enum class Fabric { kIb, kRoce, kTcp };
-std::string toString(Fabric fabric);
-// "ib", "roce", "tcp"; throws poolrun::Error (kBadInput) naming the value otherwise.
-Fabric fabricFromString(std::string_view text);
 
 struct ClusterNode {
   std::string name;

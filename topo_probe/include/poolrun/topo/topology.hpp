@@ -2,9 +2,11 @@
 
 // NodeTopology: how one machine's CPUs, NUMA nodes, PCIe switches, GPUs and RDMA NICs are wired.
 // It is a plain value: sources (live probe, hwloc XML, NCCL XML, JSON) produce it, writers (JSON,
-// NCCL XML, matrix, DOT) and the planner consume it. Indexes into its vectors are its identities.
+// NCCL XML, matrix, DOT) and the planner consume it. Indexes into its vectors are its identities:
+// size_t, with kNoIndex where there is none; OS indexes (NUMA nodes, packages) are ints, with kNone.
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,7 +16,10 @@
 
 namespace poolrun::topo {
 
-inline constexpr int kNone = -1;  // "unknown" or "not attached" for the int references below
+// "Unknown" for the OS indexes and counts below, and "not attached" for the vector indexes; JSON
+// writes both as null.
+inline constexpr int kNone = -1;
+inline constexpr size_t kNoIndex = std::numeric_limits<size_t>::max();
 inline constexpr uint16_t kVendorNvidia = 0x10de;
 inline constexpr uint16_t kVendorMellanox = 0x15b3;
 inline constexpr uint16_t kVendorAmazon = 0x1d0f;
@@ -86,8 +91,8 @@ struct PciSwitch {
   uint16_t vendor = 0;
   uint16_t device = 0;
   bool root_port = false;
-  int parent = kNone;       // index into NodeTopology::switches
-  int host_bridge = kNone;  // index into NodeTopology::host_bridges
+  size_t parent = kNoIndex;       // index into NodeTopology::switches
+  size_t host_bridge = kNoIndex;  // index into NodeTopology::host_bridges
   int numa = kNone;
   PciLink link;
   bool operator==(const PciSwitch&) const = default;
@@ -95,22 +100,22 @@ struct PciSwitch {
 
 // Where a PCI device sits: the chain to the CPU that path classification walks.
 struct PciPlacement {
-  int switch_index = kNone;  // nearest switch above the device
-  int host_bridge = kNone;
-  int numa = kNone;     // NumaNode::os_index, kNone where the locality spans several
-  int package = kNone;  // Package::os_index
+  size_t switch_index = kNoIndex;  // nearest switch above the device (NodeTopology::switches)
+  size_t host_bridge = kNoIndex;   // NodeTopology::host_bridges
+  int numa = kNone;                // NumaNode::os_index, kNone where the locality spans several
+  int package = kNone;             // Package::os_index
   bool operator==(const PciPlacement&) const = default;
 };
 
 struct NvLinkPeer {
-  int gpu = kNone;   // peer GPU index, or kNone for a non-GPU peer
-  std::string peer;  // "GPU3", "nvswitch", "cpu"
-  int count = 0;     // links
+  size_t gpu = kNoIndex;  // peer GPU index, or kNoIndex for a non-GPU peer
+  std::string peer;       // "GPU3", "nvswitch", "cpu"
+  int count = 0;          // links
   bool operator==(const NvLinkPeer&) const = default;
 };
 
 struct Gpu {
-  int index = 0;  // position in PCI bus order (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+  size_t index = 0;  // position in PCI bus order (CUDA_DEVICE_ORDER=PCI_BUS_ID)
   PciAddress pci;
   uint16_t vendor = 0;
   uint16_t device = 0;
@@ -179,12 +184,12 @@ struct NodeTopology {
   std::vector<std::string> warnings;  // what the source could not read, for the user
 
   // Label of a device in matrices and JSON "paths": "GPU<index>" or the NIC's name.
-  static std::string gpuLabel(int index) { return "GPU" + std::to_string(index); }
+  static std::string gpuLabel(size_t index) { return "GPU" + std::to_string(index); }
 
   // Path between two GPUs, a GPU and a NIC, two NICs (indexes into gpus / nics).
-  Path gpuToGpu(int a, int b) const;
-  Path gpuToNic(int gpu, int nic) const;
-  Path nicToNic(int a, int b) const;
+  Path gpuToGpu(size_t a, size_t b) const;
+  Path gpuToNic(size_t gpu, size_t nic) const;
+  Path nicToNic(size_t a, size_t b) const;
   Path pciPath(const PciPlacement& a, const PciPlacement& b) const;
 
   // The CPUs of the whole node.
