@@ -39,7 +39,7 @@ if [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ] || [ "${POOLRUN_SKIP_FUZZ:-0}" != 1 ];
   step "sanitizer build (clang, ASan + UBSan)"
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DPOOLRUN_BUILD_FUZZERS=ON -DPOOLRUN_BUILD_TESTS=ON -DPOOLRUN_BUILD_BENCHMARKS=OFF >/dev/null
+    -DPOOLRUN_BUILD_FUZZERS=ON -DPOOLRUN_BUILD_TESTS=ON -DPOOLRUN_BUILD_BENCHMARKS=OFF -DPOOLRUN_TEST_OPTIMIZATION=-O0 >/dev/null
   # Only what the unit and real-machine tiers run (the integration tier ran above).
   targets=$(ctest --test-dir build -L 'unit|real-machines' --show-only=json-v1 |
     grep -o '"/[^"]*_test"' | tr -d '"' | xargs -n1 basename | sort -u)

@@ -1,0 +1,1 @@
+// The object the test sources' precompiled header is built for (tests/CMakeLists.txt).
