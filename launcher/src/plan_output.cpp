@@ -69,7 +69,7 @@ ojson planToJson(const JobPlan& plan) {
     for (const auto& [k, v] : r.env) env[k] = v;
     ojson won = ojson::object();
     for (const auto& [k, planned] : r.user_won) won[k] = {{"user", env[k]}, {"planned", planned}};
-    const topo::Gpu& gpu = plan.nodeOf(r).node.topology->gpus[static_cast<size_t>(r.gpu)];
+    const topo::Gpu& gpu = plan.nodeOf(r).node.topology->gpus[r.gpu];
     ranks.push_back(
         {{"rank", r.rank},
          {"node", plan.nodeOf(r).name},

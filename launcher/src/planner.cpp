@@ -640,7 +640,7 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
       if (!lp.whole_cores) plan.hwthread_slots = true;
       RankPlan r;
       r.rank = rank++;
-      r.node_index = static_cast<int>(plan.nodes.size()) - 1;
+      r.node_index = plan.nodes.size() - 1;
       r.local_rank = static_cast<int>(l);
       r.local_size = np.ranks;
       r.gpu = lp.gpu;
@@ -672,7 +672,7 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
   }
   // Rankfile slots, once the job knows whether any rank needs hardware threads.
   for (RankPlan& r : plan.ranks) {
-    const NodeTemplate& tpl = *nodeTemplates[static_cast<size_t>(r.node_index)];
+    const NodeTemplate& tpl = *nodeTemplates[r.node_index];
     r.rankfile_slots = logicalList(r.cpuset, plan.hwthread_slots ? tpl.puLogical : tpl.coreLogical);
   }
   if (request.gdr == GdrMode::kOn && plan.fabric == Fabric::kTcp) {

@@ -4,7 +4,7 @@
 
 namespace poolrun::launcher {
 
-doctor::Scope doctorScope(const JobPlan& plan, int node_index) {
+doctor::Scope doctorScope(const JobPlan& plan, size_t node_index) {
   doctor::Scope scope;
   scope.planned = true;
   std::set<std::pair<std::string, int>> seen;
@@ -39,7 +39,7 @@ doctor::Report preflight(const JobPlan& plan, const std::function<bool(const Nod
   doctor::Report all;
   for (size_t i = 0; i < plan.nodes.size(); ++i) {
     const NodePlan& node = plan.nodes[i];
-    doctor::Scope scope = doctorScope(plan, static_cast<int>(i));
+    doctor::Scope scope = doctorScope(plan, i);
     if (scope.ports.empty()) continue;  // TCP: nothing the doctor can judge before the start
     doctor::Report report;
     if (live(node)) {

@@ -88,7 +88,7 @@ MpiInstall detectMpiCached(const std::string& mpirun, std::optional<MpiFlavor> f
 nlohmann::ordered_json tunerConfig(const JobPlan& plan) {
   const RankPlan& r0 = plan.ranks.front();
   const topo::NodeTopology& t = *plan.nodeOf(r0).node.topology;
-  const topo::Gpu& gpu = t.gpus[static_cast<size_t>(r0.gpu)];
+  const topo::Gpu& gpu = t.gpus[r0.gpu];
   int links = gpu.nvswitch_links;
   for (const topo::NvLinkPeer& p : gpu.nvlinks) links += p.gpu != topo::kNoIndex ? p.count : 0;
   double perLink = gpu.sm >= 100 ? 50 : gpu.sm == 60 ? 20 : 25;  // GB/s per link and direction

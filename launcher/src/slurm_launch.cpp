@@ -12,6 +12,7 @@
 
 #include "poolrun/common/text.hpp"
 #include "poolrun/launcher/slurm.hpp"
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/slurm.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hash.hpp"
@@ -114,11 +115,15 @@ void forgetSlurmGpuVariables(PlanRequest& request, const std::vector<std::string
   }
 }
 
-std::vector<int> addSlurmGpus(topo::NodeTopology& topology, const std::vector<int>& allocated) {
-  std::vector<int> added;
+std::vector<size_t> addSlurmGpus(topo::NodeTopology& topology, const std::vector<size_t>& allocated) {
+  std::vector<size_t> added;
   if (allocated.empty()) return added;
-  int top = *std::max_element(allocated.begin(), allocated.end());
-  for (int i = static_cast<int>(topology.gpus.size()); i <= top; ++i) {
+  size_t top = *std::max_element(allocated.begin(), allocated.end());
+  if (top > pool::kGpuIndexRange.max)
+    throw Error(ErrorCode::kBadInput,
+                "Slurm allocated GPU " + std::to_string(top) + ", beyond any node's GPUs (at most " +
+                    std::to_string(pool::kGpuIndexRange.max + 1) + "); check the node's gres.conf");
+  for (size_t i = topology.gpus.size(); i <= top; ++i) {
     topo::Gpu g;
     g.index = i;
     g.vendor = topo::kVendorNvidia;
@@ -132,7 +137,7 @@ std::vector<int> addSlurmGpus(topo::NodeTopology& topology, const std::vector<in
 std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmTopologyOptions& options,
                                           std::ostream& err) {
   std::vector<std::string> names;
-  std::map<std::string, std::vector<int>> gpus;
+  std::map<std::string, std::vector<size_t>> gpus;
   for (const pool::GpuRef& g : lease.gpus) {
     if (names.empty() || names.back() != g.node) names.push_back(g.node);
     gpus[g.node].push_back(g.index);
@@ -264,14 +269,14 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
     c.name = n;
     auto copy = std::make_shared<topo::NodeTopology>(*c.topology);
     size_t seen = copy->gpus.size();
-    std::vector<int> added = addSlurmGpus(*copy, gpus[n]);
+    std::vector<size_t> added = addSlurmGpus(*copy, gpus[n]);
     if (!added.empty()) {
-      std::vector<int> unseen;
-      for (int g : gpus[n]) {
-        if (g >= static_cast<int>(seen)) unseen.push_back(g);
+      std::vector<size_t> unseen;
+      for (size_t g : gpus[n]) {
+        if (g >= seen) unseen.push_back(g);
       }
       std::string list;
-      for (int g : unseen) list += (list.empty() ? "" : ",") + std::to_string(g);
+      for (size_t g : unseen) list += (list.empty() ? "" : ",") + std::to_string(g);
       bool given = !c.topology_file.empty() && c.topology_file.parent_path() != options.cache_dir;
       err << "poolrun: warning: node " << n << ": Slurm allocated GPU(s) " << list << " but its topology ("
           << (given ? c.topology_file.string() : std::string("probed on the node")) << ") shows " << seen
@@ -287,11 +292,11 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
 }
 
 void renumberForConstrainedDevices(JobPlan& plan,
-                                   const std::vector<std::pair<std::string, std::vector<int>>>& jobGpus) {
-  std::map<std::string, std::vector<int>> byNode(jobGpus.begin(), jobGpus.end());
+                                   const std::vector<std::pair<std::string, std::vector<size_t>>>& jobGpus) {
+  std::map<std::string, std::vector<size_t>> byNode(jobGpus.begin(), jobGpus.end());
   for (RankPlan& r : plan.ranks) {
     if (r.user_won.count("CUDA_VISIBLE_DEVICES")) continue;
-    const std::vector<int>& gpus = byNode[plan.nodeOf(r).name];
+    const std::vector<size_t>& gpus = byNode[plan.nodeOf(r).name];
     auto it = std::find(gpus.begin(), gpus.end(), r.gpu);
     if (it == gpus.end()) continue;
     std::string local = std::to_string(it - gpus.begin());

@@ -169,7 +169,7 @@ class EmbeddedPool : public PoolControl {
   }
   void drain(const std::string& node) override { setState(node, NodeState::kDraining, "drain"); }
   void resume(const std::string& node) override { setState(node, NodeState::kUp, "resume"); }
-  void failGpu(const std::string& node, int index) override {
+  void failGpu(const std::string& node, size_t index) override {
     requireAdmin("mark GPUs failed");
     transact([&](PoolState& s, TimePoint now) {
       s.failGpu(node, index);

@@ -154,7 +154,7 @@ class HttpPool : public PoolControl {
   void resume(const std::string& node) override {
     call("POST", "/v1/nodes/" + segment(node) + "/resume", json::object());
   }
-  void failGpu(const std::string& node, int index) override {
+  void failGpu(const std::string& node, size_t index) override {
     call("POST", "/v1/nodes/" + segment(node) + "/gpus/" + segment(std::to_string(index)) + "/fail",
          json::object());
   }

@@ -71,10 +71,10 @@ std::optional<Choice> bestFit(std::vector<Candidate> cands, int n) {
     for (auto& [k, v] : kinds) std::sort(v.begin(), v.end(), byOrder);
     std::vector<std::pair<std::pair<int, bool>, std::vector<Candidate>*>> keys;
     for (auto& [k, v] : kinds) keys.emplace_back(k, &v);
-    std::optional<std::vector<int>> best;  // counts per kind
+    std::optional<std::vector<size_t>> best;  // counts per kind
     long bestWaste = 0;
     int bestWhole = 0;
-    std::vector<int> counts(keys.size(), 0);
+    std::vector<size_t> counts(keys.size(), 0);
     auto rec = [&](auto&& self, size_t i, size_t left, long total, int whole) -> void {
       if (left == 0) {
         if (total < n) return;
@@ -89,7 +89,7 @@ std::optional<Choice> bestFit(std::vector<Candidate> cands, int n) {
       if (i == keys.size()) return;
       size_t avail = keys[i].second->size();
       for (size_t k = std::min(avail, left);; --k) {
-        counts[i] = static_cast<int>(k);
+        counts[i] = k;
         self(self, i + 1, left - k, total + static_cast<long>(k) * keys[i].first.first,
              whole + (keys[i].first.second ? static_cast<int>(k) : 0));
         if (k == 0) break;
@@ -99,7 +99,7 @@ std::optional<Choice> bestFit(std::vector<Candidate> cands, int n) {
     rec(rec, 0, m, 0, 0);
     std::vector<Candidate> chosen;
     for (size_t i = 0; i < keys.size(); ++i)
-      for (int k = 0; k < (*best)[i]; ++k) chosen.push_back((*keys[i].second)[static_cast<size_t>(k)]);
+      for (size_t k = 0; k < (*best)[i]; ++k) chosen.push_back((*keys[i].second)[k]);
     return makeChoice(std::move(chosen), n);
   }
 
@@ -159,35 +159,34 @@ std::optional<Choice> wholeFit(std::vector<Candidate> cands, int n) {
 
 // k GPUs of a node, keeping them close: one PCIe switch if some switch has k, else one NUMA node,
 // else the largest NUMA groups first.
-std::vector<int> pickGpus(const PoolNode& node, const std::vector<int>& usable, int k) {
-  if (static_cast<size_t>(k) >= usable.size()) return usable;
+std::vector<size_t> pickGpus(const PoolNode& node, const std::vector<size_t>& usable, size_t k) {
+  if (k >= usable.size()) return usable;
   const auto& gpus = node.topology->gpus;
   auto groupsBy = [&](auto key) {
-    std::map<decltype(key(gpus.front())), std::vector<int>> groups;
-    for (int i : usable) groups[key(gpus[static_cast<size_t>(i)])].push_back(i);
+    std::map<decltype(key(gpus.front())), std::vector<size_t>> groups;
+    for (size_t i : usable) groups[key(gpus[i])].push_back(i);
     return groups;
   };
   // The smallest group that has k, among those of a known switch or NUMA node.
-  auto smallestWith = [&](const auto& groups, auto unknown) -> const std::vector<int>* {
-    const std::vector<int>* best = nullptr;
+  auto smallestWith = [&](const auto& groups, auto unknown) -> const std::vector<size_t>* {
+    const std::vector<size_t>* best = nullptr;
     for (const auto& [key, g] : groups)
-      if (key != unknown && g.size() >= static_cast<size_t>(k) && (!best || g.size() < best->size()))
-        best = &g;
+      if (key != unknown && g.size() >= k && (!best || g.size() < best->size())) best = &g;
     return best;
   };
   const auto bySwitch = groupsBy([](const topo::Gpu& g) { return g.at.switch_index; });
   const auto groups = groupsBy([](const topo::Gpu& g) { return g.at.numa; });  // by NUMA node
-  const std::vector<int>* best = smallestWith(bySwitch, topo::kNoIndex);
+  const std::vector<size_t>* best = smallestWith(bySwitch, topo::kNoIndex);
   if (!best) best = smallestWith(groups, topo::kNone);
-  if (best) return {best->begin(), best->begin() + k};
-  std::vector<std::vector<int>> ordered;
+  if (best) return {best->begin(), best->begin() + static_cast<std::ptrdiff_t>(k)};
+  std::vector<std::vector<size_t>> ordered;
   for (const auto& [key, g] : groups) ordered.push_back(g);
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const auto& a, const auto& b) { return a.size() > b.size(); });
-  std::vector<int> out;
+  std::vector<size_t> out;
   for (const auto& g : ordered)
-    for (int i : g)
-      if (out.size() < static_cast<size_t>(k)) out.push_back(i);
+    for (size_t i : g)
+      if (out.size() < k) out.push_back(i);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -254,7 +253,8 @@ std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const 
   std::vector<GpuRef> out;
   out.reserve(static_cast<size_t>(n));
   for (const auto& [view, take] : choice->takes)
-    for (int i : pickGpus(*view->node, view->usable, take)) out.push_back({view->node->name, i});
+    for (size_t i : pickGpus(*view->node, view->usable, static_cast<size_t>(take)))
+      out.push_back({view->node->name, i});
   return out;
 }
 

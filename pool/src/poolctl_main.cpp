@@ -329,7 +329,7 @@ int run(int argc, char** argv) {
     if (colon == std::string::npos) throw badInput("fail '" + spec + "': expected NODE:GPU");
     std::string node = spec.substr(0, colon);
     topo::checkNodeName(node);
-    int index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
+    size_t index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
     pool().failGpu(node, index);
     if (!asJson) std::cout << spec << ": failed\n";
   } else if (cmd == "renew" || cmd == "release") {

@@ -323,8 +323,7 @@ struct PoolServer::Impl {
     }
     route("POST", "/v1/nodes/*/gpus/*/fail", true, "mark GPUs failed", [this](Context& c) {
       const std::string& name = c.params[0];
-      int index =
-          static_cast<int>(integerIn(c.params[1], "GPU index", kGpuIndexRange.min, kGpuIndexRange.max));
+      size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));
       return pool->mutate([&](PoolState& s, TimePoint now) {
         s.failGpu(name, index);
         s.tick(now, opt.stale_after);

@@ -118,7 +118,7 @@ class SlurmPool : public PoolClient {
                       "--pool slurm: SLURM_JOB_ID is not set, so this is not inside a Slurm allocation; "
                       "run poolrun inside `salloc --gpus-per-node=K` or an sbatch script, or use "
                       "--pool slurm:PARTITION to have poolrun ask Slurm for the GPUs");
-    std::vector<std::pair<std::string, std::vector<int>>> nodes = allocationGpus(*job);
+    std::vector<std::pair<std::string, std::vector<size_t>>> nodes = allocationGpus(*job);
     Lease lease = select(*job, nodes, request);
     leases_[lease.id] = lease;
     return lease;
@@ -128,7 +128,7 @@ class SlurmPool : public PoolClient {
     std::vector<std::string> args = sallocArguments(request, *partition_);
     SlurmSystem::Allocation a = system_->allocate(args);
     try {
-      std::vector<std::pair<std::string, std::vector<int>>> nodes = jobGpus(a.job_id);
+      std::vector<std::pair<std::string, std::vector<size_t>>> nodes = jobGpus(a.job_id);
       Lease lease = select(a.job_id, nodes, request);
       lease.env = a.env;
       active_[lease.id] = a.job_id;
@@ -140,7 +140,7 @@ class SlurmPool : public PoolClient {
     }
   }
 
-  std::vector<std::pair<std::string, std::vector<int>>> jobGpus(const std::string& job) {
+  std::vector<std::pair<std::string, std::vector<size_t>>> jobGpus(const std::string& job) {
     SlurmSystem::Output o = system_->run({"scontrol", "show", "job", "-d", job});
     if (o.status != 0)
       throw Error(ErrorCode::kIo, "`scontrol show job -d " + job + "` failed (status " +
@@ -150,8 +150,8 @@ class SlurmPool : public PoolClient {
   }
 
   // Inside an allocation: the job's GPUs per node, with the step's own where this is a step.
-  std::vector<std::pair<std::string, std::vector<int>>> allocationGpus(const std::string& job) {
-    std::vector<std::pair<std::string, std::vector<int>>> nodes;
+  std::vector<std::pair<std::string, std::vector<size_t>>> allocationGpus(const std::string& job) {
+    std::vector<std::pair<std::string, std::vector<size_t>>> nodes;
     try {
       nodes = jobGpus(job);
     } catch (const Error&) {
@@ -175,11 +175,11 @@ class SlurmPool : public PoolClient {
     return nodes;
   }
 
-  Lease select(const std::string& job, const std::vector<std::pair<std::string, std::vector<int>>>& nodes,
+  Lease select(const std::string& job, const std::vector<std::pair<std::string, std::vector<size_t>>>& nodes,
                const LeaseRequest& request) {
     std::vector<GpuRef> all;
     for (const auto& [node, gpus] : nodes) {
-      for (int g : gpus) all.push_back({node, g});
+      for (size_t g : gpus) all.push_back({node, g});
     }
     if (all.empty())
       throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
@@ -202,7 +202,7 @@ class SlurmPool : public PoolClient {
       if (request.gpus_per_node > 0 && static_cast<int>(gpus.size()) < request.gpus_per_node) continue;
       int take = request.gpus_per_node > 0 ? request.gpus_per_node : static_cast<int>(gpus.size());
       take = std::min(take, need);
-      for (int i = 0; i < take; ++i) lease.gpus.push_back({node, gpus[static_cast<size_t>(i)]});
+      for (size_t i = 0; i < static_cast<size_t>(take); ++i) lease.gpus.push_back({node, gpus[i]});
       need -= take;
     }
     if (need > 0) {
@@ -440,8 +440,8 @@ class RealSlurm : public SlurmSystem {
 
 }  // namespace
 
-std::vector<int> parseIndexList(std::string_view text) {
-  std::set<int> out;
+std::vector<size_t> parseIndexList(std::string_view text) {
+  std::set<size_t> out;
   std::string t(trim(text));
   if (t.empty()) return {};
   size_t start = 0;
@@ -452,20 +452,22 @@ std::vector<int> parseIndexList(std::string_view text) {
     start = comma + 1;
     size_t dash = item.find('-');
     std::string lo = item.substr(0, dash), hi = dash == std::string::npos ? lo : item.substr(dash + 1);
-    int a = -1, b = -1;
+    size_t a = 0, b = 0;
     auto pa = std::from_chars(lo.data(), lo.data() + lo.size(), a);
     auto pb = std::from_chars(hi.data(), hi.data() + hi.size(), b);
     if (lo.empty() || hi.empty() || pa.ec != std::errc() || pa.ptr != lo.data() + lo.size() ||
-        pb.ec != std::errc() || pb.ptr != hi.data() + hi.size() || a < 0 || b < a || b - a > 65536)
+        pb.ec != std::errc() || pb.ptr != hi.data() + hi.size() || b < a || b > kMaxSlurmIndex ||
+        b - a > 65536)
       throw badInput("bad GPU index list '" + std::string(text) + "': '" + item +
-                     "' is not N or N-M (Slurm writes e.g. 0-1,3)");
-    for (int v = a; v <= b; ++v) out.insert(v);
+                     "' is not N or N-M with N <= M <= " + std::to_string(kMaxSlurmIndex) +
+                     " and at most 65536 apart (Slurm writes e.g. 0-1,3)");
+    for (size_t v = a; v <= b; ++v) out.insert(v);
   }
   return {out.begin(), out.end()};
 }
 
-std::vector<int> parseGresIndexes(std::string_view gres) {
-  std::set<int> out;
+std::vector<size_t> parseGresIndexes(std::string_view gres) {
+  std::set<size_t> out;
   // Items are separated by commas outside parentheses: gpu:a100:1(IDX:0),gpu:v100:1(IDX:3)
   int depth = 0;
   size_t start = 0;
@@ -483,14 +485,14 @@ std::vector<int> parseGresIndexes(std::string_view gres) {
     std::string_view list =
         item.substr(idx + 4, close == std::string_view::npos ? std::string_view::npos : close - idx - 4);
     if (trim(list) == "N/A") continue;
-    for (int g : parseIndexList(list)) out.insert(g);
+    for (size_t g : parseIndexList(list)) out.insert(g);
   }
   return {out.begin(), out.end()};
 }
 
 JobDetail parseJobDetail(std::string_view text) {
   JobDetail d;
-  std::map<std::string, std::vector<int>> perNode;
+  std::map<std::string, std::vector<size_t>> perNode;
   for (std::string_view line : lines(text)) {
     std::map<std::string, std::string> f = fields(line);
     if (f.count("JobId")) d.id = f["JobId"];
@@ -500,7 +502,7 @@ JobDetail parseJobDetail(std::string_view text) {
     // Detail lines: "Nodes=sn[01-02] CPU_IDs=0-3 Mem=0 GRES=gpu:2(IDX:0-1)" (GRES_IDX= before 18.08)
     if (f.count("Nodes") && trim(line).starts_with("Nodes=")) {
       std::string gres = f.count("GRES") ? f["GRES"] : f.count("GRES_IDX") ? f["GRES_IDX"] : "";
-      std::vector<int> gpus = parseGresIndexes(gres);
+      std::vector<size_t> gpus = parseGresIndexes(gres);
       int cpus = 0;
       try {
         cpus = f.count("CPU_IDs") ? static_cast<int>(parseIndexList(f["CPU_IDs"]).size()) : 0;
@@ -516,7 +518,7 @@ JobDetail parseJobDetail(std::string_view text) {
   if (d.node_list.empty() || d.node_list == "(null)") return d;
   for (const std::string& n : topo::expandHostlist(d.node_list)) {
     auto it = perNode.find(n);
-    d.nodes.emplace_back(n, it == perNode.end() ? std::vector<int>{} : it->second);
+    d.nodes.emplace_back(n, it == perNode.end() ? std::vector<size_t>{} : it->second);
   }
   return d;
 }

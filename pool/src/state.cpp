@@ -41,10 +41,9 @@ std::vector<NodeView> nodeViews(const std::vector<const PoolNode*>& nodes, const
     if ((everUsable && node->state == NodeState::kDown) || !nodeMatches(*node, r, everUsable)) continue;
     auto free = freeOn(*node);
     NodeView v{node, {}, false};
-    for (int i = 0; i < node->gpuCount(); ++i)
-      if (!node->failed.count(i) && gpuMatches(node->topology->gpus[static_cast<size_t>(i)], r) && free(i))
-        v.usable.push_back(i);
-    v.whole = static_cast<int>(v.usable.size()) == node->gpuCount();
+    for (size_t i = 0; i < node->gpuCount(); ++i)
+      if (!node->failed.count(i) && gpuMatches(node->topology->gpus[i], r) && free(i)) v.usable.push_back(i);
+    v.whole = v.usable.size() == node->gpuCount();
     views.push_back(std::move(v));
   }
   return views;
@@ -52,7 +51,7 @@ std::vector<NodeView> nodeViews(const std::vector<const PoolNode*>& nodes, const
 
 // Every GPU free: the pool as if no lease were held.
 auto allFree(const PoolNode&) {
-  return [](int) { return true; };
+  return [](size_t) { return true; };
 }
 
 // When GPUs are busy as the scheduler plans ahead: running leases until their maximum end (forever
@@ -61,7 +60,7 @@ class Timeline {
  public:
   Timeline(const std::vector<const PoolNode*>& nodes, const std::map<std::string, Lease>& leases,
            TimePoint now) {
-    for (const PoolNode* node : nodes) busy_[node->name].resize(static_cast<size_t>(node->gpuCount()));
+    for (const PoolNode* node : nodes) busy_[node->name].resize(node->gpuCount());
     for (const auto& [id, lease] : leases) hold(lease.gpus, now, lease.max_end.value_or(kNever), true);
   }
 
@@ -79,11 +78,10 @@ class Timeline {
   // end hold it.
   auto freeOn(const PoolNode& node, TimePoint t, TimePoint to) const {
     const std::vector<std::vector<Interval>>& gpus = busy_.at(node.name);
-    return [&gpus, t, to](int i) {
-      return std::none_of(gpus[static_cast<size_t>(i)].begin(), gpus[static_cast<size_t>(i)].end(),
-                          [&](const Interval& iv) {
-                            return t == kNever ? (!iv.lease && iv.to == kNever) : (iv.from < to && t < iv.to);
-                          });
+    return [&gpus, t, to](size_t i) {
+      return std::none_of(gpus[i].begin(), gpus[i].end(), [&](const Interval& iv) {
+        return t == kNever ? (!iv.lease && iv.to == kNever) : (iv.from < to && t < iv.to);
+      });
     };
   }
 
@@ -92,8 +90,7 @@ class Timeline {
     if (to != kNever) ends_.insert(to);
     for (const GpuRef& g : gpus) {
       auto b = busy_.find(g.node);
-      if (b != busy_.end() && static_cast<size_t>(g.index) < b->second.size())
-        b->second[static_cast<size_t>(g.index)].push_back({from, to, lease});
+      if (b != busy_.end() && g.index < b->second.size()) b->second[g.index].push_back({from, to, lease});
     }
   }
 
@@ -177,7 +174,7 @@ std::string newLeaseId() {
 PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
   Occupancy& o = occupancy_[node];
   auto it = nodes_.find(node);
-  size_t n = it == nodes_.end() ? 0 : static_cast<size_t>(it->second.gpuCount());
+  size_t n = it == nodes_.end() ? 0 : it->second.gpuCount();
   if (o.holder.size() < n) o.holder.resize(n);
   return o;
 }
@@ -203,8 +200,8 @@ void PoolState::registerNode(const topo::ClusterNode& cn) {
   node.rail_group = cn.rail_group;
   node.fabric = cn.fabric;
   node.labels = cn.labels;
-  std::erase_if(node.failed, [&](int i) { return i >= node.gpuCount(); });
-  occupancy_[cn.name].holder.resize(static_cast<size_t>(node.gpuCount()));
+  std::erase_if(node.failed, [&](size_t i) { return i >= node.gpuCount(); });
+  occupancy_[cn.name].holder.resize(node.gpuCount());
   dirty_.nodes.insert(cn.name);
 }
 
@@ -216,11 +213,11 @@ void PoolState::setNodeState(const std::string& name, NodeState state) {
   dirty_.nodes.insert(name);
 }
 
-void PoolState::failGpu(const std::string& name, int index) {
+void PoolState::failGpu(const std::string& name, size_t index) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())
     throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
-  if (index < 0 || index >= it->second.gpuCount())
+  if (index >= it->second.gpuCount())
     throw badInput("bad GPU index " + std::to_string(index) + " (node " + name + " has " +
                    std::to_string(it->second.gpuCount()) + " GPUs)");
   it->second.failed.insert(index);
@@ -234,15 +231,14 @@ std::vector<const PoolNode*> PoolState::nodesInOrder() const {
   return out;
 }
 
-const std::string* PoolState::holder(const std::string& node, int index) const {
+const std::string* PoolState::holder(const std::string& node, size_t index) const {
   auto it = occupancy_.find(node);
-  if (it == occupancy_.end() || index < 0 || static_cast<size_t>(index) >= it->second.holder.size())
-    return nullptr;
-  const std::string& h = it->second.holder[static_cast<size_t>(index)];
+  if (it == occupancy_.end() || index >= it->second.holder.size()) return nullptr;
+  const std::string& h = it->second.holder[index];
   return h.empty() ? nullptr : &h;
 }
 
-GpuState PoolState::gpuState(const std::string& node, int index) const {
+GpuState PoolState::gpuState(const std::string& node, size_t index) const {
   auto it = nodes_.find(node);
   if (it != nodes_.end() && it->second.failed.count(index)) return GpuState::kFailed;
   return holder(node, index) ? GpuState::kLeased : GpuState::kFree;
@@ -279,7 +275,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   if (request.max_duration) lease.max_end = addSaturating(now, *request.max_duration);
   lease.expires = std::min(addSaturating(now, request.ttl), lease.max_end.value_or(kNever));
   for (const GpuRef& g : lease.gpus) {
-    std::string& h = occupancy(g.node).holder.at(static_cast<size_t>(g.index));
+    std::string& h = occupancy(g.node).holder.at(g.index);
     if (!h.empty())
       throw Error(ErrorCode::kInternal,
                   "placement chose " + g.node + ":" + std::to_string(g.index) + ", held by " + h);
@@ -298,9 +294,8 @@ void PoolState::dropLease(const std::string& id) {
   if (it == leases_.end()) return;
   for (const GpuRef& g : it->second.gpus) {
     auto o = occupancy_.find(g.node);
-    if (o != occupancy_.end() && static_cast<size_t>(g.index) < o->second.holder.size() &&
-        o->second.holder[static_cast<size_t>(g.index)] == id)
-      o->second.holder[static_cast<size_t>(g.index)].clear();
+    if (o != occupancy_.end() && g.index < o->second.holder.size() && o->second.holder[g.index] == id)
+      o->second.holder[g.index].clear();
   }
   leases_.erase(it);
   dirty_.leases.insert(id);
@@ -330,7 +325,7 @@ void PoolState::schedule(TimePoint now) {
   const std::vector<const PoolNode*> inOrder = nodesInOrder();
   auto unheld = [&](const PoolNode& node) {
     const Occupancy& o = occupancy_[node.name];
-    return [&o](int i) { return o.holder[static_cast<size_t>(i)].empty(); };
+    return [&o](size_t i) { return o.holder[i].empty(); };
   };
   // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
   // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
@@ -516,7 +511,7 @@ PoolStatus PoolState::status() const {
     (node.state == NodeState::kUp         ? s.nodes_up
      : node.state == NodeState::kDraining ? s.nodes_draining
                                           : s.nodes_down)++;
-    for (int i = 0; i < node.gpuCount(); ++i) {
+    for (size_t i = 0; i < node.gpuCount(); ++i) {
       GpuState g = gpuState(name, i);
       (g == GpuState::kFree ? s.gpus_free : g == GpuState::kLeased ? s.gpus_leased : s.gpus_failed)++;
     }
@@ -537,8 +532,8 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
     info.fabric = topo::toString(topo::nodeFabrics(*node->topology, node->fabric).front());
     info.labels = node->labels;
     info.state = node->state;
-    for (int i = 0; i < node->gpuCount(); ++i) {
-      const topo::Gpu& g = node->topology->gpus[static_cast<size_t>(i)];
+    for (size_t i = 0; i < node->gpuCount(); ++i) {
+      const topo::Gpu& g = node->topology->gpus[i];
       GpuInfo gi;
       gi.index = i;
       gi.pci = g.pci.str();
@@ -587,14 +582,14 @@ void PoolState::loadNode(PoolNode node) {
   next_order_ = std::max(next_order_, node.order + 1);
   std::string name = node.name;
   nodes_[name] = std::move(node);
-  occupancy_[name].holder.resize(static_cast<size_t>(nodes_[name].gpuCount()));
+  occupancy_[name].holder.resize(nodes_[name].gpuCount());
 }
 
 void PoolState::loadLease(Lease lease) {
   for (const GpuRef& g : lease.gpus) {
     auto n = nodes_.find(g.node);
-    if (n == nodes_.end() || g.index < 0 || g.index >= n->second.gpuCount()) continue;
-    std::string& h = occupancy(g.node).holder[static_cast<size_t>(g.index)];
+    if (n == nodes_.end() || g.index >= n->second.gpuCount()) continue;
+    std::string& h = occupancy(g.node).holder[g.index];
     if (!h.empty())
       throw Error(ErrorCode::kInternal, "stored leases " + h + " and " + lease.id + " both hold " + g.node +
                                             ":" + std::to_string(g.index));
@@ -646,10 +641,7 @@ std::string PoolState::waitReason(int64_t ticket) const {
   // match. Placed (in pool order) only where there are enough of them: a poll on a full pool of
   // 1,000 nodes stays a counting pass.
   auto unheldIn = [](const Occupancy* o) {
-    return [o](int i) {
-      return o == nullptr || static_cast<size_t>(i) >= o->holder.size() ||
-             o->holder[static_cast<size_t>(i)].empty();
-    };
+    return [o](size_t i) { return o == nullptr || i >= o->holder.size() || o->holder[i].empty(); };
   };
   int free = 0;
   auto o = occupancy_.begin();  // both maps are keyed by node name: walked side by side
@@ -657,9 +649,8 @@ std::string PoolState::waitReason(int64_t ticket) const {
     while (o != occupancy_.end() && o->first < name) ++o;
     auto unheld = unheldIn(o != occupancy_.end() && o->first == name ? &o->second : nullptr);
     int n = 0;
-    for (int i = 0; i < node.gpuCount(); ++i)
-      if (unheld(i) && !node.failed.count(i) && gpuMatches(node.topology->gpus[static_cast<size_t>(i)], r))
-        ++n;
+    for (size_t i = 0; i < node.gpuCount(); ++i)
+      if (unheld(i) && !node.failed.count(i) && gpuMatches(node.topology->gpus[i], r)) ++n;
     if (n > 0 && nodeMatches(node, r)) free += n;  // most nodes of a busy pool have none
   }
   std::vector<int64_t> ahead;

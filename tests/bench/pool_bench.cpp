@@ -44,9 +44,9 @@ void BM_Place10kGpus(benchmark::State& state) {
   std::vector<NodeView> views;
   for (const PoolNode* n : pool.nodesInOrder()) {
     NodeView v{n, {}, false};
-    for (int i = 0; i < n->gpuCount(); ++i)
+    for (size_t i = 0; i < n->gpuCount(); ++i)
       if (!pool.holder(n->name, i)) v.usable.push_back(i);
-    v.whole = static_cast<int>(v.usable.size()) == n->gpuCount();
+    v.whole = v.usable.size() == n->gpuCount();
     views.push_back(std::move(v));
   }
   for (auto _ : state) benchmark::DoNotOptimize(place(views, r));

@@ -29,7 +29,7 @@ TEST(PreflightTest, ScopeIsThePortsAndPairsOfTheNodesRanks) {
   req.gpus_per_node = 2;
   JobPlan plan = planOn(c, req);
   ASSERT_EQ(plan.nodes.size(), 2u);
-  for (int node = 0; node < 2; ++node) {
+  for (size_t node = 0; node < 2; ++node) {
     doctor::Scope scope = doctorScope(plan, node);
     EXPECT_TRUE(scope.planned);
     std::set<std::string> expected;

@@ -34,13 +34,13 @@ std::string trim(const std::string& s) {
 }
 
 // "0-3,5" -> {0,1,2,3,5}
-std::vector<int> indexes(const std::string& text) {
-  std::vector<int> out;
+std::vector<size_t> indexes(const std::string& text) {
+  std::vector<size_t> out;
   for (const std::string& part : split(text, ',')) {
     size_t dash = part.find('-');
-    int a = std::stoi(part.substr(0, dash));
-    int b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
-    for (int i = a; i <= b; ++i) out.push_back(i);
+    size_t a = std::stoul(part.substr(0, dash));
+    size_t b = dash == std::string::npos ? a : std::stoul(part.substr(dash + 1));
+    for (size_t i = a; i <= b; ++i) out.push_back(i);
   }
   return out;
 }
@@ -103,13 +103,13 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
         std::string list;
         words >> list;
         if (verb == "failed") {
-          for (int i : indexes(list)) state.failGpu(name, i);
+          for (size_t i : indexes(list)) state.failGpu(name, i);
           continue;
         }
         pool::Lease l;
         l.id = "pre" + std::to_string(++leaseNo);
         l.owner = "other";
-        for (int i : indexes(list)) l.gpus.push_back({name, i});
+        for (size_t i : indexes(list)) l.gpus.push_back({name, i});
         l.created = now;
         l.ttl = std::chrono::hours(1000);
         l.expires = now + l.ttl;

@@ -12,7 +12,7 @@ namespace poolrun::pool::slurm {
 namespace {
 
 using Strings = std::vector<std::string>;
-using Ints = std::vector<int>;
+using Ints = std::vector<size_t>;
 
 struct HostlistCase {
   const char* text;

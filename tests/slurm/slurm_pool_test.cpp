@@ -182,7 +182,7 @@ topo::ClusterNode node(const std::string& name, int gpus, int nics) {
 
 TEST(SlurmLaunch, GpusTheProbeCannotSeeAreAdded) {
   topo::NodeTopology t = *node("a", 0, 0).topology;
-  EXPECT_EQ(addSlurmGpus(t, {1, 3}), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(addSlurmGpus(t, {1, 3}), (std::vector<size_t>{0, 1, 2, 3}));
   ASSERT_EQ(t.gpus.size(), 4u);
   EXPECT_TRUE(t.gpus[3].isNvidia());
   EXPECT_EQ(t.gpus[3].index, 3);

@@ -62,7 +62,7 @@ struct NicChoice {
 
 struct RankPlan {
   int rank = 0;
-  int node_index = 0;  // into JobPlan::nodes
+  size_t node_index = 0;  // into JobPlan::nodes
   int local_rank = 0;
   int local_size = 0;
   size_t gpu = 0;      // index in the node topology (PCI bus order)
@@ -98,7 +98,7 @@ struct JobPlan {
   bool hwthread_slots = false;  // rankfile slots are hardware threads (--use-hwthread-cpus / :HWTCPUS)
   std::vector<std::string> notes;
 
-  const NodePlan& nodeOf(const RankPlan& r) const { return nodes[static_cast<size_t>(r.node_index)]; }
+  const NodePlan& nodeOf(const RankPlan& r) const { return nodes[r.node_index]; }
 };
 
 // Plans `request.ranks` ranks on the grants (every granted GPU gets one rank, in grant order of

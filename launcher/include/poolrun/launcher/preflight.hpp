@@ -15,7 +15,7 @@ namespace poolrun::launcher {
 // What the plan uses on node `node_index`: its ranks' RDMA ports, the GID index NCCL will use on
 // RoCE ports (NCCL_IB_GID_INDEX of the rank's environment, the user's value where set), and the
 // GPU-NIC pairs with GPUDirect RDMA.
-doctor::Scope doctorScope(const JobPlan& plan, int node_index);
+doctor::Scope doctorScope(const JobPlan& plan, size_t node_index);
 
 // Checks every node of the plan: through `roots` where `live(node)` (this machine), else from the
 // node's topology (a simulated node's fixture, a pool's inventory). Each check names its node.

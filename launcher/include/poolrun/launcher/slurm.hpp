@@ -50,13 +50,13 @@ std::map<std::string, std::string> parseProbeOutput(const std::string& labelled)
 // Adds GPUs numbered from the topology's GPU count up to the largest of `allocated` (Slurm's
 // indexes on the node), with nothing known but their index: no PCI address, no NUMA node, no NIC
 // path. Returns the indexes added.
-std::vector<int> addSlurmGpus(topo::NodeTopology& topology, const std::vector<int>& allocated);
+std::vector<size_t> addSlurmGpus(topo::NodeTopology& topology, const std::vector<size_t>& allocated);
 
 // With ConstrainDevices (cgroup.conf) a step sees only its node's GPUs of the job, renumbered from
 // 0 in index order: CUDA_VISIBLE_DEVICES becomes the GPU's position in `jobGpus` of its node
 // (unless the user set it). `jobGpus`: per node, the job's GPU indexes there.
 void renumberForConstrainedDevices(JobPlan& plan,
-                                   const std::vector<std::pair<std::string, std::vector<int>>>& jobGpus);
+                                   const std::vector<std::pair<std::string, std::vector<size_t>>>& jobGpus);
 
 // Asks Slurm (scontrol) whether devices are constrained and, if so, renumbers (above). Notes go to `err`.
 void applySlurmGpuNumbering(JobPlan& plan, const pool::Lease& lease, std::ostream& err);

@@ -26,7 +26,7 @@ namespace poolrun::pool {
 
 struct GpuRef {
   std::string node;
-  int index = 0;  // the GPU's index in its node's NodeTopology
+  size_t index = 0;  // the GPU's index in its node's NodeTopology
   bool operator==(const GpuRef&) const = default;
   auto operator<=>(const GpuRef&) const = default;
 };

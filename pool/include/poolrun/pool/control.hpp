@@ -19,7 +19,7 @@ std::string toString(GpuState state);
 NodeState nodeStateFromString(std::string_view text);
 
 struct GpuInfo {
-  int index = 0;
+  size_t index = 0;
   std::string pci;  // "0000:18:00.0"
   std::string uuid;
   std::string model;
@@ -69,7 +69,7 @@ class PoolControl : public PoolClient {
   virtual void registerNodes(const std::vector<topo::ClusterNode>& nodes) = 0;
   virtual void drain(const std::string& node) = 0;   // no new leases; existing ones run on
   virtual void resume(const std::string& node) = 0;  // back to up
-  virtual void failGpu(const std::string& node, int index) = 0;
+  virtual void failGpu(const std::string& node, size_t index) = 0;
 };
 
 // openPool() with the inventory and administration interface.

@@ -8,6 +8,7 @@
 // The durations are bounded so that now + any of them, in nanoseconds, stays far inside
 // std::chrono::system_clock (about the year 2262): a TTL or a wait can never wrap to the past.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace poolrun::pool {
@@ -20,7 +21,7 @@ struct Range {
 
 inline constexpr Range<int> kGpusRange{1, 1'000'000};
 inline constexpr Range<int> kGpusPerNodeRange{0, 1024};  // 0: any split
-inline constexpr Range<int> kGpuIndexRange{0, 1023};     // a GPU's index in its node
+inline constexpr Range<size_t> kGpuIndexRange{0, 1023};  // a GPU's index in its node
 inline constexpr Range<int> kPriorityRange{-1'000'000, 1'000'000};
 inline constexpr Range<int64_t> kTtlSecondsRange{1, 86'400};       // a day; poold's --max-ttl is lower
 inline constexpr Range<int64_t> kWaitSecondsRange{0, 31'536'000};  // 365 days; 0: do not queue

@@ -17,8 +17,8 @@ namespace poolrun::pool {
 // A node as placement sees it: GPUs the request may use now (free, matching the constraints).
 struct NodeView {
   const PoolNode* node = nullptr;
-  std::vector<int> usable;  // GPU indexes, ascending
-  bool whole = false;       // every GPU of the node is usable
+  std::vector<size_t> usable;  // GPU indexes, ascending
+  bool whole = false;          // every GPU of the node is usable
 };
 
 // Whether the node itself matches the request (state up, fabric, labels). GPU-level constraints

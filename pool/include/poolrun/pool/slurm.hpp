@@ -27,13 +27,15 @@
 namespace poolrun::pool::slurm {
 
 // A GPU index list as Slurm writes it in SLURM_STEP_GPUS, SLURM_JOB_GPUS and GRES IDX: "0,1,3",
-// "0-1,3", "" (none). Sorted, without duplicates. Throws poolrun::Error (kBadInput) naming the text.
-std::vector<int> parseIndexList(std::string_view text);
+// "0-1,3", "" (none). Sorted, without duplicates. Throws poolrun::Error (kBadInput) naming the text,
+// also for an index above kMaxSlurmIndex.
+inline constexpr size_t kMaxSlurmIndex = (size_t{1} << 20) - 1;
+std::vector<size_t> parseIndexList(std::string_view text);
 
 // The GPU indexes in a GRES string of `scontrol show job -d`: "gpu:2(IDX:0-1)",
 // "gpu:a100:4(IDX:0,2-3)", "gpu:a100:1(IDX:0),gpu:v100:1(IDX:3)", "gpu(IDX:0-1)" (older
 // releases), "gpu:0", "(null)". Other GRES (nic, mps, shard) are ignored.
-std::vector<int> parseGresIndexes(std::string_view gres);
+std::vector<size_t> parseGresIndexes(std::string_view gres);
 
 // What `scontrol show job -d JOBID` says about one job.
 struct JobDetail {
@@ -43,7 +45,7 @@ struct JobDetail {
   std::string node_list;  // NodeList= (hostlist)
   // Per node, in NodeList order: the GPU indexes the job holds there (from the "Nodes=... GRES="
   // lines, hostlists expanded).
-  std::vector<std::pair<std::string, std::vector<int>>> nodes;
+  std::vector<std::pair<std::string, std::vector<size_t>>> nodes;
   std::map<std::string, int> cpus;  // per node: how many CPUs (CPU_IDs) the job holds there
 };
 // Throws poolrun::Error (kBadInput) when the text is not a job record.

@@ -30,10 +30,10 @@ struct PoolNode {
   std::optional<topo::Fabric> fabric;  // where the cluster file says; else topo::nodeFabrics decides
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;
-  std::set<int> failed;  // failed GPU indexes
-  int64_t order = 0;     // registration order: "pool order"
+  std::set<size_t> failed;  // failed GPU indexes
+  int64_t order = 0;        // registration order: "pool order"
 
-  int gpuCount() const { return topology ? static_cast<int>(topology->gpus.size()) : 0; }
+  size_t gpuCount() const { return topology ? topology->gpus.size() : 0; }
 };
 
 struct QueueEntry {
@@ -82,7 +82,7 @@ class PoolState {
   // failed GPUs and leases stay). Throws kBadInput for a node without a name.
   void registerNode(const topo::ClusterNode& node);
   void setNodeState(const std::string& node, NodeState state);  // throws kNotFound
-  void failGpu(const std::string& node, int index);             // throws kNotFound / kBadInput
+  void failGpu(const std::string& node, size_t index);          // throws kNotFound / kBadInput
 
   // --- leases. `owner`/`admin` come from the caller's identity.
   // Validates the request (kBadInput), fails at once when the pool could never satisfy it
@@ -106,8 +106,8 @@ class PoolState {
   const std::map<std::string, Lease>& leaseMap() const { return leases_; }
   const std::map<int64_t, QueueEntry>& queueMap() const { return queue_; }
   std::vector<const PoolNode*> nodesInOrder() const;
-  GpuState gpuState(const std::string& node, int index) const;
-  const std::string* holder(const std::string& node, int index) const;  // lease id or null
+  GpuState gpuState(const std::string& node, size_t index) const;
+  const std::string* holder(const std::string& node, size_t index) const;  // lease id or null
   PoolStatus status() const;
   std::vector<NodeInfo> nodeInfos() const;
   std::vector<Lease> leaseList() const;      // by creation time
