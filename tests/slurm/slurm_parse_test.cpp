@@ -43,7 +43,8 @@ TEST(SlurmGpuIndexes, StepAndJobGpuLists) {
   EXPECT_EQ(parseIndexList("3,1,1"), (Ints{1, 3}));
   EXPECT_EQ(parseIndexList(""), Ints{});
   EXPECT_EQ(parseIndexList(" 7 "), Ints{7});
-  for (const char* bad : {"a", "1-", "3-1", "1,,2", "-1", "GPU-0c3e"}) {
+  for (const char* bad :
+       {"a", "1-", "3-1", "1,,2", "-1", "GPU-0c3e", "1048576", "0-99999999999999999999", "0-65537"}) {
     try {
       parseIndexList(bad);
       ADD_FAILURE() << bad << " was accepted";

@@ -186,6 +186,15 @@ TEST(SlurmLaunch, GpusTheProbeCannotSeeAreAdded) {
   ASSERT_EQ(t.gpus.size(), 4u);
   EXPECT_TRUE(t.gpus[3].isNvidia());
   EXPECT_EQ(t.gpus[3].index, 3);
+  // An index no node has is refused, naming it, rather than adding that many GPUs.
+  topo::NodeTopology huge = *node("a", 0, 0).topology;
+  try {
+    addSlurmGpus(huge, {1'000'000});
+    ADD_FAILURE() << "GPU 1000000 was added";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1000000"), std::string::npos) << e.what();
+    EXPECT_TRUE(huge.gpus.empty());
+  }
   // A plan on them: every rank its Slurm index, cores from the whole node, no NIC.
   topo::ClusterNode n = node("sn01", 0, 0);
   auto copy = std::make_shared<topo::NodeTopology>(*n.topology);
