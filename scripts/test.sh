@@ -59,14 +59,15 @@ fi
 # One fuzz target from a copy of its seed corpus for SECONDS; prints its last lines (more when it
 # fails) and returns its status. Two run at once: each is one process on one core.
 fuzz_one() {
-  local fuzzer=$1 seconds=$2 name corpus log status=0
+  local fuzzer=$1 seconds=$2 name corpus log seeds status=0
   name=$(basename "$fuzzer")
   corpus=$(mktemp -d)
   log=$(mktemp)
   cp tests/fuzz/corpus/"${name#fuzz_}"/* "$corpus"/
+  seeds=$(find "$corpus" -type f | wc -l)
   "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
     "$corpus" >"$log" 2>&1 || status=$?
-  printf '%s: %ss from %s seeds\n%s\n' "$name" "$seconds" "$(find "$corpus" -type f | wc -l)" \
+  printf '%s: %ss from %s seeds\n%s\n' "$name" "$seconds" "$seeds" \
     "$(tail -n "$([ "$status" = 0 ] && echo 3 || echo 80)" "$log")"
   rm -rf "$corpus" "$log"
   return "$status"
