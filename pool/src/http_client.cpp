@@ -5,6 +5,7 @@
 
 #include "embedded.hpp"
 #include "http_connection.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/state.hpp"
 #include "poolrun/topo/nesting.hpp"
@@ -46,7 +47,8 @@ struct Timeouts {
   milliseconds connect{5000}, io{30000};  // HttpConnection's defaults
 };
 
-class HttpPool : public PoolControl {
+// Both a pool client and a node agent's link: one connection, one way to call poold.
+class HttpPool : public PoolControl, public AgentLink {
  public:
   HttpPool(std::string uri, const std::string& host, int port, const ClientOptions& options)
       : uri_(std::move(uri)), connection_(host, port, options.token) {}
@@ -159,6 +161,16 @@ class HttpPool : public PoolControl {
          json::object());
   }
 
+  // A node agent retries what does not get through, at its own pace: an attempt is kept short.
+  void registerNode(const NodeRegistration& registration) override {
+    call("POST", "/v1/nodes/" + segment(registration.node.name) + "/register", toJson(registration),
+         {milliseconds(2000), milliseconds(10000)});
+  }
+  HeartbeatReply heartbeat(const Heartbeat& heartbeat) override {
+    return heartbeatReplyFromJson(call("POST", "/v1/nodes/" + segment(heartbeat.node) + "/heartbeat",
+                                       toJson(heartbeat), {milliseconds(2000), milliseconds(5000)}));
+  }
+
  private:
   // A lease granted as a signal came is given back at once.
   Lease keepUnlessInterrupted(const Lease& lease) {
@@ -241,6 +253,15 @@ class HttpPool : public PoolControl {
 std::unique_ptr<PoolControl> openHttp(const std::string& uri, const std::string& host, int port,
                                       const ClientOptions& options) {
   return std::make_unique<HttpPool>(uri, host, port, options);
+}
+
+std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token) {
+  if (!uri.starts_with("http://"))
+    throw badInput("pool URI '" + uri + "': a node agent reports to a poold (http://HOST:PORT)");
+  HttpAddress at = parseHttpUri(uri);
+  ClientOptions options;
+  options.token = token;
+  return std::make_unique<HttpPool>(uri, at.host, at.port, options);
 }
 
 }  // namespace poolrun::pool

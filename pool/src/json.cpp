@@ -1,5 +1,7 @@
 #include "poolrun/pool/json.hpp"
 
+#include "json_read.hpp"
+
 #include <utility>
 
 #include "poolrun/common/json_fields.hpp"
@@ -8,24 +10,15 @@
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::pool {
-namespace {
+namespace json_read {
 
 using nlohmann::json;
 using std::chrono::seconds;
 
-// Unix milliseconds that system_clock can hold (until about 2262); INT64_MAX stands for never.
-constexpr Range<int64_t> kTimeMillisRange{
-    0, std::chrono::duration_cast<std::chrono::milliseconds>(TimePoint::max().time_since_epoch()).count()};
-
-using common::JsonFields;
-
-// The fields of `doc`, named `path` in messages; a failure is poolrun::Error (kBadInput).
-JsonFields fieldsOf(const json& doc, std::string path = "") {
+JsonFields fieldsOf(const json& doc, std::string path) {
   return JsonFields(doc, std::move(path), [](const std::string& message) { throw badInput(message); });
 }
 
-// A client's document: `what` names it where it is not even an object; a field its reader does not
-// know is refused (a misspelt one, "ttl" for "ttl_s", would otherwise be ignored without a word).
 JsonFields clientFields(const json& doc, std::initializer_list<std::string_view> known,
                         const std::string& what) {
   if (!doc.is_object())
@@ -35,50 +28,15 @@ JsonFields clientFields(const json& doc, std::initializer_list<std::string_view>
   return f;
 }
 
-// A whole number (not a float, a bool or a string) in `range`.
-template <typename T>
-T integer(const JsonFields& f, std::string_view key, Range<T> range) {
-  return f.integer(key, range.min, range.max);
-}
-
-template <typename T>
-T integerOr(const JsonFields& f, std::string_view key, Range<T> range, T fallback) {
-  return f.integer(key, range.min, range.max, fallback);
-}
-
 std::optional<seconds> secondsOr(const JsonFields& f, std::string_view key, Range<int64_t> range) {
   if (!f.has(key)) return std::nullopt;
   return seconds(integer(f, key, range));
 }
 
-// A whole number the pool wrote itself (a stored row, a reply), clamped into [min, max]: the
-// ranges of limits.hpp are what clients may ask for now, and an older pool accepted more (a TTL of
-// 2^63 s, say), which must neither stop poold at start nor overflow the clock.
-template <typename T>
-T storedInteger(const JsonFields& f, std::string_view key, T min, T max, T fallback) {
-  if (!f.has(key)) return fallback;
-  const json& v = f.need(key);
-  if (!v.is_number_integer()) f.failField(key, common::shownJson(v) + " is not a whole number");
-  if (v.is_number_unsigned()) {
-    uint64_t u = v.get<uint64_t>();
-    return std::cmp_greater(u, max) ? max : std::cmp_less(u, min) ? min : static_cast<T>(u);
-  }
-  int64_t i = v.get<int64_t>();
-  return std::cmp_greater(i, max) ? max : std::cmp_less(i, min) ? min : static_cast<T>(i);
-}
-
-// Durations the pool stored: at least a second, at most a century (far inside the clock).
-constexpr int64_t kStoredSecondsMax = int64_t{100} * 366 * 86400;
-
 std::optional<seconds> storedSecondsOr(const JsonFields& f, std::string_view key) {
   if (!f.has(key)) return std::nullopt;
   return seconds(storedInteger<int64_t>(f, key, 0, kStoredSecondsMax, 0));
 }
-
-// How strictly a string is read: what a client sends may hold no control characters and has a
-// length limit; what the pool itself wrote (replies, stored rows) need only be UTF-8, so that
-// writing it out again cannot throw.
-enum class Text { kClient, kStored };
 
 void checkUtf8(const std::string& s, const std::string& name) {
   if (size_t bad = topo::utf8ErrorOffset(s); bad != s.size())
@@ -128,8 +86,6 @@ std::string leaseId(const JsonFields& f, std::string_view key) {
   return id;
 }
 
-// Every string (keys too) of a nested document is UTF-8, and it is at most `depth` levels deep:
-// what topo::fromJson keeps is written out again later.
 void checkStrings(const json& v, const std::string& path, int depth) {
   if (depth > 64) throw badInput("field '" + path + "' is nested more than 64 levels deep");
   if (v.is_string()) {
@@ -145,7 +101,9 @@ void checkStrings(const json& v, const std::string& path, int depth) {
   }
 }
 
-}  // namespace
+}  // namespace json_read
+
+using namespace json_read;
 
 int64_t toMillis(TimePoint t) {
   if (t == kNever) return INT64_MAX;
@@ -161,7 +119,7 @@ TimePoint fromMillis(int64_t ms) {
   return TimePoint(std::chrono::duration_cast<TimePoint::duration>(std::chrono::milliseconds(ms)));
 }
 
-namespace {
+namespace json_read {
 
 TimePoint timeField(const JsonFields& f, std::string_view key) {
   const json& v = f.need(key);
@@ -169,7 +127,7 @@ TimePoint timeField(const JsonFields& f, std::string_view key) {
   return fromMillis(integer(f, key, kTimeMillisRange));
 }
 
-}  // namespace
+}  // namespace json_read
 
 json toJson(const Lease& l) {
   json gpus = json::array();

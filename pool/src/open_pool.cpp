@@ -13,6 +13,21 @@ Error badUri(const std::string& uri, const std::string& why) {
 
 }  // namespace
 
+HttpAddress parseHttpUri(const std::string& uri) {
+  std::string rest = uri.substr(uri.rfind("http://", 0) == 0 ? 7 : 0);
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw badUri(uri, "expected http://HOST:PORT");
+  std::string host = rest.substr(0, colon);
+  std::string portText = rest.substr(colon + 1);
+  int port = 0;
+  auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+  if (ec != std::errc() || p != portText.data() + portText.size() || port < 1 || port > 65535)
+    throw badUri(uri, "port '" + portText + "' is not a number from 1 to 65535");
+  if (host.find('/') != std::string::npos) throw badUri(uri, "a path after HOST:PORT");
+  return {host, port};
+}
+
 std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const ClientOptions& options) {
   if (uri == "slurm" || uri.starts_with("slurm:"))
     throw badInput(
@@ -25,18 +40,8 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
     return openEmbeddedSim(*file, options);
   }
   if (uri.rfind("http://", 0) == 0) {
-    std::string rest = uri.substr(7);
-    while (!rest.empty() && rest.back() == '/') rest.pop_back();
-    size_t colon = rest.rfind(':');
-    if (colon == std::string::npos || colon == 0) throw badUri(uri, "expected http://HOST:PORT");
-    std::string host = rest.substr(0, colon);
-    std::string portText = rest.substr(colon + 1);
-    int port = 0;
-    auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-    if (ec != std::errc() || p != portText.data() + portText.size() || port < 1 || port > 65535)
-      throw badUri(uri, "port '" + portText + "' is not a number from 1 to 65535");
-    if (host.find('/') != std::string::npos) throw badUri(uri, "a path after HOST:PORT");
-    return openHttp(uri, host, port, options);
+    HttpAddress at = parseHttpUri(uri);
+    return openHttp(uri, at.host, at.port, options);
   }
   if (uri.rfind("https://", 0) == 0) throw badUri(uri, "poold speaks plain HTTP; put TLS in front of it");
   throw badUri(uri, "unknown kind");

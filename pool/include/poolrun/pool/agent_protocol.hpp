@@ -1,0 +1,88 @@
+#pragma once
+
+// What crosses between a node agent (poold-agent) and poold: the registration of a node and its
+// heartbeats, each a JSON document with a `schema`, and poold's reply to a heartbeat. Neither side
+// reaches into the other: this header is the whole contract.
+//
+//   POST /v1/nodes/NAME/register   poolrun.node-registration/1   -> {"registered": NAME, ...}
+//   POST /v1/nodes/NAME/heartbeat  poolrun.heartbeat/1           -> poolrun.heartbeat-reply/1
+//
+// A token of role `node` may send both for the node its token file names (the OWNER column), and
+// nothing else; an administrator's token may send them for any node. Readers are strict, as for
+// every client document (pool/json.hpp): an unknown field, a number out of range or a string that
+// is not UTF-8 is refused naming the field.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "poolrun/pool/client.hpp"
+#include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/telemetry.hpp"
+
+namespace poolrun::pool {
+
+inline constexpr const char* kRegistrationSchema = "poolrun.node-registration/1";
+inline constexpr const char* kHeartbeatSchema = "poolrun.heartbeat/1";
+inline constexpr const char* kHeartbeatReplySchema = "poolrun.heartbeat-reply/1";
+
+// Bounds of a heartbeat, against a broken or hostile agent.
+inline constexpr size_t kMaxProcessesPerGpu = 4096;
+inline constexpr size_t kMaxXidEventsPerGpu = 1024;
+inline constexpr size_t kMaxNicPorts = 1024;
+
+struct NodeRegistration {
+  topo::ClusterNode node;     // name, topology, switch, rail group, labels, fabric
+  std::string agent_version;  // "poold-agent 0.9.0"
+};
+
+struct Heartbeat {
+  std::string node;
+  std::string agent_version;
+  std::chrono::system_clock::time_point time;  // when the agent sent it (its clock)
+  // topo::topologyHash of the topology the agent registered: where poold holds another, the reply
+  // asks the agent to register again.
+  std::string topology_hash;
+  std::vector<topo::GpuSample> gpus;  // index set: a GPU of the node's topology
+  std::vector<topo::NicPortSample> nics;
+  // Per process on the node's GPUs, the lease its environment names (POOLRUN_LEASE), where the
+  // agent found one; a process absent here belongs to no poolrun job.
+  std::map<uint32_t, std::string> process_leases;
+};
+
+struct HeartbeatReply {
+  bool register_again = false;       // poold does not know the node, or holds another topology
+  std::chrono::seconds interval{5};  // how often poold expects heartbeats
+  // Per GPU index, the lease that holds it now (for the dcgm-exporter job-mapping files).
+  std::map<size_t, std::string> gpu_leases;
+};
+
+// The hash a heartbeat names its node's topology by: FNV-1a of the topology's JSON.
+std::string topologyHash(const topo::NodeTopology& topology);
+
+nlohmann::json toJson(const NodeRegistration& registration);
+NodeRegistration nodeRegistrationFromJson(const nlohmann::json& doc);
+nlohmann::json toJson(const Heartbeat& heartbeat);
+Heartbeat heartbeatFromJson(const nlohmann::json& doc);
+nlohmann::json toJson(const HeartbeatReply& reply);
+HeartbeatReply heartbeatReplyFromJson(const nlohmann::json& doc);
+
+// The agent's side of the protocol, over a poold's HTTP API. Errors are poolrun::Error: kIo where
+// poold cannot be reached (the agent retries), PoolError kUnauthorized/kForbidden for a token poold
+// refuses, kBadInput for a document it refuses.
+class AgentLink {
+ public:
+  virtual ~AgentLink() = default;
+  virtual void registerNode(const NodeRegistration& registration) = 0;
+  virtual HeartbeatReply heartbeat(const Heartbeat& heartbeat) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// `uri` is http://HOST:PORT. Throws kBadInput for another kind of pool.
+std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token);
+
+}  // namespace poolrun::pool
