@@ -172,7 +172,7 @@ class EmbeddedPool : public PoolControl {
   void failGpu(const std::string& node, size_t index) override {
     requireAdmin("mark GPUs failed");
     transact([&](PoolState& s, TimePoint now) {
-      s.failGpu(node, index);
+      s.failGpu(node, index, now);
       s.tick(now);
       return 0;
     });
@@ -204,6 +204,7 @@ class EmbeddedPool : public PoolControl {
     requireAdmin(what + " nodes");
     transact([&](PoolState& s, TimePoint now) {
       s.setNodeState(node, state);
+      if (state == NodeState::kUp) s.clearGpuFailures(node);  // resume: an administrator looked
       s.tick(now);
       return 0;
     });

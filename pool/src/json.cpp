@@ -1,6 +1,7 @@
 #include "poolrun/pool/json.hpp"
 
 #include "json_read.hpp"
+#include "poolrun/common/time_text.hpp"
 
 #include <utility>
 
@@ -10,6 +11,8 @@
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::pool {
+
+using common::rfc3339;
 namespace json_read {
 
 using nlohmann::json;
@@ -121,6 +124,12 @@ TimePoint fromMillis(int64_t ms) {
 
 namespace json_read {
 
+TimePoint rfc3339Field(const JsonFields& f, std::string_view key) {
+  std::string v = f.string(key);
+  if (std::optional<TimePoint> t = common::parseRfc3339(v)) return *t;
+  f.failField(key, "'" + topo::printable(v) + "' is not an RFC 3339 time (2026-12-01T15:04:05.123Z)");
+}
+
 TimePoint timeField(const JsonFields& f, std::string_view key) {
   const json& v = f.need(key);
   if (v.is_number_integer() && v == json(INT64_MAX)) return kNever;
@@ -142,6 +151,10 @@ json toJson(const Lease& l) {
               {"expires_ms", toMillis(l.expires)},
               {"ttl_s", l.ttl.count()}};
   doc["max_end_ms"] = l.max_end ? json(toMillis(*l.max_end)) : json(nullptr);
+  if (l.no_reclaim) doc["no_reclaim"] = true;
+  if (!l.at_risk_nodes.empty()) doc["at_risk_nodes"] = l.at_risk_nodes;
+  if (l.idle_since) doc["idle_since_ms"] = toMillis(*l.idle_since);
+  if (l.reclaim_at) doc["reclaim_at_ms"] = toMillis(*l.reclaim_at);
   return doc;
 }
 
@@ -161,6 +174,16 @@ Lease leaseFromJson(const json& doc) {
   l.expires = timeField(f, "expires_ms");
   l.ttl = seconds(storedInteger<int64_t>(f, "ttl_s", 1, kStoredSecondsMax, 60));
   if (f.has("max_end_ms")) l.max_end = timeField(f, "max_end_ms");
+  l.no_reclaim = f.boolean("no_reclaim", false);
+  const json& atRisk = f.optionalArray("at_risk_nodes");
+  for (size_t i = 0; i < atRisk.size(); ++i) {
+    if (!atRisk[i].is_string()) f.failField("at_risk_nodes", "expected a list of node names");
+    std::string n = atRisk[i].get<std::string>();
+    topo::checkNodeName(n, "field '" + f.element("at_risk_nodes", i) + "'");
+    l.at_risk_nodes.push_back(std::move(n));
+  }
+  if (f.has("idle_since_ms")) l.idle_since = timeField(f, "idle_since_ms");
+  if (f.has("reclaim_at_ms")) l.reclaim_at = timeField(f, "reclaim_at_ms");
   return l;
 }
 
@@ -179,15 +202,16 @@ json toJson(const LeaseRequest& r) {
   doc["fabric"] = r.fabric ? json(topo::toString(*r.fabric)) : json(nullptr);
   doc["wait_s"] = r.wait ? json(r.wait->count()) : json(nullptr);
   doc["max_duration_s"] = r.max_duration ? json(r.max_duration->count()) : json(nullptr);
+  if (r.no_reclaim) doc["no_reclaim"] = true;
   return doc;
 }
 
 LeaseRequest requestFromJson(const json& doc) {
-  JsonFields f = clientFields(
-      doc,
-      {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes", "fabric", "labels",
-       "one_switch", "priority", "owner", "job_name", "wait_s", "ttl_s", "max_duration_s", "request_id"},
-      "the lease request");
+  JsonFields f = clientFields(doc,
+                              {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes",
+                               "fabric", "labels", "one_switch", "priority", "owner", "job_name", "wait_s",
+                               "ttl_s", "max_duration_s", "no_reclaim", "request_id"},
+                              "the lease request");
   LeaseRequest r;
   r.gpus = integer(f, "gpus", kGpusRange);
   r.gpus_per_node = integerOr(f, "gpus_per_node", kGpusPerNodeRange, 0);
@@ -211,6 +235,7 @@ LeaseRequest requestFromJson(const json& doc) {
   r.wait = secondsOr(f, "wait_s", kWaitSecondsRange);
   r.ttl = secondsOr(f, "ttl_s", kTtlSecondsRange).value_or(seconds(60));
   r.max_duration = secondsOr(f, "max_duration_s", kMaxDurationSecondsRange);
+  r.no_reclaim = f.boolean("no_reclaim", false);
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
   if (f.has("request_id")) leaseId(f, "request_id");
   return r;
@@ -240,12 +265,22 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.ttl = storedSecondsOr(f, "ttl_s").value_or(seconds(60));
   if (r.ttl.count() < 1) r.ttl = seconds(1);
   r.max_duration = storedSecondsOr(f, "max_duration_s");
+  r.no_reclaim = f.boolean("no_reclaim", false);
   return r;
 }
 
 json toJson(const PoolStatus& s) {
-  return {{"nodes", {{"up", s.nodes_up}, {"draining", s.nodes_draining}, {"down", s.nodes_down}}},
-          {"gpus", {{"free", s.gpus_free}, {"leased", s.gpus_leased}, {"failed", s.gpus_failed}}},
+  return {{"nodes",
+           {{"up", s.nodes_up},
+            {"draining", s.nodes_draining},
+            {"down", s.nodes_down},
+            {"unreachable", s.nodes_unreachable}}},
+          {"gpus",
+           {{"free", s.gpus_free},
+            {"leased", s.gpus_leased},
+            {"failed", s.gpus_failed},
+            {"foreign", s.gpus_foreign},
+            {"unreachable", s.gpus_unreachable}}},
           {"leases", s.leases},
           {"queued", s.queued},
           {"leases_granted", s.leases_granted}};
@@ -259,10 +294,13 @@ PoolStatus statusFromJson(const json& doc) {
   s.nodes_up = integer(n, "up", kCount);
   s.nodes_draining = integer(n, "draining", kCount);
   s.nodes_down = integer(n, "down", kCount);
+  s.nodes_unreachable = integerOr(n, "unreachable", kCount, 0);
   JsonFields g = f.object("gpus");
   s.gpus_free = integer(g, "free", kCount);
   s.gpus_leased = integer(g, "leased", kCount);
   s.gpus_failed = integer(g, "failed", kCount);
+  s.gpus_foreign = integerOr(g, "foreign", kCount, 0);
+  s.gpus_unreachable = integerOr(g, "unreachable", kCount, 0);
   s.leases = integer(f, "leases", kCount);
   s.queued = integer(f, "queued", kCount);
   s.leases_granted = integerOr(f, "leases_granted", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
@@ -279,11 +317,32 @@ json toJson(const NodeInfo& n) {
               {"memory_bytes", g.memory_bytes},
               {"state", toString(g.state)}};
     j["lease"] = g.lease.empty() ? json(nullptr) : json(g.lease);
+    j["failed_reason"] = g.failed_reason.empty() ? json(nullptr) : json(g.failed_reason);
+    j["failed_at"] = g.failed_at ? json(rfc3339(*g.failed_at)) : json(nullptr);
+    j["utilization"] = g.utilization ? json(*g.utilization) : json(nullptr);
+    j["memory_used_bytes"] = g.memory_used_bytes ? json(*g.memory_used_bytes) : json(nullptr);
+    j["memory_total_bytes"] = g.memory_total_bytes ? json(*g.memory_total_bytes) : json(g.memory_bytes);
+    j["temperature_c"] = g.temperature_c ? json(*g.temperature_c) : json(nullptr);
+    j["power_w"] = g.power_w ? json(*g.power_w) : json(nullptr);
+    if (!g.foreign_processes.empty()) {
+      json procs = json::array();
+      for (const topo::GpuProcess& p : g.foreign_processes)
+        procs.push_back({{"pid", p.pid}, {"used_memory_bytes", p.used_memory_bytes}});
+      j["foreign_processes"] = std::move(procs);
+    }
     gpus.push_back(std::move(j));
   }
-  return {{"name", n.name},         {"switch", n.switch_name}, {"rail_group", n.rail_group},
-          {"fabric", n.fabric},     {"labels", n.labels},      {"state", toString(n.state)},
-          {"gpus", std::move(gpus)}};
+  json doc = {{"name", n.name},
+              {"switch", n.switch_name},
+              {"rail_group", n.rail_group},
+              {"fabric", n.fabric},
+              {"labels", n.labels},
+              {"state", n.unreachable ? "unreachable" : toString(n.state)},
+              {"admin_state", toString(n.state)},
+              {"gpus", std::move(gpus)}};
+  doc["agent"] = n.agent.empty() ? json(nullptr) : json(n.agent);
+  doc["last_heartbeat"] = n.last_heartbeat ? json(rfc3339(*n.last_heartbeat)) : json(nullptr);
+  return doc;
 }
 
 NodeInfo nodeInfoFromJson(const json& doc) {
@@ -294,7 +353,11 @@ NodeInfo nodeInfoFromJson(const json& doc) {
   n.rail_group = textOr(f, "rail_group", 0, Text::kStored);
   n.fabric = textOr(f, "fabric", 0, Text::kStored);
   n.labels = labelsOr(f, "labels", Text::kStored);
-  n.state = nodeStateFromString(text(f, "state", 0, Text::kStored));
+  std::string state = text(f, "state", 0, Text::kStored);
+  n.unreachable = state == "unreachable";
+  n.state = nodeStateFromString(f.has("admin_state") ? text(f, "admin_state", 0, Text::kStored) : state);
+  n.agent = textOr(f, "agent", 0, Text::kStored);
+  if (f.has("last_heartbeat")) n.last_heartbeat = rfc3339Field(f, "last_heartbeat");
   const json& gpus = f.array("gpus");
   for (size_t i = 0; i < gpus.size(); ++i) {
     JsonFields g = f.child(gpus[i], f.element("gpus", i));
@@ -305,8 +368,30 @@ NodeInfo nodeInfoFromJson(const json& doc) {
     gi.model = textOr(g, "model", 0, Text::kStored);
     gi.memory_bytes = integerOr(g, "memory_bytes", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
     std::string st = text(g, "state", 0, Text::kStored);
-    gi.state = st == "leased" ? GpuState::kLeased : st == "failed" ? GpuState::kFailed : GpuState::kFree;
+    gi.state = st == "leased"    ? GpuState::kLeased
+               : st == "failed"  ? GpuState::kFailed
+               : st == "foreign" ? GpuState::kForeign
+                                 : GpuState::kFree;
     if (g.has("lease")) gi.lease = leaseId(g, "lease");
+    gi.failed_reason = textOr(g, "failed_reason", 0, Text::kStored);
+    if (g.has("failed_at")) gi.failed_at = rfc3339Field(g, "failed_at");
+    auto number = [&](const char* key) {
+      return g.has(key) ? std::optional<double>(g.number(key, -1e9, 1e18)) : std::nullopt;
+    };
+    auto bytes = [&](const char* key) {
+      return g.has(key) ? std::optional<uint64_t>(g.integer<uint64_t>(key, 0, UINT64_MAX)) : std::nullopt;
+    };
+    gi.utilization = number("utilization");
+    gi.memory_used_bytes = bytes("memory_used_bytes");
+    gi.memory_total_bytes = bytes("memory_total_bytes");
+    gi.temperature_c = number("temperature_c");
+    gi.power_w = number("power_w");
+    const json& procs = g.optionalArray("foreign_processes");
+    for (size_t k = 0; k < procs.size(); ++k) {
+      JsonFields p = g.child(procs[k], g.element("foreign_processes", k));
+      gi.foreign_processes.push_back({p.integer<uint32_t>("pid", 0, UINT32_MAX),
+                                      p.integer<uint64_t>("used_memory_bytes", 0, UINT64_MAX, 0)});
+    }
     n.gpus.push_back(std::move(gi));
   }
   return n;

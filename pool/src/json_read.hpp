@@ -79,6 +79,8 @@ std::string leaseId(const JsonFields& f, std::string_view key);
 // Every string (keys too) of a nested document is UTF-8, and it is at most `depth` levels deep:
 // what topo::fromJson keeps is written out again later.
 void checkStrings(const nlohmann::json& v, const std::string& path, int depth);
+// An RFC 3339 time (common/time_text.hpp).
+TimePoint rfc3339Field(const JsonFields& f, std::string_view key);
 // Unix milliseconds (INT64_MAX: never).
 TimePoint timeField(const JsonFields& f, std::string_view key);
 

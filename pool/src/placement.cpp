@@ -194,7 +194,7 @@ std::vector<size_t> pickGpus(const PoolNode& node, const std::vector<size_t>& us
 }  // namespace
 
 bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState) {
-  if ((!anyState && node.state != NodeState::kUp) || !node.topology) return false;
+  if ((!anyState && (node.state != NodeState::kUp || node.live.unreachable)) || !node.topology) return false;
   if (request.fabric && !topo::nodeCarries(*node.topology, node.fabric, *request.fabric)) return false;
   for (const auto& [key, value] : request.labels) {
     auto it = node.labels.find(key);

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -24,6 +25,7 @@ constexpr Range<size_t> kMaxBodyRange{1024, size_t{1} << 30};
 constexpr Range<int> kConnectionsRange{1, 1'000'000};
 constexpr Range<int64_t> kRequestTimeoutRange{1, 3600};  // --header-timeout, --body-timeout
 constexpr Range<int64_t> kIdleTimeoutRange{1, 86'400};
+constexpr Range<int64_t> kIntervalRange{1, 3600};  // --heartbeat-interval
 
 std::string usage() {
   const poolrun::pool::ServerOptions d;
@@ -33,6 +35,8 @@ std::string usage() {
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
+         "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
+         "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
@@ -73,6 +77,22 @@ std::string usage() {
          n(poolrun::pool::kPriorityRange.min) + " to " + n(poolrun::pool::kPriorityRange.max) + " (default " +
          n(d.max_user_priority) +
          ")\n"
+         "  --heartbeat-interval SECONDS  how often node agents send heartbeats (default " +
+         n(d.live.heartbeat_interval.count()) +
+         ")\n"
+         "  --node-timeout SECONDS        a node whose agent is silent this long is unreachable\n"
+         "                                (default 3 heartbeat intervals)\n"
+         "  --idle-utilization PERCENT    a lease whose GPUs all stay under this ... (default " +
+         n(static_cast<int>(d.live.idle_utilization * 100)) +
+         ")\n"
+         "  --idle-after SECONDS          ... this long is idle (default " +
+         n(d.live.idle_after.count()) +
+         "; 0: never idle)\n"
+         "  --reclaim-idle                end idle leases (after a warning in their renewal) so that\n"
+         "                                queued requests get the GPUs; off by default\n"
+         "  --reclaim-grace SECONDS       from the warning to the end of an idle lease (default " +
+         n(d.live.reclaim_grace.count()) +
+         ")\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
 }
@@ -88,6 +108,7 @@ int main(int argc, char** argv) {
   using namespace poolrun;
   pool::ServerOptions opt;
   std::string cluster;
+  std::optional<std::chrono::seconds> nodeTimeout;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -139,10 +160,28 @@ int main(int argc, char** argv) {
         opt.max_ttl = std::chrono::seconds(number(a, value(), pool::kTtlSecondsRange));
       } else if (a == "--max-user-priority") {
         opt.max_user_priority = number(a, value(), pool::kPriorityRange);
+      } else if (a == "--heartbeat-interval") {
+        opt.live.heartbeat_interval = std::chrono::seconds(number(a, value(), kIntervalRange));
+      } else if (a == "--node-timeout") {
+        nodeTimeout = std::chrono::seconds(number(a, value(), kIdleTimeoutRange));
+      } else if (a == "--idle-utilization") {
+        opt.live.idle_utilization = number(a, value(), Range<int>{0, 100}) / 100.0;
+      } else if (a == "--idle-after") {
+        opt.live.idle_after = std::chrono::seconds(number(a, value(), Range<int64_t>{0, 366 * 86'400}));
+      } else if (a == "--reclaim-idle") {
+        opt.live.reclaim_idle = true;
+      } else if (a == "--reclaim-grace") {
+        opt.live.reclaim_grace = std::chrono::seconds(number(a, value(), kIdleTimeoutRange));
       } else {
         throw badInput("unknown option '" + a + "'");
       }
     }
+    opt.live.node_timeout = nodeTimeout.value_or(3 * opt.live.heartbeat_interval);
+    if (opt.live.node_timeout <= opt.live.heartbeat_interval)
+      throw badInput("--node-timeout " + std::to_string(opt.live.node_timeout.count()) +
+                     " is not longer than the heartbeat interval (" +
+                     std::to_string(opt.live.heartbeat_interval.count()) +
+                     " s): every node would be unreachable between two heartbeats");
     // SIGTERM and SIGINT are taken by one thread with sigwait, never by a handler, so that
     // stopping the server runs in an ordinary thread.
     sigset_t stopSignals;

@@ -14,7 +14,9 @@
 
 #include "committed_state.hpp"
 #include "http_server.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/nesting.hpp"
 #include "server_metrics.hpp"
 #include "tokens.hpp"
@@ -170,8 +172,9 @@ struct PoolServer::Impl {
     std::string label;  // for metrics: the pattern with its first two segments
     std::vector<std::string> pattern;
     bool admin_only;
-    std::string what;  // what a user may not do, for the 403
+    std::string what;    // what a user may not do, for the 403
     std::function<json(Context&)> handler;
+    bool agent = false;  // a node agent's route: for the node's own token (or an administrator's)
   };
 
   ServerOptions opt;
@@ -216,7 +219,7 @@ struct PoolServer::Impl {
              std::function<json(Context&)> handler) {
     std::vector<std::string> p = splitPattern(pattern);
     std::string label = "/" + p[0] + (p.size() > 1 ? "/" + p[1] : "");
-    routes.push_back({method, label, std::move(p), adminOnly, what, std::move(handler)});
+    routes.push_back({method, label, std::move(p), adminOnly, what, std::move(handler), false});
   }
 
   HttpReply handle(const HttpRequest& req) {
@@ -242,6 +245,18 @@ struct PoolServer::Impl {
       }
       label = found->label;
       TokenEntry who = authenticate(req);
+      if (who.node != found->agent && !who.admin)
+        throw HttpError{403,
+                        who.node ? "the token of node " + who.owner +
+                                       " (role node) may only register and heartbeat that node"
+                                 : "owner " + who.owner + " (role user) may not " + found->what +
+                                       "; the node's agent (role node) or an administrator may",
+                        "forbidden"};
+      if (found->agent && who.node && params.at(0) != who.owner)
+        throw HttpError{403,
+                        "the token of node " + who.owner + " (role node) may not speak for node " +
+                            topo::printable(params.at(0)),
+                        "forbidden"};
       if (found->admin_only && !who.admin)
         throw HttpError{
             403, "owner " + who.owner + " (role user) may not " + found->what + "; an administrator may",
@@ -270,6 +285,12 @@ struct PoolServer::Impl {
       throw badRequest("field 'ttl_s': " + std::to_string(r.ttl.count()) + " is over poold's maximum of " +
                        std::to_string(opt.max_ttl.count()) +
                        " s (poold --max-ttl); ask for less, a lease is renewed at a third of its ttl");
+    if (!who.admin && r.no_reclaim)
+      throw HttpError{403,
+                      "owner " + who.owner +
+                          " (role user) may not exempt a lease from idle reclaim (no_reclaim); an "
+                          "administrator may",
+                      "forbidden"};
     if (!who.admin && r.priority > opt.max_user_priority)
       throw badRequest("field 'priority': " + std::to_string(r.priority) + " is over the maximum of " +
                        std::to_string(opt.max_user_priority) +
@@ -287,6 +308,30 @@ struct PoolServer::Impl {
     c.fabric = it->second.fabric;
     c.labels = it->second.labels;
     return c;
+  }
+
+  // The node agent's side (poolrun/pool/agent_protocol.hpp).
+  void addAgentRoutes() {
+    route("POST", "/v1/nodes/*/register", false, "register a node", [this](Context& c) {
+      NodeRegistration r = nodeRegistrationFromJson(parseBody(c.req.body));
+      if (r.node.name != c.params[0])
+        throw badRequest("the registration names node '" + r.node.name + "', the path node '" +
+                         topo::printable(c.params[0]) + "'");
+      return pool->mutate([&](PoolState& s, TimePoint now) {
+        s.registerAgentNode(r, now);
+        s.tick(now, opt.stale_after);
+        return json{{"registered", r.node.name}, {"interval_s", opt.live.heartbeat_interval.count()}};
+      });
+    });
+    routes.back().agent = true;
+    route("POST", "/v1/nodes/*/heartbeat", false, "send heartbeats", [this](Context& c) {
+      Heartbeat hb = heartbeatFromJson(parseBody(c.req.body));
+      if (hb.node != c.params[0])
+        throw badRequest("the heartbeat names node '" + hb.node + "', the path node '" +
+                         topo::printable(c.params[0]) + "'");
+      return toJson(pool->mutate([&](PoolState& s, TimePoint now) { return s.heartbeat(hb, now); }));
+    });
+    routes.back().agent = true;
   }
 
   void addRoutes() {
@@ -316,6 +361,7 @@ struct PoolServer::Impl {
         const std::string& name = c.params[0];
         return pool->mutate([&](PoolState& s, TimePoint now) {
           s.setNodeState(name, verb == "drain" ? NodeState::kDraining : NodeState::kUp);
+          if (verb == "resume") s.clearGpuFailures(name);  // an administrator has looked
           s.tick(now, opt.stale_after);
           return json{{"node", name}, {"state", verb == "drain" ? "draining" : "up"}};
         });
@@ -325,11 +371,12 @@ struct PoolServer::Impl {
       const std::string& name = c.params[0];
       size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));
       return pool->mutate([&](PoolState& s, TimePoint now) {
-        s.failGpu(name, index);
+        s.failGpu(name, index, now);
         s.tick(now, opt.stale_after);
         return json{{"node", name}, {"index", index}, {"state", "failed"}};
       });
     });
+    addAgentRoutes();
     route("GET", "/v1/leases", false, "", [this](Context&) {
       return pool->read([](const PoolState& s) {
         json out = json::array();
@@ -450,6 +497,10 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
       m.opt.token_file, [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; });
   m.pool = std::make_unique<CommittedState>(
       std::make_unique<Store>(m.opt.state_dir / "pool.sqlite", m.opt.durability));
+  m.pool->mutate([&m](PoolState& s, TimePoint) {
+    s.setLiveOptions(m.opt.live);
+    return 0;
+  });
   m.addRoutes();
 }
 

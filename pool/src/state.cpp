@@ -42,7 +42,7 @@ std::vector<NodeView> nodeViews(const std::vector<const PoolNode*>& nodes, const
     auto free = freeOn(*node);
     NodeView v{node, {}, false};
     for (size_t i = 0; i < node->gpuCount(); ++i)
-      if (!node->failed.count(i) && gpuMatches(node->topology->gpus[i], r) && free(i)) v.usable.push_back(i);
+      if (node->placeable(i) && gpuMatches(node->topology->gpus[i], r) && free(i)) v.usable.push_back(i);
     v.whole = v.usable.size() == node->gpuCount();
     views.push_back(std::move(v));
   }
@@ -125,6 +125,8 @@ std::string toString(GpuState state) {
       return "leased";
     case GpuState::kFailed:
       return "failed";
+    case GpuState::kForeign:
+      return "foreign";
   }
   return "free";
 }
@@ -200,7 +202,10 @@ void PoolState::registerNode(const topo::ClusterNode& cn) {
   node.rail_group = cn.rail_group;
   node.fabric = cn.fabric;
   node.labels = cn.labels;
+  node.topology_hash = topologyHash(*cn.topology);
   std::erase_if(node.failed, [&](size_t i) { return i >= node.gpuCount(); });
+  std::erase_if(node.failures, [&](const auto& f) { return !node.failed.count(f.first); });
+  if (node.live.gpus.size() > node.gpuCount()) node.live.gpus.resize(node.gpuCount());
   occupancy_[cn.name].holder.resize(node.gpuCount());
   dirty_.nodes.insert(cn.name);
 }
@@ -213,7 +218,7 @@ void PoolState::setNodeState(const std::string& name, NodeState state) {
   dirty_.nodes.insert(name);
 }
 
-void PoolState::failGpu(const std::string& name, size_t index) {
+void PoolState::failGpu(const std::string& name, size_t index, TimePoint now) {
   auto it = nodes_.find(name);
   if (it == nodes_.end())
     throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
@@ -221,6 +226,7 @@ void PoolState::failGpu(const std::string& name, size_t index) {
     throw badInput("bad GPU index " + std::to_string(index) + " (node " + name + " has " +
                    std::to_string(it->second.gpuCount()) + " GPUs)");
   it->second.failed.insert(index);
+  it->second.failures.try_emplace(index, GpuFailure{"marked failed by an administrator", now});
   dirty_.nodes.insert(name);
 }
 
@@ -241,6 +247,7 @@ const std::string* PoolState::holder(const std::string& node, size_t index) cons
 GpuState PoolState::gpuState(const std::string& node, size_t index) const {
   auto it = nodes_.find(node);
   if (it != nodes_.end() && it->second.failed.count(index)) return GpuState::kFailed;
+  if (it != nodes_.end() && it->second.live.foreign.count(index)) return GpuState::kForeign;
   return holder(node, index) ? GpuState::kLeased : GpuState::kFree;
 }
 
@@ -272,6 +279,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   lease.priority = request.priority;
   lease.created = now;
   lease.ttl = request.ttl;
+  lease.no_reclaim = request.no_reclaim;
   if (request.max_duration) lease.max_end = addSaturating(now, *request.max_duration);
   lease.expires = std::min(addSaturating(now, request.ttl), lease.max_end.value_or(kNever));
   for (const GpuRef& g : lease.gpus) {
@@ -282,6 +290,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
     h = lease.id;
   }
   leases_[lease.id] = lease;
+  last_busy_[lease.id] = now;
   ++leases_granted_;
   dirty_.counters = true;
   dirty_.leases.insert(lease.id);
@@ -298,6 +307,8 @@ void PoolState::dropLease(const std::string& id) {
       o->second.holder[g.index].clear();
   }
   leases_.erase(it);
+  last_busy_.erase(id);
+  reclaim_at_.erase(id);
   dirty_.leases.insert(id);
   dirty_.new_leases.erase(id);
 }
@@ -460,7 +471,12 @@ void PoolState::cancel(int64_t ticket, TimePoint now) {
 
 Lease PoolState::renew(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
   auto it = leases_.find(id);
-  if (it == leases_.end()) throw gone(id);
+  if (it == leases_.end()) {
+    if (auto r = reclaimed_.find(id); r != reclaimed_.end())
+      throw PoolError(PoolFailure::kGone, ErrorCode::kNotFound,
+                      "lease " + id + " was reclaimed: " + r->second + "; acquire a new one");
+    throw gone(id);
+  }
   Lease& lease = it->second;
   if (lease.owner != owner && !admin)
     throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
@@ -474,7 +490,7 @@ Lease PoolState::renew(const std::string& id, const std::string& owner, bool adm
   }
   lease.expires = std::min(addSaturating(now, lease.ttl), end);
   dirty_.leases.insert(id);
-  return lease;
+  return withLiveView(lease, now);
 }
 
 bool PoolState::release(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
@@ -490,6 +506,9 @@ bool PoolState::release(const std::string& id, const std::string& owner, bool ad
 }
 
 void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
+  view_time_ = std::max(view_time_, now);
+  updateLiveness(now);
+  reclaimIdle(now);
   std::vector<std::string> expired;
   for (const auto& [id, lease] : leases_)
     if (lease.expires <= now) expired.push_back(id);
@@ -511,9 +530,25 @@ PoolStatus PoolState::status() const {
     (node.state == NodeState::kUp         ? s.nodes_up
      : node.state == NodeState::kDraining ? s.nodes_draining
                                           : s.nodes_down)++;
+    if (node.live.unreachable) {
+      ++s.nodes_unreachable;
+      s.gpus_unreachable += static_cast<int>(node.gpuCount());
+    }
     for (size_t i = 0; i < node.gpuCount(); ++i) {
-      GpuState g = gpuState(name, i);
-      (g == GpuState::kFree ? s.gpus_free : g == GpuState::kLeased ? s.gpus_leased : s.gpus_failed)++;
+      switch (gpuState(name, i)) {
+        case GpuState::kFree:
+          ++s.gpus_free;
+          break;
+        case GpuState::kLeased:
+          ++s.gpus_leased;
+          break;
+        case GpuState::kFailed:
+          ++s.gpus_failed;
+          break;
+        case GpuState::kForeign:
+          ++s.gpus_foreign;
+          break;
+      }
     }
   }
   s.leases = static_cast<int>(leases_.size());
@@ -532,6 +567,9 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
     info.fabric = topo::toString(topo::nodeFabrics(*node->topology, node->fabric).front());
     info.labels = node->labels;
     info.state = node->state;
+    info.unreachable = node->live.unreachable;
+    info.agent = node->agent;
+    if (node->live.last_heartbeat != TimePoint{}) info.last_heartbeat = node->live.last_heartbeat;
     for (size_t i = 0; i < node->gpuCount(); ++i) {
       const topo::Gpu& g = node->topology->gpus[i];
       GpuInfo gi;
@@ -542,6 +580,21 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
       gi.memory_bytes = g.memory_bytes;
       gi.state = gpuState(node->name, i);
       if (const std::string* h = holder(node->name, i)) gi.lease = *h;
+      if (auto f = node->failures.find(i); f != node->failures.end()) {
+        gi.failed_reason = f->second.reason;
+        gi.failed_at = f->second.time;
+      }
+      if (i < node->live.gpus.size()) {
+        const topo::GpuSample& sample = node->live.gpus[i];
+        gi.utilization = sample.sm_utilization;
+        gi.memory_used_bytes = sample.memory_used_bytes;
+        gi.memory_total_bytes = sample.memory_total_bytes;
+        gi.temperature_c = sample.temperature_c;
+        gi.power_w = sample.power_w;
+        if (gi.uuid.empty()) gi.uuid = sample.uuid;
+      }
+      if (auto f = node->live.foreign.find(i); f != node->live.foreign.end())
+        gi.foreign_processes = f->second;
       info.gpus.push_back(std::move(gi));
     }
     out.push_back(std::move(info));
@@ -551,7 +604,7 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
 
 std::vector<Lease> PoolState::leaseList() const {
   std::vector<Lease> out;
-  for (const auto& [id, lease] : leases_) out.push_back(lease);
+  for (const auto& [id, lease] : leases_) out.push_back(withLiveView(lease, view_time_));
   std::sort(out.begin(), out.end(), [](const Lease& a, const Lease& b) {
     return a.created != b.created ? a.created < b.created : a.id < b.id;
   });
@@ -581,6 +634,8 @@ std::vector<QueueInfo> PoolState::queueList() const {
 void PoolState::loadNode(PoolNode node) {
   next_order_ = std::max(next_order_, node.order + 1);
   std::string name = node.name;
+  if (node.topology) node.topology_hash = topologyHash(*node.topology);
+  node.live = NodeLive{};
   nodes_[name] = std::move(node);
   occupancy_[name].holder.resize(nodes_[name].gpuCount());
 }
@@ -625,6 +680,9 @@ void PoolState::clear() {
   next_ticket_ = 1;
   next_order_ = 0;
   dirty_ = Dirty{};
+  last_busy_.clear();
+  reclaim_at_.clear();
+  reclaimed_.clear();
 }
 
 std::optional<TimePoint> PoolState::plannedStart(int64_t ticket) const {
@@ -650,7 +708,7 @@ std::string PoolState::waitReason(int64_t ticket) const {
     auto unheld = unheldIn(o != occupancy_.end() && o->first == name ? &o->second : nullptr);
     int n = 0;
     for (size_t i = 0; i < node.gpuCount(); ++i)
-      if (unheld(i) && !node.failed.count(i) && gpuMatches(node.topology->gpus[i], r)) ++n;
+      if (unheld(i) && node.placeable(i) && gpuMatches(node.topology->gpus[i], r)) ++n;
     if (n > 0 && nodeMatches(node, r)) free += n;  // most nodes of a busy pool have none
   }
   std::vector<int64_t> ahead;

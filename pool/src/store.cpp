@@ -26,13 +26,15 @@ namespace {
 using nlohmann::json;
 
 // Stored in the file's user_version once kSchema has been applied; raise it with every change.
-constexpr int64_t kSchemaVersion = 1;
+// 2: nodes.health (the agent's version, why GPUs failed, accepted ECC counts).
+constexpr int64_t kSchemaVersion = 2;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topologies(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(name TEXT PRIMARY KEY, ord INTEGER NOT NULL, switch TEXT NOT NULL,
   rail_group TEXT NOT NULL, fabric TEXT, labels TEXT NOT NULL, state TEXT NOT NULL,
-  failed TEXT NOT NULL, topology TEXT NOT NULL, topology_file TEXT NOT NULL);
+  failed TEXT NOT NULL, topology TEXT NOT NULL, topology_file TEXT NOT NULL,
+  health TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS leases(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS lease_gpus(node TEXT NOT NULL, idx INTEGER NOT NULL, lease TEXT NOT NULL,
   PRIMARY KEY(node, idx));
@@ -81,6 +83,30 @@ std::string readRecord(int fd, bool& ok) {
   ok = n >= 0;
   text.resize(n > 0 ? static_cast<size_t>(n) : 0);
   return text;
+}
+
+// nodes.health: what the live pool keeps of a node across restarts.
+//   {"agent": "poold-agent 0.9.0", "failures": {"3": {"reason": "...", "time_ms": 1764601445123}},
+//    "ecc_acknowledged": {"3": 2}}
+json healthToJson(const PoolNode& n) {
+  json doc = json::object();
+  if (!n.agent.empty()) doc["agent"] = n.agent;
+  for (const auto& [index, f] : n.failures)
+    doc["failures"][std::to_string(index)] = {{"reason", f.reason}, {"time_ms", toMillis(f.time)}};
+  for (const auto& [index, count] : n.ecc_acknowledged)
+    doc["ecc_acknowledged"][std::to_string(index)] = count;
+  return doc;
+}
+
+void healthFromJson(const json& doc, PoolNode& n) {
+  if (!doc.is_object()) return;
+  n.agent = doc.value("agent", "");
+  auto index = [](const std::string& key) { return static_cast<size_t>(std::stoul(key)); };
+  if (auto f = doc.find("failures"); f != doc.end() && f->is_object())
+    for (const auto& [key, v] : f->items())
+      n.failures[index(key)] = {v.value("reason", ""), fromMillis(v.value("time_ms", int64_t{0}))};
+  if (auto e = doc.find("ecc_acknowledged"); e != doc.end() && e->is_object())
+    for (const auto& [key, v] : e->items()) n.ecc_acknowledged[index(key)] = v.get<uint64_t>();
 }
 
 std::string text(sqlite3_stmt* st, int col) {
@@ -281,13 +307,14 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
     begin();
     // The schema's statements are parsed only when the file does not have them yet.
     sqlite3_stmt* version = prepare("PRAGMA user_version");
-    bool current = false;
+    int64_t found = 0;
     {
       Step s(db_, version);
-      current = s.row() && sqlite3_column_int64(version, 0) == kSchemaVersion;
+      if (s.row()) found = sqlite3_column_int64(version, 0);
     }
-    if (!current) {
+    if (found != kSchemaVersion) {
       exec(kSchema);
+      if (found == 1) exec("ALTER TABLE nodes ADD COLUMN health TEXT NOT NULL DEFAULT '{}'");
       exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
     }
     commit();
@@ -488,11 +515,11 @@ std::string Store::topologyHash(const std::shared_ptr<const topo::NodeTopology>&
 void Store::load(PoolState& state) {
   state.clear();
   {
-    Step s(db_, prepare("SELECT name, ord, switch, rail_group, fabric, labels, state, failed, topology, "
-                        "topology_file FROM nodes"));
-    sqlite3_stmt* st = prepare(
-        "SELECT name, ord, switch, rail_group, fabric, labels, state, failed, topology, "
-        "topology_file FROM nodes");
+    const char* select =
+        "SELECT name, ord, switch, rail_group, fabric, labels, state, failed, topology, topology_file, "
+        "health FROM nodes";
+    Step s(db_, prepare(select));
+    sqlite3_stmt* st = prepare(select);
     while (s.row()) {
       PoolNode n;
       n.name = text(st, 0);
@@ -503,6 +530,7 @@ void Store::load(PoolState& state) {
       n.labels = json::parse(text(st, 5)).get<std::map<std::string, std::string>>();
       n.state = nodeStateFromString(text(st, 6));
       for (int i : json::parse(text(st, 7))) n.failed.insert(i);
+      healthFromJson(json::parse(text(st, 10)), n);
       std::string hash = text(st, 8);
       auto t = topologies_.find(hash);
       if (t == topologies_.end()) {
@@ -553,7 +581,7 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
     }
     const PoolNode& n = it->second;
     Step s(db_, prepare("INSERT OR REPLACE INTO nodes(name, ord, switch, rail_group, fabric, labels, state, "
-                        "failed, topology, topology_file) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+                        "failed, topology, topology_file, health) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
     s.bind(n.name).bind(n.order).bind(n.switch_name).bind(n.rail_group);
     if (n.fabric)
       s.bind(topo::toString(*n.fabric));
@@ -564,6 +592,7 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
         .bind(json(n.failed).dump())
         .bind(topologyHash(n.topology));
     s.bind(std::string());
+    s.bind(healthToJson(n).dump());
     s.run();
   }
   // Deletions first, so that GPUs a batch moves from one lease to another are free when inserted.

@@ -41,26 +41,27 @@ std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const 
     std::string token, owner, role, extra;
     if (!(words >> token)) continue;
     if (!(words >> owner >> role) || (words >> extra)) {
-      bad("expected `TOKEN OWNER ROLE` (ROLE user or admin)");
+      bad("expected `TOKEN OWNER ROLE` (ROLE user, admin or node)");
       continue;
     }
     if (!validToken(token)) {
       bad("the token of " + topo::printable(owner) + " must be 8 to 512 printable ASCII characters");
       continue;
     }
-    if (std::string problem = topo::ownerProblem(owner); !problem.empty()) {
-      bad("owner '" + topo::printable(owner) + "': " + problem);
+    if (role != "user" && role != "admin" && role != "node") {
+      bad("unknown role '" + topo::printable(role) + "' (use user, admin or node)");
       continue;
     }
-    if (role != "user" && role != "admin") {
-      bad("unknown role '" + topo::printable(role) + "' (use user or admin)");
+    std::string problem = role == "node" ? topo::nodeNameProblem(owner) : topo::ownerProblem(owner);
+    if (!problem.empty()) {
+      bad((role == "node" ? "node '" : "owner '") + topo::printable(owner) + "': " + problem);
       continue;
     }
     if (out.count(token)) {
       bad("token of " + owner + " appears twice");
       continue;
     }
-    out[token] = {owner, role == "admin"};
+    out[token] = {owner, role == "admin", role == "node"};
   }
   return out;
 }

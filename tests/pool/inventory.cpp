@@ -103,7 +103,7 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
         std::string list;
         words >> list;
         if (verb == "failed") {
-          for (size_t i : indexes(list)) state.failGpu(name, i);
+          for (size_t i : indexes(list)) state.failGpu(name, i, now);
           continue;
         }
         pool::Lease l;

@@ -326,7 +326,7 @@ TEST(Health, FailedGpusAndDrainedNodes) {
   Lease l = *state.submit(parseRequest("8"), t0()).lease;
   EXPECT_EQ(gpuList(l.gpus), "n01:0-7");
   state.setNodeState("n01", NodeState::kDraining);
-  state.failGpu("n02", 7);
+  state.failGpu("n02", 7, t0());
   EXPECT_EQ(state.gpuState("n02", 7), GpuState::kFailed);
   EXPECT_EQ(state.leaseMap().size(), 1u) << "draining lets existing leases run";
   SubmitResult s = state.submit(parseRequest("8"), t0());
@@ -346,7 +346,7 @@ TEST(Health, QueuedRequestFailsWhenThePoolShrinksBelowIt) {
   PoolState state;
   addInventory(state, "n01/gpu[0-7]; n01 leased 0", t0());
   int64_t t = state.submit(parseRequest("8"), t0()).ticket;
-  state.failGpu("n01", 3);
+  state.failGpu("n01", 3, t0());
   state.tick(t0());
   PollResult p = state.poll(t, t0());
   EXPECT_EQ(p.status, QueueEntry::Status::kFailed);

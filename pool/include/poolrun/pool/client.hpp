@@ -49,6 +49,7 @@ struct LeaseRequest {
   std::optional<std::chrono::seconds> wait;  // nullopt: wait while the pool could ever satisfy it
   std::chrono::seconds ttl{60};
   std::optional<std::chrono::seconds> max_duration;
+  bool no_reclaim = false;  // never reclaimed when idle (poold --reclaim-idle); administrators only
 };
 
 struct Lease {
@@ -64,6 +65,12 @@ struct Lease {
   // Variables the job's launcher must set for the job to run inside the lease (Slurm: the
   // allocation's SLURM_* variables where poolrun made the allocation); empty for other pools.
   std::map<std::string, std::string> env;
+  bool no_reclaim = false;  // see LeaseRequest
+
+  // What the pool tells the holder in a renewal's reply and in listings (not stored):
+  std::vector<std::string> at_risk_nodes;  // nodes of the lease whose agent has gone quiet
+  std::optional<std::chrono::system_clock::time_point> idle_since;  // idle: GPUs unused since then
+  std::optional<std::chrono::system_clock::time_point> reclaim_at;  // when the pool ends it as idle
 };
 
 // Why a pool call failed, where the caller acts on the reason (poolctl maps it to exit status).

@@ -4,15 +4,18 @@
 // queue, and the administrator's commands. Every pool kind implements it.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "poolrun/pool/client.hpp"
+#include "poolrun/topo/telemetry.hpp"
 
 namespace poolrun::pool {
 
 enum class NodeState { kUp, kDraining, kDown };
-enum class GpuState { kFree, kLeased, kFailed };
+// kForeign: running compute processes of no lease (seen by the node's agent); never placed.
+enum class GpuState { kFree, kLeased, kFailed, kForeign };
 std::string toString(NodeState state);
 std::string toString(GpuState state);
 // "up", "draining", "down"; throws poolrun::Error (kBadInput) naming the text otherwise.
@@ -25,7 +28,16 @@ struct GpuInfo {
   std::string model;
   uint64_t memory_bytes = 0;
   GpuState state = GpuState::kFree;
-  std::string lease;  // the lease holding it, where leased (a failed GPU may still be held)
+  std::string lease;          // the lease holding it, where leased (a failed GPU may still be held)
+  std::string failed_reason;  // kFailed: why ("XID 79 (fallen off the bus)")
+  std::optional<std::chrono::system_clock::time_point> failed_at;
+  // From the node's agent, where it has one (the last heartbeat's sample):
+  std::optional<double> utilization;  // 0 to 1, SM activity
+  std::optional<uint64_t> memory_used_bytes;
+  std::optional<uint64_t> memory_total_bytes;
+  std::optional<double> temperature_c;
+  std::optional<double> power_w;
+  std::vector<topo::GpuProcess> foreign_processes;  // kForeign: the processes of no lease
 };
 
 struct NodeInfo {
@@ -34,7 +46,10 @@ struct NodeInfo {
   std::string rail_group;
   std::string fabric;  // "ib", "roce", "tcp"
   std::map<std::string, std::string> labels;
-  NodeState state = NodeState::kUp;
+  NodeState state = NodeState::kUp;  // the administrator's state
+  bool unreachable = false;          // its agent has gone quiet (shown as state "unreachable")
+  std::string agent;                 // the agent's version; empty: registered without an agent
+  std::optional<std::chrono::system_clock::time_point> last_heartbeat;
   std::vector<GpuInfo> gpus;
 };
 
@@ -52,7 +67,9 @@ struct QueueInfo {
 
 struct PoolStatus {
   int nodes_up = 0, nodes_draining = 0, nodes_down = 0;
-  int gpus_free = 0, gpus_leased = 0, gpus_failed = 0;
+  int nodes_unreachable = 0;  // also counted in their administrator's state
+  int gpus_free = 0, gpus_leased = 0, gpus_failed = 0, gpus_foreign = 0;
+  int gpus_unreachable = 0;  // on unreachable nodes; also counted in their own state
   int leases = 0;
   int queued = 0;
   uint64_t leases_granted = 0;  // since the pool was created

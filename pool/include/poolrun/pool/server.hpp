@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/pool/state.hpp"
 #include "poolrun/pool/store.hpp"
 
 namespace poolrun::pool {
@@ -38,15 +39,20 @@ struct ServerOptions {
   // for the `user` role (administrators may use any priority in the request's range).
   std::chrono::seconds max_ttl{3600};
   int max_user_priority = 100;
+
+  // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
+  LiveOptions live;
 };
 
 struct TokenEntry {
-  std::string owner;
+  std::string owner;  // role node: the node's name
   bool admin = false;
+  bool node = false;  // a node agent's token: registers and heartbeats its own node, nothing else
 };
 
-// Parses a token file: one `TOKEN OWNER ROLE` line per token, ROLE user or admin, `#` comments.
-// TOKEN is 8 to 512 printable ASCII characters; OWNER letters, digits, '.', '_', '-' and '@'.
+// Parses a token file: one `TOKEN OWNER ROLE` line per token, ROLE user, admin or node, `#`
+// comments. TOKEN is 8 to 512 printable ASCII characters; OWNER letters, digits, '.', '_', '-'
+// and '@' (role node: a node name).
 // A malformed line is described as "FILE:LINE: what" in `warnings` and skipped; without
 // `warnings`, it throws poolrun::Error (kBadInput) with that text instead.
 std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const std::string& file,

@@ -13,14 +13,33 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/control.hpp"
 #include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/telemetry.hpp"
 
 namespace poolrun::pool {
 
 using TimePoint = std::chrono::system_clock::time_point;
 inline constexpr TimePoint kNever = TimePoint::max();
+
+// Why a GPU is failed: an administrator's `poolctl fail`, or what its agent reported.
+struct GpuFailure {
+  std::string reason;  // "marked failed by an administrator", "XID 79 (fallen off the bus)", ...
+  TimePoint time;
+  bool operator==(const GpuFailure&) const = default;
+};
+
+// What a node's agent last said. In memory only: after a restart, poold waits a node timeout for
+// the next heartbeat before it calls the node unreachable.
+struct NodeLive {
+  TimePoint last_heartbeat{};  // poold's clock; the epoch where none came since poold started
+  bool unreachable = false;
+  std::vector<topo::GpuSample> gpus;  // per GPU index, from the last heartbeat (empty: none yet)
+  std::vector<topo::NicPortSample> nics;
+  std::map<size_t, std::vector<topo::GpuProcess>> foreign;  // GPUs running processes of no lease
+};
 
 struct PoolNode {
   std::string name;
@@ -30,10 +49,27 @@ struct PoolNode {
   std::optional<topo::Fabric> fabric;  // where the cluster file says; else topo::nodeFabrics decides
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;
-  std::set<size_t> failed;  // failed GPU indexes
-  int64_t order = 0;        // registration order: "pool order"
+  std::set<size_t> failed;                      // failed GPU indexes
+  std::map<size_t, GpuFailure> failures;        // why, per failed GPU (where known)
+  std::map<size_t, uint64_t> ecc_acknowledged;  // uncorrected ECC counts an administrator accepted
+  int64_t order = 0;                            // registration order: "pool order"
+  std::string agent;          // the agent's version, for a node its agent registered; empty: no agent
+  std::string topology_hash;  // topologyHash(*topology), kept for heartbeats to compare with
+  NodeLive live;
 
   size_t gpuCount() const { return topology ? topology->gpus.size() : 0; }
+  // Whether placement may give GPU `index` to a lease: not failed, not busy outside the pool.
+  bool placeable(size_t index) const { return !failed.count(index) && !live.foreign.count(index); }
+};
+
+// The live pool's rules (heartbeats, idle leases): poold's options.
+struct LiveOptions {
+  std::chrono::seconds heartbeat_interval{5};  // told to agents in every reply
+  std::chrono::seconds node_timeout{15};       // no heartbeat for this long: the node is unreachable
+  double idle_utilization = 0.05;              // a lease's GPUs all under this (0 to 1) ...
+  std::chrono::seconds idle_after{1800};       // ... for this long: the lease is idle
+  bool reclaim_idle = false;                   // poold --reclaim-idle: end idle leases ...
+  std::chrono::seconds reclaim_grace{300};     // ... this long after the warning
 };
 
 struct QueueEntry {
@@ -82,7 +118,8 @@ class PoolState {
   // failed GPUs and leases stay). Throws kBadInput for a node without a name.
   void registerNode(const topo::ClusterNode& node);
   void setNodeState(const std::string& node, NodeState state);  // throws kNotFound
-  void failGpu(const std::string& node, size_t index);          // throws kNotFound / kBadInput
+  // An administrator's failure of a GPU; throws kNotFound / kBadInput.
+  void failGpu(const std::string& node, size_t index, TimePoint now);
 
   // --- leases. `owner`/`admin` come from the caller's identity.
   // Validates the request (kBadInput), fails at once when the pool could never satisfy it
@@ -124,6 +161,23 @@ class PoolState {
   // Empty for a ticket that is not waiting. Cost: one pass over the pool's GPUs and one placement.
   std::string waitReason(int64_t ticket) const;
   uint64_t leasesGranted() const { return leases_granted_; }
+  uint64_t leasesReclaimed() const { return leases_reclaimed_; }  // idle leases ended since start
+
+  // --- the live pool (pool/src/live.cpp)
+  void setLiveOptions(const LiveOptions& options) { live_ = options; }
+  const LiveOptions& liveOptions() const { return live_; }
+  // A node registered by its agent: registerNode, and the node is known to have an agent.
+  void registerAgentNode(const NodeRegistration& registration, TimePoint now);
+  // Takes a heartbeat: the node's samples, GPUs failed by what they report, foreign processes, the
+  // leases' last activity. Throws kNotFound for an unknown node; replies register_again where
+  // the node's topology is not the one the agent names.
+  HeartbeatReply heartbeat(const Heartbeat& heartbeat, TimePoint now);
+  // When a lease's GPUs were last busy (its creation where never); nullopt for an unknown lease.
+  std::optional<TimePoint> lastBusy(const std::string& lease) const;
+  // Whether a lease is idle now (every GPU reports utilisation under the threshold for idle_after).
+  bool idle(const Lease& lease, TimePoint now) const;
+  // An administrator accepts what a node's GPUs report: clears their failures (manual ones too).
+  void clearGpuFailures(const std::string& node);
   int64_t nextTicket() const { return next_ticket_; }
 
   // --- persistence: stores load rows with these and write what takeDirty() names.
@@ -160,6 +214,17 @@ class PoolState {
   Dirty dirty_;
   std::vector<double> wait_seconds_;
   std::map<int64_t, TimePoint> planned_;
+
+  // The live pool.
+  void updateLiveness(TimePoint now);
+  void reclaimIdle(TimePoint now);
+  Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
+  LiveOptions live_;
+  uint64_t leases_reclaimed_ = 0;
+  TimePoint view_time_{};  // the latest `now` a tick or heartbeat brought (leaseList's idle times)
+  std::map<std::string, TimePoint> last_busy_;    // per lease
+  std::map<std::string, TimePoint> reclaim_at_;   // per idle lease warned of its reclaim
+  std::map<std::string, std::string> reclaimed_;  // lease id: why it was ended (for its renewal)
 };
 
 // Throws kBadInput naming the field of a request that cannot be valid.

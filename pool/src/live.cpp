@@ -1,0 +1,181 @@
+// The live pool's rules: what poold does with its agents' registrations and heartbeats, when a
+// node becomes unreachable, which GPUs fail by what they report, which run processes of no lease,
+// and which leases sit idle (and, with --reclaim-idle, are ended).
+
+#include <algorithm>
+
+#include "poolrun/pool/state.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+// Why a sample fails its GPU, or "" where it does not. `acknowledged`: the uncorrected ECC count
+// an administrator accepted with `poolctl resume`.
+std::string failureIn(const topo::GpuSample& g, uint64_t acknowledged) {
+  if (g.ecc_uncorrected_volatile && *g.ecc_uncorrected_volatile > acknowledged)
+    return std::to_string(*g.ecc_uncorrected_volatile) + " uncorrectable ECC errors since the driver loaded";
+  if (g.remapping_failure) return "row remapping failed (the GPU needs a reset or service)";
+  for (const topo::XidEvent& e : g.xid_events) {
+    if (!topo::xidFailsGpu(e.xid)) continue;
+    return "XID " + std::to_string(e.xid) +
+           (e.xid == 48   ? " (double-bit ECC error)"
+            : e.xid == 79 ? " (fallen off the bus)"
+                          : "");
+  }
+  return "";
+}
+
+// Whether a sample shows its GPU in use: SM activity at or over `threshold`, or no utilisation
+// reported at all (MIG, an old driver), which cannot be told from idle.
+bool busy(const topo::GpuSample& g, double threshold) {
+  return !g.sm_utilization || *g.sm_utilization >= threshold;
+}
+
+}  // namespace
+
+void PoolState::registerAgentNode(const NodeRegistration& registration, TimePoint now) {
+  registerNode(registration.node);
+  PoolNode& node = nodes_.at(registration.node.name);
+  node.agent = registration.agent_version.empty() ? "unknown" : registration.agent_version;
+  node.live.last_heartbeat = now;
+  node.live.unreachable = false;
+  view_time_ = std::max(view_time_, now);
+  dirty_.nodes.insert(node.name);
+}
+
+HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
+  HeartbeatReply reply;
+  reply.interval = live_.heartbeat_interval;
+  auto it = nodes_.find(hb.node);
+  // A node poold does not know, or knows without an agent or with another topology, is registered
+  // again by its agent before its samples count.
+  if (it == nodes_.end() || it->second.agent.empty() || it->second.topology_hash != hb.topology_hash) {
+    reply.register_again = true;
+    return reply;
+  }
+  view_time_ = std::max(view_time_, now);
+  PoolNode& node = it->second;
+  bool freed = node.live.unreachable;  // an unreachable node coming back may start queued requests
+  node.live.last_heartbeat = now;
+  node.live.unreachable = false;
+  node.live.gpus.resize(node.gpuCount());
+  node.live.nics = hb.nics;
+  const Occupancy& held = occupancy(node.name);
+  for (const topo::GpuSample& sample : hb.gpus) {
+    size_t i = sample.index;
+    if (i >= node.gpuCount()) continue;
+    node.live.gpus[i] = sample;
+    auto acknowledged = node.ecc_acknowledged.find(i);
+    std::string why =
+        failureIn(sample, acknowledged == node.ecc_acknowledged.end() ? 0 : acknowledged->second);
+    if (!why.empty() && !node.failed.count(i)) {
+      node.failed.insert(i);
+      node.failures[i] = {why, now};
+      dirty_.nodes.insert(node.name);
+    }
+    // Processes that are not of the lease holding this GPU (or of any lease) make it foreign.
+    const std::string& holder = held.holder[i];
+    std::vector<topo::GpuProcess> outside;
+    for (const topo::GpuProcess& p : sample.processes) {
+      auto owner = hb.process_leases.find(p.pid);
+      if (owner == hb.process_leases.end() || owner->second != holder) outside.push_back(p);
+    }
+    if (outside.empty()) {
+      freed |= node.live.foreign.erase(i) > 0;
+    } else {
+      node.live.foreign[i] = std::move(outside);
+    }
+    if (!holder.empty()) {
+      auto [last, fresh] = last_busy_.try_emplace(holder, now);
+      if (!fresh && busy(sample, live_.idle_utilization)) last->second = now;
+    }
+  }
+  for (size_t i = 0; i < held.holder.size(); ++i)
+    if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
+  if (freed) schedule(now);
+  return reply;
+}
+
+void PoolState::updateLiveness(TimePoint now) {
+  view_time_ = std::max(view_time_, now);
+  for (auto& [name, node] : nodes_) {
+    if (node.agent.empty()) continue;
+    // Loaded from the state file: the node timeout counts from poold's first tick.
+    if (node.live.last_heartbeat == TimePoint{}) node.live.last_heartbeat = now;
+    if (!node.live.unreachable && now - node.live.last_heartbeat > live_.node_timeout)
+      node.live.unreachable = true;
+  }
+}
+
+std::optional<TimePoint> PoolState::lastBusy(const std::string& lease) const {
+  auto it = last_busy_.find(lease);
+  if (it == last_busy_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool PoolState::idle(const Lease& lease, TimePoint now) const {
+  if (live_.idle_after.count() <= 0) return false;
+  auto last = last_busy_.find(lease.id);
+  if (last == last_busy_.end() || now - last->second < live_.idle_after) return false;
+  // Only what every GPU's agent reports makes a lease idle: a GPU without a fresh sample (no agent,
+  // an unreachable node) may be busy.
+  for (const GpuRef& g : lease.gpus) {
+    auto n = nodes_.find(g.node);
+    if (n == nodes_.end() || n->second.agent.empty() || n->second.live.unreachable ||
+        g.index >= n->second.live.gpus.size() || busy(n->second.live.gpus[g.index], live_.idle_utilization))
+      return false;
+  }
+  return true;
+}
+
+void PoolState::reclaimIdle(TimePoint now) {
+  if (live_.idle_after.count() <= 0) return;
+  std::vector<std::string> ended;
+  for (const auto& [id, lease] : leases_) {
+    if (!idle(lease, now)) {
+      reclaim_at_.erase(id);
+      continue;
+    }
+    if (!live_.reclaim_idle || lease.no_reclaim) continue;
+    auto [at, warned] = reclaim_at_.try_emplace(id, now + live_.reclaim_grace);
+    if (now >= at->second) ended.push_back(id);
+  }
+  for (const std::string& id : ended) {
+    auto minutes = std::chrono::duration_cast<std::chrono::minutes>(now - last_busy_.at(id)).count();
+    if (reclaimed_.size() >= 10000) reclaimed_.erase(reclaimed_.begin());
+    reclaimed_[id] = "its GPUs were idle (under " +
+                     std::to_string(static_cast<int>(live_.idle_utilization * 100)) + "% utilisation) for " +
+                     std::to_string(minutes) + " min, and poold reclaims idle leases";
+    dropLease(id);
+    ++leases_reclaimed_;
+  }
+}
+
+Lease PoolState::withLiveView(const Lease& lease, TimePoint now) const {
+  Lease out = lease;
+  for (const GpuRef& g : lease.gpus) {
+    auto n = nodes_.find(g.node);
+    if (n != nodes_.end() && n->second.live.unreachable &&
+        std::find(out.at_risk_nodes.begin(), out.at_risk_nodes.end(), g.node) == out.at_risk_nodes.end())
+      out.at_risk_nodes.push_back(g.node);
+  }
+  if (idle(lease, now)) out.idle_since = last_busy_.at(lease.id);
+  if (auto r = reclaim_at_.find(lease.id); r != reclaim_at_.end()) out.reclaim_at = r->second;
+  return out;
+}
+
+void PoolState::clearGpuFailures(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
+  PoolNode& node = it->second;
+  node.failed.clear();
+  node.failures.clear();
+  // What the GPUs report now is accepted: only new uncorrected errors fail them again.
+  for (size_t i = 0; i < node.live.gpus.size(); ++i)
+    if (node.live.gpus[i].ecc_uncorrected_volatile)
+      node.ecc_acknowledged[i] = *node.live.gpus[i].ecc_uncorrected_volatile;
+  dirty_.nodes.insert(name);
+}
+
+}  // namespace poolrun::pool
