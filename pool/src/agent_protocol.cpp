@@ -137,7 +137,12 @@ topo::NicPortSample nicSampleFromJson(const JsonFields& f) {
 }  // namespace
 
 std::string topologyHash(const topo::NodeTopology& topology) {
-  return topo::fnv1aHex(topo::toJson(topology).dump());
+  // Where the topology was read from, and what its reader warned of, are not part of it: the
+  // reader of a registration names its own source and has no warnings.
+  nlohmann::ordered_json doc = topo::toJson(topology);
+  doc.erase("source");
+  doc.erase("warnings");
+  return topo::fnv1aHex(doc.dump());
 }
 
 json toJson(const NodeRegistration& r) {

@@ -61,7 +61,8 @@ struct HeartbeatReply {
   std::map<size_t, std::string> gpu_leases;
 };
 
-// The hash a heartbeat names its node's topology by: FNV-1a of the topology's JSON.
+// The hash a heartbeat names its node's topology by: FNV-1a of the topology's JSON, without
+// its `source` and `warnings` (which are the reader's, not the node's).
 std::string topologyHash(const topo::NodeTopology& topology);
 
 nlohmann::json toJson(const NodeRegistration& registration);

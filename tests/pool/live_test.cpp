@@ -1,0 +1,516 @@
+// The live pool's rules (pool/src/live.cpp) on a fake clock: heartbeats and unreachable nodes,
+// GPUs failed by what their agent reports, foreign processes, idle leases and their reclaim; and
+// the agent protocol's documents, read as strictly as every client document.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "inventory.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/json.hpp"
+#include "poolrun/pool/store.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/writers.hpp"
+#include "support/fixtures.hpp"
+#include "support/temp_dir.hpp"
+#include "support/test_names.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+using std::chrono::minutes;
+using std::chrono::seconds;
+using test::addInventory;
+using test::gpuList;
+using test::parseRequest;
+
+TimePoint t0() {
+  return TimePoint(std::chrono::hours(24 * 365 * 50));
+}
+
+// A pool of `spec` whose nodes all have agents (registered at t0).
+PoolState livePool(const std::string& spec, LiveOptions options = {}) {
+  PoolState state;
+  state.setLiveOptions(options);
+  addInventory(state, spec, t0());
+  std::vector<topo::ClusterNode> nodes;
+  for (const auto& [name, node] : state.nodeMap()) {
+    topo::ClusterNode c;
+    c.name = name;
+    c.topology = node.topology;
+    c.switch_name = node.switch_name;
+    c.labels = node.labels;
+    nodes.push_back(c);
+  }
+  for (const auto& c : nodes) state.registerAgentNode({c, "poold-agent test"}, t0());
+  return state;
+}
+
+// A heartbeat of `node` with every GPU at `utilization`.
+Heartbeat beat(const PoolState& state, const std::string& node, double utilization = 0.5) {
+  const PoolNode& n = state.nodeMap().at(node);
+  Heartbeat hb;
+  hb.node = node;
+  hb.agent_version = "poold-agent test";
+  hb.topology_hash = n.topology_hash;
+  for (size_t i = 0; i < n.gpuCount(); ++i) {
+    topo::GpuSample g;
+    g.index = i;
+    g.sm_utilization = utilization;
+    g.memory_used_bytes = uint64_t{1} << 30;
+    g.memory_total_bytes = uint64_t{80} << 30;
+    hb.gpus.push_back(g);
+  }
+  return hb;
+}
+
+TEST(LivePool, SilentNodeBecomesUnreachableAndPlacementAvoidsIt) {
+  PoolState state = livePool("n[01-02]/gpu[0-7]");
+  state.heartbeat(beat(state, "n01"), t0() + seconds(10));
+  state.tick(t0() + seconds(14));
+  EXPECT_FALSE(state.nodeMap().at("n02").live.unreachable) << "within the 15 s timeout";
+  state.tick(t0() + seconds(16));
+  EXPECT_TRUE(state.nodeMap().at("n02").live.unreachable);
+  EXPECT_FALSE(state.nodeMap().at("n01").live.unreachable) << "heard from at t0+10";
+  EXPECT_EQ(state.status().nodes_unreachable, 1);
+  EXPECT_EQ(state.status().gpus_unreachable, 8);
+
+  SubmitResult a = state.submit(parseRequest("4"), t0() + seconds(16));
+  ASSERT_TRUE(a.lease);
+  EXPECT_EQ(gpuList(a.lease->gpus), "n01:0-3");
+  SubmitResult b = state.submit(parseRequest("8"), t0() + seconds(16));
+  EXPECT_FALSE(b.lease) << "only 4 reachable GPUs are free: it waits for n02";
+  EXPECT_GT(b.ticket, 0);
+
+  HeartbeatReply reply = state.heartbeat(beat(state, "n02"), t0() + seconds(17));
+  EXPECT_FALSE(reply.register_again);
+  EXPECT_FALSE(state.nodeMap().at("n02").live.unreachable) << "up again at its next heartbeat";
+  PollResult p = state.poll(b.ticket, t0() + seconds(17));
+  ASSERT_EQ(p.status, QueueEntry::Status::kGranted) << "n02 coming back starts the queued request";
+  EXPECT_EQ(gpuList(p.lease->gpus), "n02:0-7");
+}
+
+TEST(LivePool, NodeWithoutAgentIsNeverUnreachable) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-7]", t0());
+  state.tick(t0() + std::chrono::hours(5));
+  EXPECT_FALSE(state.nodeMap().at("n01").live.unreachable);
+  EXPECT_TRUE(state.submit(parseRequest("8"), t0() + std::chrono::hours(5)).lease);
+}
+
+TEST(LivePool, RenewalNamesTheLeaseNodesThatAreUnreachable) {
+  PoolState state = livePool("n[01-02]/gpu[0-7]");
+  Lease l = *state.submit(parseRequest("16"), t0()).lease;
+  state.heartbeat(beat(state, "n01"), t0() + seconds(12));
+  state.tick(t0() + seconds(20));
+  Lease renewed = state.renew(l.id, l.owner, false, t0() + seconds(20));
+  EXPECT_EQ(renewed.at_risk_nodes, std::vector<std::string>{"n02"});
+  json doc = toJson(renewed);
+  EXPECT_EQ(leaseFromJson(doc).at_risk_nodes, std::vector<std::string>{"n02"}) << doc.dump();
+  state.heartbeat(beat(state, "n02"), t0() + seconds(21));
+  EXPECT_TRUE(state.renew(l.id, l.owner, false, t0() + seconds(21)).at_risk_nodes.empty());
+}
+
+TEST(LivePool, AfterARestartNodesGetATimeoutBeforeTheyAreUnreachable) {
+  PoolState state = livePool("n01/gpu[0-7]");
+  PoolNode loaded = state.nodeMap().at("n01");
+  PoolState restarted;
+  restarted.loadNode(loaded);
+  restarted.tick(t0() + std::chrono::hours(1));
+  EXPECT_FALSE(restarted.nodeMap().at("n01").live.unreachable) << "the timeout counts from the first tick";
+  restarted.tick(t0() + std::chrono::hours(1) + seconds(16));
+  EXPECT_TRUE(restarted.nodeMap().at("n01").live.unreachable);
+}
+
+struct FailureCase {
+  const char* name;
+  void (*damage)(topo::GpuSample&);
+  const char* reason;  // expected in the failure's reason; nullptr: the GPU does not fail
+};
+
+const FailureCase kFailureCases[] = {
+    {"uncorrectable ECC", [](topo::GpuSample& g) { g.ecc_uncorrected_volatile = 2; },
+     "2 uncorrectable ECC errors"},
+    {"row remapping failure", [](topo::GpuSample& g) { g.remapping_failure = true; }, "row remapping failed"},
+    {"XID 79",
+     [](topo::GpuSample& g) {
+       g.xid_events.push_back({79, t0()});
+     },
+     "XID 79 (fallen off the bus)"},
+    {"XID 48",
+     [](topo::GpuSample& g) {
+       g.xid_events.push_back({48, t0()});
+     },
+     "XID 48 (double-bit ECC error)"},
+    {"XID 13 is the application's",
+     [](topo::GpuSample& g) {
+       g.xid_events.push_back({13, t0()});
+     },
+     nullptr},
+    {"no uncorrected errors", [](topo::GpuSample& g) { g.ecc_uncorrected_volatile = 0; }, nullptr},
+    {"pending retirement alone", [](topo::GpuSample& g) { g.retired_pages_pending = true; }, nullptr},
+};
+
+class GpuFailureTest : public ::testing::TestWithParam<FailureCase> {};
+
+TEST_P(GpuFailureTest, FailsTheGpuWithItsReason) {
+  const FailureCase& c = GetParam();
+  PoolState state = livePool("n01/gpu[0-7]");
+  Heartbeat hb = beat(state, "n01");
+  c.damage(hb.gpus[3]);
+  state.heartbeat(hb, t0() + seconds(5));
+  const PoolNode& n = state.nodeMap().at("n01");
+  if (c.reason == nullptr) {
+    EXPECT_TRUE(n.failed.empty());
+    return;
+  }
+  EXPECT_EQ(n.failed, std::set<size_t>{3});
+  EXPECT_EQ(state.gpuState("n01", 3), GpuState::kFailed);
+  ASSERT_TRUE(n.failures.count(3));
+  EXPECT_NE(n.failures.at(3).reason.find(c.reason), std::string::npos) << n.failures.at(3).reason;
+  EXPECT_EQ(n.failures.at(3).time, t0() + seconds(5));
+  NodeInfo info = state.nodeInfos().at(0);
+  EXPECT_EQ(info.gpus[3].failed_reason, n.failures.at(3).reason);
+  try {
+    state.submit(parseRequest("8"), t0() + seconds(5));
+    FAIL() << "8 GPUs granted with one failed";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kNeverFits) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LivePool, GpuFailureTest, ::testing::ValuesIn(kFailureCases),
+                         [](const auto& p) { return test::testName(p.param.name); });
+
+TEST(LivePool, ResumeClearsFailuresAndAcceptsTheEccCountSeenThen) {
+  PoolState state = livePool("n01/gpu[0-7]");
+  Heartbeat hb = beat(state, "n01");
+  hb.gpus[2].ecc_uncorrected_volatile = 1;
+  state.heartbeat(hb, t0() + seconds(5));
+  ASSERT_EQ(state.gpuState("n01", 2), GpuState::kFailed);
+  state.clearGpuFailures("n01");
+  EXPECT_EQ(state.gpuState("n01", 2), GpuState::kFree);
+  state.heartbeat(hb, t0() + seconds(10));
+  EXPECT_EQ(state.gpuState("n01", 2), GpuState::kFree) << "the same count, accepted at resume";
+  hb.gpus[2].ecc_uncorrected_volatile = 2;
+  state.heartbeat(hb, t0() + seconds(15));
+  EXPECT_EQ(state.gpuState("n01", 2), GpuState::kFailed) << "a new error fails it again";
+}
+
+TEST(LivePool, ProcessesOfNoLeaseMakeAGpuForeign) {
+  PoolState state = livePool("n01/gpu[0-3]");
+  Lease l = *state.submit(parseRequest("2"), t0()).lease;
+  ASSERT_EQ(gpuList(l.gpus), "n01:0-1");
+  Heartbeat hb = beat(state, "n01");
+  hb.gpus[0].processes = {{100, 1 << 20}};            // the lease's own rank
+  hb.gpus[1].processes = {{101, 1 << 20}};            // another lease's process on this lease's GPU
+  hb.gpus[2].processes = {{102, uint64_t{3} << 30}};  // no lease at all
+  hb.process_leases = {{100, l.id}, {101, "Lother0000000000"}};
+  state.heartbeat(hb, t0() + seconds(5));
+  EXPECT_EQ(state.gpuState("n01", 0), GpuState::kLeased);
+  EXPECT_EQ(state.gpuState("n01", 1), GpuState::kForeign) << "a process of another lease";
+  EXPECT_EQ(state.gpuState("n01", 2), GpuState::kForeign);
+  EXPECT_EQ(state.gpuState("n01", 3), GpuState::kFree);
+  EXPECT_EQ(state.status().gpus_foreign, 2);
+  NodeInfo info = state.nodeInfos().at(0);
+  ASSERT_EQ(info.gpus[2].foreign_processes.size(), 1u);
+  EXPECT_EQ(info.gpus[2].foreign_processes[0].pid, 102u);
+  EXPECT_EQ(info.gpus[2].foreign_processes[0].used_memory_bytes, uint64_t{3} << 30);
+
+  SubmitResult two = state.submit(parseRequest("2"), t0() + seconds(5));
+  EXPECT_FALSE(two.lease) << "GPU 2 is foreign: only GPU 3 is free";
+  hb.gpus[2].processes.clear();
+  state.heartbeat(hb, t0() + seconds(10));
+  EXPECT_NE(state.gpuState("n01", 2), GpuState::kForeign);
+  EXPECT_EQ(state.poll(two.ticket, t0() + seconds(10)).status, QueueEntry::Status::kGranted)
+      << "the GPU given back starts the queued request";
+}
+
+TEST(LivePool, LeaseIdleOnlyWhenEveryGpuReportsLowUtilisationForIdleAfter) {
+  LiveOptions o;
+  o.idle_after = minutes(30);
+  PoolState state = livePool("n[01-02]/gpu[0-3]", o);
+  Lease l = *state.submit(parseRequest("8"), t0()).lease;
+  for (int m = 0; m <= 40; m += 5) {
+    TimePoint now = t0() + minutes(m);
+    state.heartbeat(beat(state, "n01", 0.01), now);
+    state.heartbeat(beat(state, "n02", m < 10 ? 0.9 : 0.02), now);
+    state.tick(now);
+  }
+  // Busy until minute 5 (n02), idle from then: idle at 35, 40.
+  Lease seen = state.leaseList().at(0);
+  ASSERT_TRUE(seen.idle_since);
+  EXPECT_EQ(*seen.idle_since, t0() + minutes(5));
+  EXPECT_FALSE(seen.reclaim_at) << "reclaim is off by default";
+  EXPECT_TRUE(state.leaseMap().count(l.id));
+  state.heartbeat(beat(state, "n02", 0.5), t0() + minutes(41));
+  EXPECT_FALSE(state.idle(state.leaseMap().at(l.id), t0() + minutes(41)));
+}
+
+TEST(LivePool, LeaseOnANodeWithoutAgentIsNeverIdle) {
+  LiveOptions o;
+  o.idle_after = minutes(1);
+  PoolState state;
+  state.setLiveOptions(o);
+  addInventory(state, "n01/gpu[0-3]", t0());
+  Lease l = *state.submit(parseRequest("4"), t0()).lease;
+  state.tick(t0() + std::chrono::hours(2));
+  EXPECT_FALSE(state.idle(state.leaseMap().at(l.id), t0() + std::chrono::hours(2)));
+}
+
+TEST(LivePool, ReclaimWarnsThenEndsTheIdleLeaseAndTheQueueStarts) {
+  LiveOptions o;
+  o.idle_after = minutes(30);
+  o.reclaim_idle = true;
+  o.reclaim_grace = minutes(5);
+  PoolState state = livePool("n01/gpu[0-7]", o);
+  LeaseRequest r = parseRequest("8");
+  Lease l = *state.submit(r, t0()).lease;
+  int64_t waiting = state.submit(parseRequest("8"), t0()).ticket;
+  ASSERT_GT(waiting, 0);
+  auto at = [&](int m) { return t0() + minutes(m); };
+  for (int m = 0; m <= 30; m += 5) {
+    state.heartbeat(beat(state, "n01", 0.0), at(m));
+    state.poll(waiting, at(m));
+    state.tick(at(m));
+  }
+  Lease warned = state.renew(l.id, l.owner, false, at(30));
+  ASSERT_TRUE(warned.reclaim_at) << "idle at 30 min: warned in the renewal";
+  EXPECT_EQ(*warned.reclaim_at, at(35));
+  state.heartbeat(beat(state, "n01", 0.0), at(34));
+  state.poll(waiting, at(34));
+  state.tick(at(34));
+  EXPECT_TRUE(state.leaseMap().count(l.id)) << "within the grace";
+  state.heartbeat(beat(state, "n01", 0.0), at(35));
+  state.poll(waiting, at(35));
+  state.tick(at(35));
+  EXPECT_FALSE(state.leaseMap().count(l.id));
+  EXPECT_EQ(state.leasesReclaimed(), 1u);
+  try {
+    state.renew(l.id, l.owner, false, at(35));
+    FAIL() << "a reclaimed lease cannot be renewed";
+  } catch (const PoolError& e) {
+    EXPECT_EQ(e.failure(), PoolFailure::kGone);
+    EXPECT_NE(std::string(e.what()).find("reclaimed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(state.poll(waiting, at(35)).status, QueueEntry::Status::kGranted);
+}
+
+TEST(LivePool, BusyAgainCancelsTheReclaimAndNoReclaimLeasesStay) {
+  LiveOptions o;
+  o.idle_after = minutes(30);
+  o.reclaim_idle = true;
+  o.reclaim_grace = minutes(5);
+  PoolState state = livePool("n[01-02]/gpu[0-7]", o);
+  Lease kept = *state.submit(parseRequest("8"), t0()).lease;
+  LeaseRequest exempt = parseRequest("8");
+  exempt.no_reclaim = true;
+  Lease noReclaim = *state.submit(exempt, t0()).lease;
+  auto at = [&](int m) { return t0() + minutes(m); };
+  for (int m = 0; m <= 60; m += 5) {
+    state.heartbeat(beat(state, "n01", m == 35 ? 0.9 : 0.0), at(m));
+    state.heartbeat(beat(state, "n02", 0.0), at(m));
+    state.tick(at(m));
+  }
+  EXPECT_TRUE(state.leaseMap().count(noReclaim.id)) << "exempt";
+  EXPECT_TRUE(state.leaseMap().count(kept.id)) << "busy at 35: the clock started again, idle at 65 only";
+  EXPECT_FALSE(state.renew(kept.id, kept.owner, false, at(60)).reclaim_at);
+}
+
+TEST(LivePool, HeartbeatOfAnUnknownNodeOrAnotherTopologyAsksToRegister) {
+  PoolState state = livePool("n01/gpu[0-3]");
+  Heartbeat hb = beat(state, "n01");
+  hb.node = "n09";
+  EXPECT_TRUE(state.heartbeat(hb, t0()).register_again);
+  hb = beat(state, "n01");
+  hb.topology_hash = "0123456789abcdef";
+  EXPECT_TRUE(state.heartbeat(hb, t0()).register_again);
+  PoolState adminOnly;
+  addInventory(adminOnly, "n01/gpu[0-3]", t0());
+  EXPECT_TRUE(adminOnly.heartbeat(beat(adminOnly, "n01"), t0()).register_again)
+      << "a node registered without an agent is registered again by its agent";
+}
+
+TEST(LivePool, ReplyNamesTheLeaseOfEveryHeldGpu) {
+  PoolState state = livePool("n01/gpu[0-3]");
+  Lease l = *state.submit(parseRequest("2"), t0()).lease;
+  HeartbeatReply r = state.heartbeat(beat(state, "n01"), t0());
+  EXPECT_EQ(r.gpu_leases, (std::map<size_t, std::string>{{0, l.id}, {1, l.id}}));
+  EXPECT_EQ(r.interval, seconds(5));
+}
+
+TEST(LivePool, FailuresAndTheAgentSurviveTheStateFile) {
+  test::TempDir dir;
+  PoolState state = livePool("n01/gpu[0-3]");
+  Heartbeat hb = beat(state, "n01");
+  hb.gpus[1].xid_events = {{79, t0()}};
+  state.heartbeat(hb, t0() + seconds(3));
+  {
+    Store store(dir.path() / "pool.sqlite", Durability::kNormal);
+    store.begin();
+    Dirty all;
+    for (const auto& [name, n] : state.nodeMap()) all.nodes.insert(name);
+    store.write(state, all);
+    store.commit();
+  }
+  Store store(dir.path() / "pool.sqlite", Durability::kNormal);
+  PoolState loaded;
+  store.load(loaded);
+  const PoolNode& n = loaded.nodeMap().at("n01");
+  EXPECT_EQ(n.agent, "poold-agent test");
+  EXPECT_EQ(n.failed, std::set<size_t>{1});
+  ASSERT_TRUE(n.failures.count(1));
+  EXPECT_EQ(n.failures.at(1), state.nodeMap().at("n01").failures.at(1));
+  EXPECT_EQ(n.topology_hash, state.nodeMap().at("n01").topology_hash);
+}
+
+// --- the documents
+
+Heartbeat sampleHeartbeat() {
+  Heartbeat h;
+  h.node = "gpu-node-07";
+  h.agent_version = "poold-agent 0.9.0";
+  h.time = t0();
+  h.topology_hash = "00112233aabbccdd";
+  topo::GpuSample g;
+  g.index = 0;
+  g.uuid = "GPU-6a1f0c2e-0000-1111-2222-333344445555";
+  g.pci = "0000:18:00.0";
+  g.time = t0();
+  g.sm_utilization = 0.97;
+  g.memory_utilization = 0.4;
+  g.memory_used_bytes = uint64_t{70} << 30;
+  g.memory_total_bytes = uint64_t{80} << 30;
+  g.temperature_c = 61;
+  g.power_w = 612.5;
+  g.ecc_uncorrected_volatile = 0;
+  g.xid_events = {{13, t0()}};
+  g.processes = {{4242, uint64_t{69} << 30}};
+  h.gpus.push_back(g);
+  topo::GpuSample unknown;
+  unknown.index = 1;
+  unknown.time = t0();
+  unknown.error = "NVML: GPU is lost";
+  h.gpus.push_back(unknown);
+  h.nics.push_back({"mlx5_0", 1, topo::PortState::kActive, 400, t0()});
+  h.process_leases = {{4242, "L0123456789abcdef"}};
+  return h;
+}
+
+TEST(AgentProtocol, HeartbeatRoundTrips) {
+  Heartbeat h = sampleHeartbeat();
+  json doc = toJson(h);
+  EXPECT_EQ(doc["schema"], kHeartbeatSchema);
+  Heartbeat back = heartbeatFromJson(json::parse(doc.dump()));
+  EXPECT_EQ(back.node, h.node);
+  EXPECT_EQ(back.time, h.time);
+  EXPECT_EQ(back.gpus, h.gpus);
+  EXPECT_EQ(back.nics, h.nics);
+  EXPECT_EQ(back.process_leases, h.process_leases);
+  EXPECT_FALSE(back.gpus[1].sm_utilization) << "unknown stays unknown, not 0";
+}
+
+struct BadHeartbeat {
+  const char* name;
+  void (*edit)(json&);
+  const char* message;
+};
+
+const BadHeartbeat kBadHeartbeats[] = {
+    {"wrong schema", [](json& d) { d["schema"] = "poolrun.heartbeat/9"; }, "is not poolrun.heartbeat/1"},
+    {"unknown field", [](json& d) { d["gpu"] = 1; }, "unknown field 'gpu'"},
+    {"unknown GPU field", [](json& d) { d["gpus"][0]["utilisation"] = 1; }, "unknown field 'gpus[0].utilisation'"},
+    {"utilisation over 1", [](json& d) { d["gpus"][0]["sm_utilization"] = 97; }, "'gpus[0].sm_utilization'"},
+    {"negative utilisation", [](json& d) { d["gpus"][0]["sm_utilization"] = -0.1; }, "sm_utilization"},
+    {"negative memory", [](json& d) { d["gpus"][0]["memory_used_bytes"] = -1; }, "memory_used_bytes"},
+    {"index past a node", [](json& d) { d["gpus"][0]["index"] = 4096; }, "'gpus[0].index'"},
+    {"index as text", [](json& d) { d["gpus"][0]["index"] = "0"; }, "'gpus[0].index'"},
+    {"duplicate index", [](json& d) { d["gpus"][1]["index"] = 0; }, "appears twice"},
+    {"pid 0", [](json& d) { d["gpus"][0]["processes"][0]["pid"] = 0; }, "pid"},
+    {"too many processes",
+     [](json& d) {
+       d["gpus"][0]["processes"] = json::array();
+       for (int i = 0; i < 5000; ++i) d["gpus"][0]["processes"].push_back({{"pid", i + 1}});
+     },
+     "more than the 4096"},
+    {"too many XIDs",
+     [](json& d) {
+       d["gpus"][0]["xid_events"] = json::array();
+       for (int i = 0; i < 2000; ++i) d["gpus"][0]["xid_events"].push_back({{"xid", 13}, {"time_ms", 1}});
+     },
+     "more than the 1024"},
+    {"bad port state", [](json& d) { d["nics"][0]["state"] = "sleepy"; }, "is not a port state"},
+    {"bad node name", [](json& d) { d["node"] = "../etc"; }, "'node'"},
+    {"lease id with a newline", [](json& d) { d["process_leases"][0]["lease"] = "L1\nX"; }, "lease"},
+    {"not UTF-8", [](json& d) { d["agent"] = std::string("poold-agent \xff\xfe"); }, "'agent'"},
+    {"time before 1970", [](json& d) { d["time_ms"] = -5; }, "'time_ms'"},
+    {"gpus not a list", [](json& d) { d["gpus"] = json::object(); }, "'gpus'"},
+};
+
+class BadHeartbeatTest : public ::testing::TestWithParam<BadHeartbeat> {};
+
+TEST_P(BadHeartbeatTest, IsRefusedNamingTheField) {
+  json doc = toJson(sampleHeartbeat());
+  GetParam().edit(doc);
+  try {
+    heartbeatFromJson(doc);
+    FAIL() << "accepted " << doc.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 200);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AgentProtocol, BadHeartbeatTest, ::testing::ValuesIn(kBadHeartbeats),
+                         [](const auto& p) { return test::testName(p.param.name); });
+
+TEST(AgentProtocol, TopologyHashSurvivesTheRegistrationDocument) {
+  POOLRUN_REQUIRE_FIXTURES(fixtures);
+  int checked = 0;
+  for (const char* dir : {"hwloc-xml", "nccl-topo"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(fixtures / dir)) {
+      if (entry.path().extension() != ".xml") continue;
+      topo::ClusterNode node;
+      node.name = "n01";
+      try {
+        node.topology = std::make_shared<topo::NodeTopology>(topo::readTopologyFile(entry.path()));
+      } catch (const Error&) {
+        continue;  // a fixture poolrun refuses (tested elsewhere)
+      }
+      NodeRegistration r{node, "poold-agent test"};
+      NodeRegistration back = nodeRegistrationFromJson(json::parse(toJson(r).dump()));
+      auto withoutSource = [](const topo::NodeTopology& t) {
+        auto doc = topo::toJson(t);
+        doc.erase("source");
+        doc.erase("warnings");
+        return doc.dump();
+      };
+      std::string sent = withoutSource(*node.topology), got = withoutSource(*back.node.topology);
+      size_t at = std::mismatch(sent.begin(), sent.end(), got.begin(), got.end()).first - sent.begin();
+      EXPECT_EQ(topologyHash(*back.node.topology), topologyHash(*node.topology))
+          << entry.path() << ": differs at byte " << at << ": sent '"
+          << sent.substr(at > 80 ? at - 80 : 0, 160) << "', read '" << got.substr(at > 80 ? at - 80 : 0, 160)
+          << "'";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 10);
+}
+
+TEST(AgentProtocol, RegistrationIsReadStrictly) {
+  topo::ClusterNode node;
+  node.name = "n01";
+  node.topology = std::make_shared<topo::NodeTopology>();
+  json doc = toJson(NodeRegistration{node, "poold-agent 1"});
+  doc["extra"] = true;
+  EXPECT_THROW(nodeRegistrationFromJson(doc), Error);
+  doc.erase("extra");
+  doc["schema"] = "poolrun.node-registration/2";
+  EXPECT_THROW(nodeRegistrationFromJson(doc), Error);
+}
+
+}  // namespace
+}  // namespace poolrun::pool
