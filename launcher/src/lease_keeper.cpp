@@ -132,6 +132,16 @@ void LeaseKeeper::expire(Clock::time_point now) {
   wake_.notify_all();
 }
 
+void LeaseKeeper::noticeChanges(const std::map<std::string, RenewReply::Notice>& notices) {
+  for (const auto& [subject, notice] : notices) {
+    auto it = notices_.find(subject);
+    if (it == notices_.end() || it->second.text != notice.text) news_.lines.push_back(notice.text);
+  }
+  for (const auto& [subject, notice] : notices_)
+    if (!notices.count(subject) && !notice.resolved.empty()) news_.lines.push_back(notice.resolved);
+  notices_ = notices;
+}
+
 void LeaseKeeper::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_ && !lost_) {
@@ -149,16 +159,19 @@ void LeaseKeeper::run() {
     try {
       reply = renew_();
     } catch (const std::exception& e) {
-      reply = {RenewReply::Kind::kUnreachable, Ms(0), e.what()};
+      reply = {RenewReply::Kind::kUnreachable, Ms(0), e.what(), {}};
     } catch (...) {
-      reply = {RenewReply::Kind::kUnreachable, Ms(0), "unknown error"};
+      reply = {RenewReply::Kind::kUnreachable, Ms(0), "unknown error", {}};
     }
     lock.lock();
     if (lost_ || stopping_) break;  // the expiry passed (take()) or the job ended meanwhile
     Clock::time_point now = Clock::now();
     std::optional<Clock::time_point> since = policy_.failingSince();
+    size_t lines = news_.lines.size();
+    if (reply.kind == RenewReply::Kind::kRenewed) noticeChanges(reply.notices);
     switch (policy_.record(started, now, reply)) {
       case RenewalPolicy::Event::kRenewed:
+        if (news_.lines.size() != lines) post();
         continue;
       case RenewalPolicy::Event::kRecovered:
         news_.lines.push_back("lease " + id_ + " renewed again after " +

@@ -150,18 +150,38 @@ std::chrono::milliseconds validFor(const pool::Lease& lease, std::chrono::system
   return lease.ttl.count() > 0 ? std::min(left, std::chrono::duration_cast<milliseconds>(lease.ttl)) : left;
 }
 
+// What a renewal's reply says the holder should know: nodes of the lease whose agent went quiet,
+// and an idle lease's reclaim.
+std::map<std::string, RenewReply::Notice> leaseNotices(const pool::Lease& lease,
+                                                       std::chrono::system_clock::time_point now) {
+  std::map<std::string, RenewReply::Notice> out;
+  for (const std::string& node : lease.at_risk_nodes)
+    out["node " + node] = {"warning: node " + node + " of lease " + lease.id +
+                               " is unreachable (its agent has stopped sending heartbeats); ranks there may be "
+                               "lost",
+                           "node " + node + " is reachable again"};
+  if (lease.reclaim_at)
+    out["reclaim"] = {"warning: lease " + lease.id + " is idle (its GPUs unused since " +
+                          pool::formatLocalTime(lease.idle_since.value_or(now), now) +
+                          "): the pool reclaims it at " + pool::formatLocalTime(*lease.reclaim_at, now) +
+                          " unless its GPUs get busy",
+                      "lease " + lease.id + " is busy again: the pool no longer reclaims it"};
+  return out;
+}
+
 // One renewal, in the lease keeper's terms: the pool saying the lease is gone, or that it is not
 // ours (401, 403), ends the job; anything else (no connection, a timeout, a 5xx) may pass.
 RenewReply renewOnce(pool::PoolClient& pool, const std::string& id) {
   auto sent = std::chrono::system_clock::now();
   try {
-    return {RenewReply::Kind::kRenewed, validFor(pool.renew(id), sent), ""};
+    pool::Lease lease = pool.renew(id);
+    return {RenewReply::Kind::kRenewed, validFor(lease, sent), "", leaseNotices(lease, sent)};
   } catch (const pool::PoolError& e) {
     bool gone = e.failure() == pool::PoolFailure::kGone || e.failure() == pool::PoolFailure::kForbidden ||
                 e.failure() == pool::PoolFailure::kUnauthorized;
-    return {gone ? RenewReply::Kind::kGone : RenewReply::Kind::kUnreachable, {}, e.what()};
+    return {gone ? RenewReply::Kind::kGone : RenewReply::Kind::kUnreachable, {}, e.what(), {}};
   } catch (const std::exception& e) {
-    return {RenewReply::Kind::kUnreachable, {}, e.what()};
+    return {RenewReply::Kind::kUnreachable, {}, e.what(), {}};
   }
 }
 

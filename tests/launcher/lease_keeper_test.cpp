@@ -174,5 +174,29 @@ TEST(LeaseKeeperTest, GoneIsReportedOnce) {
   EXPECT_FALSE(keeper.take().lost) << "said once";
 }
 
+TEST(LeaseKeeperTest, PoolNoticesArePrintedWhenTheyAppearChangeAndGo) {
+  // Renewals 1-2: node n02 unreachable; 3: also a reclaim warning; 4: the node back; 5+: gone.
+  std::atomic<int> renewals{0};
+  LeaseKeeper keeper(
+      "L10", 10s, 20ms,
+      [&] {
+        int n = ++renewals;
+        RenewReply r{Kind::kRenewed, 10s, ""};
+        if (n <= 3) r.notices["node n02"] = {"node n02 unreachable", "node n02 back"};
+        if (n == 3 || n == 4) r.notices["reclaim"] = {"idle: reclaimed at 14:00", "busy again"};
+        if (n >= 5) return RenewReply{Kind::kGone, {}, "reclaimed"};
+        return r;
+      },
+      kFast);
+  keeper.start();
+  std::string lost;
+  std::vector<std::string> lines = untilLost(keeper, lost);
+  keeper.stop();
+  EXPECT_EQ(lines,
+            (std::vector<std::string>{"node n02 unreachable", "idle: reclaimed at 14:00", "node n02 back"}))
+      << "each notice once, its end once; the reclaim notice ends with the lease, not before";
+  EXPECT_NE(lost.find("reclaimed"), std::string::npos) << lost;
+}
+
 }  // namespace
 }  // namespace poolrun::launcher

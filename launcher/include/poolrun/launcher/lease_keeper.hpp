@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -33,6 +34,14 @@ struct RenewReply {
   Kind kind = Kind::kRenewed;
   std::chrono::milliseconds valid_for{0};
   std::string reason;  // kUnreachable, kGone: what the pool (or the connection) said
+  // kRenewed: what the pool says the holder should know, by subject ("node n02": "node n02 of the
+  // lease is unreachable ..."). The keeper prints a notice when it appears or changes, and one line
+  // when its subject drops out (`resolved`: what to print then).
+  struct Notice {
+    std::string text;
+    std::string resolved;
+  };
+  std::map<std::string, Notice> notices{};
 };
 
 // When to renew and when to give up, on an explicit clock: the caller passes the times, so the
@@ -118,6 +127,7 @@ class LeaseKeeper {
   void post();                         // wakes fd()
   void expire(Clock::time_point now);  // with mu_ held: the expiry passed without a renewal
   static std::string clockTime(Clock::time_point when, Clock::time_point now);
+  void noticeChanges(const std::map<std::string, RenewReply::Notice>& notices);  // with mu_ held
 
   std::string id_;
   std::function<RenewReply()> renew_;
@@ -125,6 +135,7 @@ class LeaseKeeper {
   std::condition_variable wake_;
   RenewalPolicy policy_;
   std::string last_reason_;
+  std::map<std::string, RenewReply::Notice> notices_;  // the last renewal's
   News news_;
   bool lost_ = false, stopping_ = false;
   int event_fd_ = -1;
