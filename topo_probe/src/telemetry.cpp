@@ -89,13 +89,16 @@ struct TelemetrySampler::Impl {
   Calls calls{session};
   std::vector<Device> devices;       // by topology GPU index; nullptr where NVML does not list it
   std::vector<std::string> setup;    // by topology GPU index: what failed once, at the start
+  std::vector<std::string> uuids;    // by topology GPU index: NVML's, else the topology's
   std::map<Device, size_t> indexOf;  // NVML device -> topology GPU index
   nvml::EventSet events = nullptr;
 
   Impl(const NodeTopology& t, std::string root) : topology(t), sysfs_root(std::move(root)) {
     devices.assign(topology.gpus.size(), nullptr);
     setup.assign(topology.gpus.size(), "");
+    for (const Gpu& g : topology.gpus) uuids.push_back(g.uuid);
     if (!session.ok()) return;
+    auto getUuid = session.get<Return(Device, char*, unsigned)>("nvmlDeviceGetUUID");
     std::map<PciAddress, size_t> byPci;
     for (const Gpu& g : topology.gpus) byPci[g.pci] = g.index;
     for (const nvml::Session::Gpu& found : session.gpus()) {
@@ -104,6 +107,9 @@ struct TelemetrySampler::Impl {
       if (it == byPci.end()) continue;  // a GPU the topology lacks: not this node's business
       devices[it->second] = found.device;
       indexOf[found.device] = it->second;
+      char uuid[96] = {};
+      if (getUuid != nullptr && getUuid(found.device, uuid, sizeof uuid) == kSuccess)
+        uuids[it->second] = uuid;
     }
     registerXidEvents();
   }
@@ -153,7 +159,7 @@ struct TelemetrySampler::Impl {
   GpuSample sample(const Gpu& gpu, SampleTime now) {
     GpuSample s;
     s.index = gpu.index;
-    s.uuid = gpu.uuid;
+    s.uuid = uuids[gpu.index];
     s.pci = gpu.pci.str();
     s.time = now;
     if (!session.ok()) {

@@ -36,7 +36,7 @@ struct XidEvent {
 
 struct GpuSample {
   size_t index = kNoIndex;  // the GPU's index in the node's NodeTopology (PCI order); kNoIndex: none
-  std::string uuid;         // "GPU-..."
+  std::string uuid;         // "GPU-...": NVML's, else the topology's
   std::string pci;          // "0000:18:00.0", lowercase, as PciAddress::str()
   SampleTime time;
   std::optional<double> sm_utilization;      // 0 to 1 (nvmlDeviceGetUtilizationRates .gpu / 100)
