@@ -525,9 +525,9 @@ FAKE_NVML_API Return nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_st
   if (d.inits == 0) return kUninitialized;
   d.refresh();
   if (device == nullptr || index >= d.gpus.size()) return kInvalidArgument;
-  for (const char* key : {"nvmlDeviceGetHandleByIndex_v2", "*"}) {
-    if (auto it = d.gpus[index].fail.find(key); it != d.gpus[index].fail.end()) return it->second;
-  }
+  // Not failed by "*": a lost GPU still has a handle, whose calls fail.
+  if (auto it = d.gpus[index].fail.find("nvmlDeviceGetHandleByIndex_v2"); it != d.gpus[index].fail.end())
+    return it->second;
   *device = &d.handles[index];
   return kSuccess;
 }

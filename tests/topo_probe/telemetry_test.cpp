@@ -264,6 +264,47 @@ TEST_F(TelemetryTest, NicPortsAreReadFromSysfs) {
   EXPECT_EQ(sampler.nics()[0].state, PortState::kDown) << "read again at each sample";
 }
 
+TEST_F(TelemetryTest, AGpuLostBeforeTheSamplerStartsIsNotListed) {
+  gpu(2)["fail"] = {{"*", "gpu_is_lost"}};
+  write();
+  TelemetrySampler sampler(topology_);
+  std::vector<GpuSample> samples = sampler.gpus();
+  EXPECT_THAT(samples[2].error, HasSubstr("NVML does not list the GPU at 0000:cb:00.0"));
+  EXPECT_THAT(samples[1].error, IsEmpty());
+}
+
+// The example of docs/fake-nvml.md is a file the fake serves, with the values it says.
+TEST_F(TelemetryTest, TheDocumentedExampleIsServed) {
+  std::ifstream in(test::sourceDir() / "docs" / "fake-nvml.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string doc = text.str();
+  size_t start = doc.find("```json\n");
+  ASSERT_NE(start, std::string::npos);
+  start += 8;
+  { std::ofstream(file_) << doc.substr(start, doc.find("```", start) - start); }
+  NodeTopology node;
+  for (const char* pci : {"0000:18:00.0", "0000:2a:00.0"}) {
+    Gpu g;
+    g.index = node.gpus.size();
+    g.pci = *PciAddress::parse(pci);
+    node.gpus.push_back(g);
+  }
+  TelemetrySampler sampler(node);
+  ASSERT_TRUE(sampler.nvmlOk()) << sampler.nvmlWhy();
+  std::vector<GpuSample> samples = sampler.gpus();
+  EXPECT_EQ(samples[1].uuid, "GPU-7c1d9f02-0000-0000-0000-000000000000");
+  EXPECT_EQ(samples[1].sm_utilization, 0.97);
+  EXPECT_EQ(samples[1].power_w, 655);
+  EXPECT_EQ(samples[1].ecc_uncorrected_volatile, 1u);
+  EXPECT_TRUE(samples[1].retired_pages_pending);
+  EXPECT_EQ(samples[1].processes, (std::vector<GpuProcess>{{31337, 40ULL << 30}}));
+  ASSERT_EQ(samples[1].xid_events.size(), 1u);
+  EXPECT_EQ(samples[1].xid_events[0].xid, 48u);
+  EXPECT_THAT(samples[0].error, IsEmpty());
+  EXPECT_THAT(samples[1].error, IsEmpty());
+}
+
 // The prober's NVML path (poolrun topo on a live node): UUIDs and NVLinks from NVML replace what
 // hwloc said. GPUs 0 and 1 have 4 links to each other and 8 to an NVSwitch; GPUs 2 and 3 the same,
 // but their driver does not say what is at the far end of a link (resolved by PCI address).
