@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -130,7 +131,8 @@ struct BadFile {
 
 void allowOnly(const Json& object, const char* where, std::initializer_list<const char*> keys) {
   if (!object.is_object()) throw BadFile{std::string(where) + " must be a JSON object"};
-  for (const auto& [key, value] : object.items()) {
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();
     if (std::none_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; })) {
       std::string known;
       for (const char* k : keys) known += (known.empty() ? "" : ", ") + std::string(k);
@@ -373,8 +375,9 @@ struct Driver {
   }
 
   Gpu* find(nvmlDevice_st* handle) {
-    if (handle < handles || handle >= handles + kMaxGpus) return nullptr;
-    size_t index = static_cast<size_t>(handle - handles);
+    auto at = reinterpret_cast<uintptr_t>(handle), first = reinterpret_cast<uintptr_t>(handles);
+    if (at < first || at >= first + kMaxGpus * sizeof(nvmlDevice_st)) return nullptr;  // not a handle of ours
+    size_t index = (at - first) / sizeof(nvmlDevice_st);
     return index < gpus.size() ? &gpus[index] : nullptr;
   }
 };

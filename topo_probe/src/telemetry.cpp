@@ -87,10 +87,11 @@ struct TelemetrySampler::Impl {
   std::filesystem::path sysfs_root;
   nvml::Session session;
   Calls calls{session};
-  std::vector<Device> devices;       // by topology GPU index; nullptr where NVML does not list it
-  std::vector<std::string> setup;    // by topology GPU index: what failed once, at the start
-  std::vector<std::string> uuids;    // by topology GPU index: NVML's, else the topology's
-  std::map<Device, size_t> indexOf;  // NVML device -> topology GPU index
+  // By position in topology.gpus:
+  std::vector<Device> devices;       // nullptr where NVML does not list the GPU
+  std::vector<std::string> setup;    // what failed once, at the start
+  std::vector<std::string> uuids;    // NVML's, else the topology's
+  std::map<Device, size_t> indexOf;  // NVML device -> position
   nvml::EventSet events = nullptr;
 
   Impl(const NodeTopology& t, std::string root) : topology(t), sysfs_root(std::move(root)) {
@@ -100,7 +101,7 @@ struct TelemetrySampler::Impl {
     if (!session.ok()) return;
     auto getUuid = session.get<Return(Device, char*, unsigned)>("nvmlDeviceGetUUID");
     std::map<PciAddress, size_t> byPci;
-    for (const Gpu& g : topology.gpus) byPci[g.pci] = g.index;
+    for (size_t i = 0; i < topology.gpus.size(); ++i) byPci[topology.gpus[i].pci] = i;
     for (const nvml::Session::Gpu& found : session.gpus()) {
       std::optional<PciAddress> pci = PciAddress::parse(found.bus_id);
       auto it = pci ? byPci.find(*pci) : byPci.end();
@@ -142,7 +143,7 @@ struct TelemetrySampler::Impl {
     }
   }
 
-  // The XID events the driver has queued, by topology GPU index; the wait does not block.
+  // The XID events the driver has queued, by position of the GPU; the wait does not block.
   std::map<size_t, std::vector<XidEvent>> drainEvents(SampleTime now) {
     std::map<size_t, std::vector<XidEvent>> out;
     if (events == nullptr) return out;
@@ -156,24 +157,25 @@ struct TelemetrySampler::Impl {
     return out;
   }
 
-  GpuSample sample(const Gpu& gpu, SampleTime now) {
+  GpuSample sample(size_t at, SampleTime now) {
+    const Gpu& gpu = topology.gpus[at];
     GpuSample s;
     s.index = gpu.index;
-    s.uuid = uuids[gpu.index];
+    s.uuid = uuids[at];
     s.pci = gpu.pci.str();
     s.time = now;
     if (!session.ok()) {
       s.error = session.why();
       return s;
     }
-    Device dev = devices[gpu.index];
+    Device dev = devices[at];
     if (dev == nullptr) {
       s.error = "NVML does not list the GPU at " + s.pci +
                 ": it may have fallen off the bus (see `nvidia-smi` and the kernel log for XID 79)";
       return s;
     }
     std::vector<std::string> errors;
-    if (!setup[gpu.index].empty()) errors.push_back(setup[gpu.index]);
+    if (!setup[at].empty()) errors.push_back(setup[at]);
     // NOT_SUPPORTED: this GPU has no such counter, and the value stays empty without a word.
     auto check = [&](const char* what, const char* fn, auto call, auto&& use) {
       if (call == nullptr) {
@@ -262,9 +264,9 @@ std::vector<GpuSample> TelemetrySampler::gpus() {
   std::map<size_t, std::vector<XidEvent>> xids = impl_->drainEvents(now);
   std::vector<GpuSample> out;
   out.reserve(impl_->topology.gpus.size());
-  for (const Gpu& g : impl_->topology.gpus) {
-    GpuSample s = impl_->sample(g, now);
-    if (auto it = xids.find(g.index); it != xids.end()) s.xid_events = std::move(it->second);
+  for (size_t at = 0; at < impl_->topology.gpus.size(); ++at) {
+    GpuSample s = impl_->sample(at, now);
+    if (auto it = xids.find(at); it != xids.end()) s.xid_events = std::move(it->second);
     out.push_back(std::move(s));
   }
   return out;

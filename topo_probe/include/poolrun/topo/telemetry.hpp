@@ -71,7 +71,8 @@ struct NicPortSample {
 //
 // Cost: one sample of a GPU is about ten NVML calls (no waiting: queued XID events are drained
 // with a timeout of 0); NIC ports are two small sysfs reads each. Not thread-safe: one thread
-// samples.
+// samples. NVML is opened once: a sampler made before the driver loaded stays without it (make a
+// new one).
 class TelemetrySampler {
  public:
   // `sysfs_root`: the root under which sys/class/infiniband is read ("/" on a real node, a fake
