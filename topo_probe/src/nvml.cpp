@@ -12,10 +12,6 @@ using nvml::Device;
 using nvml::kSuccess;
 using nvml::PciInfo;
 using nvml::Return;
-struct NvmlMemory {
-  unsigned long long total, free, used;
-};
-enum NvmlRemoteType { kRemoteGpu = 0, kRemoteIbmNpu = 1, kRemoteSwitch = 2 };
 
 }  // namespace
 
@@ -27,7 +23,7 @@ std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
   }
   auto getName = session.get<Return(Device, char*, unsigned)>("nvmlDeviceGetName");
   auto getUuid = session.get<Return(Device, char*, unsigned)>("nvmlDeviceGetUUID");
-  auto getMemory = session.get<Return(Device, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
+  auto getMemory = session.get<Return(Device, nvml::Memory*)>("nvmlDeviceGetMemoryInfo");
   auto getCc = session.get<Return(Device, int*, int*)>("nvmlDeviceGetCudaComputeCapability");
   auto linkState = session.get<Return(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState");
   auto remotePci = session.get<Return(Device, unsigned, PciInfo*)>("nvmlDeviceGetNvLinkRemotePciInfo_v2");
@@ -40,7 +36,7 @@ std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
     char buf[128] = {};
     if (getName != nullptr && getName(dev, buf, sizeof buf) == kSuccess) g.name = buf;
     if (getUuid != nullptr && getUuid(dev, buf, sizeof buf) == kSuccess) g.uuid = buf;
-    NvmlMemory mem{};
+    nvml::Memory mem{};
     if (getMemory != nullptr && getMemory(dev, &mem) == kSuccess) g.memory_bytes = mem.total;
     int major = 0, minor = 0;
     if (getCc != nullptr && getCc(dev, &major, &minor) == kSuccess) g.sm = major * 10 + minor;
@@ -53,7 +49,7 @@ std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
       link.remote = PciAddress::parse(remote.busId).value_or(PciAddress{});
       int type = -1;
       link.remote_is_gpu = remoteType != nullptr && remoteType(dev, l, &type) == kSuccess
-                               ? type == kRemoteGpu
+                               ? type == nvml::kNvLinkRemoteGpu
                                : true;  // resolved against the GPU list in mergeNvml
       g.links.push_back(link);
     }

@@ -14,7 +14,7 @@ Session::Session() : lib_("libnvidia-ml.so.1") {
     return;
   }
   if (Return r = init(); r != kSuccess) {
-    why_ = "NVML failed to initialise (error " + std::to_string(r) + "): is the NVIDIA driver loaded?";
+    why_ = "NVML failed to initialise (" + errorText(r) + "): is the NVIDIA driver loaded?";
     return;
   }
   initialised_ = true;
@@ -42,6 +42,13 @@ std::vector<Session::Gpu> Session::gpus() const {
     out.push_back(std::move(g));
   }
   return out;
+}
+
+std::string Session::errorText(Return r) const {
+  std::string code = "NVML error " + std::to_string(r);
+  auto text = get<const char*(Return)>("nvmlErrorString");
+  const char* said = text != nullptr ? text(r) : nullptr;
+  return said != nullptr && *said != '\0' ? std::string(said) + " (" + code + ")" : code;
 }
 
 }  // namespace poolrun::topo::nvml

@@ -3,7 +3,9 @@
 // What a node's GPUs and NIC ports are doing now: the samples a node agent sends in its
 // heartbeats. GPUs are read through NVML (dlopen, as the prober does), NIC ports from sysfs (as the
 // doctor reads them). Each value is optional: a driver that lacks a call, or a GPU that fails one,
-// leaves it empty rather than zero, and says why in `error`.
+// leaves it empty rather than zero, and says why in `error`. A GPU that does not have a counter
+// (NVML_ERROR_NOT_SUPPORTED: no ECC on a GeForce, no power reading on some boards) leaves it empty
+// without a word in `error`.
 
 #include <chrono>
 #include <cstdint>
@@ -28,13 +30,13 @@ struct GpuProcess {
 // 79 a GPU that fell off the bus, 63/64 row remapping events, and so on.
 struct XidEvent {
   uint64_t xid = 0;
-  SampleTime time;
+  SampleTime time;  // when the sampler took it from the driver (NVML gives events no time)
   bool operator==(const XidEvent&) const = default;
 };
 
 struct GpuSample {
   size_t index = kNoIndex;  // the GPU's index in the node's NodeTopology (PCI order); kNoIndex: none
-  std::string uuid;         // "GPU-..."
+  std::string uuid;         // "GPU-...": NVML's, else the topology's
   std::string pci;          // "0000:18:00.0", lowercase, as PciAddress::str()
   SampleTime time;
   std::optional<double> sm_utilization;      // 0 to 1 (nvmlDeviceGetUtilizationRates .gpu / 100)
@@ -64,11 +66,17 @@ struct NicPortSample {
 // Samples one node. Opens NVML once (and keeps it open: an XID event set lives as long as the
 // session), registers for XID events on every GPU that supports them, and maps NVML's devices to
 // the topology's GPUs by PCI bus id. Where NVML is absent, gpus() returns one sample per GPU of the
-// topology with only its index, PCI address and `error` set, and nvmlWhy() says why.
+// topology with only its index, UUID (as the topology has it), PCI address and `error` set, and
+// nvmlWhy() says why. A GPU of the topology that NVML does not list has `error` saying so.
+//
+// Cost: one sample of a GPU is about ten NVML calls (no waiting: queued XID events are drained
+// with a timeout of 0); NIC ports are two small sysfs reads each. Not thread-safe: one thread
+// samples. NVML is opened once: a sampler made before the driver loaded stays without it (make a
+// new one).
 class TelemetrySampler {
  public:
-  // `sysfs_root`: where /sys/class/infiniband is read from ("/" on a real node, a fake tree in
-  // tests).
+  // `sysfs_root`: the root under which sys/class/infiniband is read ("/" on a real node, a fake
+  // tree in tests: ROOT/sys/class/infiniband/DEV/ports/N/{state,rate}).
   explicit TelemetrySampler(const NodeTopology& topology, std::string sysfs_root = "/");
   ~TelemetrySampler();
   TelemetrySampler(const TelemetrySampler&) = delete;
@@ -79,7 +87,8 @@ class TelemetrySampler {
 
   // One sample per GPU of the topology, in index order; XID events are those since the last call.
   std::vector<GpuSample> gpus();
-  // One sample per port of every NIC of the topology.
+  // One sample per port of every NIC of the topology (port 1 for a NIC whose ports it does not
+  // list); a port whose files cannot be read has state kUnknown and rate 0.
   std::vector<NicPortSample> nics() const;
 
  private:
