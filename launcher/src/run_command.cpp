@@ -156,10 +156,11 @@ std::map<std::string, RenewReply::Notice> leaseNotices(const pool::Lease& lease,
                                                        std::chrono::system_clock::time_point now) {
   std::map<std::string, RenewReply::Notice> out;
   for (const std::string& node : lease.at_risk_nodes)
-    out["node " + node] = {"warning: node " + node + " of lease " + lease.id +
-                               " is unreachable (its agent has stopped sending heartbeats); ranks there may be "
-                               "lost",
-                           "node " + node + " is reachable again"};
+    out["node " + node] = {
+        "warning: node " + node + " of lease " + lease.id +
+            " is unreachable (its agent has stopped sending heartbeats); ranks there may be "
+            "lost",
+        "node " + node + " is reachable again"};
   if (lease.reclaim_at)
     out["reclaim"] = {"warning: lease " + lease.id + " is idle (its GPUs unused since " +
                           pool::formatLocalTime(lease.idle_since.value_or(now), now) +

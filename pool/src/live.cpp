@@ -65,6 +65,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
     size_t i = sample.index;
     if (i >= node.gpuCount()) continue;
     node.live.gpus[i] = sample;
+    for (const topo::XidEvent& e : sample.xid_events) ++node.live.xid_counts[{i, e.xid}];
     auto acknowledged = node.ecc_acknowledged.find(i);
     std::string why =
         failureIn(sample, acknowledged == node.ecc_acknowledged.end() ? 0 : acknowledged->second);

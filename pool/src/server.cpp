@@ -11,9 +11,11 @@
 #include <charconv>
 #include <deque>
 #include <iostream>
+#include <sstream>
 
 #include "committed_state.hpp"
 #include "http_server.hpp"
+#include "live_metrics.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/names.hpp"
@@ -172,7 +174,7 @@ struct PoolServer::Impl {
     std::string label;  // for metrics: the pattern with its first two segments
     std::vector<std::string> pattern;
     bool admin_only;
-    std::string what;    // what a user may not do, for the 403
+    std::string what;  // what a user may not do, for the 403
     std::function<json(Context&)> handler;
     bool agent = false;  // a node agent's route: for the node's own token (or an administrator's)
   };
@@ -474,8 +476,12 @@ struct PoolServer::Impl {
       });
     });
     route("GET", "/metrics", false, "", [this](Context&) {
-      PoolStatus s = pool->read([](const PoolState& st) { return st.status(); });
-      return json(metrics.render(s, http->stats()));
+      std::ostringstream live;
+      PoolStatus s = pool->read([&live](const PoolState& st) {
+        writeLiveMetrics(live, st, Clock::now());
+        return st.status();
+      });
+      return json(metrics.render(s, http->stats()) + live.str());
     });
   }
 };

@@ -57,14 +57,19 @@ void ServerMetrics::observeWaits(const std::vector<double>& seconds) {
 
 std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h) const {
   std::ostringstream out;
-  gauge(out, "poolrun_gpus", "GPUs in the pool by state.", "gauge");
+  gauge(out, "poolrun_gpus",
+        "GPUs in the pool by state (unreachable: on nodes whose agent is silent, also counted in their own).",
+        "gauge");
   out << "poolrun_gpus{state=\"free\"} " << s.gpus_free << "\n";
   out << "poolrun_gpus{state=\"leased\"} " << s.gpus_leased << "\n";
   out << "poolrun_gpus{state=\"failed\"} " << s.gpus_failed << "\n";
+  out << "poolrun_gpus{state=\"foreign\"} " << s.gpus_foreign << "\n";
+  out << "poolrun_gpus{state=\"unreachable\"} " << s.gpus_unreachable << "\n";
   gauge(out, "poolrun_nodes", "Nodes in the pool by state.", "gauge");
   out << "poolrun_nodes{state=\"up\"} " << s.nodes_up << "\n";
   out << "poolrun_nodes{state=\"draining\"} " << s.nodes_draining << "\n";
   out << "poolrun_nodes{state=\"down\"} " << s.nodes_down << "\n";
+  out << "poolrun_nodes{state=\"unreachable\"} " << s.nodes_unreachable << "\n";
   gauge(out, "poolrun_leases", "Leases held now.", "gauge");
   out << "poolrun_leases " << s.leases << "\n";
   gauge(out, "poolrun_leases_granted_total", "Leases granted since the pool was created.", "counter");

@@ -422,7 +422,8 @@ struct BadHeartbeat {
 const BadHeartbeat kBadHeartbeats[] = {
     {"wrong schema", [](json& d) { d["schema"] = "poolrun.heartbeat/9"; }, "is not poolrun.heartbeat/1"},
     {"unknown field", [](json& d) { d["gpu"] = 1; }, "unknown field 'gpu'"},
-    {"unknown GPU field", [](json& d) { d["gpus"][0]["utilisation"] = 1; }, "unknown field 'gpus[0].utilisation'"},
+    {"unknown GPU field", [](json& d) { d["gpus"][0]["utilisation"] = 1; },
+     "unknown field 'gpus[0].utilisation'"},
     {"utilisation over 1", [](json& d) { d["gpus"][0]["sm_utilization"] = 97; }, "'gpus[0].sm_utilization'"},
     {"negative utilisation", [](json& d) { d["gpus"][0]["sm_utilization"] = -0.1; }, "sm_utilization"},
     {"negative memory", [](json& d) { d["gpus"][0]["memory_used_bytes"] = -1; }, "memory_used_bytes"},

@@ -39,6 +39,7 @@ struct NodeLive {
   std::vector<topo::GpuSample> gpus;  // per GPU index, from the last heartbeat (empty: none yet)
   std::vector<topo::NicPortSample> nics;
   std::map<size_t, std::vector<topo::GpuProcess>> foreign;  // GPUs running processes of no lease
+  std::map<std::pair<size_t, uint64_t>, uint64_t> xid_counts;  // (GPU, XID): events since poold started
 };
 
 struct PoolNode {
