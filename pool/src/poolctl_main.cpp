@@ -359,6 +359,7 @@ int eventsCommand(const std::string& uri, const std::string& token, const std::v
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     }
   }
+  (void)interrupted("stopped following");  // the signal is acted on: the scope does not raise it again
   return 0;
 }
 

@@ -567,7 +567,7 @@ struct PoolServer::Impl {
         gpuMillis = metrics.gpuMillis(st.leaseMap(), Clock::now());
         return 0;
       });
-      return json(metrics.render(s, http->stats(), gpuMillis));
+      return json(metrics.render(s, http ? http->stats() : HttpServerStats{}, gpuMillis));  // unbound: tests
     });
   }
 };
