@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <optional>
 
+#include "poolrun/common/time_text.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::pool {
@@ -182,19 +182,6 @@ std::filesystem::path previousFile(const std::filesystem::path& file) {
 
 }  // namespace
 
-std::string rfc3339Millis(TimePoint t) {
-  int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  int64_t secs = ms / 1000 - (ms % 1000 < 0 ? 1 : 0);
-  auto millis = static_cast<int>(ms - secs * 1000);
-  std::time_t tt = static_cast<std::time_t>(secs);
-  std::tm utc{};
-  gmtime_r(&tt, &utc);
-  char buf[48];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", millis);
-  return buf;
-}
-
 const char* leaseEventKind(LeaseEvent::Kind kind) {
   switch (kind) {
     case LeaseEvent::Kind::kGranted:
@@ -289,7 +276,7 @@ uint64_t EventLog::record(std::string_view kind, ordered_json fields, TimePoint 
   ordered_json event;
   event["schema"] = kEventSchema;
   event["seq"] = ++seq_;
-  event["time"] = rfc3339Millis(time);
+  event["time"] = common::rfc3339(time);
   event["kind"] = kind;
   for (auto& [key, value] : fields.items()) event[key] = std::move(value);
   staged_.push_back({seq_, event.dump(-1, ' ', false, ordered_json::error_handler_t::replace)});

@@ -110,9 +110,6 @@ class EventLog {
   std::thread writer_;
 };
 
-// "2026-12-01T15:04:05.123Z": RFC 3339 in UTC, to the millisecond.
-std::string rfc3339Millis(TimePoint t);
-
 // "grant", "release", "expiry".
 const char* leaseEventKind(LeaseEvent::Kind kind);
 

@@ -66,12 +66,6 @@ class EventLogTest : public ::testing::Test {
   std::vector<std::string> warnings_;
 };
 
-TEST(EventTime, IsRfc3339InUtcToTheMillisecond) {
-  EXPECT_EQ(rfc3339Millis(at(1796140361814)), "2026-12-01T15:52:41.814Z");
-  EXPECT_EQ(rfc3339Millis(at(0)), "1970-01-01T00:00:00.000Z");
-  EXPECT_EQ(rfc3339Millis(at(-1)), "1969-12-31T23:59:59.999Z");
-}
-
 TEST_F(EventLogTest, WritesOneJsonLinePerEventWithSchemaSeqTimeAndKind) {
   {
     auto log = open();
