@@ -272,14 +272,18 @@ void EventLog::recover() {
 }
 
 uint64_t EventLog::record(std::string_view kind, ordered_json fields, TimePoint time) {
+  // The line is written around the seq: only that is taken under the log's lock.
+  if (!fields.is_object()) fields = ordered_json::object();  // no fields (null)
+  for (const char* key : {"schema", "seq", "time", "kind"}) fields.erase(key);
+  const std::string rest =
+      fields.empty() ? std::string("}")
+                     : "," + fields.dump(-1, ' ', false, ordered_json::error_handler_t::replace).substr(1);
+  const std::string head = std::string(R"({"schema":")") + kEventSchema + R"(","seq":)";
+  const std::string tail = R"(,"time":")" + common::rfc3339(time) + R"(","kind":)" +
+                           json(kind).dump(-1, ' ', false, json::error_handler_t::replace);
   std::lock_guard<std::mutex> lock(mu_);
-  ordered_json event;
-  event["schema"] = kEventSchema;
-  event["seq"] = ++seq_;
-  event["time"] = common::rfc3339(time);
-  event["kind"] = kind;
-  for (auto& [key, value] : fields.items()) event[key] = std::move(value);
-  staged_.push_back({seq_, event.dump(-1, ' ', false, ordered_json::error_handler_t::replace)});
+  ++seq_;
+  staged_.push_back({seq_, head + std::to_string(seq_) + tail + rest});
   return seq_;
 }
 
