@@ -445,11 +445,17 @@ void EventLog::append(const std::vector<Entry>& entries) {
       writeBuffer();
       const std::filesystem::path old = previousFile(opt_.file);
       if (::rename(opt_.file.c_str(), old.c_str()) == 0) {
-        close(fd_);
-        fd_ = openLog(opt_.file);
-        old_first_ = file_first_.load();
-        file_first_ = 0;
-        size_ = fileSize(fd_);
+        int fresh = open(opt_.file.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+        if (fresh >= 0) {
+          close(fd_);
+          fd_ = fresh;
+          old_first_ = file_first_.load();
+          file_first_ = 0;
+          size_ = fileSize(fd_);
+        } else {
+          warn_(opt_.file.string() + ": cannot create it again after its rotation (" + std::strerror(errno) +
+                "); appending to " + old.string());
+        }
       } else if (!failing_) {
         warn_(opt_.file.string() + ": cannot rename it to " + old.string() + " (" + std::strerror(errno) +
               "); it grows on");
