@@ -15,6 +15,7 @@ packages=(
   clang libclang-rt-14-dev clang-format
   graphviz
   slurm-wlm munge
+  prometheus
 )
 
 missing=()
@@ -31,3 +32,8 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The prometheus package is here for its promtool (the tests run `promtool check metrics` on poold's
+# /metrics); where systemd runs, it also starts a Prometheus server, which nothing needs.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

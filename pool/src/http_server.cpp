@@ -359,6 +359,7 @@ struct HttpServer::Impl {
                                                                      version);
       res->set(http::field::server, "poold");
       res->set(http::field::content_type, reply.content_type);
+      for (const auto& [name, value] : reply.headers) res->set(name, value);
       res->body() = std::move(reply.body);
       res->keep_alive(keepAlive);
       res->prepare_payload();

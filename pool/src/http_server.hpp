@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace poolrun::pool {
@@ -42,13 +43,17 @@ struct HttpRequest {
   std::map<std::string, std::string> query;  // percent-decoded; the last of repeated names
   std::string authorization;                 // the Authorization header, empty where absent
   std::string body;
-  std::string peer;  // the client's address
+  // The client's IP address as the socket reports it ("10.1.2.3", "::1"; an IPv4 client of a
+  // dual-stack socket as "::ffff:10.1.2.3"): what per-address limits and /metrics access go by.
+  std::string peer;
 };
 
 struct HttpReply {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
+  // Headers beyond Server, Content-Type, Content-Length and Connection ("WWW-Authenticate").
+  std::vector<std::pair<std::string, std::string>> headers = {};
 };
 
 // Counters of what the connection layer refused or cut, for /metrics.

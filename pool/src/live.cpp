@@ -147,7 +147,7 @@ void PoolState::reclaimIdle(TimePoint now) {
     reclaimed_[id] = "its GPUs were idle (under " +
                      std::to_string(static_cast<int>(live_.idle_utilization * 100)) + "% utilisation) for " +
                      std::to_string(minutes) + " min, and poold reclaims idle leases";
-    dropLease(id);
+    dropLease(id, LeaseEvent::Kind::kReleased, "reclaimed: " + reclaimed_[id]);
     ++leases_reclaimed_;
   }
 }

@@ -1,5 +1,7 @@
 #include "live_metrics.hpp"
 
+#include "server_metrics.hpp"
+
 #include <optional>
 
 namespace poolrun::pool {
@@ -13,12 +15,12 @@ void family(std::ostream& out, const char* name, const char* help, const char* t
 std::string gpuLabels(const PoolState& state, const PoolNode& node, size_t index) {
   std::string uuid = node.topology->gpus[index].uuid;
   if (index < node.live.gpus.size() && !node.live.gpus[index].uuid.empty()) uuid = node.live.gpus[index].uuid;
-  std::string labels = "node=\"" + escapeLabel(node.name) + "\",gpu=\"" + std::to_string(index) +
-                       "\",uuid=\"" + escapeLabel(uuid) + "\"";
+  std::string labels = "node=\"" + labelValue(node.name) + "\",gpu=\"" + std::to_string(index) +
+                       "\",uuid=\"" + labelValue(uuid) + "\"";
   if (const std::string* holder = state.holder(node.name, index)) {
     auto lease = state.leaseMap().find(*holder);
-    labels += ",lease=\"" + escapeLabel(*holder) + "\",owner=\"" +
-              escapeLabel(lease == state.leaseMap().end() ? "" : lease->second.owner) + "\"";
+    labels += ",lease=\"" + labelValue(*holder) + "\",owner=\"" +
+              labelValue(lease == state.leaseMap().end() ? "" : lease->second.owner) + "\"";
   }
   return labels;
 }
@@ -34,22 +36,6 @@ void gpuGauge(std::ostream& out, const PoolState& state, const char* name, const
 }
 
 }  // namespace
-
-std::string escapeLabel(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
-}
 
 void writeLiveMetrics(std::ostream& out, const PoolState& state, TimePoint now) {
   gpuGauge<double>(out, state, "poolrun_gpu_utilization_ratio",
@@ -71,22 +57,22 @@ void writeLiveMetrics(std::ostream& out, const PoolState& state, TimePoint now) 
          "counter");
   for (const PoolNode* node : state.nodesInOrder())
     for (const auto& [key, count] : node->live.xid_counts)
-      out << "poolrun_gpu_xid_errors_total{node=\"" << escapeLabel(node->name) << "\",gpu=\"" << key.first
+      out << "poolrun_gpu_xid_errors_total{node=\"" << labelValue(node->name) << "\",gpu=\"" << key.first
           << "\",xid=\"" << key.second << "\"} " << count << "\n";
 
   family(out, "poolrun_node_heartbeat_age_seconds",
          "Time since the node's agent was last heard from (nodes with an agent).", "gauge");
   for (const PoolNode* node : state.nodesInOrder())
     if (!node->agent.empty() && node->live.last_heartbeat != TimePoint{})
-      out << "poolrun_node_heartbeat_age_seconds{node=\"" << escapeLabel(node->name) << "\"} "
+      out << "poolrun_node_heartbeat_age_seconds{node=\"" << labelValue(node->name) << "\"} "
           << std::chrono::duration<double>(now - node->live.last_heartbeat).count() << "\n";
 
   family(out, "poolrun_lease_idle_seconds",
          "How long an idle lease's GPUs have been unused (leases poold finds idle).", "gauge");
   for (const Lease& lease : state.leaseList()) {
     if (!state.idle(lease, now)) continue;
-    out << "poolrun_lease_idle_seconds{lease=\"" << escapeLabel(lease.id) << "\",owner=\""
-        << escapeLabel(lease.owner) << "\"} "
+    out << "poolrun_lease_idle_seconds{lease=\"" << labelValue(lease.id) << "\",owner=\""
+        << labelValue(lease.owner) << "\"} "
         << std::chrono::duration<double>(now - state.lastBusy(lease.id).value_or(now)).count() << "\n";
   }
   family(out, "poolrun_leases_reclaimed_total", "Idle leases poold ended (--reclaim-idle) since it started.",

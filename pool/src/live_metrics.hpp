@@ -13,8 +13,4 @@ namespace poolrun::pool {
 // Writes the families for `state` as of `now`. Cost: one pass over the nodes' GPUs and the leases.
 void writeLiveMetrics(std::ostream& out, const PoolState& state, TimePoint now);
 
-// `value` as a label value of the Prometheus text format: backslash, double quote and newline
-// escaped.
-std::string escapeLabel(std::string_view value);
-
 }  // namespace poolrun::pool

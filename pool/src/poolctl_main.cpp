@@ -2,21 +2,26 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 
+#include "http_connection.hpp"
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/version.hpp"
+#include "queue_wait.hpp"
 
 namespace {
 
@@ -35,6 +40,7 @@ constexpr const char* kUsage =
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
     "  fail NODE:GPU                       (admin) mark a GPU failed\n"
+    "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE or http://HOST:PORT\n"
     "  --token-file FILE the bearer token for http pools (else $POOLRUN_TOKEN)\n"
@@ -107,6 +113,14 @@ const char* commandHelp(const std::string& command) {
       {"fail",
        "usage: poolctl [--pool URI] fail NODE:GPU\n"
        "(admin) Marks GPU (its index) of NODE failed: it is leased no more.\n"},
+      {"events",
+       "usage: poolctl --pool http://HOST:PORT [--json] events [--since SEQ] [--follow]\n"
+       "poold's event log, one line per event: grants, releases, expiries, node state changes, GPU\n"
+       "failures (docs/operations.md). Without --since, every event poold keeps; with --follow and\n"
+       "without --since, the last 10, then each new one as it comes, until Ctrl-C (exit 0), waiting for\n"
+       "poold where it is down. --json: each event as its JSON line.\n"
+       "  --since SEQ   only the events after SEQ\n"
+       "  --follow      keep printing events as they come\n"},
   };
   auto it = kHelp.find(command);
   return it == kHelp.end() ? nullptr : it->second;
@@ -178,6 +192,177 @@ T number(const std::string& option, const std::string& text, Range<T> range) {
   return topo::parseOption<T>(option, text, range.min, range.max);
 }
 
+// --- poolctl events: poold's event log through GET /v1/events.
+
+// A field of an event as text: strings as they are, numbers as JSON writes them, "" where absent.
+std::string field(const json& e, const char* key) {
+  auto it = e.find(key);
+  if (it == e.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+// "2026-12-01T15:04:05.123Z grant L0123... alice 8 GPUs n01:0-7".
+std::string eventText(const json& e) {
+  const std::string kind = field(e, "kind");
+  std::string out = field(e, "time") + " " + kind;
+  auto add = [&](const std::string& text) {
+    if (!text.empty()) out += " " + text;
+  };
+  if (kind == "grant" || kind == "release" || kind == "expiry") {
+    add(field(e, "lease"));
+    add(field(e, "owner"));
+    add(field(e, "gpu_count") + " GPUs");
+    add(field(e, "gpus"));
+    if (!field(e, "job").empty()) add("job " + field(e, "job"));
+    if (!field(e, "held_s").empty()) add("held " + field(e, "held_s") + " s");
+    if (!field(e, "reason").empty()) add("(" + field(e, "reason") + ")");
+    return out;
+  }
+  if (kind == "node_state") {
+    add(field(e, "node"));
+    add(field(e, "state"));
+  } else if (kind == "gpu_failed") {
+    add(field(e, "node") + ":" + field(e, "index"));
+    add(field(e, "reason"));
+  } else {
+    // A kind this poolctl does not know: its fields as KEY=VALUE.
+    for (const auto& [key, value] : e.items())
+      if (key != "schema" && key != "seq" && key != "time" && key != "kind")
+        add(key + "=" + (value.is_string() ? value.get<std::string>() : value.dump()));
+    return out;
+  }
+  if (!field(e, "by").empty()) add("(by " + field(e, "by") + ")");
+  return out;
+}
+
+// An event as its line in poold's file: schema, seq, time and kind first.
+std::string eventJson(const json& e) {
+  nlohmann::ordered_json out;
+  for (const char* key : {"schema", "seq", "time", "kind"})
+    if (e.contains(key)) out[key] = e[key];
+  for (const auto& [key, value] : e.items())
+    if (!out.contains(key)) out[key] = value;
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// One GET /v1/events: the reply, or PoolError (4xx, refused) or HttpFailed (poold unreachable).
+json eventsPage(HttpConnection& c, const std::string& uri, uint64_t since, int waitMs, int limit) {
+  std::string path = "/v1/events?since=" + std::to_string(since) + "&wait_ms=" + std::to_string(waitMs) +
+                     "&limit=" + std::to_string(limit);
+  HttpResponse r = c.request("GET", path, "");
+  json doc = topo::jsonTooDeepAt(r.body, topo::kMaxJsonDepth) ? json() : json::parse(r.body, nullptr, false);
+  if (r.status == 200 && doc.is_object() && doc.contains("events") && doc["events"].is_array()) return doc;
+  std::string msg = doc.is_object() && doc.contains("error") && doc["error"].is_string()
+                        ? doc["error"].get<std::string>()
+                        : topo::printable(r.body.substr(0, 200));
+  std::string where = uri + " refused GET /v1/events (" + std::to_string(r.status) + "): " + msg;
+  if (r.status == 401)
+    throw PoolError(PoolFailure::kUnauthorized, ErrorCode::kBadInput,
+                    where + "; set POOLRUN_TOKEN or --token-file to a token poold knows");
+  if (r.status == 403) throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput, where);
+  if (r.status == 404)
+    throw PoolError(PoolFailure::kOther, ErrorCode::kUnsupported, where + " (a poold without an event log?)");
+  throw PoolError(PoolFailure::kOther, r.status == 400 ? ErrorCode::kBadInput : ErrorCode::kIo, where);
+}
+
+int eventsCommand(const std::string& uri, const std::string& token, const std::vector<std::string>& args,
+                  bool asJson) {
+  std::optional<uint64_t> since;
+  bool follow = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--follow" || args[i] == "-f") {
+      follow = true;
+    } else if (args[i] == "--since") {
+      if (i + 1 >= args.size()) throw badInput("--since needs a value");
+      since = number("--since", args[++i], Range<uint64_t>{0, INT64_MAX});
+    } else {
+      throw badInput("events: unknown option '" + topo::printable(args[i]) + "' (use --since SEQ, --follow)");
+    }
+  }
+  if (!uri.starts_with("http://"))
+    throw badInput("events: the event log is poold's (STATE/events.jsonl, GET /v1/events); pool '" +
+                   topo::printable(uri) + "' is not a poold and keeps none (use --pool http://HOST:PORT)");
+  std::string rest = uri.substr(7);
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  size_t colon = rest.rfind(':');
+  int port = 0;
+  const std::string portText = colon == std::string::npos ? "" : rest.substr(colon + 1);
+  auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+  if (colon == std::string::npos || colon == 0 || ec != std::errc() ||
+      p != portText.data() + portText.size() || port < 1 || port > 65535)
+    throw badInput("bad pool URI '" + topo::printable(uri) + "': expected http://HOST:PORT");
+  HttpConnection connection(rest.substr(0, colon), port, token);
+  connection.io_timeout = std::chrono::milliseconds(15000);
+
+  auto print = [&](const json& events) {
+    for (const json& e : events) std::cout << (asJson ? eventJson(e) : eventText(e)) << "\n";
+    std::cout << std::flush;
+  };
+  // Takes a page's events after `next`; false where there were none.
+  uint64_t next = since.value_or(0);
+  auto take = [&](const json& page) {
+    const json& events = page["events"];
+    uint64_t last = page.value("last", uint64_t{0});
+    if (next > last) {
+      std::cerr << "poolctl: poold's event log ends at seq " << last << ", before " << next
+                << " (a new log?): going on from " << last << "\n";
+      next = last;
+    }
+    if (events.empty()) return false;
+    uint64_t first = events.front().value("seq", uint64_t{0});
+    if (first > next + 1)
+      std::cerr << "poolctl: events " << next + 1 << " to " << first - 1
+                << " are no longer kept (the log was rotated past them, or lost)\n";
+    print(events);
+    next = events.back().value("seq", next);
+    return true;
+  };
+
+  auto unreachable = [&](const std::exception& e) {
+    return PoolError(
+        PoolFailure::kOther, ErrorCode::kIo,
+        "cannot reach poold at " + uri + " (" + e.what() + "); is it running and listening there?");
+  };
+  if (!follow) {
+    try {
+      while (take(eventsPage(connection, uri, next, 0, 1000))) {
+      }
+    } catch (const HttpFailed& e) {
+      throw unreachable(e);
+    }
+    return 0;
+  }
+
+  QueueInterruption interruption;  // Ctrl-C, SIGTERM, SIGHUP: stop following, exit 0
+  bool down = false;
+  auto backoff = std::chrono::milliseconds(250);
+  bool started = since.has_value();
+  while (pendingInterrupt() == 0) {
+    try {
+      if (!started) {
+        uint64_t last = eventsPage(connection, uri, 0, 0, 1).value("last", uint64_t{0});
+        next = last > 10 ? last - 10 : 0;
+        started = true;
+      }
+      json page = eventsPage(connection, uri, next, 1000, 1000);
+      if (down) std::cerr << "poolctl: poold at " << uri << " answers again\n";
+      down = false;
+      backoff = std::chrono::milliseconds(250);
+      take(page);
+    } catch (const HttpFailed& e) {
+      if (!down)
+        std::cerr << "poolctl: poold at " << uri << " does not answer (" << e.what() << "); trying again\n";
+      down = true;
+      for (auto slept = std::chrono::milliseconds(0); slept < backoff && pendingInterrupt() == 0;
+           slept += std::chrono::milliseconds(50))
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+  }
+  (void)interrupted("stopped following");  // the signal is acted on: the scope does not raise it again
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   ClientOptions copt;
@@ -234,8 +419,9 @@ int run(int argc, char** argv) {
     return cargs[0];
   };
   static const std::set<std::string> known{"status", "nodes", "leases",  "queue", "register", "drain",
-                                           "resume", "fail",  "acquire", "renew", "release"};
+                                           "resume", "fail",  "acquire", "renew", "release",  "events"};
   if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
+  if (cmd == "events") return eventsCommand(uri, copt.token, cargs, asJson);
 
   // Opened once the command's arguments are known to be good.
   std::unique_ptr<PoolControl> opened;

@@ -14,6 +14,7 @@
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/version.hpp"
+#include "server_metrics.hpp"
 
 namespace {
 
@@ -37,6 +38,7 @@ std::string usage() {
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
+         "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
@@ -93,6 +95,11 @@ std::string usage() {
          "  --reclaim-grace SECONDS       from the warning to the end of an idle lease (default " +
          n(d.live.reclaim_grace.count()) +
          ")\n"
+         "  --metrics-token-file FILE     a scrape token (its first word) that may read /metrics only;\n"
+         "                                re-read when it changes\n"
+         "  --metrics-allow ADDR[,ADDR...]  clients from these addresses or prefixes read /metrics\n"
+         "                                without a token (10.0.0.0/8, 127.0.0.1/32, ::1/128; repeatable)\n"
+         "  GET /healthz answers 200 `ok` without a token while poold serves, 503 once it stops\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
 }
@@ -172,6 +179,17 @@ int main(int argc, char** argv) {
         opt.live.reclaim_idle = true;
       } else if (a == "--reclaim-grace") {
         opt.live.reclaim_grace = std::chrono::seconds(number(a, value(), kIdleTimeoutRange));
+      } else if (a == "--metrics-token-file") {
+        opt.metrics_token_file = value();
+        try {
+          pool::readScrapeToken(opt.metrics_token_file);
+        } catch (const Error& e) {
+          throw badInput(a + ": " + e.what());
+        }
+      } else if (a == "--metrics-allow") {
+        std::string v = value();
+        pool::parseAddressRanges(v, a);
+        opt.metrics_allow.push_back(v);
       } else {
         throw badInput("unknown option '" + a + "'");
       }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "committed_state.hpp"
+#include "event_log.hpp"
 #include "http_server.hpp"
 #include "live_metrics.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
@@ -39,10 +40,6 @@ struct HttpError {
 
 HttpError badRequest(const std::string& message) {
   return {400, message, "bad_request"};
-}
-
-std::string abbreviate(const std::string& token) {
-  return token.size() <= 8 ? token : token.substr(0, 4) + "...";
 }
 
 // Replies never fail to serialise: text a client sent that is not UTF-8 is replaced.
@@ -184,6 +181,8 @@ struct PoolServer::Impl {
   std::unique_ptr<TokenStore> tokens;
   std::unique_ptr<CommittedState> pool;
   ServerMetrics metrics;
+  std::unique_ptr<MetricsAccess> metrics_access;
+  std::unique_ptr<EventLog> events;
   std::vector<Route> routes;
   std::unique_ptr<HttpServer> http;
 
@@ -202,19 +201,67 @@ struct PoolServer::Impl {
   // The state file is closed before the lock goes, so that the next poold opens it only then.
   ~Impl() {
     http.reset();
+    events.reset();
     pool.reset();
     if (lock_fd >= 0) close(lock_fd);
   }
 
-  TokenEntry authenticate(const HttpRequest& req) {
+  // Who sends the request. A scrape of /metrics from an allowed address or with the scrape token
+  // is nobody (an empty owner). A refused token is never echoed, not even in part.
+  TokenEntry authenticate(const HttpRequest& req, const Route& r) {
+    const bool scrape = r.label == "/metrics";
+    if (scrape && metrics_access->allowsPeer(req.peer)) return {};
     const std::string prefix = "Bearer ";
     if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
       throw HttpError{401, "no bearer token (send `Authorization: Bearer TOKEN`)", "unauthorized"};
     std::string token = req.authorization.substr(prefix.size());
-    std::optional<TokenEntry> who = tokens->find(token);
-    if (!who)
-      throw HttpError{401, "token '" + abbreviate(token) + "' is not in poold's token file", "unauthorized"};
-    return *who;
+    if (std::optional<TokenEntry> who = tokens->find(token)) return *who;
+    if (metrics_access->isScrapeToken(token)) {
+      if (scrape) return {};
+      throw HttpError{403, "the scrape token (poold --metrics-token-file) may read /metrics only",
+                      "forbidden"};
+    }
+    throw HttpError{401, "the token sent is not in poold's token file", "unauthorized"};
+  }
+
+  // GET /healthz: 200 while poold serves and its state answers, 503 once it stops.
+  HttpReply health() {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu);
+      if (stopping) return {503, "poold is stopping\n", "text/plain; charset=utf-8"};
+    }
+    pool->read([](const PoolState&) { return 0; });  // the state's lock is not held for good
+    return {200, "ok\n", "text/plain; charset=utf-8"};
+  }
+
+  // A change to the state, as CommittedState::mutate, with the events it caused: the leases it
+  // granted and ended (PoolState reports them) and what `fn` recorded. Recorded under the state's
+  // lock (so in its order), published once the change is committed.
+  template <typename F>
+  auto mutate(F&& fn) {
+    struct Publish {
+      EventLog& log;
+      uint64_t seq = 0;
+      ~Publish() { log.publish(seq); }
+    } publish{*events};
+    return pool->mutate([&](PoolState& s, TimePoint now) {
+      try {
+        auto result = fn(s, now);
+        publish.seq = recordLeaseEvents(s, now);
+        return result;
+      } catch (...) {
+        publish.seq = recordLeaseEvents(s, now);
+        throw;
+      }
+    });
+  }
+
+  uint64_t recordLeaseEvents(PoolState& s, TimePoint now) {
+    for (const LeaseEvent& e : s.takeLeaseEvents()) {
+      metrics.observeLease(e, now);
+      events->record(leaseEventKind(e.kind), leaseEventFields(e, now), now);
+    }
+    return events->lastRecorded();
   }
 
   void route(const std::string& method, const std::string& pattern, bool adminOnly, const std::string& what,
@@ -246,7 +293,11 @@ struct PoolServer::Impl {
         throw HttpError{404, "no such API path (see pool/README.md for the routes)", "not_found"};
       }
       label = found->label;
-      TokenEntry who = authenticate(req);
+      if (label == "/healthz") {
+        reply = health();
+        return observed(req, label, std::move(reply), start);
+      }
+      TokenEntry who = authenticate(req, *found);
       if (who.node != found->agent && !who.admin)
         throw HttpError{403,
                         who.node ? "the token of node " + who.owner +
@@ -273,6 +324,12 @@ struct PoolServer::Impl {
     } catch (...) {
       reply = replyForError(std::current_exception());
     }
+    if (reply.status == 401) reply.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"poold\"");
+    return observed(req, label, std::move(reply), start);
+  }
+
+  HttpReply observed(const HttpRequest& req, const std::string& label, HttpReply reply,
+                     Steady::time_point start) {
     // Labels are fixed words only: a client's method or path never makes a new series.
     const std::string method =
         req.method == "GET" || req.method == "POST" || req.method == "DELETE" ? req.method : "other";
@@ -319,7 +376,7 @@ struct PoolServer::Impl {
       if (r.node.name != c.params[0])
         throw badRequest("the registration names node '" + r.node.name + "', the path node '" +
                          topo::printable(c.params[0]) + "'");
-      return pool->mutate([&](PoolState& s, TimePoint now) {
+      return mutate([&](PoolState& s, TimePoint now) {
         s.registerAgentNode(r, now);
         s.tick(now, opt.stale_after);
         return json{{"registered", r.node.name}, {"interval_s", opt.live.heartbeat_interval.count()}};
@@ -331,12 +388,13 @@ struct PoolServer::Impl {
       if (hb.node != c.params[0])
         throw badRequest("the heartbeat names node '" + hb.node + "', the path node '" +
                          topo::printable(c.params[0]) + "'");
-      return toJson(pool->mutate([&](PoolState& s, TimePoint now) { return s.heartbeat(hb, now); }));
+      return toJson(mutate([&](PoolState& s, TimePoint now) { return s.heartbeat(hb, now); }));
     });
     routes.back().agent = true;
   }
 
   void addRoutes() {
+    route("GET", "/healthz", false, "", nullptr);  // answered by health(), without a token
     route("GET", "/v1/status", false, "",
           [this](Context&) { return pool->read([](const PoolState& s) { return toJson(s.status()); }); });
     route("GET", "/v1/nodes", false, "", [this](Context&) {
@@ -351,7 +409,7 @@ struct PoolServer::Impl {
     });
     route("POST", "/v1/nodes", true, "register nodes", [this](Context& c) {
       std::vector<topo::ClusterNode> nodes = registrationFromJson(parseBody(c.req.body));
-      return pool->mutate([&](PoolState& s, TimePoint now) {
+      return mutate([&](PoolState& s, TimePoint now) {
         for (const auto& n : nodes) s.registerNode(n);
         s.tick(now, opt.stale_after);
         return json{{"registered", nodes.size()}};
@@ -361,9 +419,15 @@ struct PoolServer::Impl {
       std::string verb = action;
       route("POST", "/v1/nodes/*/" + verb, true, verb + " nodes", [this, verb](Context& c) {
         const std::string& name = c.params[0];
-        return pool->mutate([&](PoolState& s, TimePoint now) {
-          s.setNodeState(name, verb == "drain" ? NodeState::kDraining : NodeState::kUp);
+        return mutate([&](PoolState& s, TimePoint now) {
+          const NodeState target = verb == "drain" ? NodeState::kDraining : NodeState::kUp;
+          auto node = s.nodeMap().find(name);
+          const bool changes = node != s.nodeMap().end() && node->second.state != target;
+          s.setNodeState(name, target);
           if (verb == "resume") s.clearGpuFailures(name);  // an administrator has looked
+          if (changes)
+            events->record("node_state", {{"node", name}, {"state", toString(target)}, {"by", c.who.owner}},
+                           now);
           s.tick(now, opt.stale_after);
           return json{{"node", name}, {"state", verb == "drain" ? "draining" : "up"}};
         });
@@ -372,8 +436,18 @@ struct PoolServer::Impl {
     route("POST", "/v1/nodes/*/gpus/*/fail", true, "mark GPUs failed", [this](Context& c) {
       const std::string& name = c.params[0];
       size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));
-      return pool->mutate([&](PoolState& s, TimePoint now) {
+      return mutate([&](PoolState& s, TimePoint now) {
+        auto node = s.nodeMap().find(name);
+        const bool changes =
+            node != s.nodeMap().end() && index < node->second.gpuCount() && !node->second.failed.count(index);
         s.failGpu(name, index, now);
+        if (changes)
+          events->record("gpu_failed",
+                         {{"node", name},
+                          {"index", index},
+                          {"reason", "marked failed by an administrator"},
+                          {"by", c.who.owner}},
+                         now);
         s.tick(now, opt.stale_after);
         return json{{"node", name}, {"index", index}, {"state", "failed"}};
       });
@@ -399,7 +473,7 @@ struct PoolServer::Impl {
           throw badRequest("field 'request_id': expected a string of at most 128 characters");
         requestId = r.owner + "/" + id.get<std::string>();
       }
-      return pool->mutate([&](PoolState& s, TimePoint now) {
+      return mutate([&](PoolState& s, TimePoint now) {
         if (auto it = recent.find(requestId); !requestId.empty() && it != recent.end()) {
           c.status = it->second.value("status", 200);
           return it->second["body"];
@@ -420,12 +494,12 @@ struct PoolServer::Impl {
       });
     });
     route("POST", "/v1/leases/*/renew", false, "", [this](Context& c) {
-      return pool->mutate([&](PoolState& s, TimePoint now) {
+      return mutate([&](PoolState& s, TimePoint now) {
         return json{{"lease", toJson(s.renew(c.params[0], c.who.owner, c.who.admin, now))}};
       });
     });
     route("DELETE", "/v1/leases/*", false, "", [this](Context& c) {
-      return pool->mutate([&](PoolState& s, TimePoint now) {
+      return mutate([&](PoolState& s, TimePoint now) {
         return json{{"id", c.params[0]}, {"released", s.release(c.params[0], c.who.owner, c.who.admin, now)}};
       });
     });
@@ -465,7 +539,7 @@ struct PoolServer::Impl {
     });
     route("DELETE", "/v1/queue/*", false, "", [this](Context& c) {
       int64_t ticket = integerIn(c.params[0], "ticket", 1, INT64_MAX);
-      return pool->mutate([&](PoolState& s, TimePoint now) {
+      return mutate([&](PoolState& s, TimePoint now) {
         auto q = s.queueMap().find(ticket);
         if (q != s.queueMap().end() && q->second.request.owner != c.who.owner && !c.who.admin)
           throw HttpError{
@@ -475,13 +549,30 @@ struct PoolServer::Impl {
         return json{{"ticket", ticket}, {"withdrawn", true}};
       });
     });
+    route("GET", "/v1/events", false, "", [this](Context& c) {
+      auto param = [&](const char* name, int64_t fallback, int64_t min, int64_t max) {
+        auto it = c.req.query.find(name);
+        return it == c.req.query.end() ? fallback : integerIn(it->second, name, min, max);
+      };
+      auto since = static_cast<uint64_t>(param("since", 0, 0, INT64_MAX));
+      int64_t waitMs = param("wait_ms", 0, 0, 3'600'000);
+      auto limit = static_cast<size_t>(param("limit", 1000, 1, 1000));
+      EventLog::Page page = events->read(
+          since, limit, Steady::now() + std::chrono::milliseconds(std::min<int64_t>(waitMs, 5000)));
+      return json{{"events", std::move(page.events)}, {"last", page.last}, {"oldest", page.oldest}};
+    });
     route("GET", "/metrics", false, "", [this](Context&) {
+      PoolStatus s;
+      std::map<std::string, int64_t> gpuMillis;
       std::ostringstream live;
-      PoolStatus s = pool->read([&live](const PoolState& st) {
+      pool->read([&](const PoolState& st) {
+        s = st.status();
+        gpuMillis = metrics.gpuMillis(st.leaseMap(), Clock::now());
         writeLiveMetrics(live, st, Clock::now());
-        return st.status();
+        return 0;
       });
-      return json(metrics.render(s, http->stats()) + live.str());
+      return json(metrics.render(s, http ? http->stats() : HttpServerStats{}, gpuMillis) +
+                  live.str());  // unbound: tests
     });
   }
 };
@@ -501,8 +592,16 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
         lock.string() + ": another poold serves this state directory; stop it or use another --state");
   m.tokens = std::make_unique<TokenStore>(
       m.opt.token_file, [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; });
+  auto warn = [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; };
+  std::vector<AddressRange> allowed;
+  for (const std::string& list : m.opt.metrics_allow)
+    for (AddressRange& r : parseAddressRanges(list, "--metrics-allow")) allowed.push_back(std::move(r));
+  m.metrics_access = std::make_unique<MetricsAccess>(m.opt.metrics_token_file, std::move(allowed), warn);
   m.pool = std::make_unique<CommittedState>(
       std::make_unique<Store>(m.opt.state_dir / "pool.sqlite", m.opt.durability));
+  EventLogOptions events;
+  events.file = m.opt.state_dir / "events.jsonl";
+  m.events = std::make_unique<EventLog>(events, warn);
   m.pool->mutate([&m](PoolState& s, TimePoint) {
     s.setLiveOptions(m.opt.live);
     return 0;
@@ -517,7 +616,7 @@ PoolServer::~PoolServer() {
 }
 
 void PoolServer::registerNodes(const std::vector<topo::ClusterNode>& nodes) {
-  impl_->pool->mutate([&](PoolState& s, TimePoint now) {
+  impl_->mutate([&](PoolState& s, TimePoint now) {
     for (const auto& n : nodes) {
       auto it = s.nodeMap().find(n.name);
       bool same = it != s.nodeMap().end() && it->second.topology && *it->second.topology == *n.topology &&
@@ -556,7 +655,7 @@ void PoolServer::run() {
       m.stop_cv.wait_for(lock, std::chrono::milliseconds(250));
       if (m.stopping) break;
       lock.unlock();
-      m.pool->mutate([&m](PoolState& s, TimePoint now) {
+      m.mutate([&m](PoolState& s, TimePoint now) {
         s.tick(now, m.opt.stale_after);
         return 0;
       });
@@ -580,6 +679,7 @@ void PoolServer::stop() {
   }
   impl_->stop_cv.notify_all();
   impl_->pool->wakeAll();
+  if (impl_->events) impl_->events->wakeAll();
   if (impl_->http) impl_->http->stop();
 }
 

@@ -1,6 +1,14 @@
 #include "server_metrics.hpp"
 
+#include <arpa/inet.h>
+#include <sys/stat.h>
+
+#include <charconv>
+#include <iomanip>
 #include <sstream>
+
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/version.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -13,7 +21,87 @@ void gauge(std::ostream& out, const char* name, const char* help, const char* ty
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
 }
 
+// Milliseconds as seconds with three decimals, exactly ("12.345").
+std::string millisText(int64_t ms) {
+  std::ostringstream out;
+  out << (ms < 0 ? "-" : "") << std::abs(ms / 1000) << "." << std::setw(3) << std::setfill('0')
+      << std::abs(ms % 1000);
+  return out.str();
+}
+
+int64_t millisOf(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+// "0.1.0" of "poolrun 0.1.0\nbuilt with: ...".
+std::string projectVersion() {
+  std::string text = topo::versionText("poolrun");
+  std::string first = text.substr(0, text.find('\n'));
+  size_t space = first.find(' ');
+  return space == std::string::npos ? first : first.substr(space + 1);
+}
+
+bool validToken(const std::string& token) {
+  if (token.size() < 8 || token.size() > 512) return false;
+  for (unsigned char c : token)
+    if (c <= 0x20 || c >= 0x7f) return false;
+  return true;
+}
+
+// Compares without stopping at the first difference, so that the time taken says nothing of
+// how much of a guess was right.
+bool sameToken(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff = static_cast<unsigned char>(diff |
+                                      (static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i])));
+  return diff == 0;
+}
+
+// An address in 16 bytes (IPv4 in the first 4); false where `text` is none. IPv4-mapped IPv6
+// addresses (::ffff:10.1.2.3, what a dual-stack socket reports) are IPv4.
+bool parseAddress(const std::string& text, std::array<unsigned char, 16>& bytes, bool& v6) {
+  bytes.fill(0);
+  if (inet_pton(AF_INET, text.c_str(), bytes.data()) == 1) {
+    v6 = false;
+    return true;
+  }
+  if (inet_pton(AF_INET6, text.c_str(), bytes.data()) != 1) return false;
+  static const unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  v6 = !std::equal(bytes.begin(), bytes.begin() + 12, kMapped);
+  if (!v6) {
+    std::copy(bytes.begin() + 12, bytes.end(), bytes.begin());
+    std::fill(bytes.begin() + 4, bytes.end(), 0);
+  }
+  return true;
+}
+
+bool samePrefix(const std::array<unsigned char, 16>& a, const std::array<unsigned char, 16>& b, int prefix) {
+  for (int bit = 0; bit < prefix; ++bit) {
+    auto byte = static_cast<size_t>(bit / 8);
+    auto mask = static_cast<unsigned char>(0x80 >> (bit % 8));
+    if ((a[byte] & mask) != (b[byte] & mask)) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+std::string labelValue(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
 
 Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -39,7 +127,33 @@ void Histogram::write(std::ostream& out, const std::string& name, const std::str
   out << name << "_count" << (labels.empty() ? "" : "{" + labels + "}") << " " << count_ << "\n";
 }
 
-ServerMetrics::ServerMetrics() : waits_(kWaitBounds) {}
+ServerMetrics::ServerMetrics()
+    : waits_(kWaitBounds), start_(std::chrono::system_clock::now()), version_(projectVersion()) {}
+
+int64_t ServerMetrics::sinceStart(const Lease& lease, TimePoint now) const {
+  int64_t from = std::max(millisOf(lease.created), millisOf(start_));
+  return std::max<int64_t>(0, millisOf(now) - from) * static_cast<int64_t>(lease.gpus.size());
+}
+
+void ServerMetrics::observeLease(const LeaseEvent& event, TimePoint now) {
+  if (event.kind == LeaseEvent::Kind::kGranted) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(event.kind == LeaseEvent::Kind::kExpired ? expiries_ : releases_);
+  ended_millis_[event.lease.owner] += sinceStart(event.lease, now);
+}
+
+std::map<std::string, int64_t> ServerMetrics::gpuMillis(const std::map<std::string, Lease>& held,
+                                                        TimePoint now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, int64_t> out = ended_millis_;
+  for (const auto& [id, lease] : held) out[lease.owner] += sinceStart(lease, now);
+  for (auto& [owner, ms] : out) {
+    int64_t& shown = shown_millis_[owner];
+    ms = std::max(ms, shown);
+    shown = ms;
+  }
+  return out;
+}
 
 void ServerMetrics::observeRequest(const std::string& method, const std::string& route, int status,
                                    double seconds) {
@@ -55,7 +169,8 @@ void ServerMetrics::observeWaits(const std::vector<double>& seconds) {
   for (double w : seconds) waits_.observe(w);
 }
 
-std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h) const {
+std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
+                                  const std::map<std::string, int64_t>& gpuMillis) const {
   std::ostringstream out;
   gauge(out, "poolrun_gpus",
         "GPUs in the pool by state (unreachable: on nodes whose agent is silent, also counted in their own).",
@@ -100,7 +215,130 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h)
   for (const auto& [labels, hist] : latency_) hist.write(out, "poolrun_request_duration_seconds", labels);
   gauge(out, "poolrun_responses_total", "API responses by route and status.", "counter");
   for (const auto& [labels, n] : responses_) out << "poolrun_responses_total{" << labels << "} " << n << "\n";
+  gauge(out, "poolrun_lease_releases_total", "Leases released since poold started.", "counter");
+  out << "poolrun_lease_releases_total " << releases_ << "\n";
+  gauge(out, "poolrun_lease_expiries_total",
+        "Leases ended since poold started because they were not renewed within their ttl (their client "
+        "died or lost poold) or reached their maximum duration.",
+        "counter");
+  out << "poolrun_lease_expiries_total " << expiries_ << "\n";
+  gauge(out, "poolrun_gpu_seconds_total",
+        "GPU-seconds held by each owner's leases since poold started, those still held included.", "counter");
+  for (const auto& [owner, ms] : gpuMillis)
+    out << "poolrun_gpu_seconds_total{owner=\"" << labelValue(owner) << "\"} " << millisText(ms) << "\n";
+  gauge(out, "poolrun_build_info", "poold's version; the value is 1.", "gauge");
+  out << "poolrun_build_info{version=\"" << labelValue(version_) << "\"} 1\n";
+  gauge(out, "process_start_time_seconds", "When poold started, in seconds since the Unix epoch.", "gauge");
+  out << "process_start_time_seconds " << millisText(millisOf(start_)) << "\n";
   return out.str();
+}
+
+AddressRange parseAddressRange(const std::string& text, const std::string& option) {
+  auto bad = [&](const std::string& why) {
+    return badInput(option + " '" + topo::printable(text) + "': " + why +
+                    " (give IPv4 or IPv6 addresses or prefixes, e.g. 10.0.0.0/8, 127.0.0.1/32, ::1/128)");
+  };
+  AddressRange r;
+  r.text = text;
+  const size_t slash = text.find('/');
+  const std::string address = text.substr(0, slash);
+  std::array<unsigned char, 16> raw{};
+  if (inet_pton(AF_INET, address.c_str(), raw.data()) != 1 &&
+      inet_pton(AF_INET6, address.c_str(), raw.data()) != 1)
+    throw bad("'" + topo::printable(address) + "' is not an IP address");
+  parseAddress(address, r.bytes, r.v6);
+  const bool mapped = !r.v6 && address.find(':') != std::string::npos;  // ::ffff:a.b.c.d
+  const int most = r.v6 || mapped ? 128 : 32;
+  r.prefix = most;
+  if (slash != std::string::npos) {
+    const std::string length = text.substr(slash + 1);
+    int v = -1;
+    auto [p, ec] = std::from_chars(length.data(), length.data() + length.size(), v);
+    if (length.empty() || ec != std::errc() || p != length.data() + length.size() || v < 0 || v > most)
+      throw bad("prefix length '" + topo::printable(length) + "' is not a number from 0 to " +
+                std::to_string(most));
+    r.prefix = v;
+  }
+  if (mapped) {
+    if (r.prefix < 96) throw bad("an IPv4-mapped prefix needs a length of at least 96");
+    r.prefix -= 96;
+  }
+  std::array<unsigned char, 16> network{};
+  for (int bit = 0; bit < r.prefix; ++bit) {
+    auto byte = static_cast<size_t>(bit / 8);
+    network[byte] = static_cast<unsigned char>(network[byte] | (r.bytes[byte] & (0x80 >> (bit % 8))));
+  }
+  if (network != r.bytes) {
+    char shown[INET6_ADDRSTRLEN] = {};
+    inet_ntop(r.v6 ? AF_INET6 : AF_INET, network.data(), shown, sizeof shown);
+    throw bad("the address has bits set past its /" + std::to_string(r.prefix) + " prefix (did you mean " +
+              shown + "/" + std::to_string(r.prefix) + "?)");
+  }
+  return r;
+}
+
+std::vector<AddressRange> parseAddressRanges(const std::string& list, const std::string& option) {
+  std::vector<AddressRange> out;
+  for (size_t start = 0; start <= list.size();) {
+    size_t end = std::min(list.find(',', start), list.size());
+    std::string item = list.substr(start, end - start);
+    if (item.empty())
+      throw badInput(option + " '" + topo::printable(list) + "': an empty address in the list");
+    out.push_back(parseAddressRange(item, option));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool addressIn(const std::string& peer, const AddressRange& range) {
+  std::array<unsigned char, 16> bytes{};
+  bool v6 = false;
+  if (!parseAddress(peer.substr(0, peer.find('%')), bytes, v6) || v6 != range.v6) return false;
+  return samePrefix(bytes, range.bytes, range.prefix);
+}
+
+std::string readScrapeToken(const std::filesystem::path& file) {
+  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string token;
+    if (!(words >> token)) continue;
+    if (!validToken(token))
+      throw badInput(file.string() + ": the scrape token must be 8 to 512 printable ASCII characters");
+    return token;
+  }
+  throw badInput(file.string() + ": no token in the file (write the scrape token on its first line)");
+}
+
+MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed, Warn warn)
+    : file_(std::move(token_file)), allowed_(std::move(allowed)), warn_(std::move(warn)) {
+  if (file_.empty()) return;
+  token_ = readScrapeToken(file_);
+  struct stat st {};
+  if (stat(file_.c_str(), &st) == 0) identity_ = topo::identityOf(st);
+}
+
+bool MetricsAccess::allowsPeer(const std::string& peer) const {
+  for (const AddressRange& r : allowed_)
+    if (addressIn(peer, r)) return true;
+  return false;
+}
+
+bool MetricsAccess::isScrapeToken(const std::string& token) {
+  if (file_.empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  struct stat st {};
+  if (stat(file_.c_str(), &st) == 0 && topo::identityOf(st) != identity_) {
+    try {
+      token_ = readScrapeToken(file_);
+    } catch (const Error& e) {
+      warn_(std::string("keeping the previous scrape token: ") + e.what());
+    }
+    identity_ = topo::identityOf(st);
+  }
+  return sameToken(token, token_);
 }
 
 }  // namespace poolrun::pool

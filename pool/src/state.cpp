@@ -291,6 +291,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   }
   leases_[lease.id] = lease;
   last_busy_[lease.id] = now;
+  lease_events_.push_back({LeaseEvent::Kind::kGranted, lease, {}});
   ++leases_granted_;
   dirty_.counters = true;
   dirty_.leases.insert(lease.id);
@@ -298,9 +299,10 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   return lease;
 }
 
-void PoolState::dropLease(const std::string& id) {
+void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::string reason) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
+  lease_events_.push_back({end, it->second, std::move(reason)});
   for (const GpuRef& g : it->second.gpus) {
     auto o = occupancy_.find(g.node);
     if (o != occupancy_.end() && g.index < o->second.holder.size() && o->second.holder[g.index] == id)
@@ -463,7 +465,8 @@ PollResult PoolState::poll(int64_t ticket, TimePoint now) {
 void PoolState::cancel(int64_t ticket, TimePoint now) {
   auto it = queue_.find(ticket);
   if (it == queue_.end()) return;
-  if (it->second.status == QueueEntry::Status::kGranted) dropLease(it->second.lease_id);
+  if (it->second.status == QueueEntry::Status::kGranted)
+    dropLease(it->second.lease_id, LeaseEvent::Kind::kReleased, "its queued request was withdrawn");
   queue_.erase(it);
   dirty_.queue.insert(ticket);
   schedule(now);
@@ -484,7 +487,7 @@ Lease PoolState::renew(const std::string& id, const std::string& owner, bool adm
                         " (only its owner or an administrator may)");
   TimePoint end = lease.max_end.value_or(kNever);
   if (now >= lease.expires || now >= end) {
-    dropLease(id);
+    dropLease(id, LeaseEvent::Kind::kExpired);
     schedule(now);
     throw gone(id);
   }
@@ -512,12 +515,13 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
   std::vector<std::string> expired;
   for (const auto& [id, lease] : leases_)
     if (lease.expires <= now) expired.push_back(id);
-  for (const std::string& id : expired) dropLease(id);
+  for (const std::string& id : expired) dropLease(id, LeaseEvent::Kind::kExpired);
   std::vector<int64_t> stale;
   for (const auto& [ticket, e] : queue_)
     if (now - e.heartbeat > stale_after) stale.push_back(ticket);
   for (int64_t ticket : stale) {
-    if (queue_.at(ticket).status == QueueEntry::Status::kGranted) dropLease(queue_.at(ticket).lease_id);
+    if (queue_.at(ticket).status == QueueEntry::Status::kGranted)
+      dropLease(queue_.at(ticket).lease_id, LeaseEvent::Kind::kExpired, "its queued client stopped polling");
     queue_.erase(ticket);
     dirty_.queue.insert(ticket);
   }
@@ -683,6 +687,7 @@ void PoolState::clear() {
   last_busy_.clear();
   reclaim_at_.clear();
   reclaimed_.clear();
+  lease_events_.clear();
 }
 
 std::optional<TimePoint> PoolState::plannedStart(int64_t ticket) const {
@@ -746,6 +751,12 @@ std::string PoolState::waitReason(int64_t ticket) const {
 std::vector<double> PoolState::takeWaitSeconds() {
   std::vector<double> out;
   out.swap(wait_seconds_);
+  return out;
+}
+
+std::vector<LeaseEvent> PoolState::takeLeaseEvents() {
+  std::vector<LeaseEvent> out;
+  out.swap(lease_events_);
   return out;
 }
 

@@ -56,7 +56,7 @@ TEST_F(Security, NoTokenOrUnknownTokenGets401AndChangesNothing) {
   EXPECT_NE(r->body.find("no bearer token"), std::string::npos) << r->body;
   r = call("POST", "/v1/leases", "tok-mallory-666666", kAcquire);
   EXPECT_EQ(r->status, 401);
-  EXPECT_NE(r->body.find("tok-"), std::string::npos) << "names the refused token: " << r->body;
+  EXPECT_EQ(r->body.find("tok-"), std::string::npos) << "echoes the refused token: " << r->body;
   EXPECT_EQ(call("GET", "/metrics", "")->status, 401);
   EXPECT_EQ(leased(), 0);
 }

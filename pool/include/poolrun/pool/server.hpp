@@ -42,6 +42,12 @@ struct ServerOptions {
 
   // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
   LiveOptions live;
+
+  // Who may read /metrics besides users and administrators: whoever sends the token of this file
+  // (one token, which reads /metrics only), and clients from these addresses or prefixes
+  // ("10.0.0.0/8", "127.0.0.1/32", "::1/128") without a token. A bad one throws kBadInput.
+  std::filesystem::path metrics_token_file;
+  std::vector<std::string> metrics_allow;
 };
 
 struct TokenEntry {

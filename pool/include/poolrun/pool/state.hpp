@@ -95,6 +95,14 @@ struct Dirty {
   void merge(const Dirty& other);
 };
 
+// A lease granted or ended, as the rules saw it: what poold's event log and metrics count.
+struct LeaseEvent {
+  enum class Kind { kGranted, kReleased, kExpired };
+  Kind kind = Kind::kGranted;
+  Lease lease;         // as it was when granted or ended
+  std::string reason;  // where the rule that ended it says more than its kind
+};
+
 struct SubmitResult {
   std::optional<Lease> lease;  // granted at once
   int64_t ticket = 0;          // else: queued under this ticket
@@ -191,6 +199,8 @@ class PoolState {
 
   // Queue waiting times of granted requests since the last call (for metrics).
   std::vector<double> takeWaitSeconds();
+  // Leases granted, released and expired since the last call, in the order it happened.
+  std::vector<LeaseEvent> takeLeaseEvents();
 
  private:
   struct Occupancy {
@@ -201,7 +211,8 @@ class PoolState {
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
   // A waiting request's lease, granted now: the entry marked granted, its wait kept for metrics.
   Lease grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now);
-  void dropLease(const std::string& id);
+  void dropLease(const std::string& id, LeaseEvent::Kind end = LeaseEvent::Kind::kReleased,
+                 std::string reason = {});
   bool everFits(const LeaseRequest& request) const;
   Occupancy& occupancy(const std::string& node);
 
@@ -214,6 +225,7 @@ class PoolState {
   int64_t next_order_ = 0;
   Dirty dirty_;
   std::vector<double> wait_seconds_;
+  std::vector<LeaseEvent> lease_events_;
   std::map<int64_t, TimePoint> planned_;
 
   // The live pool.

@@ -1,0 +1,477 @@
+// What operators expect of a real poold, on 127.0.0.1: /healthz without a token, a 401 that
+// carries WWW-Authenticate and no part of the token, /metrics for a scrape token or an allowed
+// address, the lease counters, GPU-seconds, build and start time (and `promtool check metrics`
+// on all of it), the event log in STATE/events.jsonl across restarts, GET /v1/events and its bad
+// inputs, and `poolctl events --follow` across a restart of poold.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "poold_process.hpp"
+#include "support/fixtures.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+using Steady = std::chrono::steady_clock;
+
+constexpr const char* kAlice = "tok-alice-0123456789";
+constexpr const char* kBob = "tok-bob-0123456789";
+constexpr const char* kRoot = "tok-root-0123456789";
+constexpr const char* kScrape = "scrape-tok-0123456789";
+
+std::string clusterFile() {
+  return (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
+}
+
+// A program whose standard output and error the test reads as they come.
+class Child {
+ public:
+  Child(std::vector<std::string> argv, const std::vector<std::string>& env) {
+    int outPipe[2], errPipe[2];
+    if (pipe(outPipe) != 0 || pipe(errPipe) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(outPipe[1], 1);
+      dup2(errPipe[1], 2);
+      for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1]}) close(fd);
+      for (const std::string& e : env) putenv(strdup(e.c_str()));
+      std::vector<char*> a;
+      for (std::string& s : argv) a.push_back(s.data());
+      a.push_back(nullptr);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+    close(outPipe[1]);
+    close(errPipe[1]);
+    out_ = outPipe[0];
+    err_ = errPipe[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(out_);
+    close(err_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  // Reads until `done` holds or `limit` passes; returns whether it held.
+  bool waitFor(const std::function<bool()>& done, std::chrono::seconds limit) {
+    auto end = Steady::now() + limit;
+    while (!done()) {
+      if (Steady::now() >= end) return false;
+      pollfd p[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};
+      if (poll(p, 2, 100) <= 0) continue;
+      char buf[4096];
+      for (int i = 0; i < 2; ++i) {
+        if (!(p[i].revents & (POLLIN | POLLHUP))) continue;
+        ssize_t n = read(p[i].fd, buf, sizeof buf);
+        if (n > 0) (i == 0 ? out : err).append(buf, static_cast<size_t>(n));
+      }
+    }
+    return true;
+  }
+  size_t lines() const { return static_cast<size_t>(std::count(out.begin(), out.end(), '\n')); }
+  // Sends `sig` and waits for the exit; its status (128+N for a signal), -1 when it did not end.
+  int stop(int sig, std::chrono::seconds limit) {
+    kill(pid_, sig);
+    auto end = Steady::now() + limit;
+    int status = 0;
+    while (Steady::now() < end) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      waitFor([] { return false; }, 0s);
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
+
+  std::string out, err;
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1, err_ = -1;
+};
+
+// The value of one sample ("poolrun_lease_releases_total", "poolrun_gpu_seconds_total{owner=\"bob\"}").
+std::optional<double> sample(const std::string& metrics, const std::string& name) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  return std::nullopt;
+}
+
+class Operations : public ::testing::Test {
+ protected:
+  Operations() : tokens_(dir_.write("tokens", test::kTokens)), scrape_(dir_.write("scrape", kScrape)) {}
+
+  void start(const std::vector<std::string>& extra = {}, int port = 0) {
+    std::vector<std::string> args{"--cluster", clusterFile()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    poold_.reset();
+    poold_ = std::make_unique<test::PooldProcess>(state(), tokens_, args, port);
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", poold_->port());
+    http_->set_read_timeout(30, 0);
+  }
+  std::filesystem::path state() const { return dir_.path() / "state"; }
+
+  httplib::Result call(const std::string& method, const std::string& path, const std::string& token,
+                       const std::string& body = "{}") {
+    httplib::Headers h;
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    if (method == "GET") return http_->Get(path.c_str(), h);
+    if (method == "DELETE") return http_->Delete(path.c_str(), h);
+    return http_->Post(path.c_str(), h, body, "application/json");
+  }
+  json ok(httplib::Result r) {
+    EXPECT_TRUE(r);
+    if (!r) return json();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  }
+  std::string acquire(const char* token, int gpus, int ttl) {
+    json reply =
+        ok(call("POST", "/v1/leases", token, json{{"gpus", gpus}, {"ttl_s", ttl}, {"wait_s", 0}}.dump()));
+    return reply["lease"]["id"];
+  }
+  std::string metrics(const char* token = kRoot) {
+    auto r = call("GET", "/metrics", token);
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? r->body : "";
+  }
+  json events(uint64_t since = 0) {
+    return ok(call("GET", "/v1/events?since=" + std::to_string(since), kRoot));
+  }
+
+  // Leases of alice (8 GPUs, held) and bob (16, released), a failed GPU, a drained node and a
+  // lease of alice that expires (ttl 1 s). Returns once the expiry is counted.
+  void scenario() {
+    held_ = acquire(kAlice, 8, 60);
+    released_ = acquire(kBob, 16, 60);
+    ok(call("DELETE", "/v1/leases/" + released_, kBob));
+    ok(call("POST", "/v1/nodes/hgx16/gpus/7/fail", kRoot));
+    ok(call("POST", "/v1/nodes/hgx15/drain", kRoot));
+    expired_ = acquire(kAlice, 8, 1);
+    auto end = Steady::now() + 20s;
+    while (sample(metrics(), "poolrun_lease_expiries_total").value_or(0) < 1 && Steady::now() < end)
+      std::this_thread::sleep_for(100ms);
+  }
+
+  test::TempDir dir_;
+  std::filesystem::path tokens_, scrape_;
+  std::unique_ptr<test::PooldProcess> poold_;
+  std::unique_ptr<httplib::Client> http_;
+  std::string held_, released_, expired_;
+};
+
+TEST_F(Operations, HealthzAnswersWithoutATokenAndIsCountedUnderItsRoute) {
+  start();
+  auto r = call("GET", "/healthz", "");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok\n");
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/plain", 0), 0u);
+  EXPECT_EQ(call("GET", "/healthz?x=%2F..", "")->status, 200);
+  EXPECT_EQ(sample(metrics(), "poolrun_responses_total{route=\"/healthz\",code=\"200\"}"), 2);
+}
+
+TEST_F(Operations, A401CarriesWwwAuthenticateAndNoPartOfALongToken) {
+  start();
+  const std::string token = "Rk3Jq8Wz1Xv6Np0Ty5Lm2Hs9Bd4Gf7Cu-" + std::string(200, 'A') + "-Ze8Qo1Wi6";
+  for (const std::string path : {"/v1/status", "/metrics", "/v1/events", "/v1/leases/L1"}) {
+    auto r = path == "/v1/leases/L1" ? call("DELETE", path, token) : call("GET", path, token);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 401) << path;
+    EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer realm=\"poold\"") << path;
+    EXPECT_NE(r->body.find("the token sent is not in poold's token file"), std::string::npos) << r->body;
+    std::string headers;
+    for (const auto& [name, value] : r->headers) headers += name + ": " + value + "\n";
+    for (size_t i = 0; i + 4 <= token.size(); ++i) {
+      const std::string part = token.substr(i, 4);
+      EXPECT_EQ(r->body.find(part), std::string::npos) << "the body echoes '" << part << "': " << r->body;
+      EXPECT_EQ(headers.find(part), std::string::npos) << "a header echoes '" << part << "': " << headers;
+    }
+  }
+  auto none = call("GET", "/v1/status", "");
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(none->get_header_value("WWW-Authenticate"), "Bearer realm=\"poold\"");
+}
+
+TEST_F(Operations, MetricsFromAnAllowedAddressNeedNoToken) {
+  start({"--metrics-allow", "10.0.0.0/8,127.0.0.1/32"});
+  auto r = call("GET", "/metrics", "");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("poolrun_gpus{state=\"free\"} 128"), std::string::npos);
+  EXPECT_EQ(call("GET", "/v1/status", "")->status, 401) << "the address opens /metrics only";
+  EXPECT_EQ(call("GET", "/v1/events", "")->status, 401);
+}
+
+TEST_F(Operations, MetricsFromAnotherAddressNeedTheScrapeTokenOrAUsers) {
+  start({"--metrics-allow", "10.0.0.0/8,::1/128", "--metrics-token-file", scrape_.string()});
+  auto r = call("GET", "/metrics", "");
+  EXPECT_EQ(r->status, 401) << "127.0.0.1 is not in the list";
+  EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer realm=\"poold\"");
+  EXPECT_EQ(call("GET", "/metrics", kScrape)->status, 200);
+  EXPECT_EQ(call("GET", "/metrics", kBob)->status, 200) << "a user's token keeps working";
+  r = call("GET", "/v1/status", kScrape);
+  EXPECT_EQ(r->status, 403) << "the scrape token reads /metrics only";
+  EXPECT_NE(r->body.find("/metrics only"), std::string::npos) << r->body;
+  EXPECT_EQ(call("GET", "/v1/events", kScrape)->status, 403);
+  EXPECT_EQ(call("POST", "/v1/leases", kScrape, R"({"gpus": 1})")->status, 403);
+  // A new scrape token in the file replaces the old one.
+  std::this_thread::sleep_for(20ms);
+  dir_.write("scrape", "# rotated\nscrape-new-0123456789\n");
+  EXPECT_EQ(call("GET", "/metrics", "scrape-new-0123456789")->status, 200);
+  EXPECT_EQ(call("GET", "/metrics", kScrape)->status, 401);
+}
+
+TEST_F(Operations, PooldRefusesBadMetricsOptionsNamingTheValue) {
+  const std::string base = std::string(POOLD_BINARY) + " --state " + state().string() + " --token-file " +
+                           tokens_.string() + " --listen 127.0.0.1:0 ";
+  for (const std::string bad : {"10.0.0.1/8", "10.0.0.0/33", "localhost", "::1/200", "10.0.0.0/8,,::1"}) {
+    test::ProcessResult r = test::runShell(base + "--metrics-allow '" + bad + "'");
+    EXPECT_EQ(r.status, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+  }
+  dir_.write("short", "abc\n");
+  for (const std::string& file : {(dir_.path() / "missing").string(), (dir_.path() / "short").string()}) {
+    test::ProcessResult r = test::runShell(base + "--metrics-token-file " + file);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(state() / "pool.sqlite")) << "refused before the state was touched";
+}
+
+TEST_F(Operations, CountersGpuSecondsBuildAndStartTime) {
+  const double before =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  start();
+  const double after =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  scenario();
+  std::string m = metrics();
+  EXPECT_EQ(sample(m, "poolrun_lease_releases_total"), 1) << m;
+  EXPECT_EQ(sample(m, "poolrun_lease_expiries_total"), 1) << m;
+  EXPECT_EQ(sample(m, "poolrun_gpus{state=\"failed\"}"), 1);
+  EXPECT_EQ(sample(m, "poolrun_gpus{state=\"leased\"}"), 8);
+
+  // bob's only lease ended: his GPU-seconds are its event's. alice's count her expired lease and
+  // the one she still holds, which goes on adding.
+  json all = events();
+  double bobEvent = -1, aliceExpired = -1;
+  for (const json& e : all["events"]) {
+    if (e["kind"] == "release" && e["lease"] == released_) bobEvent = e["gpu_seconds"];
+    if (e["kind"] == "expiry" && e["lease"] == expired_) aliceExpired = e["gpu_seconds"];
+  }
+  ASSERT_GE(bobEvent, 0) << all.dump();
+  ASSERT_GE(aliceExpired, 0) << all.dump();
+  EXPECT_NEAR(sample(m, "poolrun_gpu_seconds_total{owner=\"bob\"}").value_or(-1), bobEvent, 0.0005);
+  double alice = sample(m, "poolrun_gpu_seconds_total{owner=\"alice\"}").value_or(-1);
+  EXPECT_GT(alice, aliceExpired);
+  std::this_thread::sleep_for(50ms);
+  std::string later = metrics();
+  EXPECT_GT(sample(later, "poolrun_gpu_seconds_total{owner=\"alice\"}").value_or(-1), alice)
+      << "a lease still held counts at every scrape";
+  EXPECT_NEAR(sample(later, "poolrun_gpu_seconds_total{owner=\"bob\"}").value_or(-1), bobEvent, 0.0005);
+  EXPECT_FALSE(sample(m, "poolrun_gpu_seconds_total{owner=\"root\"}")) << "root held nothing";
+
+  std::string version;
+  test::runProgram({POOLD_BINARY, "--version"}, &version);
+  version = version.substr(6, version.find('\n') - 6);  // "poold 0.1.0\n..."
+  EXPECT_EQ(sample(m, "poolrun_build_info{version=\"" + version + "\"}"), 1) << m;
+  std::optional<double> started = sample(m, "process_start_time_seconds");
+  ASSERT_TRUE(started) << m;
+  EXPECT_GE(*started, before - 1);
+  EXPECT_LE(*started, after + 1);
+}
+
+TEST_F(Operations, MetricsPassPromtoolCheck) {
+  if (test::runShell("command -v promtool").status != 0)
+    GTEST_SKIP() << "promtool not found: install Debian's prometheus package (scripts/setup-deps.sh)";
+  start({"--metrics-token-file", scrape_.string()});
+  scenario();
+  call("GET", "/healthz", "");
+  call("GET", "/v1/status", "bad-token-0123456789");
+  std::string m = metrics(kScrape);
+  ASSERT_NE(m.find("poolrun_gpu_seconds_total{owner=\"alice\"}"), std::string::npos) << m;
+  std::filesystem::path file = dir_.write("metrics.txt", m);
+  test::ProcessResult r = test::runShell("promtool check metrics < " + file.string());
+  EXPECT_EQ(r.status, 0) << r.out << r.err << "\n" << m;
+}
+
+TEST_F(Operations, TheEventLogHoldsEveryChangeAndGoesOnAcrossRestartsAndATornLine) {
+  start();
+  scenario();
+  poold_->stop();  // its writer appends what is left
+  std::vector<json> lines;
+  {
+    std::ifstream in(state() / "events.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  }
+  const std::regex time(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
+  std::vector<std::string> kinds;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["schema"], "poolrun.event/1");
+    EXPECT_EQ(lines[i]["seq"], i + 1);
+    EXPECT_TRUE(std::regex_match(lines[i]["time"].get<std::string>(), time)) << lines[i];
+    kinds.push_back(lines[i]["kind"].get<std::string>() + " " +
+                    lines[i].value("lease", lines[i].value("node", "")));
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"grant " + held_, "grant " + released_, "release " + released_,
+                                             "gpu_failed hgx16", "node_state hgx15", "grant " + expired_,
+                                             "expiry " + expired_}));
+  ASSERT_EQ(lines.size(), 7u);
+  EXPECT_EQ(lines[0]["owner"], "alice");
+  EXPECT_EQ(lines[0]["gpu_count"], 8);
+  EXPECT_EQ(lines[0]["gpus"], "hgx01:0-7");
+  EXPECT_EQ(lines[2]["owner"], "bob");
+  EXPECT_EQ(lines[2]["gpu_count"], 16);
+  EXPECT_GE(lines[2]["gpu_seconds"].get<double>(), 0);  // 0 where released within a millisecond
+  EXPECT_EQ(lines[3]["index"], 7);
+  EXPECT_EQ(lines[3]["by"], "root");
+  EXPECT_EQ(lines[4]["state"], "draining");
+  EXPECT_EQ(lines[6]["reason"], "not renewed within its ttl of 1 s");
+
+  // A restart goes on after seq 7; after a torn last line, from the last good one.
+  start();
+  ok(call("POST", "/v1/nodes/hgx15/resume", kRoot));
+  json after = events(7);
+  ASSERT_EQ(after["events"].size(), 1u) << after.dump();
+  EXPECT_EQ(after["events"][0]["seq"], 8);
+  poold_->stop();
+  {
+    std::ofstream out(state() / "events.jsonl", std::ios::app);
+    out << R"({"schema":"poolrun.event/1","seq":9,"time":"2026-)";
+  }
+  start();
+  ok(call("POST", "/v1/nodes/hgx15/drain", kRoot));
+  after = events(8);
+  ASSERT_EQ(after["events"].size(), 1u) << after.dump();
+  EXPECT_EQ(after["events"][0]["seq"], 9);
+  EXPECT_EQ(after["events"][0]["state"], "draining");
+  poold_->stop();
+  std::ifstream in(state() / "events.jsonl");
+  size_t n = 0;
+  for (std::string line; std::getline(in, line); ++n) EXPECT_EQ(json::parse(line)["seq"], n + 1) << line;
+  EXPECT_EQ(n, 9u);
+}
+
+TEST_F(Operations, EventsLongPollAndRefuseBadInput) {
+  start();
+  acquire(kAlice, 8, 60);
+  acquire(kBob, 8, 60);
+  json page = ok(call("GET", "/v1/events?since=0&limit=1", kAlice));
+  EXPECT_EQ(page["events"].size(), 1u);
+  EXPECT_EQ(page["last"], 2);
+  EXPECT_EQ(page["oldest"], 1);
+  // A long poll answers with the next event.
+  auto poll = std::async(std::launch::async, [&] {
+    httplib::Client c("127.0.0.1", poold_->port());
+    c.set_read_timeout(30, 0);
+    return c.Get("/v1/events?since=2&wait_ms=5000", {{"Authorization", std::string("Bearer ") + kBob}});
+  });
+  std::this_thread::sleep_for(200ms);
+  ok(call("POST", "/v1/nodes/hgx09/drain", kRoot));
+  ASSERT_EQ(poll.wait_for(30s), std::future_status::ready);
+  auto polled = poll.get();
+  ASSERT_TRUE(polled);
+  json next = json::parse(polled->body);
+  ASSERT_EQ(next["events"].size(), 1u) << polled->body;
+  EXPECT_EQ(next["events"][0]["kind"], "node_state");
+  EXPECT_EQ(next["events"][0]["seq"], 3);
+
+  // A seq past the last answers at once with the last; hostile numbers get 400 naming them.
+  page = ok(call("GET", "/v1/events?since=9223372036854775807&wait_ms=5000", kAlice));
+  EXPECT_TRUE(page["events"].empty());
+  EXPECT_EQ(page["last"], 3);
+  for (const std::string q :
+       {"since=-1", "since=99999999999999999999", "since=abc", "since=", "since=1.5", "wait_ms=-1",
+        "wait_ms=3600001", "wait_ms=1e3", "limit=0", "limit=1001", "since=%00"}) {
+    auto r = call("GET", "/v1/events?" + q, kAlice);
+    ASSERT_TRUE(r) << q;
+    EXPECT_EQ(r->status, 400) << q << ": " << r->body;
+    const std::string value = q.substr(q.find('=') + 1);
+    if (value != "%00") {
+      EXPECT_NE(r->body.find("'" + value + "'"), std::string::npos) << r->body;
+    }
+  }
+  EXPECT_EQ(call("GET", "/v1/events", "")->status, 401);
+  EXPECT_EQ(call("POST", "/v1/events", kAlice)->status, 405);
+}
+
+std::vector<std::string> poolctl(const std::string& uri, std::vector<std::string> args) {
+  std::vector<std::string> argv{POOLCTL_BINARY, "--pool", uri};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+TEST_F(Operations, PoolctlEventsPrintsAndFollowsAcrossARestartOfPoold) {
+  start();
+  std::string first = acquire(kAlice, 8, 60);
+  const std::vector<std::string> env{std::string("POOLRUN_TOKEN=") + kAlice};
+
+  test::ProcessResult once = test::runShell("POOLRUN_TOKEN=" + std::string(kAlice) + " " + POOLCTL_BINARY +
+                                            " --pool " + poold_->uri() + " events");
+  EXPECT_EQ(once.status, 0) << once.err;
+  EXPECT_TRUE(std::regex_match(once.out, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z grant )" +
+                                                    first + " alice 8 GPUs hgx01:0-7\n")))
+      << once.out;
+  once = test::runShell("POOLRUN_TOKEN=" + std::string(kAlice) + " " + POOLCTL_BINARY + " --pool " +
+                        poold_->uri() + " --json events --since 0");
+  EXPECT_EQ(json::parse(once.out)["lease"], first) << once.out;
+  EXPECT_EQ(once.out.rfind(R"({"schema":"poolrun.event/1","seq":1,)", 0), 0u) << once.out;
+
+  Child follow(poolctl(poold_->uri(), {"events", "--follow"}), env);
+  ASSERT_TRUE(follow.waitFor([&] { return follow.lines() >= 1; }, 30s)) << follow.out << follow.err;
+  ok(call("POST", "/v1/nodes/hgx05/drain", kRoot));
+  ASSERT_TRUE(follow.waitFor([&] { return follow.lines() >= 2; }, 30s)) << follow.out << follow.err;
+  EXPECT_NE(follow.out.find("node_state hgx05 draining (by root)"), std::string::npos) << follow.out;
+
+  const int port = poold_->port();
+  poold_->stop();
+  ASSERT_TRUE(follow.waitFor([&] { return follow.err.find("does not answer") != std::string::npos; }, 30s))
+      << follow.err;
+  start({}, port);
+  ok(call("POST", "/v1/nodes/hgx05/resume", kRoot));
+  ASSERT_TRUE(follow.waitFor([&] { return follow.lines() >= 3; }, 30s)) << follow.out << follow.err;
+  EXPECT_NE(follow.err.find("answers again"), std::string::npos) << follow.err;
+  EXPECT_EQ(std::count(follow.err.begin(), follow.err.end(), '\n'), 2)
+      << "one line down, one back: " << follow.err;
+  EXPECT_NE(follow.out.find("node_state hgx05 up (by root)"), std::string::npos) << follow.out;
+  EXPECT_EQ(follow.lines(), 3u) << "each event once: " << follow.out;
+  EXPECT_EQ(follow.stop(SIGINT, 30s), 0) << follow.err;
+}
+
+TEST_F(Operations, PoolctlEventsSaysTheLogIsPooldsOnEmbeddedPools) {
+  test::ProcessResult r = test::runShell(std::string(POOLCTL_BINARY) + " --state " + dir_.path().string() +
+                                         " --pool sim:" + clusterFile() + " events");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("the event log is poold's"), std::string::npos) << r.err;
+  r = test::runShell(std::string(POOLCTL_BINARY) + " --pool http://127.0.0.1:1 events --since -1");
+  EXPECT_EQ(r.status, 2) << r.err;
+}
+
+}  // namespace
+}  // namespace poolrun::pool

@@ -1,0 +1,174 @@
+// What operators expect of poold, without the network: label values escaped, the address list of
+// --metrics-allow, the scrape token file, the lease counters and GPU-seconds per owner, /healthz
+// and the 401 a refused token gets (PoolServer::handle).
+
+#include <gtest/gtest.h>
+
+#include "http_server.hpp"
+#include "poolrun/pool/server.hpp"
+#include "server_metrics.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(LabelValue, EscapesBackslashQuoteAndNewline) {
+  EXPECT_EQ(labelValue("alice"), "alice");
+  EXPECT_EQ(labelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+}
+
+TEST(AddressRange, AcceptsAddressesAndPrefixesOfBothFamilies) {
+  EXPECT_EQ(parseAddressRange("10.0.0.0/8", "--metrics-allow").prefix, 8);
+  EXPECT_EQ(parseAddressRange("127.0.0.1", "--metrics-allow").prefix, 32);
+  EXPECT_EQ(parseAddressRange("::1/128", "--metrics-allow").prefix, 128);
+  EXPECT_TRUE(parseAddressRange("fe80::/10", "--metrics-allow").v6);
+  AddressRange mapped = parseAddressRange("::ffff:10.0.0.0/104", "--metrics-allow");
+  EXPECT_FALSE(mapped.v6);
+  EXPECT_EQ(mapped.prefix, 8);
+  EXPECT_EQ(parseAddressRanges("127.0.0.1/32,::1/128,10.0.0.0/8", "--metrics-allow").size(), 3u);
+}
+
+TEST(AddressRange, RefusesBadValuesNamingThem) {
+  for (const char* bad : {"10.0.0.1/8", "10.0.0.0/33", "::1/129", "abc", "10.0.0.0/", "/8", "10.0.0.0/x",
+                          "300.1.1.1", "10.0.0.0/-1"}) {
+    try {
+      parseAddressRange(bad, "--metrics-allow");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    parseAddressRange("10.0.0.1/8", "--metrics-allow");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 10.0.0.0/8"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parseAddressRanges("10.0.0.0/8,", "--metrics-allow"), Error);
+  EXPECT_THROW(parseAddressRanges("", "--metrics-allow"), Error);
+}
+
+TEST(AddressRange, MatchesPeersByPrefix) {
+  auto in = [](const std::string& peer, const std::string& range) {
+    return addressIn(peer, parseAddressRange(range, "--metrics-allow"));
+  };
+  EXPECT_TRUE(in("127.0.0.1", "127.0.0.1/32"));
+  EXPECT_FALSE(in("127.0.0.2", "127.0.0.1/32"));
+  EXPECT_TRUE(in("10.200.3.4", "10.0.0.0/8"));
+  EXPECT_FALSE(in("11.0.0.1", "10.0.0.0/8"));
+  EXPECT_TRUE(in("10.0.0.129", "10.0.0.128/25"));
+  EXPECT_FALSE(in("10.0.0.127", "10.0.0.128/25"));
+  EXPECT_TRUE(in("::ffff:127.0.0.1", "127.0.0.0/8")) << "an IPv4 client of a dual-stack socket";
+  EXPECT_TRUE(in("::1", "::1/128"));
+  EXPECT_FALSE(in("::1", "127.0.0.1/32"));
+  EXPECT_FALSE(in("127.0.0.1", "::1/128"));
+  EXPECT_TRUE(in("1.2.3.4", "0.0.0.0/0"));
+  EXPECT_FALSE(in("::2", "0.0.0.0/0"));
+  EXPECT_TRUE(in("fe80::1%2", "fe80::/10"));
+  EXPECT_FALSE(in("not an address", "0.0.0.0/0"));
+}
+
+TEST(ScrapeToken, IsTheFirstWordOfTheFirstLineThatIsNotAComment) {
+  test::TempDir dir;
+  EXPECT_EQ(readScrapeToken(dir.write("t", "# scrape token\n\n  scrape-0123456789  # for prometheus\nx\n")),
+            "scrape-0123456789");
+  for (const char* bad : {"# nothing\n", "", "short\n"}) {
+    try {
+      readScrapeToken(dir.write("bad", bad));
+      ADD_FAILURE() << "'" << bad << "' accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad"), std::string::npos) << "names the file: " << e.what();
+    }
+  }
+}
+
+Lease lease(const std::string& owner, int gpus, TimePoint created) {
+  Lease l;
+  l.id = "L-" + owner;
+  l.owner = owner;
+  for (int i = 0; i < gpus; ++i) l.gpus.push_back({"n01", static_cast<size_t>(i)});
+  l.created = created;
+  return l;
+}
+
+TEST(ServerMetrics, CountsReleasesExpiriesAndGpuSecondsPerOwnerSinceStart) {
+  ServerMetrics m;
+  const TimePoint start = std::chrono::system_clock::now();
+  // alice's lease was held before poold started: only its time since the start counts.
+  Lease old = lease("alice", 8, start - 3600s);
+  m.observeLease({LeaseEvent::Kind::kReleased, old, {}}, start + 10s);
+  m.observeLease({LeaseEvent::Kind::kExpired, lease("bob", 2, start + 1s), {}}, start + 4s);
+  m.observeLease({LeaseEvent::Kind::kGranted, lease("carol", 1, start), {}}, start);
+  std::map<std::string, Lease> held{{"L-held", lease("bob", 4, start + 2s)}};
+  std::map<std::string, int64_t> ms = m.gpuMillis(held, start + 12s);
+  EXPECT_GE(ms["alice"], 8 * 10'000) << "8 GPUs for 10 s and what passed between m's start and `start`";
+  EXPECT_LT(ms["alice"], 8 * 11'000);
+  EXPECT_EQ(ms["bob"], 2 * 3'000 + 4 * 10'000);
+  EXPECT_FALSE(ms.count("carol")) << "a grant adds nothing";
+  // Never less than before for an owner, even where the clock stepped back.
+  std::map<std::string, int64_t> back = m.gpuMillis(held, start + 5s);
+  EXPECT_EQ(back["bob"], ms["bob"]);
+
+  std::string text = m.render(PoolStatus{}, HttpServerStats{}, {{"bob", 46'000}, {"a\"b", 1}});
+  EXPECT_NE(text.find("poolrun_lease_releases_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("poolrun_lease_expiries_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("poolrun_gpu_seconds_total{owner=\"bob\"} 46.000\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("poolrun_gpu_seconds_total{owner=\"a\\\"b\"} 0.001\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("poolrun_build_info{version=\""), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds "),
+            std::string::npos);
+}
+
+class Served : public ::testing::Test {
+ protected:
+  Served() {
+    ServerOptions o;
+    o.state_dir = dir_.path() / "state";
+    o.token_file = dir_.write("tokens", "tok-alice-0123456789 alice user\n");
+    server_ = std::make_unique<PoolServer>(o);
+  }
+  HttpReply get(const std::string& path, const std::string& authorization = "") {
+    HttpRequest r;
+    r.method = "GET";
+    r.target = path;
+    std::map<std::string, std::string> query;
+    parseTarget(path, r.segments, query);
+    r.authorization = authorization;
+    r.peer = "127.0.0.1";
+    return server_->handle(r);
+  }
+  test::TempDir dir_;
+  std::unique_ptr<PoolServer> server_;
+};
+
+TEST_F(Served, HealthzAnswersOkWithoutATokenAnd503OnceStopping) {
+  HttpReply r = get("/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok\n");
+  EXPECT_EQ(r.content_type.rfind("text/plain", 0), 0u) << r.content_type;
+  server_->stop();
+  r = get("/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "poold is stopping\n");
+}
+
+TEST_F(Served, A401CarriesWwwAuthenticateAndNoPartOfTheToken) {
+  const std::string token = "Zq7Xw3Vr9Kp2Mn8Bt4Yc6Hd1Jf5Lg0Qs";
+  for (const std::string& auth : {"Bearer " + token, std::string(), "Basic " + token}) {
+    HttpReply r = get("/v1/status", auth);
+    EXPECT_EQ(r.status, 401);
+    ASSERT_EQ(r.headers.size(), 1u);
+    EXPECT_EQ(r.headers[0].first, "WWW-Authenticate");
+    EXPECT_EQ(r.headers[0].second, "Bearer realm=\"poold\"");
+    for (size_t i = 0; i + 4 <= token.size(); ++i)
+      EXPECT_EQ(r.body.find(token.substr(i, 4)), std::string::npos) << "echoes part of the token: " << r.body;
+  }
+  EXPECT_NE(get("/v1/status", "Bearer " + token).body.find("the token sent is not in poold's token file"),
+            std::string::npos);
+  EXPECT_TRUE(get("/v1/status", "Bearer tok-alice-0123456789").headers.empty());
+}
+
+}  // namespace
+}  // namespace poolrun::pool
