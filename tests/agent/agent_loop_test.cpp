@@ -159,6 +159,21 @@ TEST(AgentLoop, RegistersTheNewTopologyWhenANicPortChangesState) {
   EXPECT_EQ(countLines(t.log.str(), "NIC mlx5_3 port 1 is down (was active)"), 1) << t.log.str();
 }
 
+TEST(AgentLoop, ARegistrationOfANewTopologyThatFailsIsTriedAgain) {
+  Loop t;
+  t.time.after_sleep = [&](int n) {
+    if (n == 1) t.node.ports["mlx5_0:1"] = topo::PortState::kDown;
+  };
+  t.link->on_register = [](int n) {
+    if (n == 2) throw unreachable();
+  };
+  t.run(3);
+  ASSERT_EQ(t.link->registrations.size(), 2u) << t.log.str();
+  EXPECT_EQ(t.link->registrations[1].node.topology->nics[0].ports[0].state, topo::PortState::kDown);
+  EXPECT_EQ(t.link->heartbeats.back().topology_hash,
+            pool::topologyHash(*t.link->registrations[1].node.topology));
+}
+
 TEST(AgentLoop, APortThatCannotBeReadIsNoChange) {
   Loop t;
   t.node.ports["mlx5_1:1"] = topo::PortState::kUnknown;

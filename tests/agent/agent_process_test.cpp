@@ -41,6 +41,30 @@ int closedPort() {
   return ntohs(a.sin_port);
 }
 
+// A port of 127.0.0.1 that takes connections (the kernel's backlog) and never answers: a call to it
+// blocks until the client's timeout. Closed when the object goes.
+class SilentPort {
+ public:
+  SilentPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    listen(fd_, 16);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentPort() { close(fd_); }
+  SilentPort(const SilentPort&) = delete;
+  SilentPort& operator=(const SilentPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
 // Waits until `file` holds `needle`, up to `limit`.
 bool waitForText(const std::filesystem::path& file, const std::string& needle, seconds limit) {
   auto end = std::chrono::steady_clock::now() + limit;
@@ -144,6 +168,23 @@ TEST(AgentProcess, KeepsRunningWhilePooldIsDownSaysSoOnceAndStopsOnSigterm) {
   EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(err);
   EXPECT_EQ(countLines(slurp(err), "cannot reach poold"), 1) << slurp(err);
   EXPECT_NE(slurp(err).find("poold-agent: stopped"), std::string::npos) << slurp(err);
+}
+
+// A stop while the registration waits for a poold that does not answer (its timeout is 10 s): the
+// agent ends within its grace of 0.8 s, with status 0, not at the call's timeout.
+TEST(AgentProcess, StopsWithinASecondWhileACallToPooldHangs) {
+  TempDir dir;
+  std::string token = dir.write("token", "tok-node-0123456789\n").string();
+  std::filesystem::path err = dir.path() / "err";
+  SilentPort silent;
+  AgentRun agent("--pool http://127.0.0.1:" + std::to_string(silent.port()) + " --token-file " + token +
+                     " --node n01 --from " + fixtureTopology(),
+                 err);
+  std::this_thread::sleep_for(seconds(2));  // it starts, reads the topology and sends the registration
+  EXPECT_EQ(waitpid(agent.pid(), nullptr, WNOHANG), 0) << "it ended: " << slurp(err);
+  EXPECT_EQ(agent.stop(seconds(5)), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("poold-agent: stopped (signal 15, during a call to poold)"), std::string::npos)
+      << slurp(err);
 }
 
 // Needs poold's POST /v1/nodes/NAME/register and /heartbeat (issue 20, the lead's part), which
