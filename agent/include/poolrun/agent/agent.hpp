@@ -35,7 +35,9 @@ struct NodeSamples {
 using Sampler = std::function<NodeSamples()>;
 
 // topo::TelemetrySampler over `topology`, NIC ports read under `sysfs_root`, which stands in for
-// /sys as `poolrun topo --sysfs-root` does ("/sys" on a real node). The sampler keeps NVML open.
+// /sys as `poolrun topo --sysfs-root` does ("/sys" on a real node; a folder called sys). The sampler
+// keeps NVML open; where NVML is absent it tries to open it again every minute (a driver that loads
+// after the agent started).
 Sampler telemetrySampler(const topo::NodeTopology& topology, const std::filesystem::path& sysfs_root);
 
 // Opens a link to poold with the token as it is now: the agent calls it before every registration,
