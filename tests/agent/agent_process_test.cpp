@@ -8,9 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "fake_nvml/fake_nvml_file.hpp"
 #include "poold_process.hpp"
+#include "poolrun/topo/sources.hpp"
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -93,8 +99,8 @@ int waitExit(pid_t pid, seconds limit) {
 // the end of the test whatever the test did.
 class AgentRun {
  public:
-  AgentRun(const std::string& args, const std::filesystem::path& err)
-      : pid_(spawnShell(kAgent + " " + args + " </dev/null >/dev/null 2>" + err.string())) {}
+  AgentRun(const std::string& args, const std::filesystem::path& err, const std::string& prefix = "")
+      : pid_(spawnShell(prefix + kAgent + " " + args + " </dev/null >/dev/null 2>" + err.string())) {}
   ~AgentRun() {
     if (pid_ > 0) waitExit(pid_, seconds(0));
   }
@@ -187,36 +193,135 @@ TEST(AgentProcess, StopsWithinASecondWhileACallToPooldHangs) {
       << slurp(err);
 }
 
-// Needs poold's POST /v1/nodes/NAME/register and /heartbeat (issue 20, the lead's part), which
-// are not on main yet: enable it when they are.
-TEST(AgentProcess, DISABLED_RegistersWithARealPooldAndSendsHeartbeats) {
+// poold and one agent on 127.0.0.1, the agent's GPUs served by the fake NVML and its /proc a folder
+// of the test's.
+struct LivePool {
   TempDir dir;
   std::filesystem::path tokens =
       dir.write("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
   std::string token = dir.write("token", "tok-node-n01-0123456789\n").string();
   std::string admin = dir.write("admin", "tok-root-0123456789\n").string();
-  PooldProcess poold(dir.path() / "state", tokens);
   std::filesystem::path err = dir.path() / "err";
   std::filesystem::path mapping = dir.path() / "dcgm";
-  AgentRun agent("--pool " + poold.uri() + " --token-file " + token + " --node n01 --interval 1 --from " +
-                     fixtureTopology() + " --dcgm-job-mapping-dir " + mapping.string(),
-                 err);
-  ASSERT_TRUE(waitForText(err, "registered node n01", seconds(20))) << slurp(err);
-  std::string nodes;
-  EXPECT_EQ(
-      runProgram({POOLCTL_BINARY, "--pool", poold.uri(), "--token-file", admin, "nodes", "--json"}, &nodes),
-      0);
-  EXPECT_NE(nodes.find("\"n01\""), std::string::npos) << nodes;
-  // A lease on the node shows in the job-mapping file of its GPU after the next heartbeat.
-  std::string lease;
-  ASSERT_EQ(runProgram({POOLCTL_BINARY, "--pool", poold.uri(), "--token-file", admin, "acquire", "-n", "1",
-                        "--ttl", "60"},
-                       &lease),
-            0);
-  ASSERT_TRUE(waitForFiles(mapping, 1, seconds(10))) << slurp(err);
-  EXPECT_EQ(slurp(err).find("refused"), std::string::npos) << slurp(err);
-  EXPECT_EQ(slurp(err).find("cannot reach"), std::string::npos) << slurp(err);
-  EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(err);
+  std::filesystem::path proc = dir.path() / "proc";
+  std::filesystem::path nvml = dir.path() / "nvml.json";
+  nlohmann::json gpus = fakeNvmlFor(topo::readTopologyFile(fixtureTopology()));
+  std::unique_ptr<PooldProcess> poold;
+
+  LivePool() {
+    std::filesystem::create_directories(proc);
+    writeFakeNvml(nvml, gpus);
+    poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens);
+  }
+  std::unique_ptr<AgentRun> startAgent() {
+    return std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " + token +
+                                          " --node n01 --interval 1 --from " + fixtureTopology() +
+                                          " --proc-root " + proc.string() + " --dcgm-job-mapping-dir " +
+                                          mapping.string(),
+                                      err, fakeNvmlEnv(nvml));
+  }
+  nlohmann::json poolctl(const std::vector<std::string>& args) {
+    std::vector<std::string> argv{POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string out;
+    if (runProgram(argv, &out) != 0) return nullptr;
+    return nlohmann::json::parse(out, nullptr, false);
+  }
+  nlohmann::json node() {
+    nlohmann::json nodes = poolctl({"nodes"});
+    if (nodes.is_array())
+      for (const nlohmann::json& n : nodes)
+        if (n.value("name", "") == "n01") return n;
+    return nullptr;
+  }
+  // Waits until `check` holds of n01 as poolctl shows it, up to 20 s.
+  bool waitForNode(const std::function<bool(const nlohmann::json&)>& check) {
+    auto end = std::chrono::steady_clock::now() + seconds(20);
+    while (std::chrono::steady_clock::now() < end) {
+      nlohmann::json n = node();
+      if (!n.is_null() && check(n)) return true;
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+    return false;
+  }
+};
+
+TEST(AgentProcess, RegistersWithARealPooldAndItsHeartbeatsCarryTheGpusProcessesAndLeases) {
+  LivePool live;
+  std::unique_ptr<AgentRun> agent = live.startAgent();
+  ASSERT_TRUE(waitForText(live.err, "registered node n01", seconds(20))) << slurp(live.err);
+  ASSERT_TRUE(live.waitForNode([](const nlohmann::json& n) {
+    return n["state"] == "up" && n["agent"].is_string() && n["last_heartbeat"].is_string() &&
+           n["gpus"].size() == 8 && n["gpus"][0]["temperature_c"] == 35;
+  })) << live.node().dump()
+      << slurp(live.err);
+
+  // A lease on one GPU: its dcgm-exporter file names the lease. A process of that lease on it and
+  // one of no lease on another GPU: only the other GPU is foreign.
+  nlohmann::json lease = live.poolctl({"acquire", "-n", "1", "--ttl", "120"});
+  ASSERT_TRUE(lease.is_object()) << lease.dump();
+  const std::string id = lease.value("id", "");
+  const size_t held = lease["gpus"][0]["index"].get<size_t>();
+  const size_t other = held == 0 ? 1 : 0;
+  ASSERT_TRUE(waitForText(live.mapping / std::to_string(held), id + "\n", seconds(20))) << slurp(live.err);
+  std::string environ = std::string("HOME=/root") + '\0' + "POOLRUN_LEASE=" + id + '\0';
+  std::filesystem::create_directories(live.proc / "4343");
+  std::filesystem::create_directories(live.proc / "4242");
+  std::ofstream(live.proc / "4343" / "environ", std::ios::binary) << environ;
+  std::ofstream(live.proc / "4242" / "environ", std::ios::binary) << std::string("USER=eve") + '\0';
+  live.gpus["gpus"][held]["processes"] = {{{"pid", 4343}, {"used_memory_bytes", 1 << 30}}};
+  live.gpus["gpus"][other]["processes"] = {{{"pid", 4242}, {"used_memory_bytes", 2 << 20}}};
+  writeFakeNvml(live.nvml, live.gpus);
+  EXPECT_TRUE(live.waitForNode([&](const nlohmann::json& n) {
+    return n["gpus"][other]["state"] == "foreign" && n["gpus"][held]["state"] == "leased";
+  })) << live.node().dump()
+      << slurp(live.err);
+
+  // Released: the file goes.
+  live.poolctl({"release", id});
+  auto end = std::chrono::steady_clock::now() + seconds(20);
+  while (std::filesystem::exists(live.mapping / std::to_string(held)) &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(std::filesystem::exists(live.mapping / std::to_string(held))) << slurp(live.err);
+
+  EXPECT_EQ(slurp(live.err).find("refused"), std::string::npos) << slurp(live.err);
+  EXPECT_EQ(slurp(live.err).find("cannot reach"), std::string::npos) << slurp(live.err);
+  EXPECT_EQ(agent->stop(seconds(10)), 0) << slurp(live.err);
+}
+
+TEST(AgentProcess, APooldKilledAndStartedAgainIsReachedAgainWithOneLineEachWay) {
+  LivePool live;
+  std::unique_ptr<AgentRun> agent = live.startAgent();
+  ASSERT_TRUE(waitForText(live.err, "registered node n01", seconds(20))) << slurp(live.err);
+  const int port = live.poold->port();
+  live.poold->kill9();
+  ASSERT_TRUE(waitForText(live.err, "cannot reach poold", seconds(20))) << slurp(live.err);
+  std::this_thread::sleep_for(seconds(2));  // a few retries
+  live.poold = std::make_unique<PooldProcess>(live.dir.path() / "state", live.tokens,
+                                              std::vector<std::string>{}, port);
+  ASSERT_TRUE(waitForText(live.err, "reached poold again", seconds(20))) << slurp(live.err);
+  EXPECT_TRUE(live.waitForNode([](const nlohmann::json& n) { return n["state"] == "up"; }))
+      << live.node().dump();
+  EXPECT_EQ(agent->stop(seconds(10)), 0) << slurp(live.err);
+  EXPECT_EQ(countLines(slurp(live.err), "cannot reach poold"), 1) << slurp(live.err);
+  EXPECT_EQ(countLines(slurp(live.err), "reached poold again"), 1) << slurp(live.err);
+}
+
+// A token of another node is refused by poold (403) and said once; the agent goes on trying, and a
+// token file put right is read at the next try (30 s later: not waited for here).
+TEST(AgentProcess, ATokenOfAnotherNodeIsRefusedWithPooldsMessageOnce) {
+  LivePool live;
+  std::string other = live.dir.write("other", "tok-alice-0123456789\n").string();
+  AgentRun agent("--pool " + live.poold->uri() + " --token-file " + other +
+                     " --node n01 --interval 1 --from " + fixtureTopology(),
+                 live.err, fakeNvmlEnv(live.nvml));
+  ASSERT_TRUE(waitForText(live.err, "refused POST /v1/nodes/n01/register (403)", seconds(20)))
+      << slurp(live.err);
+  std::this_thread::sleep_for(seconds(1));
+  EXPECT_EQ(waitpid(agent.pid(), nullptr, WNOHANG), 0) << "it ended: " << slurp(live.err);
+  EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(live.err);
+  EXPECT_EQ(countLines(slurp(live.err), "refused"), 1) << slurp(live.err);
 }
 
 }  // namespace
