@@ -308,6 +308,32 @@ TEST(AgentProcess, APooldKilledAndStartedAgainIsReachedAgainWithOneLineEachWay) 
   EXPECT_EQ(countLines(slurp(live.err), "reached poold again"), 1) << slurp(live.err);
 }
 
+// A NIC port that goes down in sysfs (--sysfs-root, read by the telemetry sampler): the agent
+// registers the node again with the port down, and poold takes the heartbeats of the new topology.
+TEST(AgentProcess, ANicPortThatGoesDownInSysfsIsRegisteredAgain) {
+  LivePool live;
+  std::filesystem::path sys = live.dir.path() / "root" / "sys";
+  std::filesystem::path port = sys / "class" / "infiniband" / "mlx5_0" / "ports" / "1";
+  live.dir.write(port.lexically_relative(live.dir.path()) / "state", "4: ACTIVE\n");
+  live.dir.write(port.lexically_relative(live.dir.path()) / "rate", "400 Gb/sec (4X NDR)\n");
+  AgentRun agent("--pool " + live.poold->uri() + " --token-file " + live.token +
+                     " --node n01 --interval 1 --from " + fixtureTopology() + " --sysfs-root " + sys.string(),
+                 live.err, fakeNvmlEnv(live.nvml));
+  ASSERT_TRUE(waitForText(live.err, "registered node n01", seconds(20))) << slurp(live.err);
+  std::this_thread::sleep_for(seconds(2));
+  EXPECT_EQ(countLines(slurp(live.err), "registered node n01"), 1) << slurp(live.err);  // no change yet
+  live.dir.write(port.lexically_relative(live.dir.path()) / "state", "1: DOWN\n");
+  ASSERT_TRUE(waitForText(live.err, "NIC mlx5_0 port 1 is down (was active)", seconds(20)))
+      << slurp(live.err);
+  auto end = std::chrono::steady_clock::now() + seconds(20);
+  while (countLines(slurp(live.err), "registered node n01") < 2 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(milliseconds(100));
+  std::this_thread::sleep_for(seconds(2));  // heartbeats of the new topology, none asking again
+  EXPECT_EQ(countLines(slurp(live.err), "registered node n01"), 2) << slurp(live.err);
+  EXPECT_EQ(countLines(slurp(live.err), "asks for node"), 0) << slurp(live.err);
+  EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(live.err);
+}
+
 // A token of another node is refused by poold (403) and said once; the agent goes on trying, and a
 // token file put right is read at the next try (30 s later: not waited for here).
 TEST(AgentProcess, ATokenOfAnotherNodeIsRefusedWithPooldsMessageOnce) {
