@@ -250,7 +250,8 @@ struct Agent::State {
       reached();
       refusal.clear();
       other_failure.clear();
-      writeJobMapping(reply);
+      // A reply that asks for the node again says nothing of its leases.
+      if (!reply.register_again) writeJobMapping(reply);
       if (reply.register_again) {
         log << "poold-agent: poold asks for node " << name() << " again: registering it" << std::endl;
         registering = true;

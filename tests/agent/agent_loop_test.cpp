@@ -301,6 +301,25 @@ TEST(AgentLoop, WritesTheJobMappingFilesAfterEachReply) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
+TEST(AgentLoop, AReplyThatAsksForTheNodeAgainLeavesTheJobMappingFilesAlone) {
+  Loop t;
+  TempDir dir;
+  t.config.job_mapping_dir = dir.path();
+  t.link->on_heartbeat = [](int n) {
+    pool::HeartbeatReply r;
+    r.register_again = n == 2;  // poold lost its state: no leases in this reply
+    if (n != 2) r.gpu_leases = {{1, "L1"}};
+    return r;
+  };
+  t.time.after_sleep = [&](int n) {
+    if (n == 2) {
+      EXPECT_EQ(slurp(dir.path() / "1"), "L1\n");
+    }
+  };
+  t.run(3);
+  EXPECT_EQ(slurp(dir.path() / "1"), "L1\n");
+}
+
 TEST(AgentLoop, TheHeartbeatNamesTheLeaseOfEachProcessOnAGpu) {
   Loop t;
   TempDir proc;

@@ -98,8 +98,9 @@ class Agent {
   //
   // Each round: register where needed; sample; where a NIC port's state differs from the
   // registered topology's, update the topology and register it again; heartbeat; where the reply
-  // says register_again, register again; write the job-mapping files; wait the interval (poold's
-  // reply interval where it is shorter). At most three calls to poold a round.
+  // says register_again, register again, else write the job-mapping files (a reply asking for the
+  // node says nothing of its leases); wait the interval (poold's reply interval where it is
+  // shorter). At most three calls to poold a round.
   //
   // poold unreachable (poolrun::Error kIo): one line when it starts, one when poold answers again;
   // meanwhile retries after 1 s, 2 s, 4 s ... up to the interval, each within +-25% (jitter).
