@@ -1,0 +1,51 @@
+#pragma once
+
+// poold-agent's command line:
+//   poold-agent --pool http://HOST:PORT --token-file FILE [--node NAME] [--interval SECONDS]
+//               [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]
+//               [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label K=V]...
+// Errors name the option and its value (poolrun::Error kBadInput); poold-agent prints them with the
+// usage and exits with status 2.
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "poolrun/pool/limits.hpp"
+
+namespace poolrun::agent {
+
+inline constexpr pool::Range<int64_t> kIntervalRange{1, 3600};  // --interval, as poold reads it
+
+struct AgentOptions {
+  std::string pool;  // http://HOST:PORT
+  std::filesystem::path token_file;
+  std::string node;  // empty: the host name
+  std::chrono::seconds interval{5};
+  std::filesystem::path from;        // empty: probe this machine
+  std::filesystem::path sysfs_root;  // empty: /sys
+  std::filesystem::path proc_root;   // empty: /proc
+  std::filesystem::path job_mapping_dir;
+  std::string switch_name;
+  std::map<std::string, std::string> labels;
+  bool help = false;
+  bool version = false;
+};
+
+// Reads `args` (without the program's name). --help and --version end the reading (the rest is not
+// checked). Throws poolrun::Error (kBadInput): an unknown option, a missing value, an interval that
+// is not a whole number in kIntervalRange, a pool that is not http://HOST:PORT, a node name or a
+// label that poolrun's name rules refuse, a missing --pool or --token-file.
+AgentOptions parseAgentOptions(const std::vector<std::string>& args);
+
+// What --help prints, and what follows every usage error.
+std::string agentUsage();
+
+// The token of a token file: the first word of its first line that is not blank or a comment (`#`),
+// as poolctl reads one. The file is read whole each call (at most topo::kTokenFileLimit). Throws
+// poolrun::Error naming the file.
+std::string readTokenFile(const std::filesystem::path& file);
+
+}  // namespace poolrun::agent

@@ -1,0 +1,310 @@
+// poold-agent's loop (agent.hpp).
+
+#include "poolrun/agent/agent.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "poolrun/pool/client.hpp"
+#include "poolrun/topo/error.hpp"
+
+namespace poolrun::agent {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+struct StopSignal::Impl {
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool requested = false;
+};
+
+StopSignal::StopSignal() : impl_(std::make_unique<Impl>()) {}
+StopSignal::~StopSignal() = default;
+
+void StopSignal::request() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->requested = true;
+  }
+  impl_->cv.notify_all();
+}
+
+bool StopSignal::requested() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->requested;
+}
+
+bool StopSignal::waitFor(milliseconds delay) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  return !impl_->cv.wait_for(lock, delay, [this] { return impl_->requested; });
+}
+
+AgentClock systemClock(StopSignal& stop) {
+  auto rng = std::make_shared<std::minstd_rand>(std::random_device{}());
+  return {[&stop](milliseconds d) { return stop.waitFor(d); },
+          [] { return std::chrono::steady_clock::now(); },
+          [rng] { return std::uniform_real_distribution<double>(0, 1)(*rng); }};
+}
+
+bool gpuLost(const topo::GpuSample& g) {
+  return !g.error.empty() && !g.sm_utilization && !g.memory_utilization && !g.memory_used_bytes &&
+         !g.memory_total_bytes && !g.temperature_c && !g.power_w && !g.ecc_uncorrected_volatile;
+}
+
+namespace {
+
+// "0:42", "1:02:03": how long poold was out of reach.
+std::string elapsed(std::chrono::steady_clock::duration d) {
+  return pool::formatElapsed(std::chrono::duration_cast<seconds>(d));
+}
+
+std::string portName(const std::string& nic, int port) {
+  return nic + " port " + std::to_string(port);
+}
+
+// What poold's reader refuses past its bounds is cut here, so that a GPU in an XID storm or with
+// thousands of processes does not make the whole heartbeat refused.
+void bound(topo::GpuSample& g) {
+  if (g.processes.size() > pool::kMaxProcessesPerGpu) g.processes.resize(pool::kMaxProcessesPerGpu);
+  if (g.xid_events.size() > pool::kMaxXidEventsPerGpu) g.xid_events.resize(pool::kMaxXidEventsPerGpu);
+}
+
+}  // namespace
+
+struct Agent::State {
+  AgentConfig config;
+  LinkFactory open_link;
+  Sampler sample;
+  AgentClock clock;
+  std::ostream& log;
+
+  std::unique_ptr<pool::AgentLink> link;
+  std::shared_ptr<const topo::NodeTopology> topology;
+  bool registered = false;
+  std::string topology_hash;  // of the topology as registered
+  std::optional<JobMappingFiles> job_mapping;
+
+  // poold out of reach: since when, how many attempts failed, the next delay's exponent.
+  std::optional<std::chrono::steady_clock::time_point> unreachable_since;
+  int failed_attempts = 0;
+  int backoff_step = 0;
+  std::string refusal;          // the last refusal printed: each distinct one once
+  std::string other_failure;    // likewise for anything else that went wrong
+  std::string mapping_failure;  // the job-mapping files: once when they start failing
+  std::set<size_t> lost_gpus;
+  std::optional<int> exit_status;
+
+  State(AgentConfig c, LinkFactory l, Sampler s, AgentClock k, std::ostream& o)
+      : config(std::move(c)), open_link(std::move(l)), sample(std::move(s)), clock(std::move(k)), log(o) {
+    topology = config.node.topology;
+    if (!topology) topology = std::make_shared<topo::NodeTopology>();
+    if (!config.job_mapping_dir.empty()) job_mapping.emplace(config.job_mapping_dir, topology->gpus.size());
+  }
+
+  const std::string& name() const { return config.node.name; }
+
+  void registerNode() {
+    link = open_link();
+    pool::NodeRegistration r;
+    r.node = config.node;
+    r.node.topology = topology;
+    r.agent_version = config.agent_version;
+    link->registerNode(r);
+    registered = true;
+    topology_hash = pool::topologyHash(*topology);
+    size_t ports = 0;
+    for (const topo::Nic& n : topology->nics) ports += n.ports.size();
+    log << "poold-agent: registered node " << name() << " with " << link->describe() << " ("
+        << topology->gpus.size() << " GPUs, " << ports << " NIC ports, topology " << topology_hash
+        << "); a heartbeat every " << config.interval.count() << " s" << std::endl;
+  }
+
+  // Where a NIC port's state in the samples differs from the registered topology's: the topology
+  // with the new states, and a line per port. Unknown states (a file that could not be read) are
+  // no change.
+  bool takePortChanges(const NodeSamples& s) {
+    std::optional<topo::NodeTopology> next;
+    for (const topo::NicPortSample& p : s.nics) {
+      if (p.state == topo::PortState::kUnknown) continue;
+      const topo::NodeTopology& t = next ? *next : *topology;
+      for (size_t n = 0; n < t.nics.size(); ++n) {
+        if (t.nics[n].name != p.nic) continue;
+        for (size_t q = 0; q < t.nics[n].ports.size(); ++q) {
+          const topo::NicPort& port = t.nics[n].ports[q];
+          if (port.port != p.port || port.state == p.state) continue;
+          log << "poold-agent: NIC " << portName(p.nic, p.port) << " is " << topo::toString(p.state)
+              << " (was " << topo::toString(port.state) << "): registering the node's topology again"
+              << std::endl;
+          if (!next) next = *topology;
+          next->nics[n].ports[q].state = p.state;
+          if (p.rate_gbps > 0) next->nics[n].ports[q].rate_gbps = p.rate_gbps;
+        }
+      }
+    }
+    if (!next) return false;
+    topology = std::make_shared<const topo::NodeTopology>(std::move(*next));
+    return true;
+  }
+
+  // A GPU NVML no longer lists stays in the topology (GPU indexes are stable; poold fails it from
+  // the heartbeat's sample): a line when it goes, and one when it is back.
+  void noteLostGpus(const NodeSamples& s) {
+    if (!s.nvml_ok) return;
+    for (const topo::GpuSample& g : s.gpus) {
+      bool lost = gpuLost(g);
+      if (lost && lost_gpus.insert(g.index).second)
+        log << "poold-agent: GPU " << g.index << " (" << g.pci << ") is lost: " << g.error
+            << "; it stays in the node's topology and its heartbeat sample tells poold" << std::endl;
+      if (!lost && lost_gpus.erase(g.index) > 0)
+        log << "poold-agent: GPU " << g.index << " (" << g.pci << ") answers NVML again" << std::endl;
+    }
+  }
+
+  pool::Heartbeat heartbeatOf(const NodeSamples& s) const {
+    pool::Heartbeat h;
+    h.node = name();
+    h.agent_version = config.agent_version;
+    h.time = std::chrono::system_clock::now();
+    h.topology_hash = topology_hash.empty() ? pool::topologyHash(*topology) : topology_hash;
+    h.gpus = s.gpus;
+    for (topo::GpuSample& g : h.gpus) bound(g);
+    h.nics = s.nics;
+    if (h.nics.size() > pool::kMaxNicPorts) h.nics.resize(pool::kMaxNicPorts);
+    h.process_leases = processLeases(h.gpus, config.proc_root);
+    return h;
+  }
+
+  void writeJobMapping(const pool::HeartbeatReply& reply) {
+    if (!job_mapping) return;
+    try {
+      job_mapping->update(reply.gpu_leases);
+      if (!mapping_failure.empty())
+        log << "poold-agent: the job-mapping files in " << job_mapping->dir().string() << " are written again"
+            << std::endl;
+      mapping_failure.clear();
+    } catch (const Error& e) {
+      if (mapping_failure.empty())
+        log << "poold-agent: cannot write dcgm-exporter's job-mapping files: " << e.what()
+            << "; trying again after each heartbeat" << std::endl;
+      mapping_failure = e.what();
+    }
+  }
+
+  // poold answered: the end of an outage, if there was one.
+  void reached() {
+    if (unreachable_since && link)
+      log << "poold-agent: reached poold again at " << link->describe() << " after " << failed_attempts
+          << " failed attempt" << (failed_attempts == 1 ? "" : "s") << " over "
+          << elapsed(clock.now() - *unreachable_since) << std::endl;
+    unreachable_since.reset();
+    failed_attempts = 0;
+    backoff_step = 0;
+  }
+
+  milliseconds unreachable(const Error& e) {
+    if (!unreachable_since) {
+      unreachable_since = clock.now();
+      log << "poold-agent: " << e.what() << " (retrying after 1 s, doubling up to " << config.interval.count()
+          << " s; nothing more is said until poold answers)" << std::endl;
+    }
+    ++failed_attempts;
+    milliseconds base =
+        std::min<milliseconds>(milliseconds(int64_t{1000} << std::min(backoff_step, 12)), config.interval);
+    ++backoff_step;
+    return milliseconds(
+        static_cast<int64_t>(static_cast<double>(base.count()) * (0.75 + 0.5 * clock.random())));
+  }
+
+  // A refusal: printed once per distinct message, then the node is registered again (the link
+  // opened again, the token file re-read) after kRefusedRetry.
+  milliseconds refused(const std::string& what) {
+    if (what != refusal)
+      log << "poold-agent: " << what << "; trying again every " << kRefusedRetry.count()
+          << " s (the token file is read again each time)" << std::endl;
+    refusal = what;
+    registered = false;
+    return kRefusedRetry;
+  }
+
+  // One round (Agent::run); the time to wait before the next.
+  milliseconds round() {
+    bool registering = !registered;
+    try {
+      if (!registered) {
+        registerNode();
+        reached();
+      }
+      registering = false;
+      NodeSamples s = sample();
+      noteLostGpus(s);
+      if (takePortChanges(s)) {
+        registering = true;
+        registered = false;
+        registerNode();
+        registering = false;
+      }
+      pool::HeartbeatReply reply = link->heartbeat(heartbeatOf(s));
+      reached();
+      refusal.clear();
+      other_failure.clear();
+      // A reply that asks for the node again says nothing of its leases.
+      if (!reply.register_again) writeJobMapping(reply);
+      if (reply.register_again) {
+        log << "poold-agent: poold asks for node " << name() << " again: registering it" << std::endl;
+        registering = true;
+        registered = false;
+        registerNode();
+      }
+      return std::min<milliseconds>(config.interval, reply.interval);
+    } catch (const pool::PoolError& e) {
+      if (e.code() == ErrorCode::kIo) return unreachable(e);
+      reached();
+      bool token =
+          e.failure() == pool::PoolFailure::kUnauthorized || e.failure() == pool::PoolFailure::kForbidden;
+      if (registering && !token && e.code() == ErrorCode::kBadInput) {
+        log << "poold-agent: error: " << e.what()
+            << " (poold refuses the node's registration document; check that poold and poold-agent are "
+               "of one version)"
+            << std::endl;
+        exit_status = 1;
+        return milliseconds(0);
+      }
+      return refused(e.what());
+    } catch (const std::exception& e) {
+      // The token file, the sampler, a reply poold should not have sent: once, and on.
+      if (e.what() != other_failure)
+        log << "poold-agent: " << e.what() << "; trying again every " << kRefusedRetry.count() << " s"
+            << std::endl;
+      other_failure = e.what();
+      registered = false;
+      return kRefusedRetry;
+    }
+  }
+};
+
+Agent::Agent(AgentConfig config, LinkFactory link, Sampler sampler, AgentClock clock, std::ostream& log)
+    : s_(std::make_unique<State>(std::move(config), std::move(link), std::move(sampler), std::move(clock),
+                                 log)) {}
+
+Agent::~Agent() = default;
+
+int Agent::run() {
+  for (;;) {
+    milliseconds wait = s_->round();
+    if (s_->exit_status) return *s_->exit_status;
+    if (!s_->clock.sleep(wait)) return 0;
+  }
+}
+
+const topo::NodeTopology& Agent::topology() const {
+  return *s_->topology;
+}
+
+pool::Heartbeat Agent::heartbeatOf(const NodeSamples& samples) const {
+  return s_->heartbeatOf(samples);
+}
+
+}  // namespace poolrun::agent

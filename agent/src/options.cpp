@@ -1,0 +1,140 @@
+// poold-agent's command line (options.hpp), read as poold reads its own.
+
+#include "poolrun/agent/options.hpp"
+
+#include <sstream>
+
+#include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/options.hpp"
+#include "poolrun/topo/regular_file.hpp"
+
+namespace poolrun::agent {
+
+std::string agentUsage() {
+  auto n = [](int64_t v) { return std::to_string(v); };
+  return "usage: poold-agent --pool http://HOST:PORT --token-file FILE [--node NAME] [--interval SECONDS]\n"
+         "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
+         "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
+         "       poold-agent --help | --version\n"
+         "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
+         "every interval; keeps running while poold is down (see docs/agent.md).\n"
+         "  --pool http://HOST:PORT     the poold to report to\n"
+         "  --token-file FILE           a token of role node (or admin) for this node, the first word of\n"
+         "                              the file; read again before every registration\n"
+         "  --node NAME                 the node's name in the pool (default: the host name)\n"
+         "  --interval SECONDS          between heartbeats (default 5, " +
+         n(kIntervalRange.min) + " to " + n(kIntervalRange.max) +
+         ")\n"
+         "  --from TOPOLOGY             read the node's topology from a file (hwloc XML, NCCL topology\n"
+         "                              XML or poolrun JSON) instead of probing this machine\n"
+         "  --sysfs-root DIR            read NIC ports from DIR instead of /sys (DIR/class/infiniband/...);\n"
+         "                              DIR is a folder called sys\n"
+         "  --proc-root DIR             read processes' environments from DIR instead of /proc\n"
+         "  --dcgm-job-mapping-dir DIR  write dcgm-exporter's job-mapping files there (its\n"
+         "                              --hpc-job-mapping-dir): one per GPU index, naming the lease\n"
+         "  --switch NAME               the node's leaf switch, for placement under one switch\n"
+         "  --label KEY=VALUE           a label of the node (repeatable)\n"
+         "exit status: 0 when stopped (SIGTERM, SIGINT), 1 when poold refuses the node's registration\n"
+         "document (400), 2 for a bad command line\n";
+}
+
+namespace {
+
+void checkPool(const std::string& uri) {
+  if (uri.starts_with("https://"))
+    throw badInput("--pool '" + topo::printable(uri) +
+                   "': poold speaks plain HTTP; give http://HOST:PORT (a TLS proxy in front of poold "
+                   "needs its own plain-HTTP listener for the agents)");
+  if (!uri.starts_with("http://"))
+    throw badInput("--pool '" + topo::printable(uri) +
+                   "': a node agent reports to a poold; give http://HOST:PORT");
+  try {
+    pool::openAgentLink(uri, "");  // checks HOST:PORT; connects to nothing
+  } catch (const Error& e) {
+    throw badInput("--pool: " + std::string(e.what()));
+  }
+}
+
+}  // namespace
+
+AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
+  AgentOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw badInput(a + " needs a value (see --help)");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+      return o;
+    } else if (a == "--version") {
+      o.version = true;
+      return o;
+    } else if (a == "--pool") {
+      o.pool = value();
+      checkPool(o.pool);
+    } else if (a == "--token-file") {
+      o.token_file = value();
+    } else if (a == "--node") {
+      o.node = value();
+      topo::checkNodeName(o.node, "--node");
+    } else if (a == "--interval") {
+      o.interval = std::chrono::seconds(
+          topo::parseOption<int64_t>(a, value(), kIntervalRange.min, kIntervalRange.max));
+    } else if (a == "--from") {
+      o.from = value();
+    } else if (a == "--sysfs-root") {
+      o.sysfs_root = value();
+    } else if (a == "--proc-root") {
+      o.proc_root = value();
+    } else if (a == "--dcgm-job-mapping-dir") {
+      o.job_mapping_dir = value();
+    } else if (a == "--switch") {
+      o.switch_name = value();
+      topo::checkText(o.switch_name, topo::kMaxLabelBytes, "--switch");
+    } else if (a == "--label") {
+      std::string v = value();
+      size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw badInput("--label '" + topo::printable(v) + "': expected KEY=VALUE");
+      std::string key = v.substr(0, eq);
+      topo::checkText(key, topo::kMaxLabelBytes, "--label key");
+      topo::checkText(v.substr(eq + 1), topo::kMaxLabelBytes, "--label " + key + " value");
+      if (!o.labels.emplace(key, v.substr(eq + 1)).second)
+        throw badInput("--label " + topo::printable(key) + " is given twice");
+    } else {
+      throw badInput("unknown option '" + topo::printable(a) + "' (see --help)");
+    }
+  }
+  if (o.pool.empty()) throw badInput("poold-agent needs --pool http://HOST:PORT (the poold to report to)");
+  if (o.token_file.empty())
+    throw badInput("poold-agent needs --token-file FILE (a token of role node for this node)");
+  for (const auto& [option, dir] : {std::pair{"--sysfs-root", o.sysfs_root}, {"--proc-root", o.proc_root}}) {
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
+      throw badInput(std::string(option) + " " + dir.string() + ": not a directory");
+  }
+  // The telemetry sampler reads ROOT/sys/class/infiniband, ROOT the parent of the folder given.
+  if (!o.sysfs_root.empty() && o.sysfs_root.lexically_normal().parent_path().filename() != "sys" &&
+      o.sysfs_root.lexically_normal().filename() != "sys")
+    throw badInput("--sysfs-root " + o.sysfs_root.string() +
+                   ": name a folder called sys, the /sys of a tree (ROOT/sys/class/infiniband/...)");
+  return o;
+}
+
+std::string readTokenFile(const std::filesystem::path& file) {
+  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string token;
+    if (words >> token) return token;
+  }
+  throw badInput(file.string() + ": no token in the file (put the node's token on its first line)");
+}
+
+}  // namespace poolrun::agent

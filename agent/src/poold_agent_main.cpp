@@ -1,0 +1,134 @@
+// poold-agent: registers this node with a poold and sends it heartbeats. See docs/agent.md.
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <csignal>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "poolrun/agent/agent.hpp"
+#include "poolrun/agent/options.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "poolrun/topo/sysfs.hpp"
+#include "poolrun/topo/version.hpp"
+
+namespace {
+
+using namespace poolrun;
+
+// How long a stop may wait for the round in progress (a call to poold has timeouts of seconds):
+// past it the agent exits without it. Nothing is lost: every file it writes is renamed into place.
+constexpr std::chrono::milliseconds kStopGrace{800};
+
+std::string hostName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
+}
+
+topo::NodeTopology loadTopology(const agent::AgentOptions& o) {
+  if (o.from.empty()) {
+    topo::LiveOptions live;
+    if (!o.sysfs_root.empty()) live.sysfs_root = o.sysfs_root;
+    return topo::probeLive(live);
+  }
+  topo::NodeTopology t = topo::readTopologyFile(o.from);
+  if (!o.sysfs_root.empty()) {
+    std::vector<std::string> warnings;
+    topo::mergeRdmaDevices(t, topo::readRdmaDevices(o.sysfs_root, warnings));
+    t.warnings.insert(t.warnings.end(), warnings.begin(), warnings.end());
+  }
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  agent::AgentOptions o;
+  try {
+    o = agent::parseAgentOptions(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const Error& e) {
+    std::cerr << "poold-agent: error: " << e.what() << "\n" << agent::agentUsage();
+    return 2;
+  }
+  if (o.help) {
+    std::cout << agent::agentUsage();
+    return 0;
+  }
+  if (o.version) {
+    std::cout << topo::versionText("poold-agent");
+    return 0;
+  }
+  // SIGTERM and SIGINT are taken by one thread with sigwait, never by a handler (as poold does).
+  sigset_t stopSignals;
+  sigemptyset(&stopSignals);
+  sigaddset(&stopSignals, SIGTERM);
+  sigaddset(&stopSignals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    // The token is checked now, so that a wrong path fails at once; it is read again later.
+    agent::readTokenFile(o.token_file);
+    topo::NodeTopology t = loadTopology(o);
+    for (const std::string& w : t.warnings) std::cerr << "poold-agent: warning: " << w << "\n";
+    agent::AgentConfig config;
+    config.node.name = !o.node.empty()                         ? o.node
+                       : o.from.empty() && !t.hostname.empty() ? t.hostname
+                                                               : hostName();
+    topo::checkNodeName(config.node.name, "the host name (give --node NAME)");
+    config.node.topology_file = o.from;
+    config.node.switch_name = o.switch_name;
+    config.node.labels = o.labels;
+    config.agent_version = topo::versionText("poold-agent");
+    config.agent_version.resize(config.agent_version.find('\n'));
+    config.interval = o.interval;
+    if (!o.proc_root.empty()) config.proc_root = o.proc_root;
+    config.job_mapping_dir = o.job_mapping_dir;
+    if (!o.job_mapping_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.job_mapping_dir, ec);
+      if (!std::filesystem::is_directory(o.job_mapping_dir))
+        throw badInput("--dcgm-job-mapping-dir " + o.job_mapping_dir.string() +
+                       ": not a directory, and cannot be made one" + (ec ? " (" + ec.message() + ")" : ""));
+    }
+    agent::Sampler sampler = agent::telemetrySampler(t, o.sysfs_root.empty() ? "/sys" : o.sysfs_root);
+    config.node.topology = std::make_shared<const topo::NodeTopology>(std::move(t));
+    agent::LinkFactory link = [pool = o.pool, file = o.token_file] {
+      return pool::openAgentLink(pool, agent::readTokenFile(file));
+    };
+
+    agent::StopSignal stop;
+    std::mutex mu;
+    std::condition_variable done_cv;
+    bool done = false;
+    std::thread([&, stopSignals] {
+      int sig = 0;
+      sigwait(&stopSignals, &sig);
+      stop.request();
+      std::unique_lock<std::mutex> lock(mu);
+      if (!done_cv.wait_for(lock, kStopGrace, [&] { return done; })) {
+        std::cerr << "poold-agent: stopped (signal " << sig << ", during a call to poold)" << std::endl;
+        _exit(0);
+      }
+    }).detach();
+    agent::Agent a(std::move(config), std::move(link), std::move(sampler), agent::systemClock(stop),
+                   std::cerr);
+    int status = a.run();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    done_cv.notify_all();
+    if (status == 0) std::cerr << "poold-agent: stopped" << std::endl;
+    return status;
+  } catch (const Error& e) {
+    std::cerr << "poold-agent: error: " << e.what() << "\n";
+    return e.code() == ErrorCode::kBadInput || e.code() == ErrorCode::kNotFound ? 2 : 1;
+  }
+}

@@ -1,0 +1,336 @@
+// The agent's loop with a recording link, a stub sampler and a clock that never waits.
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "agent_fakes.hpp"
+#include "poolrun/agent/agent.hpp"
+#include "support/process.hpp"
+#include "support/synthetic.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::test {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+pool::PoolError unreachable() {
+  return pool::PoolError(
+      pool::PoolFailure::kOther, ErrorCode::kIo,
+      "cannot reach poold at http://test (connection refused); is it running and listening there?");
+}
+
+struct Loop {
+  topo::NodeTopology topology = synthetic({});
+  std::shared_ptr<LinkScript> link = std::make_shared<LinkScript>();
+  StubNode node{topology};
+  FakeTime time;
+  std::ostringstream log;
+  agent::AgentConfig config;
+
+  Loop() {
+    config.node.name = "n01";
+    config.node.topology = std::make_shared<const topo::NodeTopology>(topology);
+    config.agent_version = "poold-agent test";
+  }
+  int run(int rounds) {
+    time.rounds = rounds;
+    agent::Agent a(config, recordingLinks(link), node.sampler(), time.clock(), log);
+    int status = a.run();
+    last_topology = a.topology();
+    return status;
+  }
+  topo::NodeTopology last_topology;
+};
+
+TEST(AgentLoop, RegistersThenSendsAHeartbeatEveryInterval) {
+  Loop t;
+  EXPECT_EQ(t.run(3), 0);
+  EXPECT_EQ(t.link->calls, (std::vector<std::string>{"open tok-node-0123456789", "register", "heartbeat",
+                                                     "heartbeat", "heartbeat"}));
+  ASSERT_EQ(t.link->registrations.size(), 1u);
+  EXPECT_EQ(t.link->registrations[0].node.name, "n01");
+  EXPECT_EQ(*t.link->registrations[0].node.topology, t.topology);
+  EXPECT_EQ(t.link->registrations[0].agent_version, "poold-agent test");
+  ASSERT_EQ(t.link->heartbeats.size(), 3u);
+  for (const pool::Heartbeat& h : t.link->heartbeats) {
+    EXPECT_EQ(h.node, "n01");
+    EXPECT_EQ(h.topology_hash, pool::topologyHash(t.topology));
+    EXPECT_EQ(h.gpus.size(), 8u);
+    EXPECT_EQ(h.nics.size(), 8u);
+  }
+  EXPECT_EQ(t.time.sleeps, (std::vector<milliseconds>{seconds(5), seconds(5), seconds(5)}));
+  EXPECT_EQ(countLines(t.log.str(), "registered node n01"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, FollowsAShorterIntervalThatPooldAsksFor) {
+  Loop t;
+  t.config.interval = seconds(30);
+  t.link->on_heartbeat = [](int) {
+    pool::HeartbeatReply r;
+    r.interval = seconds(10);
+    return r;
+  };
+  t.run(2);
+  EXPECT_EQ(t.time.sleeps, (std::vector<milliseconds>{seconds(10), seconds(10)}));
+}
+
+TEST(AgentLoop, BacksOffWhilePooldIsDownAndSaysSoOnceEachWay) {
+  Loop t;
+  // Heartbeats 2 to 7 do not get through; poold answers again from the 8th.
+  t.link->on_heartbeat = [](int n) {
+    if (n >= 2 && n <= 7) throw unreachable();
+    return pool::HeartbeatReply{};
+  };
+  EXPECT_EQ(t.run(9), 0);
+  EXPECT_EQ(t.time.sleeps,
+            (std::vector<milliseconds>{seconds(5), seconds(1), seconds(2), seconds(4), seconds(5), seconds(5),
+                                       seconds(5), seconds(5), seconds(5)}));
+  EXPECT_EQ(countLines(t.log.str(), "cannot reach poold"), 1) << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "reached poold again"), 1) << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "after 6 failed attempts over 0:22"), 1) << t.log.str();
+  EXPECT_EQ(t.link->count("register"), 1);  // an outage is no reason to register again
+  EXPECT_EQ(t.log.str().find("reached"), t.log.str().rfind("reached"));
+}
+
+TEST(AgentLoop, RetriesTheRegistrationWhilePooldIsDownAtTheStart) {
+  Loop t;
+  t.link->on_register = [](int n) {
+    if (n <= 3) throw unreachable();
+  };
+  t.run(5);
+  EXPECT_EQ(t.link->count("register"), 4);
+  EXPECT_EQ(t.link->count("heartbeat"), 2);
+  EXPECT_EQ(t.time.sleeps,
+            (std::vector<milliseconds>{seconds(1), seconds(2), seconds(4), seconds(5), seconds(5)}));
+  EXPECT_EQ(countLines(t.log.str(), "cannot reach poold"), 1) << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "reached poold again"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, TheRetriesAreJitteredWithinAQuarter) {
+  for (double draw : {0.0, 0.999}) {
+    Loop t;
+    t.time.random = draw;
+    t.link->on_register = [](int) { throw unreachable(); };
+    t.run(4);
+    ASSERT_EQ(t.time.sleeps.size(), 4u);
+    const int64_t base[] = {1000, 2000, 4000, 5000};
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_GE(t.time.sleeps[i].count(), base[i] * 3 / 4) << i;
+      EXPECT_LE(t.time.sleeps[i].count(), base[i] * 5 / 4) << i;
+    }
+    EXPECT_NE(t.time.sleeps[0], milliseconds(1000));
+  }
+}
+
+TEST(AgentLoop, RegistersAgainWhenPooldAsks) {
+  Loop t;
+  t.link->on_heartbeat = [](int n) {
+    pool::HeartbeatReply r;
+    r.register_again = n == 2;
+    return r;
+  };
+  t.run(4);
+  EXPECT_EQ(t.link->calls,
+            (std::vector<std::string>{"open tok-node-0123456789", "register", "heartbeat", "heartbeat",
+                                      "open tok-node-0123456789", "register", "heartbeat", "heartbeat"}));
+  EXPECT_EQ(countLines(t.log.str(), "poold asks for node n01 again"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, RegistersTheNewTopologyWhenANicPortChangesState) {
+  Loop t;
+  t.time.after_sleep = [&](int n) {
+    if (n == 2) t.node.ports["mlx5_3:1"] = topo::PortState::kDown;
+  };
+  t.run(5);
+  ASSERT_EQ(t.link->registrations.size(), 2u) << t.log.str();
+  const topo::NodeTopology& now = *t.link->registrations[1].node.topology;
+  EXPECT_EQ(now.nics[3].ports[0].state, topo::PortState::kDown);
+  EXPECT_EQ(now.nics[2].ports[0].state, topo::PortState::kActive);
+  EXPECT_EQ(now.gpus, t.topology.gpus);
+  EXPECT_EQ(t.last_topology, now);
+  // The heartbeats name the topology that was registered when they were sent.
+  ASSERT_EQ(t.link->heartbeats.size(), 5u);
+  EXPECT_EQ(t.link->heartbeats[1].topology_hash, pool::topologyHash(t.topology));
+  EXPECT_EQ(t.link->heartbeats[2].topology_hash, pool::topologyHash(now));
+  EXPECT_EQ(t.link->heartbeats[4].topology_hash, pool::topologyHash(now));
+  EXPECT_EQ(countLines(t.log.str(), "NIC mlx5_3 port 1 is down (was active)"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, ARegistrationOfANewTopologyThatFailsIsTriedAgain) {
+  Loop t;
+  t.time.after_sleep = [&](int n) {
+    if (n == 1) t.node.ports["mlx5_0:1"] = topo::PortState::kDown;
+  };
+  t.link->on_register = [](int n) {
+    if (n == 2) throw unreachable();
+  };
+  t.run(3);
+  ASSERT_EQ(t.link->registrations.size(), 2u) << t.log.str();
+  EXPECT_EQ(t.link->registrations[1].node.topology->nics[0].ports[0].state, topo::PortState::kDown);
+  EXPECT_EQ(t.link->heartbeats.back().topology_hash,
+            pool::topologyHash(*t.link->registrations[1].node.topology));
+}
+
+TEST(AgentLoop, APortThatCannotBeReadIsNoChange) {
+  Loop t;
+  t.node.ports["mlx5_1:1"] = topo::PortState::kUnknown;
+  t.run(3);
+  EXPECT_EQ(t.link->count("register"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, AGpuThatNvmlLosesStaysAndIsSaidOnceEachWay) {
+  Loop t;
+  t.time.after_sleep = [&](int n) {
+    if (n == 1) t.node.lost = {3};
+    if (n == 4) t.node.lost = {};
+  };
+  t.run(6);
+  EXPECT_EQ(t.link->count("register"), 1);
+  ASSERT_EQ(t.link->heartbeats.size(), 6u);
+  EXPECT_EQ(t.link->heartbeats[2].gpus.size(), 8u);
+  EXPECT_NE(t.link->heartbeats[2].gpus[3].error, "");
+  EXPECT_EQ(countLines(t.log.str(), "GPU 3 (0000:"), 2) << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "is lost"), 1) << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "answers NVML again"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, NoGpuIsLostWhereNvmlIsAbsent) {
+  Loop t;
+  t.node.nvml_ok = false;
+  t.node.lost = {0, 1, 2, 3, 4, 5, 6, 7};
+  t.run(2);
+  EXPECT_EQ(countLines(t.log.str(), "is lost"), 0) << t.log.str();
+}
+
+pool::PoolError refusedToken() {
+  return pool::PoolError(pool::PoolFailure::kUnauthorized, ErrorCode::kBadInput,
+                         "http://test refused POST /v1/nodes/n01/register (401): unknown token; set "
+                         "POOLRUN_TOKEN or --token-file to a token poold knows");
+}
+
+TEST(AgentLoop, ARefusedTokenIsSaidOnceAndReadAgainBeforeEachSlowRetry) {
+  Loop t;
+  int reads = 0;
+  t.link->token = [&] { return "tok-" + std::to_string(++reads) + "-0123456789"; };
+  t.link->on_register = [](int n) {
+    if (n <= 3) throw refusedToken();
+  };
+  t.run(5);
+  EXPECT_EQ(t.link->count("open"), 4);
+  EXPECT_EQ(t.link->calls[0], "open tok-1-0123456789");
+  EXPECT_EQ(t.link->calls.back(), "heartbeat");
+  EXPECT_EQ(t.time.sleeps[0], agent::kRefusedRetry);
+  EXPECT_EQ(t.time.sleeps[2], agent::kRefusedRetry);
+  EXPECT_EQ(t.time.sleeps[3], seconds(5));
+  EXPECT_EQ(countLines(t.log.str(), "(401): unknown token"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, AHeartbeatRefusedForItsTokenLeadsToANewRegistration) {
+  Loop t;
+  t.link->on_heartbeat = [](int n) -> pool::HeartbeatReply {
+    if (n == 2)
+      throw pool::PoolError(pool::PoolFailure::kForbidden, ErrorCode::kBadInput,
+                            "http://test refused POST /v1/nodes/n01/heartbeat (403): token of node n02");
+    return {};
+  };
+  t.run(3);
+  EXPECT_EQ(t.link->count("register"), 2);
+  EXPECT_EQ(t.link->count("open"), 2);
+  EXPECT_EQ(t.time.sleeps[1], agent::kRefusedRetry);
+  EXPECT_EQ(countLines(t.log.str(), "(403): token of node n02"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, ARefusedRegistrationDocumentEndsTheAgentWithStatus1) {
+  Loop t;
+  t.link->on_register = [](int) {
+    throw pool::PoolError(pool::PoolFailure::kOther, ErrorCode::kBadInput,
+                          "http://test refused POST /v1/nodes/n01/register (400): node.topology: bad");
+  };
+  EXPECT_EQ(t.run(5), 1);
+  EXPECT_EQ(t.link->count("register"), 1);
+  EXPECT_EQ(countLines(t.log.str(), "error: http://test refused POST /v1/nodes/n01/register (400)"), 1)
+      << t.log.str();
+}
+
+TEST(AgentLoop, AnUnreadableTokenFileIsSaidOnceAndTriedAgain) {
+  Loop t;
+  int reads = 0;
+  t.link->token = [&]() -> std::string {
+    if (++reads <= 2)
+      throw Error(ErrorCode::kNotFound, "/etc/poolrun/agent.token: no such file (check the path)");
+    return "tok-node-0123456789";
+  };
+  t.run(4);
+  EXPECT_EQ(t.link->count("register"), 1);
+  EXPECT_EQ(countLines(t.log.str(), "agent.token: no such file"), 1) << t.log.str();
+  EXPECT_EQ(t.time.sleeps[0], agent::kRefusedRetry);
+}
+
+TEST(AgentLoop, StopsAtTheFirstSleepThatSaysStop) {
+  Loop t;
+  EXPECT_EQ(t.run(1), 0);
+  EXPECT_EQ(t.link->count("heartbeat"), 1);
+  EXPECT_EQ(t.time.sleeps.size(), 1u);
+}
+
+TEST(AgentLoop, WritesTheJobMappingFilesAfterEachReply) {
+  Loop t;
+  TempDir dir;
+  t.config.job_mapping_dir = dir.path();
+  t.link->on_heartbeat = [](int n) {
+    pool::HeartbeatReply r;
+    if (n == 1) r.gpu_leases = {{0, "L0123456789abcdef"}, {5, "L5"}};
+    if (n == 2) r.gpu_leases = {{5, "L6"}};
+    return r;
+  };
+  t.time.after_sleep = [&](int n) {
+    if (n == 1) {
+      EXPECT_EQ(slurp(dir.path() / "0"), "L0123456789abcdef\n");
+      EXPECT_EQ(slurp(dir.path() / "5"), "L5\n");
+      EXPECT_FALSE(std::filesystem::exists(dir.path() / "1"));
+    }
+    if (n == 2) {
+      EXPECT_FALSE(std::filesystem::exists(dir.path() / "0"));
+      EXPECT_EQ(slurp(dir.path() / "5"), "L6\n");
+    }
+  };
+  t.run(3);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+TEST(AgentLoop, AReplyThatAsksForTheNodeAgainLeavesTheJobMappingFilesAlone) {
+  Loop t;
+  TempDir dir;
+  t.config.job_mapping_dir = dir.path();
+  t.link->on_heartbeat = [](int n) {
+    pool::HeartbeatReply r;
+    r.register_again = n == 2;  // poold lost its state: no leases in this reply
+    if (n != 2) r.gpu_leases = {{1, "L1"}};
+    return r;
+  };
+  t.time.after_sleep = [&](int n) {
+    if (n == 2) {
+      EXPECT_EQ(slurp(dir.path() / "1"), "L1\n");
+    }
+  };
+  t.run(3);
+  EXPECT_EQ(slurp(dir.path() / "1"), "L1\n");
+}
+
+TEST(AgentLoop, TheHeartbeatNamesTheLeaseOfEachProcessOnAGpu) {
+  Loop t;
+  TempDir proc;
+  proc.write("4242/environ", std::string("HOME=/root\0POOLRUN_LEASE=Labc\0", 30));
+  t.config.proc_root = proc.path();
+  t.node.processes[2] = {{4242, 1 << 20}, {4343, 0}};
+  t.run(1);
+  ASSERT_EQ(t.link->heartbeats.size(), 1u);
+  EXPECT_EQ(t.link->heartbeats[0].process_leases, (std::map<uint32_t, std::string>{{4242, "Labc"}}));
+  EXPECT_EQ(t.link->heartbeats[0].gpus[2].processes.size(), 2u);
+}
+
+}  // namespace
+}  // namespace poolrun::test

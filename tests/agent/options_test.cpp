@@ -1,0 +1,95 @@
+// poold-agent's command line, read in the process (the binary's exit status: agent_process_test).
+
+#include <gtest/gtest.h>
+
+#include "poolrun/agent/options.hpp"
+#include "poolrun/topo/error.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::test {
+namespace {
+
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+TEST(AgentOptions, ReadsEveryOption) {
+  TempDir sys;
+  std::filesystem::create_directories(sys.path() / "sys");
+  agent::AgentOptions o = agent::parseAgentOptions(words(
+      "--pool http://127.0.0.1:7450 --token-file /t --node n01 --interval 60 --from f.xml --sysfs-root " +
+      (sys.path() / "sys").string() + " --proc-root " + sys.path().string() +
+      " --dcgm-job-mapping-dir /run/dcgm --switch leaf1 --label rack=r1 --label zone=a"));
+  EXPECT_EQ(o.pool, "http://127.0.0.1:7450");
+  EXPECT_EQ(o.token_file, "/t");
+  EXPECT_EQ(o.node, "n01");
+  EXPECT_EQ(o.interval, std::chrono::seconds(60));
+  EXPECT_EQ(o.from, "f.xml");
+  EXPECT_EQ(o.job_mapping_dir, "/run/dcgm");
+  EXPECT_EQ(o.switch_name, "leaf1");
+  EXPECT_EQ(o.labels, (std::map<std::string, std::string>{{"rack", "r1"}, {"zone", "a"}}));
+  EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).interval,
+            std::chrono::seconds(5));
+}
+
+struct Case {
+  std::string args;
+  std::string message;  // a part of the error
+};
+
+TEST(AgentOptions, RefusesABadCommandLineNamingTheValue) {
+  const std::string ok = "--pool http://127.0.0.1:7450 --token-file /t ";
+  for (const Case& c : std::vector<Case>{
+           {ok + "--interval 0", "--interval 0: out of range (1 to 3600)"},
+           {ok + "--interval 99999", "--interval 99999: out of range (1 to 3600)"},
+           {ok + "--interval -1", "--interval -1: out of range (1 to 3600)"},
+           {ok + "--interval x", "--interval x: not a whole number (1 to 3600)"},
+           {ok + "--interval 1e3", "--interval 1e3: not a whole number"},
+           {ok + "--interval", "--interval needs a value"},
+           {"--token-file /t", "needs --pool http://HOST:PORT"},
+           {"--pool http://127.0.0.1:7450", "needs --token-file FILE"},
+           {"--pool https://127.0.0.1:7450 --token-file /t",
+            "--pool 'https://127.0.0.1:7450': poold speaks plain HTTP"},
+           {"--pool local --token-file /t", "--pool 'local': a node agent reports to a poold"},
+           {"--pool http://h:99999 --token-file /t", "99999"},
+           {ok + "--node bad/name", "--node 'bad/name'"},
+           {ok + "--label rack", "--label 'rack': expected KEY=VALUE"},
+           {ok + "--label a=1 --label a=2", "--label a is given twice"},
+           {ok + "--proc-root /nonexistent/proc", "--proc-root /nonexistent/proc: not a directory"},
+           {ok + "--sysfs-root /", "--sysfs-root /: name a folder called sys"},
+           {ok + "--bogus", "unknown option '--bogus'"},
+       }) {
+    try {
+      agent::parseAgentOptions(words(c.args));
+      ADD_FAILURE() << c.args << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput) << c.args;
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << c.args << ": " << e.what();
+    }
+  }
+}
+
+TEST(AgentOptions, HelpAndVersionEndTheReading) {
+  EXPECT_TRUE(agent::parseAgentOptions(words("--help --interval 0")).help);
+  EXPECT_TRUE(agent::parseAgentOptions(words("--version")).version);
+}
+
+TEST(AgentOptions, TheTokenIsTheFirstWordOfTheFirstLineThatHasOne) {
+  TempDir dir;
+  EXPECT_EQ(
+      agent::readTokenFile(dir.write("a", "# the node's token\n\n  tok-n01-0123456789  n01 node\nsecond\n")),
+      "tok-n01-0123456789");
+  try {
+    agent::readTokenFile(dir.write("b", "# nothing\n"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no token in the file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(agent::readTokenFile(dir.path() / "missing"), Error);
+}
+
+}  // namespace
+}  // namespace poolrun::test
