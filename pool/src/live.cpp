@@ -3,6 +3,7 @@
 // and which leases sit idle (and, with --reclaim-idle, are ended).
 
 #include <algorithm>
+#include <utility>
 
 #include "poolrun/pool/state.hpp"
 
@@ -56,6 +57,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
   view_time_ = std::max(view_time_, now);
   PoolNode& node = it->second;
   bool freed = node.live.unreachable;  // an unreachable node coming back may start queued requests
+  if (node.live.unreachable) node_events_.push_back({NodeEvent::Kind::kReachable, node.name, 0, ""});
   node.live.last_heartbeat = now;
   node.live.unreachable = false;
   node.live.gpus.resize(node.gpuCount());
@@ -73,6 +75,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
       node.failed.insert(i);
       node.failures[i] = {why, now};
       dirty_.nodes.insert(node.name);
+      node_events_.push_back({NodeEvent::Kind::kGpuFailed, node.name, i, why});
     }
     // Processes that are not of the lease holding this GPU (or of any lease) make it foreign.
     const std::string& holder = held.holder[i];
@@ -163,6 +166,10 @@ Lease PoolState::withLiveView(const Lease& lease, TimePoint now) const {
   if (idle(lease, now)) out.idle_since = last_busy_.at(lease.id);
   if (auto r = reclaim_at_.find(lease.id); r != reclaim_at_.end()) out.reclaim_at = r->second;
   return out;
+}
+
+std::vector<NodeEvent> PoolState::takeNodeEvents() {
+  return std::exchange(node_events_, {});
 }
 
 void PoolState::clearGpuFailures(const std::string& name) {

@@ -261,6 +261,18 @@ struct PoolServer::Impl {
       metrics.observeLease(e, now);
       events->record(leaseEventKind(e.kind), leaseEventFields(e, now), now);
     }
+    for (const NodeEvent& e : s.takeNodeEvents()) {
+      if (e.kind == NodeEvent::Kind::kGpuFailed)
+        events->record("gpu_failed",
+                       {{"node", e.node}, {"index", e.gpu}, {"reason", e.reason}, {"by", "agent"}}, now);
+      else
+        events->record("node_state",
+                       {{"node", e.node},
+                        {"state", e.kind == NodeEvent::Kind::kUnreachable ? "unreachable" : "up"},
+                        {"by", "heartbeats"},
+                        {"reason", e.reason}},
+                       now);
+    }
     return events->lastRecorded();
   }
 

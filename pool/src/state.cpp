@@ -688,6 +688,7 @@ void PoolState::clear() {
   reclaim_at_.clear();
   reclaimed_.clear();
   lease_events_.clear();
+  node_events_.clear();
 }
 
 std::optional<TimePoint> PoolState::plannedStart(int64_t ticket) const {

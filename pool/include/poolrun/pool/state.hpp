@@ -38,7 +38,7 @@ struct NodeLive {
   bool unreachable = false;
   std::vector<topo::GpuSample> gpus;  // per GPU index, from the last heartbeat (empty: none yet)
   std::vector<topo::NicPortSample> nics;
-  std::map<size_t, std::vector<topo::GpuProcess>> foreign;  // GPUs running processes of no lease
+  std::map<size_t, std::vector<topo::GpuProcess>> foreign;     // GPUs running processes of no lease
   std::map<std::pair<size_t, uint64_t>, uint64_t> xid_counts;  // (GPU, XID): events since poold started
 };
 
@@ -101,6 +101,16 @@ struct LeaseEvent {
   Kind kind = Kind::kGranted;
   Lease lease;         // as it was when granted or ended
   std::string reason;  // where the rule that ended it says more than its kind
+};
+
+// What the live pool's rules saw happen to a node: its agent went quiet or came back, or a GPU
+// failed by what the agent reported. For poold's event log.
+struct NodeEvent {
+  enum class Kind { kUnreachable, kReachable, kGpuFailed };
+  Kind kind = Kind::kUnreachable;
+  std::string node;
+  size_t gpu = 0;      // kGpuFailed
+  std::string reason;  // kGpuFailed: why; kUnreachable: since when nothing was heard
 };
 
 struct SubmitResult {
@@ -201,6 +211,7 @@ class PoolState {
   std::vector<double> takeWaitSeconds();
   // Leases granted, released and expired since the last call, in the order it happened.
   std::vector<LeaseEvent> takeLeaseEvents();
+  std::vector<NodeEvent> takeNodeEvents();
 
  private:
   struct Occupancy {
@@ -226,6 +237,7 @@ class PoolState {
   Dirty dirty_;
   std::vector<double> wait_seconds_;
   std::vector<LeaseEvent> lease_events_;
+  std::vector<NodeEvent> node_events_;
   std::map<int64_t, TimePoint> planned_;
 
   // The live pool.
