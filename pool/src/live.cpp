@@ -106,8 +106,12 @@ void PoolState::updateLiveness(TimePoint now) {
     if (node.agent.empty()) continue;
     // Loaded from the state file: the node timeout counts from poold's first tick.
     if (node.live.last_heartbeat == TimePoint{}) node.live.last_heartbeat = now;
-    if (!node.live.unreachable && now - node.live.last_heartbeat > live_.node_timeout)
+    if (!node.live.unreachable && now - node.live.last_heartbeat > live_.node_timeout) {
       node.live.unreachable = true;
+      auto silent = std::chrono::duration_cast<std::chrono::seconds>(now - node.live.last_heartbeat).count();
+      node_events_.push_back({NodeEvent::Kind::kUnreachable, name, 0,
+                              "no heartbeat from its agent for " + std::to_string(silent) + " s"});
+    }
   }
 }
 

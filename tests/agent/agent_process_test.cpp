@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "agent_run.hpp"
 #include "fake_nvml/fake_nvml_file.hpp"
 #include "poold_process.hpp"
 #include "poolrun/topo/sources.hpp"
@@ -26,8 +27,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-const std::string kAgent = POOLD_AGENT_BINARY;
 
 std::string fixtureTopology() {
   return (sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
@@ -69,54 +68,6 @@ class SilentPort {
  private:
   int fd_;
   int port_ = 0;
-};
-
-// Waits until `file` holds `needle`, up to `limit`.
-bool waitForText(const std::filesystem::path& file, const std::string& needle, seconds limit) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (slurp(file).find(needle) != std::string::npos) return true;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return false;
-}
-
-// The exit status of `pid` (as a shell says it) within `limit`, or -1 after killing it.
-int waitExit(pid_t pid, seconds limit) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < end) {
-    if (waitpid(pid, &status, WNOHANG) == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  kill(-pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
-
-// A poold-agent started in the background (its own process group), its stderr in `err`; killed at
-// the end of the test whatever the test did.
-class AgentRun {
- public:
-  AgentRun(const std::string& args, const std::filesystem::path& err, const std::string& prefix = "")
-      : pid_(spawnShell(prefix + kAgent + " " + args + " </dev/null >/dev/null 2>" + err.string())) {}
-  ~AgentRun() {
-    if (pid_ > 0) waitExit(pid_, seconds(0));
-  }
-  AgentRun(const AgentRun&) = delete;
-  AgentRun& operator=(const AgentRun&) = delete;
-  pid_t pid() const { return pid_; }
-  // SIGTERM, then its exit status within `limit` (-1: it did not end, and was killed).
-  int stop(seconds limit) {
-    kill(pid_, SIGTERM);
-    int status = waitExit(pid_, limit);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_;
 };
 
 int countLines(const std::string& text, const std::string& needle) {

@@ -76,6 +76,11 @@ TEST(LivePool, SilentNodeBecomesUnreachableAndPlacementAvoidsIt) {
   EXPECT_TRUE(state.nodeMap().at("n02").live.unreachable);
   EXPECT_FALSE(state.nodeMap().at("n01").live.unreachable) << "heard from at t0+10";
   EXPECT_EQ(state.status().nodes_unreachable, 1);
+  std::vector<NodeEvent> events = state.takeNodeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, NodeEvent::Kind::kUnreachable);
+  EXPECT_EQ(events[0].node, "n02");
+  EXPECT_EQ(events[0].reason, "no heartbeat from its agent for 16 s");
   EXPECT_EQ(state.status().gpus_unreachable, 8);
 
   SubmitResult a = state.submit(parseRequest("4"), t0() + seconds(16));
