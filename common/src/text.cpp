@@ -23,6 +23,37 @@ std::string firstLine(std::string_view text) {
   return std::string(trim(text.substr(0, text.find('\n'))));
 }
 
+bool takePrefix(std::string_view& rest, std::string_view prefix) {
+  if (!rest.starts_with(prefix)) return false;
+  rest.remove_prefix(prefix.size());
+  return true;
+}
+
+namespace {
+
+template <typename Pred>
+std::string_view takeWhile(std::string_view& rest, Pred pred) {
+  size_t n = 0;
+  while (n < rest.size() && pred(rest[n])) ++n;
+  std::string_view taken = rest.substr(0, n);
+  rest.remove_prefix(n);
+  return taken;
+}
+
+}  // namespace
+
+std::string_view takeDigits(std::string_view& rest) {
+  return takeWhile(rest, [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string_view takeSpace(std::string_view& rest) {
+  return takeWhile(rest, isSpace);
+}
+
+std::string_view takeWord(std::string_view& rest) {
+  return takeWhile(rest, [](char c) { return !isSpace(c); });
+}
+
 std::string hexNumber(uint64_t value, int digits) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%0*llx", digits, static_cast<unsigned long long>(value));

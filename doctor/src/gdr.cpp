@@ -5,11 +5,12 @@
 
 #include <algorithm>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "checks.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/doctor/pci_config.hpp"
 
 namespace poolrun::doctor::detail {
@@ -61,6 +62,34 @@ std::pair<int, int> kernelVersion(const std::string& release) {
   return {major, minor};
 }
 
+// The NVIDIA driver's major version in /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open
+// Kernel Module for x86_64  550.54.15  Release Build"): after "Module", text without digits, the
+// architecture if any, white space, then major.minor; 0 where no "Module" is followed so.
+int driverMajorVersion(std::string_view text) {
+  constexpr auto npos = std::string_view::npos;
+  for (size_t at = text.find("Module"); at != npos; at = text.find("Module", at + 1)) {
+    std::string_view rest = text.substr(at + 6);
+    size_t digit = rest.find_first_of("0123456789");
+    if (digit == npos || digit == 0) continue;
+    // The first digit is the version's, after white space, or in the architecture's name.
+    std::string_view version = rest.substr(digit - 1);
+    if (!common::isSpace(rest[digit - 1])) {
+      version = {};
+      for (std::string_view arch : {"x86_64", "aarch64", "ppc64le"}) {
+        size_t letters = arch.find_first_of("0123456789");
+        if (digit >= letters && rest.substr(digit - letters).starts_with(arch))
+          version = rest.substr(digit - letters + arch.size());
+      }
+    }
+    std::string_view major;
+    if (common::takeSpace(version).empty() || (major = common::takeDigits(version)).empty() ||
+        !common::takePrefix(version, ".") || common::takeDigits(version).empty())
+      continue;
+    return std::stoi(std::string(major));
+  }
+  return 0;
+}
+
 void checkPeerMemory(const Roots& roots, Report& report) {
   Check c{"gdr.peermem", Status::kPass, "node", modulesLoaded(roots), "", ""};
   if (!c.evidence.empty()) {
@@ -72,10 +101,7 @@ void checkPeerMemory(const Roots& roots, Report& report) {
   auto [kmajor, kminor] = kernelVersion(release);
   bool kernelDmabuf = kmajor > 5 || (kmajor == 5 && kminor >= 12);
   bool openModule = driver.find("Open Kernel Module") != std::string::npos;
-  int driverMajor = 0;
-  std::smatch version;
-  static const std::regex kDriverVersion(R"(Module[^0-9]*(?:x86_64|aarch64|ppc64le)?\s+([0-9]+)\.[0-9]+)");
-  if (std::regex_search(driver, version, kDriverVersion)) driverMajor = std::stoi(version[1].str());
+  int driverMajor = driverMajorVersion(driver);
   if (kernelDmabuf && openModule && driverMajor >= 515) {
     c.evidence = fmt::format("no peer-memory module, but dma-buf: kernel {}, NVIDIA open kernel module {}",
                              release, driverMajor);

@@ -5,10 +5,11 @@
 
 #include <algorithm>
 #include <map>
-#include <regex>
 #include <sstream>
+#include <string_view>
 
 #include "checks.hpp"
+#include "poolrun/common/text.hpp"
 
 namespace poolrun::doctor::detail {
 namespace fs = std::filesystem;
@@ -39,12 +40,17 @@ void checkNumaBalancing(const Roots& roots, Report& report) {
   report.add(c);
 }
 
+// "cpu0", "cpu12": a CPU's directory under /sys/devices/system/cpu (not cpufreq, cpuidle, ...).
+bool isCpuDirectory(std::string_view name) {
+  return name.size() > 3 && name.starts_with("cpu") &&
+         name.find_first_not_of("0123456789", 3) == std::string_view::npos;
+}
+
 void checkGovernor(const Roots& roots, Report& report) {
   std::map<std::string, int> governors;
   std::error_code ec;
-  static const std::regex kCpu("cpu[0-9]+");
   for (const auto& entry : fs::directory_iterator(roots.sys / "devices" / "system" / "cpu", ec)) {
-    if (!std::regex_match(entry.path().filename().string(), kCpu)) continue;
+    if (!isCpuDirectory(entry.path().filename().string())) continue;
     if (auto g = readText(entry.path() / "cpufreq" / "scaling_governor")) ++governors[*g];
   }
   fs::path where = roots.sys / "devices/system/cpu/cpu*/cpufreq/scaling_governor";
@@ -117,6 +123,26 @@ std::optional<std::string> parsableValue(const std::string& text, const std::str
   return std::nullopt;
 }
 
+// The version in `ucx_info -v` output ("# Library version: 1.15.0"): the first "version", in any
+// case, followed by ':', '=' or spaces and major.minor, with .patch where there is one.
+std::optional<std::string> ucxVersion(std::string_view text) {
+  using common::takeDigits;
+  using common::takePrefix;
+  std::string folded = common::lower(text);
+  for (size_t at = folded.find("version"); at != std::string::npos; at = folded.find("version", at + 1)) {
+    std::string_view rest = text.substr(at + 7);
+    size_t separators = std::min(rest.find_first_not_of(": ="), rest.size());
+    if (separators == 0) continue;
+    rest.remove_prefix(separators);
+    std::string_view version = rest;
+    if (takeDigits(rest).empty() || !takePrefix(rest, ".") || takeDigits(rest).empty()) continue;
+    std::string_view patch = rest;
+    if (takePrefix(patch, ".") && !takeDigits(patch).empty()) rest = patch;
+    return std::string(version.substr(0, version.size() - rest.size()));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void checkHost(const Roots& roots, Report& report) {
@@ -153,10 +179,9 @@ void checkTools(ToolRunner& tools, bool rdma, bool gpus, Report& report) {
     report.add(c);
   }
   auto ucx = tools.run({"ucx_info", "-v"});
-  std::smatch m;
-  static const std::regex kUcxVersion(R"(version[: =]+([0-9]+\.[0-9]+(\.[0-9]+)?))", std::regex::icase);
-  if (ucx && std::regex_search(*ucx, m, kUcxVersion)) {
-    report.add({"host.ucx", Status::kPass, "UCX", "version " + m[1].str(), "", ""});
+  std::optional<std::string> ucxVersionText = ucx ? ucxVersion(*ucx) : std::nullopt;
+  if (ucxVersionText) {
+    report.add({"host.ucx", Status::kPass, "UCX", "version " + *ucxVersionText, "", ""});
   } else {
     report.add({"host.ucx", rdma ? Status::kWarn : Status::kSkip, "ucx_info",
                 "ucx_info cannot be run or names no version" +

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
+#include <string_view>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::launcher {
@@ -34,14 +36,31 @@ std::string toString(MpiFlavor flavor) {
 }
 
 std::optional<std::pair<MpiFlavor, std::string>> parseMpiVersion(const std::string& output) {
-  static const std::regex kVersion(
-      R"((mpirun|prterun|prte|mpiexec) \((Open MPI|OpenRTE|PRRTE)\) ([0-9]+)\.([0-9]+)(\.[0-9]+)?)");
-  std::smatch m;
-  if (!std::regex_search(output, m, kVersion)) return std::nullopt;
-  int major = std::stoi(m[3].str());
-  std::string version = m[3].str() + "." + m[4].str() + m[5].str();
-  if (m[2] == "PRRTE" || major >= 5) return std::make_pair(MpiFlavor::kOmpi5, version);
-  if (major == 4) return std::make_pair(MpiFlavor::kOmpi4, version);
+  // "mpirun (Open MPI) 4.1.4", "prterun (PRRTE) 3.0.5": the first launcher name, brand and
+  // major.minor[.patch] so written anywhere in the output decides.
+  using common::takeDigits;
+  using common::takePrefix;
+  auto takeOneOf = [](std::string_view& rest, std::initializer_list<std::string_view> words) {
+    for (std::string_view word : words) {
+      if (takePrefix(rest, word)) return word;
+    }
+    return std::string_view();
+  };
+  for (size_t at = 0; at < output.size(); ++at) {
+    std::string_view rest = std::string_view(output).substr(at), brand, major, minor;
+    if (takeOneOf(rest, {"mpirun", "prterun", "prte", "mpiexec"}).empty() || !takePrefix(rest, " (") ||
+        (brand = takeOneOf(rest, {"Open MPI", "OpenRTE", "PRRTE"})).empty() || !takePrefix(rest, ") ") ||
+        (major = takeDigits(rest)).empty() || !takePrefix(rest, ".") || (minor = takeDigits(rest)).empty())
+      continue;
+    std::string version = std::string(major) + "." + std::string(minor);
+    std::string_view patch = rest;
+    if (takePrefix(patch, ".") && !takeDigits(patch).empty())
+      version += rest.substr(0, rest.size() - patch.size());
+    int number = std::stoi(std::string(major));
+    if (brand == "PRRTE" || number >= 5) return std::make_pair(MpiFlavor::kOmpi5, version);
+    if (number == 4) return std::make_pair(MpiFlavor::kOmpi4, version);
+    return std::nullopt;
+  }
   return std::nullopt;
 }
 

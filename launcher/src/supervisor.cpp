@@ -14,11 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string_view>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::launcher {
@@ -166,6 +166,120 @@ class Subreaper {
   bool was_ = false;
 };
 
+using common::takeDigits;
+using common::takePrefix;
+using common::takeSpace;
+using common::takeWord;
+
+int toInt(std::string_view digits) {
+  return std::stoi(std::string(digits));
+}
+
+// "process rank 1 with PID 1234 on node n1 exited on signal 9 (Killed)"
+std::optional<RankFailure> signalFailure(std::string_view text) {
+  constexpr std::string_view kStart = "process rank ";
+  for (size_t at = text.find(kStart); at != std::string_view::npos; at = text.find(kStart, at + 1)) {
+    std::string_view rest = text.substr(at + kStart.size());
+    std::string_view rank = takeDigits(rest), node, sig;
+    if (rank.empty() || !takePrefix(rest, " with PID ") || takeDigits(rest).empty() ||
+        !takePrefix(rest, " on node ") || (node = takeWord(rest)).empty() ||
+        !takePrefix(rest, " exited on signal ") || (sig = takeDigits(rest)).empty())
+      continue;
+    RankFailure f;
+    f.rank = toInt(rank);
+    f.node = std::string(node);
+    f.signal = toInt(sig);
+    return f;
+  }
+  return std::nullopt;
+}
+
+// "]\n  Exit code:    3": the end of the process name whose `rank` was read, then the exit code on a
+// later line.
+std::optional<RankFailure> exitBelow(std::string_view rank, std::string_view rest) {
+  if (rank.empty() || !takePrefix(rest, "]") || takeSpace(rest).find('\n') == std::string_view::npos ||
+      !takePrefix(rest, "Exit code:"))
+    return std::nullopt;
+  takeSpace(rest);
+  std::string_view code = takeDigits(rest);
+  if (code.empty()) return std::nullopt;
+  RankFailure f;
+  f.rank = toInt(rank);
+  f.exit_code = toInt(code);
+  return f;
+}
+
+// "Process name: [[48101,1],1]\n  Exit code:    3" (4.x), "[prterun-host-123@1,1]" (5.x): the
+// rank after the job id ("48101,1", "prterun-host-123@1"), whose last part follows ',' or '@'; with
+// `plain`, "[NAME,1]" where NAME has neither ',' nor ']'.
+std::optional<RankFailure> exitFailure(std::string_view text, bool plain) {
+  constexpr std::string_view kStart = "Process name:";
+  for (size_t at = text.find(kStart); at != std::string_view::npos; at = text.find(kStart, at + 1)) {
+    std::string_view rest = text.substr(at + kStart.size());
+    takeSpace(rest);
+    if (!takePrefix(rest, "[")) continue;
+    if (plain) {
+      size_t comma = rest.find_first_of(",]");
+      if (comma == 0 || comma == std::string_view::npos || rest[comma] != ',') continue;
+      rest.remove_prefix(comma + 1);
+      std::string_view rank = takeDigits(rest);
+      if (auto f = exitBelow(rank, rest)) return f;
+      continue;
+    }
+    // The job id ends at a ',' or '@' before the first ']', followed by digits, "]," or "," and the
+    // rank: the rightmost such one.
+    for (size_t sep = std::min(rest.find(']'), rest.size()); sep-- > 0;) {
+      if (rest[sep] != ',' && rest[sep] != '@') continue;
+      std::string_view tail = rest.substr(sep + 1);
+      if (takeDigits(tail).empty()) continue;
+      takePrefix(tail, "]");
+      if (!takePrefix(tail, ",")) continue;
+      std::string_view rank = takeDigits(tail);
+      if (auto f = exitBelow(rank, tail)) return f;
+    }
+  }
+  return std::nullopt;
+}
+
+// srun (--launcher srun): "srun: error: sn01: task 1: Exited with exit code 7",
+// "srun: error: sn01: tasks 1-2: Killed" (the signal's strsignal() text). The first such line
+// decides: nullopt where it says neither.
+std::optional<RankFailure> srunFailure(std::string_view text) {
+  constexpr std::string_view kStart = "srun: error: ";
+  for (size_t at = text.find(kStart); at != std::string_view::npos; at = text.find(kStart, at + 1)) {
+    std::string_view rest = text.substr(at + kStart.size());
+    std::string_view node = takeWord(rest);
+    if (node.size() < 2 || !node.ends_with(':') || !takePrefix(rest, " task")) continue;
+    node.remove_suffix(1);
+    takePrefix(rest, "s");
+    std::string_view rank;
+    if (!takePrefix(rest, " ") || (rank = takeDigits(rest)).empty()) continue;
+    rest.remove_prefix(std::min(rest.find_first_not_of("-,0123456789"), rest.size()));
+    std::string_view how = rest.substr(0, rest.find('\n'));
+    if (!takePrefix(how, ": ") || how.empty()) continue;
+    RankFailure f;
+    f.node = std::string(node);
+    f.rank = toInt(rank);
+    constexpr std::string_view kCode = "Exited with exit code ";
+    for (size_t c = how.find(kCode); c != std::string_view::npos; c = how.find(kCode, c + 1)) {
+      std::string_view after = how.substr(c + kCode.size());
+      std::string_view code = takeDigits(after);
+      if (code.empty()) continue;
+      f.exit_code = toInt(code);
+      return f;
+    }
+    for (int sig = 1; sig < 32; ++sig) {
+      const char* name = strsignal(sig);
+      if (name != nullptr && how.starts_with(name)) {
+        f.signal = sig;
+        return f;
+      }
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string findExecutable(const std::string& name) {
@@ -183,50 +297,10 @@ std::string findExecutable(const std::string& name) {
 }
 
 std::optional<RankFailure> parseMpiFailure(const std::string& text) {
-  // "process rank 1 with PID 1234 on node n1 exited on signal 9 (Killed)"
-  static const std::regex kSignal(
-      R"(process rank ([0-9]+) with PID [0-9]+ on node (\S+) exited on signal ([0-9]+))");
-  // "Process name: [[48101,1],1]\n  Exit code:    3" (4.x), "[prterun-host-123@1,1]" (5.x)
-  static const std::regex kExit(
-      R"(Process name:\s*\[\[?[^\]]*[,@][0-9]+\]?,([0-9]+)\]\s*\n\s*Exit code:\s*([0-9]+))");
-  static const std::regex kExit5(R"(Process name:\s*\[[^,\]]+,([0-9]+)\]\s*\n\s*Exit code:\s*([0-9]+))");
-  std::smatch m;
-  if (std::regex_search(text, m, kSignal)) {
-    RankFailure f;
-    f.rank = std::stoi(m[1].str());
-    f.node = m[2].str();
-    f.signal = std::stoi(m[3].str());
-    return f;
-  }
-  if (std::regex_search(text, m, kExit) || std::regex_search(text, m, kExit5)) {
-    RankFailure f;
-    f.rank = std::stoi(m[1].str());
-    f.exit_code = std::stoi(m[2].str());
-    return f;
-  }
-  // srun (--launcher srun): "srun: error: sn01: task 1: Exited with exit code 7",
-  // "srun: error: sn01: task 1: Killed" (the signal's strsignal() text)
-  static const std::regex kSrun(R"(srun: error: (\S+): tasks? ([0-9]+)[-,0-9]*: ([^\n]+))");
-  if (std::regex_search(text, m, kSrun)) {
-    RankFailure f;
-    f.node = m[1].str();
-    f.rank = std::stoi(m[2].str());
-    std::string how = m[3].str();
-    std::smatch c;
-    static const std::regex kCode(R"(Exited with exit code ([0-9]+))");
-    if (std::regex_search(how, c, kCode)) {
-      f.exit_code = std::stoi(c[1].str());
-      return f;
-    }
-    for (int sig = 1; sig < 32; ++sig) {
-      const char* name = strsignal(sig);
-      if (name != nullptr && how.rfind(name, 0) == 0) {
-        f.signal = sig;
-        return f;
-      }
-    }
-  }
-  return std::nullopt;
+  if (auto f = signalFailure(text)) return f;
+  if (auto f = exitFailure(text, false)) return f;
+  if (auto f = exitFailure(text, true)) return f;
+  return srunFailure(text);
 }
 
 SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {

@@ -1,4 +1,4 @@
-// The shared text helpers: white space, case, first lines, hexadecimal numbers.
+// The shared text helpers: white space, case, first lines, hexadecimal numbers, cursors.
 
 #include "poolrun/common/text.hpp"
 
@@ -49,6 +49,33 @@ TEST(TextTest, ParseHexTakesAllOfTheTextWithinTheType) {
   for (const char* bad : {"", "0x", "-1", "+1", " 1", "1 ", "0x1g", "x1", "0x-1"}) {
     EXPECT_EQ(parseHex<uint32_t>(bad), std::nullopt) << "'" << bad << "'";
   }
+}
+
+TEST(TextTest, CursorsTakeFromTheFrontOnlyWhatTheyRead) {
+  std::string_view rest = "Exit code:  \t 12a b\xc2\xa0z\n";
+  EXPECT_FALSE(takePrefix(rest, "exit"));
+  EXPECT_EQ(rest, "Exit code:  \t 12a b\xc2\xa0z\n");
+  EXPECT_TRUE(takePrefix(rest, "Exit code:"));
+  EXPECT_EQ(takeDigits(rest), "");
+  EXPECT_EQ(takeSpace(rest), "  \t ");
+  EXPECT_EQ(takeSpace(rest), "");
+  EXPECT_EQ(takeDigits(rest), "12");
+  EXPECT_EQ(takeWord(rest), "a");
+  EXPECT_EQ(takeSpace(rest), " ");
+  EXPECT_EQ(takeWord(rest), "b\xc2\xa0z");  // a UTF-8 no-break space is no white space
+  EXPECT_EQ(rest, "\n");
+  EXPECT_EQ(takeWord(rest), "");
+  EXPECT_EQ(takeSpace(rest), "\n");
+  EXPECT_TRUE(rest.empty());
+  EXPECT_TRUE(takePrefix(rest, ""));
+  EXPECT_FALSE(takePrefix(rest, "x"));
+  EXPECT_EQ(takeDigits(rest), "");
+  EXPECT_EQ(takeWord(rest), "");
+  std::string_view digits = "0123456789/:";  // the neighbours of 0-9 are no digits
+  EXPECT_EQ(takeDigits(digits), "0123456789");
+  EXPECT_EQ(digits, "/:");
+  std::string_view spaces = "\f\v\r\n\t x";
+  EXPECT_EQ(takeSpace(spaces), "\f\v\r\n\t ");
 }
 
 }  // namespace

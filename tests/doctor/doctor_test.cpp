@@ -346,6 +346,88 @@ TEST(DoctorTest, DmaBufStandsInForPeerMemory) {
   EXPECT_EQ(flagged(h.run()), std::vector<std::string>{"WARN gdr.peermem node"});
 }
 
+const Check* findCheck(const Report& r, const std::string& id) {
+  auto it = std::find_if(r.checks.begin(), r.checks.end(), [&](const Check& c) { return c.id == id; });
+  return it == r.checks.end() ? nullptr : &*it;
+}
+
+// The driver's major version as /proc/driver/nvidia/version writes it on each architecture: the
+// number after "Module", the architecture (if any) and white space; 0 where there is none.
+TEST(DoctorTest, DriverVersionOnEachArchitecture) {
+  struct Case {
+    std::string version;
+    std::string evidence;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  535.104.05  Release Build\n",
+            "NVIDIA open kernel module 535"},
+           {"NVRM version: NVIDIA UNIX Open Kernel Module for ppc64le  525.60.13  Release Build\n",
+            "NVIDIA open kernel module 525"},
+           {"NVRM version: NVIDIA UNIX Open Kernel Module  560.28.03  Release Build\n",
+            "NVIDIA open kernel module 560"},
+           {"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64\t1000.1\n",
+            "NVIDIA open kernel module 1000"},
+           {"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  510.47.03  Release Build\n",
+            "NVIDIA driver 510 is older than 515"},
+           {"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550 Release Build\n",
+            "NVIDIA driver 0 is older than 515"},
+           {"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64550.54.15\n",
+            "NVIDIA driver 0 is older than 515"},
+           {"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  Release Build\n",
+            "NVIDIA driver 0 is older than 515"},
+       }) {
+    Harness h(kIb);
+    h.node.write("proc/modules", "mlx5_ib 458752 0 - Live 0x0\n");
+    h.node.write("proc/driver/nvidia/version", c.version);
+    Report r = h.run();
+    const Check* peermem = findCheck(r, "gdr.peermem");
+    ASSERT_NE(peermem, nullptr) << describe(r);
+    EXPECT_THAT(peermem->evidence, HasSubstr(c.evidence)) << c.version;
+  }
+}
+
+// ucx_info -v names the version after "version" in any case and ':', '=' or spaces: the first
+// "major.minor" or "major.minor.patch" so written.
+TEST(DoctorTest, UcxVersionAsUcxInfoPrintsIt) {
+  for (auto [output, evidence] : std::vector<std::pair<std::string, std::string>>{
+           {"# UCT version=1.12.1 revision dc92435\n", "version 1.12.1"},
+           {"# Library VERSION: 1.16\n", "version 1.16"},
+           {"# Library version: 1.15.0.1\n", "version 1.15.0"},
+           {"# Library version:: = 1.17.0rc1\n", "version 1.17.0"},
+           {"# Library version: 1\n# API headers version: 1.14.1\n", "version 1.14.1"},
+       }) {
+    Harness h(kIb);
+    h.tools.outputs["ucx_info"] = output;
+    Report r = h.run();
+    const Check* ucx = findCheck(r, "host.ucx");
+    ASSERT_NE(ucx, nullptr) << describe(r);
+    EXPECT_EQ(ucx->status, Status::kPass) << output;
+    EXPECT_EQ(ucx->evidence, evidence) << output;
+  }
+  for (const char* output :
+       {"# Library versions: 1.15.0\n", "# Library version: 1.\n", "# Library version 15\n"}) {
+    Harness h(kIb);
+    h.tools.outputs["ucx_info"] = output;
+    EXPECT_EQ(flagged(h.run()), std::vector<std::string>{"WARN host.ucx ucx_info"}) << output;
+  }
+}
+
+// Only cpuN directories are CPUs: cpufreq, cpuidle and the like under /sys/devices/system/cpu are not.
+TEST(DoctorTest, GovernorsOfCpuDirectoriesOnly) {
+  Harness h(kIb);
+  for (const char* dir : {"cpufreq", "cpuidle", "cpu", "cpu1a", "vcpu1", "cpu-1"}) {
+    h.node.write(std::string("sys/devices/system/cpu/") + dir + "/cpufreq/scaling_governor", "powersave\n");
+  }
+  Report r = h.run();
+  EXPECT_THAT(flagged(r), ::testing::IsEmpty()) << describe(r);
+  h.node.write("sys/devices/system/cpu/cpu12/cpufreq/scaling_governor", "powersave\n");
+  r = h.run();
+  EXPECT_EQ(flagged(r), std::vector<std::string>{"WARN host.cpufreq CPUs"});
+  const Check* governor = findCheck(r, "host.cpufreq");
+  ASSERT_NE(governor, nullptr);
+  EXPECT_THAT(governor->evidence, HasSubstr("performance on 4 CPUs, powersave on 1 CPU"));
+}
+
 // A plan that uses one port checks that port and its GPU-NIC pair, and nothing of the rest.
 TEST(DoctorTest, PlannedScopeChecksOnlyWhatThePlanUses) {
   Harness h(kIb);

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <regex>
+#include <optional>
+#include <string_view>
+#include <utility>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/doctor/doctor.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
@@ -17,31 +20,51 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
+// Not empty, and no white space in it.
+bool isWord(std::string_view text) {
+  return !common::takeWord(text).empty() && text.empty();
+}
+
+// "class/infiniband/DEV -> ../../devices/.../BDF/infiniband/DEV": the RDMA device's folder (from
+// devices/) and the address of its PCI function, where `target` is one.
+std::optional<std::pair<std::string_view, std::string_view>> rdmaUnderPci(std::string_view path,
+                                                                          std::string_view target) {
+  if (path.size() <= 17 || !path.starts_with("class/infiniband/") || !common::takePrefix(target, "../../") ||
+      !target.starts_with("devices/"))
+    return std::nullopt;
+  for (size_t ib = target.rfind("/infiniband/"); ib != std::string_view::npos && ib > 0;
+       ib = target.rfind("/infiniband/", ib - 1)) {
+    size_t slash = target.rfind('/', ib - 1);
+    std::string_view pci = target.substr(slash + 1, ib - slash - 1);
+    if (slash >= 8 && !pci.empty() && pci.find_first_not_of("0123456789abcdef:.") == std::string_view::npos &&
+        ib + 12 < target.size())
+      return std::pair{target, pci};
+  }
+  return std::nullopt;
+}
+
+// "path -> target" lines are links, "path = content" lines files (a path ending in '/' is a listing
+// of its folder: skipped); paths and targets are one word.
 void rebuild(const fs::path& sample, const poolrun::test::TempDir& sys) {
   std::ifstream in(sample);
   ASSERT_TRUE(in) << sample;
   std::string line;
-  static const std::regex kLink(R"(^(\S+) -> (\S+)$)");
-  static const std::regex kFile(R"(^(\S+[^/]) = (.*)$)");
   int files = 0;
   while (std::getline(in, line)) {
-    std::smatch m;
     if (line.empty() || line[0] == '#' || line[0] == '(') continue;
-    if (std::regex_match(line, m, kLink)) {
-      fs::create_directories((sys.path() / m[1].str()).parent_path());
-      fs::create_directory_symlink(m[2].str(), sys.path() / m[1].str());
+    std::string_view rest = line;
+    std::string_view path = common::takeWord(rest), content = rest, target = rest;
+    if (!path.empty() && common::takePrefix(target, " -> ") && isWord(target)) {
+      fs::create_directories((sys.path() / path).parent_path());
+      fs::create_directory_symlink(target, sys.path() / path);
       // The sample lists the class links but not the `device` link the kernel puts in every RDMA
       // device's folder, back to its PCI function (.../BDF/infiniband/DEV/device -> ../../../BDF).
-      static const std::regex kRdmaUnderPci(
-          R"(^class/infiniband/\S+ -> \.\./\.\./(devices/.*/([0-9a-f:.]+)/infiniband/\S+)$)");
-      std::smatch dev;
-      if (std::regex_match(line, dev, kRdmaUnderPci)) {
-        fs::create_directories(sys.path() / dev[1].str());
-        fs::create_directory_symlink(fs::path("../../..") / dev[2].str(),
-                                     sys.path() / dev[1].str() / "device");
+      if (auto dev = rdmaUnderPci(path, target)) {
+        fs::create_directories(sys.path() / dev->first);
+        fs::create_directory_symlink(fs::path("../../..") / dev->second, sys.path() / dev->first / "device");
       }
-    } else if (std::regex_match(line, m, kFile)) {
-      sys.write(m[1].str(), m[2].str() + "\n");
+    } else if (path.size() >= 2 && !path.ends_with('/') && common::takePrefix(content, " = ")) {
+      sys.write(std::string(path), std::string(content) + "\n");
       ++files;
     }
   }

@@ -4,6 +4,10 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/supervisor.hpp"
@@ -133,6 +137,33 @@ TEST(MpiCommandTest, ParsesVersions) {
   EXPECT_FALSE(parseMpiVersion("mpirun (Open MPI) 3.1.6\n"));
 }
 
+// Every launcher name and brand Open MPI and PRRTE print, the version's patch level optional, the
+// first such line anywhere in the output.
+TEST(MpiCommandTest, ParsesVersionsOfEveryLauncherName) {
+  struct Case {
+    std::string output;
+    std::optional<std::pair<MpiFlavor, std::string>> expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"mpiexec (OpenRTE) 4.0.3\n", std::pair{MpiFlavor::kOmpi4, "4.0.3"}},
+           {"prte (PRRTE) 2.0\n", std::pair{MpiFlavor::kOmpi5, "2.0"}},
+           {"mpirun (Open MPI) 4.1\n", std::pair{MpiFlavor::kOmpi4, "4.1"}},
+           {"mpirun (Open MPI) 4.1.4.2\n", std::pair{MpiFlavor::kOmpi4, "4.1.4"}},
+           {"mpirun (Open MPI) 5.0.3rc1\n", std::pair{MpiFlavor::kOmpi5, "5.0.3"}},
+           {"mpirun (Open MPI) 6.0.0\n", std::pair{MpiFlavor::kOmpi5, "6.0.0"}},
+           {"/opt/ompi/bin/mpirun (Open MPI) 4.1.2\n", std::pair{MpiFlavor::kOmpi4, "4.1.2"}},
+           {"warning: no hwloc\nmpirun (Open MPI)\nmpirun (Open MPI) 4.1.6\n",
+            std::pair{MpiFlavor::kOmpi4, "4.1.6"}},
+           {"mpirun (Open MPI) 4\n", std::nullopt},
+           {"mpirun (Open MPI) 4.\n", std::nullopt},
+           {"mpirun(Open MPI) 4.1.2\n", std::nullopt},
+           {"mpirun (open mpi) 4.1.2\n", std::nullopt},
+           {"mpirun (Intel MPI) 2021.1\n", std::nullopt},
+       }) {
+    EXPECT_EQ(parseMpiVersion(c.output), c.expected) << c.output;
+  }
+}
+
 TEST(MpiCommandTest, ShellJoinQuotes) {
   EXPECT_EQ(shellJoin({"a", "b c", "it's", "x=1,y"}), "a 'b c' 'it'\\''s' x=1,y");
 }
@@ -189,6 +220,45 @@ TEST(MpiFailureTest, ParsesOpenMpiMessages) {
   EXPECT_EQ(exit5->rank, 5);
   EXPECT_EQ(exit5->exit_code, 2);
   EXPECT_FALSE(parseMpiFailure("all good"));
+}
+
+// The first failing rank in each form mpirun and srun write it: a signal before an exit code
+// wherever they are, the exit code on a later line than the process name, the node as one word.
+TEST(MpiFailureTest, ParsesEveryFormOfTheMessages) {
+  auto show = [](const std::optional<RankFailure>& f) {
+    return f ? "rank " + std::to_string(f->rank) + " node '" + f->node + "' exit " +
+                   std::to_string(f->exit_code) + " signal " + std::to_string(f->signal)
+             : std::string("none");
+  };
+  for (auto [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"process rank 12 with PID 7 on node gpu-01.example exited on signal 11 (Segmentation fault)",
+            "rank 12 node 'gpu-01.example' exit 0 signal 11"},
+           {"process rank 1 with PID 7 on node n1\texited on signal 9", "none"},
+           {"process rank x with PID 1\nprocess rank 2 with PID 9 on node b exited on signal 15",
+            "rank 2 node 'b' exit 0 signal 15"},
+           {"  Process name: [[1,0],2]\n  Exit code: 3\nprocess rank 4 with PID 9 on node b exited on signal "
+            "6",
+            "rank 4 node 'b' exit 0 signal 6"},
+           {"Process name:[[1,0],2]\n\n\t Exit code:3", "rank 2 node '' exit 3 signal 0"},
+           {"Process name: [[1,0],2] Exit code: 3", "none"},
+           {"Process name: [[1,0],2]\n Exit code: none", "none"},
+           {"Process name: [48101,1,3]\n Exit code: 4", "rank 3 node '' exit 4 signal 0"},
+           {"Process name: [prterun-a,b-1@1,5]\n Exit code: 2", "rank 5 node '' exit 2 signal 0"},
+           {"Process name: [host,3]\n Exit code: 2", "rank 3 node '' exit 2 signal 0"},
+           {"Process name: [,3]\n Exit code: 2", "none"},
+           {"Process name: [[1,0],2]\n Exit code: 3\nProcess name: [h,5]\n Exit code: 6",
+            "rank 2 node '' exit 3 signal 0"},
+           {"Process name: [h,5]\n Exit code: 6\nProcess name: [[1,0],2]\n Exit code: 3",
+            "rank 2 node '' exit 3 signal 0"},
+           {"srun: error: n1: task 0: Exited with exit code 255", "rank 0 node 'n1' exit 255 signal 0"},
+           {"srun: error: a:b: tasks 1,2-3: Hangup", "rank 1 node 'a:b' exit 0 signal 1"},
+           {"srun: error: sn01:task 1: Killed", "none"},
+           {"srun: error: sn01: task 1:Killed", "none"},
+           {"srun: error: sn01: task one: Killed\nsrun: error: sn02: task 2: Terminated",
+            "rank 2 node 'sn02' exit 0 signal 15"},
+       }) {
+    EXPECT_EQ(show(parseMpiFailure(text)), expected) << text;
+  }
 }
 
 }  // namespace

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <regex>
+#include <sstream>
+#include <string>
+#include <string_view>
 
+#include "poolrun/common/text.hpp"
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -143,11 +146,44 @@ TEST(OptionsTest, MinusNpIsMinusN) {
   EXPECT_EQ(fromPool.out, plan.out);
 }
 
+// "poolrun 0.4.0\nbuilt with: NCCL 2.21.5, CUDA none, Open MPI 4.1.4, hwloc 2.9.0\n": a binary's
+// name and version, then NCCL's, CUDA's and MPI's ("none" where the build has none) and hwloc's.
+bool isVersionText(std::string_view text) {
+  using poolrun::common::takeDigits;
+  using poolrun::common::takePrefix;
+  auto span = [&text](std::string_view chars) {  // the run of `chars` at the front, taken
+    std::string_view run = text.substr(0, text.find_first_not_of(chars));
+    text.remove_prefix(run.size());
+    return run;
+  };
+  constexpr std::string_view kLetters = "abcdefghijklmnopqrstuvwxyz";
+  auto versionOrNone = [&] { return takePrefix(text, "none") || !span("0123456789.").empty(); };
+  auto mpi = [&] {
+    if (takePrefix(text, "Open MPI ")) return versionOrNone();
+    return takePrefix(text, "MPICH ") && !span(std::string("0123456789.").append(kLetters)).empty();
+  };
+  auto hwloc = [&] {
+    std::string_view version = span(std::string("0123456789.").append(kLetters));
+    return !version.empty() && version[0] >= '0' && version[0] <= '9';
+  };
+  return !span(std::string(kLetters).append("-")).empty() && takePrefix(text, " ") &&
+         !takeDigits(text).empty() && takePrefix(text, ".") && !takeDigits(text).empty() &&
+         takePrefix(text, ".") && !takeDigits(text).empty() && takePrefix(text, "\nbuilt with: NCCL ") &&
+         versionOrNone() && takePrefix(text, ", CUDA ") && versionOrNone() && takePrefix(text, ", ") &&
+         mpi() && takePrefix(text, ", hwloc ") && hwloc() && takePrefix(text, "\n") && text.empty();
+}
+
+// Whether `word` is one of the words of `text`, between white space or its ends.
+bool hasWord(const std::string& text, const std::string& word) {
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    if (w == word) return true;
+  }
+  return false;
+}
+
 // --version in every binary: the project's version, then the build's NCCL, CUDA, MPI and hwloc.
 TEST(OptionsTest, EveryBinaryHasVersion) {
-  static const std::regex kVersion(
-      R"(^[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+\nbuilt with: NCCL ([0-9.]+|none), CUDA ([0-9.]+|none), )"
-      R"((Open MPI [0-9.]+|MPICH [0-9.a-z]+|Open MPI none), hwloc [0-9][0-9.a-z]*\n$)");
   for (const auto& [name, binary] :
        std::vector<std::pair<std::string, std::string>>{{"poolrun", POOLRUN_BINARY},
                                                         {"poolctl", POOLCTL_BINARY},
@@ -155,7 +191,7 @@ TEST(OptionsTest, EveryBinaryHasVersion) {
                                                         {"poolrun-sim-agent", SIM_AGENT_BINARY}}) {
     poolrun::test::ProcessResult r = poolrun::test::runShell("timeout 60 " + binary + " --version");
     EXPECT_EQ(r.status, 0) << binary << "\n" << r.err;
-    EXPECT_TRUE(std::regex_match(r.out, kVersion)) << r.out;
+    EXPECT_TRUE(isVersionText(r.out)) << r.out;
     EXPECT_EQ(r.out.substr(0, name.size() + 1), name + " ") << r.out;
   }
 }
@@ -170,7 +206,7 @@ TEST(OptionsTest, HelpNamesValuesCommandsAndEnvironment) {
         poolrun + " tuner explain --help", poolrun + " tuner calibrate --help"}) {
     poolrun::test::ProcessResult r = poolrun::test::runShell(cmd);
     EXPECT_EQ(r.status, 0) << cmd << "\n" << r.err;
-    EXPECT_FALSE(std::regex_search(r.out, std::regex(R"((^|\s)arg(\s|$))"))) << cmd << "\n" << r.out;
+    EXPECT_FALSE(hasWord(r.out, "arg")) << cmd << "\n" << r.out;
   }
   poolrun::test::ProcessResult help = poolrun::test::runShell(poolrun + " --help");
   for (const char* want : {"\ncommands:\n", "\n  topo ", "\n  plan ", "\n  doctor ", "\n  tuner ",

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "support/hwloc_xml.hpp"
@@ -107,6 +112,30 @@ TEST_F(HwlocReaderTest, ClassifiesPathsLikeNvidiaSmi) {
   EXPECT_EQ(path(3, "mlx5_2"), "PXB");   // two levels of switches
   EXPECT_EQ(topo.gpuToGpu(0, 1).str(), "PHB");
   EXPECT_EQ(topo.gpuToGpu(2, 3).str(), "NODE");
+}
+
+// Old hwloc exports list an RDMA device (mlx4_0) among the network devices of its PCI function:
+// such a name, "mlx<card>_<port>", makes an Ethernet-class function a NIC; no other name does.
+TEST(HwlocReaderNames, RdmaNamesAmongNetworkDevices) {
+  const std::vector<std::pair<std::string, bool>> names = {
+      {"mlx4_0", true},   {"mlx12_34", true}, {"mlx4", false},   {"mlx_0", false}, {"mlx4_", false},
+      {"mlx4_0a", false}, {"xmlx4_0", false}, {"mlx4-0", false}, {"eth0", false},  {"mlx4_0 ", false}};
+  std::string io;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string bus = "1" + std::to_string(i);
+    io +=
+        hx::pciBridge("0000:00:" + bus + ".0", 1,
+                      hx::pciDev("0000:" + bus + ":00.0", "0200", "15b3:1003", hx::osdev(names[i].first, 2)));
+  }
+  NodeTopology topo = readHwlocXmlString(hx::machine({{2, hx::hostBridge("0000:[00-ff]", io)}}), "old.xml");
+  std::vector<std::string> nics, expected;
+  for (const Nic& nic : topo.nics) nics.push_back(nic.name);
+  for (const auto& [name, rdma] : names) {
+    if (rdma) expected.push_back(name);
+  }
+  std::sort(nics.begin(), nics.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(nics, expected);
 }
 
 TEST(HwlocReaderErrors, RejectsHwloc3WithAClearMessage) {

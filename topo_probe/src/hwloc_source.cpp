@@ -8,10 +8,11 @@
 #include <map>
 #include <memory>
 #include <pugixml.hpp>
-#include <regex>
+#include <string_view>
 
 #include "file_util.hpp"
 #include "hwloc_source.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/regular_file.hpp"
@@ -73,9 +74,12 @@ bool isPciBridge(hwloc_obj_t obj) {
   return obj->type == HWLOC_OBJ_BRIDGE && obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
 }
 
+// "mlx4_0", "mlx5_12": an RDMA device of the Mellanox mlx4 and mlx5 drivers, mlx<driver>_<index>.
 bool isRdmaName(const char* name) {
-  static const std::regex kMlx(R"(mlx[0-9]+_[0-9]+)");
-  return name != nullptr && std::regex_match(name, kMlx);
+  if (name == nullptr) return false;
+  std::string_view rest = name;
+  return common::takePrefix(rest, "mlx") && !common::takeDigits(rest).empty() &&
+         common::takePrefix(rest, "_") && !common::takeDigits(rest).empty() && rest.empty();
 }
 
 // Number of bytes in a hwloc network "Address" (20 for IPoIB, 6 for Ethernet).

@@ -29,6 +29,17 @@ std::string lower(std::string_view text);
 // an error message quotes of a command's output ("" when there is none).
 std::string firstLine(std::string_view text);
 
+// Cursors for reading a format from the front, as plain code instead of a regular expression: each
+// removes what it reads from the front of `rest` and returns it.
+// True, and `prefix` removed, where `rest` starts with it; false, `rest` as it was, where not.
+bool takePrefix(std::string_view& rest, std::string_view prefix);
+// The ASCII digits 0-9 at the front ("" where there are none).
+std::string_view takeDigits(std::string_view& rest);
+// The white space (isSpace) at the front ("" where there is none).
+std::string_view takeSpace(std::string_view& rest);
+// What comes before the first white space: a word, as \S+ reads it (all of `rest` where none).
+std::string_view takeWord(std::string_view& rest);
+
 // "0x15b3", "0x030200": `value` in lower-case hexadecimal with at least `digits` digits, after "0x",
 // as NCCL's XML, sysfs and lspci write PCI ids and classes.
 std::string hexNumber(uint64_t value, int digits);
