@@ -6,6 +6,7 @@
 // queued request then starts.
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -236,6 +237,43 @@ TEST_F(LivePoolTest, AnIdleJobIsReclaimedItsPoolrunEndsWith126AndTheQueuedReques
   EXPECT_EQ(granted["gpus"][0]["node"], idleNode) << granted.dump();
   json leases = poolctl({"leases"});
   EXPECT_EQ(leases.size(), 2u) << "the busy one and the queued one: " << leases.dump();
+}
+
+TEST_F(LivePoolTest, MetricsCarryEveryGpuOfTheAgentsAndPassPromtool) {
+  json lease = poolctl({"acquire", "-n", "8", "--gpus-per-node", "8", "--ttl", "120"});
+  ASSERT_TRUE(lease.is_object()) << lease.dump();
+  const std::string held = lease["gpus"][0]["node"];
+  nvml["n01"]["gpus"][2]["xid_events"] = {{{"seq", 1}, {"xid", 13}}};
+  writeFakeNvml(nvmlFile("n01"), nvml["n01"]);
+  httplib::Client http("127.0.0.1", poold->port());
+  std::string m;
+  auto end = std::chrono::steady_clock::now() + seconds(20);
+  while (std::chrono::steady_clock::now() < end) {
+    auto r = http.Get("/metrics", {{"Authorization", "Bearer tok-root-0123456789"}});
+    ASSERT_TRUE(r && r->status == 200);
+    m = r->body;
+    if (m.find("xid=\"13\"") != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  const std::string gpu0 = "node=\"" + held + "\",gpu=\"0\",uuid=\"GPU-fake-0000-0000\",lease=\"" +
+                           lease["id"].get<std::string>() + "\",owner=\"root\"";
+  EXPECT_NE(m.find("poolrun_gpu_utilization_ratio{" + gpu0 + "} 0.6\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("poolrun_gpu_temperature_celsius{" + gpu0 + "} 35\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("poolrun_gpu_power_watts{" + gpu0 + "} 70\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("poolrun_gpu_memory_total_bytes{" + gpu0 + "} 85899345920\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("poolrun_gpu_xid_errors_total{node=\"n01\",gpu=\"2\",xid=\"13\"} 1\n"), std::string::npos)
+      << m;
+  for (const char* n : kNodes)
+    EXPECT_NE(m.find(std::string("poolrun_node_heartbeat_age_seconds{node=\"") + n + "\"}"),
+              std::string::npos)
+        << m;
+  EXPECT_NE(m.find("poolrun_gpus{state=\"leased\"} 8\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("poolrun_gpus{state=\"foreign\"} 0\n"), std::string::npos) << m;
+  if (runShell("command -v promtool").status != 0)
+    GTEST_SKIP() << "promtool not found: install Debian's prometheus package (scripts/setup-deps.sh)";
+  std::filesystem::path file = dir.write("metrics.txt", m);
+  ProcessResult r = runShell("promtool check metrics < " + file.string());
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
 }
 
 }  // namespace
