@@ -58,9 +58,9 @@ std::string rounded(std::optional<double> value, const char* unit) {
 }
 
 std::optional<uint64_t> totalMemory(const GpuInfo& g) {
-  if (g.memory_total_bytes) return g.memory_total_bytes;
+  if (g.memory_total_bytes && *g.memory_total_bytes > 0) return g.memory_total_bytes;
   if (g.memory_bytes > 0) return g.memory_bytes;
-  return std::nullopt;
+  return std::nullopt;  // 0: a topology that does not say
 }
 
 // "61.2/79.6" (GiB); "-/79.6" where the use is not known.
@@ -360,9 +360,10 @@ std::vector<std::string> headerLines(const TopView& view, Clock::time_point now,
     if (down > 0) nodes += ", " + std::to_string(down) + " down";
     const PoolStatus& st = view.snapshot->status;
     parts[0] += "  " + nodes;
-    parts.push_back("GPUs " + std::to_string(st.gpus_free) + " free, " + std::to_string(st.gpus_leased) +
-                    " leased, " + std::to_string(st.gpus_failed) + " failed, " +
-                    std::to_string(st.gpus_foreign) + " foreign");
+    parts.push_back(
+        "GPUs " + std::to_string(st.gpus_free) + " free, " + std::to_string(st.gpus_leased) + " leased, " +
+        std::to_string(st.gpus_failed) + " failed, " + std::to_string(st.gpus_foreign) + " foreign" +
+        (st.gpus_unreachable > 0 ? "; " + std::to_string(st.gpus_unreachable) + " unreachable" : ""));
     parts.push_back("leases " + std::to_string(st.leases) + ", queue " + std::to_string(st.queued));
   }
   parts.push_back(view.pool + (view.interactive

@@ -141,9 +141,9 @@ TEST(TopFrame, ShowsTheCompactPoolAt80Columns) {
   expectFits(frame, 80, 40);
   const std::string text = joined(frame);
   // Each part of the header on the first line it fits.
-  EXPECT_EQ(frame[0], "12:00:00  nodes 2 up, 1 unreachable | GPUs 2 free, 2 leased, 1 failed, 1 foreign")
+  EXPECT_EQ(frame[0], "12:00:00  nodes 2 up, 1 unreachable | leases 1, queue 1 | http://127.0.0.1:7450")
       << text;
-  EXPECT_EQ(frame[1], "leases 1, queue 1 | http://127.0.0.1:7450") << text;
+  EXPECT_EQ(frame[1], "GPUs 2 free, 2 leased, 1 failed, 1 foreign; 2 unreachable") << text;
   EXPECT_EQ(lineWith(frame, {"n01"}),
             "n01  up           agent 0.1.0  seen 0:03 ago  2 GPUs: 1 leased, 1 failed")
       << text;
@@ -182,8 +182,8 @@ TEST(TopFrame, ShowsEverythingOnOneLineEachAt200Columns) {
   const std::string text = joined(frame);
   EXPECT_EQ(
       frame[0],
-      "12:00:00  nodes 2 up, 1 unreachable | GPUs 2 free, 2 leased, 1 failed, 1 foreign | leases 1, queue 1 "
-      "| http://127.0.0.1:7450 (every 2s, q quits)")
+      "12:00:00  nodes 2 up, 1 unreachable | GPUs 2 free, 2 leased, 1 failed, 1 foreign; 2 unreachable | "
+      "leases 1, queue 1 | http://127.0.0.1:7450 (every 2s, q quits)")
       << text;
   EXPECT_NE(lineWith(frame, {"failed", "XID 79 (fallen off the bus) at 11:59:00"}), "") << text;
   EXPECT_NE(lineWith(frame, {"foreign", "[#########", "35%]", "pids 4242 (9.5 GiB)"}), "") << text;
