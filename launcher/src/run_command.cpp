@@ -239,6 +239,7 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   lr.gpus_per_node = o.request.gpus_per_node;
   if (o.request.fabric != topo::Fabric::kTcp) lr.fabric = o.request.fabric;  // every node can do TCP
   lr.priority = o.priority;
+  lr.no_reclaim = o.no_reclaim;
   lr.owner = pool::currentUser();
   lr.job_name = o.job_name;
   lr.wait = o.wait;
@@ -253,11 +254,19 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
 pool::Lease acquireLease(pool::PoolClient& pool, const pool::LeaseRequest& request, std::ostream& err) {
   pool::QueueInterruption interruption;
   bool told = false;
-  return pool.acquire(request, [&](const pool::QueueProgress& progress) {
-    if (!told) err << "poolrun: waiting in the queue of " << pool.describe() << "\n";
-    told = true;
-    err << "poolrun: " << pool::formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
-  });
+  try {
+    return pool.acquire(request, [&](const pool::QueueProgress& progress) {
+      if (!told) err << "poolrun: waiting in the queue of " << pool.describe() << "\n";
+      told = true;
+      err << "poolrun: " << pool::formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
+    });
+  } catch (const pool::PoolError& e) {
+    // The pool names the field; the user typed the option.
+    if (e.failure() != pool::PoolFailure::kForbidden || !request.no_reclaim) throw;
+    throw pool::PoolError(
+        e.failure(), e.code(),
+        "--no-reclaim is for administrators (an administrator's token may set it): " + std::string(e.what()));
+  }
 }
 
 // The leased nodes in the pool's order, each with its topology: the pool's record, or for a Slurm

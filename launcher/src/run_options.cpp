@@ -134,6 +134,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
        "local (default, or $POOLRUN_POOL), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")
       ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
       ("priority", po::value(&o.priority)->value_name("P"), "queue priority (higher first)")
+      ("no-reclaim", "(admin) never end the lease as idle (poold --reclaim-idle); a user's token is refused")
       ("wait", po::value(&wait)->value_name("SECONDS"),
        "seconds to wait in the queue (default: while the pool could ever fit it)")
       ("name", po::value(&o.job_name)->value_name("NAME"), "job name (default: the program's)")
@@ -189,6 +190,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     o.dry_run = vm.count("dry-run") > 0;
     o.simulate = vm.count("simulate") > 0;
     o.doctor = vm.count("no-doctor") == 0;
+    o.no_reclaim = vm.count("no-reclaim") > 0;
     checkValues(vm, tuner, mpiFlavor, launcher, o);
     if (o.job_name.empty()) o.job_name = std::filesystem::path(o.program[0]).filename().string();
   } catch (const Error& e) {

@@ -21,6 +21,7 @@ struct RunOptions {
   std::string pool;                  // --pool, else $POOLRUN_POOL, else local
   std::string token_file;
   int priority = 0;
+  bool no_reclaim = false;  // --no-reclaim: the lease is never ended as idle (administrators only)
   std::optional<std::chrono::seconds> wait;  // nullopt: while the pool could ever fit the job
   std::chrono::seconds lease_ttl{60};
   std::optional<std::chrono::seconds> timeout;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "http_connection.hpp"
+#include "poolctl_top.hpp"
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/limits.hpp"
@@ -33,9 +34,11 @@ constexpr const char* kUsage =
     "usage: poolctl [--pool URI] [--token-file FILE] [--json] COMMAND [ARGS]\n"
     "commands:\n"
     "  status | nodes | leases | queue     look at the pool\n"
+    "  top [--interval SECONDS] [--once]   a live view of nodes, GPUs, leases and the queue; q quits\n"
     "  acquire -n N [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
     "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
     "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
+    "          [--no-reclaim]\n"
     "  renew LEASE | release LEASE\n"
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
@@ -66,17 +69,36 @@ const char* commandHelp(const std::string& command) {
   static const std::map<std::string, const char*> kHelp = {
       {"status",
        "usage: poolctl [--pool URI] [--json] status\n"
-       "The pool in one line: nodes (up, draining, down), GPUs (free, leased, failed), leases, queued.\n"},
+       "The pool in one line: nodes (up, draining, down; of them unreachable: their agent went quiet),\n"
+       "GPUs (free, leased, failed, foreign: busy with processes of no lease; of them on unreachable\n"
+       "nodes), leases, queued.\n"},
       {"nodes",
        "usage: poolctl [--pool URI] [--json] nodes\n"
-       "Every node: its state, leaf switch, fabric and GPUs (free/leased/failed).\n"},
+       "Every node: its state (up, draining, down, unreachable), leaf switch, fabric, agent (or \"no\n"
+       "agent\"), the age of its last heartbeat and its GPUs (free/leased/failed/foreign); under it a line\n"
+       "per GPU: state, utilisation, memory used/total (GiB), temperature, power, lease, and why it\n"
+       "failed (and when) or the processes of no lease that make it foreign. A node without an agent\n"
+       "has no readings: only its leased and failed GPUs get a line.\n"},
       {"leases",
        "usage: poolctl [--pool URI] [--json] leases\n"
-       "Every lease held: its id, GPUs, owner and expiry.\n"},
+       "Every lease held: its id, job, owner, GPUs, age, idle time (where the pool finds its GPUs\n"
+       "unused: poold --idle-after), expiry, end, and a note: when the pool reclaims it as idle (poold\n"
+       "--reclaim-idle), the nodes at risk (unreachable), or that it is never reclaimed (--no-reclaim).\n"},
       {"queue",
        "usage: poolctl [--pool URI] [--json] queue\n"
        "The waiting requests in the order they will be served: position, ticket, GPUs, priority, owner,\n"
        "job.\n"},
+      {"top",
+       "usage: poolctl [--pool URI] top [--interval SECONDS] [--once]\n"
+       "A live view, redrawn in place every interval: the pool, the time, nodes up and unreachable,\n"
+       "GPUs free, leased, failed and foreign, leases and the queue's length; each node and its GPUs\n"
+       "with utilisation and memory bars; the leases with owner, GPUs, age and idle time; the queue\n"
+       "with positions, waits and reasons. Fits the terminal (lines are cut, not wrapped). q or Ctrl-C\n"
+       "quits (exit 0). Where the pool cannot be read, the header says why and it tries again.\n"
+       "With --once, or when stdout is not a terminal: one frame without escapes ($COLUMNS x $LINES,\n"
+       "else 80x24), exit status 0, or 1 where the pool could not be read.\n"
+       "  --interval SECONDS   between refreshes, 1 to 3600 (default 2)\n"
+       "  --once               print one frame and exit\n"},
       {"acquire",
        "usage: poolctl [--pool URI] [--json] acquire -n N [options]\n"
        "Takes N GPUs (all or nothing) and prints the lease; queues while they are not free.\n"
@@ -93,6 +115,8 @@ const char* commandHelp(const std::string& command) {
        "  --fabric ib|roce|tcp     only nodes with that fabric\n"
        "  --label KEY=VALUE        only nodes with that label (repeatable)\n"
        "  --one-switch             only nodes under one leaf switch\n"
+       "  --no-reclaim             (admin) never end the lease as idle (poold --reclaim-idle); a user's\n"
+       "                           token is refused (exit status 4)\n"
        "exit status: 3 when it does not fit within --wait (or never can); 128+N when signal N (Ctrl-C:\n"
        "130) interrupts the wait: the queued request is withdrawn first.\n"},
       {"renew",
@@ -144,30 +168,11 @@ std::string inSeconds(TimePoint t) {
   return std::to_string(s) + "s";
 }
 
-// A time to come as squeue shows it: "0:45" (from now), "-" for never.
-std::string fromNow(TimePoint t, TimePoint now) {
-  if (t == kNever) return "-";
-  return formatElapsed(std::chrono::duration_cast<std::chrono::seconds>(t - now));
-}
-
 std::string orDash(const std::string& s) {
   return s.empty() ? "-" : s;
 }
 
-// The columns squeue users look for: what runs (leases) and what waits (queue), one per line.
-void printLeaseTable(const std::vector<Lease>& leases, TimePoint now) {
-  std::cout << std::left << std::setw(19) << "LEASE" << std::setw(16) << "JOB" << std::setw(12) << "OWNER"
-            << std::setw(6) << "GPUS" << std::setw(11) << "AGE" << std::setw(11) << "EXPIRES" << std::setw(11)
-            << "END"
-            << "NODELIST\n";
-  for (const Lease& l : leases)
-    std::cout << std::setw(19) << l.id << std::setw(16) << orDash(l.job_name) << std::setw(12) << l.owner
-              << std::setw(6) << l.gpus.size() << std::setw(11)
-              << formatElapsed(std::chrono::duration_cast<std::chrono::seconds>(now - l.created))
-              << std::setw(11) << fromNow(l.expires, now) << std::setw(11)
-              << (l.max_end ? fromNow(*l.max_end, now) : "-") << formatGpus(l.gpus) << "\n";
-}
-
+// The columns squeue users look for: what waits, one per line (leases: leaseTable).
 void printQueueTable(const std::vector<QueueInfo>& queue, TimePoint now) {
   std::cout << std::left << std::setw(5) << "POS" << std::setw(8) << "TICKET" << std::setw(16) << "JOB"
             << std::setw(12) << "OWNER" << std::setw(6) << "GPUS" << std::setw(6) << "PRIO" << std::setw(11)
@@ -418,8 +423,9 @@ int run(int argc, char** argv) {
     if (cargs.size() != 1) throw badInput(cmd + " needs exactly one " + what);
     return cargs[0];
   };
-  static const std::set<std::string> known{"status", "nodes", "leases",  "queue", "register", "drain",
-                                           "resume", "fail",  "acquire", "renew", "release",  "events"};
+  static const std::set<std::string> known{"status",  "nodes",  "leases", "queue",   "register",
+                                           "drain",   "resume", "fail",   "acquire", "renew",
+                                           "release", "events", "top"};
   if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
   if (cmd == "events") return eventsCommand(uri, copt.token, cargs, asJson);
 
@@ -430,17 +436,17 @@ int run(int argc, char** argv) {
     return *opened;
   };
 
+  if (cmd == "top") {
+    if (asJson) throw badInput("top draws text; for JSON use status, nodes, leases and queue with --json");
+    TopOptions options = parseTopOptions(cargs);
+    return topCommand(options, pool());
+  }
   if (cmd == "status") {
     PoolStatus s = pool().status();
-    if (asJson) {
+    if (asJson)
       std::cout << toJson(s).dump(2) << "\n";
-    } else {
-      std::cout << pool().describe() << ": " << (s.nodes_up + s.nodes_draining + s.nodes_down) << " nodes ("
-                << s.nodes_up << " up, " << s.nodes_draining << " draining, " << s.nodes_down << " down), "
-                << (s.gpus_free + s.gpus_leased + s.gpus_failed) << " GPUs (" << s.gpus_free << " free, "
-                << s.gpus_leased << " leased, " << s.gpus_failed << " failed), " << s.leases << " leases, "
-                << s.queued << " queued\n";
-    }
+    else
+      std::cout << statusLine(pool().describe(), s) << "\n";
   } else if (cmd == "nodes") {
     std::vector<NodeInfo> nodes = pool().nodes();
     if (asJson) {
@@ -448,17 +454,8 @@ int run(int argc, char** argv) {
       for (const NodeInfo& n : nodes) out.push_back(toJson(n));
       std::cout << out.dump(2) << "\n";
     } else {
-      std::cout << std::left << std::setw(16) << "NODE" << std::setw(10) << "STATE" << std::setw(10)
-                << "SWITCH" << std::setw(7) << "FABRIC"
-                << "GPUS (free/leased/failed)\n";
-      for (const NodeInfo& n : nodes) {
-        int f = 0, l = 0, x = 0;
-        for (const GpuInfo& g : n.gpus)
-          (g.state == GpuState::kFree ? f : g.state == GpuState::kLeased ? l : x)++;
-        std::cout << std::setw(16) << n.name << std::setw(10) << toString(n.state) << std::setw(10)
-                  << (n.switch_name.empty() ? "-" : n.switch_name) << std::setw(7) << n.fabric
-                  << n.gpus.size() << " (" << f << "/" << l << "/" << x << ")\n";
-      }
+      for (const std::string& line : nodeTable(nodes, std::chrono::system_clock::now()))
+        std::cout << line << "\n";
     }
   } else if (cmd == "leases") {
     std::vector<Lease> leases = pool().leases();
@@ -470,7 +467,8 @@ int run(int argc, char** argv) {
       if (leases.empty())
         std::cout << "no leases\n";
       else
-        printLeaseTable(leases, std::chrono::system_clock::now());
+        for (const std::string& line : leaseTable(leases, std::chrono::system_clock::now()))
+          std::cout << line << "\n";
     }
   } else if (cmd == "queue") {
     std::vector<QueueInfo> queue = pool().queue();
@@ -572,6 +570,8 @@ int run(int argc, char** argv) {
         r.fabric = topo::fabricFromString(value());
       else if (a == "--one-switch")
         r.one_switch = true;
+      else if (a == "--no-reclaim")
+        r.no_reclaim = true;
       else if (a == "--label") {
         std::string kv = value();
         size_t eq = kv.find('=');
@@ -589,10 +589,19 @@ int run(int argc, char** argv) {
     {
       // Ctrl-C (or SIGTERM, SIGHUP) while queued withdraws the request: main() says so.
       QueueInterruption interruption;
-      l = p.acquire(r, [&](const QueueProgress& progress) {
-        if (!asJson)
-          std::cerr << "poolctl: " << formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
-      });
+      try {
+        l = p.acquire(r, [&](const QueueProgress& progress) {
+          if (!asJson)
+            std::cerr << "poolctl: " << formatQueueProgress(progress, std::chrono::system_clock::now())
+                      << "\n";
+        });
+      } catch (const PoolError& e) {
+        // poold names the field; the user typed the option.
+        if (e.failure() != PoolFailure::kForbidden || !r.no_reclaim) throw;
+        throw PoolError(e.failure(), e.code(),
+                        "--no-reclaim is for administrators (an administrator's token may set it): " +
+                            std::string(e.what()));
+      }
     }
     if (asJson)
       std::cout << toJson(l).dump(2) << "\n";
