@@ -78,11 +78,14 @@ const json& JsonFields::need(std::string_view key) const {
 }
 
 double JsonFields::numberValue(const json& v, std::string_view key, double min, double max) const {
-  const std::string range =
-      std::isinf(min) && std::isinf(max) ? "" : " (" + numberText(min) + " to " + numberText(max) + ")";
-  if (!v.is_number()) failField(key, shownJson(v) + " is not a number" + range);
+  // The range's text only for an error: formatting it costs more than reading the number.
+  auto range = [&] {
+    return std::isinf(min) && std::isinf(max) ? std::string()
+                                              : " (" + numberText(min) + " to " + numberText(max) + ")";
+  };
+  if (!v.is_number()) failField(key, shownJson(v) + " is not a number" + range());
   const double x = v.get<double>();
-  if (!(x >= min && x <= max)) failField(key, shownJson(v) + " is out of range" + range);
+  if (!(x >= min && x <= max)) failField(key, shownJson(v) + " is out of range" + range());
   return x;
 }
 

@@ -1,6 +1,7 @@
 #include "committed_state.hpp"
 
 #include <iostream>
+#include <utility>
 
 namespace poolrun::pool {
 
@@ -21,6 +22,13 @@ std::vector<double> CommittedState::takeWaitSeconds() {
   return state_.takeWaitSeconds();
 }
 
+bool CommittedState::takeDirty() {
+  Dirty d = state_.takeDirty();
+  if (d.empty()) return false;
+  pending_.merge(d);
+  return true;
+}
+
 void CommittedState::waitCommitted(uint64_t seq) {
   std::unique_lock<std::mutex> c(commit_mu_);
   while (committed_ < seq) {
@@ -35,7 +43,8 @@ void CommittedState::waitCommitted(uint64_t seq) {
       bool any;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        Dirty d = state_.takeDirty();
+        takeDirty();
+        Dirty d = std::exchange(pending_, {});
         target = applied_;
         any = !d.empty();
         if (any) {

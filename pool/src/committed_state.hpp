@@ -22,15 +22,21 @@ class CommittedState {
  public:
   explicit CommittedState(std::unique_ptr<Store> store);  // loads the state from the store
 
+  // What a change that marked nothing dirty waits for. kEarlier: the commit of the changes before
+  // it (its reply may show them). kNothing: nothing, for replies a crash may take back at no cost
+  // (a heartbeat's names the leases of its node's GPUs; the next heartbeat's corrects it).
+  enum class Clean { kEarlier, kNothing };
+
   // fn(PoolState&, TimePoint now) changes the state; its result is returned once committed.
   // What fn throws is rethrown after the commit, since fn may have changed the state first
-  // (renewing an expired lease drops it).
+  // (renewing an expired lease drops it). `clean` is read once fn has run (fn may set it).
   template <typename F>
-  auto mutate(F&& fn) {
+  auto mutate(F&& fn, const Clean& clean = Clean::kEarlier) {
     using R = decltype(fn(state_, TimePoint()));
     std::optional<R> result;
     std::exception_ptr error;
     uint64_t seq;
+    bool wrote;
     {
       std::lock_guard<std::mutex> lock(mu_);
       try {
@@ -38,10 +44,13 @@ class CommittedState {
       } catch (...) {
         error = std::current_exception();
       }
-      seq = ++applied_;
+      // A change that marked nothing dirty (a heartbeat that failed no GPU) has nothing of its
+      // own to commit: it waits only for the changes before it (no commit pass where those are in).
+      wrote = takeDirty();
+      seq = wrote ? ++applied_ : applied_;
     }
     changed_.notify_all();
-    waitCommitted(seq);
+    if (wrote || error || clean == Clean::kEarlier) waitCommitted(seq);
     if (error) std::rethrow_exception(error);
     return std::move(*result);
   }
@@ -77,7 +86,7 @@ class CommittedState {
       } catch (...) {
         error = std::current_exception();
       }
-      seq = ++applied_;
+      seq = takeDirty() ? ++applied_ : applied_;
     }
     waitCommitted(seq);
     if (error) std::rethrow_exception(error);
@@ -90,13 +99,16 @@ class CommittedState {
   std::vector<double> takeWaitSeconds();
 
  private:
+  // Moves what the state marked dirty into pending_; whether it marked anything. Under mu_.
+  bool takeDirty();
   void waitCommitted(uint64_t seq);
 
   std::unique_ptr<Store> store_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
   PoolState state_;
-  uint64_t applied_ = 0;
+  Dirty pending_;         // changed since the last commit pass took it (under mu_)
+  uint64_t applied_ = 0;  // the changes that marked something dirty
   bool woken_ = false;
 
   std::mutex commit_mu_;

@@ -238,22 +238,31 @@ struct PoolServer::Impl {
   // granted and ended (PoolState reports them) and what `fn` recorded. Recorded under the state's
   // lock (so in its order), published once the change is committed.
   template <typename F>
-  auto mutate(F&& fn) {
+  auto mutate(F&& fn, CommittedState::Clean clean = CommittedState::Clean::kEarlier) {
     struct Publish {
       EventLog& log;
       uint64_t seq = 0;
       ~Publish() { log.publish(seq); }
     } publish{*events};
-    return pool->mutate([&](PoolState& s, TimePoint now) {
-      try {
-        auto result = fn(s, now);
-        publish.seq = recordLeaseEvents(s, now);
-        return result;
-      } catch (...) {
-        publish.seq = recordLeaseEvents(s, now);
-        throw;
-      }
-    });
+    return pool->mutate(
+        [&](PoolState& s, TimePoint now) {
+          const uint64_t before = events->lastRecorded();
+          try {
+            auto result = fn(s, now);
+            publish.seq = recordLeaseEvents(s, now);
+            // An event of this change is published once the changes before it are committed; a change
+            // that waits for none publishes nothing (the events recorded so far are theirs).
+            if (publish.seq != before)
+              clean = CommittedState::Clean::kEarlier;
+            else if (clean == CommittedState::Clean::kNothing)
+              publish.seq = 0;
+            return result;
+          } catch (...) {
+            publish.seq = recordLeaseEvents(s, now);
+            throw;
+          }
+        },
+        clean);
   }
 
   uint64_t recordLeaseEvents(PoolState& s, TimePoint now) {
@@ -400,7 +409,10 @@ struct PoolServer::Impl {
       if (hb.node != c.params[0])
         throw badRequest("the heartbeat names node '" + hb.node + "', the path node '" +
                          topo::printable(c.params[0]) + "'");
-      return toJson(mutate([&](PoolState& s, TimePoint now) { return s.heartbeat(hb, now); }));
+      // A heartbeat that failed no GPU changed nothing the state file holds: its reply waits for
+      // no commit. A restart loses what heartbeats alone told: samples, foreign GPUs, idle clocks.
+      return toJson(mutate([&](PoolState& s, TimePoint now) { return s.heartbeat(hb, now); },
+                           CommittedState::Clean::kNothing));
     });
     routes.back().agent = true;
   }

@@ -1,0 +1,449 @@
+// poold taking the heartbeats of a large pool while clients acquire and release: one poold on
+// 127.0.0.1, NODES agent nodes of 8 GPUs registered through POST /v1/nodes/NAME/register, most of
+// them held by long leases of 8 nodes whose processes their heartbeats name (a busy pool), the rest free for
+// CLIENTS threads that acquire and release 8 GPUs as fast as they can. Phase A: the clients alone;
+// phase B: the same with every node's heartbeat every INTERVAL seconds, paced by SENDERS threads
+// (each with its own connection). Prints what it measured: heartbeats per second achieved, their
+// latency, lease operations per second in A and B and the ratio B/A, and poold's CPU time per
+// heartbeat. Measures only; asserts nothing about time.
+//
+//   heartbeat_bench [--nodes 12500] [--interval 5] [--seconds 20] [--clients 16] [--senders 16]
+//                   [--held 0.9] [--sync normal|full]
+
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http_connection.hpp"
+#include "poold_process.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/client.hpp"
+#include "support/synthetic.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kAdminToken = "tok-root-0123456789";
+constexpr const char* kUserToken = "tok-alice-0123456789";
+constexpr int kGpusPerNode = 8;
+constexpr int kNodesPerHeldLease = 8;  // the long leases: jobs of 64 GPUs
+
+struct Options {
+  int nodes = 12500;
+  int interval_s = 5;
+  int seconds = 20;
+  int clients = 16;
+  int senders = 16;
+  double held = 0.9;  // share of the nodes held by long leases (their GPUs run a process each)
+  std::string sync = "normal";
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) {
+      fprintf(stderr, "heartbeat_bench: %s needs a value (see the comment at the top of the source)\n",
+              a.c_str());
+      exit(2);
+    }
+    std::string v = argv[++i];
+    if (a == "--nodes")
+      o.nodes = std::stoi(v);
+    else if (a == "--interval")
+      o.interval_s = std::stoi(v);
+    else if (a == "--seconds")
+      o.seconds = std::stoi(v);
+    else if (a == "--clients")
+      o.clients = std::stoi(v);
+    else if (a == "--senders")
+      o.senders = std::stoi(v);
+    else if (a == "--held")
+      o.held = std::stod(v);
+    else if (a == "--sync")
+      o.sync = v;
+    else {
+      fprintf(stderr, "heartbeat_bench: unknown option '%s' (see the comment at the top of the source)\n",
+              a.c_str());
+      exit(2);
+    }
+  }
+  return o;
+}
+
+std::string nodeName(int i) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "hb%05d", i + 1);
+  return buf;
+}
+
+volatile pid_t g_poold = -1;
+
+// The pid of the poold this process started: its child whose command is poold.
+pid_t pooldPid() {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos || stat.find("(poold)") == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == getpid()) return std::stoi(name);
+  }
+  return -1;
+}
+
+// utime + stime of `pid`, in seconds.
+double cpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int f = 3; f <= 15 && rest >> field; ++f)
+    if (f == 14 || f == 15) ticks += std::stod(field);
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return v[k];
+}
+
+// A node's heartbeat as poold-agent sends it: 8 GPUs with utilisation, memory, temperature, power,
+// ECC and one compute process each (named with its lease where the node is held), 8 NIC ports.
+Heartbeat heartbeatOf(const std::string& node, const topo::NodeTopology& topology, const std::string& hash,
+                      const std::string& lease, int seed) {
+  Heartbeat hb;
+  hb.node = node;
+  hb.agent_version = "poold-agent bench";
+  hb.topology_hash = hash;
+  hb.time = std::chrono::system_clock::now();
+  for (size_t i = 0; i < topology.gpus.size(); ++i) {
+    topo::GpuSample g;
+    g.index = i;
+    g.uuid = "GPU-" + node + "-" + std::to_string(i) + "-0000-0000-000000000000";
+    g.pci = topology.gpus[i].pci.str();
+    g.sm_utilization = lease.empty() ? 0.0 : 0.5 + 0.01 * static_cast<double>((seed + i) % 50);
+    g.memory_utilization = lease.empty() ? 0.0 : 0.3;
+    g.memory_total_bytes = uint64_t{80} << 30;
+    g.memory_used_bytes = lease.empty() ? uint64_t{512} << 20 : uint64_t{61} << 30;
+    g.temperature_c = 40 + static_cast<double>((seed + i) % 30);
+    g.power_w = lease.empty() ? 70.0 : 550.0 + static_cast<double>((seed + i) % 100);
+    g.ecc_uncorrected_volatile = 0;
+    if (!lease.empty()) {
+      uint32_t pid = 100000 + static_cast<uint32_t>(i);
+      g.processes.push_back({pid, uint64_t{60} << 30});
+      hb.process_leases[pid] = lease;
+    }
+    hb.gpus.push_back(std::move(g));
+  }
+  for (const topo::Nic& n : topology.nics)
+    for (const topo::NicPort& p : n.ports) {
+      topo::NicPortSample s;
+      s.nic = n.name;
+      s.port = p.port;
+      s.state = topo::PortState::kActive;
+      s.rate_gbps = 400;
+      hb.nics.push_back(s);
+    }
+  return hb;
+}
+
+struct Collected {
+  std::mutex mu;
+  std::string first_error;
+  void fail(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_error.empty()) first_error = what;
+  }
+};
+
+// Acquire+release pairs per second of `clients` threads over `seconds`.
+double leasePhase(const std::string& uri, const Options& o, Collected& errors) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> pairs{0};
+  std::vector<std::thread> threads;
+  auto start = Clock::now();
+  for (int c = 0; c < o.clients; ++c)
+    threads.emplace_back([&] {
+      ClientOptions co;
+      co.token = kUserToken;
+      auto pool = openPool(uri, co);
+      LeaseRequest r;
+      r.gpus = kGpusPerNode;
+      r.gpus_per_node = kGpusPerNode;
+      try {
+        while (!stop) {
+          Lease l = pool->acquire(r);
+          pool->release(l.id);
+          ++pairs;
+        }
+      } catch (const std::exception& e) {
+        errors.fail(std::string("a client: ") + e.what());
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::seconds(o.seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  return 2.0 * static_cast<double>(pairs) / secs;  // operations: an acquire and a release each
+}
+
+struct HeartbeatRun {
+  long sent = 0;
+  double seconds = 0;
+  std::vector<double> latency_ms;
+  std::vector<double> lateness_ms;  // how far behind its schedule each heartbeat was sent
+};
+
+// Every node's heartbeat once per interval, spread evenly, until `stop`.
+struct Beat {
+  std::string path;  // /v1/nodes/NAME/heartbeat
+  std::string body;
+};
+
+void heartbeatSenders(int port, const Options& o, const std::vector<Beat>& beats, std::atomic<bool>& stop,
+                      HeartbeatRun& run, Collected& errors) {
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  auto start = Clock::now();
+  const auto interval = std::chrono::duration<double>(o.interval_s);
+  for (int s = 0; s < o.senders; ++s)
+    threads.emplace_back([&, s] {
+      // poold's own client connection (AgentLink's), with each body serialised once: what the
+      // senders cost is then little next to poold's share of the cores.
+      HttpConnection link("127.0.0.1", port, kAdminToken);
+      std::vector<double> latency, lateness;
+      long sent = 0;
+      const size_t total = beats.size();
+      try {
+        for (long round = 0; !stop; ++round)
+          for (size_t n = static_cast<size_t>(s); n < total && !stop; n += static_cast<size_t>(o.senders)) {
+            auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                   interval * (static_cast<double>(round) +
+                                               static_cast<double>(n) / static_cast<double>(total)));
+            std::this_thread::sleep_until(due);
+            if (stop) break;
+            auto t0 = Clock::now();
+            HttpResponse reply = link.request("POST", beats[n].path, beats[n].body);
+            auto t1 = Clock::now();
+            if (reply.status != 200 || reply.body.find("\"register_again\":false") == std::string::npos)
+              throw std::runtime_error("poold answers a heartbeat of " + beats[n].path + " with " +
+                                       std::to_string(reply.status) + ": " + reply.body);
+            latency.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+            lateness.push_back(std::chrono::duration<double, std::milli>(t0 - due).count());
+            ++sent;
+          }
+      } catch (const std::exception& e) {
+        errors.fail(std::string("a heartbeat sender: ") + e.what());
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      run.sent += sent;
+      run.latency_ms.insert(run.latency_ms.end(), latency.begin(), latency.end());
+      run.lateness_ms.insert(run.lateness_ms.end(), lateness.begin(), lateness.end());
+    });
+  for (auto& t : threads) t.join();
+  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int run(const Options& o) {
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  const std::string interval = std::to_string(o.interval_s);
+  // The node timeout is long enough that phase A (no heartbeats) keeps every node up.
+  test::PooldProcess poold(dir.path() / "state", tokens,
+                           {"--sync", o.sync, "--heartbeat-interval", interval, "--node-timeout", "86400"});
+  const pid_t pid = pooldPid();
+  // Interrupted (Ctrl-C, a timeout), the bench takes its poold along.
+  g_poold = pid;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    signal(sig, [](int) {
+      if (g_poold > 0) kill(g_poold, SIGKILL);
+      _exit(130);
+    });
+  Collected errors;
+
+  // Register the nodes, several at a time (as agents starting together would).
+  auto topology = std::make_shared<const topo::NodeTopology>(test::synthetic({}));
+  const std::string hash = topologyHash(*topology);
+  auto t = Clock::now();
+  {
+    std::vector<std::thread> threads;
+    for (int s = 0; s < o.senders; ++s)
+      threads.emplace_back([&, s] {
+        try {
+          auto link = openAgentLink(poold.uri(), kAdminToken);
+          for (int n = s; n < o.nodes; n += o.senders) {
+            NodeRegistration r;
+            r.node.name = nodeName(n);
+            r.node.topology = topology;
+            r.node.switch_name = "leaf" + std::to_string(n / 500);
+            r.agent_version = "poold-agent bench";
+            link->registerNode(r);
+          }
+        } catch (const std::exception& e) {
+          errors.fail(std::string("registering: ") + e.what());
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  if (!errors.first_error.empty()) {
+    fprintf(stderr, "heartbeat_bench: %s\n", errors.first_error.c_str());
+    return 1;
+  }
+  printf("registered %d nodes (%d GPUs) in %.1f s\n", o.nodes, o.nodes * kGpusPerNode,
+         std::chrono::duration<double>(Clock::now() - t).count());
+
+  // The long leases of the busy part of the pool (whole nodes, an hour each).
+  const int held = static_cast<int>(o.held * o.nodes) / kNodesPerHeldLease * kNodesPerHeldLease;
+  std::vector<std::string> holder(static_cast<size_t>(o.nodes));
+  t = Clock::now();
+  {
+    std::vector<std::thread> threads;
+    std::atomic<int> next{0};
+    std::mutex mu;
+    for (int s = 0; s < o.senders; ++s)
+      threads.emplace_back([&] {
+        try {
+          ClientOptions co;
+          co.token = kUserToken;
+          auto pool = openPool(poold.uri(), co);
+          LeaseRequest r;
+          r.gpus = kGpusPerNode * kNodesPerHeldLease;
+          r.gpus_per_node = kGpusPerNode;
+          r.ttl = std::chrono::seconds(3600);
+          r.wait = std::chrono::seconds(0);
+          while ((next += kNodesPerHeldLease) <= held) {
+            Lease l = pool->acquire(r);
+            std::lock_guard<std::mutex> lock(mu);
+            for (const GpuRef& g : l.gpus) holder.at(std::stoul(g.node.substr(2)) - 1) = l.id;
+          }
+        } catch (const std::exception& e) {
+          errors.fail(std::string("holding: ") + e.what());
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  if (!errors.first_error.empty()) {
+    fprintf(stderr, "heartbeat_bench: %s\n", errors.first_error.c_str());
+    return 1;
+  }
+  printf("%d nodes held by %d long leases of %d GPUs in %.1f s; %d nodes (%d GPUs) free for the clients\n",
+         held, held / kNodesPerHeldLease, kNodesPerHeldLease * kGpusPerNode,
+         std::chrono::duration<double>(Clock::now() - t).count(), o.nodes - held,
+         (o.nodes - held) * kGpusPerNode);
+
+  std::vector<Beat> beats;
+  for (int n = 0; n < o.nodes; ++n)
+    beats.push_back(
+        {"/v1/nodes/" + nodeName(n) + "/heartbeat",
+         toJson(heartbeatOf(nodeName(n), *topology, hash, holder[static_cast<size_t>(n)], n)).dump()});
+  printf("a heartbeat document: %zu bytes (8 GPUs, 8 NIC ports)\n", beats.back().body.size());
+
+  // One round of heartbeats before the phases, so that both see every node's samples.
+  {
+    std::atomic<bool> stop{false};
+    HeartbeatRun warm;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(o.interval_s));
+      stop = true;
+    });
+    t = Clock::now();
+    heartbeatSenders(poold.port(), o, beats, stop, warm, errors);
+    stopper.join();
+    printf("warm-up: %ld heartbeats\n", warm.sent);
+  }
+
+  printf("phase A: clients alone (poold pid %d)\n", static_cast<int>(pid));
+  fflush(stdout);
+  double cpu0 = cpuSeconds(pid);
+  double opsA = leasePhase(poold.uri(), o, errors);
+  double cpu1 = cpuSeconds(pid);
+
+  printf("phase B: clients and heartbeats (poold pid %d)\n", static_cast<int>(pid));
+  fflush(stdout);
+  std::atomic<bool> stop{false};
+  HeartbeatRun hb;
+  std::thread senders([&] { heartbeatSenders(poold.port(), o, beats, stop, hb, errors); });
+  double opsB = leasePhase(poold.uri(), o, errors);
+  stop = true;
+  senders.join();
+  double cpu2 = cpuSeconds(pid);
+
+  // Heartbeats alone, for poold's CPU time per heartbeat without the clients.
+  HeartbeatRun alone;
+  printf("phase: heartbeats alone (poold pid %d)\n", static_cast<int>(pid));
+  fflush(stdout);
+  {
+    std::atomic<bool> stopAlone{false};
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(std::max(5, o.seconds / 2)));
+      stopAlone = true;
+    });
+    heartbeatSenders(poold.port(), o, beats, stopAlone, alone, errors);
+    stopper.join();
+  }
+  double cpu3 = cpuSeconds(pid);
+
+  if (!errors.first_error.empty()) {
+    fprintf(stderr, "heartbeat_bench: %s\n", errors.first_error.c_str());
+    return 1;
+  }
+  cpu_set_t cpus;
+  sched_getaffinity(0, sizeof cpus, &cpus);
+  const double target = static_cast<double>(o.nodes) / o.interval_s;
+  printf("cores: %d online, %d usable by this process (poold, the clients and the senders share them)\n",
+         static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), CPU_COUNT(&cpus));
+  printf(
+      "pool: %d nodes, %d GPUs, %d held; %d clients acquiring+releasing %d GPUs; sync=%s; %d s per phase\n",
+      o.nodes, o.nodes * kGpusPerNode, held, o.clients, kGpusPerNode, o.sync.c_str(), o.seconds);
+  printf("heartbeats: target %.0f/s, sent %.0f/s (%ld in %.1f s) by %d senders\n", target,
+         static_cast<double>(hb.sent) / hb.seconds, hb.sent, hb.seconds, o.senders);
+  printf("heartbeat latency: median %.2f ms, p99 %.2f ms, max %.2f ms; sent behind schedule: p99 %.1f ms\n",
+         percentile(hb.latency_ms, 0.5), percentile(hb.latency_ms, 0.99), percentile(hb.latency_ms, 1.0),
+         percentile(hb.lateness_ms, 0.99));
+  printf("lease ops/s (acquire or release): A without heartbeats %.0f, B with %.0f, B/A %.2f\n", opsA, opsB,
+         opsB / opsA);
+  printf("poold CPU: A %.2f s, B %.2f s; B-A per heartbeat %.0f us\n", cpu1 - cpu0, cpu2 - cpu1,
+         1e6 * ((cpu2 - cpu1) - (cpu1 - cpu0) * (opsB / std::max(opsA, 1.0))) /
+             std::max(static_cast<double>(hb.sent), 1.0));
+  printf("heartbeats alone: %.0f/s, latency median %.2f ms, p99 %.2f ms, poold CPU %.0f us per heartbeat\n",
+         static_cast<double>(alone.sent) / alone.seconds, percentile(alone.latency_ms, 0.5),
+         percentile(alone.latency_ms, 0.99),
+         1e6 * (cpu3 - cpu2) / std::max(static_cast<double>(alone.sent), 1.0));
+  return 0;
+}
+
+}  // namespace
+}  // namespace poolrun::pool
+
+int main(int argc, char** argv) {
+  try {
+    return poolrun::pool::run(poolrun::pool::parse(argc, argv));
+  } catch (const std::exception& e) {
+    fprintf(stderr, "heartbeat_bench: %s\n", e.what());
+    return 1;
+  }
+}
