@@ -42,6 +42,7 @@ void PoolState::registerAgentNode(const NodeRegistration& registration, TimePoin
   node.live.unreachable = false;
   view_time_ = std::max(view_time_, now);
   dirty_.nodes.insert(node.name);
+  schedule(now);  // its GPUs may start queued requests
 }
 
 HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {

@@ -398,8 +398,7 @@ struct PoolServer::Impl {
         throw badRequest("the registration names node '" + r.node.name + "', the path node '" +
                          topo::printable(c.params[0]) + "'");
       return mutate([&](PoolState& s, TimePoint now) {
-        s.registerAgentNode(r, now);
-        s.tick(now, opt.stale_after);
+        s.registerAgentNode(r, now);  // starts what its GPUs let start; no tick (O(nodes) each)
         return json{{"registered", r.node.name}, {"interval_s", opt.live.heartbeat_interval.count()}};
       });
     });

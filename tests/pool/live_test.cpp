@@ -98,6 +98,20 @@ TEST(LivePool, SilentNodeBecomesUnreachableAndPlacementAvoidsIt) {
   EXPECT_EQ(gpuList(p.lease->gpus), "n02:0-7");
 }
 
+TEST(LivePool, ANodeItsAgentRegistersStartsWhatWaitsForItsGpus) {
+  PoolState state = livePool("n01/gpu[0-7]");
+  ASSERT_TRUE(state.submit(parseRequest("8"), t0()).lease);
+  SubmitResult waiting = state.submit(parseRequest("8"), t0());
+  ASSERT_FALSE(waiting.lease) << "n01 is full";
+  topo::ClusterNode n02;
+  n02.name = "n02";
+  n02.topology = state.nodeMap().at("n01").topology;
+  state.registerAgentNode({n02, "poold-agent test"}, t0() + seconds(1));
+  PollResult p = state.poll(waiting.ticket, t0() + seconds(1));
+  ASSERT_EQ(p.status, QueueEntry::Status::kGranted) << "without a tick";
+  EXPECT_EQ(gpuList(p.lease->gpus), "n02:0-7");
+}
+
 TEST(LivePool, NodeWithoutAgentIsNeverUnreachable) {
   PoolState state;
   addInventory(state, "n01/gpu[0-7]", t0());

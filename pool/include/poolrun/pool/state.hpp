@@ -185,7 +185,8 @@ class PoolState {
   // --- the live pool (pool/src/live.cpp)
   void setLiveOptions(const LiveOptions& options) { live_ = options; }
   const LiveOptions& liveOptions() const { return live_; }
-  // A node registered by its agent: registerNode, and the node is known to have an agent.
+  // A node registered by its agent: registerNode, the node known to have an agent, and what its
+  // GPUs let start started.
   void registerAgentNode(const NodeRegistration& registration, TimePoint now);
   // Takes a heartbeat: the node's samples, GPUs failed by what they report, foreign processes, the
   // leases' last activity. Throws kNotFound for an unknown node; replies register_again where
