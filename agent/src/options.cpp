@@ -126,15 +126,7 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
 }
 
 std::string readTokenFile(const std::filesystem::path& file) {
-  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    std::istringstream words(line);
-    std::string token;
-    if (words >> token) return token;
-  }
-  throw badInput(file.string() + ": no token in the file (put the node's token on its first line)");
+  return pool::readClientToken(file, "the node's token");
 }
 
 }  // namespace poolrun::agent

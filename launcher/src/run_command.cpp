@@ -207,9 +207,7 @@ struct Launch {
 std::unique_ptr<pool::PoolClient> openJobPool(const RunOptions& o) {
   pool::ClientOptions copts;
   if (!o.token_file.empty()) {
-    std::istringstream tf(topo::readRegularFile(o.token_file, topo::kTokenFileLimit, "token files"));
-    if (!(tf >> copts.token))
-      throw badInput("--token-file " + o.token_file + ": cannot read a token from it");
+    copts.token = pool::readClientToken(o.token_file, "your token");
   } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
     copts.token = t;
   }

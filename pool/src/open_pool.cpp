@@ -1,7 +1,9 @@
 #include <charconv>
+#include <sstream>
 
 #include "embedded.hpp"
 #include "poolrun/pool/slurm.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -45,6 +47,18 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
   }
   if (uri.rfind("https://", 0) == 0) throw badUri(uri, "poold speaks plain HTTP; put TLS in front of it");
   throw badUri(uri, "unknown kind");
+}
+
+std::string readClientToken(const std::filesystem::path& file, const std::string& what) {
+  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string token;
+    if (words >> token) return token;
+  }
+  throw badInput(file.string() + ": no token in the file (put " + what + " on its first line)");
 }
 
 std::optional<std::string> simClusterFile(const std::string& uri) {

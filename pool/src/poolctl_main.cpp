@@ -150,18 +150,6 @@ const char* commandHelp(const std::string& command) {
   return it == kHelp.end() ? nullptr : it->second;
 }
 
-std::string readToken(const std::string& file) {
-  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    std::istringstream words(line);
-    std::string token;
-    if (words >> token) return token;
-  }
-  throw badInput(file + ": no token in the file");
-}
-
 std::string inSeconds(TimePoint t) {
   if (t == kNever) return "never";
   auto s = std::chrono::duration_cast<std::chrono::seconds>(t - std::chrono::system_clock::now()).count();
@@ -413,7 +401,7 @@ int run(int argc, char** argv) {
   }
   if (rest.empty()) throw badInput("no command given");
   if (!tokenFile.empty())
-    copt.token = readToken(tokenFile);
+    copt.token = readClientToken(tokenFile, "your token");
   else if (const char* t = std::getenv("POOLRUN_TOKEN"))
     copt.token = t;
 

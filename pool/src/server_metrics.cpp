@@ -298,18 +298,10 @@ bool addressIn(const std::string& peer, const AddressRange& range) {
 }
 
 std::string readScrapeToken(const std::filesystem::path& file) {
-  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    std::istringstream words(line);
-    std::string token;
-    if (!(words >> token)) continue;
-    if (!validToken(token))
-      throw badInput(file.string() + ": the scrape token must be 8 to 512 printable ASCII characters");
-    return token;
-  }
-  throw badInput(file.string() + ": no token in the file (write the scrape token on its first line)");
+  std::string token = readClientToken(file, "the scrape token");
+  if (!validToken(token))
+    throw badInput(file.string() + ": the scrape token must be 8 to 512 printable ASCII characters");
+  return token;
 }
 
 MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed, Warn warn)

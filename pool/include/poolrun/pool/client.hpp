@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -194,6 +195,12 @@ std::string currentUser();
 // `local` pool opens on any machine (so that status and leases work); acquiring from it on a
 // machine without GPUs throws PoolError kNeverFits "no GPUs on this node; use --pool sim:FILE".
 std::unique_ptr<PoolClient> openPool(const std::string& uri, const ClientOptions& options = {});
+
+// The token of a client's token file (--token-file): the first word of the first line that has one,
+// `#` starting a comment; a regular file of at most topo::kTokenFileLimit. `what` names the token
+// in the error ("your token", "the node's token"). Throws poolrun::Error (kBadInput, kNotFound)
+// naming the file.
+std::string readClientToken(const std::filesystem::path& file, const std::string& what);
 
 // The cluster file of a `sim:FILE` URI (FILE, possibly empty); nullopt for the other kinds.
 std::optional<std::string> simClusterFile(const std::string& uri);
