@@ -202,6 +202,28 @@ TEST(DamagedStateFile, ACleanFileOpensWithEveryLeaseAfterACleanStop) {
       << test::slurp(Store::generationFile(db));
 }
 
+// A state file of schema 1 (before nodes.health) opens, gains the column, and keeps every lease.
+TEST(DamagedStateFile, ASchema1FileIsMigratedInPlace) {
+  test::TempDir dir;
+  const fs::path db = dir.path() / "pool.sqlite";
+  Acknowledged a = cleanPool(db, 10);
+  {
+    sqlite3* c = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(db.c_str(), &c, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(c, "ALTER TABLE nodes DROP COLUMN health; PRAGMA user_version=1", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(c);
+    sqlite3_close(c);
+  }
+  EXPECT_EQ(leasesIn(db), a.leases);
+  Store store(db);
+  PoolState state;
+  store.load(state);
+  EXPECT_FALSE(state.nodeMap().empty());
+  for (const auto& [name, node] : state.nodeMap()) EXPECT_TRUE(node.agent.empty()) << name;
+}
+
 TEST(DamagedStateFile, ACleanFileOpensWithEveryLeaseAfterAKill9) {
   test::TempDir dir;
   const fs::path db = dir.path() / "pool.sqlite";
