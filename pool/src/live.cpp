@@ -3,12 +3,15 @@
 // and which leases sit idle (and, with --reclaim-idle, are ended).
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "poolrun/pool/state.hpp"
 
 namespace poolrun::pool {
 namespace {
+
+constexpr size_t kMaxXidSeriesPerGpu = 32;
 
 // Why a sample fails its GPU, or "" where it does not. `acknowledged`: the uncorrected ECC count
 // an administrator accepted with `poolctl resume`.
@@ -68,7 +71,17 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
     size_t i = sample.index;
     if (i >= node.gpuCount()) continue;
     node.live.gpus[i] = sample;
-    for (const topo::XidEvent& e : sample.xid_events) ++node.live.xid_counts[{i, e.xid}];
+    for (const topo::XidEvent& e : sample.xid_events) {
+      // Counted per (GPU, XID), at most kMaxXidSeriesPerGpu different ones per GPU: a broken or
+      // hostile agent naming ever new XIDs must not grow poold's memory or its metrics without bound.
+      auto seen = node.live.xid_counts.find({i, e.xid});
+      if (seen != node.live.xid_counts.end())
+        ++seen->second;
+      else if (std::distance(node.live.xid_counts.lower_bound({i, 0}),
+                             node.live.xid_counts.lower_bound({i + 1, 0})) <
+               static_cast<std::ptrdiff_t>(kMaxXidSeriesPerGpu))
+        node.live.xid_counts[{i, e.xid}] = 1;
+    }
     auto acknowledged = node.ecc_acknowledged.find(i);
     std::string why =
         failureIn(sample, acknowledged == node.ecc_acknowledged.end() ? 0 : acknowledged->second);

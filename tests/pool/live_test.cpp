@@ -204,6 +204,20 @@ TEST_P(GpuFailureTest, FailsTheGpuWithItsReason) {
 INSTANTIATE_TEST_SUITE_P(LivePool, GpuFailureTest, ::testing::ValuesIn(kFailureCases),
                          [](const auto& p) { return test::testName(p.param.name); });
 
+TEST(LivePool, XidCountsAreBoundedPerGpu) {
+  PoolState state = livePool("n01/gpu[0-7]");
+  for (int round = 0; round < 4; ++round) {
+    Heartbeat hb = beat(state, "n01");
+    for (uint64_t x = 0; x < 1000; ++x) hb.gpus[0].xid_events.push_back({100 + round * 1000 + x, t0()});
+    hb.gpus[1].xid_events.push_back({13, t0()});
+    state.heartbeat(hb, t0() + seconds(round));
+  }
+  const auto& counts = state.nodeMap().at("n01").live.xid_counts;
+  EXPECT_EQ(counts.size(), 33u) << "4,000 different XIDs on GPU 0: 32 series, and GPU 1's own";
+  ASSERT_TRUE(counts.count({1, 13}));
+  EXPECT_EQ(counts.at({1, 13}), 4u) << "a known series keeps counting";
+}
+
 TEST(LivePool, ResumeClearsFailuresAndAcceptsTheEccCountSeenThen) {
   PoolState state = livePool("n01/gpu[0-7]");
   Heartbeat hb = beat(state, "n01");
