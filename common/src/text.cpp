@@ -1,5 +1,7 @@
 #include "poolrun/common/text.hpp"
 
+#include <climits>
+
 #include <cstdio>
 
 namespace poolrun::common {
@@ -58,6 +60,16 @@ std::string hexNumber(uint64_t value, int digits) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%0*llx", digits, static_cast<unsigned long long>(value));
   return buf;
+}
+
+int digitsValue(std::string_view digits) {
+  int value = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') break;
+    if (value > (INT_MAX - (c - '0')) / 10) return INT_MAX;
+    value = value * 10 + (c - '0');
+  }
+  return value;
 }
 
 }  // namespace poolrun::common

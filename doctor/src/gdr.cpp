@@ -85,7 +85,7 @@ int driverMajorVersion(std::string_view text) {
     if (common::takeSpace(version).empty() || (major = common::takeDigits(version)).empty() ||
         !common::takePrefix(version, ".") || common::takeDigits(version).empty())
       continue;
-    return std::stoi(std::string(major));
+    return common::digitsValue(major);
   }
   return 0;
 }

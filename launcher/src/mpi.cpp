@@ -56,7 +56,7 @@ std::optional<std::pair<MpiFlavor, std::string>> parseMpiVersion(const std::stri
     std::string_view patch = rest;
     if (takePrefix(patch, ".") && !takeDigits(patch).empty())
       version += rest.substr(0, rest.size() - patch.size());
-    int number = std::stoi(std::string(major));
+    int number = common::digitsValue(major);
     if (brand == "PRRTE" || number >= 5) return std::make_pair(MpiFlavor::kOmpi5, version);
     if (number == 4) return std::make_pair(MpiFlavor::kOmpi4, version);
     return std::nullopt;

@@ -109,7 +109,7 @@ std::set<pid_t> childProcesses() {
     size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
     std::istringstream fields(close == std::string::npos ? "" : line.substr(close + 2));
     std::string state, ppid;
-    if (fields >> state >> ppid && ppid == self) out.insert(std::stoi(name));
+    if (fields >> state >> ppid && ppid == self) out.insert(common::digitsValue(name));
   }
   return out;
 }
@@ -172,7 +172,7 @@ using common::takeSpace;
 using common::takeWord;
 
 int toInt(std::string_view digits) {
-  return std::stoi(std::string(digits));
+  return common::digitsValue(digits);
 }
 
 // "process rank 1 with PID 1234 on node n1 exited on signal 9 (Killed)"
@@ -449,7 +449,7 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     result.exit_status = kExitLeaseLost;
   } else if (result.failure) {
     result.exit_status = result.failure->signal != 0
-                             ? 128 + result.failure->signal
+                             ? 128 + std::min(result.failure->signal, 127)  // a status is a byte
                              : (result.failure->exit_code != 0 ? result.failure->exit_code : 1);
   } else if (WIFEXITED(status)) {
     result.exit_status = WEXITSTATUS(status);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 namespace poolrun::common {
 namespace {
 
@@ -78,5 +80,13 @@ TEST(TextTest, CursorsTakeFromTheFrontOnlyWhatTheyRead) {
   EXPECT_EQ(takeSpace(spaces), "\f\v\r\n\t ");
 }
 
+TEST(DigitsValue, ReadsDigitsAndSaturatesInsteadOfThrowing) {
+  EXPECT_EQ(common::digitsValue("0"), 0);
+  EXPECT_EQ(common::digitsValue("535"), 535);
+  EXPECT_EQ(common::digitsValue("2147483647"), 2147483647);
+  EXPECT_EQ(common::digitsValue("2147483648"), INT_MAX);
+  EXPECT_EQ(common::digitsValue("99999999999999999999999"), INT_MAX);
+  EXPECT_EQ(common::digitsValue(""), 0);
+}
 }  // namespace
 }  // namespace poolrun::common

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -220,6 +222,13 @@ TEST(MpiFailureTest, ParsesOpenMpiMessages) {
   EXPECT_EQ(exit5->rank, 5);
   EXPECT_EQ(exit5->exit_code, 2);
   EXPECT_FALSE(parseMpiFailure("all good"));
+  // Numbers past an int (a broken or hostile mpirun) are read as the largest, never thrown.
+  auto huge = parseMpiFailure(
+      "mpirun noticed that process rank 99999999999999999999 with PID 1 on node n2 exited on signal "
+      "99999999999999999999 (x).");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->rank, INT_MAX);
+  EXPECT_EQ(huge->signal, INT_MAX);
 }
 
 // The first failing rank in each form mpirun and srun write it: a signal before an exit code

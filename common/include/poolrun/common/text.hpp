@@ -35,6 +35,9 @@ std::string firstLine(std::string_view text);
 bool takePrefix(std::string_view& rest, std::string_view prefix);
 // The ASCII digits 0-9 at the front ("" where there are none).
 std::string_view takeDigits(std::string_view& rest);
+// ASCII digits as an int, INT_MAX where they stand for more (a version or exit code a tool printed:
+// never a reason to throw).
+int digitsValue(std::string_view digits);
 // The white space (isSpace) at the front ("" where there is none).
 std::string_view takeSpace(std::string_view& rest);
 // What comes before the first white space: a word, as \S+ reads it (all of `rest` where none).
