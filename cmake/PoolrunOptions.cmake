@@ -35,4 +35,7 @@ endfunction()
 
 # Test sources compile against one precompiled GoogleTest and JSON header (tests/CMakeLists.txt).
 # Libraries do not: tried, it saved about 10 s of a 8-minute build and hid missing includes.
+# scripts/test.sh runs the unit and real-machine tiers only under the sanitizers: its main build
+# turns this off and builds the integration tier, the tools and the benchmarks.
+option(POOLRUN_BUILD_UNIT_TESTS "Build the unit and real-machine test tiers in the default target" ON)
 option(POOLRUN_PRECOMPILED_HEADERS "Compile test sources against one precompiled GoogleTest and JSON header" ON)
