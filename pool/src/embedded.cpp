@@ -11,8 +11,10 @@
 #include <thread>
 
 #include "embedded.hpp"
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/store.hpp"
 #include "poolrun/topo/hash.hpp"
+#include "poolrun/topo/options.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "queue_wait.hpp"
 
@@ -38,6 +40,20 @@ bool sameNode(const PoolNode& n, const topo::ClusterNode& c) {
   return fresh == *n.topology;
 }
 
+// The preemption rules' times for the embedded pools, from POOLRUN_PREEMPT_GRACE and
+// POOLRUN_MIN_RUNTIME (seconds; poold's --preempt-grace and --min-runtime).
+PreemptOptions preemptOptionsFromEnvironment() {
+  PreemptOptions o;
+  auto read = [](const char* name, seconds& into) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return;
+    into = seconds(topo::parseOption<int64_t>(name, v, kPreemptSecondsRange.min, kPreemptSecondsRange.max));
+  };
+  read("POOLRUN_PREEMPT_GRACE", o.grace);
+  read("POOLRUN_MIN_RUNTIME", o.min_runtime);
+  return o;
+}
+
 class EmbeddedPool : public PoolControl {
  public:
   EmbeddedPool(std::string description, const std::filesystem::path& db, const ClientOptions& options,
@@ -52,6 +68,7 @@ class EmbeddedPool : public PoolControl {
         local_(local) {
     if (options.role != "user" && options.role != "admin")
       throw badInput("bad role '" + options.role + "' (use user or admin)");
+    state_.setPreemptOptions(preemptOptionsFromEnvironment());
   }
 
   void seed(const std::vector<topo::ClusterNode>& nodes) {

@@ -190,6 +190,8 @@ const char* leaseEventKind(LeaseEvent::Kind kind) {
       return "release";
     case LeaseEvent::Kind::kExpired:
       return "expiry";
+    case LeaseEvent::Kind::kPreempted:
+      return "preemption";
   }
   return "lease";
 }
@@ -205,6 +207,12 @@ ordered_json leaseEventFields(const LeaseEvent& e, TimePoint now) {
   if (e.kind == LeaseEvent::Kind::kGranted) {
     f["ttl_s"] = l.ttl.count();
     f["priority"] = l.priority;
+    return f;
+  }
+  if (e.kind == LeaseEvent::Kind::kPreempted) {  // the notice: the lease ends later
+    f["priority"] = l.priority;
+    if (l.preempt_at) f["deadline"] = common::rfc3339(*l.preempt_at);
+    f["reason"] = e.reason;
     return f;
   }
   // As poold's metrics count it: whole milliseconds of each time.

@@ -152,6 +152,13 @@ json toJson(const Lease& l) {
               {"ttl_s", l.ttl.count()}};
   doc["max_end_ms"] = l.max_end ? json(toMillis(*l.max_end)) : json(nullptr);
   if (l.no_reclaim) doc["no_reclaim"] = true;
+  if (l.preemptible) doc["preemptible"] = true;
+  if (l.preempt_grace.count() > 0) doc["preempt_grace_s"] = l.preempt_grace.count();
+  if (l.preempt_at) {
+    doc["preempt_at_ms"] = toMillis(*l.preempt_at);
+    doc["preempt_reason"] = l.preempt_reason;
+    doc["preempted_for"] = l.preempted_for;
+  }
   if (!l.at_risk_nodes.empty()) doc["at_risk_nodes"] = l.at_risk_nodes;
   if (l.idle_since) doc["idle_since_ms"] = toMillis(*l.idle_since);
   if (l.reclaim_at) doc["reclaim_at_ms"] = toMillis(*l.reclaim_at);
@@ -175,6 +182,13 @@ Lease leaseFromJson(const json& doc) {
   l.ttl = seconds(storedInteger<int64_t>(f, "ttl_s", 1, kStoredSecondsMax, 60));
   if (f.has("max_end_ms")) l.max_end = timeField(f, "max_end_ms");
   l.no_reclaim = f.boolean("no_reclaim", false);
+  l.preemptible = f.boolean("preemptible", false);
+  l.preempt_grace = seconds(storedInteger<int64_t>(f, "preempt_grace_s", 0, kStoredSecondsMax, 0));
+  if (f.has("preempt_at_ms")) {
+    l.preempt_at = timeField(f, "preempt_at_ms");
+    l.preempt_reason = textOr(f, "preempt_reason", 0, Text::kStored);
+    l.preempted_for = storedInteger<int64_t>(f, "preempted_for", 0, INT64_MAX, 0);
+  }
   const json& atRisk = f.optionalArray("at_risk_nodes");
   for (size_t i = 0; i < atRisk.size(); ++i) {
     if (!atRisk[i].is_string()) f.failField("at_risk_nodes", "expected a list of node names");
@@ -203,6 +217,7 @@ json toJson(const LeaseRequest& r) {
   doc["wait_s"] = r.wait ? json(r.wait->count()) : json(nullptr);
   doc["max_duration_s"] = r.max_duration ? json(r.max_duration->count()) : json(nullptr);
   if (r.no_reclaim) doc["no_reclaim"] = true;
+  if (r.preemptible) doc["preemptible"] = true;
   return doc;
 }
 
@@ -210,7 +225,7 @@ LeaseRequest requestFromJson(const json& doc) {
   JsonFields f = clientFields(doc,
                               {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes",
                                "fabric", "labels", "one_switch", "priority", "owner", "job_name", "wait_s",
-                               "ttl_s", "max_duration_s", "no_reclaim", "request_id"},
+                               "ttl_s", "max_duration_s", "no_reclaim", "preemptible", "request_id"},
                               "the lease request");
   LeaseRequest r;
   r.gpus = integer(f, "gpus", kGpusRange);
@@ -236,6 +251,7 @@ LeaseRequest requestFromJson(const json& doc) {
   r.ttl = secondsOr(f, "ttl_s", kTtlSecondsRange).value_or(seconds(60));
   r.max_duration = secondsOr(f, "max_duration_s", kMaxDurationSecondsRange);
   r.no_reclaim = f.boolean("no_reclaim", false);
+  r.preemptible = f.boolean("preemptible", false);
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
   if (f.has("request_id")) leaseId(f, "request_id");
   return r;
@@ -266,6 +282,7 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   if (r.ttl.count() < 1) r.ttl = seconds(1);
   r.max_duration = storedSecondsOr(f, "max_duration_s");
   r.no_reclaim = f.boolean("no_reclaim", false);
+  r.preemptible = f.boolean("preemptible", false);
   return r;
 }
 

@@ -164,17 +164,18 @@ void PoolState::reclaimIdle(TimePoint now) {
   }
   for (const std::string& id : ended) {
     auto minutes = std::chrono::duration_cast<std::chrono::minutes>(now - last_busy_.at(id)).count();
-    if (reclaimed_.size() >= 10000) reclaimed_.erase(reclaimed_.begin());
-    reclaimed_[id] = "its GPUs were idle (under " +
-                     std::to_string(static_cast<int>(live_.idle_utilization * 100)) + "% utilisation) for " +
-                     std::to_string(minutes) + " min, and poold reclaims idle leases";
-    dropLease(id, LeaseEvent::Kind::kReleased, "reclaimed: " + reclaimed_[id]);
+    std::string why = "reclaimed: its GPUs were idle (under " +
+                      std::to_string(static_cast<int>(live_.idle_utilization * 100)) + "% utilisation) for " +
+                      std::to_string(minutes) + " min, and poold reclaims idle leases";
+    dropLease(id, LeaseEvent::Kind::kReleased, why);
+    endedByPool(id, std::move(why));
     ++leases_reclaimed_;
   }
 }
 
 Lease PoolState::withLiveView(const Lease& lease, TimePoint now) const {
   Lease out = lease;
+  out.preempt_grace = preempt_.grace;  // the pool's, whatever it was when the lease was granted
   for (const GpuRef& g : lease.gpus) {
     auto n = nodes_.find(g.node);
     if (n != nodes_.end() && n->second.live.unreachable &&

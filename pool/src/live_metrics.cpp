@@ -78,6 +78,9 @@ void writeLiveMetrics(std::ostream& out, const PoolState& state, TimePoint now) 
   family(out, "poolrun_leases_reclaimed_total", "Idle leases poold ended (--reclaim-idle) since it started.",
          "counter");
   out << "poolrun_leases_reclaimed_total " << state.leasesReclaimed() << "\n";
+  family(out, "poolrun_leases_preempted_total",
+         "Leases chosen as preemption victims (given notice) since poold started.", "counter");
+  out << "poolrun_leases_preempted_total " << state.leasesPreempted() << "\n";
 }
 
 }  // namespace poolrun::pool

@@ -38,7 +38,7 @@ constexpr const char* kUsage =
     "  acquire -n N [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
     "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
     "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
-    "          [--no-reclaim]\n"
+    "          [--no-reclaim] [--preemptible]\n"
     "  renew LEASE | release LEASE\n"
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
@@ -117,6 +117,8 @@ const char* commandHelp(const std::string& command) {
        "  --one-switch             only nodes under one leaf switch\n"
        "  --no-reclaim             (admin) never end the lease as idle (poold --reclaim-idle); a user's\n"
        "                           token is refused (exit status 4)\n"
+       "  --preemptible            a waiting request of higher priority may preempt the lease (its\n"
+       "                           holder gets the pool's grace period to end the job)\n"
        "exit status: 3 when it does not fit within --wait (or never can); 128+N when signal N (Ctrl-C:\n"
        "130) interrupts the wait: the queued request is withdrawn first.\n"},
       {"renew",
@@ -560,6 +562,8 @@ int run(int argc, char** argv) {
         r.one_switch = true;
       else if (a == "--no-reclaim")
         r.no_reclaim = true;
+      else if (a == "--preemptible")
+        r.preemptible = true;
       else if (a == "--label") {
         std::string kv = value();
         size_t eq = kv.find('=');

@@ -199,6 +199,11 @@ std::string leaseNote(const Lease& l, Clock::time_point now) {
     notes.push_back("at risk: " + nodes + " unreachable");
   }
   if (l.no_reclaim) notes.push_back("never reclaimed");
+  if (l.preempt_at)
+    notes.push_back("preempted: ends by " + formatLocalTime(*l.preempt_at, now) + " (ticket " +
+                    std::to_string(l.preempted_for) + ")");
+  else if (l.preemptible)
+    notes.push_back("preemptible");
   std::string out;
   for (const std::string& n : notes) out += (out.empty() ? "" : "; ") + n;
   return out;

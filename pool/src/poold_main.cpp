@@ -38,6 +38,7 @@ std::string usage() {
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
+         "             [--preempt-grace SECONDS] [--min-runtime SECONDS]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
@@ -94,6 +95,13 @@ std::string usage() {
          "                                queued requests get the GPUs; off by default\n"
          "  --reclaim-grace SECONDS       from the warning to the end of an idle lease (default " +
          n(d.live.reclaim_grace.count()) +
+         ")\n"
+         "  --preempt-grace SECONDS       from a preemption's notice to the deadline by which the victim's\n"
+         "                                job must have ended (default " +
+         n(d.preempt.grace.count()) +
+         ")\n"
+         "  --min-runtime SECONDS         a lease younger than this is never preempted (default " +
+         n(d.preempt.min_runtime.count()) +
          ")\n"
          "  --metrics-token-file FILE     a scrape token (its first word) that may read /metrics only;\n"
          "                                re-read when it changes\n"
@@ -179,6 +187,10 @@ int main(int argc, char** argv) {
         opt.live.reclaim_idle = true;
       } else if (a == "--reclaim-grace") {
         opt.live.reclaim_grace = std::chrono::seconds(number(a, value(), kIdleTimeoutRange));
+      } else if (a == "--preempt-grace") {
+        opt.preempt.grace = std::chrono::seconds(number(a, value(), pool::kPreemptSecondsRange));
+      } else if (a == "--min-runtime") {
+        opt.preempt.min_runtime = std::chrono::seconds(number(a, value(), pool::kPreemptSecondsRange));
       } else if (a == "--metrics-token-file") {
         opt.metrics_token_file = value();
         try {

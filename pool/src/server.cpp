@@ -627,6 +627,7 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   m.events = std::make_unique<EventLog>(events, warn);
   m.pool->mutate([&m](PoolState& s, TimePoint) {
     s.setLiveOptions(m.opt.live);
+    s.setPreemptOptions(m.opt.preempt);
     return 0;
   });
   m.addRoutes();

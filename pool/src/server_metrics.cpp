@@ -136,7 +136,7 @@ int64_t ServerMetrics::sinceStart(const Lease& lease, TimePoint now) const {
 }
 
 void ServerMetrics::observeLease(const LeaseEvent& event, TimePoint now) {
-  if (event.kind == LeaseEvent::Kind::kGranted) return;
+  if (event.kind == LeaseEvent::Kind::kGranted || event.kind == LeaseEvent::Kind::kPreempted) return;
   std::lock_guard<std::mutex> lock(mu_);
   ++(event.kind == LeaseEvent::Kind::kExpired ? expiries_ : releases_);
   ended_millis_[event.lease.owner] += sinceStart(event.lease, now);

@@ -29,20 +29,30 @@ TimePoint addSaturating(TimePoint t, seconds d) {
   return t + d;
 }
 
-// The nodes of `nodes` that match `r` as placement sees them: each with its GPUs that are not
-// failed, match, and that `freeOn(node)(gpu)` says are free. `everUsable`: as if every node that is
-// not down were up (whether the pool could ever fit the request).
-template <class FreeOn>
-std::vector<NodeView> nodeViews(const std::vector<const PoolNode*>& nodes, const LeaseRequest& r,
-                                FreeOn freeOn, bool everUsable = false) {
+// The latest a lease may hold its GPUs: its maximum end, and for a preempted one its deadline and
+// the margin for the kill.
+TimePoint leaseEnd(const Lease& lease, const PreemptOptions& preempt) {
+  TimePoint end = lease.max_end.value_or(kNever);
+  if (lease.preempt_at) end = std::min(end, addSaturating(*lease.preempt_at, preempt.kill_margin));
+  return end;
+}
+
+// The nodes of `slots` (PoolState's, in pool order) that match `r` and have a GPU to give, as
+// placement sees them: each with its GPUs that are free (`freeOn(slot index, slot)(gpu)`), not
+// failed, and match. `everUsable`: as if every node that is not down were up (whether the pool
+// could ever fit the request). Nodes with nothing to give get no view: on a busy pool that is most.
+template <class Slots, class FreeOn>
+std::vector<NodeView> nodeViews(const Slots& slots, const LeaseRequest& r, FreeOn freeOn,
+                                bool everUsable = false) {
   std::vector<NodeView> views;
-  views.reserve(nodes.size());
-  for (const PoolNode* node : nodes) {
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const PoolNode* node = slots[s].node;
     if ((everUsable && node->state == NodeState::kDown) || !nodeMatches(*node, r, everUsable)) continue;
-    auto free = freeOn(*node);
+    auto free = freeOn(s, slots[s]);
     NodeView v{node, {}, false};
     for (size_t i = 0; i < node->gpuCount(); ++i)
-      if (node->placeable(i) && gpuMatches(node->topology->gpus[i], r) && free(i)) v.usable.push_back(i);
+      if (free(i) && node->placeable(i) && gpuMatches(node->topology->gpus[i], r)) v.usable.push_back(i);
+    if (v.usable.empty()) continue;
     v.whole = v.usable.size() == node->gpuCount();
     views.push_back(std::move(v));
   }
@@ -50,19 +60,32 @@ std::vector<NodeView> nodeViews(const std::vector<const PoolNode*>& nodes, const
 }
 
 // Every GPU free: the pool as if no lease were held.
-auto allFree(const PoolNode&) {
+auto allFree(size_t, const auto&) {
   return [](size_t) { return true; };
+}
+
+// The GPUs no lease holds now.
+auto unheld(size_t, const auto& slot) {
+  return [held = slot.held](size_t i) { return i >= held->holder.size() || held->holder[i].empty(); };
 }
 
 // When GPUs are busy as the scheduler plans ahead: running leases until their maximum end (forever
 // without one), and the GPUs promised to the waiting requests planned so far.
+}  // namespace
+
+// Nodes are known by their index in pool order (`slotOf` names it).
 class Timeline {
  public:
-  Timeline(const std::vector<const PoolNode*>& nodes, const std::map<std::string, Lease>& leases,
-           TimePoint now) {
-    for (const PoolNode* node : nodes) busy_[node->name].resize(node->gpuCount());
-    for (const auto& [id, lease] : leases) hold(lease.gpus, now, lease.max_end.value_or(kNever), true);
+  template <class Slots>
+  Timeline(const Slots& slots, const std::unordered_map<std::string_view, size_t>& slotOf,
+           const std::map<std::string, Lease>& leases, const PreemptOptions& preempt, TimePoint now)
+      : slot_of_(slotOf), busy_(slots.size()) {
+    for (size_t s = 0; s < slots.size(); ++s) busy_[s].resize(slots[s].node->gpuCount());
+    for (const auto& [id, lease] : leases) hold(lease.gpus, now, leaseEnd(lease, preempt), &lease);
   }
+
+  // Leases a preemption may end: their GPUs count as free where `freeOn` is given them.
+  using Ignoring = std::set<const Lease*>;
 
   // When a request may start: now, at every planned end after now, and never (once leases
   // without an end have ended).
@@ -74,36 +97,48 @@ class Timeline {
     return times;
   }
 
-  // Per GPU of `node`: whether it is free from `t` to `to`. From kNever, only promises without an
-  // end hold it.
-  auto freeOn(const PoolNode& node, TimePoint t, TimePoint to) const {
-    const std::vector<std::vector<Interval>>& gpus = busy_.at(node.name);
-    return [&gpus, t, to](size_t i) {
+  // Per GPU of the node at `slot`: whether it is free from `t` to `to`. From kNever, only promises
+  // without an end hold it.
+  auto freeOn(size_t slot, TimePoint t, TimePoint to, const Ignoring* ignoring = nullptr) const {
+    const std::vector<std::vector<Interval>>& gpus = busy_.at(slot);
+    return [&gpus, t, to, ignoring](size_t i) {
       return std::none_of(gpus[i].begin(), gpus[i].end(), [&](const Interval& iv) {
+        if (iv.lease && ignoring && ignoring->count(iv.lease)) return false;
         return t == kNever ? (!iv.lease && iv.to == kNever) : (iv.from < to && t < iv.to);
       });
     };
   }
 
-  // `gpus` busy from `from` to `to`: held by a lease, or promised to a waiting request.
-  void hold(const std::vector<GpuRef>& gpus, TimePoint from, TimePoint to, bool lease) {
+  // `gpus` busy from `from` to `to`: held by `lease`, or promised to a waiting request (null).
+  void hold(const std::vector<GpuRef>& gpus, TimePoint from, TimePoint to, const Lease* lease) {
     if (to != kNever) ends_.insert(to);
     for (const GpuRef& g : gpus) {
-      auto b = busy_.find(g.node);
-      if (b != busy_.end() && g.index < b->second.size()) b->second[g.index].push_back({from, to, lease});
+      auto s = slot_of_.find(g.node);
+      if (s != slot_of_.end() && g.index < busy_[s->second].size())
+        busy_[s->second][g.index].push_back({from, to, lease});
+    }
+  }
+
+  // A lease chosen as a victim now holds its GPUs only until `end`.
+  void endEarly(const Lease& lease, TimePoint end) {
+    ends_.insert(end);
+    for (const GpuRef& g : lease.gpus) {
+      auto s = slot_of_.find(g.node);
+      if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
+      for (Interval& iv : busy_[s->second][g.index])
+        if (iv.lease == &lease) iv.to = std::min(iv.to, end);
     }
   }
 
  private:
   struct Interval {
     TimePoint from, to;
-    bool lease;
+    const Lease* lease;  // null: promised to a waiting request
   };
-  std::map<std::string, std::vector<std::vector<Interval>>> busy_;  // per node, per GPU
+  const std::unordered_map<std::string_view, size_t>& slot_of_;
+  std::vector<std::vector<std::vector<Interval>>> busy_;  // per node (slot), per GPU
   std::set<TimePoint> ends_;
 };
-
-}  // namespace
 
 std::string toString(NodeState state) {
   switch (state) {
@@ -195,7 +230,10 @@ void PoolState::registerNode(const topo::ClusterNode& cn) {
                        o.holder[i] + "; release it before registering the smaller topology");
   }
   PoolNode& node = nodes_[cn.name];
-  if (it == nodes_.end()) node.order = next_order_++;
+  if (it == nodes_.end()) {
+    node.order = next_order_++;
+    slotsChanged();
+  }
   node.name = cn.name;
   node.topology = cn.topology;
   node.switch_name = cn.switch_name;
@@ -230,10 +268,22 @@ void PoolState::failGpu(const std::string& name, size_t index, TimePoint now) {
   dirty_.nodes.insert(name);
 }
 
+const std::vector<PoolState::Slot>& PoolState::slots() const {
+  SlotCache& c = slot_cache_;
+  if (!c.stale) return c.slots;
+  c.slots.clear();
+  c.index.clear();
+  for (const auto& [name, node] : nodes_) c.slots.push_back({&node, &occupancy_.at(name)});
+  std::sort(c.slots.begin(), c.slots.end(),
+            [](const Slot& a, const Slot& b) { return a.node->order < b.node->order; });
+  for (size_t s = 0; s < c.slots.size(); ++s) c.index.emplace(c.slots[s].node->name, s);
+  c.stale = false;
+  return c.slots;
+}
+
 std::vector<const PoolNode*> PoolState::nodesInOrder() const {
   std::vector<const PoolNode*> out;
-  for (const auto& [name, node] : nodes_) out.push_back(&node);
-  std::sort(out.begin(), out.end(), [](const PoolNode* a, const PoolNode* b) { return a->order < b->order; });
+  for (const Slot& s : slots()) out.push_back(s.node);
   return out;
 }
 
@@ -254,7 +304,7 @@ GpuState PoolState::gpuState(const std::string& node, size_t index) const {
 bool PoolState::everFits(const LeaseRequest& request) const {
   // Every GPU that is not failed on a node that is not down (draining ones come back), as if no
   // lease were held.
-  return place(nodeViews(nodesInOrder(), request, allFree, true), request).has_value();
+  return place(nodeViews(slots(), request, allFree<Slot>, true), request).has_value();
 }
 
 std::vector<const QueueEntry*> PoolState::waitingInOrder() const {
@@ -280,6 +330,8 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   lease.created = now;
   lease.ttl = request.ttl;
   lease.no_reclaim = request.no_reclaim;
+  lease.preemptible = request.preemptible;
+  lease.preempt_grace = preempt_.grace;
   if (request.max_duration) lease.max_end = addSaturating(now, *request.max_duration);
   lease.expires = std::min(addSaturating(now, request.ttl), lease.max_end.value_or(kNever));
   for (const GpuRef& g : lease.gpus) {
@@ -315,6 +367,11 @@ void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::stri
   dirty_.new_leases.erase(id);
 }
 
+void PoolState::endedByPool(const std::string& id, std::string why) {
+  if (ended_by_pool_.size() >= 10000) ended_by_pool_.erase(ended_by_pool_.begin());
+  ended_by_pool_[id] = std::move(why);
+}
+
 Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now) {
   Lease lease = grant(entry.request, gpus, now);
   planned_[entry.ticket] = now;
@@ -326,6 +383,83 @@ Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>&
   return lease;
 }
 
+std::vector<const Lease*> PoolState::victimCandidates(TimePoint now) const {
+  std::vector<const Lease*> out;
+  for (const auto& [id, lease] : leases_)
+    if (lease.preemptible && !lease.preempt_at && now - lease.created >= preempt_.min_runtime)
+      out.push_back(&lease);
+  std::sort(out.begin(), out.end(), [](const Lease* a, const Lease* b) {
+    if (a->gpus.size() != b->gpus.size()) return a->gpus.size() < b->gpus.size();
+    if (a->created != b->created) return a->created > b->created;
+    return a->id < b->id;
+  });
+  return out;
+}
+
+bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& pool,
+                           TimePoint now) {
+  const LeaseRequest& r = entry.request;
+  std::vector<const Lease*> cands;  // in the pool's order: the smallest first, then the youngest
+  for (const Lease* l : pool)
+    if (l->priority < r.priority && !l->preempt_at) cands.push_back(l);
+  if (cands.empty()) return false;
+  const TimePoint to = r.max_duration ? addSaturating(now, *r.max_duration) : kNever;
+  auto placeIgnoring = [&](const Timeline::Ignoring& ignoring) {
+    auto freeNow = [&](size_t slot, const Slot&) { return timeline.freeOn(slot, now, to, &ignoring); };
+    return place(nodeViews(slots(), r, freeNow), r);
+  };
+  auto prefix = [&](size_t k) {
+    return Timeline::Ignoring(cands.begin(), cands.begin() + static_cast<long>(k));
+  };
+  if (!placeIgnoring(prefix(cands.size()))) return false;  // not even every candidate would make room
+  // The shortest run of candidates that makes room (room only grows with the run).
+  size_t lo = 1, hi = cands.size();
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (placeIgnoring(prefix(mid)))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  // Of those, the leases whose GPUs the placement takes; then each one it can do without is
+  // spared, the largest first, then the oldest.
+  auto takenFrom = [&](const std::vector<GpuRef>& gpus, const Timeline::Ignoring& among) {
+    Timeline::Ignoring out;
+    for (const GpuRef& g : gpus)
+      if (const std::string* h = holder(g.node, g.index))
+        if (const Lease* l = &leases_.at(*h); among.count(l)) out.insert(l);
+    return out;
+  };
+  Timeline::Ignoring chosen = prefix(lo);
+  chosen = takenFrom(*placeIgnoring(chosen), chosen);
+  std::vector<const Lease*> spareOrder(chosen.begin(), chosen.end());
+  std::sort(spareOrder.begin(), spareOrder.end(), [](const Lease* a, const Lease* b) {
+    if (a->gpus.size() != b->gpus.size()) return a->gpus.size() > b->gpus.size();
+    if (a->created != b->created) return a->created < b->created;
+    return a->id < b->id;
+  });
+  for (const Lease* l : spareOrder) {
+    if (!chosen.count(l)) continue;
+    Timeline::Ignoring without = chosen;
+    without.erase(l);
+    if (std::optional<std::vector<GpuRef>> gpus = placeIgnoring(without)) chosen = takenFrom(*gpus, without);
+  }
+  const std::string why = "preempted for ticket " + std::to_string(entry.ticket) + " of " + r.owner +
+                          " (priority " + std::to_string(r.priority) + ", " + std::to_string(r.gpus) +
+                          (r.gpus == 1 ? " GPU)" : " GPUs)");
+  for (const Lease* victim : chosen) {
+    Lease& v = leases_.at(victim->id);
+    v.preempt_at = addSaturating(now, preempt_.grace);
+    v.preempt_reason = why;
+    v.preempted_for = entry.ticket;
+    dirty_.leases.insert(v.id);
+    lease_events_.push_back({LeaseEvent::Kind::kPreempted, v, why});
+    ++leases_preempted_;
+    timeline.endEarly(v, leaseEnd(v, preempt_));
+  }
+  return !chosen.empty();
+}
+
 void PoolState::schedule(TimePoint now) {
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
@@ -335,42 +469,59 @@ void PoolState::schedule(TimePoint now) {
   // which it fits on GPUs that are free then and not promised to a request ahead of it. Running
   // leases hold their GPUs until their maximum end (forever without one); a request starts now
   // only when its start is now, so it never delays anyone ahead of it.
-  const std::vector<const PoolNode*> inOrder = nodesInOrder();
-  auto unheld = [&](const PoolNode& node) {
-    const Occupancy& o = occupancy_[node.name];
-    return [&o](size_t i) { return o.holder[i].empty(); };
-  };
+  const std::vector<Slot>& inOrder = slots();
   // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
   // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
   std::optional<Timeline> timeline;
+  // Preemption, once some request has to wait: the leases that may be victims (the smallest
+  // first, then the youngest), and the requests whose victims are still ending.
+  std::vector<const Lease*> victims;
+  std::set<int64_t> awaitingVictims;
   for (const QueueEntry* entry : order) {
     const LeaseRequest& r = entry->request;
     if (!timeline) {
-      if (std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, unheld), r)) {
+      if (std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, unheld<Slot>), r)) {
         grantQueued(*entry, *gpus, now);
         continue;
       }
-      timeline.emplace(inOrder, leases_, now);
+      timeline.emplace(inOrder, slot_cache_.index, leases_, preempt_, now);
+      victims = victimCandidates(now);
+      for (const auto& [id, lease] : leases_)
+        if (lease.preempt_at) awaitingVictims.insert(lease.preempted_for);
     }
-    bool placedAny = false;
-    for (TimePoint t : timeline->starts(now)) {
-      TimePoint to = (t == kNever || !r.max_duration) ? kNever : addSaturating(t, *r.max_duration);
-      auto freeThen = [&](const PoolNode& node) { return timeline->freeOn(node, t, to); };
-      std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, freeThen), r);
-      if (!gpus) continue;
-      placedAny = true;
+    // The earliest start at which it fits, and where.
+    auto earliest = [&]() -> std::optional<std::pair<TimePoint, std::vector<GpuRef>>> {
+      for (TimePoint t : timeline->starts(now)) {
+        TimePoint to = (t == kNever || !r.max_duration) ? kNever : addSaturating(t, *r.max_duration);
+        auto freeThen = [&](size_t slot, const Slot&) { return timeline->freeOn(slot, t, to); };
+        if (std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, freeThen), r))
+          return std::pair{t, std::move(*gpus)};
+      }
+      return std::nullopt;
+    };
+    auto plan = earliest();
+    // Preempting is worth it only where the request would otherwise start later than the victims'
+    // notice and kill take.
+    const TimePoint viaPreemption = addSaturating(now, preempt_.grace + preempt_.kill_margin);
+    if ((!plan || plan->first > viaPreemption) && !awaitingVictims.count(entry->ticket) &&
+        preemptFor(*entry, *timeline, victims, now))
+      plan = earliest();
+    if (plan) {
+      auto& [t, gpus] = *plan;
       if (t == now) {
-        Lease lease = grantQueued(*entry, *gpus, now);
-        timeline->hold(*gpus, now, lease.max_end.value_or(kNever), true);
+        Lease lease = grantQueued(*entry, gpus, now);
+        const Lease& held = leases_.at(lease.id);
+        timeline->hold(gpus, now, leaseEnd(held, preempt_), &held);
       } else {
         planned_[entry->ticket] = t;
         // A request that can start only once leases without an end have ended ("never", as far
         // as the plan can tell) may start at any moment they end: its GPUs are promised from now
         // on, or anything placed on them meanwhile could delay it without bound.
-        timeline->hold(*gpus, t == kNever ? now : t, to, false);
+        TimePoint to = (t == kNever || !r.max_duration) ? kNever : addSaturating(t, *r.max_duration);
+        timeline->hold(gpus, t == kNever ? now : t, to, nullptr);
       }
-      break;
     }
+    const bool placedAny = plan.has_value();
     if (!placedAny && !everFits(r)) {
       QueueEntry& e = queue_.at(entry->ticket);
       e.status = QueueEntry::Status::kFailed;
@@ -398,7 +549,7 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
     queue_.erase(ticket);
     dirty_.queue.erase(ticket);
     size_t usable = 0;
-    for (const NodeView& v : nodeViews(nodesInOrder(), request, allFree, true)) usable += v.usable.size();
+    for (const NodeView& v : nodeViews(slots(), request, allFree<Slot>, true)) usable += v.usable.size();
     std::string shape = shapeText(request);
     throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                     "a request for " + std::to_string(request.gpus) + " GPUs" + shape +
@@ -475,9 +626,9 @@ void PoolState::cancel(int64_t ticket, TimePoint now) {
 Lease PoolState::renew(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
   auto it = leases_.find(id);
   if (it == leases_.end()) {
-    if (auto r = reclaimed_.find(id); r != reclaimed_.end())
+    if (auto r = ended_by_pool_.find(id); r != ended_by_pool_.end())
       throw PoolError(PoolFailure::kGone, ErrorCode::kNotFound,
-                      "lease " + id + " was reclaimed: " + r->second + "; acquire a new one");
+                      "lease " + id + " was " + r->second + "; acquire a new one");
     throw gone(id);
   }
   Lease& lease = it->second;
@@ -485,7 +636,7 @@ Lease PoolState::renew(const std::string& id, const std::string& owner, bool adm
     throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
                     "owner " + owner + " may not renew lease " + id + " of " + lease.owner +
                         " (only its owner or an administrator may)");
-  TimePoint end = lease.max_end.value_or(kNever);
+  TimePoint end = leaseEnd(lease, preempt_);
   if (now >= lease.expires || now >= end) {
     dropLease(id, LeaseEvent::Kind::kExpired);
     schedule(now);
@@ -512,10 +663,20 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
   view_time_ = std::max(view_time_, now);
   updateLiveness(now);
   reclaimIdle(now);
-  std::vector<std::string> expired;
-  for (const auto& [id, lease] : leases_)
-    if (lease.expires <= now) expired.push_back(id);
+  std::vector<std::string> expired, preempted;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.preempt_at && leaseEnd(lease, preempt_) <= now)
+      preempted.push_back(id);
+    else if (lease.expires <= now)
+      expired.push_back(id);
+  }
   for (const std::string& id : expired) dropLease(id, LeaseEvent::Kind::kExpired);
+  for (const std::string& id : preempted) {
+    std::string why = leases_.at(id).preempt_reason + ", and its holder had not released it " +
+                      std::to_string(preempt_.kill_margin.count()) + " s after the deadline";
+    dropLease(id, LeaseEvent::Kind::kExpired, why);
+    endedByPool(id, std::move(why));
+  }
   std::vector<int64_t> stale;
   for (const auto& [ticket, e] : queue_)
     if (now - e.heartbeat > stale_after) stale.push_back(ticket);
@@ -642,6 +803,7 @@ void PoolState::loadNode(PoolNode node) {
   node.live = NodeLive{};
   nodes_[name] = std::move(node);
   occupancy_[name].holder.resize(nodes_[name].gpuCount());
+  slotsChanged();
 }
 
 void PoolState::loadLease(Lease lease) {
@@ -678,6 +840,7 @@ Dirty PoolState::takeDirty() {
 void PoolState::clear() {
   nodes_.clear();
   occupancy_.clear();
+  slotsChanged();
   leases_.clear();
   queue_.clear();
   leases_granted_ = 0;
@@ -686,7 +849,7 @@ void PoolState::clear() {
   dirty_ = Dirty{};
   last_busy_.clear();
   reclaim_at_.clear();
-  reclaimed_.clear();
+  ended_by_pool_.clear();
   lease_events_.clear();
   node_events_.clear();
 }
@@ -704,17 +867,13 @@ std::string PoolState::waitReason(int64_t ticket) const {
   // The GPUs it could have now, as the scheduler sees them: free, not failed, on up nodes that
   // match. Placed (in pool order) only where there are enough of them: a poll on a full pool of
   // 1,000 nodes stays a counting pass.
-  auto unheldIn = [](const Occupancy* o) {
-    return [o](size_t i) { return o == nullptr || i >= o->holder.size() || o->holder[i].empty(); };
-  };
   int free = 0;
-  auto o = occupancy_.begin();  // both maps are keyed by node name: walked side by side
-  for (const auto& [name, node] : nodes_) {
-    while (o != occupancy_.end() && o->first < name) ++o;
-    auto unheld = unheldIn(o != occupancy_.end() && o->first == name ? &o->second : nullptr);
+  for (const Slot& slot : slots()) {
+    const PoolNode& node = *slot.node;
+    auto isFree = unheld(0, slot);
     int n = 0;
     for (size_t i = 0; i < node.gpuCount(); ++i)
-      if (unheld(i) && node.placeable(i) && gpuMatches(node.topology->gpus[i], r)) ++n;
+      if (isFree(i) && node.placeable(i) && gpuMatches(node.topology->gpus[i], r)) ++n;
     if (n > 0 && nodeMatches(node, r)) free += n;  // most nodes of a busy pool have none
   }
   std::vector<int64_t> ahead;
@@ -726,11 +885,7 @@ std::string PoolState::waitReason(int64_t ticket) const {
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
                      ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
   if (free >= r.gpus) {
-    auto unheld = [&](const PoolNode& node) {
-      auto held = occupancy_.find(node.name);
-      return unheldIn(held == occupancy_.end() ? nullptr : &held->second);
-    };
-    if (!place(nodeViews(nodesInOrder(), r, unheld), r))
+    if (!place(nodeViews(slots(), r, unheld<Slot>), r))
       text += ", not in that shape";
     else if (ahead.empty())
       text += ", about to start";
@@ -739,6 +894,12 @@ std::string PoolState::waitReason(int64_t ticket) const {
               (r.max_duration ? " (it would not end before they start)"
                               : " (with a maximum duration it could start in a gap)");
   }
+  size_t victims = 0;
+  for (const auto& [id, lease] : leases_)
+    victims += lease.preempt_at && lease.preempted_for == ticket ? 1 : 0;
+  if (victims > 0)
+    text += "; preempting " + std::to_string(victims) + (victims == 1 ? " lease" : " leases") +
+            " of lower priority (ending within the grace period)";
   if (!ahead.empty()) {
     text += ahead.size() == 1 ? "; behind ticket " : "; behind tickets ";
     const size_t shown = std::min<size_t>(ahead.size(), 3);

@@ -113,11 +113,27 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
         l.created = now;
         l.ttl = std::chrono::hours(1000);
         l.expires = now + l.ttl;
-        std::string forWord;
-        int seconds = 0;
-        if (words >> forWord >> seconds) {
-          l.max_end = now + std::chrono::seconds(seconds);
-          l.expires = *l.max_end;
+        std::string w;
+        while (words >> w) {
+          auto value = [&](const char* key) { return w.substr(std::string(key).size()); };
+          if (w == "for") {
+            int seconds = 0;
+            words >> seconds;
+            l.max_end = now + std::chrono::seconds(seconds);
+            l.expires = *l.max_end;
+          } else if (w.rfind("prio=", 0) == 0) {
+            l.priority = std::stoi(value("prio="));
+          } else if (w == "preemptible") {
+            l.preemptible = true;
+          } else if (w.rfind("age=", 0) == 0) {
+            l.created = now - std::chrono::seconds(std::stoll(value("age=")));
+          } else if (w.rfind("owner=", 0) == 0) {
+            l.owner = value("owner=");
+          } else if (w.rfind("id=", 0) == 0) {
+            l.id = value("id=");
+          } else {
+            throw std::invalid_argument("bad lease word '" + w + "' in '" + clause + "'");
+          }
         }
         state.loadLease(l);
       } else {
@@ -156,6 +172,8 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
       r.max_duration = std::chrono::seconds(std::stoll(value("max=")));
     else if (w.rfind("owner=", 0) == 0)
       r.owner = value("owner=");
+    else if (w == "preemptible")
+      r.preemptible = true;
     else
       throw std::invalid_argument("bad request word '" + w + "'");
   }

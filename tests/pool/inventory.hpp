@@ -4,9 +4,12 @@
 //
 // Inventory: clauses separated by ';'
 //   n[01-04]/gpu[0-7]@leaf1 model=A100 mem=40   nodes with GPUs 0-7 under switch leaf1
-//   n01 leased 0-3 [for 100]                     a lease of "other" on those GPUs (max 100 s)
+//   n01 leased 0-3 [for 100] [prio=1] [preemptible] [age=700] [owner=bob] [id=A]
+//                                                a lease of "other" on those GPUs (max 100 s;
+//                                                created 700 s ago; named A for expectations)
 //   n02 failed 1,3 | n03 draining | n04 down
-// Request: "16 ppn=8 whole one-switch model=H100 mem=80 label=rack:r1 prio=5 max=100 owner=bob"
+// Request: "16 ppn=8 whole one-switch model=H100 mem=80 label=rack:r1 prio=5 max=100 owner=bob
+//           preemptible"
 // GPU lists print as "n01:0-3 n02:4-7".
 
 #include <string>

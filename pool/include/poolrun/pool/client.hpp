@@ -51,6 +51,9 @@ struct LeaseRequest {
   std::chrono::seconds ttl{60};
   std::optional<std::chrono::seconds> max_duration;
   bool no_reclaim = false;  // never reclaimed when idle (poold --reclaim-idle); administrators only
+  // May be preempted by a waiting request of higher priority (after the pool's grace period). A
+  // lease whose owner is over quota may be preempted whatever this says.
+  bool preemptible = false;
 };
 
 struct Lease {
@@ -66,7 +69,16 @@ struct Lease {
   // Variables the job's launcher must set for the job to run inside the lease (Slurm: the
   // allocation's SLURM_* variables where poolrun made the allocation); empty for other pools.
   std::map<std::string, std::string> env;
-  bool no_reclaim = false;  // see LeaseRequest
+  bool no_reclaim = false;   // see LeaseRequest
+  bool preemptible = false;  // see LeaseRequest
+  // The time a preempted lease's holder has between the notice and the end (the pool's
+  // --preempt-grace); zero where the pool never preempts.
+  std::chrono::seconds preempt_grace{0};
+  // Set once the pool has chosen the lease as a victim: the job must end by preempt_at, when the
+  // pool ends the lease; preempt_reason says for whom ("ticket 12 of bob, priority 10, needs ...").
+  std::optional<std::chrono::system_clock::time_point> preempt_at;
+  std::string preempt_reason;
+  int64_t preempted_for = 0;  // the queue ticket it was preempted for
 
   // What the pool tells the holder in a renewal's reply and in listings (not stored):
   std::vector<std::string> at_risk_nodes;  // nodes of the lease whose agent has gone quiet

@@ -42,6 +42,7 @@ struct ServerOptions {
 
   // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
   LiveOptions live;
+  PreemptOptions preempt;
 
   // Who may read /metrics besides users and administrators: whoever sends the token of this file
   // (one token, which reads /metrics only), and clients from these addresses or prefixes

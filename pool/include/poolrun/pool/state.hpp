@@ -11,6 +11,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "poolrun/pool/agent_protocol.hpp"
@@ -63,6 +65,18 @@ struct PoolNode {
   bool placeable(size_t index) const { return !failed.count(index) && !live.foreign.count(index); }
 };
 
+// Preemption: a waiting request that cannot fit otherwise ends leases of lower priority that
+// may be preempted (LeaseRequest::preemptible), after a grace period. Every pool poolrun manages
+// applies these rules: poold's options, and POOLRUN_PREEMPT_GRACE / POOLRUN_MIN_RUNTIME for the
+// embedded pools.
+struct PreemptOptions {
+  std::chrono::seconds grace{120};        // from the notice to preempt_at, when the job must have ended
+  std::chrono::seconds min_runtime{600};  // a lease younger than this is never a victim
+  // After preempt_at, how long the pool still holds a lease whose holder has not released it (the
+  // job being killed), before it ends the lease itself and the preemptor starts.
+  std::chrono::seconds kill_margin{10};
+};
+
 // The live pool's rules (heartbeats, idle leases): poold's options.
 struct LiveOptions {
   std::chrono::seconds heartbeat_interval{5};  // told to agents in every reply
@@ -97,7 +111,9 @@ struct Dirty {
 
 // A lease granted or ended, as the rules saw it: what poold's event log and metrics count.
 struct LeaseEvent {
-  enum class Kind { kGranted, kReleased, kExpired };
+  // kPreempted: chosen as a victim (the lease holds on until its holder ends the job, or until
+  // its preempt_at and PreemptOptions::kill_margin); it ends later as kReleased or kExpired.
+  enum class Kind { kGranted, kReleased, kExpired, kPreempted };
   Kind kind = Kind::kGranted;
   Lease lease;         // as it was when granted or ended
   std::string reason;  // where the rule that ended it says more than its kind
@@ -129,6 +145,8 @@ struct PollResult {
   std::string wait_reason;
   std::optional<TimePoint> planned_start;
 };
+
+class Timeline;  // the scheduler's plan of when GPUs are busy (state.cpp)
 
 class PoolState {
  public:
@@ -182,6 +200,11 @@ class PoolState {
   uint64_t leasesGranted() const { return leases_granted_; }
   uint64_t leasesReclaimed() const { return leases_reclaimed_; }  // idle leases ended since start
 
+  // --- preemption
+  void setPreemptOptions(const PreemptOptions& options) { preempt_ = options; }
+  const PreemptOptions& preemptOptions() const { return preempt_; }
+  uint64_t leasesPreempted() const { return leases_preempted_; }  // leases chosen as victims since start
+
   // --- the live pool (pool/src/live.cpp)
   void setLiveOptions(const LiveOptions& options) { live_ = options; }
   const LiveOptions& liveOptions() const { return live_; }
@@ -226,7 +249,44 @@ class PoolState {
   void dropLease(const std::string& id, LeaseEvent::Kind end = LeaseEvent::Kind::kReleased,
                  std::string reason = {});
   bool everFits(const LeaseRequest& request) const;
+  // The leases that may be preempted now (preemptible, not yet under notice, past the minimum
+  // runtime), the smallest first, then the youngest.
+  std::vector<const Lease*> victimCandidates(TimePoint now) const;
+  // Chooses and notifies the victims that let `entry` start now (whole leases of lower priority
+  // out of `candidates`, the fewest GPUs, then the youngest); false where none would make room.
+  bool preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& candidates,
+                  TimePoint now);
   Occupancy& occupancy(const std::string& node);
+
+  // The nodes in pool order, each with its occupancy, and where each node's name is in that order:
+  // rebuilt only when a node is added or the pool cleared. Every placement decision walks them
+  // (sorting the nodes and looking each one's occupancy up by name on every acquire cost a
+  // 100,000-GPU pool milliseconds under the state lock).
+  struct Slot {
+    const PoolNode* node;
+    const Occupancy* held;
+  };
+  struct SlotCache {
+    std::vector<Slot> slots;
+    std::unordered_map<std::string_view, size_t> index;  // node name: its place in `slots`
+    bool stale = true;
+    SlotCache() = default;
+    // A copy of the state has maps of its own: its cache is rebuilt on first use.
+    SlotCache(const SlotCache&) {}
+    SlotCache& operator=(const SlotCache&) {
+      *this = SlotCache();
+      return *this;
+    }
+    SlotCache& operator=(SlotCache&& other) noexcept {
+      slots = std::move(other.slots);
+      index = std::move(other.index);
+      stale = true;
+      return *this;
+    }
+  };
+  const std::vector<Slot>& slots() const;
+  void slotsChanged() { slot_cache_.stale = true; }
+  mutable SlotCache slot_cache_;
 
   std::map<std::string, PoolNode> nodes_;
   std::map<std::string, Occupancy> occupancy_;
@@ -245,12 +305,17 @@ class PoolState {
   void updateLiveness(TimePoint now);
   void reclaimIdle(TimePoint now);
   Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
+  PreemptOptions preempt_;
+  uint64_t leases_preempted_ = 0;
   LiveOptions live_;
   uint64_t leases_reclaimed_ = 0;
   TimePoint view_time_{};  // the latest `now` a tick or heartbeat brought (leaseList's idle times)
-  std::map<std::string, TimePoint> last_busy_;    // per lease
-  std::map<std::string, TimePoint> reclaim_at_;   // per idle lease warned of its reclaim
-  std::map<std::string, std::string> reclaimed_;  // lease id: why it was ended (for its renewal)
+  std::map<std::string, TimePoint> last_busy_;   // per lease
+  std::map<std::string, TimePoint> reclaim_at_;  // per idle lease warned of its reclaim
+  // Lease id: how the pool ended it ("reclaimed: its GPUs were idle ...", "preempted for ..."),
+  // for its holder's next renewal. At most 10,000 kept (beyond, the holder hears only "gone").
+  std::map<std::string, std::string> ended_by_pool_;
+  void endedByPool(const std::string& id, std::string why);
 };
 
 // Throws kBadInput naming the field of a request that cannot be valid.
