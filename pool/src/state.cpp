@@ -41,11 +41,14 @@ TimePoint leaseEnd(const Lease& lease, const PreemptOptions& preempt) {
 // placement sees them: each with its GPUs that are free (`freeOn(slot index, slot)(gpu)`), not
 // failed, and match. `everUsable`: as if every node that is not down were up (whether the pool
 // could ever fit the request). Nodes with nothing to give get no view: on a busy pool that is most.
+// `unheld`, where given, counts per slot the GPUs no lease holds: a node without one is skipped
+// untouched (only where `freeOn` frees no held GPU).
 template <class Slots, class FreeOn>
 std::vector<NodeView> nodeViews(const Slots& slots, const LeaseRequest& r, FreeOn freeOn,
-                                bool everUsable = false) {
+                                bool everUsable = false, const std::vector<uint32_t>* unheld = nullptr) {
   std::vector<NodeView> views;
   for (size_t s = 0; s < slots.size(); ++s) {
+    if (unheld && (*unheld)[s] == 0) continue;
     const PoolNode* node = slots[s].node;
     if ((everUsable && node->state == NodeState::kDown) || !nodeMatches(*node, r, everUsable)) continue;
     auto free = freeOn(s, slots[s]);
@@ -212,7 +215,10 @@ PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
   Occupancy& o = occupancy_[node];
   auto it = nodes_.find(node);
   size_t n = it == nodes_.end() ? 0 : it->second.gpuCount();
-  if (o.holder.size() < n) o.holder.resize(n);
+  if (o.holder.size() < n) {
+    o.holder.resize(n);
+    slotsChanged();
+  }
   return o;
 }
 
@@ -244,7 +250,11 @@ void PoolState::registerNode(const topo::ClusterNode& cn) {
   std::erase_if(node.failed, [&](size_t i) { return i >= node.gpuCount(); });
   std::erase_if(node.failures, [&](const auto& f) { return !node.failed.count(f.first); });
   if (node.live.gpus.size() > node.gpuCount()) node.live.gpus.resize(node.gpuCount());
-  occupancy_[cn.name].holder.resize(node.gpuCount());
+  std::vector<std::string>& holder = occupancy_[cn.name].holder;
+  if (holder.size() != node.gpuCount()) {
+    holder.resize(node.gpuCount());
+    slotsChanged();
+  }
   dirty_.nodes.insert(cn.name);
 }
 
@@ -273,12 +283,56 @@ const std::vector<PoolState::Slot>& PoolState::slots() const {
   if (!c.stale) return c.slots;
   c.slots.clear();
   c.index.clear();
+  c.unheld.clear();
   for (const auto& [name, node] : nodes_) c.slots.push_back({&node, &occupancy_.at(name)});
   std::sort(c.slots.begin(), c.slots.end(),
             [](const Slot& a, const Slot& b) { return a.node->order < b.node->order; });
-  for (size_t s = 0; s < c.slots.size(); ++s) c.index.emplace(c.slots[s].node->name, s);
+  for (size_t s = 0; s < c.slots.size(); ++s) {
+    c.index.emplace(c.slots[s].node->name, s);
+    c.unheld.push_back(freeCount(*c.slots[s].held));
+  }
   c.stale = false;
   return c.slots;
+}
+
+uint32_t PoolState::freeCount(const Occupancy& o) {
+  return static_cast<uint32_t>(
+      std::count_if(o.holder.begin(), o.holder.end(), [](const std::string& h) { return h.empty(); }));
+}
+
+void PoolState::heldChanged(const std::string& node, bool held) {
+  SlotCache& c = slot_cache_;
+  if (c.stale) return;  // counted afresh when rebuilt
+  auto it = c.index.find(node);
+  if (it == c.index.end()) return;
+  uint32_t& n = c.unheld[it->second];
+  n = held ? n - 1 : n + 1;
+}
+
+std::string PoolState::checkInvariants() const {
+  std::map<std::pair<std::string, size_t>, std::string> byLease;
+  for (const auto& [id, lease] : leases_)
+    for (const GpuRef& g : lease.gpus)
+      if (!byLease.emplace(std::pair{g.node, g.index}, id).second)
+        return "GPU " + g.node + ":" + std::to_string(g.index) + " is in two leases";
+  for (const auto& [name, o] : occupancy_)
+    for (size_t i = 0; i < o.holder.size(); ++i) {
+      auto lease = byLease.find({name, i});
+      const std::string expected = lease == byLease.end() ? "" : lease->second;
+      if (o.holder[i] != expected)
+        return "GPU " + name + ":" + std::to_string(i) + " is held by '" + o.holder[i] +
+               "', its lease says '" + expected + "'";
+    }
+  const SlotCache& c = slot_cache_;
+  if (c.stale) return "";
+  if (c.slots.size() != nodes_.size())
+    return "the placement cache has " + std::to_string(c.slots.size()) + " nodes of " +
+           std::to_string(nodes_.size());
+  for (size_t s = 0; s < c.slots.size(); ++s)
+    if (freeCount(*c.slots[s].held) != c.unheld[s])
+      return "the placement cache counts " + std::to_string(c.unheld[s]) + " free GPUs on " +
+             c.slots[s].node->name + ", which has " + std::to_string(freeCount(*c.slots[s].held));
+  return "";
 }
 
 std::vector<const PoolNode*> PoolState::nodesInOrder() const {
@@ -340,6 +394,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
       throw Error(ErrorCode::kInternal,
                   "placement chose " + g.node + ":" + std::to_string(g.index) + ", held by " + h);
     h = lease.id;
+    heldChanged(g.node, true);
   }
   leases_[lease.id] = lease;
   last_busy_[lease.id] = now;
@@ -357,8 +412,10 @@ void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::stri
   lease_events_.push_back({end, it->second, std::move(reason)});
   for (const GpuRef& g : it->second.gpus) {
     auto o = occupancy_.find(g.node);
-    if (o != occupancy_.end() && g.index < o->second.holder.size() && o->second.holder[g.index] == id)
+    if (o != occupancy_.end() && g.index < o->second.holder.size() && o->second.holder[g.index] == id) {
       o->second.holder[g.index].clear();
+      heldChanged(g.node, false);
+    }
   }
   leases_.erase(it);
   last_busy_.erase(id);
@@ -480,7 +537,8 @@ void PoolState::schedule(TimePoint now) {
   for (const QueueEntry* entry : order) {
     const LeaseRequest& r = entry->request;
     if (!timeline) {
-      if (std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, unheld<Slot>), r)) {
+      if (std::optional<std::vector<GpuRef>> gpus =
+              place(nodeViews(inOrder, r, unheld<Slot>, false, &slot_cache_.unheld), r)) {
         grantQueued(*entry, *gpus, now);
         continue;
       }
@@ -815,6 +873,7 @@ void PoolState::loadLease(Lease lease) {
       throw Error(ErrorCode::kInternal, "stored leases " + h + " and " + lease.id + " both hold " + g.node +
                                             ":" + std::to_string(g.index));
     h = lease.id;
+    heldChanged(g.node, true);
   }
   std::string id = lease.id;
   leases_[id] = std::move(lease);
@@ -885,7 +944,7 @@ std::string PoolState::waitReason(int64_t ticket) const {
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
                      ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
   if (free >= r.gpus) {
-    if (!place(nodeViews(slots(), r, unheld<Slot>), r))
+    if (!place(nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld), r))
       text += ", not in that shape";
     else if (ahead.empty())
       text += ", about to start";

@@ -120,6 +120,7 @@ TEST_P(Victims, AreTheFewestGpusThenTheYoungest) {
         << l.preempt_reason;
   }
   EXPECT_EQ(s.leasesPreempted(), expected.size());
+  EXPECT_EQ(s.checkInvariants(), "");
 }
 
 std::string caseName(const ::testing::TestParamInfo<VictimCase>& info) {
@@ -170,6 +171,7 @@ TEST(Preemption, TheVictimLearnsItInItsRenewalAndThePreemptorStartsWhenItEnds) {
   PollResult p = s.poll(r.ticket, t0() + seconds(30));
   ASSERT_EQ(p.status, QueueEntry::Status::kGranted);
   EXPECT_EQ(gpuList(p.lease->gpus), "n01:0-7");
+  EXPECT_EQ(s.checkInvariants(), "");
 }
 
 TEST(Preemption, AVictimItsHolderDoesNotReleaseEndsAfterTheDeadlineAndTheMargin) {

@@ -264,6 +264,7 @@ TEST(Queue, RandomWorkloadsNeverDelayTheHead) {
       int dur = std::uniform_int_distribution<int>(10, 200)(rng);
       SubmitResult s = state.submit(parseRequest(std::to_string(gpus) + " max=" + std::to_string(dur)), now);
       if (!s.lease) waiting.insert(s.ticket);
+      ASSERT_EQ(state.checkInvariants(), "") << "round " << round;
       std::vector<QueueInfo> q = state.queueList();
       if (!q.empty() && !promised.count(q.front().ticket)) {
         std::optional<TimePoint> planned = state.plannedStart(q.front().ticket);
