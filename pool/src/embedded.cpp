@@ -69,6 +69,14 @@ class EmbeddedPool : public PoolControl {
     if (options.role != "user" && options.role != "admin")
       throw badInput("bad role '" + options.role + "' (use user or admin)");
     state_.setPreemptOptions(preemptOptionsFromEnvironment());
+    // The quotas of POOLRUN_QUOTAS (a quotas file, as poold's --quotas); none without it.
+    if (const char* q = std::getenv("POOLRUN_QUOTAS"); q && *q) {
+      try {
+        state_.setQuotas(readQuotasFile(q));
+      } catch (const Error& e) {
+        throw Error(e.code(), std::string("POOLRUN_QUOTAS: ") + e.what());
+      }
+    }
   }
 
   void seed(const std::vector<topo::ClusterNode>& nodes) {
@@ -175,6 +183,9 @@ class EmbeddedPool : public PoolControl {
   }
   std::vector<QueueInfo> queue() override {
     return transact([](PoolState& s, TimePoint) { return s.queueList(); });
+  }
+  std::vector<QuotaUse> quotas() override {
+    return transact([](PoolState& s, TimePoint) { return s.quotaUse(); });
   }
   void registerNodes(const std::vector<topo::ClusterNode>& nodes) override {
     requireAdmin("register nodes");

@@ -145,6 +145,11 @@ class HttpPool : public PoolControl, public AgentLink {
     for (const json& q : call("GET", "/v1/queue", nullptr)) out.push_back(queueInfoFromJson(q));
     return out;
   }
+  std::vector<QuotaUse> quotas() override {
+    std::vector<QuotaUse> out;
+    for (const json& q : call("GET", "/v1/quotas", nullptr)) out.push_back(quotaUseFromJson(q));
+    return out;
+  }
   void registerNodes(const std::vector<topo::ClusterNode>& nodes) override {
     // One node per request keeps every body far below poold's size limit.
     for (const topo::ClusterNode& n : nodes)

@@ -441,6 +441,44 @@ QueueInfo queueInfoFromJson(const json& doc) {
   return q;
 }
 
+json toJson(const QuotaUse& u) {
+  json doc = {{"kind", toString(u.quota.kind)},
+              {"name", u.quota.name},
+              {"members", u.quota.members},
+              {"guaranteed", u.quota.guaranteed},
+              {"used", u.used},
+              {"borrowed", u.borrowed},
+              {"waiting", u.waiting}};
+  doc["limit"] = u.quota.limit ? json(*u.quota.limit) : json(nullptr);
+  return doc;
+}
+
+QuotaUse quotaUseFromJson(const json& doc) {
+  JsonFields f = fieldsOf(doc);
+  QuotaUse u;
+  const std::string kind = text(f, "kind", 0, Text::kStored);
+  if (kind == "group")
+    u.quota.kind = Quota::Kind::kGroup;
+  else if (kind == "default")
+    u.quota.kind = Quota::Kind::kDefault;
+  else if (kind == "owner")
+    u.quota.kind = Quota::Kind::kOwner;
+  else
+    f.failField("kind", "'" + topo::printable(kind) + "' is not group, owner or default");
+  u.quota.name = text(f, "name", 0, Text::kStored);
+  const json& members = f.optionalArray("members");
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (!members[i].is_string()) f.failField("members", "expected a list of owners");
+    u.quota.members.push_back(members[i].get<std::string>());
+  }
+  u.quota.guaranteed = integer(f, "guaranteed", Range<int>{0, kGpusRange.max});
+  if (f.has("limit")) u.quota.limit = integer(f, "limit", Range<int>{0, kGpusRange.max});
+  u.used = integer(f, "used", Range<int>{0, INT32_MAX});
+  u.borrowed = integer(f, "borrowed", Range<int>{0, INT32_MAX});
+  u.waiting = integer(f, "waiting", Range<int>{0, INT32_MAX});
+  return u;
+}
+
 json toJson(const topo::ClusterNode& n) {
   json doc = {{"name", n.name},
               {"switch", n.switch_name},

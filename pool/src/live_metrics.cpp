@@ -78,6 +78,26 @@ void writeLiveMetrics(std::ostream& out, const PoolState& state, TimePoint now) 
   family(out, "poolrun_leases_reclaimed_total", "Idle leases poold ended (--reclaim-idle) since it started.",
          "counter");
   out << "poolrun_leases_reclaimed_total " << state.leasesReclaimed() << "\n";
+  const std::vector<QuotaUse> quotas = state.quotaUse();
+  if (!quotas.empty()) {
+    auto quotaFamily = [&](const char* name, const char* help, auto value) {
+      family(out, name, help, "gauge");
+      for (const QuotaUse& q : quotas) {
+        std::optional<int> v = value(q);
+        if (!v) continue;
+        out << name << "{quota=\"" << labelValue(q.quota.name) << "\",kind=\"" << toString(q.quota.kind)
+            << "\"} " << *v << "\n";
+      }
+    };
+    quotaFamily("poolrun_quota_used_gpus", "GPUs the owners of a quota hold.",
+                [](const QuotaUse& q) -> std::optional<int> { return q.used; });
+    quotaFamily("poolrun_quota_borrowed_gpus", "GPUs a quota's owners hold beyond its guarantee.",
+                [](const QuotaUse& q) -> std::optional<int> { return q.borrowed; });
+    quotaFamily("poolrun_quota_guaranteed_gpus", "GPUs a quota guarantees.",
+                [](const QuotaUse& q) -> std::optional<int> { return q.quota.guaranteed; });
+    quotaFamily("poolrun_quota_limit_gpus", "The most GPUs a quota's owners may hold (quotas with a limit).",
+                [](const QuotaUse& q) { return q.quota.limit; });
+  }
   family(out, "poolrun_leases_preempted_total",
          "Leases chosen as preemption victims (given notice) since poold started.", "counter");
   out << "poolrun_leases_preempted_total " << state.leasesPreempted() << "\n";

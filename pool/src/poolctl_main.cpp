@@ -34,6 +34,7 @@ constexpr const char* kUsage =
     "usage: poolctl [--pool URI] [--token-file FILE] [--json] COMMAND [ARGS]\n"
     "commands:\n"
     "  status | nodes | leases | queue     look at the pool\n"
+    "  quota                               GPUs used against each quota (poold --quotas)\n"
     "  top [--interval SECONDS] [--once]   a live view of nodes, GPUs, leases and the queue; q quits\n"
     "  acquire -n N [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
     "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
@@ -88,6 +89,12 @@ const char* commandHelp(const std::string& command) {
        "usage: poolctl [--pool URI] [--json] queue\n"
        "The waiting requests in the order they will be served: position, ticket, GPUs, priority, owner,\n"
        "job.\n"},
+      {"quota",
+       "usage: poolctl [--pool URI] [--json] quota\n"
+       "Each quota of the pool (poold --quotas, POOLRUN_QUOTAS for the embedded pools): the group or\n"
+       "owner, its members, the GPUs guaranteed, its limit, the GPUs its owners hold, how many of those\n"
+       "are borrowed beyond the guarantee (their youngest leases: preempted first when an owner within\n"
+       "its guarantee needs them), and the GPUs its owners' waiting requests ask for.\n"},
       {"top",
        "usage: poolctl [--pool URI] top [--interval SECONDS] [--once]\n"
        "A live view, redrawn in place every interval: the pool, the time, nodes up and unreachable,\n"
@@ -175,6 +182,22 @@ void printQueueTable(const std::vector<QueueInfo>& queue, TimePoint now) {
               << formatElapsed(std::chrono::duration_cast<std::chrono::seconds>(now - q.enqueued))
               << std::setw(11) << (q.planned_start ? formatLocalTime(*q.planned_start, now) : "-")
               << orDash(q.reason) << "\n";
+}
+
+void printQuotaTable(const std::vector<QuotaUse>& quotas) {
+  std::cout << std::left << std::setw(24) << "QUOTA" << std::setw(24) << "MEMBERS" << std::setw(12)
+            << "GUARANTEED" << std::setw(7) << "LIMIT" << std::setw(6) << "USED" << std::setw(10)
+            << "BORROWED"
+            << "WAITING\n";
+  for (const QuotaUse& q : quotas) {
+    std::string members;
+    for (const std::string& m : q.quota.members) members += (members.empty() ? "" : ",") + m;
+    std::string name =
+        toString(q.quota.kind) + (q.quota.kind == Quota::Kind::kDefault ? "" : " " + q.quota.name);
+    std::cout << std::setw(24) << name << std::setw(24) << orDash(members) << std::setw(12)
+              << q.quota.guaranteed << std::setw(7) << (q.quota.limit ? std::to_string(*q.quota.limit) : "-")
+              << std::setw(6) << q.used << std::setw(10) << q.borrowed << q.waiting << "\n";
+  }
 }
 
 void printLease(const Lease& l) {
@@ -415,7 +438,7 @@ int run(int argc, char** argv) {
   };
   static const std::set<std::string> known{"status",  "nodes",  "leases", "queue",   "register",
                                            "drain",   "resume", "fail",   "acquire", "renew",
-                                           "release", "events", "top"};
+                                           "release", "events", "top",    "quota"};
   if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
   if (cmd == "events") return eventsCommand(uri, copt.token, cargs, asJson);
 
@@ -471,6 +494,18 @@ int run(int argc, char** argv) {
         std::cout << "queue empty\n";
       else
         printQueueTable(queue, std::chrono::system_clock::now());
+    }
+  } else if (cmd == "quota") {
+    if (!cargs.empty()) throw badInput("quota takes no arguments");
+    std::vector<QuotaUse> quotas = pool().quotas();
+    if (asJson) {
+      json out = json::array();
+      for (const QuotaUse& q : quotas) out.push_back(toJson(q));
+      std::cout << out.dump(2) << "\n";
+    } else if (quotas.empty()) {
+      std::cout << "no quotas (poold --quotas FILE sets them)\n";
+    } else {
+      printQuotaTable(quotas);
     }
   } else if (cmd == "register") {
     std::vector<topo::ClusterNode> nodes;

@@ -38,7 +38,7 @@ std::string usage() {
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
-         "             [--preempt-grace SECONDS] [--min-runtime SECONDS]\n"
+         "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
@@ -103,6 +103,10 @@ std::string usage() {
          "  --min-runtime SECONDS         a lease younger than this is never preempted (default " +
          n(d.preempt.min_runtime.count()) +
          ")\n"
+         "  --quotas FILE                 GPUs guaranteed and limits per group or owner, one line each:\n"
+         "                                `group NAME guaranteed=N [limit=N] members=A,B`, `owner NAME\n"
+         "                                guaranteed=N [limit=N]`, `default guaranteed=N [limit=N]`;\n"
+         "                                re-read when it changes (docs/quotas.md)\n"
          "  --metrics-token-file FILE     a scrape token (its first word) that may read /metrics only;\n"
          "                                re-read when it changes\n"
          "  --metrics-allow ADDR[,ADDR...]  clients from these addresses or prefixes read /metrics\n"
@@ -191,6 +195,13 @@ int main(int argc, char** argv) {
         opt.preempt.grace = std::chrono::seconds(number(a, value(), pool::kPreemptSecondsRange));
       } else if (a == "--min-runtime") {
         opt.preempt.min_runtime = std::chrono::seconds(number(a, value(), pool::kPreemptSecondsRange));
+      } else if (a == "--quotas") {
+        opt.quotas_file = value();
+        try {
+          pool::readQuotasFile(opt.quotas_file);
+        } catch (const Error& e) {
+          throw badInput(a + ": " + e.what());
+        }
       } else if (a == "--metrics-token-file") {
         opt.metrics_token_file = value();
         try {

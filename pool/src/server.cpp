@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -195,8 +196,28 @@ struct PoolServer::Impl {
   std::condition_variable stop_cv;
   bool stopping = false;
   std::thread ticker;
+  topo::FileIdentity quotas_identity;  // of the quotas file last read
 
   explicit Impl(ServerOptions o) : opt(std::move(o)) {}
+
+  // Reads the quotas file again when it changed; keeps the quotas before it when it cannot.
+  void reloadQuotas() {
+    if (opt.quotas_file.empty()) return;
+    struct stat st {};
+    if (stat(opt.quotas_file.c_str(), &st) != 0 || topo::identityOf(st) == quotas_identity) return;
+    quotas_identity = topo::identityOf(st);
+    try {
+      Quotas q = readQuotasFile(opt.quotas_file);
+      pool->mutate([&](PoolState& s, TimePoint now) {
+        s.setQuotas(std::move(q));
+        s.tick(now, opt.stale_after);
+        return 0;
+      });
+      std::cerr << "poold: quotas read again from " << opt.quotas_file.string() << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "poold: warning: " << e.what() << "; keeping the quotas read before\n";
+    }
+  }
   // Also when PoolServer's constructor throws after taking the lock (a bad token or state file).
   // The state file is closed before the lock goes, so that the next poold opens it only then.
   ~Impl() {
@@ -526,6 +547,13 @@ struct PoolServer::Impl {
         return json{{"id", c.params[0]}, {"released", s.release(c.params[0], c.who.owner, c.who.admin, now)}};
       });
     });
+    route("GET", "/v1/quotas", false, "", [this](Context&) {
+      return pool->read([](const PoolState& s) {
+        json out = json::array();
+        for (const QuotaUse& q : s.quotaUse()) out.push_back(toJson(q));
+        return out;
+      });
+    });
     route("GET", "/v1/queue", false, "", [this](Context&) {
       return pool->read([](const PoolState& s) {
         json out = json::array();
@@ -625,9 +653,16 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   EventLogOptions events;
   events.file = m.opt.state_dir / "events.jsonl";
   m.events = std::make_unique<EventLog>(events, warn);
-  m.pool->mutate([&m](PoolState& s, TimePoint) {
+  Quotas quotas;
+  if (!m.opt.quotas_file.empty()) {
+    struct stat st {};
+    if (stat(m.opt.quotas_file.c_str(), &st) == 0) m.quotas_identity = topo::identityOf(st);
+    quotas = readQuotasFile(m.opt.quotas_file);
+  }
+  m.pool->mutate([&m, &quotas](PoolState& s, TimePoint) {
     s.setLiveOptions(m.opt.live);
     s.setPreemptOptions(m.opt.preempt);
+    s.setQuotas(std::move(quotas));
     return 0;
   });
   m.addRoutes();
@@ -679,6 +714,7 @@ void PoolServer::run() {
       m.stop_cv.wait_for(lock, std::chrono::milliseconds(250));
       if (m.stopping) break;
       lock.unlock();
+      m.reloadQuotas();
       m.mutate([&m](PoolState& s, TimePoint now) {
         s.tick(now, m.opt.stale_after);
         return 0;

@@ -103,11 +103,21 @@ class Timeline {
   // Per GPU of the node at `slot`: whether it is free from `t` to `to`. From kNever, only promises
   // without an end hold it.
   auto freeOn(size_t slot, TimePoint t, TimePoint to, const Ignoring* ignoring = nullptr) const {
-    const std::vector<std::vector<Interval>>& gpus = busy_.at(slot);
+    const std::vector<Gpu>& gpus = busy_.at(slot);
     return [&gpus, t, to, ignoring](size_t i) {
-      return std::none_of(gpus[i].begin(), gpus[i].end(), [&](const Interval& iv) {
-        if (iv.lease && ignoring && ignoring->count(iv.lease)) return false;
-        return t == kNever ? (!iv.lease && iv.to == kNever) : (iv.from < to && t < iv.to);
+      const Gpu& g = gpus[i];
+      if (t == kNever) return !g.endless_promise;  // only a promise without an end holds it then
+      if (ignoring == nullptr) {
+        // The intervals that begin before `to` are a prefix (sorted by `from`); one of them
+        // reaches past t exactly when the latest end among them does.
+        auto begun = std::lower_bound(g.busy.begin(), g.busy.end(), to,
+                                      [](const Interval& iv, TimePoint x) { return iv.from < x; });
+        size_t n = static_cast<size_t>(begun - g.busy.begin());
+        return n == 0 || g.max_to[n - 1] <= t;
+      }
+      return std::none_of(g.busy.begin(), g.busy.end(), [&](const Interval& iv) {
+        if (iv.lease && ignoring->count(iv.lease)) return false;
+        return iv.from < to && t < iv.to;
       });
     };
   }
@@ -117,8 +127,14 @@ class Timeline {
     if (to != kNever) ends_.insert(to);
     for (const GpuRef& g : gpus) {
       auto s = slot_of_.find(g.node);
-      if (s != slot_of_.end() && g.index < busy_[s->second].size())
-        busy_[s->second][g.index].push_back({from, to, lease});
+      if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
+      Gpu& gpu = busy_[s->second][g.index];
+      auto at = std::upper_bound(gpu.busy.begin(), gpu.busy.end(), from,
+                                 [](TimePoint x, const Interval& iv) { return x < iv.from; });
+      size_t i = static_cast<size_t>(at - gpu.busy.begin());
+      gpu.busy.insert(at, {from, to, lease});
+      gpu.endless_promise |= !lease && to == kNever;
+      gpu.reckon(i);
     }
   }
 
@@ -128,8 +144,10 @@ class Timeline {
     for (const GpuRef& g : lease.gpus) {
       auto s = slot_of_.find(g.node);
       if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
-      for (Interval& iv : busy_[s->second][g.index])
+      Gpu& gpu = busy_[s->second][g.index];
+      for (Interval& iv : gpu.busy)
         if (iv.lease == &lease) iv.to = std::min(iv.to, end);
+      gpu.reckon(0);
     }
   }
 
@@ -138,8 +156,18 @@ class Timeline {
     TimePoint from, to;
     const Lease* lease;  // null: promised to a waiting request
   };
+  struct Gpu {
+    std::vector<Interval> busy;     // sorted by `from`
+    std::vector<TimePoint> max_to;  // per interval: the latest `to` of it and those before it
+    bool endless_promise = false;   // a promise without an end
+    void reckon(size_t from) {      // max_to again from interval `from` on
+      max_to.resize(busy.size());
+      for (size_t i = from; i < busy.size(); ++i)
+        max_to[i] = i == 0 ? busy[i].to : std::max(max_to[i - 1], busy[i].to);
+    }
+  };
   const std::unordered_map<std::string_view, size_t>& slot_of_;
-  std::vector<std::vector<std::vector<Interval>>> busy_;  // per node (slot), per GPU
+  std::vector<std::vector<Gpu>> busy_;  // per node (slot), per GPU
   std::set<TimePoint> ends_;
 };
 
@@ -440,10 +468,57 @@ Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>&
   return lease;
 }
 
-std::vector<const Lease*> PoolState::victimCandidates(TimePoint now) const {
+PoolState::QuotaBook PoolState::quotaBook() const {
+  QuotaBook book;
+  if (quotas_.empty()) return book;
+  std::map<const Quota*, std::vector<const Lease*>> held;
+  for (const auto& [id, lease] : leases_)
+    if (const Quota* q = quotas_.of(lease.owner)) held[q].push_back(&lease);
+  for (auto& [q, leases] : held) {
+    std::sort(leases.begin(), leases.end(), [](const Lease* a, const Lease* b) {
+      return a->created != b->created ? a->created < b->created : a->id < b->id;
+    });
+    int used = 0;
+    for (const Lease* l : leases) {
+      used += static_cast<int>(l->gpus.size());
+      if (used > q->guaranteed) book.borrowed.insert(l);
+    }
+    book.used[q] = used;
+  }
+  return book;
+}
+
+std::string PoolState::overLimit(const LeaseRequest& r, const QuotaBook& book) const {
+  const Quota* q = quotas_.of(r.owner);
+  if (q == nullptr || !q->limit) return "";
+  auto used = book.used.find(q);
+  int held = used == book.used.end() ? 0 : used->second;
+  if (held + r.gpus <= *q->limit) return "";
+  return (q->kind == Quota::Kind::kGroup ? "group " + q->name + " of " + r.owner : "owner " + r.owner) +
+         " holds " + std::to_string(held) + " of its limit of " + std::to_string(*q->limit) + " GPUs";
+}
+
+std::vector<QuotaUse> PoolState::quotaUse() const {
+  QuotaBook book = quotaBook();
+  std::vector<QuotaUse> out;
+  for (const Quota& q : quotas_.entries) {
+    QuotaUse u;
+    u.quota = q;
+    if (auto it = book.used.find(&q); it != book.used.end()) u.used = it->second;
+    u.borrowed = std::max(0, u.used - q.guaranteed);
+    for (const auto& [t, e] : queue_)
+      if (e.status == QueueEntry::Status::kWaiting && quotas_.of(e.request.owner) == &q)
+        u.waiting += e.request.gpus;
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+std::vector<const Lease*> PoolState::victimCandidates(TimePoint now, const QuotaBook& book) const {
   std::vector<const Lease*> out;
   for (const auto& [id, lease] : leases_)
-    if (lease.preemptible && !lease.preempt_at && now - lease.created >= preempt_.min_runtime)
+    if ((lease.preemptible || book.borrowed.count(&lease)) && !lease.preempt_at &&
+        now - lease.created >= preempt_.min_runtime)
       out.push_back(&lease);
   std::sort(out.begin(), out.end(), [](const Lease* a, const Lease* b) {
     if (a->gpus.size() != b->gpus.size()) return a->gpus.size() < b->gpus.size();
@@ -454,11 +529,22 @@ std::vector<const Lease*> PoolState::victimCandidates(TimePoint now) const {
 }
 
 bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& pool,
-                           TimePoint now) {
+                           const QuotaBook& book, TimePoint now) {
   const LeaseRequest& r = entry.request;
-  std::vector<const Lease*> cands;  // in the pool's order: the smallest first, then the youngest
+  // An owner within its guarantee takes back what others borrowed, whatever their priority.
+  const Quota* mine = quotas_.of(r.owner);
+  const int mineUsed = mine && book.used.count(mine) ? book.used.at(mine) : 0;
+  const bool withinGuarantee = mine != nullptr && mineUsed + r.gpus <= mine->guaranteed;
+  auto reclaimable = [&](const Lease* l) {
+    return withinGuarantee && book.borrowed.count(l) && quotas_.of(l->owner) != mine;
+  };
+  // In the pool's order (the smallest first, then the youngest), borrowed GPUs first.
+  std::vector<const Lease*> cands;
   for (const Lease* l : pool)
-    if (l->priority < r.priority && !l->preempt_at) cands.push_back(l);
+    if (!l->preempt_at && reclaimable(l)) cands.push_back(l);
+  const size_t reclaims = cands.size();
+  for (const Lease* l : pool)
+    if (!l->preempt_at && !reclaimable(l) && l->priority < r.priority) cands.push_back(l);
   if (cands.empty()) return false;
   const TimePoint to = r.max_duration ? addSaturating(now, *r.max_duration) : kNever;
   auto placeIgnoring = [&](const Timeline::Ignoring& ignoring) {
@@ -501,11 +587,20 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
     without.erase(l);
     if (std::optional<std::vector<GpuRef>> gpus = placeIgnoring(without)) chosen = takenFrom(*gpus, without);
   }
-  const std::string why = "preempted for ticket " + std::to_string(entry.ticket) + " of " + r.owner +
-                          " (priority " + std::to_string(r.priority) + ", " + std::to_string(r.gpus) +
-                          (r.gpus == 1 ? " GPU)" : " GPUs)");
+  const std::string request = std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs");
+  const std::string byPriority = "preempted for ticket " + std::to_string(entry.ticket) + " of " + r.owner +
+                                 " (priority " + std::to_string(r.priority) + ", " + request + ")";
+  const std::string byQuota =
+      mine == nullptr
+          ? ""
+          : "preempted for ticket " + std::to_string(entry.ticket) + " of " + r.owner + " (" + request +
+                ", within the guarantee of " + std::to_string(mine->guaranteed) + " GPUs of " +
+                toString(mine->kind) + (mine->kind == Quota::Kind::kDefault ? "" : " " + mine->name) +
+                "): these GPUs were borrowed beyond its owner's guarantee";
+  const std::set<const Lease*> reclaimed(cands.begin(), cands.begin() + static_cast<long>(reclaims));
   for (const Lease* victim : chosen) {
     Lease& v = leases_.at(victim->id);
+    const std::string& why = reclaimed.count(victim) ? byQuota : byPriority;
     v.preempt_at = addSaturating(now, preempt_.grace);
     v.preempt_reason = why;
     v.preempted_for = entry.ticket;
@@ -534,16 +629,21 @@ void PoolState::schedule(TimePoint now) {
   // first, then the youngest), and the requests whose victims are still ending.
   std::vector<const Lease*> victims;
   std::set<int64_t> awaitingVictims;
+  QuotaBook book = quotaBook();  // kept up to date as this pass grants
+  auto granted = [&](const Lease& lease) {
+    if (const Quota* q = quotas_.of(lease.owner)) book.used[q] += static_cast<int>(lease.gpus.size());
+  };
   for (const QueueEntry* entry : order) {
     const LeaseRequest& r = entry->request;
+    if (!quotas_.empty() && !overLimit(r, book).empty()) continue;  // held back by its quota's limit
     if (!timeline) {
       if (std::optional<std::vector<GpuRef>> gpus =
               place(nodeViews(inOrder, r, unheld<Slot>, false, &slot_cache_.unheld), r)) {
-        grantQueued(*entry, *gpus, now);
+        granted(grantQueued(*entry, *gpus, now));
         continue;
       }
       timeline.emplace(inOrder, slot_cache_.index, leases_, preempt_, now);
-      victims = victimCandidates(now);
+      victims = victimCandidates(now, book);
       for (const auto& [id, lease] : leases_)
         if (lease.preempt_at) awaitingVictims.insert(lease.preempted_for);
     }
@@ -562,12 +662,13 @@ void PoolState::schedule(TimePoint now) {
     // notice and kill take.
     const TimePoint viaPreemption = addSaturating(now, preempt_.grace + preempt_.kill_margin);
     if ((!plan || plan->first > viaPreemption) && !awaitingVictims.count(entry->ticket) &&
-        preemptFor(*entry, *timeline, victims, now))
+        preemptFor(*entry, *timeline, victims, book, now))
       plan = earliest();
     if (plan) {
       auto& [t, gpus] = *plan;
       if (t == now) {
         Lease lease = grantQueued(*entry, gpus, now);
+        granted(lease);
         const Lease& held = leases_.at(lease.id);
         timeline->hold(gpus, now, leaseEnd(held, preempt_), &held);
       } else {
@@ -592,6 +693,13 @@ void PoolState::schedule(TimePoint now) {
 
 SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) {
   validateRequest(request);
+  if (const Quota* q = quotas_.of(request.owner); q && q->limit && request.gpus > *q->limit)
+    throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
+                    "a request for " + std::to_string(request.gpus) + " GPUs can never be satisfied: " +
+                        (q->kind == Quota::Kind::kGroup ? "group " + q->name + " of " + request.owner
+                                                        : "owner " + request.owner) +
+                        " may hold at most " + std::to_string(*q->limit) +
+                        " GPUs (its quota's limit); ask for fewer, or ask an administrator to raise it");
   QueueEntry entry;
   entry.ticket = next_ticket_++;
   entry.request = request;
@@ -953,6 +1061,8 @@ std::string PoolState::waitReason(int64_t ticket) const {
               (r.max_duration ? " (it would not end before they start)"
                               : " (with a maximum duration it could start in a gap)");
   }
+  if (!quotas_.empty())
+    if (std::string limit = overLimit(r, quotaBook()); !limit.empty()) text += "; over its quota: " + limit;
   size_t victims = 0;
   for (const auto& [id, lease] : leases_)
     victims += lease.preempt_at && lease.preempted_for == ticket ? 1 : 0;

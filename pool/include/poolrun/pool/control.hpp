@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/quotas.hpp"
 #include "poolrun/topo/telemetry.hpp"
 
 namespace poolrun::pool {
@@ -81,6 +82,7 @@ class PoolControl : public PoolClient {
   virtual std::vector<NodeInfo> nodes() = 0;
   virtual std::vector<Lease> leases() = 0;
   virtual std::vector<QueueInfo> queue() = 0;
+  virtual std::vector<QuotaUse> quotas() = 0;  // use against each quota (empty without quotas)
   // Administrator commands (PoolError kForbidden for a user).
   // Adds nodes, or updates the topology, switch and labels of known ones (keeping their state).
   virtual void registerNodes(const std::vector<topo::ClusterNode>& nodes) = 0;

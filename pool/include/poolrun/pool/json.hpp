@@ -43,6 +43,8 @@ nlohmann::json toJson(const NodeInfo& node);
 NodeInfo nodeInfoFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const QueueInfo& entry);
 QueueInfo queueInfoFromJson(const nlohmann::json& doc);
+nlohmann::json toJson(const QuotaUse& use);
+QuotaUse quotaUseFromJson(const nlohmann::json& doc);
 // A node with its topology (poolrun.topology/1), for registration and PoolClient::node().
 nlohmann::json toJson(const topo::ClusterNode& node);
 topo::ClusterNode clusterNodeFromJson(const nlohmann::json& doc);

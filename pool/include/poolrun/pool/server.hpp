@@ -43,6 +43,9 @@ struct ServerOptions {
   // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
   LiveOptions live;
   PreemptOptions preempt;
+  // Quotas (poolrun/pool/quotas.hpp): read at start (a bad file stops poold from starting) and
+  // again whenever it changes (a bad version is named and the quotas before it kept). Empty: none.
+  std::filesystem::path quotas_file;
 
   // Who may read /metrics besides users and administrators: whoever sends the token of this file
   // (one token, which reads /metrics only), and clients from these addresses or prefixes

@@ -18,6 +18,7 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/quotas.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/telemetry.hpp"
 
@@ -203,6 +204,11 @@ class PoolState {
   uint64_t leasesGranted() const { return leases_granted_; }
   uint64_t leasesReclaimed() const { return leases_reclaimed_; }  // idle leases ended since start
 
+  // --- quotas (quotas.hpp): what is borrowed may be preempted, limits hold requests back
+  void setQuotas(Quotas quotas) { quotas_ = std::move(quotas); }
+  const Quotas& quotas() const { return quotas_; }
+  std::vector<QuotaUse> quotaUse() const;  // in the quotas' order
+
   // --- preemption
   void setPreemptOptions(const PreemptOptions& options) { preempt_ = options; }
   const PreemptOptions& preemptOptions() const { return preempt_; }
@@ -254,11 +260,21 @@ class PoolState {
   bool everFits(const LeaseRequest& request) const;
   // The leases that may be preempted now (preemptible, not yet under notice, past the minimum
   // runtime), the smallest first, then the youngest.
-  std::vector<const Lease*> victimCandidates(TimePoint now) const;
-  // Chooses and notifies the victims that let `entry` start now (whole leases of lower priority
-  // out of `candidates`, the fewest GPUs, then the youngest); false where none would make room.
+  // What each quota's owners hold, and which of their leases are borrowed (the youngest, beyond
+  // the guarantee). Empty without quotas.
+  struct QuotaBook {
+    std::map<const Quota*, int> used;
+    std::set<const Lease*> borrowed;
+  };
+  QuotaBook quotaBook() const;
+  std::vector<const Lease*> victimCandidates(TimePoint now, const QuotaBook& book) const;
+  // Chooses and notifies the victims that let `entry` start now (whole leases out of
+  // `candidates`: borrowed ones first where its owner is within its guarantee, else of lower
+  // priority; the fewest GPUs, then the youngest); false where none would make room.
   bool preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& candidates,
-                  TimePoint now);
+                  const QuotaBook& book, TimePoint now);
+  // Why `request` may not start now for its quota's limit ("" when it may).
+  std::string overLimit(const LeaseRequest& request, const QuotaBook& book) const;
   Occupancy& occupancy(const std::string& node);
 
   // The nodes in pool order, each with its occupancy, and where each node's name is in that order:
@@ -316,6 +332,7 @@ class PoolState {
   void reclaimIdle(TimePoint now);
   Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
   PreemptOptions preempt_;
+  Quotas quotas_;
   uint64_t leases_preempted_ = 0;
   LiveOptions live_;
   uint64_t leases_reclaimed_ = 0;

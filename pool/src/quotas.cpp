@@ -1,0 +1,156 @@
+#include "poolrun/pool/quotas.hpp"
+
+#include <set>
+
+#include "poolrun/pool/limits.hpp"
+#include "poolrun/topo/error.hpp"
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/options.hpp"
+#include "poolrun/topo/regular_file.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+// A quotas file names groups and owners: 1 MiB is some 20,000 lines.
+constexpr size_t kQuotasFileLimit = size_t{1} << 20;
+constexpr size_t kMaxGroupMembers = 10'000;
+
+std::vector<std::string_view> words(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    size_t start = i;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
+    if (i > start) out.push_back(line.substr(start, i - start));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string toString(Quota::Kind kind) {
+  switch (kind) {
+    case Quota::Kind::kGroup:
+      return "group";
+    case Quota::Kind::kOwner:
+      return "owner";
+    case Quota::Kind::kDefault:
+      return "default";
+  }
+  return "owner";
+}
+
+const Quota* Quotas::of(const std::string& owner) const {
+  const Quota* own = nullptr;
+  const Quota* fallback = nullptr;
+  for (const Quota& q : entries) {
+    if (q.kind == Quota::Kind::kGroup) {
+      for (const std::string& m : q.members)
+        if (m == owner) return &q;
+    } else if (q.kind == Quota::Kind::kOwner && q.name == owner) {
+      own = &q;
+    } else if (q.kind == Quota::Kind::kDefault) {
+      fallback = &q;
+    }
+  }
+  return own != nullptr ? own : fallback;
+}
+
+Quotas parseQuotas(std::string_view text, const std::string& file) {
+  Quotas out;
+  std::set<std::string> named;                 // "group vision", "owner carol", "default"
+  std::map<std::string, std::string> groupOf;  // member: its group
+  size_t number = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++number;
+    if (size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    const std::string where = file + ":" + std::to_string(number);
+    auto bad = [&](const std::string& why) -> Error {
+      return badInput(where + ": " + why + " (expected `group NAME guaranteed=N [limit=N] members=A,B`, " +
+                      "`owner NAME guaranteed=N [limit=N]` or `default guaranteed=N [limit=N]`)");
+    };
+    std::vector<std::string_view> w = words(line);
+    if (w.empty()) {
+      if (end == text.size()) break;
+      continue;
+    }
+    Quota q;
+    size_t next = 1;
+    if (w[0] == "group" || w[0] == "owner") {
+      q.kind = w[0] == "group" ? Quota::Kind::kGroup : Quota::Kind::kOwner;
+      if (w.size() < 2 || w[1].find('=') != std::string_view::npos)
+        throw bad("`" + std::string(w[0]) + "` needs a NAME");
+      q.name = std::string(w[1]);
+      if (std::string problem = topo::ownerProblem(q.name); !problem.empty())
+        throw bad("name '" + topo::printable(q.name) + "': " + problem);
+      next = 2;
+    } else if (w[0] == "default") {
+      q.kind = Quota::Kind::kDefault;
+      q.name = "default";
+    } else {
+      throw bad("unknown kind '" + topo::printable(std::string(w[0])) + "'");
+    }
+    bool haveGuarantee = false;
+    for (size_t i = next; i < w.size(); ++i) {
+      std::string_view word = w[i];
+      size_t eq = word.find('=');
+      if (eq == std::string_view::npos)
+        throw bad("'" + topo::printable(std::string(word)) + "' is not KEY=VALUE");
+      std::string key(word.substr(0, eq));
+      std::string_view value = word.substr(eq + 1);
+      auto gpus = [&]() {
+        try {
+          return topo::parseOption<int>(key, value, 0, kGpusRange.max);
+        } catch (const Error& e) {
+          throw badInput(where + ": " + e.what());
+        }
+      };
+      if (key == "guaranteed") {
+        q.guaranteed = gpus();
+        haveGuarantee = true;
+      } else if (key == "limit") {
+        q.limit = gpus();
+      } else if (key == "members" && q.kind == Quota::Kind::kGroup) {
+        size_t p = 0;
+        while (p <= value.size()) {
+          size_t comma = value.find(',', p);
+          if (comma == std::string_view::npos) comma = value.size();
+          std::string member(value.substr(p, comma - p));
+          p = comma + 1;
+          if (std::string problem = topo::ownerProblem(member); !problem.empty())
+            throw bad("member '" + topo::printable(member) + "': " + problem);
+          if (auto [it, fresh] = groupOf.emplace(member, q.name); !fresh)
+            throw bad("owner " + member + " is in group " + it->second +
+                      " already (an owner is in one group at most)");
+          q.members.push_back(std::move(member));
+          if (q.members.size() > kMaxGroupMembers)
+            throw bad("more than " + std::to_string(kMaxGroupMembers) + " members");
+          if (comma == value.size()) break;
+        }
+      } else {
+        throw bad("unknown key '" + topo::printable(key) + "'");
+      }
+    }
+    if (!haveGuarantee) throw bad("no guaranteed=N");
+    if (q.kind == Quota::Kind::kGroup && q.members.empty()) throw bad("group " + q.name + " has no members=");
+    if (q.limit && *q.limit < q.guaranteed)
+      throw bad("limit=" + std::to_string(*q.limit) + " is below guaranteed=" + std::to_string(q.guaranteed));
+    if (!named.insert(toString(q.kind) + " " + q.name).second)
+      throw bad(toString(q.kind) + (q.kind == Quota::Kind::kDefault ? "" : " " + q.name) + " is named twice");
+    out.entries.push_back(std::move(q));
+    if (end == text.size()) break;
+  }
+  return out;
+}
+
+Quotas readQuotasFile(const std::filesystem::path& file) {
+  return parseQuotas(topo::readRegularFile(file, kQuotasFileLimit, "quotas file"), file.string());
+}
+
+}  // namespace poolrun::pool
