@@ -1,17 +1,20 @@
-// Preemption end to end on the simulated cluster, with real Open MPI and a real preemptor (poolctl
-// acquire of a higher priority): a job that checkpoints on SIGTERM is requeued and resumes from its
-// checkpoint once the preemptor has gone; a job that ignores the signal is killed at its deadline
-// and ends with exit status 75, its lease given back. The pool's grace is 4 s here
-// (POOLRUN_PREEMPT_GRACE) and any lease may be preempted at once (POOLRUN_MIN_RUNTIME=0).
+// Preemption end to end with real Open MPI and a real preemptor (poolctl acquire of a higher
+// priority), on the simulated cluster as a sim: pool and as a poold's (ranks run here: --simulate):
+// a job that checkpoints on SIGTERM is requeued and resumes from its checkpoint once the preemptor
+// has gone; a job that ignores the signal is killed at its deadline and ends with exit status 75,
+// its lease given back. The pool's grace is 4 s (POOLRUN_PREEMPT_GRACE, poold --preempt-grace) and
+// any lease may be preempted at once (POOLRUN_MIN_RUNTIME=0, --min-runtime 0).
 
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
+#include "poold_process.hpp"
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -46,22 +49,42 @@ struct Reaped {
   }
 };
 
-class PreemptionTest : public ::testing::Test {
- protected:
-  void SetUp() override { std::filesystem::create_directories(tmp_.path() / "ready"); }
+enum class PoolKind { kSim, kPoold };
 
-  // The variables of every command: the test's own state directory (its own sim pool), the pool's
-  // preemption times, Open MPI as root.
+std::string name(PoolKind kind) {
+  return kind == PoolKind::kSim ? "Sim" : "Poold";
+}
+void PrintTo(PoolKind kind, std::ostream* os) {
+  *os << name(kind);
+}
+
+class PreemptionTest : public ::testing::TestWithParam<PoolKind> {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(tmp_.path() / "ready");
+    if (GetParam() == PoolKind::kSim) {
+      pool_ = "sim:" + cluster_;
+      return;
+    }
+    poold_ = std::make_unique<poolrun::test::PooldProcess>(
+        tmp_.path() / "poold", tmp_.write("tokens", poolrun::test::kTokens),
+        std::vector<std::string>{"--cluster", cluster_, "--preempt-grace", "4", "--min-runtime", "0"});
+    pool_ = poold_->uri() + " --simulate";
+  }
+
+  // The variables of every command: the test's own state directory, the user (a sim: pool's owner,
+  // a poold's token), the embedded pool's preemption times, Open MPI as root.
   std::string env(const std::string& user = "alice") const {
-    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_PREEMPT_GRACE=4 "
-           "POOLRUN_MIN_RUNTIME=0 USER=" +
-           user + " POOLRUN_STATE_DIR=" + (tmp_.path() / "state").string() +
+    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 USER=" + user +
+           (poold_ ? " POOLRUN_TOKEN=tok-" + user + "-0123456789"
+                   : std::string(" POOLRUN_PREEMPT_GRACE=4 POOLRUN_MIN_RUNTIME=0")) +
+           " POOLRUN_STATE_DIR=" + (tmp_.path() / "state").string() +
            " READY=" + (tmp_.path() / "ready").string() + " ";
   }
 
   // poolrun in the background: its standard error goes to the file err.
   pid_t startJob(const std::string& args, const std::string& program) {
-    return poolrun::test::spawnShell(env() + "timeout 90 " + POOLRUN_BINARY + " --pool sim:" + cluster_ +
+    return poolrun::test::spawnShell(env() + "timeout 90 " + POOLRUN_BINARY + " --pool " + pool_ +
                                      " -n 2 --gpus-per-node 1 --job-dir " + job().string() + " " + args +
                                      " " + program + " >" + (tmp_.path() / "out").string() + " 2>" +
                                      err().string());
@@ -69,10 +92,10 @@ class PreemptionTest : public ::testing::Test {
 
   // poolctl as bob: `acquire` blocks until the GPUs are granted.
   poolrun::test::ProcessResult poolctl(const std::string& args) {
-    return poolrun::test::runShell(env("bob") + "timeout 60 " + POOLCTL_BINARY + " --pool sim:" + cluster_ +
-                                   " " + args);
+    std::string pool = poold_ ? poold_->uri() : pool_;
+    return poolrun::test::runShell(env("bob") + "timeout 60 " + POOLCTL_BINARY + " --pool " + pool + " " +
+                                   args);
   }
-
   // Bob's request for every GPU of the cluster, of a higher priority: it preempts the job. Its lease.
   std::string preemptEveryGpu() {
     poolrun::test::ProcessResult r = poolctl("--json acquire -n 16 --priority 10 --ttl 120");
@@ -99,11 +122,16 @@ class PreemptionTest : public ::testing::Test {
 
   poolrun::test::TempDir tmp_;
   const std::string cluster_ = (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string();
+  std::unique_ptr<poolrun::test::PooldProcess> poold_;
+  std::string pool_;  // as --pool takes it
 };
+
+// The preemption tests, on each kind of pool; the rest on the sim: pool only.
+class PreemptionSimTest : public PreemptionTest {};
 
 // The checkpoint takes 1.5 s: longer than Open MPI's own kill sequence leaves a rank that mpirun
 // passes SIGTERM on to (SIGTERM, then SIGKILL a second later), well within the pool's 4 s.
-TEST_F(PreemptionTest, ACheckpointingJobIsRequeuedAndResumes) {
+TEST_P(PreemptionTest, ACheckpointingJobIsRequeuedAndResumes) {
   const std::string rank = tmp_.write("rank.sh", R"sh(r=$OMPI_COMM_WORLD_RANK
 ck=$POOLRUN_JOB_DIR/ckpt.$r
 echo "restart=$POOLRUN_RESTART_COUNT torch=$TORCHELASTIC_RESTART_COUNT grace=$POOLRUN_PREEMPT_GRACE ckpt=$(cat $ck 2>/dev/null)" >> $POOLRUN_JOB_DIR/starts.$r
@@ -135,7 +163,7 @@ while true; do sleep 0.1; done
                       job().string() + "\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("poolrun: waiting in the queue of sim:"), std::string::npos) << text;
+  EXPECT_NE(text.find("poolrun: waiting in the queue of "), std::string::npos) << text;
   EXPECT_EQ(text.find("had not ended by its deadline"), std::string::npos) << text;
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
@@ -153,7 +181,7 @@ while true; do sleep 0.1; done
   EXPECT_TRUE(leases().empty()) << "every lease was given back";
 }
 
-TEST_F(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
+TEST_P(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
   const std::string rank =
       tmp_.write("rank.sh",
                  "trap '' TERM\ntouch $READY/$OMPI_COMM_WORLD_RANK\nwhile true; do sleep 0.1; done\n")
@@ -180,7 +208,7 @@ TEST_F(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
 }
 
 // What every rank is told at its start, in the job directory's run.sh; --preempt-signal's spellings.
-TEST_F(PreemptionTest, RanksAreToldTheDeadlineFileGraceAndRestartCount) {
+TEST_P(PreemptionSimTest, RanksAreToldTheDeadlineFileGraceAndRestartCount) {
   for (const char* sig : {"TERM", "SIGTERM", "sigusr1", "usr2", "10", "1"}) {
     SCOPED_TRACE(sig);
     poolrun::test::ProcessResult r =
@@ -200,7 +228,7 @@ TEST_F(PreemptionTest, RanksAreToldTheDeadlineFileGraceAndRestartCount) {
   EXPECT_NE(script.find(" -x POOLRUN_RESTART_COUNT "), std::string::npos) << script;
 }
 
-TEST_F(PreemptionTest, SlurmPoolsKeepSlurmsOwnRules) {
+TEST_P(PreemptionSimTest, SlurmPoolsKeepSlurmsOwnRules) {
   for (const char* option : {"--preemptible", "--requeue"}) {
     poolrun::test::ProcessResult r = poolrun::test::runShell(env() + "timeout 60 " + POOLRUN_BINARY +
                                                              " --pool slurm -n 1 " + option + " /bin/true");
@@ -213,5 +241,10 @@ TEST_F(PreemptionTest, SlurmPoolsKeepSlurmsOwnRules) {
         << r.err;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Pools, PreemptionTest, ::testing::Values(PoolKind::kSim, PoolKind::kPoold),
+                         [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
+INSTANTIATE_TEST_SUITE_P(Pools, PreemptionSimTest, ::testing::Values(PoolKind::kSim),
+                         [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
 
 }  // namespace
