@@ -169,9 +169,14 @@ void LeaseKeeper::run() {
     std::optional<Clock::time_point> since = policy_.failingSince();
     size_t lines = news_.lines.size();
     if (reply.kind == RenewReply::Kind::kRenewed) noticeChanges(reply.notices);
+    bool preemptedNow = reply.kind == RenewReply::Kind::kRenewed && reply.preempted && !preempted_;
+    if (preemptedNow) {
+      preempted_ = true;
+      news_.preempted = reply.preempted;
+    }
     switch (policy_.record(started, now, reply)) {
       case RenewalPolicy::Event::kRenewed:
-        if (news_.lines.size() != lines) post();
+        if (news_.lines.size() != lines || preemptedNow) post();
         continue;
       case RenewalPolicy::Event::kRecovered:
         news_.lines.push_back("lease " + id_ + " renewed again after " +

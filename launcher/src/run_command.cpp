@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -176,7 +177,9 @@ RenewReply renewOnce(pool::PoolClient& pool, const std::string& id) {
   auto sent = std::chrono::system_clock::now();
   try {
     pool::Lease lease = pool.renew(id);
-    return {RenewReply::Kind::kRenewed, validFor(lease, sent), "", leaseNotices(lease, sent)};
+    RenewReply reply{RenewReply::Kind::kRenewed, validFor(lease, sent), "", leaseNotices(lease, sent)};
+    if (lease.preempt_at) reply.preempted = PreemptNotice{*lease.preempt_at, lease.preempt_reason};
+    return reply;
   } catch (const pool::PoolError& e) {
     bool gone = e.failure() == pool::PoolFailure::kGone || e.failure() == pool::PoolFailure::kForbidden ||
                 e.failure() == pool::PoolFailure::kUnauthorized;
@@ -227,6 +230,12 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
         "--simulate runs a pool's nodes on this machine; a Slurm allocation's nodes run under Slurm (pool "
         "here: '" +
         o.pool + "'); use --pool sim:FILE or an http:// pool");
+  if (where.slurm() && (o.preemptible || o.requeue))
+    throw badInput(std::string(o.preemptible ? "--preemptible" : "--requeue") +
+                   " is for the pools poolrun manages (local, sim:FILE, http://); a Slurm allocation is "
+                   "preempted and requeued by Slurm's own rules (its partition's PreemptMode, sbatch "
+                   "--requeue) (pool here: '" +
+                   o.pool + "')");
   if (where.slurm()) forgetSlurmGpuVariables(o.request, o.exports);
   return where;
 }
@@ -238,6 +247,7 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   if (o.request.fabric != topo::Fabric::kTcp) lr.fabric = o.request.fabric;  // every node can do TCP
   lr.priority = o.priority;
   lr.no_reclaim = o.no_reclaim;
+  lr.preemptible = o.preemptible;
   lr.owner = pool::currentUser();
   lr.job_name = o.job_name;
   lr.wait = o.wait;
@@ -323,9 +333,14 @@ std::optional<nlohmann::ordered_json> jobTuner(const JobPlan& plan, const RunOpt
   return std::nullopt;
 }
 
+// The job directory's file a preemption's deadline is written to (Unix seconds), and how often a
+// requeued job is restarted at most.
+constexpr const char* kDeadlineFile = "preempt-deadline";
+constexpr int kMaxRestarts = 10;
+
 LaunchSpec launchSpec(const JobPlan& plan, const pool::Lease& lease, const JobSite& where,
                       const RunOptions& o, const JobDirectory& dir,
-                      const std::optional<nlohmann::ordered_json>& tuner) {
+                      const std::optional<nlohmann::ordered_json>& tuner, int restart) {
   LaunchSpec spec;
   spec.plan = &plan;
   spec.job_dir = dir.path();
@@ -353,6 +368,13 @@ LaunchSpec launchSpec(const JobPlan& plan, const pool::Lease& lease, const JobSi
   // ends what it leaves running there. `-x POOLRUN_REAP=0` turns it off.
   if (where.otherMachines() && !o.request.user_env.count("POOLRUN_REAP"))
     spec.job_env.emplace_back("POOLRUN_REAP", "1");
+  // What a preemption tells the ranks (docs/preemption.md): the file its deadline is written to
+  // when the notice comes (an environment cannot change once the ranks run), the pool's grace, and
+  // how often the job has been restarted (torchrun's variable too, for torch scripts).
+  spec.job_env.emplace_back("POOLRUN_PREEMPT_DEADLINE_FILE", dir.file(kDeadlineFile).string());
+  spec.job_env.emplace_back("POOLRUN_PREEMPT_GRACE", std::to_string(lease.preempt_grace.count()));
+  for (const char* var : {"POOLRUN_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    if (!o.request.user_env.count(var)) spec.job_env.emplace_back(var, std::to_string(restart));
   for (auto& kv : rendezvousVariables(plan, where.simulated, pickRendezvousPort(), o.request.user_env))
     spec.job_env.push_back(std::move(kv));
   if (tuner) {
@@ -388,10 +410,10 @@ Launch writeLaunch(const JobDirectory& dir, MpiCommand cmd,
 // The job directory with everything the launch needs: the plan's files, the tuner configuration,
 // the mpirun (or srun) command and its files.
 Launch prepareLaunch(const JobPlan& plan, const pool::Lease& lease, const JobSite& where, const RunOptions& o,
-                     const JobDirectory& dir, std::ostream& err) {
+                     const JobDirectory& dir, int restart, std::ostream& err) {
   dir.writePlan(plan);
   const std::optional<nlohmann::ordered_json> tuner = jobTuner(plan, o, err);
-  const LaunchSpec spec = launchSpec(plan, lease, where, o, dir, tuner);
+  const LaunchSpec spec = launchSpec(plan, lease, where, o, dir, tuner, restart);
   return writeLaunch(
       dir, o.srun ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(o.mpirun, o.mpi_flavor)),
       tuner);
@@ -415,21 +437,40 @@ void printDryRun(const JobPlan& plan, const pool::Lease& lease, const pool::Pool
 // Runs the launch to its end while the lease is renewed on a thread of its own, retried until the
 // lease's expiry when the pool cannot be reached (lease_keeper.hpp); says which rank failed first.
 int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan, const Launch& launch,
-                 const RunOptions& o, const JobDirectory& dir, std::ostream& err) {
+                 const JobSite& where, const RunOptions& o, const JobDirectory& dir, std::ostream& err) {
+  using std::chrono::milliseconds;
   SuperviseOptions so;
   so.argv = launch.cmd.argv;
   so.env = launch.cmd.env;
   if (o.timeout) so.timeout = *o.timeout;
-  LeaseKeeper keeper(lease.id, validFor(lease, std::chrono::system_clock::now()),
-                     std::chrono::milliseconds(o.lease_ttl) / 3, [&] {
-                       RenewReply reply = renewOnce(pool, lease.id);
-                       // A running job's directory stays the newest: pruning (below) never takes it.
-                       std::error_code ec;
-                       if (reply.kind == RenewReply::Kind::kRenewed)
-                         std::filesystem::last_write_time(dir.path(),
-                                                          std::filesystem::file_time_type::clock::now(), ec);
-                       return reply;
-                     });
+  // A preemptible lease learns of its preemption at a renewal: renewed every quarter of the pool's
+  // grace (at most every second), so that the notice leaves the job most of it.
+  milliseconds every = milliseconds(o.lease_ttl) / 3;
+  if (lease.preemptible && lease.preempt_grace.count() > 0)
+    every = std::min(every, std::max(milliseconds(1000), milliseconds(lease.preempt_grace) / 4));
+  so.preempt_signal = o.preempt_signal;
+  so.preempt_ranks_here = where.site == pool::RankSite::kThisMachine || where.simulated;
+  so.preempted = [&](const PreemptNotice& notice) {
+    auto unix = std::chrono::duration_cast<std::chrono::seconds>(notice.deadline.time_since_epoch());
+    dir.write(kDeadlineFile, std::to_string(unix.count()) + "\n");
+  };
+  if (lease.preemptible && !so.preempt_ranks_here && o.preempt_signal != SIGUSR1 &&
+      o.preempt_signal != SIGUSR2)
+    err << "poolrun: note: the ranks run on other machines, where Open MPI's mpirun answers a preemption's "
+        << (o.preempt_signal == SIGTERM  ? "SIGTERM"
+            : o.preempt_signal == SIGINT ? "SIGINT"
+                                         : "SIGHUP")
+        << " by its own kill sequence (the ranks get SIGTERM a second later, SIGKILL a second after that): "
+           "to keep the pool's grace, use --preempt-signal USR1 or USR2, which mpirun passes on as they "
+           "are\n";
+  LeaseKeeper keeper(lease.id, validFor(lease, std::chrono::system_clock::now()), every, [&] {
+    RenewReply reply = renewOnce(pool, lease.id);
+    // A running job's directory stays the newest: pruning (below) never takes it.
+    std::error_code ec;
+    if (reply.kind == RenewReply::Kind::kRenewed)
+      std::filesystem::last_write_time(dir.path(), std::filesystem::file_time_type::clock::now(), ec);
+    return reply;
+  });
   so.lease = &keeper;
   so.started = [&] {
     pool.idle();
@@ -438,7 +479,10 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
       pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7), std::chrono::minutes(60));
   };
   SuperviseResult r = supervise(so, err);
-  if (r.failure && r.failure->rank >= 0 && static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
+  // A preempted job's ranks ended by the signal were sent it: no failure to report.
+  bool expected = r.preempted && r.failure && r.failure->signal != 0;
+  if (r.failure && !expected && r.failure->rank >= 0 &&
+      static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
     const RankPlan& rp = plan.ranks[static_cast<size_t>(r.failure->rank)];
     err << "poolrun: rank " << rp.rank << " on node " << plan.nodeOf(rp).name << " (GPU " << rp.gpu << ") "
         << (r.failure->signal != 0 ? "was killed by signal " + std::to_string(r.failure->signal)
@@ -455,6 +499,32 @@ int failedToStart(const std::exception& e, std::ostream& err) {
   return pe != nullptr && pe->code() == ErrorCode::kInternal ? 1 : kExitRefused;
 }
 
+// One run of the job: a lease, the plan, the doctor, the job directory, the launch, the release.
+// `dir_path`: the job directory, chosen by the first run (the first lease's) and kept by restarts.
+int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& options, int restart,
+           std::filesystem::path& dir_path, std::ostream& out, std::ostream& err) {
+  const pool::Lease lease = acquireLease(pool, leaseRequest(options), err);
+  LeaseGuard release(pool, lease.id, err);
+
+  const std::vector<topo::ClusterNode> nodes = leasedNodes(pool, lease, where, options, err);
+  const JobPlan plan = planJob(nodes, lease, where, options.request, err);
+  if (options.doctor && !doctorPasses(plan, where, err)) return kExitRefused;
+
+  if (dir_path.empty())
+    dir_path =
+        options.job_dir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(options.job_dir);
+  // A dry run's directory is its product, synced; a launch's is read back by mpirun (job_directory.hpp).
+  const JobDirectory dir(dir_path, options.dry_run ? Durability::kSynced : Durability::kSameBoot);
+  std::error_code ec;
+  std::filesystem::remove(dir.file(kDeadlineFile), ec);  // an earlier run's notice is not this run's
+  const Launch launch = prepareLaunch(plan, lease, where, options, dir, restart, err);
+  if (options.dry_run) {
+    printDryRun(plan, lease, pool, where, dir, launch, out);
+    return 0;
+  }
+  return superviseJob(pool, lease, plan, launch, where, options, dir, err);
+}
+
 }  // namespace
 
 int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -463,23 +533,20 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   try {
     std::unique_ptr<pool::PoolClient> pool = openJobPool(options);
     const JobSite where = jobSite(*pool, options);
-    const pool::Lease lease = acquireLease(*pool, leaseRequest(options), err);
-    LeaseGuard release(*pool, lease.id, err);
-
-    const std::vector<topo::ClusterNode> nodes = leasedNodes(*pool, lease, where, options, err);
-    const JobPlan plan = planJob(nodes, lease, where, options.request, err);
-    if (options.doctor && !doctorPasses(plan, where, err)) return kExitRefused;
-
-    // A dry run's directory is its product, synced; a launch's is read back by mpirun (job_directory.hpp).
-    const JobDirectory dir(
-        options.job_dir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(options.job_dir),
-        options.dry_run ? Durability::kSynced : Durability::kSameBoot);
-    const Launch launch = prepareLaunch(plan, lease, where, options, dir, err);
-    if (options.dry_run) {
-      printDryRun(plan, lease, *pool, where, dir, launch, out);
-      return 0;
+    std::filesystem::path dir;
+    // --requeue: a preempted run is followed by the next, queued at once with the same request; the
+    // lease of the one before has been released (the preemptor's start waits for it).
+    for (int restart = 0;; ++restart) {
+      int status = runJob(*pool, where, options, restart, dir, out, err);
+      if (status != kExitPreempted || !options.requeue) return status;
+      if (restart == kMaxRestarts) {
+        err << "poolrun: not requeued: the job has been restarted " << kMaxRestarts
+            << " times, the most --requeue does (exit status " << kExitPreempted << ")\n";
+        return status;
+      }
+      err << "poolrun: requeued the preempted job (restart " << restart + 1 << " of at most " << kMaxRestarts
+          << "), with the same request and job directory " << dir.string() << "\n";
     }
-    return superviseJob(*pool, lease, plan, launch, options, dir, err);
   } catch (const pool::PoolError& e) {
     if (e.failure() != pool::PoolFailure::kInterrupted) return failedToStart(e, err);
     err << "poolrun: " << e.what() << "\n";  // the queued request was withdrawn

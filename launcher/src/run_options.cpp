@@ -2,6 +2,8 @@
 
 #include "run_options.hpp"
 
+#include <cctype>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 
@@ -39,8 +41,12 @@ constexpr const char* kRunHelpTail =
     "  SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_STEP_GPUS, SLURM_MPI_TYPE, ...\n"
     "                      --pool slurm: the allocation poolrun runs in\n"
     "\n"
-    "exit status: the first failing rank's code (128+N for signal N); 124 timeout; 125 refused to start;\n"
-    "126 lease lost; 2 bad command line.\n";
+    "exit status: the first failing rank's code (128+N for signal N); 75 preempted (docs/preemption.md);\n"
+    "124 timeout; 125 refused to start; 126 lease lost; 2 bad command line.\n";
+
+// What --preempt-signal takes: signals a job can catch that reach its ranks.
+constexpr std::pair<const char*, int> kPreemptSignals[] = {
+    {"TERM", SIGTERM}, {"INT", SIGINT}, {"HUP", SIGHUP}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
 
 // --pool's default: $POOLRUN_POOL, else this node's GPUs (as poolctl).
 std::string defaultPool() {
@@ -86,7 +92,7 @@ void splitProgram(const std::vector<std::string>& args, const po::options_descri
 
 // The checks Boost cannot do, on the values it read; throws poolrun::Error (kBadInput).
 void checkValues(const po::variables_map& vm, const std::string& tuner, const std::string& mpiFlavor,
-                 const std::string& launcher, RunOptions& o) {
+                 const std::string& launcher, const std::string& preemptSignal, RunOptions& o) {
   if (tuner != "on" && tuner != "off") throw badInput("--tuner '" + tuner + "': use on or off");
   o.tuner = tuner == "on";
   if (mpiFlavor == "ompi4")
@@ -108,6 +114,13 @@ void checkValues(const po::variables_map& vm, const std::string& tuner, const st
       o.request.user_env[var] = v;
     }
   }
+  std::optional<int> sig = preemptSignalFromString(preemptSignal);
+  if (!sig)
+    throw badInput(
+        "--preempt-signal '" + topo::printable(preemptSignal) +
+        "': use TERM (the default), INT, HUP, USR1 or USR2, by name (SIGTERM, TERM) or number (15, "
+        "2, 1, 10, 12); a job cannot catch KILL or STOP, so it would get no grace");
+  o.preempt_signal = *sig;
   if (launcher != "mpirun" && launcher != "srun")
     throw badInput("--launcher '" + launcher + "': use mpirun or srun");
   o.srun = launcher == "srun";
@@ -120,12 +133,22 @@ void checkValues(const po::variables_map& vm, const std::string& tuner, const st
 
 }  // namespace
 
+std::optional<int> preemptSignalFromString(const std::string& text) {
+  std::string name;
+  for (char c : text) name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (name.starts_with("SIG")) name.erase(0, 3);
+  for (const auto& [n, number] : kPreemptSignals)
+    if (name == n || text == std::to_string(number)) return number;
+  return std::nullopt;
+}
+
 std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOptions& o, std::ostream& out,
                                    std::ostream& err) {
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0;
-  std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun";
+  std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
+              preemptSignal = "TERM";
   o.pool = defaultPool();
   // clang-format off
   command.add()
@@ -135,6 +158,10 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
       ("priority", po::value(&o.priority)->value_name("P"), "queue priority (higher first)")
       ("no-reclaim", "(admin) never end the lease as idle (poold --reclaim-idle); a user's token is refused")
+      ("preemptible", "a waiting request of higher priority may preempt the lease, after the pool's grace")
+      ("preempt-signal", po::value(&preemptSignal)->value_name("SIG"),
+       "what a preempted job is sent: TERM (default), INT, HUP, USR1 or USR2; SIGKILL at the deadline")
+      ("requeue", "a preempted job is queued again with the same request and job directory, and restarted")
       ("wait", po::value(&wait)->value_name("SECONDS"),
        "seconds to wait in the queue (default: while the pool could ever fit it)")
       ("name", po::value(&o.job_name)->value_name("NAME"), "job name (default: the program's)")
@@ -191,7 +218,9 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     o.simulate = vm.count("simulate") > 0;
     o.doctor = vm.count("no-doctor") == 0;
     o.no_reclaim = vm.count("no-reclaim") > 0;
-    checkValues(vm, tuner, mpiFlavor, launcher, o);
+    o.preemptible = vm.count("preemptible") > 0;
+    o.requeue = vm.count("requeue") > 0;
+    checkValues(vm, tuner, mpiFlavor, launcher, preemptSignal, o);
     if (o.job_name.empty()) o.job_name = std::filesystem::path(o.program[0]).filename().string();
   } catch (const Error& e) {
     return command.usageError(e.what(), err);

@@ -4,6 +4,7 @@
 // anything starts (a bad value is a bad command line, exit status 2).
 
 #include <chrono>
+#include <csignal>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -21,7 +22,10 @@ struct RunOptions {
   std::string pool;                  // --pool, else $POOLRUN_POOL, else local
   std::string token_file;
   int priority = 0;
-  bool no_reclaim = false;  // --no-reclaim: the lease is never ended as idle (administrators only)
+  bool no_reclaim = false;       // --no-reclaim: the lease is never ended as idle (administrators only)
+  bool preemptible = false;      // --preemptible: a waiting request of higher priority may preempt the lease
+  int preempt_signal = SIGTERM;  // --preempt-signal: what a preempted job is sent
+  bool requeue = false;          // --requeue: a preempted job is queued again and restarted
   std::optional<std::chrono::seconds> wait;  // nullopt: while the pool could ever fit the job
   std::chrono::seconds lease_ttl{60};
   std::optional<std::chrono::seconds> timeout;
@@ -40,6 +44,10 @@ struct RunOptions {
   bool simulate = false;  // --simulate: the leased nodes run on this machine
   bool doctor = true;     // false: --no-doctor
 };
+
+// The signals --preempt-signal takes, by name (TERM, SIGTERM, term) or number (15); nullopt for any
+// other. KILL and STOP cannot be caught, and mpirun does not pass on others (docs/preemption.md).
+std::optional<int> preemptSignalFromString(const std::string& text);
 
 // Reads `args` into `options`. Returns nullopt to go on; 0 after printing --help on `out`; 2 after
 // printing "poolrun: error: ..." and the usage on `err`.

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -85,6 +86,25 @@ class Spawn {
   std::vector<char> stack_;
 };
 
+// The processes of /proc with their parents: pid -> ppid.
+std::map<pid_t, pid_t> processParents() {
+  std::map<pid_t, pid_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+    std::istringstream fields(close == std::string::npos ? "" : line.substr(close + 2));
+    std::string state, ppid;
+    if (fields >> state >> ppid)
+      out[common::digitsValue(name)] = static_cast<pid_t>(common::digitsValue(ppid));
+  }
+  return out;
+}
+
 // The processes whose parent is this one: /proc/self/task/TID/children for every thread (a child
 // is listed under the thread that started it, an orphan under the one the kernel chose), else, on a
 // kernel without CONFIG_PROC_CHILDREN, every /proc/PID/stat whose parent field is this process.
@@ -99,18 +119,8 @@ std::set<pid_t> childProcesses() {
     for (pid_t p; in >> p;) out.insert(p);
   }
   if (listed) return out;
-  const std::string self = std::to_string(getpid());
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "stat");
-    std::string line;
-    if (!std::getline(in, line)) continue;
-    size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
-    std::istringstream fields(close == std::string::npos ? "" : line.substr(close + 2));
-    std::string state, ppid;
-    if (fields >> state >> ppid && ppid == self) out.insert(common::digitsValue(name));
-  }
+  for (const auto& [pid, ppid] : processParents())
+    if (ppid == getpid()) out.insert(pid);
   return out;
 }
 
@@ -165,6 +175,62 @@ class Subreaper {
   std::set<pid_t> before_;
   bool was_ = false;
 };
+
+// Whether the process's environment names an MPI rank (Open MPI 4.x and 5.x set OMPI_COMM_WORLD_RANK
+// in every rank's). A process that cannot be read (gone, another user's) does not.
+bool hasRankVariable(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  constexpr std::string_view kVar = "OMPI_COMM_WORLD_RANK=";
+  for (std::string entry; std::getline(in, entry, '\0');)
+    if (entry.starts_with(kVar)) return true;
+  return false;
+}
+
+// The job's ranks on this machine: descendants of this process whose environment names a rank and
+// whose parent's does not (mpirun and its daemons do not; what a rank starts inherits it). One walk
+// of /proc: a few milliseconds, once per preemption.
+std::vector<pid_t> ranksHere() {
+  std::map<pid_t, pid_t> parents = processParents();
+  std::multimap<pid_t, pid_t> children;
+  for (const auto& [pid, ppid] : parents) children.emplace(ppid, pid);
+  std::vector<pid_t> ranks, todo{getpid()};
+  while (!todo.empty()) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    auto [from, to] = children.equal_range(p);
+    for (auto it = from; it != to; ++it) {
+      pid_t c = it->second;
+      if (hasRankVariable(c) && !hasRankVariable(p))
+        ranks.push_back(c);  // what it started is its own business: it gets no signal of ours
+      else
+        todo.push_back(c);
+    }
+  }
+  return ranks;
+}
+
+// "SIGTERM"; "signal 40" where the C library has no name.
+std::string signalAbbrev(int sig) {
+  const char* a = sigabbrev_np(sig);
+  return a != nullptr ? std::string("SIG") + a : "signal " + std::to_string(sig);
+}
+
+// "14:03:27", local time.
+std::string wallClock(std::chrono::system_clock::time_point t) {
+  std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  localtime_r(&tt, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+// The pool's reason as the line says it: "for ticket 12 of bob (priority 10, 8 GPUs)".
+std::string preemptedFor(const std::string& reason) {
+  if (reason.empty()) return "";
+  if (reason.starts_with("preempted ")) return " " + reason.substr(10);
+  return " (" + reason + ")";
+}
 
 using common::takeDigits;
 using common::takePrefix;
@@ -361,6 +427,41 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     }
   };
 
+  // The pool's notice: the preempt signal now, SIGKILL at the deadline. A job already ending (its
+  // timeout, a lost lease) ends as it was, by the deadline at the latest.
+  bool preemptKill = false;
+  auto preempt = [&](const PreemptNotice& notice, Clock::time_point now) {
+    // On this machine's clocks; a notice that comes late (a pool unreachable meanwhile) still gives
+    // the job a moment.
+    auto sysNow = std::chrono::system_clock::now();
+    auto deadline = std::max(now + std::chrono::duration_cast<Clock::duration>(notice.deadline - sysNow),
+                             now + std::chrono::seconds(1));
+    if (killAt) {
+      killAt = std::min(*killAt, deadline);
+      return;
+    }
+    result.preempted = true;
+    if (options.preempted) {
+      try {
+        options.preempted(notice);
+      } catch (const std::exception& e) {
+        err << "poolrun: warning: " << e.what() << "\n";
+      }
+    }
+    std::vector<pid_t> ranks;
+    if (options.preempt_ranks_here) ranks = ranksHere();
+    for (pid_t r : ranks) kill(r, options.preempt_signal);
+    if (ranks.empty()) kill(child, options.preempt_signal);
+    killAt = deadline;
+    preemptKill = true;
+    auto left =
+        std::chrono::duration_cast<std::chrono::seconds>(deadline - now + std::chrono::milliseconds(500));
+    err << "poolrun: lease " << lease->id() << " is preempted" << preemptedFor(notice.reason) << ": sent "
+        << signalAbbrev(options.preempt_signal) << " to the job, which is killed at "
+        << wallClock(sysNow + std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - now))
+        << " (in " << left.count() << " s)\n";
+  };
+
   while (!exited || pipeOpen) {
     auto now = Clock::now();
     auto deadline = now + std::chrono::seconds(1);
@@ -422,12 +523,22 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     if (lease != nullptr) {
       LeaseKeeper::News news = lease->take(now);
       for (const std::string& line : news.lines) err << "poolrun: " << line << "\n";
+      if (news.preempted) preempt(*news.preempted, now);
       if (news.lost && !result.lease_lost) {
         result.lease_lost = true;
         terminate(*news.lost);
       }
     }
     if (killAt && now >= *killAt) {
+      if (preemptKill) {
+        err << "poolrun: the preempted job had not ended by its deadline: killing it (SIGKILL)\n";
+        // The ranks here at once (each leads a process group of its own under Open MPI's daemons),
+        // rather than when the daemons notice that mpirun has gone.
+        if (options.preempt_ranks_here)
+          for (pid_t r : ranksHere())
+            if (kill(-r, SIGKILL) != 0) kill(r, SIGKILL);
+        preemptKill = false;
+      }
       kill(-child, SIGKILL);
       killAt = now + std::chrono::hours(1);
     }
@@ -443,7 +554,9 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   // Which rank failed, and how, from mpirun's (or srun's) report; a clean exit has none to look
   // for (and compiling the patterns would cost every job about a millisecond).
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result.failure = parseMpiFailure(errText);
-  if (result.timed_out) {
+  if (result.preempted) {
+    result.exit_status = kExitPreempted;  // whatever the ranks made of the signal
+  } else if (result.timed_out) {
     result.exit_status = kExitTimeout;
   } else if (result.lease_lost) {
     result.exit_status = kExitLeaseLost;

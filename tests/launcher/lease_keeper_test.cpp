@@ -198,5 +198,40 @@ TEST(LeaseKeeperTest, PoolNoticesArePrintedWhenTheyAppearChangeAndGo) {
   EXPECT_NE(lost.find("reclaimed"), std::string::npos) << lost;
 }
 
+TEST(LeaseKeeperTest, APreemptionIsHandedOnOnceAndTheLeaseStillRenewed) {
+  // Every renewal from the second on carries the notice, as the pool's do until the lease ends.
+  const auto deadline = std::chrono::system_clock::now() + 120s;
+  std::atomic<int> renewals{0};
+  LeaseKeeper keeper(
+      "L11", 10s, 20ms,
+      [&] {
+        int n = ++renewals;
+        if (n >= 6) return RenewReply{Kind::kGone, {}, "released"};
+        RenewReply r{Kind::kRenewed, 10s, ""};
+        if (n >= 2)
+          r.preempted = PreemptNotice{deadline, "preempted for ticket 4 of bob (priority 10, 8 GPUs)"};
+        return r;
+      },
+      kFast);
+  keeper.start();
+  std::vector<PreemptNotice> notices;
+  std::vector<std::string> lines;
+  std::string lost;
+  for (int i = 0; i < 500 && lost.empty(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    LeaseKeeper::News news = keeper.take();
+    if (news.preempted) notices.push_back(*news.preempted);
+    lines.insert(lines.end(), news.lines.begin(), news.lines.end());
+    if (news.lost) lost = *news.lost;
+  }
+  keeper.stop();
+  ASSERT_EQ(notices.size(), 1u) << "one notice, however many renewals carry it";
+  EXPECT_EQ(notices[0].deadline, deadline);
+  EXPECT_EQ(notices[0].reason, "preempted for ticket 4 of bob (priority 10, 8 GPUs)");
+  EXPECT_TRUE(lines.empty()) << "the supervisor says it, in one line of its own";
+  EXPECT_EQ(renewals.load(), 6) << "renewed on after the notice, until the lease went";
+  EXPECT_EQ(keeper.id(), "L11");
+}
+
 }  // namespace
 }  // namespace poolrun::launcher

@@ -54,6 +54,17 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
        "poolrun: error: --tag-output is for mpirun, and --launcher srun starts the ranks with srun"},
       {"-n 2 --tuner maybe", "poolrun: error: --tuner 'maybe': use on or off"},
       {"-n 2 --fabric myrinet", "poolrun: error: unknown fabric 'myrinet'"},
+      {"-n 2 --preempt-signal KILL",
+       "poolrun: error: --preempt-signal 'KILL': use TERM (the default), INT, HUP, USR1 or USR2, by name "
+       "(SIGTERM, TERM) or number (15, 2, 1, 10, 12); a job cannot catch KILL or STOP, so it would get no "
+       "grace"},
+      {"-n 2 --preempt-signal 9", "poolrun: error: --preempt-signal '9': use TERM (the default), INT, HUP"},
+      {"-n 2 --preempt-signal SIGSTOP", "poolrun: error: --preempt-signal 'SIGSTOP': use TERM (the default)"},
+      {"-n 2 --preempt-signal 99", "poolrun: error: --preempt-signal '99': use TERM (the default)"},
+      {"-n 2 --preempt-signal 015", "poolrun: error: --preempt-signal '015': use TERM (the default)"},
+      {"-n 2 --preempt-signal SIGSIGTERM", "poolrun: error: --preempt-signal 'SIGSIGTERM': use TERM"},
+      {"-n 2 --preempt-signal --",
+       "poolrun: error: --preempt-signal needs a value: SIG, what a preempted job is sent"},
       {"-n 2 --name \"$(printf 'a\\nb')\"",
        "poolrun: error: --name 'a\\x0ab': control character \\x0a at byte 1 (not allowed)"},
   };

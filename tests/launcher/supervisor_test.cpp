@@ -6,10 +6,13 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <thread>
 
 #include "poolrun/launcher/supervisor.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::launcher {
@@ -234,6 +237,97 @@ TEST(SupervisorTest, NothingTheJobStartedOutlivesIt) {
   bool gone = !alive(daemon);
   if (!gone) kill(daemon, SIGKILL);
   EXPECT_TRUE(gone) << "pid " << daemon << " (sleep 100, in a session of its own) outlived the job";
+}
+
+// A lease whose renewals carry a preemption with `deadline` from the second renewal on.
+std::function<RenewReply()> preemptedAtSecondRenewal(std::chrono::system_clock::time_point deadline) {
+  auto renewals = std::make_shared<std::atomic<int>>(0);
+  return [renewals, deadline] {
+    RenewReply r{RenewReply::Kind::kRenewed, 10s, ""};
+    if (++*renewals >= 2)
+      r.preempted = PreemptNotice{deadline, "preempted for ticket 9 of bob (priority 10, 8 GPUs)"};
+    return r;
+  };
+}
+
+// The notice: the deadline callback first, then the signal to mpirun (ranks elsewhere); a job that
+// ends on it ends as preempted, whatever its exit code.
+TEST(SupervisorTest, APreemptedJobIsSignalledAndEndsAsPreempted) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::string deadlineFile = (tmp.path() / "deadline").string(), mark = (tmp.path() / "saw").string();
+  SuperviseOptions o =
+      shell("trap 'cp " + deadlineFile + " " + mark + "; exit 0' USR1; while true; do sleep 0.02; done");
+  o.preempt_signal = SIGUSR1;
+  std::vector<PreemptNotice> called;
+  o.preempted = [&](const PreemptNotice& n) {
+    called.push_back(n);
+    std::ofstream(deadlineFile) << "the deadline\n";
+  };
+  const auto deadline = std::chrono::system_clock::now() + 30s;
+  LeaseKeeper keeper("L4", 10s, 50ms, preemptedAtSecondRenewal(deadline));
+  o.lease = &keeper;
+  SuperviseResult r = supervise(o, err);
+  EXPECT_TRUE(r.preempted);
+  EXPECT_EQ(r.exit_status, kExitPreempted) << err.str();
+  ASSERT_EQ(called.size(), 1u);
+  EXPECT_EQ(called[0].deadline, deadline);
+  EXPECT_EQ(test::slurp(mark), "the deadline\n") << "the file was written before the signal was sent";
+  const std::string line =
+      "poolrun: lease L4 is preempted for ticket 9 of bob (priority 10, 8 GPUs): sent SIGUSR1 to the job, "
+      "which "
+      "is killed at ";
+  EXPECT_EQ(err.str().substr(0, line.size()), line) << err.str();
+  EXPECT_EQ(err.str().find('\n'), err.str().size() - 1) << "one line\n" << err.str();
+}
+
+// A job that ignores the signal is killed (SIGKILL); a notice that comes after its deadline (a pool
+// unreachable meanwhile) still gives the job a moment, then the kill.
+TEST(SupervisorTest, AJobThatIgnoresThePreemptionIsKilledAtTheDeadline) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  std::string pidFile = (tmp.path() / "child.pid").string();
+  SuperviseOptions o = shell("trap '' TERM; sleep 300 & echo $! > " + pidFile + "; wait; wait");
+  LeaseKeeper keeper("L5", 10s, 50ms, preemptedAtSecondRenewal(std::chrono::system_clock::now() - 5s));
+  o.lease = &keeper;
+  SuperviseResult r = supervise(o, err);
+  EXPECT_TRUE(r.preempted);
+  EXPECT_EQ(r.exit_status, kExitPreempted) << err.str();
+  EXPECT_NE(err.str().find("poolrun: lease L5 is preempted for ticket 9 of bob"), std::string::npos)
+      << err.str();
+  EXPECT_NE(
+      err.str().find("poolrun: the preempted job had not ended by its deadline: killing it (SIGKILL)\n"),
+      std::string::npos)
+      << err.str();
+  pid_t child = readPid(pidFile);
+  ASSERT_GT(child, 0);
+  for (int i = 0; i < 40 && alive(child); ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(alive(child)) << "the job's processes are gone";
+}
+
+// Ranks on this machine get the signal themselves, mpirun (here a shell that waits for its "rank")
+// does not; what a rank started (it inherits the rank's variables) is the rank's to tell.
+TEST(SupervisorTest, RanksHereAreSignalledThemselvesNotMpirun) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  auto mark = [&](const char* name) { return (tmp.path() / name).string(); };
+  const std::string helper = tmp.write("helper.sh", "trap 'touch " + mark("helper-got-term") +
+                                                        "' TERM\nwhile true; do sleep 0.02; done\n")
+                                 .string();
+  const std::string rank =
+      tmp.write("rank.sh", "sh " + helper + " & helper=$!\ntrap 'touch " + mark("rank-got-term") +
+                               "; kill -9 $helper; exit 0' TERM\nwhile true; do sleep 0.02; done\n")
+          .string();
+  SuperviseOptions o = shell("trap 'touch " + mark("mpirun-got-term") + "' TERM; OMPI_COMM_WORLD_RANK=0 sh " +
+                             rank + " & wait; wait");
+  o.preempt_ranks_here = true;
+  LeaseKeeper keeper("L6", 10s, 50ms, preemptedAtSecondRenewal(std::chrono::system_clock::now() + 10s));
+  o.lease = &keeper;
+  SuperviseResult r = supervise(o, err);
+  EXPECT_EQ(r.exit_status, kExitPreempted) << err.str();
+  EXPECT_TRUE(std::filesystem::exists(mark("rank-got-term"))) << err.str();
+  EXPECT_FALSE(std::filesystem::exists(mark("mpirun-got-term"))) << "mpirun would start its kill sequence";
+  EXPECT_FALSE(std::filesystem::exists(mark("helper-got-term"))) << "only the rank itself is signalled";
 }
 
 TEST(SupervisorTest, MissingProgram) {

@@ -11,6 +11,10 @@
 // which keeps forwarding signals meanwhile. The thread only renews; what it finds reaches the loop
 // through a descriptor (fd()) and take(), and the loop prints it, so that nothing the thread writes
 // interleaves with mpirun's output.
+//
+// A lease the pool has chosen to preempt says so in a renewal's reply (pool::Lease::preempt_at): the
+// keeper hands that on once, as News::preempted, and keeps renewing until the job has ended (the
+// pool grants renewals up to a little past the deadline).
 
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +27,14 @@
 #include <vector>
 
 namespace poolrun::launcher {
+
+// The pool's notice that it preempts the lease: the job must have ended by `deadline` (the pool's
+// clock), when the pool takes the GPUs back; `reason` says for whom ("preempted for ticket 12 of bob
+// (priority 10, 8 GPUs)").
+struct PreemptNotice {
+  std::chrono::system_clock::time_point deadline;
+  std::string reason;
+};
 
 // What one renewal attempt found.
 struct RenewReply {
@@ -42,6 +54,7 @@ struct RenewReply {
     std::string resolved;
   };
   std::map<std::string, Notice> notices{};
+  std::optional<PreemptNotice> preempted{};  // kRenewed: the lease is preempted (above)
 };
 
 // When to renew and when to give up, on an explicit clock: the caller passes the times, so the
@@ -113,14 +126,16 @@ class LeaseKeeper {
   int fd() const { return event_fd_; }
 
   struct News {
-    std::vector<std::string> lines;   // to print, each a whole line without its newline
-    std::optional<std::string> lost;  // set once: why the job must end ("lease L is gone: ...")
+    std::vector<std::string> lines;          // to print, each a whole line without its newline
+    std::optional<std::string> lost;         // set once: why the job must end ("lease L is gone: ...")
+    std::optional<PreemptNotice> preempted;  // set once: the first renewal that carried the notice
   };
   // What happened since the last call. Also notices the expiry passing while an attempt is still
   // under way, so that the job ends at the expiry whatever the thread is waiting for.
   News take(Clock::time_point now = Clock::now());
   // Until when the lease holds (RenewalPolicy::expiry()): the supervisor wakes then at the latest.
   Clock::time_point expiry();
+  const std::string& id() const { return id_; }
 
  private:
   void run();
@@ -137,7 +152,7 @@ class LeaseKeeper {
   std::string last_reason_;
   std::map<std::string, RenewReply::Notice> notices_;  // the last renewal's
   News news_;
-  bool lost_ = false, stopping_ = false;
+  bool lost_ = false, stopping_ = false, preempted_ = false;
   int event_fd_ = -1;
   std::thread thread_;
 };

@@ -7,8 +7,18 @@
 // leave behind on this machine (a daemon a rank started with setsid, the simulated cluster's
 // daemons) becomes its child: nothing the job started here is left running when supervise()
 // returns.
+//
+// A preempted lease (LeaseKeeper::News::preempted) ends the job by the pool's deadline: the
+// supervisor calls SuperviseOptions::preempted (poolrun writes the deadline file), sends the job
+// the preempt signal, prints one line, and kills the job (SIGKILL) at the deadline if it has not
+// ended by then; the job's exit status is then kExitPreempted. Where the ranks run on this machine
+// (a simulated cluster, the local pool) the signal goes to the ranks themselves, not to mpirun:
+// Open MPI 4.1's mpirun answers SIGTERM, SIGINT and SIGHUP by its own kill sequence (SIGCONT, then
+// SIGTERM and SIGKILL each odls_base_sigkill_timeout later, 1 s by default), which would cut the
+// grace short; docs/preemption.md has what was measured.
 
 #include <chrono>
+#include <csignal>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -25,6 +35,7 @@ inline constexpr int kExitUsage = 2;        // bad command line
 inline constexpr int kExitTimeout = 124;    // --timeout ended the job
 inline constexpr int kExitRefused = 125;    // poolrun refused to start: the request cannot be met
 inline constexpr int kExitLeaseLost = 126;  // the lease was lost (gone, or expired unrenewed): job ended
+inline constexpr int kExitPreempted = 75;   // the pool preempted the lease: try again later (EX_TEMPFAIL)
 
 struct RankFailure {
   int rank = -1;
@@ -45,6 +56,14 @@ struct SuperviseOptions {
   LeaseKeeper* lease = nullptr;
   std::function<void()> started;  // once mpirun runs: work that may wait (the pool's idle())
   std::chrono::milliseconds kill_grace{10000};
+  // The signal a preempted job gets, and where it is sent: to the ranks on this machine (the
+  // processes of the job whose environment has OMPI_COMM_WORLD_RANK and whose parent's has not;
+  // mpirun itself where none is found), or to mpirun, which forwards SIGUSR1 and SIGUSR2 as they
+  // are (ranks on other machines).
+  int preempt_signal = SIGTERM;
+  bool preempt_ranks_here = false;
+  // Called with the notice before the signal is sent (poolrun writes the deadline file).
+  std::function<void(const PreemptNotice&)> preempted;
 };
 
 struct SuperviseResult {
@@ -53,6 +72,7 @@ struct SuperviseResult {
   int forwarded_signal = 0;  // the signal a user sent, if any
   bool timed_out = false;
   bool lease_lost = false;
+  bool preempted = false;  // the pool preempted the lease and the job was ended for it
 };
 
 // The file execvp would run for `name`: `name` itself where it has a slash, else the first

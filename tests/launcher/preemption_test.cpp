@@ -1,0 +1,250 @@
+// Preemption end to end with real Open MPI and a real preemptor (poolctl acquire of a higher
+// priority), on the simulated cluster as a sim: pool and as a poold's (ranks run here: --simulate):
+// a job that checkpoints on SIGTERM is requeued and resumes from its checkpoint once the preemptor
+// has gone; a job that ignores the signal is killed at its deadline and ends with exit status 75,
+// its lease given back. The pool's grace is 4 s (POOLRUN_PREEMPT_GRACE, poold --preempt-grace) and
+// any lease may be preempted at once (POOLRUN_MIN_RUNTIME=0, --min-runtime 0).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "poold_process.hpp"
+#include "support/fixtures.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using poolrun::test::slurp;
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Kills a spawned shell's process group however the test ends.
+struct Reaped {
+  pid_t pid;
+  ~Reaped() {
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  // The exit status as a shell reports it; -1 when it did not exit.
+  int wait() {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+};
+
+enum class PoolKind { kSim, kPoold };
+
+std::string name(PoolKind kind) {
+  return kind == PoolKind::kSim ? "Sim" : "Poold";
+}
+void PrintTo(PoolKind kind, std::ostream* os) {
+  *os << name(kind);
+}
+
+class PreemptionTest : public ::testing::TestWithParam<PoolKind> {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(tmp_.path() / "ready");
+    if (GetParam() == PoolKind::kSim) {
+      pool_ = "sim:" + cluster_;
+      return;
+    }
+    poold_ = std::make_unique<poolrun::test::PooldProcess>(
+        tmp_.path() / "poold", tmp_.write("tokens", poolrun::test::kTokens),
+        std::vector<std::string>{"--cluster", cluster_, "--preempt-grace", "4", "--min-runtime", "0"});
+    pool_ = poold_->uri() + " --simulate";
+  }
+
+  // The variables of every command: the test's own state directory, the user (a sim: pool's owner,
+  // a poold's token), the embedded pool's preemption times, Open MPI as root.
+  std::string env(const std::string& user = "alice") const {
+    return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 USER=" + user +
+           (poold_ ? " POOLRUN_TOKEN=tok-" + user + "-0123456789"
+                   : std::string(" POOLRUN_PREEMPT_GRACE=4 POOLRUN_MIN_RUNTIME=0")) +
+           " POOLRUN_STATE_DIR=" + (tmp_.path() / "state").string() +
+           " READY=" + (tmp_.path() / "ready").string() + " ";
+  }
+
+  // poolrun in the background: its standard error goes to the file err.
+  pid_t startJob(const std::string& args, const std::string& program) {
+    return poolrun::test::spawnShell(env() + "timeout 90 " + POOLRUN_BINARY + " --pool " + pool_ +
+                                     " -n 2 --gpus-per-node 1 --job-dir " + job().string() + " " + args +
+                                     " " + program + " >" + (tmp_.path() / "out").string() + " 2>" +
+                                     err().string());
+  }
+
+  // poolctl as bob: `acquire` blocks until the GPUs are granted.
+  poolrun::test::ProcessResult poolctl(const std::string& args) {
+    std::string pool = poold_ ? poold_->uri() : pool_;
+    return poolrun::test::runShell(env("bob") + "timeout 60 " + POOLCTL_BINARY + " --pool " + pool + " " +
+                                   args);
+  }
+  // Bob's request for every GPU of the cluster, of a higher priority: it preempts the job. Its lease.
+  std::string preemptEveryGpu() {
+    poolrun::test::ProcessResult r = poolctl("--json acquire -n 16 --priority 10 --ttl 120");
+    EXPECT_EQ(r.status, 0) << r.err << slurp(err());
+    return r.status == 0 ? json::parse(r.out).value("id", "") : "";
+  }
+
+  json leases() {
+    poolrun::test::ProcessResult r = poolctl("leases --json");
+    EXPECT_EQ(r.status, 0) << r.err;
+    return r.status == 0 ? json::parse(r.out) : json::array();
+  }
+
+  // Waits (bounded) until the job's standard error says `what`.
+  bool saidWithin(const std::string& what, std::chrono::seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (slurp(err()).find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(100ms);
+    return slurp(err()).find(what) != std::string::npos;
+  }
+
+  std::filesystem::path job() const { return tmp_.path() / "job"; }
+  std::filesystem::path err() const { return tmp_.path() / "err"; }
+
+  poolrun::test::TempDir tmp_;
+  const std::string cluster_ = (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string();
+  std::unique_ptr<poolrun::test::PooldProcess> poold_;
+  std::string pool_;  // as --pool takes it
+};
+
+// The preemption tests, on each kind of pool; the rest on the sim: pool only.
+class PreemptionSimTest : public PreemptionTest {};
+
+// The checkpoint takes 1.5 s: longer than Open MPI's own kill sequence leaves a rank that mpirun
+// passes SIGTERM on to (SIGTERM, then SIGKILL a second later), well within the pool's 4 s.
+TEST_P(PreemptionTest, ACheckpointingJobIsRequeuedAndResumes) {
+  const std::string rank = tmp_.write("rank.sh", R"sh(r=$OMPI_COMM_WORLD_RANK
+ck=$POOLRUN_JOB_DIR/ckpt.$r
+echo "restart=$POOLRUN_RESTART_COUNT torch=$TORCHELASTIC_RESTART_COUNT grace=$POOLRUN_PREEMPT_GRACE ckpt=$(cat $ck 2>/dev/null)" >> $POOLRUN_JOB_DIR/starts.$r
+[ -f $ck ] && exit 0
+[ "$POOLRUN_RESTART_COUNT" = 0 ] || exit 3
+trap 'cp $POOLRUN_PREEMPT_DEADLINE_FILE $POOLRUN_JOB_DIR/deadline-seen.$r; sleep 1.5; echo step-7 > $ck; exit 0' TERM
+touch $READY/$r
+while true; do sleep 0.1; done
+)sh")
+                               .string();
+  Reaped running{startJob("--preemptible --requeue", "sh " + rank)};
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 2, 60s)) << slurp(err());
+
+  const std::string preemptor = preemptEveryGpu();  // granted once the job has given its GPUs back
+  ASSERT_FALSE(preemptor.empty());
+  ASSERT_TRUE(saidWithin("poolrun: queued at position 1", 30s)) << slurp(err());
+  ASSERT_EQ(poolctl("release " + preemptor).status, 0);
+  int status = running.wait();
+
+  const std::string text = slurp(err());
+  EXPECT_EQ(status, 0) << text;
+  EXPECT_EQ(count(text, " is preempted "), 1u) << text;
+  EXPECT_NE(text.find(" is preempted for ticket "), std::string::npos) << text;
+  EXPECT_NE(text.find(" of bob (priority 10, 16 GPUs): sent SIGTERM to the job, which is killed at "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("poolrun: requeued the preempted job (restart 1 of at most 10), with the same request "
+                      "and job directory " +
+                      job().string() + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("poolrun: waiting in the queue of "), std::string::npos) << text;
+  EXPECT_EQ(text.find("had not ended by its deadline"), std::string::npos) << text;
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(slurp(job() / ("starts." + std::to_string(r))),
+              "restart=0 torch=0 grace=4 ckpt=\nrestart=1 torch=1 grace=4 ckpt=step-7\n")
+        << "started, then restarted from its checkpoint\n"
+        << text;
+    std::string deadline = slurp(job() / ("deadline-seen." + std::to_string(r)));
+    EXPECT_TRUE(deadline.size() > 1 && deadline.back() == '\n' &&
+                deadline.find_first_not_of("0123456789") == deadline.size() - 1)
+        << "the deadline file holds Unix seconds: '" << deadline << "'";
+  }
+  EXPECT_FALSE(std::filesystem::exists(job() / "preempt-deadline"))
+      << "the restart does not see the old notice";
+  EXPECT_TRUE(leases().empty()) << "every lease was given back";
+}
+
+TEST_P(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
+  const std::string rank =
+      tmp_.write("rank.sh",
+                 "trap '' TERM\ntouch $READY/$OMPI_COMM_WORLD_RANK\nwhile true; do sleep 0.1; done\n")
+          .string();
+  Reaped running{startJob("--preemptible", "sh " + rank)};
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 2, 60s)) << slurp(err());
+
+  const std::string preemptor = preemptEveryGpu();
+  ASSERT_FALSE(preemptor.empty());
+  int status = running.wait();
+  const std::string text = slurp(err());
+  EXPECT_EQ(status, 75) << text;
+  EXPECT_EQ(count(text, " is preempted "), 1u) << text;
+  EXPECT_NE(text.find("poolrun: the preempted job had not ended by its deadline: killing it (SIGKILL)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("requeued"), std::string::npos) << "no --requeue\n" << text;
+  EXPECT_EQ(text.find("could not release"), std::string::npos) << text;
+  EXPECT_EQ(text.find("poolrun: rank "), std::string::npos) << "the killed ranks are no failure\n" << text;
+  json held = leases();
+  ASSERT_EQ(held.size(), 1u) << held.dump() << "\n" << text;
+  EXPECT_EQ(held[0].value("id", ""), preemptor) << "the job's own lease was given back";
+  EXPECT_EQ(poolctl("release " + preemptor).status, 0);
+}
+
+// What every rank is told at its start, in the job directory's run.sh; --preempt-signal's spellings.
+TEST_P(PreemptionSimTest, RanksAreToldTheDeadlineFileGraceAndRestartCount) {
+  for (const char* sig : {"TERM", "SIGTERM", "sigusr1", "usr2", "10", "1"}) {
+    SCOPED_TRACE(sig);
+    poolrun::test::ProcessResult r =
+        poolrun::test::runShell(env() + "timeout 60 " + POOLRUN_BINARY + " --pool sim:" + cluster_ +
+                                " -n 2 --preemptible --requeue " + "--preempt-signal " + sig +
+                                " --dry-run --job-dir " + job().string() + " /bin/true");
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
+  const std::string script = slurp(job() / "run.sh");
+  EXPECT_NE(
+      script.find("export POOLRUN_PREEMPT_DEADLINE_FILE=" + (job() / "preempt-deadline").string() + "\n"),
+      std::string::npos)
+      << script;
+  EXPECT_NE(script.find("export POOLRUN_PREEMPT_GRACE=4\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("export POOLRUN_RESTART_COUNT=0\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("export TORCHELASTIC_RESTART_COUNT=0\n"), std::string::npos) << script;
+  EXPECT_NE(script.find(" -x POOLRUN_RESTART_COUNT "), std::string::npos) << script;
+}
+
+TEST_P(PreemptionSimTest, SlurmPoolsKeepSlurmsOwnRules) {
+  for (const char* option : {"--preemptible", "--requeue"}) {
+    poolrun::test::ProcessResult r = poolrun::test::runShell(env() + "timeout 60 " + POOLRUN_BINARY +
+                                                             " --pool slurm -n 1 " + option + " /bin/true");
+    EXPECT_EQ(r.status, 125) << r.err;
+    EXPECT_NE(
+        r.err.find("poolrun: error: " + std::string(option) +
+                   " is for the pools poolrun manages (local, sim:FILE, http://); a Slurm allocation is "
+                   "preempted and requeued by Slurm's own rules"),
+        std::string::npos)
+        << r.err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, PreemptionTest, ::testing::Values(PoolKind::kSim, PoolKind::kPoold),
+                         [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
+INSTANTIATE_TEST_SUITE_P(Pools, PreemptionSimTest, ::testing::Values(PoolKind::kSim),
+                         [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
+
+}  // namespace
