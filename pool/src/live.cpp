@@ -198,6 +198,7 @@ void PoolState::clearGpuFailures(const std::string& name) {
   PoolNode& node = it->second;
   node.failed.clear();
   node.failures.clear();
+  replan_ = true;
   // What the GPUs report now is accepted: only new uncorrected errors fail them again.
   for (size_t i = 0; i < node.live.gpus.size(); ++i)
     if (node.live.gpus[i].ecc_uncorrected_volatile)

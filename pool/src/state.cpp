@@ -92,12 +92,30 @@ class Timeline {
 
   // When a request may start: now, at every planned end after now, and never (once leases
   // without an end have ended).
-  std::vector<TimePoint> starts(TimePoint now) const {
-    std::vector<TimePoint> times{now};
-    for (TimePoint t : ends_)
-      if (t > now) times.push_back(t);
+  // Only from `from` on (a bound below which the request cannot start).
+  std::vector<TimePoint> starts(TimePoint now, TimePoint from) const {
+    std::vector<TimePoint> times;
+    if (from <= now) times.push_back(now);
+    for (auto t = ends_.lower_bound(std::max(from, now)); t != ends_.end(); ++t)
+      if (*t > now) times.push_back(*t);
     times.push_back(kNever);
     return times;
+  }
+
+  // The earliest time from `now` at which GPU `gpu` of the node at `slot` is free for `length`
+  // (kNever: free for good; it is then free from its last end on). kNever where no such time is
+  // known (held by a lease or promise without an end).
+  TimePoint earliestFree(size_t slot, size_t gpu, TimePoint now, std::optional<seconds> length) const {
+    const Gpu& g = busy_[slot][gpu];
+    if (!length) return g.max_to.empty() ? now : std::max(now, g.max_to.back());
+    TimePoint t = now;
+    for (const Interval& iv : g.busy) {  // by start: the first gap of `length` after `now`
+      if (iv.to <= t) continue;
+      if (iv.from >= addSaturating(t, *length)) return t;
+      t = std::max(t, iv.to);
+      if (t == kNever) return kNever;
+    }
+    return t;
   }
 
   // Per GPU of the node at `slot`: whether it is free from `t` to `to`. From kNever, only promises
@@ -275,6 +293,7 @@ void PoolState::registerNode(const topo::ClusterNode& cn) {
   node.fabric = cn.fabric;
   node.labels = cn.labels;
   node.topology_hash = topologyHash(*cn.topology);
+  replan_ = true;
   std::erase_if(node.failed, [&](size_t i) { return i >= node.gpuCount(); });
   std::erase_if(node.failures, [&](const auto& f) { return !node.failed.count(f.first); });
   if (node.live.gpus.size() > node.gpuCount()) node.live.gpus.resize(node.gpuCount());
@@ -291,6 +310,7 @@ void PoolState::setNodeState(const std::string& name, NodeState state) {
   if (it == nodes_.end())
     throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
   it->second.state = state;
+  replan_ = true;
   dirty_.nodes.insert(name);
 }
 
@@ -302,6 +322,7 @@ void PoolState::failGpu(const std::string& name, size_t index, TimePoint now) {
     throw badInput("bad GPU index " + std::to_string(index) + " (node " + name + " has " +
                    std::to_string(it->second.gpuCount()) + " GPUs)");
   it->second.failed.insert(index);
+  replan_ = true;
   it->second.failures.try_emplace(index, GpuFailure{"marked failed by an administrator", now});
   dirty_.nodes.insert(name);
 }
@@ -438,6 +459,7 @@ void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::stri
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
   lease_events_.push_back({end, it->second, std::move(reason)});
+  replan_ = true;
   for (const GpuRef& g : it->second.gpus) {
     auto o = occupancy_.find(g.node);
     if (o != occupancy_.end() && g.index < o->second.holder.size() && o->second.holder[g.index] == id) {
@@ -613,6 +635,8 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
 }
 
 void PoolState::schedule(TimePoint now) {
+  replan_ = false;
+  last_pass_ = now;
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
   if (order.empty()) return;
@@ -649,7 +673,21 @@ void PoolState::schedule(TimePoint now) {
     }
     // The earliest start at which it fits, and where.
     auto earliest = [&]() -> std::optional<std::pair<TimePoint, std::vector<GpuRef>>> {
-      for (TimePoint t : timeline->starts(now)) {
+      // No start can come before the r.gpus-th earliest time a GPU that matches is free for the
+      // request's length: start times before it are not tried (each try is a placement over the
+      // pool, and a full pool has a start time for every lease end).
+      std::vector<TimePoint> freeFrom;
+      for (size_t s = 0; s < inOrder.size(); ++s) {
+        const PoolNode& node = *inOrder[s].node;
+        if (!nodeMatches(node, r)) continue;
+        for (size_t i = 0; i < node.gpuCount(); ++i)
+          if (node.placeable(i) && gpuMatches(node.topology->gpus[i], r))
+            freeFrom.push_back(timeline->earliestFree(s, i, now, r.max_duration));
+      }
+      if (freeFrom.size() < static_cast<size_t>(r.gpus)) return std::nullopt;
+      auto nth = freeFrom.begin() + (r.gpus - 1);
+      std::nth_element(freeFrom.begin(), nth, freeFrom.end());
+      for (TimePoint t : timeline->starts(now, *nth)) {
         TimePoint to = (t == kNever || !r.max_duration) ? kNever : addSaturating(t, *r.max_duration);
         auto freeThen = [&](size_t slot, const Slot&) { return timeline->freeOn(slot, t, to); };
         if (std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, freeThen), r))
@@ -852,7 +890,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
     queue_.erase(ticket);
     dirty_.queue.insert(ticket);
   }
-  schedule(now);
+  if (replan_ || now - last_pass_ >= kReplanEvery || now < last_pass_) schedule(now);
 }
 
 PoolStatus PoolState::status() const {
@@ -1005,6 +1043,7 @@ Dirty PoolState::takeDirty() {
 }
 
 void PoolState::clear() {
+  replan_ = true;
   nodes_.clear();
   occupancy_.clear();
   slotsChanged();

@@ -173,8 +173,13 @@ class PoolState {
   // Idempotent: false when there was no such lease. PoolError kForbidden for another owner's.
   bool release(const std::string& id, const std::string& owner, bool admin, TimePoint now);
   // Expires leases, drops queue entries whose client went quiet for `stale_after`, and starts
-  // what can start.
+  // what can start: a scheduling pass where anything changed since the last one (a lease ended,
+  // a node or GPU changed state, the quotas), and at least every kReplanEvery for what time alone
+  // changes (a lease past the minimum runtime becomes a possible victim).
   void tick(TimePoint now, std::chrono::seconds stale_after = std::chrono::seconds(30));
+  static constexpr std::chrono::seconds kReplanEvery{5};
+  // A whole scheduling pass now, whether or not anything changed (pool_bench measures it).
+  void replan(TimePoint now) { schedule(now); }
 
   // --- views
   const std::map<std::string, PoolNode>& nodeMap() const { return nodes_; }
@@ -205,12 +210,18 @@ class PoolState {
   uint64_t leasesReclaimed() const { return leases_reclaimed_; }  // idle leases ended since start
 
   // --- quotas (quotas.hpp): what is borrowed may be preempted, limits hold requests back
-  void setQuotas(Quotas quotas) { quotas_ = std::move(quotas); }
+  void setQuotas(Quotas quotas) {
+    quotas_ = std::move(quotas);
+    replan_ = true;
+  }
   const Quotas& quotas() const { return quotas_; }
   std::vector<QuotaUse> quotaUse() const;  // in the quotas' order
 
   // --- preemption
-  void setPreemptOptions(const PreemptOptions& options) { preempt_ = options; }
+  void setPreemptOptions(const PreemptOptions& options) {
+    preempt_ = options;
+    replan_ = true;
+  }
   const PreemptOptions& preemptOptions() const { return preempt_; }
   uint64_t leasesPreempted() const { return leases_preempted_; }  // leases chosen as victims since start
 
@@ -326,6 +337,8 @@ class PoolState {
   std::vector<LeaseEvent> lease_events_;
   std::vector<NodeEvent> node_events_;
   std::map<int64_t, TimePoint> planned_;
+  bool replan_ = true;     // something changed that a scheduling pass should see
+  TimePoint last_pass_{};  // when the last one ran
 
   // The live pool.
   void updateLiveness(TimePoint now);
