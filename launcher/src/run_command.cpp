@@ -443,10 +443,11 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
   so.argv = launch.cmd.argv;
   so.env = launch.cmd.env;
   if (o.timeout) so.timeout = *o.timeout;
-  // A preemptible lease learns of its preemption at a renewal: renewed every quarter of the pool's
-  // grace (at most every second), so that the notice leaves the job most of it.
+  // A lease learns of its preemption at a renewal: renewed every quarter of the pool's grace (at
+  // most every second), so that the notice leaves the job most of it. Any lease of a pool that
+  // preempts may be a victim, --preemptible or not: one its owner holds beyond a quota's guarantee.
   milliseconds every = milliseconds(o.lease_ttl) / 3;
-  if (lease.preemptible && lease.preempt_grace.count() > 0)
+  if (lease.preempt_grace.count() > 0)
     every = std::min(every, std::max(milliseconds(1000), milliseconds(lease.preempt_grace) / 4));
   so.preempt_signal = o.preempt_signal;
   so.preempt_ranks_here = where.site == pool::RankSite::kThisMachine || where.simulated;

@@ -60,15 +60,20 @@ void PrintTo(PoolKind kind, std::ostream* os) {
 
 class PreemptionTest : public ::testing::TestWithParam<PoolKind> {
  protected:
+  // The pool's quotas file, if any (POOLRUN_QUOTAS, poold --quotas).
+  virtual std::string quotas() const { return ""; }
+
   void SetUp() override {
     std::filesystem::create_directories(tmp_.path() / "ready");
+    if (!quotas().empty()) quotas_ = tmp_.write("quotas", quotas());
     if (GetParam() == PoolKind::kSim) {
       pool_ = "sim:" + cluster_;
       return;
     }
+    std::vector<std::string> args{"--cluster", cluster_, "--preempt-grace", "4", "--min-runtime", "0"};
+    if (!quotas_.empty()) args.insert(args.end(), {"--quotas", quotas_.string()});
     poold_ = std::make_unique<poolrun::test::PooldProcess>(
-        tmp_.path() / "poold", tmp_.write("tokens", poolrun::test::kTokens),
-        std::vector<std::string>{"--cluster", cluster_, "--preempt-grace", "4", "--min-runtime", "0"});
+        tmp_.path() / "poold", tmp_.write("tokens", poolrun::test::kTokens), args);
     pool_ = poold_->uri() + " --simulate";
   }
 
@@ -77,7 +82,8 @@ class PreemptionTest : public ::testing::TestWithParam<PoolKind> {
   std::string env(const std::string& user = "alice") const {
     return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 USER=" + user +
            (poold_ ? " POOLRUN_TOKEN=tok-" + user + "-0123456789"
-                   : std::string(" POOLRUN_PREEMPT_GRACE=4 POOLRUN_MIN_RUNTIME=0")) +
+                   : std::string(" POOLRUN_PREEMPT_GRACE=4 POOLRUN_MIN_RUNTIME=0") +
+                         (quotas_.empty() ? "" : " POOLRUN_QUOTAS=" + quotas_.string())) +
            " POOLRUN_STATE_DIR=" + (tmp_.path() / "state").string() +
            " READY=" + (tmp_.path() / "ready").string() + " ";
   }
@@ -124,7 +130,54 @@ class PreemptionTest : public ::testing::TestWithParam<PoolKind> {
   const std::string cluster_ = (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string();
   std::unique_ptr<poolrun::test::PooldProcess> poold_;
   std::string pool_;  // as --pool takes it
+  std::filesystem::path quotas_;
 };
+
+// Alice has no guarantee: all she holds is borrowed. Bob is guaranteed the whole cluster.
+class QuotaReclaimTest : public PreemptionTest {
+  std::string quotas() const override {
+    return "owner alice guaranteed=0\nowner bob guaranteed=16 limit=16\n";
+  }
+};
+
+// Bob takes back what alice borrowed, at the same priority, though her job is not --preemptible.
+TEST_P(QuotaReclaimTest, AnOwnerWithinItsGuaranteeTakesBackBorrowedGpus) {
+  const std::string rank =
+      tmp_.write("rank.sh",
+                 R"sh(trap 'echo stopped > $POOLRUN_JOB_DIR/stopped.$OMPI_COMM_WORLD_RANK; exit 0' TERM
+touch $READY/$OMPI_COMM_WORLD_RANK
+while true; do sleep 0.1; done
+)sh")
+          .string();
+  Reaped running{startJob("", "sh " + rank)};
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 2, 60s)) << slurp(err());
+  poolrun::test::ProcessResult q = poolctl("--json quota");
+  ASSERT_EQ(q.status, 0) << q.err;
+  json use = json::parse(q.out);
+  ASSERT_EQ(use.size(), 2u) << q.out;
+  EXPECT_EQ(use[0].value("used", -1), 2) << q.out;
+  EXPECT_EQ(use[0].value("borrowed", -1), 2) << q.out;
+
+  poolrun::test::ProcessResult r = poolctl("--json acquire -n 16 --ttl 120");  // priority 0, as alice's
+  ASSERT_EQ(r.status, 0) << r.err << slurp(err());
+  int status = running.wait();
+  const std::string text = slurp(err());
+  EXPECT_EQ(status, 75) << text;
+  EXPECT_NE(text.find("(16 GPUs, within the guarantee of 16 GPUs of owner bob): these GPUs were borrowed "
+                      "beyond its owner's guarantee"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(slurp(job() / "stopped.0"), "stopped\n") << "the ranks got SIGTERM\n" << text;
+  json held = leases();
+  ASSERT_EQ(held.size(), 1u) << held.dump();
+  EXPECT_EQ(held[0].value("owner", ""), "bob");
+  // Bob is at his limit: one GPU more waits; alone over it is refused (exit status 3).
+  poolrun::test::ProcessResult over = poolctl("acquire -n 17 --wait 0");
+  EXPECT_EQ(over.status, 3) << over.err;
+  EXPECT_NE(over.err.find("owner bob may hold at most 16 GPUs (its quota's limit)"), std::string::npos)
+      << over.err;
+  EXPECT_EQ(poolctl("release " + held[0].value("id", "")).status, 0);
+}
 
 // The preemption tests, on each kind of pool; the rest on the sim: pool only.
 class PreemptionSimTest : public PreemptionTest {};
@@ -243,6 +296,8 @@ TEST_P(PreemptionSimTest, SlurmPoolsKeepSlurmsOwnRules) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pools, PreemptionTest, ::testing::Values(PoolKind::kSim, PoolKind::kPoold),
+                         [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
+INSTANTIATE_TEST_SUITE_P(Pools, QuotaReclaimTest, ::testing::Values(PoolKind::kSim, PoolKind::kPoold),
                          [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
 INSTANTIATE_TEST_SUITE_P(Pools, PreemptionSimTest, ::testing::Values(PoolKind::kSim),
                          [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
