@@ -437,7 +437,8 @@ void printDryRun(const JobPlan& plan, const pool::Lease& lease, const pool::Pool
 // Runs the launch to its end while the lease is renewed on a thread of its own, retried until the
 // lease's expiry when the pool cannot be reached (lease_keeper.hpp); says which rank failed first.
 int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan, const Launch& launch,
-                 const JobSite& where, const RunOptions& o, const JobDirectory& dir, std::ostream& err) {
+                 const JobSite& where, const RunOptions& o, const JobDirectory& dir, bool& preempted,
+                 std::ostream& err) {
   using std::chrono::milliseconds;
   SuperviseOptions so;
   so.argv = launch.cmd.argv;
@@ -490,6 +491,7 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
                                    : "exited with code " + std::to_string(r.failure->exit_code))
         << "\n";
   }
+  preempted = r.preempted;
   return r.exit_status;
 }
 
@@ -502,8 +504,9 @@ int failedToStart(const std::exception& e, std::ostream& err) {
 
 // One run of the job: a lease, the plan, the doctor, the job directory, the launch, the release.
 // `dir_path`: the job directory, chosen by the first run (the first lease's) and kept by restarts.
+// `preempted`: whether the pool preempted it (not a program that exits 75 of its own accord).
 int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& options, int restart,
-           std::filesystem::path& dir_path, std::ostream& out, std::ostream& err) {
+           std::filesystem::path& dir_path, bool& preempted, std::ostream& out, std::ostream& err) {
   const pool::Lease lease = acquireLease(pool, leaseRequest(options), err);
   LeaseGuard release(pool, lease.id, err);
 
@@ -523,7 +526,7 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
     printDryRun(plan, lease, pool, where, dir, launch, out);
     return 0;
   }
-  return superviseJob(pool, lease, plan, launch, where, options, dir, err);
+  return superviseJob(pool, lease, plan, launch, where, options, dir, preempted, err);
 }
 
 }  // namespace
@@ -538,8 +541,9 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     // --requeue: a preempted run is followed by the next, queued at once with the same request; the
     // lease of the one before has been released (the preemptor's start waits for it).
     for (int restart = 0;; ++restart) {
-      int status = runJob(*pool, where, options, restart, dir, out, err);
-      if (status != kExitPreempted || !options.requeue) return status;
+      bool preempted = false;
+      int status = runJob(*pool, where, options, restart, dir, preempted, out, err);
+      if (!preempted || !options.requeue) return status;
       if (restart == kMaxRestarts) {
         err << "poolrun: not requeued: the job has been restarted " << kMaxRestarts
             << " times, the most --requeue does (exit status " << kExitPreempted << ")\n";

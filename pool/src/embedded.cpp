@@ -44,13 +44,13 @@ bool sameNode(const PoolNode& n, const topo::ClusterNode& c) {
 // POOLRUN_MIN_RUNTIME (seconds; poold's --preempt-grace and --min-runtime).
 PreemptOptions preemptOptionsFromEnvironment() {
   PreemptOptions o;
-  auto read = [](const char* name, seconds& into) {
+  auto read = [](const char* name, Range<int64_t> range, seconds& into) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') return;
-    into = seconds(topo::parseOption<int64_t>(name, v, kPreemptSecondsRange.min, kPreemptSecondsRange.max));
+    into = seconds(topo::parseOption<int64_t>(name, v, range.min, range.max));
   };
-  read("POOLRUN_PREEMPT_GRACE", o.grace);
-  read("POOLRUN_MIN_RUNTIME", o.min_runtime);
+  read("POOLRUN_PREEMPT_GRACE", kPreemptGraceRange, o.grace);
+  read("POOLRUN_MIN_RUNTIME", kPreemptSecondsRange, o.min_runtime);
   return o;
 }
 

@@ -90,6 +90,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
       node.failures[i] = {why, now};
       dirty_.nodes.insert(node.name);
       node_events_.push_back({NodeEvent::Kind::kGpuFailed, node.name, i, why});
+      replan_ = true;  // capacity gone: what was promised on it is planned again
     }
     // Processes that are not of the lease holding this GPU (or of any lease) make it foreign.
     const std::string& holder = held.holder[i];
@@ -101,6 +102,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
     if (outside.empty()) {
       freed |= node.live.foreign.erase(i) > 0;
     } else {
+      replan_ |= !node.live.foreign.count(i);
       node.live.foreign[i] = std::move(outside);
     }
     if (!holder.empty()) {
@@ -122,6 +124,7 @@ void PoolState::updateLiveness(TimePoint now) {
     if (node.live.last_heartbeat == TimePoint{}) node.live.last_heartbeat = now;
     if (!node.live.unreachable && now - node.live.last_heartbeat > live_.node_timeout) {
       node.live.unreachable = true;
+      replan_ = true;
       auto silent = std::chrono::duration_cast<std::chrono::seconds>(now - node.live.last_heartbeat).count();
       node_events_.push_back({NodeEvent::Kind::kUnreachable, name, 0,
                               "no heartbeat from its agent for " + std::to_string(silent) + " s"});

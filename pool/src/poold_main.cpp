@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
       } else if (a == "--reclaim-grace") {
         opt.live.reclaim_grace = std::chrono::seconds(number(a, value(), kIdleTimeoutRange));
       } else if (a == "--preempt-grace") {
-        opt.preempt.grace = std::chrono::seconds(number(a, value(), pool::kPreemptSecondsRange));
+        opt.preempt.grace = std::chrono::seconds(number(a, value(), pool::kPreemptGraceRange));
       } else if (a == "--min-runtime") {
         opt.preempt.min_runtime = std::chrono::seconds(number(a, value(), pool::kPreemptSecondsRange));
       } else if (a == "--quotas") {

@@ -41,20 +41,23 @@ std::string toString(Quota::Kind kind) {
   return "owner";
 }
 
-const Quota* Quotas::of(const std::string& owner) const {
-  const Quota* own = nullptr;
-  const Quota* fallback = nullptr;
-  for (const Quota& q : entries) {
-    if (q.kind == Quota::Kind::kGroup) {
-      for (const std::string& m : q.members)
-        if (m == owner) return &q;
-    } else if (q.kind == Quota::Kind::kOwner && q.name == owner) {
-      own = &q;
-    } else if (q.kind == Quota::Kind::kDefault) {
-      fallback = &q;
-    }
+void Quotas::index() {
+  by_owner_.clear();
+  fallback_.reset();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Quota& q = entries[i];
+    if (q.kind == Quota::Kind::kGroup)
+      for (const std::string& m : q.members) by_owner_[m] = i;  // a group's member: its group's
+    else if (q.kind == Quota::Kind::kDefault)
+      fallback_ = i;
   }
-  return own != nullptr ? own : fallback;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].kind == Quota::Kind::kOwner) by_owner_.emplace(entries[i].name, i);  // unless in a group
+}
+
+const Quota* Quotas::of(const std::string& owner) const {
+  if (auto it = by_owner_.find(owner); it != by_owner_.end()) return &entries[it->second];
+  return fallback_ ? &entries[*fallback_] : nullptr;
 }
 
 Quotas parseQuotas(std::string_view text, const std::string& file) {
@@ -146,6 +149,7 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
     out.entries.push_back(std::move(q));
     if (end == text.size()) break;
   }
+  out.index();
   return out;
 }
 

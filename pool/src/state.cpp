@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/topo/names.hpp"
@@ -24,8 +25,11 @@ std::string shapeText(const LeaseRequest& r) {
                                : "";
 }
 
+// t + d, or kNever where that is past what a TimePoint holds (t before the epoch included).
 TimePoint addSaturating(TimePoint t, seconds d) {
-  if (t == kNever || d >= std::chrono::duration_cast<seconds>(kNever - t)) return kNever;
+  constexpr seconds kLongest = std::chrono::duration_cast<seconds>(TimePoint::duration::max());
+  if (t == kNever || d >= kLongest) return kNever;
+  if (d > seconds(0) && t > kNever - std::chrono::duration_cast<TimePoint::duration>(d)) return kNever;
   return t + d;
 }
 
@@ -84,7 +88,24 @@ class Timeline {
            const std::map<std::string, Lease>& leases, const PreemptOptions& preempt, TimePoint now)
       : slot_of_(slotOf), busy_(slots.size()) {
     for (size_t s = 0; s < slots.size(); ++s) busy_[s].resize(slots[s].node->gpuCount());
-    for (const auto& [id, lease] : leases) hold(lease.gpus, now, leaseEnd(lease, preempt), &lease);
+    // A lease past its end holds its GPUs until a tick drops it (a submit between two ticks
+    // plans with it still there): busy now, free an instant later.
+    for (const auto& [id, lease] : leases)
+      hold(lease.gpus, now, std::max(leaseEnd(lease, preempt), now + TimePoint::duration(1)), &lease);
+    for (size_t s = 0; s < busy_.size(); ++s)
+      for (size_t i = 0; i < busy_[s].size(); ++i) by_end_.insert({busy_[s][i].end(), s, i});
+    indexed_ = true;
+  }
+
+  // The GPUs free for good from t on (every interval of theirs over by t; t not kNever), in the
+  // order they become so: f(slot, gpu, since) for each, until f returns false. For a request
+  // without a maximum duration these are exactly the GPUs freeOn(slot, t, kNever) calls free,
+  // found without a walk over the pool.
+  template <class F>
+  void freeForGoodBy(TimePoint t, F f) const {
+    for (const auto& [end, slot, gpu] : by_end_) {
+      if (end > t || !f(slot, gpu, end)) return;
+    }
   }
 
   // Leases a preemption may end: their GPUs count as free where `freeOn` is given them.
@@ -147,12 +168,14 @@ class Timeline {
       auto s = slot_of_.find(g.node);
       if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
       Gpu& gpu = busy_[s->second][g.index];
+      const TimePoint before = gpu.end();
       auto at = std::upper_bound(gpu.busy.begin(), gpu.busy.end(), from,
                                  [](TimePoint x, const Interval& iv) { return x < iv.from; });
       size_t i = static_cast<size_t>(at - gpu.busy.begin());
       gpu.busy.insert(at, {from, to, lease});
       gpu.endless_promise |= !lease && to == kNever;
       gpu.reckon(i);
+      reindex(s->second, g.index, before);
     }
   }
 
@@ -163,9 +186,11 @@ class Timeline {
       auto s = slot_of_.find(g.node);
       if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
       Gpu& gpu = busy_[s->second][g.index];
+      const TimePoint before = gpu.end();
       for (Interval& iv : gpu.busy)
         if (iv.lease == &lease) iv.to = std::min(iv.to, end);
       gpu.reckon(0);
+      reindex(s->second, g.index, before);
     }
   }
 
@@ -183,7 +208,18 @@ class Timeline {
       for (size_t i = from; i < busy.size(); ++i)
         max_to[i] = i == 0 ? busy[i].to : std::max(max_to[i - 1], busy[i].to);
     }
+    // From when it is free for good; TimePoint::min() when never busy.
+    TimePoint end() const { return max_to.empty() ? TimePoint::min() : max_to.back(); }
   };
+  void reindex(size_t slot, size_t gpu, TimePoint before) {
+    if (!indexed_) return;
+    TimePoint after = busy_[slot][gpu].end();
+    if (after == before) return;
+    by_end_.erase({before, slot, gpu});
+    by_end_.insert({after, slot, gpu});
+  }
+  std::set<std::tuple<TimePoint, size_t, size_t>> by_end_;  // (free for good from, slot, GPU)
+  bool indexed_ = false;
   const std::unordered_map<std::string_view, size_t>& slot_of_;
   std::vector<std::vector<Gpu>> busy_;  // per node (slot), per GPU
   std::set<TimePoint> ends_;
@@ -553,6 +589,7 @@ std::vector<const Lease*> PoolState::victimCandidates(TimePoint now, const Quota
 bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& pool,
                            const QuotaBook& book, TimePoint now) {
   const LeaseRequest& r = entry.request;
+  if (r.wait && *r.wait == seconds(0)) return false;  // it will not wait for the grace: no notice for it
   // An owner within its guarantee takes back what others borrowed, whatever their priority.
   const Quota* mine = quotas_.of(r.owner);
   const int mineUsed = mine && book.used.count(mine) ? book.used.at(mine) : 0;
@@ -568,9 +605,11 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
   for (const Lease* l : pool)
     if (!l->preempt_at && !reclaimable(l) && l->priority < r.priority) cands.push_back(l);
   if (cands.empty()) return false;
-  const TimePoint to = r.max_duration ? addSaturating(now, *r.max_duration) : kNever;
+  // Placed where it would start: once the victims have had their grace and the kill margin.
+  const TimePoint from = addSaturating(now, preempt_.grace + preempt_.kill_margin);
+  const TimePoint to = r.max_duration ? addSaturating(from, *r.max_duration) : kNever;
   auto placeIgnoring = [&](const Timeline::Ignoring& ignoring) {
-    auto freeNow = [&](size_t slot, const Slot&) { return timeline.freeOn(slot, now, to, &ignoring); };
+    auto freeNow = [&](size_t slot, const Slot&) { return timeline.freeOn(slot, from, to, &ignoring); };
     return place(nodeViews(slots(), r, freeNow), r);
   };
   auto prefix = [&](size_t k) {
@@ -672,7 +711,49 @@ void PoolState::schedule(TimePoint now) {
         if (lease.preempt_at) awaitingVictims.insert(lease.preempted_for);
     }
     // The earliest start at which it fits, and where.
+    // Requests without a maximum duration: the GPUs free from t on are those the timeline's index
+    // lists up to t, so that neither the bound nor a placement walks the pool.
+    std::vector<signed char> nodeOk;  // per slot: -1 unknown, 0 no, 1 the request may use it
+    auto usable = [&](size_t s, size_t i) {
+      if (nodeOk.empty()) nodeOk.assign(inOrder.size(), -1);
+      const PoolNode& node = *inOrder[s].node;
+      if (nodeOk[s] < 0) nodeOk[s] = nodeMatches(node, r) ? 1 : 0;
+      return nodeOk[s] == 1 && node.placeable(i) && gpuMatches(node.topology->gpus[i], r);
+    };
+    auto earliestForGood = [&]() -> std::optional<std::pair<TimePoint, std::vector<GpuRef>>> {
+      std::optional<TimePoint> bound;
+      int found = 0;
+      timeline->freeForGoodBy(kNever - seconds(1), [&](size_t s, size_t i, TimePoint end) {
+        if (usable(s, i) && ++found == r.gpus) bound = std::max(end, now);
+        return !bound;
+      });
+      for (TimePoint t : timeline->starts(now, bound.value_or(kNever))) {
+        std::optional<std::vector<GpuRef>> gpus;
+        if (t == kNever) {
+          auto freeThen = [&](size_t slot, const Slot&) { return timeline->freeOn(slot, t, kNever); };
+          gpus = place(nodeViews(inOrder, r, freeThen), r);
+        } else {
+          std::vector<std::pair<size_t, size_t>> free;
+          timeline->freeForGoodBy(t, [&](size_t s, size_t i, TimePoint) {
+            if (usable(s, i)) free.emplace_back(s, i);
+            return true;
+          });
+          std::sort(free.begin(), free.end());
+          std::vector<NodeView> views;
+          for (const auto& [s, i] : free) {
+            if (views.empty() || views.back().node != inOrder[s].node)
+              views.push_back({inOrder[s].node, {}, false});
+            views.back().usable.push_back(i);
+          }
+          for (NodeView& v : views) v.whole = v.usable.size() == v.node->gpuCount();
+          gpus = place(views, r);
+        }
+        if (gpus) return std::pair{t, std::move(*gpus)};
+      }
+      return std::nullopt;
+    };
     auto earliest = [&]() -> std::optional<std::pair<TimePoint, std::vector<GpuRef>>> {
+      if (!r.max_duration && !slow_scheduling_) return earliestForGood();
       // No start can come before the r.gpus-th earliest time a GPU that matches is free for the
       // request's length: start times before it are not tried (each try is a placement over the
       // pool, and a full pool has a start time for every lease end).
@@ -773,6 +854,7 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   if (!queue) {
     queue_.erase(ticket);
     dirty_.queue.erase(ticket);
+    replan_ = true;  // what the pass promised it no longer holds
     return result;
   }
   result.ticket = ticket;
@@ -889,6 +971,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
       dropLease(queue_.at(ticket).lease_id, LeaseEvent::Kind::kExpired, "its queued client stopped polling");
     queue_.erase(ticket);
     dirty_.queue.insert(ticket);
+    replan_ = true;
   }
   if (replan_ || now - last_pass_ >= kReplanEvery || now < last_pass_) schedule(now);
 }

@@ -281,6 +281,15 @@ TEST_P(PreemptionSimTest, RanksAreToldTheDeadlineFileGraceAndRestartCount) {
   EXPECT_NE(script.find(" -x POOLRUN_RESTART_COUNT "), std::string::npos) << script;
 }
 
+// --requeue restarts a job the pool preempted, not a program that exits 75 of its own accord.
+TEST_P(PreemptionSimTest, AJobThatExits75ItselfIsNotRequeued) {
+  poolrun::test::ProcessResult r = poolrun::test::runShell(
+      env() + "timeout 60 " + POOLRUN_BINARY + " --pool sim:" + cluster_ +
+      " -n 2 --preemptible --requeue --job-dir " + job().string() + " sh -c 'exit 75'");
+  EXPECT_EQ(r.status, 75) << r.err;
+  EXPECT_EQ(r.err.find("requeued"), std::string::npos) << r.err;
+}
+
 TEST_P(PreemptionSimTest, SlurmPoolsKeepSlurmsOwnRules) {
   for (const char* option : {"--preemptible", "--requeue"}) {
     poolrun::test::ProcessResult r = poolrun::test::runShell(env() + "timeout 60 " + POOLRUN_BINARY +

@@ -208,6 +208,17 @@ TEST(Preemption, NoPreemptionWhereTheRequestStartsSoonerAnyway) {
   EXPECT_EQ(s.plannedStart(r.ticket), t0() + seconds(60));
 }
 
+TEST(Preemption, ARequestThatWillNotWaitPreemptsNobody) {
+  PoolState s;
+  addInventory(s, "n01/gpu[0-7]; n01 leased 0-7 preemptible age=700 id=A", t0());
+  LeaseRequest r = parseRequest("8 prio=5");
+  r.wait = seconds(0);
+  SubmitResult got = s.submit(r, t0(), false);
+  EXPECT_FALSE(got.lease);
+  EXPECT_TRUE(victims(s).empty());
+  EXPECT_TRUE(s.queueMap().empty());
+}
+
 TEST(Preemption, TheRulesTimesAreOptions) {
   PoolState s;
   PreemptOptions o;

@@ -221,6 +221,88 @@ TEST(Queue, BackfilledLeaseNeverDelaysTheHead) {
   EXPECT_EQ(p.lease->created, t0() + seconds(100));
 }
 
+// poold ticks every 250 ms; a request that comes between the end of a lease's maximum duration and
+// the tick that drops it must not be given that lease's GPUs (it was: "placement chose n01:0, held
+// by ..." as an internal error).
+TEST(Queue, ARequestBeforeTheTickThatEndsALeaseWaitsForIt) {
+  for (const char* request : {"8", "8 max=50"}) {
+    SCOPED_TRACE(request);
+    PoolState state;
+    addInventory(state, "n01/gpu[0-7]; n01 leased 0-7 for 10", t0());
+    SubmitResult r = state.submit(parseRequest(request), t0() + seconds(20));
+    ASSERT_FALSE(r.lease);
+    state.tick(t0() + seconds(20));
+    EXPECT_EQ(state.poll(r.ticket, t0() + seconds(20)).status, QueueEntry::Status::kGranted);
+  }
+}
+
+// Requests without a maximum duration are planned through the timeline's index of when each GPU
+// is free for good; a walk over the pool (the way requests with one are planned) must plan them
+// alike: the same grants, the same GPUs, the same planned starts, step by step.
+TEST(Queue, TheTimelinesIndexPlansAsAWalkOfThePoolDoes) {
+  std::mt19937 rng(3);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    PoolState fast, slow;
+    slow.setSlowScheduling(true);
+    const char* inventory = "n[01-04]/gpu[0-7]@leaf1; n[05-06]/gpu[0-3]@leaf2; n06 failed 1";
+    addInventory(fast, inventory, t0());
+    addInventory(slow, inventory, t0());
+    TimePoint now = t0();
+    std::vector<std::pair<std::string, std::string>> held;  // the same lease in each: (fast, slow)
+    std::set<int64_t> waiting;
+    int planned = 0;
+    for (int step = 0; step < 80; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      now += seconds(uniform(1, 20));
+      if (uniform(0, 2) == 0 && !held.empty()) {
+        size_t i = static_cast<size_t>(uniform(0, static_cast<int>(held.size()) - 1));
+        fast.release(held[i].first, "alice", true, now);
+        slow.release(held[i].second, "alice", true, now);
+        held.erase(held.begin() + static_cast<long>(i));
+      } else {
+        std::string spec = std::to_string(uniform(1, 16));
+        if (uniform(0, 3) == 0) spec = std::to_string(4 * uniform(1, 3)) + " ppn=4";
+        if (uniform(0, 4) == 0) spec += " one-switch";
+        if (uniform(0, 2) == 0) spec += " max=" + std::to_string(uniform(20, 300));
+        if (uniform(0, 3) == 0) spec += " prio=" + std::to_string(uniform(1, 3));
+        SubmitResult a = fast.submit(parseRequest(spec), now);
+        SubmitResult b = slow.submit(parseRequest(spec), now);
+        ASSERT_EQ(a.lease.has_value(), b.lease.has_value()) << spec;
+        ASSERT_EQ(a.ticket, b.ticket);
+        if (a.lease) {
+          ASSERT_EQ(gpuList(a.lease->gpus), gpuList(b.lease->gpus)) << spec;
+          held.emplace_back(a.lease->id, b.lease->id);
+        } else {
+          waiting.insert(a.ticket);
+        }
+      }
+      fast.tick(now);
+      slow.tick(now);
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        ASSERT_EQ(fast.plannedStart(*it), slow.plannedStart(*it)) << "ticket " << *it;
+        planned += fast.plannedStart(*it) ? 1 : 0;
+        PollResult a = fast.poll(*it, now);
+        PollResult b = slow.poll(*it, now);
+        ASSERT_EQ(a.status, b.status) << "ticket " << *it;
+        if (a.status == QueueEntry::Status::kWaiting) {
+          ++it;
+          continue;
+        }
+        if (a.lease) {
+          ASSERT_TRUE(b.lease);
+          ASSERT_EQ(gpuList(a.lease->gpus), gpuList(b.lease->gpus)) << "ticket " << *it;
+          held.emplace_back(a.lease->id, b.lease->id);
+        }
+        it = waiting.erase(it);
+      }
+      ASSERT_EQ(fast.checkInvariants(), "");
+    }
+    EXPECT_GT(planned, 0) << "the workload never planned a start";
+  }
+}
+
 TEST(Queue, RandomWorkloadsNeverDelayTheHead) {
   // Requests of random shape and duration arrive over time; leases run to their maximum end.
   // Whenever a request becomes the head, the start planned for it then must not slip.

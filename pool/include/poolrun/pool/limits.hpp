@@ -28,7 +28,9 @@ inline constexpr Range<int64_t> kWaitSecondsRange{0, 31'536'000};  // 365 days; 
 // 366 days: poolrun's --timeout (up to 365 days) plus a TTL (up to a day) fits.
 inline constexpr Range<int64_t> kMaxDurationSecondsRange{1, 31'622'400};
 inline constexpr Range<uint64_t> kMinMemoryBytesRange{0, uint64_t{1} << 50};  // 1 PiB
-// poold's --preempt-grace and --min-runtime (POOLRUN_PREEMPT_GRACE, POOLRUN_MIN_RUNTIME): 0 to 30 days.
+// poold's --min-runtime (POOLRUN_MIN_RUNTIME): 0 to 30 days; --preempt-grace (POOLRUN_PREEMPT_GRACE)
+// from 1 s: a victim's holder must be able to hear of it before its lease ends.
 inline constexpr Range<int64_t> kPreemptSecondsRange{0, 30 * 86'400};
+inline constexpr Range<int64_t> kPreemptGraceRange{1, 30 * 86'400};
 
 }  // namespace poolrun::pool

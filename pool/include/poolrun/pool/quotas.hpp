@@ -8,11 +8,11 @@
 //   default guaranteed=0 limit=16
 //
 // An owner's quota is its group's (an owner is in one group at most), else its own line, else the
-// `default` line; without any, the owner has no quota (nothing it holds is borrowed, nothing
-// limits it). `limit` is optional (no limit). What a quota's owners hold beyond `guaranteed` is
-// borrowed: their youngest leases, which may be preempted (for any priority) when an owner within
-// its guarantee needs the GPUs, and by priority like a --preemptible lease. A request that would
-// take a quota past its limit waits (and is refused when it alone is over the limit).
+// `default` line, one quota shared by every owner it covers; without any, the owner has no quota (nothing it
+// holds is borrowed, nothing limits it). `limit` is optional (no limit). What a quota's owners hold beyond
+// `guaranteed` is borrowed: their youngest leases, which may be preempted (for any priority) when an owner
+// within its guarantee needs the GPUs, and by priority like a --preemptible lease. A request that would take
+// a quota past its limit waits (and is refused when it alone is over the limit).
 
 #include <filesystem>
 #include <map>
@@ -37,10 +37,16 @@ std::string toString(Quota::Kind kind);  // "group", "owner", "default"
 
 struct Quotas {
   std::vector<Quota> entries;  // in the file's order
-  // The quota that counts `owner`'s GPUs; null where none does.
+  // The quota that counts `owner`'s GPUs; null where none does. One lookup: the pool asks for
+  // every lease on every scheduling pass.
   const Quota* of(const std::string& owner) const;
   bool empty() const { return entries.empty(); }
   bool operator==(const Quotas&) const = default;
+  void index();  // builds what of() looks in, from `entries` (parseQuotas does)
+
+ private:
+  std::map<std::string, size_t, std::less<>> by_owner_;  // an owner: its group's entry, else its own
+  std::optional<size_t> fallback_;                       // the default entry
 };
 
 // The quotas of a file's text; throws poolrun::Error (kBadInput) naming FILE:LINE and what is

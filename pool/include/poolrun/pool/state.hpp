@@ -180,6 +180,9 @@ class PoolState {
   static constexpr std::chrono::seconds kReplanEvery{5};
   // A whole scheduling pass now, whether or not anything changed (pool_bench measures it).
   void replan(TimePoint now) { schedule(now); }
+  // Tests: plan every request by walking the pool, as requests with a maximum duration are, rather
+  // than through the timeline's index of when GPUs are free for good (the two must agree).
+  void setSlowScheduling(bool slow) { slow_scheduling_ = slow; }
 
   // --- views
   const std::map<std::string, PoolNode>& nodeMap() const { return nodes_; }
@@ -337,7 +340,8 @@ class PoolState {
   std::vector<LeaseEvent> lease_events_;
   std::vector<NodeEvent> node_events_;
   std::map<int64_t, TimePoint> planned_;
-  bool replan_ = true;     // something changed that a scheduling pass should see
+  bool replan_ = true;  // something changed that a scheduling pass should see
+  bool slow_scheduling_ = false;
   TimePoint last_pass_{};  // when the last one ran
 
   // The live pool.
