@@ -42,7 +42,8 @@ scripts/bench-allreduce.sh build
 # build instead of two: about 6 minutes less CI on 2 cores).
 if [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ] || [ "${POOLRUN_SKIP_FUZZ:-0}" != 1 ]; then
   step "sanitizer build (clang, ASan + UBSan, warnings as errors)"
-  # -O0 (half the compile time of -O1), but -O1 for the fuzz targets' own sources.
+  # -O0 (half the compile time of -O1), but -O1 for the libraries the fuzz targets link and the
+  # targets themselves (tests/fuzz/CMakeLists.txt): at -O0 they fuzz a tenth as fast.
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only -DNDEBUG" -DPOOLRUN_WERROR=ON \
     -DPOOLRUN_BUILD_FUZZERS=ON -DPOOLRUN_BUILD_TESTS=ON -DPOOLRUN_BUILD_BENCHMARKS=OFF -DPOOLRUN_TEST_OPTIMIZATION=-O0 >/dev/null
