@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "poolrun/common/text.hpp"
+#include "poolrun/pool/client.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace poolrun::launcher {
@@ -213,16 +214,6 @@ std::vector<pid_t> ranksHere() {
 std::string signalAbbrev(int sig) {
   const char* a = sigabbrev_np(sig);
   return a != nullptr ? std::string("SIG") + a : "signal " + std::to_string(sig);
-}
-
-// "14:03:27", local time.
-std::string wallClock(std::chrono::system_clock::time_point t) {
-  std::time_t tt = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  localtime_r(&tt, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
 }
 
 // The pool's reason as the line says it: "for ticket 12 of bob (priority 10, 8 GPUs)".
@@ -458,7 +449,9 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
         std::chrono::duration_cast<std::chrono::seconds>(deadline - now + std::chrono::milliseconds(500));
     err << "poolrun: lease " << lease->id() << " is preempted" << preemptedFor(notice.reason) << ": sent "
         << signalAbbrev(options.preempt_signal) << " to the job, which is killed at "
-        << wallClock(sysNow + std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - now))
+        << pool::formatLocalTime(
+               sysNow + std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - now),
+               sysNow)
         << " (in " << left.count() << " s)\n";
   };
 

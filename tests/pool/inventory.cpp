@@ -1,5 +1,6 @@
 #include "inventory.hpp"
 
+#include <cctype>
 #include <sstream>
 #include <stdexcept>
 
@@ -182,6 +183,19 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
 
 std::string gpuList(const std::vector<pool::GpuRef>& gpus) {
   return pool::formatGpus(gpus);
+}
+
+std::vector<std::string> leasesUnderNotice(const pool::PoolState& state) {
+  std::vector<std::string> out;
+  for (const auto& [id, lease] : state.leaseMap())
+    if (lease.preempt_at) out.push_back(id);
+  return out;
+}
+
+std::string testName(const char* text) {
+  std::string n;
+  for (const char* p = text; *p; ++p) n += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+  return n;
 }
 
 }  // namespace poolrun::test

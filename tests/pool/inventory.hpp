@@ -22,5 +22,9 @@ namespace poolrun::test {
 void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoint now);
 pool::LeaseRequest parseRequest(const std::string& spec);
 std::string gpuList(const std::vector<pool::GpuRef>& gpus);
+// The ids of the leases under a preemption notice, sorted.
+std::vector<std::string> leasesUnderNotice(const pool::PoolState& state);
+// A table case's name as GoogleTest takes it: every character but letters and digits as '_'.
+std::string testName(const char* text);
 
 }  // namespace poolrun::test

@@ -25,10 +25,7 @@ TimePoint t0() {
 
 // The ids of the leases under notice, sorted.
 std::vector<std::string> victims(const PoolState& s) {
-  std::vector<std::string> out;
-  for (const auto& [id, lease] : s.leaseMap())
-    if (lease.preempt_at) out.push_back(id);
-  return out;
+  return test::leasesUnderNotice(s);
 }
 
 struct VictimCase {
@@ -124,9 +121,7 @@ TEST_P(Victims, AreTheFewestGpusThenTheYoungest) {
 }
 
 std::string caseName(const ::testing::TestParamInfo<VictimCase>& info) {
-  std::string n;
-  for (const char* p = info.param.name; *p; ++p) n += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
-  return n;
+  return test::testName(info.param.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, Victims, ::testing::ValuesIn(kVictimCases), caseName);

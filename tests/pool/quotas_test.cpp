@@ -26,10 +26,7 @@ TimePoint t0() {
 }
 
 std::vector<std::string> victims(const PoolState& s) {
-  std::vector<std::string> out;
-  for (const auto& [id, lease] : s.leaseMap())
-    if (lease.preempt_at) out.push_back(id);
-  return out;
+  return test::leasesUnderNotice(s);
 }
 
 TEST(QuotasFile, ReadsGroupsOwnersAndTheDefault) {
@@ -177,9 +174,7 @@ TEST_P(QuotaVictims, AreTheBorrowedFirst) {
 }
 
 std::string caseName(const ::testing::TestParamInfo<QuotaCase>& info) {
-  std::string n;
-  for (const char* p = info.param.name; *p; ++p) n += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
-  return n;
+  return test::testName(info.param.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, QuotaVictims, ::testing::ValuesIn(kQuotaCases), caseName);
