@@ -100,12 +100,14 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
       throw bad("unknown kind '" + topo::printable(std::string(w[0])) + "'");
     }
     bool haveGuarantee = false;
+    std::set<std::string> keys;
     for (size_t i = next; i < w.size(); ++i) {
       std::string_view word = w[i];
       size_t eq = word.find('=');
       if (eq == std::string_view::npos)
         throw bad("'" + topo::printable(std::string(word)) + "' is not KEY=VALUE");
       std::string key(word.substr(0, eq));
+      if (!keys.insert(key).second) throw bad(topo::printable(key) + "= is given twice");
       std::string_view value = word.substr(eq + 1);
       auto gpus = [&]() {
         try {
@@ -149,6 +151,10 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
     out.entries.push_back(std::move(q));
     if (end == text.size()) break;
   }
+  for (const Quota& q : out.entries)
+    if (auto g = groupOf.find(q.name); q.kind == Quota::Kind::kOwner && g != groupOf.end())
+      throw badInput(file + ": owner " + q.name + " has a line of its own but is in group " + g->second +
+                     ", whose quota counts its GPUs; remove one of the two");
   out.index();
   return out;
 }

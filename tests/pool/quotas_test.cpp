@@ -69,6 +69,9 @@ TEST(QuotasFile, ABadLineIsNamedWithItsFileAndLine) {
       {"group a guaranteed=1 members=x\ngroup b guaranteed=1 members=y,x\n", "owner x is in group a already"},
       {"group a guaranteed=1 members=x,,y\n", "member ''"},
       {"owner carol guaranteed\n", "is not KEY=VALUE"},
+      {"owner carol guaranteed=8 guaranteed=9\n", "quotas:1: guaranteed= is given twice"},
+      {"owner bob guaranteed=2\ngroup v guaranteed=1 members=bob\n",
+       "owner bob has a line of its own but is in group v"},
   };
   for (const Case& c : cases) {
     try {
