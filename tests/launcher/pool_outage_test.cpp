@@ -22,23 +22,6 @@ using nlohmann::json;
 using poolrun::test::PooldProcess;
 using poolrun::test::slurp;
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// Kills a spawned shell's process group however the test ends.
-struct Reaped {
-  pid_t pid;
-  ~Reaped() {
-    if (pid > 0) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
 TEST(PoolOutageTest, AJobOutlivesARestartOfPoold) {
   poolrun::test::TempDir tmp;
   std::filesystem::path tokens = tmp.write("tokens", poolrun::test::kTokens);
@@ -52,7 +35,7 @@ TEST(PoolOutageTest, AJobOutlivesARestartOfPoold) {
 
   // Renewed every 4 s; the job (14 s) lasts longer than the lease's time to live (12 s).
   std::filesystem::path err = tmp.path() / "err";
-  Reaped job{poolrun::test::spawnShell(
+  poolrun::test::Reaped job{poolrun::test::spawnShell(
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-alice-0123456789 "
       "POOLRUN_STATE_DIR=" +
       (tmp.path() / "state").string() + " REPORT_DIR=" + (tmp.path() / "reports").string() + " timeout 120 " +
@@ -75,10 +58,10 @@ TEST(PoolOutageTest, AJobOutlivesARestartOfPoold) {
   std::string text = slurp(err);
   ASSERT_TRUE(WIFEXITED(status)) << text;
   EXPECT_EQ(WEXITSTATUS(status), 0) << text;
-  EXPECT_EQ(count(text, "poolrun: warning: cannot renew lease L"), 1u) << text;
+  EXPECT_EQ(poolrun::test::occurrences(text, "poolrun: warning: cannot renew lease L"), 1u) << text;
   EXPECT_NE(text.find("(cannot reach poold at " + uri), std::string::npos) << text;
   EXPECT_NE(text.find("; retrying until it expires at "), std::string::npos) << text;
-  EXPECT_EQ(count(text, " renewed again after "), 1u) << text;
+  EXPECT_EQ(poolrun::test::occurrences(text, " renewed again after "), 1u) << text;
   EXPECT_EQ(text.find("ending the job"), std::string::npos) << text;
 
   std::string out;

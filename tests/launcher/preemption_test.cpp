@@ -25,30 +25,6 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using poolrun::test::slurp;
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// Kills a spawned shell's process group however the test ends.
-struct Reaped {
-  pid_t pid;
-  ~Reaped() {
-    if (pid > 0) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-  // The exit status as a shell reports it; -1 when it did not exit.
-  int wait() {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-};
-
 enum class PoolKind { kSim, kPoold };
 
 std::string name(PoolKind kind) {
@@ -149,7 +125,7 @@ touch $READY/$OMPI_COMM_WORLD_RANK
 while true; do sleep 0.1; done
 )sh")
           .string();
-  Reaped running{startJob("", "sh " + rank)};
+  poolrun::test::Reaped running{startJob("", "sh " + rank)};
   ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 2, 60s)) << slurp(err());
   poolrun::test::ProcessResult q = poolctl("--json quota");
   ASSERT_EQ(q.status, 0) << q.err;
@@ -195,7 +171,7 @@ touch $READY/$r
 while true; do sleep 0.1; done
 )sh")
                                .string();
-  Reaped running{startJob("--preemptible --requeue", "sh " + rank)};
+  poolrun::test::Reaped running{startJob("--preemptible --requeue", "sh " + rank)};
   ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 2, 60s)) << slurp(err());
 
   const std::string preemptor = preemptEveryGpu();  // granted once the job has given its GPUs back
@@ -206,7 +182,7 @@ while true; do sleep 0.1; done
 
   const std::string text = slurp(err());
   EXPECT_EQ(status, 0) << text;
-  EXPECT_EQ(count(text, " is preempted "), 1u) << text;
+  EXPECT_EQ(poolrun::test::occurrences(text, " is preempted "), 1u) << text;
   EXPECT_NE(text.find(" is preempted for ticket "), std::string::npos) << text;
   EXPECT_NE(text.find(" of bob (priority 10, 16 GPUs): sent SIGTERM to the job, which is killed at "),
             std::string::npos)
@@ -239,7 +215,7 @@ TEST_P(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
       tmp_.write("rank.sh",
                  "trap '' TERM\ntouch $READY/$OMPI_COMM_WORLD_RANK\nwhile true; do sleep 0.1; done\n")
           .string();
-  Reaped running{startJob("--preemptible", "sh " + rank)};
+  poolrun::test::Reaped running{startJob("--preemptible", "sh " + rank)};
   ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 2, 60s)) << slurp(err());
 
   const std::string preemptor = preemptEveryGpu();
@@ -247,7 +223,7 @@ TEST_P(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
   int status = running.wait();
   const std::string text = slurp(err());
   EXPECT_EQ(status, 75) << text;
-  EXPECT_EQ(count(text, " is preempted "), 1u) << text;
+  EXPECT_EQ(poolrun::test::occurrences(text, " is preempted "), 1u) << text;
   EXPECT_NE(text.find("poolrun: the preempted job had not ended by its deadline: killing it (SIGKILL)\n"),
             std::string::npos)
       << text;

@@ -30,4 +30,14 @@ bool waitForFiles(const std::filesystem::path& dir, int n, std::chrono::seconds 
 // The whole file, or "" where it cannot be read.
 std::string slurp(const std::filesystem::path& file);
 
+// How often `what` occurs in `text`.
+size_t occurrences(const std::string& text, const std::string& what);
+
+// A spawned shell (spawnShell) whose process group is killed and reaped however the test ends.
+struct Reaped {
+  pid_t pid;
+  ~Reaped();
+  int wait();  // its exit status as a shell reports it (-1: it did not exit); nothing left to kill
+};
+
 }  // namespace poolrun::test
