@@ -63,6 +63,9 @@ constexpr const char* kUsage =
     "                     else $HOME/.local/state/poolrun)\n"
     "  USER               the owner in local and sim: pools when --owner is not given\n"
     "  POOLRUN_FIXTURES   where cluster files' shared/fixtures/ topologies are (sim:, register)\n"
+    "  POOLRUN_PREEMPT_GRACE, POOLRUN_MIN_RUNTIME, POOLRUN_QUOTAS  local and sim: pools' preemption\n"
+    "                     grace and minimum runtime (seconds) and quotas file (poold's --preempt-grace,\n"
+    "                     --min-runtime, --quotas)\n"
     "`poolctl help COMMAND` or `poolctl COMMAND --help`: that command's help; `poolctl --version`.\n";
 
 // `poolctl help COMMAND`, `poolctl COMMAND --help`. Options of every command: see kUsage.

@@ -266,6 +266,28 @@ TEST_P(PreemptionSimTest, AJobThatExits75ItselfIsNotRequeued) {
   EXPECT_EQ(r.err.find("requeued"), std::string::npos) << r.err;
 }
 
+// The embedded pools' settings from the environment: a bad one is named with its value.
+TEST_P(PreemptionSimTest, BadPoolSettingsInTheEnvironmentAreNamed) {
+  struct Case {
+    std::string env, says;
+  };
+  const std::vector<Case> cases = {
+      {"POOLRUN_PREEMPT_GRACE=0", "POOLRUN_PREEMPT_GRACE"},
+      {"POOLRUN_PREEMPT_GRACE=abc", "POOLRUN_PREEMPT_GRACE"},
+      {"POOLRUN_MIN_RUNTIME=-5", "POOLRUN_MIN_RUNTIME"},
+      {"POOLRUN_MIN_RUNTIME=99999999999999999999", "POOLRUN_MIN_RUNTIME"},
+      {"POOLRUN_QUOTAS=/dev/zero", "POOLRUN_QUOTAS: /dev/zero"},
+      {"POOLRUN_QUOTAS=" + tmp_.write("bad-quotas", "owner bob guaranteed=x\n").string(), "bad-quotas:1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.env);
+    poolrun::test::ProcessResult r = poolrun::test::runShell(env() + c.env + " timeout 60 " + POOLCTL_BINARY +
+                                                             " --pool sim:" + cluster_ + " status");
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+  }
+}
+
 TEST_P(PreemptionSimTest, SlurmPoolsKeepSlurmsOwnRules) {
   for (const char* option : {"--preemptible", "--requeue"}) {
     poolrun::test::ProcessResult r = poolrun::test::runShell(env() + "timeout 60 " + POOLRUN_BINARY +
