@@ -304,6 +304,31 @@ TEST_P(PreemptionSimTest, SlurmPoolsKeepSlurmsOwnRules) {
 
 INSTANTIATE_TEST_SUITE_P(Pools, PreemptionTest, ::testing::Values(PoolKind::kSim, PoolKind::kPoold),
                          [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
+// poold reads its quotas file again when it changes; a bad version is named and the quotas before
+// it kept.
+TEST_P(QuotaReclaimTest, PooldReadsItsQuotasAgainAndKeepsThemOverABadFile) {
+  if (!poold_) GTEST_SKIP() << "poold only (the embedded pools read POOLRUN_QUOTAS at every command)";
+  auto guaranteed = [&](const std::string& owner) {
+    poolrun::test::ProcessResult q = poolctl("--json quota");
+    if (q.status != 0) return -2;
+    for (const json& u : json::parse(q.out))
+      if (u.value("name", "") == owner) return u.value("guaranteed", -1);
+    return -1;
+  };
+  auto within = [&](const std::string& owner, int want) {
+    for (int i = 0; i < 100 && guaranteed(owner) != want; ++i) std::this_thread::sleep_for(100ms);
+    return guaranteed(owner) == want;
+  };
+  ASSERT_EQ(guaranteed("bob"), 16);
+  tmp_.write("quotas", "owner bob guaranteed=4\n");
+  EXPECT_TRUE(within("bob", 4)) << "the new file was not read";
+  tmp_.write("quotas", "owner bob guaranteed=lots\n");
+  std::this_thread::sleep_for(1s);  // four ticks
+  EXPECT_EQ(guaranteed("bob"), 4) << "a bad file replaced good quotas";
+  tmp_.write("quotas", "owner bob guaranteed=6\nowner carol guaranteed=1\n");
+  EXPECT_TRUE(within("carol", 1));
+}
+
 INSTANTIATE_TEST_SUITE_P(Pools, QuotaReclaimTest, ::testing::Values(PoolKind::kSim, PoolKind::kPoold),
                          [](const ::testing::TestParamInfo<PoolKind>& p) { return name(p.param); });
 INSTANTIATE_TEST_SUITE_P(Pools, PreemptionSimTest, ::testing::Values(PoolKind::kSim),
