@@ -16,6 +16,8 @@
 namespace poolrun::launcher {
 namespace {
 
+using ojson = nlohmann::ordered_json;
+
 std::string joinSlots(const std::vector<unsigned>& slots) {
   return topo::CpuSet(slots).toList();
 }
@@ -140,7 +142,6 @@ std::string readableCommand(const MpiCommand& cmd, const std::map<std::string, s
 }
 
 std::string encodeRankEnv(const JobPlan& plan, bool simulated) {
-  using ojson = nlohmann::ordered_json;
   std::map<std::vector<std::pair<std::string, std::string>>, size_t> setIndex;
   std::vector<std::vector<std::pair<std::string, std::string>>> sets;
   std::map<std::vector<size_t>, size_t> templateIndex;

@@ -9,6 +9,7 @@
 
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/version.hpp"
+#include "tokens.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -39,13 +40,6 @@ std::string projectVersion() {
   std::string first = text.substr(0, text.find('\n'));
   size_t space = first.find(' ');
   return space == std::string::npos ? first : first.substr(space + 1);
-}
-
-bool validToken(const std::string& token) {
-  if (token.size() < 8 || token.size() > 512) return false;
-  for (unsigned char c : token)
-    if (c <= 0x20 || c >= 0x7f) return false;
-  return true;
 }
 
 // Compares without stopping at the first difference, so that the time taken says nothing of

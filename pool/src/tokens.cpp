@@ -14,14 +14,14 @@ namespace {
 // tokens (a client's token file, one token, is read with topo::kTokenFileLimit).
 constexpr size_t kPooldTokenFileLimit = size_t{16} << 20;
 
+}  // namespace
+
 bool validToken(const std::string& token) {
   if (token.size() < 8 || token.size() > 512) return false;
   for (unsigned char c : token)
     if (c <= 0x20 || c >= 0x7f) return false;
   return true;
 }
-
-}  // namespace
 
 std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const std::string& file,
                                                  std::vector<std::string>* warnings) {

@@ -12,12 +12,18 @@
 //           preemptible"
 // GPU lists print as "n01:0-3 n02:4-7".
 
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "poolrun/pool/state.hpp"
 
 namespace poolrun::test {
+
+// The tables' time zero: a fixed instant, 50 years after the epoch.
+inline pool::TimePoint t0() {
+  return pool::TimePoint(std::chrono::hours(24 * 365 * 50));
+}
 
 void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoint now);
 pool::LeaseRequest parseRequest(const std::string& spec);

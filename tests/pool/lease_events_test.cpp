@@ -14,9 +14,7 @@ using std::chrono::minutes;
 using std::chrono::seconds;
 using Kind = LeaseEvent::Kind;
 
-TimePoint t0() {
-  return TimePoint(std::chrono::hours(24 * 365 * 50));
-}
+using test::t0;
 
 // "grant L1 alice", "expiry L2 bob (reason)": what each event says, in order.
 std::vector<std::string> said(PoolState& s, TimePoint now) {

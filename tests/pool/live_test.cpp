@@ -27,9 +27,7 @@ using test::addInventory;
 using test::gpuList;
 using test::parseRequest;
 
-TimePoint t0() {
-  return TimePoint(std::chrono::hours(24 * 365 * 50));
-}
+using test::t0;
 
 // A pool of `spec` whose nodes all have agents (registered at t0).
 PoolState livePool(const std::string& spec, LiveOptions options = {}) {

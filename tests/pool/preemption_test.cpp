@@ -19,15 +19,9 @@ using test::addInventory;
 using test::gpuList;
 using test::parseRequest;
 
-TimePoint t0() {
-  return TimePoint(std::chrono::hours(24 * 365 * 50));
-}
+using test::t0;
 
 // The ids of the leases under notice, sorted.
-std::vector<std::string> victims(const PoolState& s) {
-  return test::leasesUnderNotice(s);
-}
-
 struct VictimCase {
   const char* name;
   const char* inventory;  // leases at least 700 s old unless said; the minimum runtime is 600 s
@@ -107,8 +101,8 @@ TEST_P(Victims, AreTheFewestGpusThenTheYoungest) {
   EXPECT_FALSE(r.lease.has_value()) << "granted at once: " << gpuList(r.lease->gpus);
   std::vector<std::string> expected = c.expected;
   std::sort(expected.begin(), expected.end());
-  EXPECT_EQ(victims(s), expected) << c.inventory;
-  for (const std::string& id : victims(s)) {
+  EXPECT_EQ(test::leasesUnderNotice(s), expected) << c.inventory;
+  for (const std::string& id : test::leasesUnderNotice(s)) {
     const Lease& l = s.leaseMap().at(id);
     EXPECT_EQ(l.preempt_at, t0() + s.preemptOptions().grace);
     EXPECT_EQ(l.preempted_for, r.ticket);
@@ -135,7 +129,7 @@ TEST(Preemption, ALeaseAcrossNodesIsPreemptedWholeNeverInPart) {
   ASSERT_EQ(gpuList(gang.lease->gpus), "n01:0-7 n02:0-7");
   SubmitResult r = s.submit(parseRequest("8 prio=5"), t0());
   EXPECT_FALSE(r.lease);
-  EXPECT_EQ(victims(s), std::vector<std::string>{gang.lease->id});
+  EXPECT_EQ(test::leasesUnderNotice(s), std::vector<std::string>{gang.lease->id});
   // All 16 of its GPUs stay held until it ends, none taken from it in part.
   EXPECT_EQ(s.leaseMap().at(gang.lease->id).gpus.size(), 16u);
 }
@@ -199,7 +193,7 @@ TEST(Preemption, NoPreemptionWhereTheRequestStartsSoonerAnyway) {
   // The running lease ends within the grace period: waiting for it is quicker than preempting.
   addInventory(s, "n01/gpu[0-7]; n01 leased 0-7 for 60 preemptible age=700 id=A", t0());
   SubmitResult r = s.submit(parseRequest("8 prio=5"), t0());
-  EXPECT_TRUE(victims(s).empty());
+  EXPECT_TRUE(test::leasesUnderNotice(s).empty());
   EXPECT_EQ(s.plannedStart(r.ticket), t0() + seconds(60));
 }
 
@@ -210,7 +204,7 @@ TEST(Preemption, ARequestThatWillNotWaitPreemptsNobody) {
   r.wait = seconds(0);
   SubmitResult got = s.submit(r, t0(), false);
   EXPECT_FALSE(got.lease);
-  EXPECT_TRUE(victims(s).empty());
+  EXPECT_TRUE(test::leasesUnderNotice(s).empty());
   EXPECT_TRUE(s.queueMap().empty());
 }
 
@@ -222,7 +216,7 @@ TEST(Preemption, TheRulesTimesAreOptions) {
   s.setPreemptOptions(o);
   addInventory(s, "n01/gpu[0-7]; n01 leased 0-7 preemptible id=A", t0());
   s.submit(parseRequest("8 prio=5"), t0());
-  ASSERT_EQ(victims(s), std::vector<std::string>{"A"});
+  ASSERT_EQ(test::leasesUnderNotice(s), std::vector<std::string>{"A"});
   EXPECT_EQ(s.leaseMap().at("A").preempt_at, t0() + seconds(5));
 }
 

@@ -18,9 +18,7 @@ using test::addInventory;
 using test::gpuList;
 using test::parseRequest;
 
-TimePoint t0() {
-  return TimePoint(std::chrono::hours(24 * 365 * 50));
-}
+using test::t0;
 
 struct QueueCase {
   const char* name;

@@ -21,13 +21,7 @@ using test::addInventory;
 using test::gpuList;
 using test::parseRequest;
 
-TimePoint t0() {
-  return TimePoint(std::chrono::hours(24 * 365 * 50));
-}
-
-std::vector<std::string> victims(const PoolState& s) {
-  return test::leasesUnderNotice(s);
-}
+using test::t0;
 
 TEST(QuotasFile, ReadsGroupsOwnersAndTheDefault) {
   Quotas q = parseQuotas(
@@ -172,7 +166,7 @@ TEST_P(QuotaVictims, AreTheBorrowedFirst) {
   EXPECT_FALSE(r.lease.has_value());
   std::vector<std::string> expected = c.expected;
   std::sort(expected.begin(), expected.end());
-  EXPECT_EQ(victims(s), expected) << c.inventory;
+  EXPECT_EQ(test::leasesUnderNotice(s), expected) << c.inventory;
   EXPECT_EQ(s.checkInvariants(), "");
 }
 
