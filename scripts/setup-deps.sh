@@ -10,7 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin libucx-dev
   libboost-program-options-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpugixml-dev libfmt-dev libsqlite3-dev libtomlplusplus-dev
+  nlohmann-json3-dev libsimdjson-dev libjemalloc-dev libpugixml-dev libfmt-dev libsqlite3-dev libtomlplusplus-dev
   libcpp-httplib-dev
   clang libclang-rt-14-dev clang-format
   graphviz

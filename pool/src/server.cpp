@@ -16,6 +16,7 @@
 
 #include "committed_state.hpp"
 #include "event_log.hpp"
+#include "heartbeat_reader.hpp"
 #include "http_server.hpp"
 #include "live_metrics.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
@@ -425,7 +426,7 @@ struct PoolServer::Impl {
     });
     routes.back().agent = true;
     route("POST", "/v1/nodes/*/heartbeat", false, "send heartbeats", [this](Context& c) {
-      Heartbeat hb = heartbeatFromJson(parseBody(c.req.body));
+      Heartbeat hb = heartbeatFromText(c.req.body);
       if (hb.node != c.params[0])
         throw badRequest("the heartbeat names node '" + hb.node + "', the path node '" +
                          topo::printable(c.params[0]) + "'");

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "heartbeat_reader.hpp"
 #include "inventory.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/store.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "support/fixtures.hpp"
@@ -435,7 +437,7 @@ TEST(AgentProtocol, HeartbeatRoundTrips) {
   Heartbeat h = sampleHeartbeat();
   json doc = toJson(h);
   EXPECT_EQ(doc["schema"], kHeartbeatSchema);
-  Heartbeat back = heartbeatFromJson(json::parse(doc.dump()));
+  Heartbeat back = heartbeatFromText(doc.dump());
   EXPECT_EQ(back.node, h.node);
   EXPECT_EQ(back.time, h.time);
   EXPECT_EQ(back.gpus, h.gpus);
@@ -477,7 +479,32 @@ const BadHeartbeat kBadHeartbeats[] = {
     {"bad port state", [](json& d) { d["nics"][0]["state"] = "sleepy"; }, "is not a port state"},
     {"bad node name", [](json& d) { d["node"] = "../etc"; }, "'node'"},
     {"lease id with a newline", [](json& d) { d["process_leases"][0]["lease"] = "L1\nX"; }, "lease"},
-    {"not UTF-8", [](json& d) { d["agent"] = std::string("poold-agent \xff\xfe"); }, "'agent'"},
+    {"agent as a number", [](json& d) { d["agent"] = 7; }, "field 'agent': 7 is not a string"},
+    {"missing time", [](json& d) { d.erase("time_ms"); }, "missing field 'time_ms'"},
+    {"missing GPU index", [](json& d) { d["gpus"][1].erase("index"); }, "missing field 'gpus[1].index'"},
+    {"null for a needed field", [](json& d) { d["node"] = nullptr; }, "missing field 'node'"},
+    {"GPU index as a float", [](json& d) { d["gpus"][0]["index"] = 1.0; }, "is not a whole number"},
+    {"huge memory", [](json& d) { d["gpus"][0]["memory_used_bytes"] = 1e30; }, "memory_used_bytes"},
+    {"a GPU that is a list", [](json& d) { d["gpus"][0] = json::array({1}); },
+     "'gpus[0]': expected a JSON object"},
+    {"a process without pid", [](json& d) { d["gpus"][0]["processes"][0].erase("pid"); },
+     "missing field 'gpus[0].processes[0].pid'"},
+    {"XID past 32 bits",
+     [](json& d) {
+       d["gpus"][0]["xid_events"] = {{{"xid", 1ull << 40}, {"time_ms", 1}}};
+     },
+     "'gpus[0].xid_events[0].xid'"},
+    {"an unknown NIC field", [](json& d) { d["nics"][0]["speed"] = 1; }, "unknown field 'nics[0].speed'"},
+    {"a port past 255", [](json& d) { d["nics"][0]["port"] = 256; }, "'nics[0].port'"},
+    {"a lease of no pid", [](json& d) { d["process_leases"][0].erase("pid"); },
+     "missing field 'process_leases[0].pid'"},
+    {"a deep value",
+     [](json& d) {
+       json deep = 1;
+       for (int i = 0; i < 200; ++i) deep = json::array({deep});
+       d["gpus"][0]["sm_utilization"] = deep;
+     },
+     "'gpus[0].sm_utilization': [...] is not a number"},
     {"time before 1970", [](json& d) { d["time_ms"] = -5; }, "'time_ms'"},
     {"gpus not a list", [](json& d) { d["gpus"] = json::object(); }, "'gpus'"},
 };
@@ -488,7 +515,7 @@ TEST_P(BadHeartbeatTest, IsRefusedNamingTheField) {
   json doc = toJson(sampleHeartbeat());
   GetParam().edit(doc);
   try {
-    heartbeatFromJson(doc);
+    heartbeatFromText(doc.dump());
     FAIL() << "accepted " << doc.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 200);
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kBadInput);
@@ -498,6 +525,84 @@ TEST_P(BadHeartbeatTest, IsRefusedNamingTheField) {
 
 INSTANTIATE_TEST_SUITE_P(AgentProtocol, BadHeartbeatTest, ::testing::ValuesIn(kBadHeartbeats),
                          [](const auto& p) { return test::testName(p.param.name); });
+
+// What only the text can hold: bytes that are not UTF-8, broken or cut JSON, a key twice, another
+// root. Each edit is made to the text of a good heartbeat.
+struct BadHeartbeatText {
+  const char* name;
+  std::string (*edit)(std::string);
+  const char* message;
+};
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+const BadHeartbeatText kBadHeartbeatTexts[] = {
+    {"not UTF-8", [](std::string t) { return replaced(t, "poold-agent", "poold-agent \xff\xfe"); },
+     "is not UTF-8"},
+    {"empty", [](std::string) { return std::string(); }, "malformed JSON"},
+    {"cut in half", [](std::string t) { return t.substr(0, t.size() / 2); }, "the heartbeat"},
+    {"cut before the end", [](std::string t) { return t.substr(0, t.size() - 1); }, "the heartbeat"},
+    {"more after the object", [](std::string t) { return t + " {}"; }, "malformed JSON"},
+    {"a list", [](std::string t) { return "[" + t + "]"; }, "expected a JSON object, got array"},
+    {"a number", [](std::string) { return std::string("42"); }, "expected a JSON object"},
+    {"a key twice", [](std::string t) { return replaced(t, "{", "{\"node\":\"n01\","); },
+     "'node': given twice"},
+    {"a bad literal",
+     [](std::string t) {
+       return replaced(t, "\"retired_pages_pending\":false", "\"retired_pages_pending\":fals");
+     },
+     "the heartbeat"},
+    {"an escaped control character in a name",
+     [](std::string t) { return replaced(t, "\"agent\":\"", "\"agent\":\"\\u0007"); }, "'agent'"},
+    {"a NUL in the body",
+     [](std::string t) { return replaced(t, "poold-agent", std::string("poold\0agent", 11)); },
+     "the heartbeat"},
+    {"a bad number", [](std::string t) { return replaced(t, "\"port\":1", "\"port\":1e"); },
+     "'nics[0].port'"},
+};
+
+class BadHeartbeatTextTest : public ::testing::TestWithParam<BadHeartbeatText> {};
+
+TEST_P(BadHeartbeatTextTest, IsRefusedSayingWhat) {
+  std::string text = GetParam().edit(toJson(sampleHeartbeat()).dump());
+  try {
+    heartbeatFromText(text);
+    FAIL() << "accepted " << topo::printable(text.substr(0, 200));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+    EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AgentProtocol, BadHeartbeatTextTest, ::testing::ValuesIn(kBadHeartbeatTexts),
+                         [](const auto& p) { return test::testName(p.param.name); });
+
+TEST(AgentProtocol, AHeartbeatReadsTheSameWhateverItsSpacingAndOrder) {
+  Heartbeat h = sampleHeartbeat();
+  json doc = toJson(h);
+  for (std::string text : {doc.dump(2), nlohmann::ordered_json::parse(doc.dump()).dump(1, '\t')}) {
+    Heartbeat back = heartbeatFromText(text);
+    EXPECT_EQ(back.gpus, h.gpus);
+    EXPECT_EQ(back.nics, h.nics);
+    EXPECT_EQ(back.process_leases, h.process_leases);
+  }
+  // Fields in another order than the writer's, and nulls for what is unknown.
+  std::string reordered =
+      "{\"process_leases\":null,\"gpus\":[{\"time_ms\":5,\"index\":0,\"power_w\":null}],"
+      "\"topology_hash\":\"" +
+      h.topology_hash +
+      "\",\"time_ms\":7,\"agent\":\"a\","
+      "\"node\":\"" +
+      h.node + "\",\"schema\":\"" + kHeartbeatSchema + "\"}";
+  Heartbeat back = heartbeatFromText(reordered);
+  ASSERT_EQ(back.gpus.size(), 1u);
+  EXPECT_FALSE(back.gpus[0].power_w);
+  EXPECT_TRUE(back.process_leases.empty());
+}
 
 TEST(AgentProtocol, TopologyHashSurvivesTheRegistrationDocument) {
   POOLRUN_REQUIRE_FIXTURES(fixtures);

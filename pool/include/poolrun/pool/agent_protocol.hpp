@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/telemetry.hpp"
 
@@ -34,6 +35,9 @@ inline constexpr const char* kHeartbeatReplySchema = "poolrun.heartbeat-reply/1"
 inline constexpr size_t kMaxProcessesPerGpu = 4096;
 inline constexpr size_t kMaxXidEventsPerGpu = 1024;
 inline constexpr size_t kMaxNicPorts = 1024;
+inline constexpr size_t kMaxVersionBytes = 128;  // "poold-agent 0.9.0"
+inline constexpr size_t kMaxErrorBytes = 1024;   // a sample's error text
+inline constexpr Range<uint32_t> kPidRange{1, 1u << 30};
 
 struct NodeRegistration {
   topo::ClusterNode node;     // name, topology, switch, rail group, labels, fabric
@@ -68,7 +72,7 @@ std::string topologyHash(const topo::NodeTopology& topology);
 nlohmann::json toJson(const NodeRegistration& registration);
 NodeRegistration nodeRegistrationFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const Heartbeat& heartbeat);
-Heartbeat heartbeatFromJson(const nlohmann::json& doc);
+// (poold reads heartbeats with heartbeatFromText, pool/src/heartbeat_reader.hpp.)
 nlohmann::json toJson(const HeartbeatReply& reply);
 HeartbeatReply heartbeatReplyFromJson(const nlohmann::json& doc);
 
