@@ -26,8 +26,8 @@ constexpr size_t kNoElement = SIZE_MAX;
 // Where a value is, as messages name it; built only for a message.
 struct Path {
   const Path* parent = nullptr;
-  std::string_view key;        // a field of the parent object, or
-  size_t index = kNoElement;   // an element of the parent list
+  std::string_view key;       // a field of the parent object, or
+  size_t index = kNoElement;  // an element of the parent list
   std::string text() const {
     std::string up = parent == nullptr ? std::string() : parent->text();
     if (index != kNoElement) return up + "[" + std::to_string(index) + "]";
@@ -45,9 +45,12 @@ struct Path {
 // A value as a message quotes it: its JSON text, at most 40 bytes.
 std::string shown(sj::value& v) {
   switch (v.type()) {
-    case sj::json_type::array: return "[...]";
-    case sj::json_type::object: return "{...}";
-    default: break;
+    case sj::json_type::array:
+      return "[...]";
+    case sj::json_type::object:
+      return "{...}";
+    default:
+      break;
   }
   std::string_view raw = v.raw_json_token();
   while (!raw.empty() && std::isspace(static_cast<unsigned char>(raw.back()))) raw.remove_suffix(1);
@@ -127,7 +130,8 @@ TimePoint time(sj::value& v, const Path& p) {
     int64_t ms = v.get_int64();
     if (ms == INT64_MAX) return kNever;
     if (ms < json_read::kTimeMillisRange.min || ms > json_read::kTimeMillisRange.max)
-      fail(p, std::to_string(ms) + " is out of range" + rangeText(json_read::kTimeMillisRange.min, json_read::kTimeMillisRange.max));
+      fail(p, std::to_string(ms) + " is out of range" +
+                  rangeText(json_read::kTimeMillisRange.min, json_read::kTimeMillisRange.max));
     return fromMillis(ms);
   }
   return fromMillis(whole(v, p, json_read::kTimeMillisRange.min, json_read::kTimeMillisRange.max));
@@ -146,9 +150,9 @@ uint64_t eachField(sj::value& v, const Path& p, const std::array<std::string_vie
                    std::string_view what, Read&& read) {
   static_assert(N <= 64);
   if (v.type() != sj::json_type::object) {
-    const char* got = v.type() == sj::json_type::array    ? "array"
-                      : v.type() == sj::json_type::string ? "string"
-                      : v.type() == sj::json_type::number ? "number"
+    const char* got = v.type() == sj::json_type::array     ? "array"
+                      : v.type() == sj::json_type::string  ? "string"
+                      : v.type() == sj::json_type::number  ? "number"
                       : v.type() == sj::json_type::boolean ? "boolean"
                                                            : "null";
     if (!what.empty()) throw badInput(std::string(what) + ": expected a JSON object, got " + got);
@@ -186,39 +190,80 @@ void need(uint64_t seen, const Path& p, const std::array<std::string_view, N>& k
     if (!(seen & (uint64_t{1} << i))) throw badInput("missing field '" + p.field(known[i]).text() + "'");
 }
 
-constexpr std::array<std::string_view, 16> kGpuFields{
-    "index",       "uuid",    "pci",          "time_ms",       "sm_utilization",          "memory_utilization",
-    "memory_used_bytes", "memory_total_bytes", "temperature_c", "power_w", "ecc_uncorrected_volatile",
-    "retired_pages_pending", "remapping_failure", "xid_events", "processes", "error"};
+constexpr std::array<std::string_view, 16> kGpuFields{"index",
+                                                      "uuid",
+                                                      "pci",
+                                                      "time_ms",
+                                                      "sm_utilization",
+                                                      "memory_utilization",
+                                                      "memory_used_bytes",
+                                                      "memory_total_bytes",
+                                                      "temperature_c",
+                                                      "power_w",
+                                                      "ecc_uncorrected_volatile",
+                                                      "retired_pages_pending",
+                                                      "remapping_failure",
+                                                      "xid_events",
+                                                      "processes",
+                                                      "error"};
 
 topo::GpuSample gpuSample(sj::value& v, const Path& p) {
   topo::GpuSample g;
   uint64_t seen = eachField(v, p, kGpuFields, {}, [&](size_t i, sj::value& x, const Path& at) {
     switch (i) {
-      case 0: g.index = whole(x, at, kGpuIndexRange.min, kGpuIndexRange.max); break;
-      case 1: g.uuid = text(x, at, topo::kMaxLabelBytes); break;
-      case 2: g.pci = text(x, at, 64); break;
-      case 3: g.time = time(x, at); break;
-      case 4: g.sm_utilization = number(x, at, 0, 1); break;
-      case 5: g.memory_utilization = number(x, at, 0, 1); break;
-      case 6: g.memory_used_bytes = whole<uint64_t>(x, at, 0, UINT64_MAX); break;
-      case 7: g.memory_total_bytes = whole<uint64_t>(x, at, 0, UINT64_MAX); break;
-      case 8: g.temperature_c = number(x, at, -273.15, 1000); break;
-      case 9: g.power_w = number(x, at, 0, 1e6); break;
-      case 10: g.ecc_uncorrected_volatile = whole<uint64_t>(x, at, 0, UINT64_MAX); break;
-      case 11: g.retired_pages_pending = boolean(x, at); break;
-      case 12: g.remapping_failure = boolean(x, at); break;
+      case 0:
+        g.index = whole(x, at, kGpuIndexRange.min, kGpuIndexRange.max);
+        break;
+      case 1:
+        g.uuid = text(x, at, topo::kMaxLabelBytes);
+        break;
+      case 2:
+        g.pci = text(x, at, 64);
+        break;
+      case 3:
+        g.time = time(x, at);
+        break;
+      case 4:
+        g.sm_utilization = number(x, at, 0, 1);
+        break;
+      case 5:
+        g.memory_utilization = number(x, at, 0, 1);
+        break;
+      case 6:
+        g.memory_used_bytes = whole<uint64_t>(x, at, 0, UINT64_MAX);
+        break;
+      case 7:
+        g.memory_total_bytes = whole<uint64_t>(x, at, 0, UINT64_MAX);
+        break;
+      case 8:
+        g.temperature_c = number(x, at, -273.15, 1000);
+        break;
+      case 9:
+        g.power_w = number(x, at, 0, 1e6);
+        break;
+      case 10:
+        g.ecc_uncorrected_volatile = whole<uint64_t>(x, at, 0, UINT64_MAX);
+        break;
+      case 11:
+        g.retired_pages_pending = boolean(x, at);
+        break;
+      case 12:
+        g.remapping_failure = boolean(x, at);
+        break;
       case 13: {
         size_t n = 0;
         for (sj::value e : list(x, at)) {
           if (n == kMaxXidEventsPerGpu)
-            fail(at, "more than the " + std::to_string(kMaxXidEventsPerGpu) + " events one heartbeat may carry");
+            fail(at,
+                 "more than the " + std::to_string(kMaxXidEventsPerGpu) + " events one heartbeat may carry");
           const Path ep = at.element(n++);
           topo::XidEvent event;
           constexpr std::array<std::string_view, 2> kXidFields{"xid", "time_ms"};
           uint64_t got = eachField(e, ep, kXidFields, {}, [&](size_t k, sj::value& y, const Path& yp) {
-            if (k == 0) event.xid = whole<uint64_t>(y, yp, 0, UINT32_MAX);
-            else event.time = time(y, yp);
+            if (k == 0)
+              event.xid = whole<uint64_t>(y, yp, 0, UINT32_MAX);
+            else
+              event.time = time(y, yp);
           });
           need(got, ep, kXidFields, {0, 1});
           g.xid_events.push_back(event);
@@ -229,20 +274,25 @@ topo::GpuSample gpuSample(sj::value& v, const Path& p) {
         size_t n = 0;
         for (sj::value e : list(x, at)) {
           if (n == kMaxProcessesPerGpu)
-            fail(at, "more than the " + std::to_string(kMaxProcessesPerGpu) + " processes one heartbeat may carry");
+            fail(at, "more than the " + std::to_string(kMaxProcessesPerGpu) +
+                         " processes one heartbeat may carry");
           const Path ep = at.element(n++);
           topo::GpuProcess process;
           constexpr std::array<std::string_view, 2> kProcessFields{"pid", "used_memory_bytes"};
           uint64_t got = eachField(e, ep, kProcessFields, {}, [&](size_t k, sj::value& y, const Path& yp) {
-            if (k == 0) process.pid = whole(y, yp, kPidRange.min, kPidRange.max);
-            else process.used_memory_bytes = whole<uint64_t>(y, yp, 0, UINT64_MAX);
+            if (k == 0)
+              process.pid = whole(y, yp, kPidRange.min, kPidRange.max);
+            else
+              process.used_memory_bytes = whole<uint64_t>(y, yp, 0, UINT64_MAX);
           });
           need(got, ep, kProcessFields, {0});
           g.processes.push_back(process);
         }
         break;
       }
-      case 15: g.error = text(x, at, kMaxErrorBytes); break;
+      case 15:
+        g.error = text(x, at, kMaxErrorBytes);
+        break;
     }
   });
   need(seen, p, kGpuFields, {0, 3});
@@ -254,8 +304,12 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
   topo::NicPortSample n;
   uint64_t seen = eachField(v, p, kNicFields, {}, [&](size_t i, sj::value& x, const Path& at) {
     switch (i) {
-      case 0: n.nic = text(x, at, topo::kMaxLabelBytes); break;
-      case 1: n.port = whole(x, at, 0, 255); break;
+      case 0:
+        n.nic = text(x, at, topo::kMaxLabelBytes);
+        break;
+      case 1:
+        n.port = whole(x, at, 0, 255);
+        break;
       case 2: {
         std::string state = text(x, at, 32);
         n.state = topo::portStateFromString(state);
@@ -263,8 +317,12 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
           fail(at, "'" + state + "' is not a port state (down, init, armed, active, active_defer, unknown)");
         break;
       }
-      case 3: n.rate_gbps = number(x, at, 0, 1e6); break;
-      case 4: n.time = time(x, at); break;
+      case 3:
+        n.rate_gbps = number(x, at, 0, 1e6);
+        break;
+      case 4:
+        n.time = time(x, at);
+        break;
     }
   });
   need(seen, p, kNicFields, {0, 1, 2, 4});
@@ -272,8 +330,8 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
 }
 
 Heartbeat heartbeat(sj::value& v) {
-  constexpr std::array<std::string_view, 8> kFields{"schema", "node", "agent", "time_ms",
-                                                    "topology_hash", "gpus", "nics", "process_leases"};
+  constexpr std::array<std::string_view, 8> kFields{"schema",        "node", "agent", "time_ms",
+                                                    "topology_hash", "gpus", "nics",  "process_leases"};
   const Path root;
   Heartbeat h;
   uint64_t seen = eachField(v, root, kFields, "the heartbeat", [&](size_t i, sj::value& x, const Path& at) {
@@ -281,17 +339,25 @@ Heartbeat heartbeat(sj::value& v) {
       case 0: {
         std::string_view s = string(x, at);
         if (s != kHeartbeatSchema)
-          fail(at, "'" + topo::printable(s) + "' is not " + kHeartbeatSchema + " (an agent of another version?)");
+          fail(at,
+               "'" + topo::printable(s) + "' is not " + kHeartbeatSchema + " (an agent of another version?)");
         break;
       }
       case 1: {
         h.node = std::string(string(x, at));
-        checked(h.node, at, [](std::string_view t, const std::string& what) { topo::checkNodeName(t, what); });
+        checked(h.node, at,
+                [](std::string_view t, const std::string& what) { topo::checkNodeName(t, what); });
         break;
       }
-      case 2: h.agent_version = text(x, at, kMaxVersionBytes); break;
-      case 3: h.time = time(x, at); break;
-      case 4: h.topology_hash = text(x, at, 64); break;
+      case 2:
+        h.agent_version = text(x, at, kMaxVersionBytes);
+        break;
+      case 3:
+        h.time = time(x, at);
+        break;
+      case 4:
+        h.topology_hash = text(x, at, 64);
+        break;
       case 5: {
         for (sj::value e : list(x, at)) {
           if (h.gpus.size() > kGpuIndexRange.max)
@@ -325,7 +391,8 @@ Heartbeat heartbeat(sj::value& v) {
               pid = whole(y, yp, kPidRange.min, kPidRange.max);
             } else {
               lease = std::string(string(y, yp));
-              checked(lease, yp, [](std::string_view t, const std::string& what) { topo::checkLeaseId(t, what); });
+              checked(lease, yp,
+                      [](std::string_view t, const std::string& what) { topo::checkLeaseId(t, what); });
             }
           });
           need(got, ep, kOwnerFields, {0, 1});
@@ -359,7 +426,8 @@ Heartbeat heartbeatFromText(std::string_view body) {
       at = " at byte " + std::to_string(where - padded.data());
     return badInput("the heartbeat: malformed JSON" + at + ": " + simdjson::error_message(code));
   };
-  if (simdjson::error_code code = parser.iterate(padded).get(doc); code != simdjson::SUCCESS) throw malformed(code);
+  if (simdjson::error_code code = parser.iterate(padded).get(doc); code != simdjson::SUCCESS)
+    throw malformed(code);
   started = true;
   try {
     if (doc.type() != sj::json_type::object) {
