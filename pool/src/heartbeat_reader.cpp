@@ -5,6 +5,7 @@
 #include <array>
 #include <cctype>
 #include <concepts>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -42,7 +43,33 @@ struct Path {
   throw badInput("field '" + p.text() + "': " + what);
 }
 
-// A value as a message quotes it: its JSON text, at most 40 bytes.
+// The name of a JSON value's type, as JsonFields says it.
+const char* typeName(sj::json_type type) {
+  switch (type) {
+    case sj::json_type::array:
+      return "array";
+    case sj::json_type::object:
+      return "object";
+    case sj::json_type::string:
+      return "string";
+    case sj::json_type::number:
+      return "number";
+    case sj::json_type::boolean:
+      return "boolean";
+    case sj::json_type::null:
+      break;
+  }
+  return "null";
+}
+
+// A scalar's JSON text as a message quotes it: at most 40 bytes, printable.
+std::string quote(std::string_view raw) {
+  while (!raw.empty() && std::isspace(static_cast<unsigned char>(raw.back()))) raw.remove_suffix(1);
+  std::string s = topo::printable(raw.substr(0, 40));
+  return raw.size() > 40 ? s + "..." : s;
+}
+
+// A value as a message quotes it (lists and objects by their brackets only).
 std::string shown(sj::value& v) {
   switch (v.type()) {
     case sj::json_type::array:
@@ -52,10 +79,7 @@ std::string shown(sj::value& v) {
     default:
       break;
   }
-  std::string_view raw = v.raw_json_token();
-  while (!raw.empty() && std::isspace(static_cast<unsigned char>(raw.back()))) raw.remove_suffix(1);
-  std::string s = topo::printable(raw.substr(0, 40));
-  return raw.size() > 40 ? s + "..." : s;
+  return quote(v.raw_json_token());
 }
 
 template <std::integral T>
@@ -63,21 +87,24 @@ std::string rangeText(T min, T max) {
   return " (" + std::to_string(min) + " to " + std::to_string(max) + ")";
 }
 
-// A value is read once (On-Demand moves past it), so a message quotes what was read, not the text.
+// A scalar is read once (On-Demand moves past it): a message quotes its text, taken before.
 template <std::integral T>
 T whole(sj::value& v, const Path& p, T min, T max) {
   sj::number_type type{};
   if (v.type() != sj::json_type::number || v.get_number_type().get(type) != simdjson::SUCCESS ||
       type == sj::number_type::floating_point_number)
     fail(p, shown(v) + " is not a whole number" + rangeText(min, max));
+  const std::string_view raw = v.raw_json_token();
+  auto outOfRange = [&] { fail(p, quote(raw) + " is out of range" + rangeText(min, max)); };
   auto inRange = [&](auto x) { return std::cmp_greater_equal(x, min) && std::cmp_less_equal(x, max); };
+  // Digits past 64 bits are an integer by their text, but neither get reads them.
   if (type == sj::number_type::unsigned_integer) {
-    uint64_t u = v.get_uint64();
-    if (!inRange(u)) fail(p, std::to_string(u) + " is out of range" + rangeText(min, max));
+    uint64_t u = 0;
+    if (v.get_uint64().get(u) != simdjson::SUCCESS || !inRange(u)) outOfRange();
     return static_cast<T>(u);
   }
-  int64_t i = v.get_int64();
-  if (!inRange(i)) fail(p, std::to_string(i) + " is out of range" + rangeText(min, max));
+  int64_t i = 0;
+  if (v.get_int64().get(i) != simdjson::SUCCESS || !inRange(i)) outOfRange();
   return static_cast<T>(i);
 }
 
@@ -89,9 +116,11 @@ double number(sj::value& v, const Path& p, double min, double max) {
   };
   auto range = [&] { return " (" + text(min) + " to " + text(max) + ")"; };
   if (v.type() != sj::json_type::number) fail(p, shown(v) + " is not a number" + range());
+  const std::string_view raw = v.raw_json_token();  // before the value is read
   double x = 0;
-  if (v.get_double().get(x) != simdjson::SUCCESS) fail(p, "is not a number JSON allows");
-  if (!(x >= min && x <= max)) fail(p, text(x) + " is out of range" + range());
+  if (v.get_double().get(x) != simdjson::SUCCESS)
+    fail(p, quote(raw) + " is not a number a double holds" + range());
+  if (!(x >= min && x <= max)) fail(p, quote(raw) + " is out of range" + range());
   return x;
 }
 
@@ -127,7 +156,11 @@ TimePoint time(sj::value& v, const Path& p) {
   sj::number_type type{};
   if (v.type() == sj::json_type::number && v.get_number_type().get(type) == simdjson::SUCCESS &&
       type == sj::number_type::signed_integer) {
-    int64_t ms = v.get_int64();
+    const std::string_view raw = v.raw_json_token();
+    int64_t ms = 0;
+    if (v.get_int64().get(ms) != simdjson::SUCCESS)
+      fail(p, quote(raw) + " is out of range" +
+                  rangeText(json_read::kTimeMillisRange.min, json_read::kTimeMillisRange.max));
     if (ms == INT64_MAX) return kNever;
     if (ms < json_read::kTimeMillisRange.min || ms > json_read::kTimeMillisRange.max)
       fail(p, std::to_string(ms) + " is out of range" +
@@ -150,15 +183,12 @@ uint64_t eachField(sj::value& v, const Path& p, const std::array<std::string_vie
                    std::string_view what, Read&& read) {
   static_assert(N <= 64);
   if (v.type() != sj::json_type::object) {
-    const char* got = v.type() == sj::json_type::array     ? "array"
-                      : v.type() == sj::json_type::string  ? "string"
-                      : v.type() == sj::json_type::number  ? "number"
-                      : v.type() == sj::json_type::boolean ? "boolean"
-                                                           : "null";
+    const char* got = typeName(v.type());
     if (!what.empty()) throw badInput(std::string(what) + ": expected a JSON object, got " + got);
     fail(p, std::string("expected a JSON object, got ") + got);
   }
-  uint64_t seen = 0;
+  uint64_t seen = 0;   // keys with a value
+  uint64_t given = 0;  // keys given at all, null or not: each at most once
   for (auto member : v.get_object()) {
     std::string_view key = member.unescaped_key();
     size_t i = 0;
@@ -170,14 +200,14 @@ uint64_t eachField(sj::value& v, const Path& p, const std::array<std::string_vie
       throw badInput("unknown field '" + (what.empty() ? at.text() : topo::printable(key)) + "'" +
                      (what.empty() ? "" : " in " + std::string(what)) + " (known: " + names + ")");
     }
-    if (seen & (uint64_t{1} << i)) fail(at, "given twice");
-    seen |= uint64_t{1} << i;
+    if (given & (uint64_t{1} << i)) fail(at, "given twice");
+    given |= uint64_t{1} << i;
     sj::value value = member.value();
     if (value.type() == sj::json_type::null) {
       if (!value.is_null()) fail(at, shown(value) + " is not a JSON value");
-      seen &= ~(uint64_t{1} << i);
       continue;
     }
+    seen |= uint64_t{1} << i;
     read(i, value, at);
   }
   return seen;
@@ -412,34 +442,44 @@ Heartbeat heartbeat(sj::value& v) {
 
 Heartbeat heartbeatFromText(std::string_view body) {
   namespace sj = simdjson::ondemand;
-  thread_local sj::parser parser;  // keeps its buffers from one heartbeat to the next
+  // A byte-order mark is not JSON, but a reader may skip it (RFC 8259, 8.1); nlohmann did.
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  const size_t skipped = body.starts_with(kBom) ? kBom.size() : 0;
+  body.remove_prefix(skipped);
+  // A parser keeps buffers of about six times the largest document it read: one per worker thread
+  // for heartbeats of the usual size, a parser of its own for a larger body (poold --max-body).
+  constexpr size_t kKeptParserBytes = size_t{1} << 20;
+  thread_local sj::parser kept;
+  std::optional<sj::parser> own;
+  sj::parser& parser = body.size() <= kKeptParserBytes ? kept : own.emplace();
   simdjson::padded_string padded(body);
+  if (padded.data() == nullptr && !body.empty())
+    throw Error(ErrorCode::kIo, "the heartbeat: no memory for its " + std::to_string(body.size()) + " bytes");
   sj::document doc;
   bool started = false;  // a document that never started has no location to ask for
+  auto byte = [&](size_t offset) { return std::to_string(offset + skipped); };
   auto malformed = [&](simdjson::error_code code) -> Error {
     if (code == simdjson::UTF8_ERROR)
-      return badInput("the heartbeat: byte " + std::to_string(topo::utf8ErrorOffset(body)) + " is not UTF-8");
+      return badInput("the heartbeat: byte " + byte(topo::utf8ErrorOffset(body)) + " is not UTF-8");
     std::string at;
     const char* where = nullptr;
     if (started && doc.current_location().get(where) == simdjson::SUCCESS && where >= padded.data() &&
         where <= padded.data() + padded.size())
-      at = " at byte " + std::to_string(where - padded.data());
+      at = " at byte " + byte(static_cast<size_t>(where - padded.data()));
     return badInput("the heartbeat: malformed JSON" + at + ": " + simdjson::error_message(code));
   };
   if (simdjson::error_code code = parser.iterate(padded).get(doc); code != simdjson::SUCCESS)
     throw malformed(code);
   started = true;
   try {
-    if (doc.type() != sj::json_type::object) {
-      const char* got = doc.type() == sj::json_type::array ? "array" : "scalar";
-      throw badInput(std::string("the heartbeat: expected a JSON object, got ") + got);
-    }
+    if (sj::json_type type = doc.type(); type != sj::json_type::object)
+      throw badInput(std::string("the heartbeat: expected a JSON object, got ") + stream::typeName(type));
     sj::value root = doc.get_value();
     Heartbeat h = stream::heartbeat(root);
     const char* rest = nullptr;
     if (doc.current_location().get(rest) == simdjson::SUCCESS)
       throw badInput("the heartbeat: malformed JSON: more after the object, at byte " +
-                     std::to_string(rest - padded.data()));
+                     byte(static_cast<size_t>(rest - padded.data())));
     return h;
   } catch (const simdjson::simdjson_error& e) {
     throw malformed(e.error());

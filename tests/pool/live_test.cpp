@@ -563,6 +563,42 @@ const BadHeartbeatText kBadHeartbeatTexts[] = {
      "the heartbeat"},
     {"a bad number", [](std::string t) { return replaced(t, "\"port\":1", "\"port\":1e"); },
      "'nics[0].port'"},
+    {"20 digits", [](std::string t) { return replaced(t, "\"port\":1", "\"port\":100000000000000000000"); },
+     "field 'nics[0].port': 100000000000000000000 is out of range"},
+    {"under INT64_MIN",
+     [](std::string t) { return replaced(t, "\"port\":1", "\"port\":-9223372036854775809"); },
+     "field 'nics[0].port': -9223372036854775809 is out of range"},
+    {"1e400 for a float", [](std::string t) { return replaced(t, "\"power_w\":612.5", "\"power_w\":1e400"); },
+     "field 'gpus[0].power_w': 1e400 is not a number"},
+    {"just over a float's range",
+     [](std::string t) { return replaced(t, "\"sm_utilization\":0.97", "\"sm_utilization\":1.0000001"); },
+     "field 'gpus[0].sm_utilization': 1.0000001 is out of range"},
+    {"a key twice, null first", [](std::string t) { return replaced(t, "{", "{\"node\":null,"); },
+     "'node': given twice"},
+    {"a key twice, escaped", [](std::string t) { return replaced(t, "{", "{\"\\u006eode\":\"n01\","); },
+     "'node': given twice"},
+    {"a GPU index twice",
+     [](std::string t) { return replaced(t, "\"index\":0,", "\"index\":0,\"index\":0,"); },
+     "'gpus[0].index': given twice"},
+    {"a lone surrogate",
+     [](std::string t) { return replaced(t, "\"uuid\":\"GPU-", "\"uuid\":\"\\udc00GPU-"); }, "the heartbeat"},
+    {"a string at the root", [](std::string) { return std::string("\"x\""); },
+     "expected a JSON object, got string"},
+    {"true at the root", [](std::string) { return std::string("true"); },
+     "expected a JSON object, got boolean"},
+    {"null at the root", [](std::string) { return std::string("null"); }, "expected a JSON object, got null"},
+    {"only spaces", [](std::string) { return std::string(" \n\t "); }, "malformed JSON"},
+    {"a brace after the object", [](std::string t) { return t + "}"; }, "the heartbeat"},
+    {"a NUL after the object", [](std::string t) { return t + std::string(1, '\0'); }, "the heartbeat"},
+    {"nul for null", [](std::string t) { return replaced(t, "\"error\":\"\"", "\"error\":nul"); },
+     "the heartbeat"},
+    {"nullx for null", [](std::string t) { return replaced(t, "\"error\":\"\"", "\"error\":nullx"); },
+     "the heartbeat"},
+    {"a list closed by a brace", [](std::string t) { return replaced(t, "}],\"nics\"", "}},\"nics\""); },
+     "the heartbeat"},
+    {"time past the clock",
+     [](std::string t) { return replaced(t, "\"time_ms\":", "\"time_ms\":9223372036854775808,\"x\":"); },
+     "field 'gpus[0].time_ms': 9223372036854775808 is out of range"},
 };
 
 class BadHeartbeatTextTest : public ::testing::TestWithParam<BadHeartbeatText> {};
@@ -580,6 +616,41 @@ TEST_P(BadHeartbeatTextTest, IsRefusedSayingWhat) {
 
 INSTANTIATE_TEST_SUITE_P(AgentProtocol, BadHeartbeatTextTest, ::testing::ValuesIn(kBadHeartbeatTexts),
                          [](const auto& p) { return test::testName(p.param.name); });
+
+TEST(AgentProtocol, EveryCutOfAHeartbeatIsRefused) {
+  const std::string text = toJson(sampleHeartbeat()).dump();
+  for (size_t n = 0; n < text.size(); ++n) {
+    try {
+      heartbeatFromText(std::string_view(text).substr(0, n));
+      ADD_FAILURE() << "accepted the first " << n << " bytes";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput) << e.what();
+    }
+  }
+}
+
+TEST(AgentProtocol, ByteOrderMarkNeverAndTheLimitsAtTheirEdge) {
+  Heartbeat h = sampleHeartbeat();
+  EXPECT_EQ(heartbeatFromText("\xEF\xBB\xBF" + toJson(h).dump()).gpus, h.gpus) << "a leading BOM is skipped";
+  h.gpus[0].time = kNever;
+  EXPECT_EQ(heartbeatFromText(toJson(h).dump()).gpus[0].time, kNever) << "INT64_MAX ms stands for never";
+  auto withProcesses = [&](size_t n) {
+    Heartbeat big = sampleHeartbeat();
+    big.gpus[0].processes.clear();
+    for (size_t i = 0; i < n; ++i) big.gpus[0].processes.push_back({static_cast<uint32_t>(i + 1), 0});
+    return toJson(big).dump();
+  };
+  EXPECT_EQ(heartbeatFromText(withProcesses(kMaxProcessesPerGpu)).gpus[0].processes.size(),
+            kMaxProcessesPerGpu);
+  EXPECT_THROW(heartbeatFromText(withProcesses(kMaxProcessesPerGpu + 1)), Error);
+  auto withNics = [&](size_t n) {
+    Heartbeat big = sampleHeartbeat();
+    big.nics.assign(n, big.nics.at(0));
+    return toJson(big).dump();
+  };
+  EXPECT_EQ(heartbeatFromText(withNics(kMaxNicPorts)).nics.size(), kMaxNicPorts);
+  EXPECT_THROW(heartbeatFromText(withNics(kMaxNicPorts + 1)), Error);
+}
 
 TEST(AgentProtocol, AHeartbeatReadsTheSameWhateverItsSpacingAndOrder) {
   Heartbeat h = sampleHeartbeat();
