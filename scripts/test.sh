@@ -30,26 +30,47 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS
   -DPOOLRUN_WERROR=ON -DPOOLRUN_BUILD_UNIT_TESTS=$unit_here >/dev/null
 cmake --build build -j "$jobs"
 
-step "tests: integration$([ $unit_here = ON ] && echo ', unit, real-machines')"
-ctest --test-dir build --output-on-failure -j "$jobs" -LE 'gpu|bench'
-
-step "allreduce benchmark on the simulated cluster (results in build/bench/)"
-scripts/bench-allreduce.sh build
-
-# One clang build serves both remaining stages: everything in it carries AddressSanitizer and
-# UndefinedBehaviorSanitizer (and the fuzzers' coverage hooks, harmless elsewhere), so the unit and
-# real-machine tiers run under the sanitizers from the same objects the fuzz targets link (one
-# build instead of two: about 6 minutes less CI on 2 cores).
-if [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ] || [ "${POOLRUN_SKIP_FUZZ:-0}" != 1 ]; then
-  step "sanitizer build (clang, ASan + UBSan, warnings as errors)"
+# One clang build serves both later stages: everything in it carries AddressSanitizer and
+# UndefinedBehaviorSanitizer, so the unit and real-machine tiers run under the sanitizers from the
+# same objects the fuzz targets link (one build instead of two: about 6 minutes less CI on 2 cores).
+# It compiles at the lowest CPU priority while the integration tier runs: those tests mostly wait
+# (their processes sleep, poll and time out: 27 s of CPU in 89 s on 2 cores, measured 2026-12-02),
+# so the build takes the CPU they leave and they get it back the moment they need it.
+sanitizer_build=0
+{ [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ] || [ "${POOLRUN_SKIP_FUZZ:-0}" != 1 ]; } && sanitizer_build=1
+build_pid=
+stop_build() { [ -n "$build_pid" ] && kill -- "-$build_pid" 2>/dev/null; true; }
+trap stop_build EXIT
+if [ $sanitizer_build = 1 ]; then
+  step "sanitizer build started beside the integration tests (clang, ASan + UBSan, warnings as errors)"
   # -O0 (half the compile time of -O1), but -O1 for the libraries the fuzz targets link and the
-  # targets themselves (tests/fuzz/CMakeLists.txt): at -O0 they fuzz a tenth as fast.
+  # targets themselves (tests/fuzz/CMakeLists.txt): at -O0 they fuzz 60 times slower.
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only -DNDEBUG" -DPOOLRUN_WERROR=ON \
     -DPOOLRUN_BUILD_FUZZERS=ON -DPOOLRUN_BUILD_TESTS=ON -DPOOLRUN_BUILD_BENCHMARKS=OFF -DPOOLRUN_TEST_OPTIMIZATION=-O0 >/dev/null
-  # Only what the unit and real-machine tiers run (the integration tier ran above).
-  cmake --build build-fuzz -j "$jobs" --target unit_tests fuzz_targets
+  # Only what the unit and real-machine tiers run (the integration tier runs from the main build).
+  # In a session of its own, so that a failure here stops the whole build (stop_build).
+  setsid nice -n 19 cmake --build build-fuzz -j "$jobs" --target unit_tests fuzz_targets >build-fuzz/build.log 2>&1 &
+  build_pid=$!
 fi
+
+step "tests: integration$([ $unit_here = ON ] && echo ', unit, real-machines')"
+# Twice as many at once as there are cores: most of them wait on processes and timeouts.
+ctest --test-dir build --output-on-failure -j $((jobs * 2)) -LE 'gpu|bench'
+
+if [ $sanitizer_build = 1 ]; then
+  step "sanitizer build: waiting for it to finish"
+  build_status=0
+  wait "$build_pid" || build_status=$?
+  build_pid=
+  # Its output, as a build in the foreground would have shown it (the whole of it where it failed).
+  if [ $build_status = 0 ]; then tail -n 3 build-fuzz/build.log; else cat build-fuzz/build.log; fi
+  [ $build_status = 0 ] || { echo "sanitizer build failed (status $build_status)"; exit "$build_status"; }
+fi
+
+# After the sanitizer build, so that the benchmark's timings share the machine with nothing.
+step "allreduce benchmark on the simulated cluster (results in build/bench/)"
+scripts/bench-allreduce.sh build
 
 if [ "${POOLRUN_SKIP_SANITIZE:-0}" != 1 ]; then
   step "unit and real-machine tests under AddressSanitizer + UndefinedBehaviorSanitizer"

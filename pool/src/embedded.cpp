@@ -142,6 +142,10 @@ class EmbeddedPool : public PoolControl {
     return transact([&](PoolState& s, TimePoint now) { return s.renew(id, owner_, admin_, now); });
   }
 
+  Lease shrink(const std::string& id) override {
+    return transact([&](PoolState& s, TimePoint now) { return s.shrink(id, owner_, admin_, now); });
+  }
+
   bool release(const std::string& id) override {
     return transact([&](PoolState& s, TimePoint now) { return s.release(id, owner_, admin_, now); });
   }

@@ -192,6 +192,12 @@ const char* leaseEventKind(LeaseEvent::Kind kind) {
       return "expiry";
     case LeaseEvent::Kind::kPreempted:
       return "preemption";
+    case LeaseEvent::Kind::kGrown:
+      return "growth";
+    case LeaseEvent::Kind::kShrinking:
+      return "shrink notice";
+    case LeaseEvent::Kind::kShrunk:
+      return "shrink";
   }
   return "lease";
 }
@@ -212,6 +218,19 @@ ordered_json leaseEventFields(const LeaseEvent& e, TimePoint now) {
   if (e.kind == LeaseEvent::Kind::kPreempted) {  // the notice: the lease ends later
     f["priority"] = l.priority;
     if (l.preempt_at) f["deadline"] = common::rfc3339(*l.preempt_at);
+    f["reason"] = e.reason;
+    return f;
+  }
+  if (e.kind == LeaseEvent::Kind::kShrinking) {  // the notice: the GPUs go back later
+    f["priority"] = l.priority;
+    f["giving_back"] = formatGpus(l.shrink_gpus);
+    if (l.shrink_at) f["deadline"] = common::rfc3339(*l.shrink_at);
+    f["reason"] = e.reason;
+    return f;
+  }
+  if (e.kind == LeaseEvent::Kind::kGrown || e.kind == LeaseEvent::Kind::kShrunk) {
+    f["gpu_count_before"] = e.gpus_before;
+    f["resizes"] = l.resizes;
     f["reason"] = e.reason;
     return f;
   }

@@ -15,7 +15,7 @@ namespace poolrun::pool {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -55,7 +55,7 @@ class HttpPool : public PoolControl, public AgentLink {
 
   Lease acquire(const LeaseRequest& request,
                 const std::function<void(const QueueProgress&)>& queued) override {
-    const auto start = Clock::now();
+    const auto start = Steady::now();
     // The request id makes a retried POST (its reply lost on a reused connection) idempotent.
     json body = toJson(request);
     body["request_id"] = newLeaseId();
@@ -81,7 +81,7 @@ class HttpPool : public PoolControl, public AgentLink {
         throw interrupted(did);
       }
       if (request.wait) {
-        auto left = std::chrono::duration_cast<milliseconds>(*request.wait - (Clock::now() - start));
+        auto left = std::chrono::duration_cast<milliseconds>(*request.wait - (Steady::now() - start));
         if (left <= milliseconds(0)) {
           call("DELETE", path, nullptr);
           throw queueTimeout(request, position, uri_);
@@ -98,7 +98,7 @@ class HttpPool : public PoolControl, public AgentLink {
         throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, p.value("error", "request failed"));
       position = p.value("position", position);
       QueueProgress progress{
-          ticket, position, std::chrono::duration_cast<seconds>(Clock::now() - start),
+          ticket, position, std::chrono::duration_cast<seconds>(Steady::now() - start),
           p.contains("reason") && p["reason"].is_string() ? p["reason"].get<std::string>() : "",
           std::nullopt};
       try {
@@ -106,7 +106,7 @@ class HttpPool : public PoolControl, public AgentLink {
           progress.planned_start = fromMillis(p["planned_start_ms"].get<int64_t>());
       } catch (const Error&) {  // a time out of range: no planned start to tell
       }
-      if (queued && pacer.due(progress, Clock::now())) queued(progress);
+      if (queued && pacer.due(progress, Steady::now())) queued(progress);
     }
   }
 
@@ -114,6 +114,11 @@ class HttpPool : public PoolControl, public AgentLink {
   // step 4): an attempt is kept short, so that the next one comes while the lease still holds.
   Lease renew(const std::string& id) override {
     return leaseFromJson(call("POST", "/v1/leases/" + segment(id) + "/renew", json::object(),
+                              {milliseconds(2000), milliseconds(5000)})
+                             .at("lease"));
+  }
+  Lease shrink(const std::string& id) override {
+    return leaseFromJson(call("POST", "/v1/leases/" + segment(id) + "/shrink", json::object(),
                               {milliseconds(2000), milliseconds(5000)})
                              .at("lease"));
   }

@@ -159,6 +159,19 @@ json toJson(const Lease& l) {
     doc["preempt_reason"] = l.preempt_reason;
     doc["preempted_for"] = l.preempted_for;
   }
+  if (l.elastic) {
+    doc["elastic"] = toJson(*l.elastic);
+    doc["resizes"] = l.resizes;
+    doc["resized_ms"] = toMillis(l.resized);
+  }
+  if (l.shrink_at) {
+    json shrinking = json::array();
+    for (const GpuRef& g : l.shrink_gpus) shrinking.push_back({{"node", g.node}, {"index", g.index}});
+    doc["shrink"] = {{"gpus", shrinking},
+                     {"at_ms", toMillis(*l.shrink_at)},
+                     {"reason", l.shrink_reason},
+                     {"for", l.shrunk_for}};
+  }
   if (!l.at_risk_nodes.empty()) doc["at_risk_nodes"] = l.at_risk_nodes;
   if (l.idle_since) doc["idle_since_ms"] = toMillis(*l.idle_since);
   if (l.reclaim_at) doc["reclaim_at_ms"] = toMillis(*l.reclaim_at);
@@ -189,6 +202,23 @@ Lease leaseFromJson(const json& doc) {
     l.preempt_reason = textOr(f, "preempt_reason", 0, Text::kStored);
     l.preempted_for = storedInteger<int64_t>(f, "preempted_for", 0, INT64_MAX, 0);
   }
+  l.resized = l.created;
+  if (f.has("elastic")) {
+    l.elastic = storedRequestFromJson(f.need("elastic"));
+    l.resizes = storedInteger<int>(f, "resizes", 0, INT32_MAX, 0);
+    if (f.has("resized_ms")) l.resized = timeField(f, "resized_ms");
+  }
+  if (f.has("shrink")) {
+    JsonFields s = f.child(f.need("shrink"), "shrink");
+    const json& shrinking = s.array("gpus");
+    for (size_t i = 0; i < shrinking.size(); ++i) {
+      JsonFields g = s.child(shrinking[i], s.element("gpus", i));
+      l.shrink_gpus.push_back({nodeName(g, "node"), integer(g, "index", kGpuIndexRange)});
+    }
+    l.shrink_at = timeField(s, "at_ms");
+    l.shrink_reason = textOr(s, "reason", 0, Text::kStored);
+    l.shrunk_for = storedInteger<int64_t>(s, "for", 0, INT64_MAX, 0);
+  }
   const json& atRisk = f.optionalArray("at_risk_nodes");
   for (size_t i = 0; i < atRisk.size(); ++i) {
     if (!atRisk[i].is_string()) f.failField("at_risk_nodes", "expected a list of node names");
@@ -218,15 +248,20 @@ json toJson(const LeaseRequest& r) {
   doc["max_duration_s"] = r.max_duration ? json(r.max_duration->count()) : json(nullptr);
   if (r.no_reclaim) doc["no_reclaim"] = true;
   if (r.preemptible) doc["preemptible"] = true;
+  if (r.elastic()) {
+    doc["max_gpus"] = r.max_gpus;
+    doc["resize_interval_s"] = r.resize_interval.count();
+  }
   return doc;
 }
 
 LeaseRequest requestFromJson(const json& doc) {
-  JsonFields f = clientFields(doc,
-                              {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes",
-                               "fabric", "labels", "one_switch", "priority", "owner", "job_name", "wait_s",
-                               "ttl_s", "max_duration_s", "no_reclaim", "preemptible", "request_id"},
-                              "the lease request");
+  JsonFields f = clientFields(
+      doc,
+      {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes", "fabric", "labels",
+       "one_switch", "priority", "owner", "job_name", "wait_s", "ttl_s", "max_duration_s", "no_reclaim",
+       "preemptible", "max_gpus", "resize_interval_s", "request_id"},
+      "the lease request");
   LeaseRequest r;
   r.gpus = integer(f, "gpus", kGpusRange);
   r.gpus_per_node = integerOr(f, "gpus_per_node", kGpusPerNodeRange, 0);
@@ -252,6 +287,8 @@ LeaseRequest requestFromJson(const json& doc) {
   r.max_duration = secondsOr(f, "max_duration_s", kMaxDurationSecondsRange);
   r.no_reclaim = f.boolean("no_reclaim", false);
   r.preemptible = f.boolean("preemptible", false);
+  r.max_gpus = integerOr(f, "max_gpus", kMaxGpusRange, 0);
+  r.resize_interval = secondsOr(f, "resize_interval_s", kResizeIntervalSecondsRange).value_or(seconds(600));
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
   if (f.has("request_id")) leaseId(f, "request_id");
   return r;
@@ -283,6 +320,8 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.max_duration = storedSecondsOr(f, "max_duration_s");
   r.no_reclaim = f.boolean("no_reclaim", false);
   r.preemptible = f.boolean("preemptible", false);
+  r.max_gpus = storedInteger<int>(f, "max_gpus", 0, INT32_MAX, 0);
+  r.resize_interval = storedSecondsOr(f, "resize_interval_s").value_or(seconds(600));
   return r;
 }
 

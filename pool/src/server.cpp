@@ -543,6 +543,11 @@ struct PoolServer::Impl {
         return json{{"lease", toJson(s.renew(c.params[0], c.who.owner, c.who.admin, now))}};
       });
     });
+    route("POST", "/v1/leases/*/shrink", false, "", [this](Context& c) {
+      return mutate([&](PoolState& s, TimePoint now) {
+        return json{{"lease", toJson(s.shrink(c.params[0], c.who.owner, c.who.admin, now))}};
+      });
+    });
     route("DELETE", "/v1/leases/*", false, "", [this](Context& c) {
       return mutate([&](PoolState& s, TimePoint now) {
         return json{{"id", c.params[0]}, {"released", s.release(c.params[0], c.who.owner, c.who.admin, now)}};

@@ -125,13 +125,22 @@ ServerMetrics::ServerMetrics()
     : waits_(kWaitBounds), start_(std::chrono::system_clock::now()), version_(projectVersion()) {}
 
 int64_t ServerMetrics::sinceStart(const Lease& lease, TimePoint now) const {
-  int64_t from = std::max(millisOf(lease.created), millisOf(start_));
+  // An elastic lease's GPU-seconds before its last change of size were counted at the change.
+  int64_t from = std::max({millisOf(lease.created), millisOf(lease.resized), millisOf(start_)});
   return std::max<int64_t>(0, millisOf(now) - from) * static_cast<int64_t>(lease.gpus.size());
 }
 
 void ServerMetrics::observeLease(const LeaseEvent& event, TimePoint now) {
-  if (event.kind == LeaseEvent::Kind::kGranted || event.kind == LeaseEvent::Kind::kPreempted) return;
+  using Kind = LeaseEvent::Kind;
+  if (event.kind == Kind::kGranted || event.kind == Kind::kPreempted || event.kind == Kind::kShrinking)
+    return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (event.kind == Kind::kGrown || event.kind == Kind::kShrunk) {
+    int64_t from = std::max({millisOf(event.lease.created), millisOf(event.since), millisOf(start_)});
+    ended_millis_[event.lease.owner] +=
+        std::max<int64_t>(0, millisOf(now) - from) * static_cast<int64_t>(event.gpus_before);
+    return;
+  }
   ++(event.kind == LeaseEvent::Kind::kExpired ? expiries_ : releases_);
   ended_millis_[event.lease.owner] += sinceStart(event.lease, now);
 }

@@ -89,6 +89,8 @@ class SlurmPool : public PoolClient {
     return it->second;  // Slurm owns the lifetime: nothing to renew
   }
 
+  Lease shrink(const std::string& id) override { return renew(id); }  // never elastic: nothing to shrink
+
   bool release(const std::string& id) override {
     bool held = leases_.erase(id) > 0;
     auto it = active_.find(id);

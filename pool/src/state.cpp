@@ -41,6 +41,11 @@ TimePoint leaseEnd(const Lease& lease, const PreemptOptions& preempt) {
   return end;
 }
 
+// The latest an elastic lease under a shrink notice holds the GPUs it gives back.
+TimePoint shrinkEnd(const Lease& lease, const PreemptOptions& preempt) {
+  return lease.shrink_at ? addSaturating(*lease.shrink_at, preempt.kill_margin) : kNever;
+}
+
 // The nodes of `slots` (PoolState's, in pool order) that match `r` and have a GPU to give, as
 // placement sees them: each with its GPUs that are free (`freeOn(slot index, slot)(gpu)`), not
 // failed, and match. `everUsable`: as if every node that is not down were up (whether the pool
@@ -90,8 +95,20 @@ class Timeline {
     for (size_t s = 0; s < slots.size(); ++s) busy_[s].resize(slots[s].node->gpuCount());
     // A lease past its end holds its GPUs until a tick drops it (a submit between two ticks
     // plans with it still there): busy now, free an instant later.
-    for (const auto& [id, lease] : leases)
-      hold(lease.gpus, now, std::max(leaseEnd(lease, preempt), now + TimePoint::duration(1)), &lease);
+    for (const auto& [id, lease] : leases) {
+      const TimePoint end = std::max(leaseEnd(lease, preempt), now + TimePoint::duration(1));
+      if (!lease.shrink_at) {
+        hold(lease.gpus, now, end, &lease);
+        continue;
+      }
+      std::vector<GpuRef> kept;
+      for (const GpuRef& g : lease.gpus)
+        if (std::find(lease.shrink_gpus.begin(), lease.shrink_gpus.end(), g) == lease.shrink_gpus.end())
+          kept.push_back(g);
+      hold(kept, now, end, &lease);
+      hold(lease.shrink_gpus, now,
+           std::min(end, std::max(shrinkEnd(lease, preempt), now + TimePoint::duration(1))), &lease);
+    }
     for (size_t s = 0; s < busy_.size(); ++s)
       for (size_t i = 0; i < busy_[s].size(); ++i) by_end_.insert({busy_[s][i].end(), s, i});
     indexed_ = true;
@@ -108,8 +125,15 @@ class Timeline {
     }
   }
 
-  // Leases a preemption may end: their GPUs count as free where `freeOn` is given them.
-  using Ignoring = std::set<const Lease*>;
+  // What a preemption may take: whole leases, and single GPUs of elastic leases (a shrink), by
+  // (slot, GPU). Their GPUs count as free where `freeOn` is given them.
+  struct Ignoring {
+    std::set<const Lease*> leases;
+    std::set<std::pair<size_t, size_t>> gpus;
+    bool covers(const Lease* lease, size_t slot, size_t gpu) const {
+      return lease != nullptr && (leases.count(lease) || gpus.count({slot, gpu}));
+    }
+  };
 
   // When a request may start: now, at every planned end after now, and never (once leases
   // without an end have ended).
@@ -143,7 +167,7 @@ class Timeline {
   // without an end hold it.
   auto freeOn(size_t slot, TimePoint t, TimePoint to, const Ignoring* ignoring = nullptr) const {
     const std::vector<Gpu>& gpus = busy_.at(slot);
-    return [&gpus, t, to, ignoring](size_t i) {
+    return [&gpus, slot, t, to, ignoring](size_t i) {
       const Gpu& g = gpus[i];
       if (t == kNever) return !g.endless_promise;  // only a promise without an end holds it then
       if (ignoring == nullptr) {
@@ -155,7 +179,7 @@ class Timeline {
         return n == 0 || g.max_to[n - 1] <= t;
       }
       return std::none_of(g.busy.begin(), g.busy.end(), [&](const Interval& iv) {
-        if (iv.lease && ignoring->count(iv.lease)) return false;
+        if (ignoring->covers(iv.lease, slot, i)) return false;
         return iv.from < to && t < iv.to;
       });
     };
@@ -179,10 +203,10 @@ class Timeline {
     }
   }
 
-  // A lease chosen as a victim now holds its GPUs only until `end`.
-  void endEarly(const Lease& lease, TimePoint end) {
+  // A lease chosen as a victim now holds its GPUs (or those of `gpus`, a shrink) only until `end`.
+  void endEarly(const Lease& lease, TimePoint end, const std::vector<GpuRef>* gpus = nullptr) {
     ends_.insert(end);
-    for (const GpuRef& g : lease.gpus) {
+    for (const GpuRef& g : gpus ? *gpus : lease.gpus) {
       auto s = slot_of_.find(g.node);
       if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
       Gpu& gpu = busy_[s->second][g.index];
@@ -262,6 +286,7 @@ void Dirty::merge(const Dirty& other) {
   nodes.insert(other.nodes.begin(), other.nodes.end());
   leases.insert(other.leases.begin(), other.leases.end());
   new_leases.insert(other.new_leases.begin(), other.new_leases.end());
+  resized.insert(other.resized.begin(), other.resized.end());
   queue.insert(other.queue.begin(), other.queue.end());
   counters = counters || other.counters;
 }
@@ -280,6 +305,19 @@ void validateRequest(const LeaseRequest& r) {
   if (r.max_duration && *r.max_duration < seconds(1))
     bad("max_duration " + std::to_string(r.max_duration->count()) + "s (at least 1 s)");
   if (r.wait && *r.wait < seconds(0)) bad("wait " + std::to_string(r.wait->count()) + "s (0 or more)");
+  if (r.max_gpus == 0) return;
+  const std::string range = "elastic " + std::to_string(r.gpus) + ":" + std::to_string(r.max_gpus);
+  if (r.max_gpus < r.gpus || r.max_gpus > 1'000'000)
+    bad(range + ": the most (max_gpus) must be at least the least (gpus) and at most 1000000");
+  if (r.gpus_per_node > 0 && r.max_gpus % r.gpus_per_node != 0)
+    bad(range + ": max_gpus " + std::to_string(r.max_gpus) + " is not a multiple of gpus_per_node " +
+        std::to_string(r.gpus_per_node));
+  if (r.whole_nodes)
+    bad(range +
+        " with whole_nodes: an elastic lease grows and shrinks by GPUs; ask for gpus_per_node "
+        "(the node's GPU count) instead");
+  if (r.resize_interval < seconds(0))
+    bad("resize_interval " + std::to_string(r.resize_interval.count()) + "s (0 or more)");
 }
 
 std::string newLeaseId() {
@@ -471,6 +509,8 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   lease.no_reclaim = request.no_reclaim;
   lease.preemptible = request.preemptible;
   lease.preempt_grace = preempt_.grace;
+  lease.resized = now;
+  if (request.elastic()) lease.elastic = request;
   if (request.max_duration) lease.max_end = addSaturating(now, *request.max_duration);
   lease.expires = std::min(addSaturating(now, request.ttl), lease.max_end.value_or(kNever));
   for (const GpuRef& g : lease.gpus) {
@@ -508,6 +548,7 @@ void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::stri
   reclaim_at_.erase(id);
   dirty_.leases.insert(id);
   dirty_.new_leases.erase(id);
+  dirty_.resized.erase(id);
 }
 
 void PoolState::endedByPool(const std::string& id, std::string why) {
@@ -587,7 +628,7 @@ std::vector<const Lease*> PoolState::victimCandidates(TimePoint now, const Quota
 }
 
 bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& pool,
-                           const QuotaBook& book, TimePoint now) {
+                           const std::vector<const Lease*>& elastic, const QuotaBook& book, TimePoint now) {
   const LeaseRequest& r = entry.request;
   if (r.wait && *r.wait == seconds(0)) return false;  // it will not wait for the grace: no notice for it
   // An owner within its guarantee takes back what others borrowed, whatever their priority.
@@ -597,23 +638,55 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
   auto reclaimable = [&](const Lease* l) {
     return withinGuarantee && book.borrowed.count(l) && quotas_.of(l->owner) != mine;
   };
-  // In the pool's order (the smallest first, then the youngest), borrowed GPUs first.
-  std::vector<const Lease*> cands;
+  auto mayTake = [&](const Lease* l) { return reclaimable(l) || l->priority < r.priority; };
+  // What may be taken, in the order it is taken: first what elastic leases hold beyond their
+  // minimum (a shrink instead of a preemption), a GPU at a time from the end of each lease (a node's
+  // GPUs at a time for a per-node shape), so that a shrink gives back no more than the request
+  // needs; then whole leases, in the pool's order (the smallest first, then the youngest),
+  // borrowed GPUs first.
+  struct Unit {
+    const Lease* lease;
+    std::vector<GpuRef> gpus;  // a shrink's; empty: the whole lease
+  };
+  std::vector<Unit> cands;
+  for (const Lease* l : elastic) {
+    if (l->preempt_at || l->shrink_at || now - l->created < preempt_.min_runtime || !mayTake(l)) continue;
+    const size_t step = static_cast<size_t>(std::max(1, l->elastic->gpus_per_node));
+    const size_t keep = static_cast<size_t>(l->elastic->gpus);
+    for (size_t end = l->gpus.size(); end >= keep + step; end -= step)
+      cands.push_back({l, std::vector<GpuRef>(l->gpus.begin() + static_cast<long>(end - step),
+                                              l->gpus.begin() + static_cast<long>(end))});
+  }
+  std::set<const Lease*> reclaimed;
   for (const Lease* l : pool)
-    if (!l->preempt_at && reclaimable(l)) cands.push_back(l);
-  const size_t reclaims = cands.size();
+    if (!l->preempt_at && reclaimable(l)) {
+      cands.push_back({l, {}});
+      reclaimed.insert(l);
+    }
   for (const Lease* l : pool)
-    if (!l->preempt_at && !reclaimable(l) && l->priority < r.priority) cands.push_back(l);
+    if (!l->preempt_at && !reclaimable(l) && l->priority < r.priority) cands.push_back({l, {}});
   if (cands.empty()) return false;
   // Placed where it would start: once the victims have had their grace and the kill margin.
   const TimePoint from = addSaturating(now, preempt_.grace + preempt_.kill_margin);
   const TimePoint to = r.max_duration ? addSaturating(from, *r.max_duration) : kNever;
-  auto placeIgnoring = [&](const Timeline::Ignoring& ignoring) {
-    auto freeNow = [&](size_t slot, const Slot&) { return timeline.freeOn(slot, from, to, &ignoring); };
-    return place(nodeViews(slots(), r, freeNow), r);
+  using Chosen = std::set<size_t>;  // indexes into cands
+  auto ignoring = [&](const Chosen& chosen) {
+    Timeline::Ignoring out;
+    for (size_t u : chosen) {
+      if (cands[u].gpus.empty()) out.leases.insert(cands[u].lease);
+      for (const GpuRef& g : cands[u].gpus) out.gpus.insert({slot_cache_.index.at(g.node), g.index});
+    }
+    return out;
+  };
+  auto placeIgnoring = [&](const Chosen& chosen) {
+    const Timeline::Ignoring ig = ignoring(chosen);
+    auto freeThen = [&](size_t slot, const Slot&) { return timeline.freeOn(slot, from, to, &ig); };
+    return place(nodeViews(slots(), r, freeThen), r);
   };
   auto prefix = [&](size_t k) {
-    return Timeline::Ignoring(cands.begin(), cands.begin() + static_cast<long>(k));
+    Chosen out;
+    for (size_t u = 0; u < k; ++u) out.insert(u);
+    return out;
   };
   if (!placeIgnoring(prefix(cands.size()))) return false;  // not even every candidate would make room
   // The shortest run of candidates that makes room (room only grows with the run).
@@ -625,41 +698,64 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
     else
       lo = mid + 1;
   }
-  // Of those, the leases whose GPUs the placement takes; then each one it can do without is
-  // spared, the largest first, then the oldest.
-  auto takenFrom = [&](const std::vector<GpuRef>& gpus, const Timeline::Ignoring& among) {
-    Timeline::Ignoring out;
-    for (const GpuRef& g : gpus)
-      if (const std::string* h = holder(g.node, g.index))
-        if (const Lease* l = &leases_.at(*h); among.count(l)) out.insert(l);
+  // Of those, the ones whose GPUs the placement takes; then each whole lease it can do without is
+  // spared, the largest first, then the oldest (a shrink's GPUs are few, and taken in order: the
+  // shortest run already gives back no more than it must).
+  auto takenFrom = [&](const std::vector<GpuRef>& gpus, const Chosen& among) {
+    Chosen out;
+    for (const GpuRef& g : gpus) {
+      const std::string* h = holder(g.node, g.index);
+      if (!h) continue;
+      const Lease* l = &leases_.at(*h);
+      for (size_t u : among)
+        if (cands[u].lease == l &&
+            (cands[u].gpus.empty() ||
+             std::find(cands[u].gpus.begin(), cands[u].gpus.end(), g) != cands[u].gpus.end()))
+          out.insert(u);
+    }
     return out;
   };
-  Timeline::Ignoring chosen = prefix(lo);
+  Chosen chosen = prefix(lo);
   chosen = takenFrom(*placeIgnoring(chosen), chosen);
-  std::vector<const Lease*> spareOrder(chosen.begin(), chosen.end());
-  std::sort(spareOrder.begin(), spareOrder.end(), [](const Lease* a, const Lease* b) {
-    if (a->gpus.size() != b->gpus.size()) return a->gpus.size() > b->gpus.size();
-    if (a->created != b->created) return a->created < b->created;
-    return a->id < b->id;
+  auto size = [&](size_t u) {
+    return cands[u].gpus.empty() ? cands[u].lease->gpus.size() : cands[u].gpus.size();
+  };
+  std::vector<size_t> spareOrder;
+  for (size_t u : chosen)
+    if (cands[u].gpus.empty()) spareOrder.push_back(u);
+  std::sort(spareOrder.begin(), spareOrder.end(), [&](size_t a, size_t b) {
+    const Lease* la = cands[a].lease;
+    const Lease* lb = cands[b].lease;
+    if (size(a) != size(b)) return size(a) > size(b);
+    if (la->created != lb->created) return la->created < lb->created;
+    if (la->id != lb->id) return la->id < lb->id;
+    return a < b;
   });
-  for (const Lease* l : spareOrder) {
-    if (!chosen.count(l)) continue;
-    Timeline::Ignoring without = chosen;
-    without.erase(l);
+  for (size_t u : spareOrder) {
+    if (!chosen.count(u)) continue;
+    Chosen without = chosen;
+    without.erase(u);
     if (std::optional<std::vector<GpuRef>> gpus = placeIgnoring(without)) chosen = takenFrom(*gpus, without);
   }
   const std::string request = std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs");
-  const std::string byPriority = "preempted for ticket " + std::to_string(entry.ticket) + " of " + r.owner +
-                                 " (priority " + std::to_string(r.priority) + ", " + request + ")";
+  const std::string forWhom = "for ticket " + std::to_string(entry.ticket) + " of " + r.owner;
+  const std::string byPriority =
+      "preempted " + forWhom + " (priority " + std::to_string(r.priority) + ", " + request + ")";
   const std::string byQuota =
-      mine == nullptr
-          ? ""
-          : "preempted for ticket " + std::to_string(entry.ticket) + " of " + r.owner + " (" + request +
-                ", within the guarantee of " + std::to_string(mine->guaranteed) + " GPUs of " +
-                toString(mine->kind) + (mine->kind == Quota::Kind::kDefault ? "" : " " + mine->name) +
-                "): these GPUs were borrowed beyond its owner's guarantee";
-  const std::set<const Lease*> reclaimed(cands.begin(), cands.begin() + static_cast<long>(reclaims));
-  for (const Lease* victim : chosen) {
+      mine == nullptr ? ""
+                      : "preempted " + forWhom + " (" + request + ", within the guarantee of " +
+                            std::to_string(mine->guaranteed) + " GPUs of " + toString(mine->kind) +
+                            (mine->kind == Quota::Kind::kDefault ? "" : " " + mine->name) +
+                            "): these GPUs were borrowed beyond its owner's guarantee";
+  // Whole leases first: a lease preempted whole gives nothing back by a shrink as well.
+  std::set<const Lease*> whole;
+  std::map<const Lease*, std::vector<GpuRef>> shrinks;
+  for (size_t u : chosen)
+    if (cands[u].gpus.empty()) whole.insert(cands[u].lease);
+  for (size_t u : chosen)
+    if (!cands[u].gpus.empty() && !whole.count(cands[u].lease))
+      for (const GpuRef& g : cands[u].gpus) shrinks[cands[u].lease].push_back(g);
+  for (const Lease* victim : whole) {
     Lease& v = leases_.at(victim->id);
     const std::string& why = reclaimed.count(victim) ? byQuota : byPriority;
     v.preempt_at = addSaturating(now, preempt_.grace);
@@ -670,6 +766,22 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
     ++leases_preempted_;
     timeline.endEarly(v, leaseEnd(v, preempt_));
   }
+  for (auto& [victim, gpus] : shrinks) {
+    Lease& v = leases_.at(victim->id);
+    poolOrder(gpus);
+    const std::string why =
+        "shrunk from " + std::to_string(v.gpus.size()) + " to " +
+        std::to_string(v.gpus.size() - gpus.size()) + " GPUs " + forWhom + " (" +
+        (reclaimable(victim) ? "within its owner's guarantee" : "priority " + std::to_string(r.priority)) +
+        ", " + request + ")";
+    v.shrink_gpus = std::move(gpus);
+    v.shrink_at = addSaturating(now, preempt_.grace);
+    v.shrink_reason = why;
+    v.shrunk_for = entry.ticket;
+    dirty_.leases.insert(v.id);
+    lease_events_.push_back({LeaseEvent::Kind::kShrinking, v, why});
+    timeline.endEarly(v, std::min(leaseEnd(v, preempt_), shrinkEnd(v, preempt_)), &v.shrink_gpus);
+  }
   return !chosen.empty();
 }
 
@@ -678,6 +790,14 @@ void PoolState::schedule(TimePoint now) {
   last_pass_ = now;
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
+  QuotaBook book = quotaBook();  // kept up to date as this pass grants
+  std::optional<int> waiting;    // the highest priority of a request left waiting that may start
+  scheduleQueue(order, book, waiting, now);
+  growElastic(now, waiting, book);
+}
+
+void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, QuotaBook& book,
+                              std::optional<int>& waiting, TimePoint now) {
   if (order.empty()) return;
 
   // Conservative backfill: every waiting request, in queue order, gets the earliest start at
@@ -690,9 +810,8 @@ void PoolState::schedule(TimePoint now) {
   std::optional<Timeline> timeline;
   // Preemption, once some request has to wait: the leases that may be victims (the smallest
   // first, then the youngest), and the requests whose victims are still ending.
-  std::vector<const Lease*> victims;
+  std::vector<const Lease*> victims, elastic;
   std::set<int64_t> awaitingVictims;
-  QuotaBook book = quotaBook();  // kept up to date as this pass grants
   auto granted = [&](const Lease& lease) {
     if (const Quota* q = quotas_.of(lease.owner)) book.used[q] += static_cast<int>(lease.gpus.size());
   };
@@ -702,13 +821,19 @@ void PoolState::schedule(TimePoint now) {
     if (!timeline) {
       if (std::optional<std::vector<GpuRef>> gpus =
               place(nodeViews(inOrder, r, unheld<Slot>, false, &slot_cache_.unheld), r)) {
-        granted(grantQueued(*entry, *gpus, now));
+        Lease lease = grantQueued(*entry, *gpus, now);
+        granted(lease);
+        // Nobody waits ahead of it: an elastic lease starts as large as the free GPUs let it.
+        if (r.elastic()) growNow(leases_.at(lease.id), book, now, false);
         continue;
       }
       timeline.emplace(inOrder, slot_cache_.index, leases_, preempt_, now);
       victims = victimCandidates(now, book);
-      for (const auto& [id, lease] : leases_)
+      for (const auto& [id, lease] : leases_) {
         if (lease.preempt_at) awaitingVictims.insert(lease.preempted_for);
+        if (lease.shrink_at) awaitingVictims.insert(lease.shrunk_for);
+        if (lease.elastic) elastic.push_back(&lease);
+      }
     }
     // The earliest start at which it fits, and where.
     // Requests without a maximum duration: the GPUs free from t on are those the timeline's index
@@ -781,7 +906,7 @@ void PoolState::schedule(TimePoint now) {
     // notice and kill take.
     const TimePoint viaPreemption = addSaturating(now, preempt_.grace + preempt_.kill_margin);
     if ((!plan || plan->first > viaPreemption) && !awaitingVictims.count(entry->ticket) &&
-        preemptFor(*entry, *timeline, victims, book, now))
+        preemptFor(*entry, *timeline, victims, elastic, book, now))
       plan = earliest();
     if (plan) {
       auto& [t, gpus] = *plan;
@@ -807,6 +932,8 @@ void PoolState::schedule(TimePoint now) {
                  " GPUs (GPUs failed or nodes went down)";
       dirty_.queue.insert(e.ticket);
     }
+    if (queue_.at(entry->ticket).status == QueueEntry::Status::kWaiting)
+      waiting = std::max(waiting.value_or(r.priority), r.priority);
   }
 }
 
@@ -933,6 +1060,15 @@ Lease PoolState::renew(const std::string& id, const std::string& owner, bool adm
   return withLiveView(lease, now);
 }
 
+Lease PoolState::shrink(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
+  Lease lease = renew(id, owner, admin, now);  // the same checks, and a holder that shrinks is alive
+  Lease& held = leases_.at(id);
+  if (!held.shrink_at) return lease;
+  applyShrink(held, now, held.shrink_reason + ", given back by its holder");
+  schedule(now);
+  return withLiveView(leases_.at(id), now);
+}
+
 bool PoolState::release(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return false;
@@ -950,7 +1086,11 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
   updateLiveness(now);
   reclaimIdle(now);
   std::vector<std::string> expired, preempted;
-  for (const auto& [id, lease] : leases_) {
+  for (auto& [id, lease] : leases_) {
+    if (lease.shrink_at && shrinkEnd(lease, preempt_) <= now && lease.expires > now)
+      applyShrink(lease, now,
+                  lease.shrink_reason + ", taken back " + std::to_string(preempt_.kill_margin.count()) +
+                      " s after the deadline (its holder had not given them back)");
     if (lease.preempt_at && leaseEnd(lease, preempt_) <= now)
       preempted.push_back(id);
     else if (lease.expires <= now)

@@ -595,11 +595,13 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
     s.bind(healthToJson(n).dump());
     s.run();
   }
-  // Deletions first, so that GPUs a batch moves from one lease to another are free when inserted.
+  // Deletions first, so that GPUs a batch moves from one lease to another are free when inserted;
+  // a resized lease's GPUs are written again.
   for (const std::string& id : dirty.leases) {
-    if (state.leaseMap().count(id)) continue;
-    Step(db_, prepare("DELETE FROM leases WHERE id = ?")).bind(id).run();
-    Step(db_, prepare("DELETE FROM lease_gpus WHERE lease = ?")).bind(id).run();
+    const bool gone = !state.leaseMap().count(id);
+    if (gone) Step(db_, prepare("DELETE FROM leases WHERE id = ?")).bind(id).run();
+    if (gone || dirty.resized.count(id))
+      Step(db_, prepare("DELETE FROM lease_gpus WHERE lease = ?")).bind(id).run();
   }
   for (const std::string& id : dirty.leases) {
     auto it = state.leaseMap().find(id);
@@ -608,7 +610,7 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
         .bind(id)
         .bind(toJson(it->second).dump())
         .run();
-    if (dirty.new_leases.count(id))
+    if (dirty.new_leases.count(id) || dirty.resized.count(id))
       for (const GpuRef& g : it->second.gpus)
         Step(db_, prepare("INSERT INTO lease_gpus(node, idx, lease) VALUES(?, ?, ?)"))
             .bind(g.node)

@@ -132,10 +132,23 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
             l.owner = value("owner=");
           } else if (w.rfind("id=", 0) == 0) {
             l.id = value("id=");
+          } else if (w.rfind("elastic=", 0) == 0) {  // elastic=MIN:MAX[:PPN]
+            std::vector<std::string> bounds = split(value("elastic="), ':');
+            pool::LeaseRequest r;
+            r.gpus = std::stoi(bounds.at(0));
+            r.max_gpus = std::stoi(bounds.at(1));
+            if (bounds.size() > 2) r.gpus_per_node = std::stoi(bounds[2]);
+            r.resize_interval = std::chrono::seconds(0);
+            l.elastic = r;
           } else {
             throw std::invalid_argument("bad lease word '" + w + "' in '" + clause + "'");
           }
         }
+        if (l.elastic) {
+          l.elastic->owner = l.owner;
+          l.elastic->priority = l.priority;
+        }
+        l.resized = l.created;
         state.loadLease(l);
       } else {
         throw std::invalid_argument("bad inventory clause '" + clause + "'");
@@ -175,6 +188,10 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
       r.owner = value("owner=");
     else if (w == "preemptible")
       r.preemptible = true;
+    else if (w.rfind("upto=", 0) == 0)  // elastic: gpus to this many
+      r.max_gpus = std::stoi(value("upto="));
+    else if (w.rfind("every=", 0) == 0)  // an elastic lease's resize interval, in seconds
+      r.resize_interval = std::chrono::seconds(std::stoll(value("every=")));
     else
       throw std::invalid_argument("bad request word '" + w + "'");
   }

@@ -4,12 +4,15 @@
 //
 // Inventory: clauses separated by ';'
 //   n[01-04]/gpu[0-7]@leaf1 model=A100 mem=40   nodes with GPUs 0-7 under switch leaf1
-//   n01 leased 0-3 [for 100] [prio=1] [preemptible] [age=700] [owner=bob] [id=A]
+//   n01 leased 0-3 [for 100] [prio=1] [preemptible] [age=700] [owner=bob] [id=A] [elastic=2:8[:4]]
 //                                                a lease of "other" on those GPUs (max 100 s;
-//                                                created 700 s ago; named A for expectations)
+//                                                created 700 s ago; named A for expectations;
+//                                                elastic from 2 to 8 GPUs [4 per node], resized
+//                                                at any time)
 //   n02 failed 1,3 | n03 draining | n04 down
 // Request: "16 ppn=8 whole one-switch model=H100 mem=80 label=rack:r1 prio=5 max=100 owner=bob
-//           preemptible"
+//           preemptible upto=32 every=60" (the last two: elastic up to 32 GPUs, resized at most
+//           every 60 s)
 // GPU lists print as "n01:0-3 n02:4-7".
 
 #include <chrono>

@@ -54,6 +54,15 @@ struct LeaseRequest {
   // May be preempted by a waiting request of higher priority (after the pool's grace period). A
   // lease whose owner is over quota may be preempted whatever this says.
   bool preemptible = false;
+  // Elastic (poolrun -n MIN:MAX): `gpus` is the least the lease holds, granted all or nothing;
+  // max_gpus the most it grows to, while GPUs are free and nobody of equal or higher priority
+  // waits. A request of higher priority shrinks it back towards `gpus` instead of preempting it.
+  // 0: a lease of a fixed size. Not with whole_nodes; a multiple of gpus_per_node where given.
+  int max_gpus = 0;
+  // The least time between the lease's creation or last change of size and its next growth: each
+  // one restarts the job.
+  std::chrono::seconds resize_interval{600};
+  bool elastic() const { return max_gpus > 0; }
 };
 
 struct Lease {
@@ -79,6 +88,19 @@ struct Lease {
   std::optional<std::chrono::system_clock::time_point> preempt_at;
   std::string preempt_reason;
   int64_t preempted_for = 0;  // the queue ticket it was preempted for
+
+  // Elastic leases: the request it was granted for (its bounds, gpus to max_gpus, and the shape it
+  // grows and shrinks in), and what the pool did to its size.
+  std::optional<LeaseRequest> elastic;
+  int resizes = 0;  // how often the pool has changed its GPUs: a holder restarts its job on a change
+  std::chrono::system_clock::time_point resized;  // the last change; `created` where none
+  // A shrink under notice: the pool takes `shrink_gpus` back at shrink_at (the job must have left
+  // them by then: it is restarted on the others), or earlier when the holder calls
+  // PoolClient::shrink. shrink_reason says for whom, as preempt_reason does.
+  std::vector<GpuRef> shrink_gpus;
+  std::optional<std::chrono::system_clock::time_point> shrink_at;
+  std::string shrink_reason;
+  int64_t shrunk_for = 0;  // the queue ticket it shrinks for
 
   // What the pool tells the holder in a renewal's reply and in listings (not stored):
   std::vector<std::string> at_risk_nodes;  // nodes of the lease whose agent has gone quiet
@@ -177,6 +199,10 @@ class PoolClient {
   // Idempotent: releasing a released or expired lease is not an error. Returns whether the lease
   // was held (false: already released, expired, or never granted).
   virtual bool release(const std::string& lease_id) = 0;
+  // An elastic lease's holder has moved its job off the GPUs under a shrink notice
+  // (Lease::shrink_gpus): the pool takes them back now instead of at shrink_at. Returns the lease
+  // as it is then (unchanged where no shrink is pending). Throws as renew does.
+  virtual Lease shrink(const std::string& lease_id) = 0;
 
   // Housekeeping that may wait for the disk, done by a launcher while its job runs, where waiting
   // costs the job nothing: the embedded pools checkpoint their file, so that the next launch

@@ -20,7 +20,9 @@ struct Range {
 };
 
 inline constexpr Range<int> kGpusRange{1, 1'000'000};
-inline constexpr Range<int> kGpusPerNodeRange{0, 1024};  // 0: any split
+inline constexpr Range<int> kGpusPerNodeRange{0, 1024};        // 0: any split
+inline constexpr Range<int> kMaxGpusRange{0, kGpusRange.max};  // an elastic lease's maximum; 0: not elastic
+inline constexpr Range<int64_t> kResizeIntervalSecondsRange{0, 30 * 86'400};
 inline constexpr Range<size_t> kGpuIndexRange{0, 1023};  // a GPU's index in its node
 inline constexpr Range<int> kPriorityRange{-1'000'000, 1'000'000};
 inline constexpr Range<int64_t> kTtlSecondsRange{1, 86'400};       // a day; poold's --max-ttl is lower

@@ -104,6 +104,7 @@ struct Dirty {
   std::set<std::string> nodes;       // upsert, or delete where gone
   std::set<std::string> leases;      // upsert, or delete where gone
   std::set<std::string> new_leases;  // their GPUs must be inserted (a subset of `leases`)
+  std::set<std::string> resized;     // their GPUs must be written again (a subset of `leases`)
   std::set<int64_t> queue;           // upsert, or delete where gone
   bool counters = false;
   bool empty() const { return nodes.empty() && leases.empty() && queue.empty() && !counters; }
@@ -114,10 +115,14 @@ struct Dirty {
 struct LeaseEvent {
   // kPreempted: chosen as a victim (the lease holds on until its holder ends the job, or until
   // its preempt_at and PreemptOptions::kill_margin); it ends later as kReleased or kExpired.
-  enum class Kind { kGranted, kReleased, kExpired, kPreempted };
+  // kGrown, kShrinking, kShrunk: an elastic lease given more GPUs, told to give some back (a shrink
+  // under notice), and after giving them back.
+  enum class Kind { kGranted, kReleased, kExpired, kPreempted, kGrown, kShrinking, kShrunk };
   Kind kind = Kind::kGranted;
-  Lease lease;         // as it was when granted or ended
-  std::string reason;  // where the rule that ended it says more than its kind
+  Lease lease;             // as it was when granted or ended; as it is after a growth or shrink
+  std::string reason;      // where the rule that ended it says more than its kind
+  size_t gpus_before = 0;  // kGrown, kShrunk: how many GPUs it held before, ...
+  TimePoint since{};       // ... since then (its creation, or the change before)
 };
 
 // What the live pool's rules saw happen to a node: its agent went quiet or came back, or a GPU
@@ -172,6 +177,9 @@ class PoolState {
   Lease renew(const std::string& id, const std::string& owner, bool admin, TimePoint now);
   // Idempotent: false when there was no such lease. PoolError kForbidden for another owner's.
   bool release(const std::string& id, const std::string& owner, bool admin, TimePoint now);
+  // The holder of an elastic lease under a shrink notice has left its shrink_gpus: they go back
+  // to the pool now (PoolClient::shrink). The lease as it is then; errors as renew's.
+  Lease shrink(const std::string& id, const std::string& owner, bool admin, TimePoint now);
   // Expires leases, drops queue entries whose client went quiet for `stale_after`, and starts
   // what can start: a scheduling pass where anything changed since the last one (a lease ended,
   // a node or GPU changed state, the quotas), and at least every kReplanEvery for what time alone
@@ -227,6 +235,7 @@ class PoolState {
   }
   const PreemptOptions& preemptOptions() const { return preempt_; }
   uint64_t leasesPreempted() const { return leases_preempted_; }  // leases chosen as victims since start
+  uint64_t leasesResized() const { return leases_resized_; }      // elastic growths and shrinks since start
 
   // --- the live pool (pool/src/live.cpp)
   void setLiveOptions(const LiveOptions& options) { live_ = options; }
@@ -285,8 +294,27 @@ class PoolState {
   // Chooses and notifies the victims that let `entry` start now (whole leases out of
   // `candidates`: borrowed ones first where its owner is within its guarantee, else of lower
   // priority; the fewest GPUs, then the youngest); false where none would make room.
+  // `elastic`: the elastic leases, whose GPUs beyond their minimum are taken (a shrink) before any
+  // whole lease.
   bool preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& candidates,
-                  const QuotaBook& book, TimePoint now);
+                  const std::vector<const Lease*>& elastic, const QuotaBook& book, TimePoint now);
+  // The queue's part of a scheduling pass; `waiting`: the highest priority of a request it left
+  // waiting (held back by a quota's limit aside).
+  void scheduleQueue(const std::vector<const QueueEntry*>& order, QuotaBook& book,
+                     std::optional<int>& waiting, TimePoint now);
+  // Elastic leases (elastic.cpp): each grown towards its maximum where GPUs are free, its resize
+  // interval has passed and nobody of equal or higher priority waits (`waiting`, above).
+  void growElastic(TimePoint now, std::optional<int> waiting, QuotaBook& book);
+  // Grows `lease` by what is free now in its shape, within its owner's quota limit (`book` counts
+  // the lease and is kept up to date); `resize`: a change to a running job (counted, and its
+  // interval restarts), not the grant's own. Whether it grew.
+  bool growNow(Lease& lease, QuotaBook& book, TimePoint now, bool resize);
+  // The GPUs `lease` could grow by now, in the shape it asked for, at most `most` of them.
+  std::vector<GpuRef> growthFor(const Lease& lease, int most) const;
+  // Gives the GPUs under a shrink notice back (the holder's shrink, or the notice's end).
+  void applyShrink(Lease& lease, TimePoint now, const std::string& why);
+  // Sorts `gpus` by pool order and index.
+  void poolOrder(std::vector<GpuRef>& gpus) const;
   // Why `request` may not start now for its quota's limit ("" when it may).
   std::string overLimit(const LeaseRequest& request, const QuotaBook& book) const;
   Occupancy& occupancy(const std::string& node);
@@ -351,6 +379,7 @@ class PoolState {
   PreemptOptions preempt_;
   Quotas quotas_;
   uint64_t leases_preempted_ = 0;
+  uint64_t leases_resized_ = 0;
   LiveOptions live_;
   uint64_t leases_reclaimed_ = 0;
   TimePoint view_time_{};  // the latest `now` a tick or heartbeat brought (leaseList's idle times)
