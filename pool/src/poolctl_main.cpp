@@ -36,11 +36,11 @@ constexpr const char* kUsage =
     "  status | nodes | leases | queue     look at the pool\n"
     "  quota                               GPUs used against each quota (poold --quotas)\n"
     "  top [--interval SECONDS] [--once]   a live view of nodes, GPUs, leases and the queue; q quits\n"
-    "  acquire -n N [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
+    "  acquire -n N|MIN:MAX [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
     "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
     "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
-    "          [--no-reclaim] [--preemptible]\n"
-    "  renew LEASE | release LEASE\n"
+    "          [--no-reclaim] [--preemptible] [--resize-interval SECONDS]\n"
+    "  renew LEASE | release LEASE | shrink LEASE\n"
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
     "  fail NODE:GPU                       (admin) mark a GPU failed\n"
@@ -113,6 +113,10 @@ const char* commandHelp(const std::string& command) {
        "usage: poolctl [--pool URI] [--json] acquire -n N [options]\n"
        "Takes N GPUs (all or nothing) and prints the lease; queues while they are not free.\n"
        "  -n, --gpus N             GPUs to take\n"
+       "  -n, --gpus MIN:MAX       an elastic lease: MIN GPUs (all or nothing), grown towards MAX while\n"
+       "                           GPUs are free and nobody of equal or higher priority waits, shrunk\n"
+       "                           back towards MIN for a request of higher priority\n"
+       "  --resize-interval SECONDS  an elastic lease grows at most this often (default 600)\n"
        "  --gpus-per-node K        exactly K on each node\n"
        "  --whole-nodes            whole nodes only: every GPU of each node it takes\n"
        "  --ttl SECONDS            the lease expires unless renewed within SECONDS (default 60)\n"
@@ -137,6 +141,10 @@ const char* commandHelp(const std::string& command) {
       {"release",
        "usage: poolctl [--pool URI] [--json] release LEASE\n"
        "Gives LEASE's GPUs back to the pool.\n"},
+      {"shrink",
+       "usage: poolctl [--pool URI] [--json] shrink LEASE\n"
+       "An elastic lease under a shrink notice gives the GPUs it names back now (its job has left\n"
+       "them), instead of at the notice's deadline; prints the lease. Exit status 5 when it is gone.\n"},
       {"register",
        "usage: poolctl [--pool URI] register [--cluster FILE]\n"
        "(admin) Adds the nodes of a cluster file, or without --cluster this node, probed.\n"},
@@ -205,7 +213,13 @@ void printQuotaTable(const std::vector<QuotaUse>& quotas) {
 
 void printLease(const Lease& l) {
   std::cout << l.id << "  " << l.gpus.size() << " GPUs  " << formatGpus(l.gpus) << "  owner " << l.owner
-            << "  expires in " << inSeconds(l.expires) << "\n";
+            << "  expires in " << inSeconds(l.expires);
+  if (l.elastic)
+    std::cout << "  elastic " << l.elastic->gpus << ":" << l.elastic->max_gpus << " (resized " << l.resizes
+              << (l.resizes == 1 ? " time)" : " times)");
+  if (l.shrink_at)
+    std::cout << "  giving back " << formatGpus(l.shrink_gpus) << " in " << inSeconds(*l.shrink_at);
+  std::cout << "\n";
 }
 
 template <typename T>
@@ -441,7 +455,7 @@ int run(int argc, char** argv) {
   };
   static const std::set<std::string> known{"status",  "nodes",  "leases", "queue",   "register",
                                            "drain",   "resume", "fail",   "acquire", "renew",
-                                           "release", "events", "top",    "quota"};
+                                           "release", "events", "top",    "quota",   "shrink"};
   if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
   if (cmd == "events") return eventsCommand(uri, copt.token, cargs, asJson);
 
@@ -544,11 +558,11 @@ int run(int argc, char** argv) {
     size_t index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
     pool().failGpu(node, index);
     if (!asJson) std::cout << spec << ": failed\n";
-  } else if (cmd == "renew" || cmd == "release") {
+  } else if (cmd == "renew" || cmd == "release" || cmd == "shrink") {
     std::string id = one("LEASE");
     topo::checkLeaseId(id);
-    if (cmd == "renew") {
-      Lease l = pool().renew(id);
+    if (cmd != "release") {
+      Lease l = cmd == "renew" ? pool().renew(id) : pool().shrink(id);
       if (asJson)
         std::cout << toJson(l).dump(2) << "\n";
       else
@@ -572,8 +586,19 @@ int run(int argc, char** argv) {
         if (i + 1 >= cargs.size()) throw badInput(a + " needs a value");
         return cargs[++i];
       };
-      if (a == "-n" || a == "--gpus")
-        r.gpus = number(a, value(), kGpusRange);
+      if (a == "-n" || a == "--gpus") {
+        const std::string v = value();
+        const size_t colon = v.find(':');
+        if (colon != std::string::npos && (colon == 0 || colon + 1 == v.size()))
+          throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX needs both numbers (4:16, say)");
+        r.gpus = number(a, v.substr(0, colon), kGpusRange);
+        if (colon != std::string::npos) {
+          r.max_gpus = number(a, v.substr(colon + 1), kGpusRange);
+          if (r.max_gpus < r.gpus)
+            throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX with MAX at least MIN");
+        }
+      } else if (a == "--resize-interval")
+        r.resize_interval = std::chrono::seconds(number(a, value(), kResizeIntervalSecondsRange));
       else if (a == "--gpus-per-node")
         r.gpus_per_node = number(a, value(), kGpusPerNodeRange);
       else if (a == "--whole-nodes")

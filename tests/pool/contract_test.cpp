@@ -180,6 +180,43 @@ TEST_P(Contract, QueuedRequestStartsOnRelease) {
   EXPECT_EQ(got.gpus.size(), 16u);
 }
 
+// Elastic leases through each client: granted as large as the free GPUs let them, grown when GPUs
+// are freed (the release starts a scheduling pass), stored so (poold writes the lease's GPUs
+// again), and a shrink without a notice pending is a renewal.
+TEST_P(Contract, AnElasticLeaseGrowsWhenGpusAreFreed) {
+  auto alice = harness_->client("alice");
+  auto bob = harness_->client("bob");
+  Lease most = bob->acquire(request(120));
+  LeaseRequest r = request(4);
+  r.max_gpus = 16;
+  r.resize_interval = seconds(0);
+  Lease e = alice->acquire(r);
+  EXPECT_EQ(e.gpus.size(), 8u) << "all that is free, at least 4";
+  ASSERT_TRUE(e.elastic);
+  EXPECT_EQ(e.elastic->gpus, 4);
+  EXPECT_EQ(e.elastic->max_gpus, 16);
+  EXPECT_EQ(e.resizes, 0);
+  ASSERT_TRUE(bob->release(most.id));
+  Lease grown = alice->renew(e.id);
+  EXPECT_EQ(grown.gpus.size(), 16u);
+  EXPECT_EQ(grown.resizes, 1);
+  EXPECT_EQ(std::set<GpuRef>(grown.gpus.begin(), grown.gpus.end()).size(), 16u);
+  EXPECT_EQ(alice->status().gpus_leased, 16);
+  Lease same = alice->shrink(e.id);
+  EXPECT_EQ(same.gpus.size(), 16u) << "no shrink notice: nothing to give back";
+  try {
+    bob->shrink(e.id);
+    ADD_FAILURE() << "bob shrank alice's lease";
+  } catch (const PoolError& err) {
+    EXPECT_EQ(err.failure(), PoolFailure::kForbidden) << err.what();
+  }
+  LeaseRequest bad = request(8);
+  bad.max_gpus = 4;
+  EXPECT_THROW(alice->acquire(bad), Error) << "MAX below MIN";
+  EXPECT_TRUE(alice->release(e.id));
+  EXPECT_EQ(alice->status().gpus_free, 128);
+}
+
 TEST_P(Contract, OnlyTheOwnerOrAnAdministratorReleases) {
   auto alice = harness_->client("alice");
   auto bob = harness_->client("bob");
