@@ -169,9 +169,12 @@ void LeaseKeeper::run() {
     std::optional<Clock::time_point> since = policy_.failingSince();
     size_t lines = news_.lines.size();
     if (reply.kind == RenewReply::Kind::kRenewed) noticeChanges(reply.notices);
-    bool preemptedNow = reply.kind == RenewReply::Kind::kRenewed && reply.preempted && !preempted_;
+    // Each kind of notice is handed on once: a change of size, and a preemption (which may follow
+    // a change of size, and wins over it).
+    bool preemptedNow = reply.kind == RenewReply::Kind::kRenewed && reply.preempted &&
+                        !(reply.preempted->resize ? resized_ || preempted_ : preempted_);
     if (preemptedNow) {
-      preempted_ = true;
+      (reply.preempted->resize ? resized_ : preempted_) = true;
       news_.preempted = reply.preempted;
     }
     switch (policy_.record(started, now, reply)) {

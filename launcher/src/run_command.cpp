@@ -171,14 +171,37 @@ std::map<std::string, RenewReply::Notice> leaseNotices(const pool::Lease& lease,
   return out;
 }
 
+// How long a job has to end for its lease's growth: the pool's grace, as for a preemption, and
+// never less than this.
+constexpr std::chrono::seconds kLeastResizeGrace{10};
+
+// An elastic lease whose GPUs are no longer those the job started on (`resizes` then): grown since,
+// or under a shrink notice. The job ends by the deadline, to be restarted at the new size.
+std::optional<PreemptNotice> resizeNotice(const pool::Lease& lease, int resizes,
+                                          std::chrono::system_clock::time_point now) {
+  if (!lease.elastic) return std::nullopt;
+  if (lease.shrink_at)
+    return PreemptNotice{*lease.shrink_at,
+                         lease.shrink_reason + "; " +
+                             std::to_string(lease.gpus.size() - lease.shrink_gpus.size()) + " GPUs left",
+                         true};
+  if (lease.resizes == resizes) return std::nullopt;
+  return PreemptNotice{now + std::max(lease.preempt_grace, kLeastResizeGrace),
+                       "it holds " + std::to_string(lease.gpus.size()) + " GPUs now", true};
+}
+
 // One renewal, in the lease keeper's terms: the pool saying the lease is gone, or that it is not
 // ours (401, 403), ends the job; anything else (no connection, a timeout, a 5xx) may pass.
-RenewReply renewOnce(pool::PoolClient& pool, const std::string& id) {
+// `resizes`: the elastic lease's count of changes when the job started.
+RenewReply renewOnce(pool::PoolClient& pool, const std::string& id, int resizes) {
   auto sent = std::chrono::system_clock::now();
   try {
     pool::Lease lease = pool.renew(id);
     RenewReply reply{RenewReply::Kind::kRenewed, validFor(lease, sent), "", leaseNotices(lease, sent)};
-    if (lease.preempt_at) reply.preempted = PreemptNotice{*lease.preempt_at, lease.preempt_reason};
+    if (lease.preempt_at)
+      reply.preempted = PreemptNotice{*lease.preempt_at, lease.preempt_reason};
+    else
+      reply.preempted = resizeNotice(lease, resizes, sent);
     return reply;
   } catch (const pool::PoolError& e) {
     bool gone = e.failure() == pool::PoolFailure::kGone || e.failure() == pool::PoolFailure::kForbidden ||
@@ -236,6 +259,11 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
                    "preempted and requeued by Slurm's own rules (its partition's PreemptMode, sbatch "
                    "--requeue) (pool here: '" +
                    o.pool + "')");
+  if (where.slurm() && o.max_ranks > 0)
+    throw badInput("-n " + std::to_string(o.request.ranks) + ":" + std::to_string(o.max_ranks) +
+                   ": an elastic job is for the pools poolrun manages (local, sim:FILE, http://); a Slurm "
+                   "allocation keeps its size (pool here: '" +
+                   o.pool + "'); ask for -n N");
   if (where.slurm()) forgetSlurmGpuVariables(o.request, o.exports);
   return where;
 }
@@ -248,6 +276,8 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   lr.priority = o.priority;
   lr.no_reclaim = o.no_reclaim;
   lr.preemptible = o.preemptible;
+  lr.max_gpus = o.max_ranks;
+  lr.resize_interval = o.resize_interval;
   lr.owner = pool::currentUser();
   lr.job_name = o.job_name;
   lr.wait = o.wait;
@@ -303,7 +333,9 @@ JobPlan planJob(const std::vector<topo::ClusterNode>& nodes, const pool::Lease& 
     }
     grants.push_back(std::move(grant));
   }
-  JobPlan plan = makePlan(grants, request);
+  PlanRequest sized = request;
+  if (lease.elastic) sized.ranks = static_cast<int>(lease.gpus.size());  // one rank per GPU it holds now
+  JobPlan plan = makePlan(grants, sized);
   if (where.slurm()) applySlurmGpuNumbering(plan, lease, err);
   return plan;
 }
@@ -438,7 +470,7 @@ void printDryRun(const JobPlan& plan, const pool::Lease& lease, const pool::Pool
 // lease's expiry when the pool cannot be reached (lease_keeper.hpp); says which rank failed first.
 int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan, const Launch& launch,
                  const JobSite& where, const RunOptions& o, const JobDirectory& dir, bool& preempted,
-                 std::ostream& err) {
+                 bool& resized, std::ostream& err) {
   using std::chrono::milliseconds;
   SuperviseOptions so;
   so.argv = launch.cmd.argv;
@@ -466,7 +498,7 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
            "to keep the pool's grace, use --preempt-signal USR1 or USR2, which mpirun passes on as they "
            "are\n";
   LeaseKeeper keeper(lease.id, validFor(lease, std::chrono::system_clock::now()), every, [&] {
-    RenewReply reply = renewOnce(pool, lease.id);
+    RenewReply reply = renewOnce(pool, lease.id, lease.resizes);
     // A running job's directory stays the newest: pruning (below) never takes it.
     std::error_code ec;
     if (reply.kind == RenewReply::Kind::kRenewed)
@@ -481,8 +513,8 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
       pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7), std::chrono::minutes(60));
   };
   SuperviseResult r = supervise(so, err);
-  // A preempted job's ranks ended by the signal were sent it: no failure to report.
-  bool expected = r.preempted && r.failure && r.failure->signal != 0;
+  // A preempted or resized job's ranks ended by the signal were sent it: no failure to report.
+  bool expected = (r.preempted || r.resized) && r.failure && r.failure->signal != 0;
   if (r.failure && !expected && r.failure->rank >= 0 &&
       static_cast<size_t>(r.failure->rank) < plan.ranks.size()) {
     const RankPlan& rp = plan.ranks[static_cast<size_t>(r.failure->rank)];
@@ -492,6 +524,7 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
         << "\n";
   }
   preempted = r.preempted;
+  resized = r.resized;
   return r.exit_status;
 }
 
@@ -503,30 +536,50 @@ int failedToStart(const std::exception& e, std::ostream& err) {
 }
 
 // One run of the job: a lease, the plan, the doctor, the job directory, the launch, the release.
-// `dir_path`: the job directory, chosen by the first run (the first lease's) and kept by restarts.
-// `preempted`: whether the pool preempted it (not a program that exits 75 of its own accord).
-int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& options, int restart,
+// An elastic lease's job is started again on the lease's GPUs each time it changes size, under the
+// same lease. `dir_path`: the job directory, chosen by the first run (the first lease's) and kept by
+// restarts; `restart` counts the starts before this one. `preempted`: whether the pool preempted it
+// (not a program that exits 75 of its own accord).
+int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& options, int& restart,
            std::filesystem::path& dir_path, bool& preempted, std::ostream& out, std::ostream& err) {
-  const pool::Lease lease = acquireLease(pool, leaseRequest(options), err);
+  pool::Lease lease = acquireLease(pool, leaseRequest(options), err);
   LeaseGuard release(pool, lease.id, err);
+  if (lease.elastic)
+    err << "poolrun: elastic lease " << lease.id << ": " << lease.gpus.size() << " GPUs ("
+        << options.request.ranks << " to " << options.max_ranks << ")\n";
+  for (;;) {
+    const std::vector<topo::ClusterNode> nodes = leasedNodes(pool, lease, where, options, err);
+    const JobPlan plan = planJob(nodes, lease, where, options.request, err);
+    if (options.doctor && !doctorPasses(plan, where, err)) return kExitRefused;
 
-  const std::vector<topo::ClusterNode> nodes = leasedNodes(pool, lease, where, options, err);
-  const JobPlan plan = planJob(nodes, lease, where, options.request, err);
-  if (options.doctor && !doctorPasses(plan, where, err)) return kExitRefused;
-
-  if (dir_path.empty())
-    dir_path =
-        options.job_dir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(options.job_dir);
-  // A dry run's directory is its product, synced; a launch's is read back by mpirun (job_directory.hpp).
-  const JobDirectory dir(dir_path, options.dry_run ? Durability::kSynced : Durability::kSameBoot);
-  std::error_code ec;
-  std::filesystem::remove(dir.file(kDeadlineFile), ec);  // an earlier run's notice is not this run's
-  const Launch launch = prepareLaunch(plan, lease, where, options, dir, restart, err);
-  if (options.dry_run) {
-    printDryRun(plan, lease, pool, where, dir, launch, out);
-    return 0;
+    if (dir_path.empty())
+      dir_path =
+          options.job_dir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(options.job_dir);
+    // A dry run's directory is its product, synced; a launch's is read back by mpirun (job_directory.hpp).
+    const JobDirectory dir(dir_path, options.dry_run ? Durability::kSynced : Durability::kSameBoot);
+    std::error_code ec;
+    std::filesystem::remove(dir.file(kDeadlineFile), ec);  // an earlier run's notice is not this run's
+    const Launch launch = prepareLaunch(plan, lease, where, options, dir, restart, err);
+    if (options.dry_run) {
+      printDryRun(plan, lease, pool, where, dir, launch, out);
+      return 0;
+    }
+    bool resized = false;
+    const int status = superviseJob(pool, lease, plan, launch, where, options, dir, preempted, resized, err);
+    if (!resized) return status;
+    // The job has left every GPU: those under a shrink notice go back now (a plain renewal where
+    // none is pending), and the job starts again on what the lease holds then.
+    try {
+      lease = pool.shrink(lease.id);
+    } catch (const std::exception& e) {
+      err << "poolrun: the job ended for its lease's change of size, and the lease is lost: " << e.what()
+          << "\n";
+      return kExitLeaseLost;
+    }
+    ++restart;
+    err << "poolrun: restarting the job on " << lease.gpus.size() << " GPUs (" << pool::formatGpus(lease.gpus)
+        << "; restart " << restart << "), in the same job directory " << dir.path().string() << "\n";
   }
-  return superviseJob(pool, lease, plan, launch, where, options, dir, preempted, err);
 }
 
 }  // namespace
@@ -539,17 +592,18 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     const JobSite where = jobSite(*pool, options);
     std::filesystem::path dir;
     // --requeue: a preempted run is followed by the next, queued at once with the same request; the
-    // lease of the one before has been released (the preemptor's start waits for it).
-    for (int restart = 0;; ++restart) {
+    // lease of the one before has been released (the preemptor's start waits for it). `restart`
+    // counts every start before the next (an elastic job's restarts too), `requeues` the requeues.
+    for (int restart = 0, requeues = 0;; ++restart, ++requeues) {
       bool preempted = false;
       int status = runJob(*pool, where, options, restart, dir, preempted, out, err);
       if (!preempted || !options.requeue) return status;
-      if (restart == kMaxRestarts) {
+      if (requeues == kMaxRestarts) {
         err << "poolrun: not requeued: the job has been restarted " << kMaxRestarts
             << " times, the most --requeue does (exit status " << kExitPreempted << ")\n";
         return status;
       }
-      err << "poolrun: requeued the preempted job (restart " << restart + 1 << " of at most " << kMaxRestarts
+      err << "poolrun: requeued the preempted job (restart " << requeues + 1 << " of at most " << kMaxRestarts
           << "), with the same request and job directory " << dir.string() << "\n";
     }
   } catch (const pool::PoolError& e) {

@@ -12,6 +12,7 @@
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/options.hpp"
 
 namespace po = boost::program_options;
 
@@ -142,17 +143,40 @@ std::optional<int> preemptSignalFromString(const std::string& text) {
   return std::nullopt;
 }
 
+namespace {
+
+// -n N, or -n MIN:MAX for an elastic job.
+void parseRanks(const std::string& text, RunOptions& o) {
+  const size_t colon = text.find(':');
+  if (colon != std::string::npos && (colon == 0 || colon + 1 == text.size()))
+    throw badInput("-n '" + topo::printable(text) + "': MIN:MAX needs both numbers (-n 4:16, say)");
+  o.request.ranks =
+      topo::parseOption<int>("-n", text.substr(0, colon), pool::kGpusRange.min, pool::kGpusRange.max);
+  if (colon == std::string::npos) return;
+  o.max_ranks =
+      topo::parseOption<int>("-n", text.substr(colon + 1), pool::kGpusRange.min, pool::kGpusRange.max);
+  if (o.max_ranks < o.request.ranks)
+    throw badInput("-n '" + topo::printable(text) + "': MIN:MAX with MAX at least MIN");
+}
+
+}  // namespace
+
 std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOptions& o, std::ostream& out,
                                    std::ostream& err) {
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
-  long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0;
+  long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
+  std::string ranks;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
   o.pool = defaultPool();
   // clang-format off
   command.add()
-      (",n", po::value(&o.request.ranks)->value_name("N"), "the number of ranks, one per GPU (-np N is the same)")
+      (",n", po::value(&ranks)->value_name("N|MIN:MAX"),
+       "the number of ranks, one per GPU (-np N is the same); MIN:MAX: an elastic job, restarted at each "
+       "size its lease takes between MIN and MAX")
+      ("resize-interval", po::value(&resizeInterval)->value_name("SECONDS"),
+       "an elastic job grows (and is restarted) at most this often (default 600)")
       ("pool", po::value(&o.pool)->value_name("URI"),
        "local (default, or $POOLRUN_POOL), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")
       ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
@@ -189,13 +213,14 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
        "slurm pools: topology (or cluster) file of nodes not to probe")
       ("launcher", po::value(&launcher)->value_name("NAME"), "mpirun (default) or srun (slurm pools)");
   // clang-format on
-  command.ranges({{"-n", pool::kGpusRange.min, pool::kGpusRange.max},
-                  {"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
-                  {"priority", pool::kPriorityRange.min, pool::kPriorityRange.max},
-                  {"wait", 0, pool::kWaitSecondsRange.max},
-                  {"roce-tc", 0, 255},
-                  {"lease-ttl", 3, pool::kTtlSecondsRange.max},
-                  {"timeout", 0, pool::kMaxDurationSecondsRange.max - pool::kTtlSecondsRange.max}});
+  command.ranges(
+      {{"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
+       {"priority", pool::kPriorityRange.min, pool::kPriorityRange.max},
+       {"wait", 0, pool::kWaitSecondsRange.max},
+       {"roce-tc", 0, 255},
+       {"resize-interval", pool::kResizeIntervalSecondsRange.min, pool::kResizeIntervalSecondsRange.max},
+       {"lease-ttl", 3, pool::kTtlSecondsRange.max},
+       {"timeout", 0, pool::kMaxDurationSecondsRange.max - pool::kTtlSecondsRange.max}});
   std::vector<std::string> optionArgs;
   try {
     splitProgram(args, command.options(), optionArgs, o.program, o.mca);
@@ -207,6 +232,11 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   if (!vm.count("-n") || o.program.empty())
     return command.usageError(o.program.empty() ? "no PROGRAM to run" : "-n N is required", err);
   try {
+    parseRanks(ranks, o);
+    if (vm.count("resize-interval") && o.max_ranks == 0)
+      throw badInput("--resize-interval is for an elastic job (-n MIN:MAX); -n " + ranks +
+                     " is of a fixed size");
+    o.resize_interval = std::chrono::seconds(resizeInterval);
     if (fabric != "auto") o.request.fabric = topo::fabricFromString(fabric);
     o.request.gdr = gdrModeFromString(gdr);
     if (vm.count("roce-tc")) o.request.roce_tc = vm["roce-tc"].as<int>();

@@ -26,7 +26,11 @@ struct RunOptions {
   bool preemptible = false;      // --preemptible: a waiting request of higher priority may preempt the lease
   int preempt_signal = SIGTERM;  // --preempt-signal: what a preempted job is sent
   bool requeue = false;          // --requeue: a preempted job is queued again and restarted
-  std::optional<std::chrono::seconds> wait;  // nullopt: while the pool could ever fit the job
+  // -n MIN:MAX: an elastic lease of request.ranks (MIN) to max_ranks GPUs; the job is restarted
+  // at each new size (docs/elastic.md). 0: -n N, a fixed size.
+  int max_ranks = 0;
+  std::chrono::seconds resize_interval{600};  // --resize-interval: the least time between growths
+  std::optional<std::chrono::seconds> wait;   // nullopt: while the pool could ever fit the job
   std::chrono::seconds lease_ttl{60};
   std::optional<std::chrono::seconds> timeout;
   std::string job_name;  // --name, else the program's file name

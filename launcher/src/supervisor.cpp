@@ -429,9 +429,16 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
                              now + std::chrono::seconds(1));
     if (killAt) {
       killAt = std::min(*killAt, deadline);
+      // A preemption while the job ends for a change of size: it ends for the preemption.
+      if (!notice.resize && result.resized) {
+        result.resized = false;
+        result.preempted = true;
+        err << "poolrun: lease " << lease->id() << " is preempted" << preemptedFor(notice.reason)
+            << " while the job ends for its change of size: it is not restarted\n";
+      }
       return;
     }
-    result.preempted = true;
+    (notice.resize ? result.resized : result.preempted) = true;
     if (options.preempted) {
       try {
         options.preempted(notice);
@@ -447,8 +454,12 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     preemptKill = true;
     auto left =
         std::chrono::duration_cast<std::chrono::seconds>(deadline - now + std::chrono::milliseconds(500));
-    err << "poolrun: lease " << lease->id() << " is preempted" << preemptedFor(notice.reason) << ": sent "
-        << signalAbbrev(options.preempt_signal) << " to the job, which is killed at "
+    const std::string sent = "sent " + signalAbbrev(options.preempt_signal) + " to the job, ";
+    err << "poolrun: lease " << lease->id()
+        << (notice.resize
+                ? " changes size (" + notice.reason + "): " + sent +
+                      "to restart it at the new size; it is killed at "
+                : " is preempted" + preemptedFor(notice.reason) + ": " + sent + "which is killed at ")
         << pool::formatLocalTime(
                sysNow + std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - now),
                sysNow)
@@ -524,7 +535,8 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     }
     if (killAt && now >= *killAt) {
       if (preemptKill) {
-        err << "poolrun: the preempted job had not ended by its deadline: killing it (SIGKILL)\n";
+        err << "poolrun: the " << (result.resized ? "resized" : "preempted")
+            << " job had not ended by its deadline: killing it (SIGKILL)\n";
         // The ranks here at once (each leads a process group of its own under Open MPI's daemons),
         // rather than when the daemons notice that mpirun has gone.
         if (options.preempt_ranks_here)
@@ -547,7 +559,7 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   // Which rank failed, and how, from mpirun's (or srun's) report; a clean exit has none to look
   // for (and compiling the patterns would cost every job about a millisecond).
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result.failure = parseMpiFailure(errText);
-  if (result.preempted) {
+  if (result.preempted || result.resized) {
     result.exit_status = kExitPreempted;  // whatever the ranks made of the signal
   } else if (result.timed_out) {
     result.exit_status = kExitTimeout;

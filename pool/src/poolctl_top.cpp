@@ -204,6 +204,12 @@ std::string leaseNote(const Lease& l, Clock::time_point now) {
                     std::to_string(l.preempted_for) + ")");
   else if (l.preemptible)
     notes.push_back("preemptible");
+  if (l.elastic)
+    notes.push_back("elastic " + std::to_string(l.elastic->gpus) + ":" + std::to_string(l.elastic->max_gpus) +
+                    (l.resizes > 0 ? ", resized " + std::to_string(l.resizes) + "x" : ""));
+  if (l.shrink_at)
+    notes.push_back("shrinking: gives back " + formatGpus(l.shrink_gpus) + " by " +
+                    formatLocalTime(*l.shrink_at, now) + " (ticket " + std::to_string(l.shrunk_for) + ")");
   std::string out;
   for (const std::string& n : notes) out += (out.empty() ? "" : "; ") + n;
   return out;

@@ -233,5 +233,40 @@ TEST(LeaseKeeperTest, APreemptionIsHandedOnOnceAndTheLeaseStillRenewed) {
   EXPECT_EQ(keeper.id(), "L11");
 }
 
+// An elastic lease's change of size is a notice of its own kind: handed on once, and a preemption
+// that comes after it is handed on too (it wins over the restart; one that comes before the first
+// is taken replaces it, which is what the supervisor would do with both).
+TEST(LeaseKeeperTest, AChangeOfSizeAndALaterPreemptionAreEachHandedOnOnce) {
+  const auto deadline = std::chrono::system_clock::now() + 120s;
+  std::atomic<int> renewals{0};
+  LeaseKeeper keeper(
+      "L12", 10s, 20ms,
+      [&] {
+        int n = ++renewals;
+        if (n >= 12) return RenewReply{Kind::kGone, {}, "released"};
+        RenewReply r{Kind::kRenewed, 10s, ""};
+        if (n >= 2 && n < 8) r.preempted = PreemptNotice{deadline, "it holds 8 GPUs now", true};
+        if (n >= 8)
+          r.preempted = PreemptNotice{deadline, "preempted for ticket 4 of bob (priority 10, 8 GPUs)"};
+        return r;
+      },
+      kFast);
+  keeper.start();
+  std::vector<PreemptNotice> notices;
+  std::string lost;
+  for (int i = 0; i < 500 && lost.empty(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    LeaseKeeper::News news = keeper.take();
+    if (news.preempted) notices.push_back(*news.preempted);
+    if (news.lost) lost = *news.lost;
+  }
+  keeper.stop();
+  ASSERT_EQ(notices.size(), 2u);
+  EXPECT_TRUE(notices[0].resize);
+  EXPECT_EQ(notices[0].reason, "it holds 8 GPUs now");
+  EXPECT_FALSE(notices[1].resize);
+  EXPECT_EQ(notices[1].reason, "preempted for ticket 4 of bob (priority 10, 8 GPUs)");
+}
+
 }  // namespace
 }  // namespace poolrun::launcher

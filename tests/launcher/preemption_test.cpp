@@ -65,11 +65,11 @@ class PreemptionTest : public ::testing::TestWithParam<PoolKind> {
   }
 
   // poolrun in the background: its standard error goes to the file err.
-  pid_t startJob(const std::string& args, const std::string& program) {
-    return poolrun::test::spawnShell(env() + "timeout 90 " + POOLRUN_BINARY + " --pool " + pool_ +
-                                     " -n 2 --gpus-per-node 1 --job-dir " + job().string() + " " + args +
-                                     " " + program + " >" + (tmp_.path() / "out").string() + " 2>" +
-                                     err().string());
+  pid_t startJob(const std::string& args, const std::string& program,
+                 const std::string& shape = "-n 2 --gpus-per-node 1") {
+    return poolrun::test::spawnShell(env() + "timeout 90 " + POOLRUN_BINARY + " --pool " + pool_ + " " +
+                                     shape + " --job-dir " + job().string() + " " + args + " " + program +
+                                     " >" + (tmp_.path() / "out").string() + " 2>" + err().string());
   }
 
   // poolctl as bob: `acquire` blocks until the GPUs are granted.
@@ -236,6 +236,59 @@ TEST_P(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
   EXPECT_EQ(poolctl("release " + preemptor).status, 0);
 }
 
+// An elastic job (-n 2:4) with real Open MPI: started on the 2 GPUs bob leaves free, restarted on 4
+// when bob's job ends, and on 2 again when bob asks for 14 GPUs at a higher priority (a shrink, not
+// a preemption: bob's request starts once the job has given 2 back). Each start's world size and
+// restart count are what the ranks see; each stop is a SIGTERM the ranks trap (their checkpoint).
+TEST_P(PreemptionTest, AnElasticJobGrowsWhenGpusComeFreeAndShrinksForAHigherPriority) {
+  const std::string rank = tmp_.write("rank.sh", R"sh(r=$OMPI_COMM_WORLD_RANK
+echo "size=$OMPI_COMM_WORLD_SIZE restart=$POOLRUN_RESTART_COUNT torch=$TORCHELASTIC_RESTART_COUNT" >> $POOLRUN_JOB_DIR/starts.$r
+[ "$POOLRUN_RESTART_COUNT" = 2 ] && exit 0
+trap 'echo "stopped at restart $POOLRUN_RESTART_COUNT" >> $POOLRUN_JOB_DIR/stops.$r; exit 0' TERM
+touch $READY/$POOLRUN_RESTART_COUNT.$r
+while true; do sleep 0.1; done
+)sh")
+                               .string();
+  poolrun::test::ProcessResult most = poolctl("--json acquire -n 14 --ttl 120");
+  ASSERT_EQ(most.status, 0) << most.err;
+  const std::string bobs = json::parse(most.out).value("id", "");
+  poolrun::test::Reaped running{startJob("--resize-interval 0", "sh " + rank, "-n 2:4")};
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 2, 60s)) << slurp(err());
+
+  ASSERT_EQ(poolctl("release " + bobs).status, 0);  // the job's lease grows to 4 at once
+  ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "ready", 6, 60s)) << slurp(err());
+  poolrun::test::ProcessResult listed = poolctl("leases");
+  EXPECT_NE(listed.out.find("elastic 2:4, resized 1x"), std::string::npos) << listed.out;
+
+  poolrun::test::ProcessResult urgent = poolctl("--json acquire -n 14 --priority 10 --ttl 120");
+  ASSERT_EQ(urgent.status, 0) << urgent.err << slurp(err());
+  int status = running.wait();
+  const std::string text = slurp(err());
+  EXPECT_EQ(status, 0) << text;
+  EXPECT_NE(text.find("poolrun: elastic lease "), std::string::npos) << text;
+  EXPECT_EQ(poolrun::test::occurrences(text, " changes size ("), 2u) << text;
+  EXPECT_NE(
+      text.find(" changes size (it holds 4 GPUs now): sent SIGTERM to the job, to restart it at the new "
+                "size; it is killed at "),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" changes size (shrunk from 4 to 2 GPUs for ticket "), std::string::npos) << text;
+  EXPECT_NE(text.find("poolrun: restarting the job on 4 GPUs ("), std::string::npos) << text;
+  EXPECT_NE(text.find("poolrun: restarting the job on 2 GPUs ("), std::string::npos) << text;
+  EXPECT_EQ(text.find(" is preempted"), std::string::npos) << "a shrink, not a preemption\n" << text;
+  EXPECT_EQ(text.find("had not ended by its deadline"), std::string::npos) << text;
+  EXPECT_EQ(slurp(job() / "starts.0"),
+            "size=2 restart=0 torch=0\nsize=4 restart=1 torch=1\nsize=2 restart=2 torch=2\n")
+      << text;
+  EXPECT_EQ(slurp(job() / "starts.3"), "size=4 restart=1 torch=1\n") << text;
+  EXPECT_EQ(slurp(job() / "stops.1"), "stopped at restart 0\nstopped at restart 1\n") << text;
+  json held = leases();
+  ASSERT_EQ(held.size(), 1u) << held.dump() << "\n" << text;
+  EXPECT_EQ(held[0].value("id", ""), json::parse(urgent.out).value("id", ""))
+      << "the job's lease was given back";
+  EXPECT_EQ(poolctl("release " + held[0].value("id", "")).status, 0);
+}
+
 // What every rank is told at its start, in the job directory's run.sh; --preempt-signal's spellings.
 TEST_P(PreemptionSimTest, RanksAreToldTheDeadlineFileGraceAndRestartCount) {
   for (const char* sig : {"TERM", "SIGTERM", "sigusr1", "usr2", "10", "1"}) {
@@ -286,6 +339,16 @@ TEST_P(PreemptionSimTest, BadPoolSettingsInTheEnvironmentAreNamed) {
     EXPECT_NE(r.status, 0) << r.out;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
   }
+}
+
+TEST_P(PreemptionSimTest, SlurmAllocationsKeepTheirSize) {
+  poolrun::test::ProcessResult r =
+      poolrun::test::runShell(env() + "timeout 60 " + POOLRUN_BINARY + " --pool slurm -n 1:4 /bin/true");
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("poolrun: error: -n 1:4: an elastic job is for the pools poolrun manages (local, "
+                       "sim:FILE, http://); a Slurm allocation keeps its size"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_P(PreemptionSimTest, SlurmPoolsKeepSlurmsOwnRules) {

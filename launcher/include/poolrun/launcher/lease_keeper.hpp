@@ -31,9 +31,12 @@ namespace poolrun::launcher {
 // The pool's notice that it preempts the lease: the job must have ended by `deadline` (the pool's
 // clock), when the pool takes the GPUs back; `reason` says for whom ("preempted for ticket 12 of bob
 // (priority 10, 8 GPUs)").
+// An elastic lease's change of size comes as a notice too (`resize`): the job is ended by the
+// deadline the same way, to be restarted on the lease's new GPUs (docs/elastic.md).
 struct PreemptNotice {
   std::chrono::system_clock::time_point deadline;
   std::string reason;
+  bool resize = false;
 };
 
 // What one renewal attempt found.
@@ -126,9 +129,10 @@ class LeaseKeeper {
   int fd() const { return event_fd_; }
 
   struct News {
-    std::vector<std::string> lines;          // to print, each a whole line without its newline
-    std::optional<std::string> lost;         // set once: why the job must end ("lease L is gone: ...")
-    std::optional<PreemptNotice> preempted;  // set once: the first renewal that carried the notice
+    std::vector<std::string> lines;   // to print, each a whole line without its newline
+    std::optional<std::string> lost;  // set once: why the job must end ("lease L is gone: ...")
+    // The first renewal that carried a notice: set once for a change of size, once for a preemption.
+    std::optional<PreemptNotice> preempted;
   };
   // What happened since the last call. Also notices the expiry passing while an attempt is still
   // under way, so that the job ends at the expiry whatever the thread is waiting for.
@@ -152,7 +156,7 @@ class LeaseKeeper {
   std::string last_reason_;
   std::map<std::string, RenewReply::Notice> notices_;  // the last renewal's
   News news_;
-  bool lost_ = false, stopping_ = false, preempted_ = false;
+  bool lost_ = false, stopping_ = false, preempted_ = false, resized_ = false;
   int event_fd_ = -1;
   std::thread thread_;
 };

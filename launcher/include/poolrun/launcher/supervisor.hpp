@@ -73,6 +73,7 @@ struct SuperviseResult {
   bool timed_out = false;
   bool lease_lost = false;
   bool preempted = false;  // the pool preempted the lease and the job was ended for it
+  bool resized = false;    // the elastic lease changed size and the job was ended to restart on it
 };
 
 // The file execvp would run for `name`: `name` itself where it has a slash, else the first
