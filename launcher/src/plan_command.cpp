@@ -82,7 +82,7 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     }
     topo::Cluster cluster =
         clusterFile.empty() ? topo::singleNodeCluster(from) : topo::readClusterFile(clusterFile);
-    JobPlan plan = makePlan(grantFromCluster(cluster, request), request);
+    JobPlan plan = planOnCluster(cluster, request);
     if (!outDir.empty()) JobDirectory(outDir, Durability::kSynced).writePlan(plan);
     if (vm.count("json")) {
       out << planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

@@ -585,6 +585,10 @@ std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const Plan
   return grants;
 }
 
+JobPlan planOnCluster(const topo::Cluster& cluster, const PlanRequest& request) {
+  return makePlan(grantFromCluster(cluster, request), request);
+}
+
 JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& request) {
   size_t held = 0;
   for (const NodeGrant& g : grants) held += g.gpus.size();

@@ -91,7 +91,7 @@ std::optional<JobPlan> plan(const topo::Cluster& c, int ranks, std::optional<Fab
   req.ranks = ranks;
   req.fabric = fabric;
   try {
-    return makePlan(grantFromCluster(c, req), req);
+    return planOnCluster(c, req);
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--fabric " + fabricText(fabric)), std::string::npos)
         << "refused for something other than the fabric: " << e.what();

@@ -34,7 +34,7 @@ struct Fixture {
     }
     PlanRequest req;
     req.ranks = ranks;
-    plan = makePlan(grantFromCluster(cluster, req), req);
+    plan = planOnCluster(cluster, req);
   }
 };
 

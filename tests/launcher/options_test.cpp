@@ -15,7 +15,7 @@
 
 namespace {
 
-struct Case {
+struct OptionCase {
   std::string args;
   std::string expected;  // the first line of standard error
 };
@@ -28,7 +28,7 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
   poolrun::test::TempDir tmp;
   const std::string cluster = (poolrun::test::sourceDir() / "clusters" / "sim-ib.toml").string();
   const std::string job = (tmp.path() / "job").string();
-  const std::vector<Case> cases = {
+  const std::vector<OptionCase> cases = {
       {"-n 2 --priority 2147483648",
        "poolrun: error: --priority 2147483648: out of range (-1000000 to 1000000)"},
       {"-n 2 --priority -2147483649",
@@ -77,7 +77,7 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
       {"-n 2 --name \"$(printf 'a\\nb')\"",
        "poolrun: error: --name 'a\\x0ab': control character \\x0a at byte 1 (not allowed)"},
   };
-  for (const Case& c : cases) {
+  for (const OptionCase& c : cases) {
     poolrun::test::ProcessResult r =
         poolrun::test::runShell("POOLRUN_STATE_DIR=" + (tmp.path() / "state").string() + " timeout 60 " +
                                 std::string(POOLRUN_BINARY) + " --pool sim:" + cluster +
@@ -93,7 +93,7 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
 // is for; a stray argument is named; a number is read as written, with its range; every error is
 // "poolrun: error: ..." then the command's usage, exit status 2.
 TEST(OptionsTest, EveryCommandParsesOneWay) {
-  const std::vector<Case> cases = {
+  const std::vector<OptionCase> cases = {
       {"topo --format", "poolrun: error: --format needs a value: FORMAT, matrix (default), json, nccl-xml"},
       {"topo stray",
        "poolrun: error: unexpected argument 'stray': this command takes only options (see --help)"},
@@ -107,7 +107,7 @@ TEST(OptionsTest, EveryCommandParsesOneWay) {
        "poolrun: error: --nranks 4294967297: out of range (1 to 1000000)"},
       {"tuner calibrate --config", "poolrun: error: --config needs a value: FILE, the tuner configuration"},
   };
-  for (const Case& c : cases) {
+  for (const OptionCase& c : cases) {
     poolrun::test::ProcessResult r =
         poolrun::test::runShell("timeout 60 " + std::string(POOLRUN_BINARY) + " " + c.args + " </dev/null");
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
@@ -119,7 +119,7 @@ TEST(OptionsTest, EveryCommandParsesOneWay) {
 
 TEST(OptionsTest, PlanRefusesWhatARunRefuses) {
   const std::string from = (poolrun::test::sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
-  const std::vector<Case> cases = {
+  const std::vector<OptionCase> cases = {
       {"-n 2 --roce-tc 999", "poolrun: error: --roce-tc 999: out of range (0 to 255)"},
       {"-n 2 --gpus-per-node -1", "poolrun: error: --gpus-per-node -1: out of range (0 to 1024)"},
       {"-n 99999999999", "poolrun: error: -n 99999999999: out of range (1 to 1000000)"},
@@ -133,7 +133,7 @@ TEST(OptionsTest, PlanRefusesWhatARunRefuses) {
       {"-np", "poolrun: error: -np needs a value: N, the number of ranks, one per GPU (-np N is the same)"},
       {"-np 0", "poolrun: error: -n 0: out of range (1 to 1000000)"},
   };
-  for (const Case& c : cases) {
+  for (const OptionCase& c : cases) {
     poolrun::test::ProcessResult r = poolrun::test::runShell("timeout 60 " + std::string(POOLRUN_BINARY) +
                                                              " plan --from " + from + " " + c.args);
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;

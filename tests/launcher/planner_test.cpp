@@ -40,10 +40,6 @@ Cluster clusterOf(const topo::NodeTopology& t, int nodes, std::vector<std::strin
   return c;
 }
 
-JobPlan planOn(const Cluster& c, PlanRequest req) {
-  return makePlan(grantFromCluster(c, req), req);
-}
-
 std::string env(const RankPlan& r, const std::string& name) {
   for (const auto& [k, v] : r.env) {
     if (k == name) return v;
@@ -89,7 +85,7 @@ void checkInvariants(const JobPlan& plan) {
   }
 }
 
-struct Case {
+struct PlannerCase {
   const char* name;
   SyntheticSpec spec;
   PlanRequest request;
@@ -113,8 +109,8 @@ SyntheticSpec spec(std::function<void(SyntheticSpec&)> f) {
   return s;
 }
 
-const std::vector<Case>& cases() {
-  static const std::vector<Case> kCases = {
+const std::vector<PlannerCase>& cases() {
+  static const std::vector<PlannerCase> kCases = {
       {"Gpu8Nic8", SyntheticSpec{}, ranks(8),
        [](const JobPlan& p) {
          EXPECT_EQ(p.fabric, topo::Fabric::kIb);
@@ -300,21 +296,21 @@ const std::vector<Case>& cases() {
   return kCases;
 }
 
-class PlannerTable : public ::testing::TestWithParam<Case> {};
+class PlannerTable : public ::testing::TestWithParam<PlannerCase> {};
 
 TEST_P(PlannerTable, Plans) {
-  const Case& c = GetParam();
-  JobPlan plan = planOn(clusterOf(synthetic(c.spec), 4), c.request);
+  const PlannerCase& c = GetParam();
+  JobPlan plan = planOnCluster(clusterOf(synthetic(c.spec), 4), c.request);
   checkInvariants(plan);
   c.check(plan);
 }
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const PlannerCase& c, std::ostream* os) {
   *os << c.name << ", " << c.request.ranks << " ranks";
 }
 
 INSTANTIATE_TEST_SUITE_P(Synthetic, PlannerTable, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& param) {
+                         [](const ::testing::TestParamInfo<PlannerCase>& param) {
                            return std::string(param.param.name);
                          });
 
@@ -376,7 +372,7 @@ TEST(JobDirs, PruneLooksAtMostEveryInterval) {
 }
 
 TEST(PlannerTest, LeafSwitchNeighboursAreAdjacentInRankOrder) {
-  JobPlan plan = planOn(clusterOf(synthetic({}), 4, {"leaf1", "leaf2"}), ranks(32));
+  JobPlan plan = planOnCluster(clusterOf(synthetic({}), 4, {"leaf1", "leaf2"}), ranks(32));
   std::vector<std::string> order;
   for (const NodePlan& n : plan.nodes) order.push_back(n.name);
   EXPECT_EQ(order, (std::vector<std::string>{"n1", "n3", "n2", "n4"}));
@@ -400,7 +396,7 @@ TEST(PlannerTest, ConsecutiveRanksShareTheFastestLink) {
   link(1, 3);
   PlanRequest req = ranks(4);
   req.fabric = topo::Fabric::kTcp;
-  JobPlan plan = planOn(clusterOf(t, 1), req);
+  JobPlan plan = planOnCluster(clusterOf(t, 1), req);
   std::vector<size_t> gpus;
   for (const RankPlan& r : plan.ranks) gpus.push_back(r.gpu);
   EXPECT_EQ(gpus, (std::vector<size_t>{0, 2, 1, 3}));
@@ -410,7 +406,7 @@ TEST(PlannerTest, CudaIndexSkipsNonNvidiaGpus) {
   topo::NodeTopology t = synthetic({});
   t.gpus[0].vendor = topo::kVendorAmd;
   Cluster c = clusterOf(t, 1);
-  JobPlan plan = planOn(c, ranks(7));
+  JobPlan plan = planOnCluster(c, ranks(7));
   for (const RankPlan& r : plan.ranks) {
     EXPECT_NE(r.gpu, 0);
     EXPECT_EQ(r.cuda_index, r.gpu - 1);
@@ -427,7 +423,7 @@ TEST(PlannerTest, RefusesRanksOnGpusThatAreNotNvidia) {
   Cluster c = clusterOf(t, 2);
   // Asked of the cluster: the AMD GPUs are not counted, and the error says so.
   try {
-    planOn(c, ranks(16));
+    planOnCluster(c, ranks(16));
     FAIL() << "planned 16 ranks on 14 NVIDIA GPUs";
   } catch (const Error& e) {
     EXPECT_NE(
@@ -454,14 +450,15 @@ TEST(PlannerTest, RefusesRanksOnGpusThatAreNotNvidia) {
 
 TEST(PlannerTest, MissingNvlinkIsNotedOncePerTopology) {
   JobPlan plan =
-      planOn(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nvswitch_links = 0; })), 4), ranks(32));
+      planOnCluster(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nvswitch_links = 0; })), 4), ranks(32));
   ASSERT_EQ(plan.notes.size(), 1u) << planTable(plan);
   EXPECT_TRUE(
       plan.notes[0].starts_with("GPUs 0-7 are H100 SXM5, which have NVLink, but synthetic records no "
                                 "NVLink"))
       << plan.notes[0];
   EXPECT_NE(planTable(plan).find("notes:\n  - GPUs 0-7 are H100 SXM5"), std::string::npos) << planTable(plan);
-  EXPECT_TRUE(planOn(clusterOf(synthetic({}), 4), ranks(32)).notes.empty()) << "with NVSwitch links: no note";
+  EXPECT_TRUE(planOnCluster(clusterOf(synthetic({}), 4), ranks(32)).notes.empty())
+      << "with NVSwitch links: no note";
 }
 
 struct Refusal {
@@ -475,7 +472,7 @@ class PlannerRefuses : public ::testing::TestWithParam<Refusal> {};
 TEST_P(PlannerRefuses, BeforeAnythingStarts) {
   Cluster c = clusterOf(synthetic({}), 2);
   try {
-    planOn(c, GetParam().request);
+    planOnCluster(c, GetParam().request);
     FAIL() << "planned " << GetParam().name;
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kBadInput);
@@ -520,7 +517,7 @@ TEST(PlannerTest, RandomMachinesKeepTheInvariants) {
     topo::NodeTopology t = synthetic(s);
     PlanRequest req = ranks(pick(1, s.gpus * 2));
     if (s.nics == 0 || static_cast<int>(s.down_nics.size()) == s.nics) req.fabric = topo::Fabric::kTcp;
-    JobPlan plan = planOn(clusterOf(t, 2), req);
+    JobPlan plan = planOnCluster(clusterOf(t, 2), req);
     checkInvariants(plan);
     // Every rank's NIC is at its GPU's best distance, or it says why not.
     for (const RankPlan& r : plan.ranks) {
@@ -567,7 +564,7 @@ Cluster fixtureCluster(const std::filesystem::path& file, int nodes) {
 
 TEST(PlannerFixtures, JurecaEachGpuGetsTheNicOnItsSwitch) {
   POOLRUN_REQUIRE_FIXTURES(dir);
-  JobPlan plan = planOn(fixtureCluster(dir / "hwloc-xml/psmgmt_topo.jrc0323.xml", 2), ranks(8));
+  JobPlan plan = planOnCluster(fixtureCluster(dir / "hwloc-xml/psmgmt_topo.jrc0323.xml", 2), ranks(8));
   checkInvariants(plan);
   std::map<std::string, std::string> want = {{"0000:03:00.0", "mlx5_0"},
                                              {"0000:44:00.0", "mlx5_1"},
@@ -583,7 +580,7 @@ TEST(PlannerFixtures, JurecaEachGpuGetsTheNicOnItsSwitch) {
 
 TEST(PlannerFixtures, AzureNdv4OneNicPerGpuOnItsSwitch) {
   POOLRUN_REQUIRE_FIXTURES(dir);
-  JobPlan plan = planOn(fixtureCluster(dir / "nccl-topo/azure_ndv4-topo.xml", 2), ranks(16));
+  JobPlan plan = planOnCluster(fixtureCluster(dir / "nccl-topo/azure_ndv4-topo.xml", 2), ranks(16));
   checkInvariants(plan);
   std::map<std::string, int> load;
   for (const RankPlan& r : plan.ranks) {
@@ -595,7 +592,7 @@ TEST(PlannerFixtures, AzureNdv4OneNicPerGpuOnItsSwitch) {
 
 TEST(PlannerFixtures, AwsEfaGetsNoVerbsVariables) {
   POOLRUN_REQUIRE_FIXTURES(dir);
-  JobPlan plan = planOn(fixtureCluster(dir / "nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml", 1), ranks(8));
+  JobPlan plan = planOnCluster(fixtureCluster(dir / "nccl-topo/aws-ofi-nccl_p4d-24xl-topo.xml", 1), ranks(8));
   checkInvariants(plan);
   for (const RankPlan& r : plan.ranks) {
     EXPECT_EQ(r.gpu_nic_path.str(), "PIX");
@@ -629,7 +626,7 @@ TEST_P(PlanTruth, GdrAndNvlinkAsTheyAre) {
   const Truth& t = GetParam();
   PlanRequest req = ranks(t.ranks);
   req.fabric = t.fabric;
-  JobPlan plan = planOn(fixtureCluster(dir / t.file, 1), req);
+  JobPlan plan = planOnCluster(fixtureCluster(dir / t.file, 1), req);
   checkInvariants(plan);
   EXPECT_EQ(plan.fabric, t.planned);
   nlohmann::json doc = nlohmann::json::parse(planToJson(plan).dump());
@@ -710,7 +707,7 @@ TEST(PlannerFixtures, AmdGpusTakeNoRank) {
   POOLRUN_REQUIRE_FIXTURES(dir);
   // Only AMD GPUs: nothing to plan on, and the error says why.
   try {
-    planOn(fixtureCluster(dir / "hwloc-xml/mpibind_epyc-corona.xml", 1), ranks(4));
+    planOnCluster(fixtureCluster(dir / "hwloc-xml/mpibind_epyc-corona.xml", 1), ranks(4));
     FAIL() << "planned CUDA ranks on AMD GPUs";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kBadInput);
@@ -723,7 +720,7 @@ TEST(PlannerFixtures, AmdGpusTakeNoRank) {
   }
   // Three NVIDIA GPUs and an AMD one: the plan uses the three and says why not the fourth.
   JobPlan plan =
-      planOn(fixtureCluster(dir / "hwloc-xml/hwloc_32em64t-2n8c2t-pci-normalio.v2.xml", 1), ranks(3));
+      planOnCluster(fixtureCluster(dir / "hwloc-xml/hwloc_32em64t-2n8c2t-pci-normalio.v2.xml", 1), ranks(3));
   for (const RankPlan& r : plan.ranks) EXPECT_NE(r.gpu, 3);
   EXPECT_NE(
       std::find(
@@ -735,7 +732,7 @@ TEST(PlannerFixtures, AmdGpusTakeNoRank) {
 
 TEST(PlannerFixtures, XeWithDownPortsAndALonelyGpu) {
   POOLRUN_REQUIRE_FIXTURES(dir);
-  JobPlan plan = planOn(fixtureCluster(dir / "hwloc-xml/flux-core_ipa20.xml", 1), ranks(4));
+  JobPlan plan = planOnCluster(fixtureCluster(dir / "hwloc-xml/flux-core_ipa20.xml", 1), ranks(4));
   checkInvariants(plan);
   for (const RankPlan& r : plan.ranks) {
     EXPECT_EQ(nicNames(r), "mlx5_0") << "the only port that is up";
@@ -749,7 +746,7 @@ TEST(PlannerFixtures, XeWithDownPortsAndALonelyGpu) {
 TEST(PlannerFixtures, RoceBondsBehindGpuSwitches) {
   POOLRUN_REQUIRE_FIXTURES(dir);
   Cluster c = fixtureCluster(dir / "nccl-topo/simai_topo_8A100_4CX6.xml", 2);
-  JobPlan plan = planOn(c, ranks(16));
+  JobPlan plan = planOnCluster(c, ranks(16));
   EXPECT_EQ(plan.fabric, topo::Fabric::kRoce);
   checkInvariants(plan);
   std::map<std::string, int> load;
@@ -763,7 +760,7 @@ TEST(PlannerFixtures, RoceBondsBehindGpuSwitches) {
 
 TEST(PlannerFixtures, Dgx2SixteenGpusOnFourCpus) {
   POOLRUN_REQUIRE_FIXTURES(dir);
-  JobPlan plan = planOn(fixtureCluster(dir / "hwloc-xml/hwloc_nvidiaDGX2.v2.xml", 1), ranks(16));
+  JobPlan plan = planOnCluster(fixtureCluster(dir / "hwloc-xml/hwloc_nvidiaDGX2.v2.xml", 1), ranks(16));
   checkInvariants(plan);
   for (const RankPlan& r : plan.ranks) EXPECT_TRUE(r.shares_cpus);
   EXPECT_TRUE(plan.hwthread_slots);
@@ -779,14 +776,14 @@ TEST(PlannerFixtures, ClusterFilesThatShip) {
     ASSERT_GT(gpus, 0) << file;
     PlanRequest req = ranks(std::min(gpus, 16));
     req.fabric = topo::Fabric::kTcp;
-    checkInvariants(planOn(c, req));
+    checkInvariants(planOnCluster(c, req));
   }
 }
 
 // ---- outputs ----
 
 TEST(PlanOutputTest, JobDirectoryHasPlanRankfileAndTopologies) {
-  JobPlan plan = planOn(clusterOf(synthetic({}), 2), ranks(16));
+  JobPlan plan = planOnCluster(clusterOf(synthetic({}), 2), ranks(16));
   poolrun::test::TempDir tmp;
   JobDirectory(tmp.path() / "job", Durability::kSameBoot).writePlan(plan);
   std::ifstream rf(tmp.path() / "job/rankfile");
@@ -813,7 +810,7 @@ TEST(PlanOutputTest, JobDirectoryHasPlanRankfileAndTopologies) {
 }
 
 TEST(PlanOutputTest, TableHasOneRowPerRankAndTheNotes) {
-  JobPlan plan = planOn(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nics = 1; })), 1), ranks(8));
+  JobPlan plan = planOnCluster(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nics = 1; })), 1), ranks(8));
   std::string table = planTable(plan);
   EXPECT_NE(table.find("RANK  NODE  LOCAL  GPU  BUS ID"), std::string::npos) << table;
   EXPECT_NE(table.find("notes:"), std::string::npos);

@@ -18,16 +18,12 @@ topo::Cluster roceCluster() {
   return topo::readClusterFile(poolrun::test::sourceDir() / "clusters" / "sim-roce.toml");
 }
 
-JobPlan planOn(const topo::Cluster& c, PlanRequest req) {
-  return makePlan(grantFromCluster(c, req), req);
-}
-
 TEST(PreflightTest, ScopeIsThePortsAndPairsOfTheNodesRanks) {
   topo::Cluster c = roceCluster();
   PlanRequest req;
   req.ranks = 4;
   req.gpus_per_node = 2;
-  JobPlan plan = planOn(c, req);
+  JobPlan plan = planOnCluster(c, req);
   ASSERT_EQ(plan.nodes.size(), 2u);
   for (size_t node = 0; node < 2; ++node) {
     doctor::Scope scope = doctorScope(plan, node);
@@ -53,7 +49,7 @@ TEST(PreflightTest, TheUsersGidIndexIsTheOneJudged) {
   req.ranks = 2;
   req.gpus_per_node = 1;
   req.user_env["NCCL_IB_GID_INDEX"] = "0";
-  JobPlan plan = planOn(roceCluster(), req);
+  JobPlan plan = planOnCluster(roceCluster(), req);
   for (const doctor::PlannedPort& p : doctorScope(plan, 0).ports) EXPECT_EQ(p.gid_index, 0);
   doctor::Report report = preflight(plan, [](const NodePlan&) { return false; });
   ASSERT_TRUE(report.failed()) << doctor::toText(report);
@@ -70,14 +66,14 @@ TEST(PreflightTest, HealthyFixturesAndTcpPassQuietly) {
   PlanRequest req;
   req.ranks = 4;
   req.gpus_per_node = 2;
-  JobPlan plan = planOn(roceCluster(), req);
+  JobPlan plan = planOnCluster(roceCluster(), req);
   doctor::Report report = preflight(plan, [](const NodePlan&) { return false; });
   EXPECT_FALSE(report.failed());
   EXPECT_EQ(report.count(doctor::Status::kWarn), 0) << doctor::toText(report);
   EXPECT_GT(report.count(doctor::Status::kPass), 0);
 
   req.fabric = topo::Fabric::kTcp;
-  JobPlan tcp = planOn(roceCluster(), req);
+  JobPlan tcp = planOnCluster(roceCluster(), req);
   EXPECT_TRUE(preflight(tcp, [](const NodePlan&) { return false; }).checks.empty())
       << "TCP uses no RDMA port: nothing to judge";
 }
@@ -85,7 +81,7 @@ TEST(PreflightTest, HealthyFixturesAndTcpPassQuietly) {
 TEST(PreflightTest, LiveNodesAreReadThroughTheirRoots) {
   PlanRequest req;
   req.ranks = 1;
-  JobPlan plan = planOn(roceCluster(), req);
+  JobPlan plan = planOnCluster(roceCluster(), req);
   poolrun::test::TempDir empty;  // a node with no RDMA device at all, where the plan wants one
   doctor::Report report =
       preflight(plan, [](const NodePlan&) { return true; }, {empty.path(), empty.path(), empty.path()});

@@ -12,12 +12,13 @@
 
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "tuner_data.hpp"
 
 namespace {
 
 using poolrun::test::TempDir;
 
-const std::string kData = POOLRUN_TUNER_TEST_DATA;
+using poolrun::test::kTunerData;
 const std::string kTables = POOLRUN_TUNER_TABLES;
 
 using Result = poolrun::test::ProcessResult;
@@ -33,7 +34,7 @@ size_t lines(const std::string& s) {
 
 TEST(TunerCliTest, ExplainPrintsATablePerPowerOfTwo) {
   Result r =
-      poolrun("tuner explain --config " + kData + "/h100-roce-4node.json --min-bytes 1K --max-bytes 1M");
+      poolrun("tuner explain --config " + kTunerData + "/h100-roce-4node.json --min-bytes 1K --max-bytes 1M");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_NE(r.out.find("allreduce on 32 ranks, 4 nodes (8 per node); fabric roce"), std::string::npos)
@@ -44,7 +45,7 @@ TEST(TunerCliTest, ExplainPrintsATablePerPowerOfTwo) {
 }
 
 TEST(TunerCliTest, ExplainJson) {
-  Result r = poolrun("tuner explain --json --config " + kData +
+  Result r = poolrun("tuner explain --json --config " + kTunerData +
                      "/a100-8gpu-1node.json --coll allgather --min-bytes 8 --max-bytes 1G");
   ASSERT_EQ(r.status, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
@@ -69,7 +70,7 @@ TEST(TunerCliTest, ExplainJson) {
 
 TEST(TunerCliTest, ExplainAsAnotherShape) {
   Result one =
-      poolrun("tuner explain --json --config " + kData + "/h100-roce-4node.json --nranks 8 --nnodes 1");
+      poolrun("tuner explain --json --config " + kTunerData + "/h100-roce-4node.json --nranks 8 --nnodes 1");
   ASSERT_EQ(one.status, 0) << one.err;
   auto doc = nlohmann::json::parse(one.out);
   EXPECT_EQ(doc["rows"].back()["algo"], "NVLS");
@@ -79,22 +80,22 @@ TEST(TunerCliTest, BadInputIsOneLineAndExitTwo) {
   struct Case {
     std::string args, mentions;
   };
-  const std::string cfg = kData + "/h100-roce-4node.json";
-  for (const Case& c :
-       std::vector<Case>{{"tuner explain", "--config"},
-                         {"tuner explain --config /nonexistent.json", "/nonexistent.json"},
-                         {"tuner explain --config " + cfg + " --coll alltoall", "alltoall"},
-                         {"tuner explain --config " + cfg + " --nranks 4 --nnodes 8", "--nnodes 8"},
-                         {"tuner explain --config " + cfg + " --max-bytes 12X", "12X"},
-                         {"tuner explain --config " + cfg + " --min-bytes 1G --max-bytes 1M", "--min-bytes"},
-                         {"tuner explain --config " + cfg + " --nranks 0", "--nranks 0"},
-                         {"tuner explain --config " + kData + "/all_gather_perf_2x4.log", "not valid JSON"},
-                         {"tuner explain --config " + cfg + " --frobnicate", "frobnicate"},
-                         {"tuner calibrate --config " + cfg, "no nccl-tests logs"},
-                         {"tuner calibrate --config " + cfg + " --algo Rign x.log", "Rign"},
-                         {"tuner calibrate --config " + cfg + " /nonexistent.log", "/nonexistent.log"},
-                         {"tuner calibrate --config " + cfg + " " + cfg, "no result lines"},
-                         {"tuner frob", "frob"}}) {
+  const std::string cfg = kTunerData + "/h100-roce-4node.json";
+  for (const Case& c : std::vector<Case>{
+           {"tuner explain", "--config"},
+           {"tuner explain --config /nonexistent.json", "/nonexistent.json"},
+           {"tuner explain --config " + cfg + " --coll alltoall", "alltoall"},
+           {"tuner explain --config " + cfg + " --nranks 4 --nnodes 8", "--nnodes 8"},
+           {"tuner explain --config " + cfg + " --max-bytes 12X", "12X"},
+           {"tuner explain --config " + cfg + " --min-bytes 1G --max-bytes 1M", "--min-bytes"},
+           {"tuner explain --config " + cfg + " --nranks 0", "--nranks 0"},
+           {"tuner explain --config " + kTunerData + "/all_gather_perf_2x4.log", "not valid JSON"},
+           {"tuner explain --config " + cfg + " --frobnicate", "frobnicate"},
+           {"tuner calibrate --config " + cfg, "no nccl-tests logs"},
+           {"tuner calibrate --config " + cfg + " --algo Rign x.log", "Rign"},
+           {"tuner calibrate --config " + cfg + " /nonexistent.log", "/nonexistent.log"},
+           {"tuner calibrate --config " + cfg + " " + cfg, "no result lines"},
+           {"tuner frob", "frob"}}) {
     Result r = poolrun(c.args);
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
     EXPECT_TRUE(r.err.starts_with("poolrun: error: ")) << c.args << "\n" << r.err;
@@ -111,7 +112,7 @@ TEST(TunerCliTest, BadInputIsOneLineAndExitTwo) {
 // without a writer must not block), and no crash on 100,000 levels of nesting.
 TEST(HostileFiles, TunerCommandsRefuseThemInOneLine) {
   TempDir tmp;
-  const std::string cfg = kData + "/h100-roce-4node.json";
+  const std::string cfg = kTunerData + "/h100-roce-4node.json";
   const std::string fifo = (tmp.path() / "tuner.fifo").string();
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const std::string big = tmp.write("big.json", "").string();
@@ -144,7 +145,7 @@ TEST(HostileFiles, TunerCommandsRefuseThemInOneLine) {
 // in-place) and the error, then the worst errors; --json gives the same figures.
 TEST(TunerCliTest, CompareAgainstNcclTestsOutput) {
   const std::string args = "tuner explain --config " + kTables +
-                           "/h100-8x2-gcp-a3mega-tcpxo.json --compare " + kData +
+                           "/h100-8x2-gcp-a3mega-tcpxo.json --compare " + kTunerData +
                            "/all_reduce_perf_2x8_h100_a3mega.log";
   Result r = poolrun(args);
   ASSERT_EQ(r.status, 0) << r.err;
@@ -208,12 +209,12 @@ TEST(TunerCliTest, CompareRefusesBadTablesInOneLine) {
   const std::string binary =
       tmp.write("binary.bin", std::string("\xff\xfe\x00\x01\x89PNG\r\n\x1a\n", 12)).string();
   const std::string badJson = tmp.write("bad.json", "{\"schema\": \"\xff\xfe\"}").string();
-  const std::string noFigures = kData + "/a100-8gpu-1node.json";
+  const std::string noFigures = kTunerData + "/a100-8gpu-1node.json";
   const std::string huge = tmp.write("huge.log", "").string();
   ASSERT_EQ(truncate(huge.c_str(), off_t{65} << 20), 0);
   const std::string twoShapes =
-      tmp.write("two.log", slurp(kData + "/all_reduce_perf_1x8_ring_ll128.log") +
-                               slurp(kData + "/all_reduce_perf_2x8_h100_a3mega.log"))
+      tmp.write("two.log", slurp(kTunerData + "/all_reduce_perf_1x8_ring_ll128.log") +
+                               slurp(kTunerData + "/all_reduce_perf_2x8_h100_a3mega.log"))
           .string();
   struct Case {
     std::string table, mentions;
@@ -244,9 +245,9 @@ TEST(TunerCliTest, CompareRefusesBadTablesInOneLine) {
 TEST(TunerCliTest, CalibrateWritesMeasuredFiguresThatExplainThenUses) {
   TempDir tmp;
   const auto cfg = tmp.path() / "tuner.json";
-  std::filesystem::copy_file(kData + "/a100-8gpu-1node.json", cfg);
+  std::filesystem::copy_file(kTunerData + "/a100-8gpu-1node.json", cfg);
   const std::string before = poolrun("tuner explain --json --config " + cfg.string()).out;
-  Result r = poolrun("tuner calibrate --config " + cfg.string() + " " + kData +
+  Result r = poolrun("tuner calibrate --config " + cfg.string() + " " + kTunerData +
                      "/all_reduce_perf_1x8_ring_ll128.log");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(
@@ -272,8 +273,8 @@ TEST(TunerCliTest, CalibrateWritesMeasuredFiguresThatExplainThenUses) {
   EXPECT_NE(nlohmann::json::parse(before)["rows"], explained["rows"]);
 
   // Again: replaced, not duplicated. And the unforced allgather log adds figures that rank nothing.
-  Result again = poolrun("tuner calibrate --config " + cfg.string() + " " + kData +
-                         "/all_reduce_perf_1x8_ring_ll128.log " + kData + "/all_gather_perf_2x4.log");
+  Result again = poolrun("tuner calibrate --config " + cfg.string() + " " + kTunerData +
+                         "/all_reduce_perf_1x8_ring_ll128.log " + kTunerData + "/all_gather_perf_2x4.log");
   ASSERT_EQ(again.status, 0) << again.err;
   EXPECT_NE(again.out.find("25 replaced"), std::string::npos) << again.out;
   EXPECT_NE(again.err.find("poolrun: warning: "), std::string::npos) << again.err;  // the wrong-result line
@@ -282,9 +283,9 @@ TEST(TunerCliTest, CalibrateWritesMeasuredFiguresThatExplainThenUses) {
 
 TEST(TunerCliTest, CalibrateToStandardOutputWithOverrides) {
   TempDir tmp;
-  Result r =
-      poolrun("tuner calibrate --config " + kData + "/h100-ib-4node.json -o - --algo Ring --proto Simple " +
-              kData + "/all_gather_perf_2x4.log");
+  Result r = poolrun("tuner calibrate --config " + kTunerData +
+                     "/h100-ib-4node.json -o - --algo Ring --proto Simple " + kTunerData +
+                     "/all_gather_perf_2x4.log");
   ASSERT_EQ(r.status, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   ASSERT_EQ(doc["calibration"].size(), 7u);

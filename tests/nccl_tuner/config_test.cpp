@@ -8,12 +8,13 @@
 #include "poolrun/tuner/calibrate.hpp"
 #include "poolrun/tuner/config.hpp"
 #include "support/test_names.hpp"
+#include "tuner_data.hpp"
 
 namespace {
 
 using namespace poolrun::tuner;
 
-const std::string kData = POOLRUN_TUNER_TEST_DATA;
+using poolrun::test::kTunerData;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -68,7 +69,7 @@ TEST(ConfigTest, ReadsEveryField) {
 
 TEST(ConfigTest, ValueStartingWithABraceIsTheJsonItself) {
   EXPECT_EQ(loadConfig("  " + kGood).origin, "POOLRUN_TUNER_CONFIG");
-  EXPECT_EQ(loadConfig(kData + "/a100-8gpu-1node.json").origin, kData + "/a100-8gpu-1node.json");
+  EXPECT_EQ(loadConfig(kTunerData + "/a100-8gpu-1node.json").origin, kTunerData + "/a100-8gpu-1node.json");
 }
 
 struct Bad {
@@ -166,7 +167,7 @@ TEST(ExampleCsvTest, RejectsWhatTheExampleSilentlyAccepts) {
 // ---- nccl-tests logs -------------------------------------------------------------------------------
 
 TEST(NcclTestsLogTest, ForcedAllreduceOnOneNode) {
-  const std::string path = kData + "/all_reduce_perf_1x8_ring_ll128.log";
+  const std::string path = kTunerData + "/all_reduce_perf_1x8_ring_ll128.log";
   ParsedLog log = parseNcclTestsLog(slurp(path), path, {});
   EXPECT_TRUE(log.warnings.empty());
   ASSERT_EQ(log.measurements.size(), 25u);  // 8 B .. 128 MiB
@@ -183,7 +184,7 @@ TEST(NcclTestsLogTest, ForcedAllreduceOnOneNode) {
 }
 
 TEST(NcclTestsLogTest, UnforcedAllgatherOnTwoNodesSkipsWrongResults) {
-  const std::string path = kData + "/all_gather_perf_2x4.log";
+  const std::string path = kTunerData + "/all_gather_perf_2x4.log";
   ParsedLog log = parseNcclTestsLog(slurp(path), path, {});
   ASSERT_EQ(log.measurements.size(), 7u);  // 8 sizes, one with wrong results
   ASSERT_EQ(log.warnings.size(), 1u);
@@ -223,7 +224,7 @@ TEST(NcclTestsLogTest, Errors) {
       parseNcclTestsLog("  1024  256  float  sum  -1  10.0  0.1  0.1  0  10.0  0.1  0.1  0\n", "x.log", {}),
       ConfigError);  // no rank lines
   // Lists in NCCL_ALGO force no single cell: kept as unforced, with a warning.
-  std::string log = slurp(kData + "/all_reduce_perf_1x8_ring_ll128.log");
+  std::string log = slurp(kTunerData + "/all_reduce_perf_1x8_ring_ll128.log");
   log.replace(log.find("to Ring"), 7, "to ring,tree");
   ParsedLog parsed = parseNcclTestsLog(log, "l.log", {});
   EXPECT_FALSE(parsed.measurements[0].algo);

@@ -17,12 +17,13 @@
 #include "poolrun/tuner/config.hpp"
 #include "support/blocking.hpp"
 #include "support/temp_dir.hpp"
+#include "tuner_data.hpp"
 
 namespace poolrun::tuner {
 namespace {
 
 constexpr int kDeep = 100'000;
-const std::string kData = POOLRUN_TUNER_TEST_DATA;
+using poolrun::test::kTunerData;
 
 std::string repeat(const std::string& s, int n) {
   std::string out;
@@ -92,7 +93,7 @@ TEST_F(HostileFiles, MissingFileIsNamed) {
 }
 
 TEST_F(HostileFiles, Nested100000DeepIsRefusedInAFileAndInTheEnvironment) {
-  const std::string good = slurp(kData + "/h100-ib-4node.json");
+  const std::string good = slurp(kTunerData + "/h100-ib-4node.json");
   const std::string inComment =
       good.substr(0, good.rfind('}')) + ", \"comment\": " + repeat("[", kDeep) + repeat("]", kDeep) + "}";
   for (const std::string& deep :
@@ -122,7 +123,7 @@ class ConfigCacheTest : public ::testing::Test {
  protected:
   // Rules that force `algo` on every allreduce.
   std::string config(const std::string& algo) {
-    std::string c = slurp(kData + "/h100-ib-4node.json");
+    std::string c = slurp(kTunerData + "/h100-ib-4node.json");
     return c.substr(0, c.rfind('}')) + R"(, "rules": [{"coll": "allreduce", "algo": ")" + algo +
            R"(", "proto": "Simple"}]})";
   }

@@ -11,14 +11,16 @@
 #include "poolrun/tuner/explain.hpp"
 #include "poolrun/tuner/model.hpp"
 
+#include "tuner_data.hpp"
+
 namespace {
 
 using namespace poolrun::tuner;
 
-const std::string kData = POOLRUN_TUNER_TEST_DATA;
+using poolrun::test::kTunerData;
 
 TunerConfig a100Node() {
-  return loadConfig(kData + "/a100-8gpu-1node.json");
+  return loadConfig(kTunerData + "/a100-8gpu-1node.json");
 }
 
 // The chosen cell's prediction at `bytes` on 8 ranks of the 8x A100 node, as nccl-tests busbw.
@@ -77,7 +79,7 @@ TEST(AnchorTest, DgxA100OverHdrInfiniBand) {
 
 // H100: Simple ring busbw 365-370 GB/s and NVLS 475-482 GB/s on 8x H100 (perf-anchors section 3).
 TEST(AnchorTest, H100NodeRingAndNvls) {
-  TunerConfig c = loadConfig(kData + "/h100-ib-4node.json");
+  TunerConfig c = loadConfig(kTunerData + "/h100-ib-4node.json");
   CostModel m(c, {8, 1});
   const std::uint64_t bytes = std::uint64_t{8} << 30;
   auto bus = [&](Cell cell) {
@@ -92,8 +94,8 @@ TEST(AnchorTest, H100NodeRingAndNvls) {
 // ---- fabrics -----------------------------------------------------------------------------------------
 
 TEST(FabricTest, RoceAndTcpPayMoreLatencyPerNetworkHopThanIb) {
-  TunerConfig ib = loadConfig(kData + "/h100-ib-4node.json");
-  TunerConfig roce = loadConfig(kData + "/h100-roce-4node.json");
+  TunerConfig ib = loadConfig(kTunerData + "/h100-ib-4node.json");
+  TunerConfig roce = loadConfig(kTunerData + "/h100-roce-4node.json");
   TunerConfig tcp = ib;
   tcp.fabric = Fabric::kTcp;
   tcp.net.gdr = false;
@@ -111,8 +113,8 @@ TEST(FabricTest, RoceAndTcpPayMoreLatencyPerNetworkHopThanIb) {
 }
 
 TEST(FabricTest, RoceLeavesLl128EarlierAtLargeInterNodeSizes) {
-  TunerConfig ib = loadConfig(kData + "/h100-ib-4node.json");
-  TunerConfig roce = loadConfig(kData + "/h100-roce-4node.json");
+  TunerConfig ib = loadConfig(kTunerData + "/h100-ib-4node.json");
+  TunerConfig roce = loadConfig(kTunerData + "/h100-roce-4node.json");
   DecisionTable ti = DecisionTable::build(ib, {32, 4}), tr = DecisionTable::build(roce, {32, 4});
   int ibOnly = 0;
   for (int b = 20; b <= 34; ++b) {
@@ -145,7 +147,7 @@ class ValidityTest : public ::testing::TestWithParam<ValidityCase> {};
 
 TEST_P(ValidityTest, FollowsNccl) {
   const ValidityCase& v = GetParam();
-  TunerConfig c = loadConfig(kData + "/h100-ib-4node.json");
+  TunerConfig c = loadConfig(kTunerData + "/h100-ib-4node.json");
   c.gpu.nvls = v.nvls;
   c.net.sharp = v.sharp;
   if (!v.nvlink) {
@@ -232,7 +234,7 @@ TEST(CalibrationTest, MeasuredFiguresWinWhereTheyExist) {
 // ---- decision table ------------------------------------------------------------------------------------
 
 TEST(DecisionTableTest, RankedByTimeWithNcclsTieOrder) {
-  DecisionTable t = DecisionTable::build(loadConfig(kData + "/h100-roce-4node.json"), {32, 4});
+  DecisionTable t = DecisionTable::build(loadConfig(kTunerData + "/h100-roce-4node.json"), {32, 4});
   for (int c = 0; c < kNumColls; ++c) {
     for (int b = 0; b < 64; ++b) {
       auto cands = t.candidates(static_cast<Coll>(c), std::uint64_t{1} << b);

@@ -27,6 +27,7 @@
 #include "nccl_host.hpp"
 #include "poolrun/tuner/decision.hpp"
 #include "support/temp_dir.hpp"
+#include "tuner_data.hpp"
 
 namespace {
 
@@ -38,7 +39,7 @@ using nccl::Logger;
 using nccl::Release;
 
 const std::string kPlugin = POOLRUN_TUNER_PLUGIN;
-const std::string kData = POOLRUN_TUNER_TEST_DATA;
+using poolrun::test::kTunerData;
 constexpr const char* kEnvVars[] = {"POOLRUN_TUNER_CONFIG", "NCCL_TUNER_CONFIG_FILE", "NCCL_ALGO",
                                     "NCCL_PROTO"};
 
@@ -77,11 +78,11 @@ class PluginTest : public ::testing::Test {
   }
 
   static void useConfig(const std::string& name) {
-    setenv("POOLRUN_TUNER_CONFIG", (kData + "/" + name).c_str(), 1);
+    setenv("POOLRUN_TUNER_CONFIG", (kTunerData + "/" + name).c_str(), 1);
   }
 
   static tuner::DecisionTable expected(const std::string& name, int nranks, int nnodes) {
-    return tuner::DecisionTable::build(tuner::loadConfig(kData + "/" + name), {nranks, nnodes});
+    return tuner::DecisionTable::build(tuner::loadConfig(kTunerData + "/" + name), {nranks, nnodes});
   }
 };
 
@@ -280,7 +281,7 @@ TEST_F(PluginTest, OneNodeSubCommunicatorIsModelledAsOneNode) {
 }
 
 TEST_F(PluginTest, ConfigurationTextInTheEnvironmentActsLikeTheFile) {
-  setenv("POOLRUN_TUNER_CONFIG", slurp(kData + "/h100-ib-4node.json").c_str(), 1);
+  setenv("POOLRUN_TUNER_CONFIG", slurp(kTunerData + "/h100-ib-4node.json").c_str(), 1);
   auto host = load();
   auto comm = host->init(32, 4);
   ASSERT_TRUE(comm->hasContext());
@@ -296,7 +297,7 @@ TEST_F(PluginTest, ConfigurationTextInTheEnvironmentActsLikeTheFile) {
 
 TEST_F(PluginTest, JsonRulesMatchRegBuffAndSetChannels) {
   poolrun::test::TempDir tmp;
-  std::string cfg = slurp(kData + "/h100-ib-4node.json");
+  std::string cfg = slurp(kTunerData + "/h100-ib-4node.json");
   cfg.insert(cfg.rfind('}'), R"(, "rules": [
     {"coll": "allreduce", "max_bytes": 1048576, "algo": "Ring", "proto": "Simple", "reg_buff": 1, "channels": 8},
     {"coll": "allgather", "min_bytes": 4096, "max_bytes": 8191, "proto": "LL", "nnodes": 4}
@@ -639,7 +640,7 @@ std::string repeated(const std::string& s, int n) {
 TEST_F(PluginTest, HostileFilesDeclineOnA256KiBStackWithoutCrashing) {
   poolrun::test::TempDir tmp;
   constexpr int kDeep = 100'000;
-  const std::string good = slurp(kData + "/h100-ib-4node.json");
+  const std::string good = slurp(kTunerData + "/h100-ib-4node.json");
   std::filesystem::path fifo = tmp.path() / "tuner.fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   std::filesystem::path big = tmp.write("big.json", "");
@@ -682,7 +683,7 @@ TEST_F(PluginTest, HostileFilesDeclineOnA256KiBStackWithoutCrashing) {
 
 TEST_F(PluginTest, TheFileIsParsedOncePerProcessWhileItIsUnchanged) {
   poolrun::test::TempDir tmp;
-  const std::string good = slurp(kData + "/h100-ib-4node.json");
+  const std::string good = slurp(kTunerData + "/h100-ib-4node.json");
   auto forcing = [&](const std::string& algo) {
     return good.substr(0, good.rfind('}')) + R"(, "rules": [{"coll": "allreduce", "algo": ")" + algo +
            R"(", "proto": "Simple"}]})";
@@ -749,7 +750,7 @@ TEST_F(PluginTest, GetCollInfoDoesNotAllocate) {
 
 TEST_F(PluginTest, ExplainAndThePluginAgreeOnEveryChoice) {
   poolrun::test::TempDir tmp;
-  std::string withRules = slurp(kData + "/h100-roce-4node.json");
+  std::string withRules = slurp(kTunerData + "/h100-roce-4node.json");
   withRules.insert(withRules.rfind('}'), R"(, "rules": [
     {"coll": "allreduce", "min_bytes": 1000, "max_bytes": 300000, "algo": "Ring", "channels": 12},
     {"coll": "reducescatter", "min_bytes": 1048576, "proto": "Simple", "nranks": 32}
@@ -759,9 +760,10 @@ TEST_F(PluginTest, ExplainAndThePluginAgreeOnEveryChoice) {
     std::string config;
     int nranks, nnodes;
   };
-  const Case cases[] = {{kData + "/a100-8gpu-1node.json", 8, 1},  {kData + "/h100-ib-4node.json", 32, 4},
-                        {kData + "/h100-roce-4node.json", 32, 4}, {kData + "/h100-roce-4node.json", 8, 1},
-                        {kData + "/h100-roce-4node.json", 4, 4},  {rulesPath, 32, 4}};
+  const Case cases[] = {
+      {kTunerData + "/a100-8gpu-1node.json", 8, 1},  {kTunerData + "/h100-ib-4node.json", 32, 4},
+      {kTunerData + "/h100-roce-4node.json", 32, 4}, {kTunerData + "/h100-roce-4node.json", 8, 1},
+      {kTunerData + "/h100-roce-4node.json", 4, 4},  {rulesPath, 32, 4}};
   int rows = 0;
   for (const Case& c : cases) {
     setenv("POOLRUN_TUNER_CONFIG", c.config.c_str(), 1);

@@ -11,7 +11,7 @@
 namespace poolrun::pool {
 namespace {
 
-struct Case {
+struct CliCase {
   std::string args;      // shell words after the binary
   std::string expected;  // the first line of standard error
 };
@@ -24,7 +24,7 @@ std::string firstLine(const std::string& text) {
 }
 
 TEST(CliInputTest, PoolctlOptionValues) {
-  const std::vector<Case> cases = {
+  const std::vector<CliCase> cases = {
       {"acquire -n 4 --priority 2147483648",
        "poolctl: error: --priority 2147483648: out of range (-1000000 to 1000000)"},
       {"acquire -n 4 --priority abc",
@@ -58,7 +58,7 @@ TEST(CliInputTest, PoolctlOptionValues) {
        "and '@', not starting with '-')"},
       {"--role root status", "poolctl: error: --role 'root': use user or admin"},
   };
-  for (const Case& c : cases) {
+  for (const CliCase& c : cases) {
     test::ProcessResult r = test::runShell(kPoolctl + c.args);
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
     EXPECT_EQ(firstLine(r.err), c.expected) << c.args;
@@ -66,7 +66,7 @@ TEST(CliInputTest, PoolctlOptionValues) {
 }
 
 TEST(CliInputTest, PoolctlNamesNeverReachAUrl) {
-  const std::vector<Case> cases = {
+  const std::vector<CliCase> cases = {
       {"release \"$(printf 'L1\\r\\nX-Injected: 1')\"",
        "poolctl: error: lease id 'L1\\x0d\\x0aX-Injected: 1': '\\x0d' at byte 2 is not allowed (a lease id "
        "is 1 "
@@ -77,7 +77,7 @@ TEST(CliInputTest, PoolctlNamesNeverReachAUrl) {
       {"resume 'a b'", "poolctl: error: node name 'a b': '\\x20' at byte 1 is not allowed"},
       {"fail '\"x\":0'", "poolctl: error: node name '\"x\"': '\"' at byte 0 is not allowed"},
   };
-  for (const Case& c : cases) {
+  for (const CliCase& c : cases) {
     test::ProcessResult r = test::runShell(kPoolctl + c.args);
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
     EXPECT_EQ(firstLine(r.err).substr(0, c.expected.size()), c.expected) << c.args << "\n"
@@ -91,7 +91,7 @@ TEST(CliInputTest, PooldOptionValues) {
   // Everything poold needs to start is there: only the value under test can stop it.
   const std::string poold = std::string("timeout 10 ") + POOLD_BINARY + " --listen 127.0.0.1:0 --state " +
                             (dir.path() / "state").string() + " --token-file " + tokens.string() + " ";
-  const std::vector<Case> cases = {
+  const std::vector<CliCase> cases = {
       {"--max-body abc", "poold: error: --max-body abc: not a whole number (1024 to 1073741824)"},
       {"--max-body -1", "poold: error: --max-body -1: out of range (1024 to 1073741824)"},
       {"--max-body 18446744073709551616",
@@ -112,7 +112,7 @@ TEST(CliInputTest, PooldOptionValues) {
        "poold: error: --listen 127.0.0.1:65536: port 65536: out of range (0 to 65535)"},
       {"--threads", "poold: error: --threads needs a value"},
   };
-  for (const Case& c : cases) {
+  for (const CliCase& c : cases) {
     test::ProcessResult r = test::runShell(poold + c.args);
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.err;
     EXPECT_EQ(firstLine(r.err), c.expected) << c.args;

@@ -18,10 +18,6 @@ namespace {
 
 using std::chrono::seconds;
 
-std::string clusterFile() {
-  return (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
-}
-
 class Harness {
  public:
   virtual ~Harness() = default;
@@ -36,7 +32,7 @@ class SimHarness : public Harness {
     o.state_dir = dir_.path().string();
     o.owner = who;
     o.role = who == "root" ? "admin" : "user";
-    return openPoolControl("sim:" + clusterFile(), o);
+    return openPoolControl("sim:" + test::hgxCluster(), o);
   }
 
  private:
@@ -47,7 +43,7 @@ class HttpHarness : public Harness {
  public:
   HttpHarness()
       : tokens_(dir_.write("tokens", test::kTokens)),
-        poold_(dir_.path() / "state", tokens_, {"--cluster", clusterFile()}) {}
+        poold_(dir_.path() / "state", tokens_, {"--cluster", test::hgxCluster()}) {}
   std::unique_ptr<PoolControl> client(const std::string& who) override {
     ClientOptions o;
     o.token = "tok-" + who + "-0123456789";

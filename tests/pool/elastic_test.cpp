@@ -12,6 +12,7 @@
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/store.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -114,11 +115,7 @@ TEST_P(Shrinks, ComeBeforePreemptionsAndNeverGoBelowTheMinimum) {
   EXPECT_EQ(s.checkInvariants(), "");
 }
 
-std::string caseName(const ::testing::TestParamInfo<ShrinkCase>& info) {
-  return test::testName(info.param.name);
-}
-
-INSTANTIATE_TEST_SUITE_P(Table, Shrinks, ::testing::ValuesIn(kShrinkCases), caseName);
+INSTANTIATE_TEST_SUITE_P(Table, Shrinks, ::testing::ValuesIn(kShrinkCases), test::ByCaseName());
 
 TEST(Elastic, IsGrantedAsLargeAsTheFreeGpusLetItAndAtLeastItsMinimum) {
   PoolState s;

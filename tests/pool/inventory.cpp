@@ -209,10 +209,4 @@ std::vector<std::string> leasesUnderNotice(const pool::PoolState& state) {
   return out;
 }
 
-std::string testName(const char* text) {
-  std::string n;
-  for (const char* p = text; *p; ++p) n += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
-  return n;
-}
-
 }  // namespace poolrun::test

@@ -33,7 +33,5 @@ pool::LeaseRequest parseRequest(const std::string& spec);
 std::string gpuList(const std::vector<pool::GpuRef>& gpus);
 // The ids of the leases under a preemption notice, sorted.
 std::vector<std::string> leasesUnderNotice(const pool::PoolState& state);
-// A table case's name as GoogleTest takes it: every character but letters and digits as '_'.
-std::string testName(const char* text);
 
 }  // namespace poolrun::test

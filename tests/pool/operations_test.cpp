@@ -36,10 +36,6 @@ constexpr const char* kBob = "tok-bob-0123456789";
 constexpr const char* kRoot = "tok-root-0123456789";
 constexpr const char* kScrape = "scrape-tok-0123456789";
 
-std::string clusterFile() {
-  return (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
-}
-
 // A program whose standard output and error the test reads as they come.
 class Child {
  public:
@@ -127,7 +123,7 @@ class Operations : public ::testing::Test {
   Operations() : tokens_(dir_.write("tokens", test::kTokens)), scrape_(dir_.write("scrape", kScrape)) {}
 
   void start(const std::vector<std::string>& extra = {}, int port = 0) {
-    std::vector<std::string> args{"--cluster", clusterFile()};
+    std::vector<std::string> args{"--cluster", test::hgxCluster()};
     args.insert(args.end(), extra.begin(), extra.end());
     poold_.reset();
     poold_ = std::make_unique<test::PooldProcess>(state(), tokens_, args, port);
@@ -466,7 +462,7 @@ TEST_F(Operations, PoolctlEventsPrintsAndFollowsAcrossARestartOfPoold) {
 
 TEST_F(Operations, PoolctlEventsSaysTheLogIsPooldsOnEmbeddedPools) {
   test::ProcessResult r = test::runShell(std::string(POOLCTL_BINARY) + " --state " + dir_.path().string() +
-                                         " --pool sim:" + clusterFile() + " events");
+                                         " --pool sim:" + test::hgxCluster() + " events");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("the event log is poold's"), std::string::npos) << r.err;
   r = test::runShell(std::string(POOLCTL_BINARY) + " --pool http://127.0.0.1:1 events --since -1");

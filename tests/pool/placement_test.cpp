@@ -12,14 +12,14 @@ using test::addInventory;
 using test::gpuList;
 using test::parseRequest;
 
-struct Case {
+struct PlacementCase {
   const char* name;
   const char* inventory;
   const char* request;
   const char* expected;  // GPU list; "-" does not fit now; "never" can never fit
 };
 
-const Case kCases[] = {
+const PlacementCase kCases[] = {
     {"first node, one NUMA half", "n[01-04]/gpu[0-7]", "4", "n01:0-3"},
     {"best fit fills a partly used node", "n[01-04]/gpu[0-7]; n01 leased 0-3", "4", "n01:4-7"},
     {"one node rather than two", "n[01-04]/gpu[0-7]; n01 leased 0-5", "4", "n02:0-3"},
@@ -52,10 +52,10 @@ const Case kCases[] = {
     {"never more than the pool", "n[01-02]/gpu[0-7]", "17", "never"},
 };
 
-class PlacementTable : public ::testing::TestWithParam<Case> {};
+class PlacementTable : public ::testing::TestWithParam<PlacementCase> {};
 
 TEST_P(PlacementTable, Places) {
-  const Case& c = GetParam();
+  const PlacementCase& c = GetParam();
   PoolState state;
   TimePoint now = std::chrono::system_clock::now();
   addInventory(state, c.inventory, now);
@@ -75,7 +75,7 @@ TEST_P(PlacementTable, Places) {
   EXPECT_TRUE(state.queueMap().empty()) << "a request that is not queued leaves no entry";
 }
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const PlacementCase& c, std::ostream* os) {
   *os << c.name << ": " << c.inventory << " | request " << c.request << " -> " << c.expected;
 }
 

@@ -9,7 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "support/fixtures.hpp"
+
 namespace poolrun::test {
+
+// The cluster file most pool tests run on: 16 HGX H100 nodes (clusters/hgx-h100.toml).
+inline std::string hgxCluster() {
+  return (sourceDir() / "clusters" / "hgx-h100.toml").string();
+}
 
 class PooldProcess {
  public:

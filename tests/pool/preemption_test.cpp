@@ -10,6 +10,7 @@
 
 #include "inventory.hpp"
 #include "poolrun/pool/json.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -114,11 +115,7 @@ TEST_P(Victims, AreTheFewestGpusThenTheYoungest) {
   EXPECT_EQ(s.checkInvariants(), "");
 }
 
-std::string caseName(const ::testing::TestParamInfo<VictimCase>& info) {
-  return test::testName(info.param.name);
-}
-
-INSTANTIATE_TEST_SUITE_P(Table, Victims, ::testing::ValuesIn(kVictimCases), caseName);
+INSTANTIATE_TEST_SUITE_P(Table, Victims, ::testing::ValuesIn(kVictimCases), test::ByCaseName());
 
 // Gang-aware: a lease across nodes is preempted whole, even where the request needs only part of it.
 TEST(Preemption, ALeaseAcrossNodesIsPreemptedWholeNeverInPart) {

@@ -9,6 +9,7 @@
 
 #include "inventory.hpp"
 #include "queue_wait.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -133,14 +134,8 @@ TEST_P(QueueTable, Orders) {
   EXPECT_EQ(got, std::vector<std::string>(c.expected.begin(), c.expected.end())) << c.inventory;
 }
 
-std::string caseName(const ::testing::TestParamInfo<QueueCase>& info) {
-  std::string n;
-  for (const char* p = info.param.name; *p; ++p) n += std::isalnum(*p) ? *p : '_';
-  return n;
-}
-
-INSTANTIATE_TEST_SUITE_P(Pool, QueueTable, ::testing::ValuesIn(kQueueCases), caseName);
-INSTANTIATE_TEST_SUITE_P(Overtaking, QueueTable, ::testing::ValuesIn(kOvertakingCases), caseName);
+INSTANTIATE_TEST_SUITE_P(Pool, QueueTable, ::testing::ValuesIn(kQueueCases), test::ByCaseName());
+INSTANTIATE_TEST_SUITE_P(Overtaking, QueueTable, ::testing::ValuesIn(kOvertakingCases), test::ByCaseName());
 
 TEST(Queue, NoRequestWaitsForeverWhileThePoolKeepsFreeingGpus) {
   // Two nodes, every GPU held by endless 2-GPU leases that are released one after another, while

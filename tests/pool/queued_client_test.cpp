@@ -20,10 +20,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string clusterFile() {
-  return (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
-}
-
 // The exit status; 1000+N for death by signal N (the tool must exit itself, not die of it); -1 when
 // it did not end within `limit` (then its process group is killed).
 int waitExit(pid_t pid, std::chrono::seconds limit) {
@@ -57,11 +53,11 @@ class QueuedClient : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     if (GetParam().http) {
       tokens_ = dir_.write("tokens", test::kTokens);
-      poold_ = std::make_unique<test::PooldProcess>(dir_.path() / "poold", tokens_,
-                                                    std::vector<std::string>{"--cluster", clusterFile()});
+      poold_ = std::make_unique<test::PooldProcess>(
+          dir_.path() / "poold", tokens_, std::vector<std::string>{"--cluster", test::hgxCluster()});
       uri_ = poold_->uri();
     } else {
-      uri_ = "sim:" + clusterFile();
+      uri_ = "sim:" + test::hgxCluster();
     }
   }
 
@@ -135,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(Pool, QueuedClient,
 TEST(PoolctlRelease, OfALeaseNotHeldSaysSoAndSucceeds) {
   test::TempDir dir;
   std::string base = "POOLRUN_STATE_DIR=" + (dir.path() / "state").string() + " timeout 60 " +
-                     POOLCTL_BINARY + " --pool sim:" + clusterFile() + " ";
+                     POOLCTL_BINARY + " --pool sim:" + test::hgxCluster() + " ";
   test::ProcessResult r = test::runShell(base + "release L0123456789abcdef");
   EXPECT_EQ(r.status, 0) << "release is idempotent\n" << r.err;
   EXPECT_EQ(r.err,

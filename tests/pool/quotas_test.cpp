@@ -12,6 +12,7 @@
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/topo/error.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -170,11 +171,7 @@ TEST_P(QuotaVictims, AreTheBorrowedFirst) {
   EXPECT_EQ(s.checkInvariants(), "");
 }
 
-std::string caseName(const ::testing::TestParamInfo<QuotaCase>& info) {
-  return test::testName(info.param.name);
-}
-
-INSTANTIATE_TEST_SUITE_P(Table, QuotaVictims, ::testing::ValuesIn(kQuotaCases), caseName);
+INSTANTIATE_TEST_SUITE_P(Table, QuotaVictims, ::testing::ValuesIn(kQuotaCases), test::ByCaseName());
 
 TEST(Quotas, AReclaimSaysWhy) {
   PoolState s;

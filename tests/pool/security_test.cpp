@@ -17,15 +17,11 @@ namespace {
 
 using nlohmann::json;
 
-std::string clusterFile() {
-  return (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
-}
-
 class Security : public ::testing::Test {
  protected:
   Security()
       : tokens_(dir_.write("tokens", test::kTokens)),
-        poold_(dir_.path() / "state", tokens_, {"--cluster", clusterFile(), "--max-body", "65536"}),
+        poold_(dir_.path() / "state", tokens_, {"--cluster", test::hgxCluster(), "--max-body", "65536"}),
         http_("127.0.0.1", poold_.port()) {}
 
   httplib::Result call(const std::string& method, const std::string& path, const std::string& token,
@@ -148,7 +144,7 @@ TEST_F(Security, PoolctlExitStatusesAndJson) {
 TEST(PoolctlSim, SameCommandsOnASimulatedCluster) {
   test::TempDir dir;
   std::vector<std::string> env{"POOLRUN_STATE_DIR=" + dir.path().string()};
-  std::vector<std::string> base{POOLCTL_BINARY, "--pool", "sim:" + clusterFile(), "--json"};
+  std::vector<std::string> base{POOLCTL_BINARY, "--pool", "sim:" + test::hgxCluster(), "--json"};
   std::string out;
   auto args = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = base;

@@ -20,10 +20,6 @@
 namespace poolrun::pool {
 namespace {
 
-std::string clusterFile() {
-  return (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
-}
-
 struct Held {
   std::vector<std::string> gpus;
   int64_t from = 0;
@@ -132,10 +128,10 @@ TEST(EmbeddedPool, OpeningAnUnchangedClusterWritesNothing) {
     }
     return bytes;
   };
-  openPoolControl("sim:" + clusterFile(), o)->status();
+  openPoolControl("sim:" + test::hgxCluster(), o)->status();
   uintmax_t seeded = walBytes();
   EXPECT_GT(seeded, 0u);
-  for (int i = 0; i < 3; ++i) openPoolControl("sim:" + clusterFile(), o)->status();
+  for (int i = 0; i < 3; ++i) openPoolControl("sim:" + test::hgxCluster(), o)->status();
   EXPECT_EQ(walBytes(), seeded) << "bytes of write-ahead log after reopening an unchanged cluster";
 }
 
@@ -143,7 +139,7 @@ TEST(EmbeddedPool, ADamagedFileIsNamedWithWhatToDo) {
   test::TempDir dir;
   ClientOptions o;
   o.state_dir = dir.path().string();
-  openPoolControl("sim:" + clusterFile(), o)->status();
+  openPoolControl("sim:" + test::hgxCluster(), o)->status();
   std::filesystem::path file;
   for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
     if (f.path().extension() == ".sqlite") file = f.path();
@@ -153,7 +149,7 @@ TEST(EmbeddedPool, ADamagedFileIsNamedWithWhatToDo) {
   std::filesystem::remove(file.string() + "-shm");
   std::ofstream(file, std::ios::trunc) << std::string(8192, 'x');
   try {
-    openPoolControl("sim:" + clusterFile(), o);
+    openPoolControl("sim:" + test::hgxCluster(), o);
     FAIL() << "a damaged pool file was opened";
   } catch (const Error& e) {
     std::string what = e.what();
@@ -170,7 +166,7 @@ TEST(EmbeddedPool, WriteAheadLogStaysSmallOverManyLaunches) {
   ClientOptions o;
   o.state_dir = dir.path().string();
   for (int i = 0; i < 300; ++i) {
-    auto pool = openPoolControl("sim:" + clusterFile(), o);
+    auto pool = openPoolControl("sim:" + test::hgxCluster(), o);
     LeaseRequest r;
     r.gpus = 8;
     r.gpus_per_node = 8;
@@ -179,7 +175,7 @@ TEST(EmbeddedPool, WriteAheadLogStaysSmallOverManyLaunches) {
     pool->idle();  // where poolrun calls it: while the job runs
     pool->release(lease.id);
   }
-  auto pool = openPoolControl("sim:" + clusterFile(), o);
+  auto pool = openPoolControl("sim:" + test::hgxCluster(), o);
   EXPECT_EQ(pool->status().leases_granted, 300u);
   uintmax_t largest = 0;
   for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
@@ -195,15 +191,15 @@ TEST(Concurrency, ManyProcessesShareTheEmbeddedPool) {
   // Seed the state once so that the clients race on leases, not on creating the file.
   ClientOptions o;
   o.state_dir = dir.path().string();
-  openPoolControl("sim:" + clusterFile(), o)->status();
-  auto pids = startClients("sim:" + clusterFile(), dir.path().string(), "", clients, iterations, dir);
+  openPoolControl("sim:" + test::hgxCluster(), o)->status();
+  auto pids = startClients("sim:" + test::hgxCluster(), dir.path().string(), "", clients, iterations, dir);
   EXPECT_EQ(waitAll(pids), 0);
   Log log = readLogs(dir, clients);
   EXPECT_EQ(log.errors, 0);
   EXPECT_EQ(log.acquired, clients * iterations);
   EXPECT_EQ(log.released, clients * iterations);
   expectNoGpuInTwoLeases(log);
-  auto pool = openPoolControl("sim:" + clusterFile(), o);
+  auto pool = openPoolControl("sim:" + test::hgxCluster(), o);
   EXPECT_TRUE(pool->leases().empty());
   PoolStatus s = pool->status();
   EXPECT_EQ(s.gpus_free, 128);
@@ -213,7 +209,7 @@ TEST(Concurrency, ManyProcessesShareTheEmbeddedPool) {
 TEST(Concurrency, ManyProcessesShareAPoold) {
   test::TempDir dir;
   auto tokens = dir.write("tokens", test::kTokens);
-  test::PooldProcess poold(dir.path() / "state", tokens, {"--cluster", clusterFile()});
+  test::PooldProcess poold(dir.path() / "state", tokens, {"--cluster", test::hgxCluster()});
   const int clients = 16, iterations = 40;
   auto pids = startClients(poold.uri(), "", "tok-alice-0123456789", clients, iterations, dir);
   EXPECT_EQ(waitAll(pids), 0);
@@ -235,7 +231,7 @@ TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   const int clients = 8;
   std::string shortLease;
   {
-    test::PooldProcess poold(state, tokens, {"--cluster", clusterFile()});
+    test::PooldProcess poold(state, tokens, {"--cluster", test::hgxCluster()});
     ClientOptions o;
     o.token = "tok-bob-0123456789";
     LeaseRequest r;
@@ -252,7 +248,7 @@ TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   EXPECT_EQ(log.errors, clients) << "every client saw poold go";
   expectNoGpuInTwoLeases(log);
 
-  test::PooldProcess poold(state, tokens, {"--cluster", clusterFile()});
+  test::PooldProcess poold(state, tokens, {"--cluster", test::hgxCluster()});
   ClientOptions o;
   o.token = "tok-root-0123456789";
   auto pool = openPoolControl(poold.uri(), o);

@@ -27,4 +27,12 @@ inline std::string testName(std::string_view text) {
   return name.empty() ? "case" : name;
 }
 
+// For INSTANTIATE_TEST_SUITE_P over a table whose cases have a `name`: each case is named by it.
+struct ByCaseName {
+  template <class Info>
+  std::string operator()(const Info& info) const {
+    return testName(info.param.name);
+  }
+};
+
 }  // namespace poolrun::test

@@ -79,12 +79,12 @@ topology = "topo/node.xml"
   EXPECT_EQ(c.node("b1"), &c.nodes[2]);
 }
 
-struct Bad {
+struct BadClusterFile {
   const char* toml;
   const char* message;
 };
 
-class ClusterFileErrors : public ::testing::TestWithParam<Bad> {};
+class ClusterFileErrors : public ::testing::TestWithParam<BadClusterFile> {};
 
 TEST_P(ClusterFileErrors, NameTheFileAndTheProblem) {
   poolrun::test::TempDir tmp;
@@ -99,25 +99,29 @@ TEST_P(ClusterFileErrors, NameTheFileAndTheProblem) {
   }
 }
 
-void PrintTo(const Bad& b, std::ostream* os) {
+void PrintTo(const BadClusterFile& b, std::ostream* os) {
   *os << "error with \"" << b.message << "\"";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, ClusterFileErrors,
     ::testing::Values(
-        Bad{"", "no [[group]]"}, Bad{"[[group]\n", ":1: "},
-        Bad{"name = 'x'\n[[group]]\nnodes='a'\ntopology='node.xml'\n", "unknown top-level key 'name'"},
-        Bad{"[[group]]\ntopology='node.xml'\n", "group 1: missing 'nodes'"},
-        Bad{"[[group]]\nnodes='a'\n", "group 1: missing 'topology'"},
-        Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nswich='x'\n", "unknown key 'swich'"},
-        Bad{"[[group]]\nnodes=3\ntopology='node.xml'\n", "'nodes' must be a string"},
-        Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nfabric='ethernet'\n", "unknown fabric 'ethernet'"},
-        Bad{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels='r1'\n", "'labels' must be a table"},
-        Bad{"[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\n[[group]]\nnodes='a2'\ntopology='node.xml'\n",
+        BadClusterFile{"", "no [[group]]"}, BadClusterFile{"[[group]\n", ":1: "},
+        BadClusterFile{"name = 'x'\n[[group]]\nnodes='a'\ntopology='node.xml'\n",
+                       "unknown top-level key 'name'"},
+        BadClusterFile{"[[group]]\ntopology='node.xml'\n", "group 1: missing 'nodes'"},
+        BadClusterFile{"[[group]]\nnodes='a'\n", "group 1: missing 'topology'"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nswich='x'\n", "unknown key 'swich'"},
+        BadClusterFile{"[[group]]\nnodes=3\ntopology='node.xml'\n", "'nodes' must be a string"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nfabric='ethernet'\n",
+                       "unknown fabric 'ethernet'"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels='r1'\n",
+                       "'labels' must be a table"},
+        BadClusterFile{
+            "[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\n[[group]]\nnodes='a2'\ntopology='node.xml'\n",
             "group 2: node a2 is already in an earlier group"},
-        Bad{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}),
-    [](const ::testing::TestParamInfo<Bad>& p) {
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}),
+    [](const ::testing::TestParamInfo<BadClusterFile>& p) {
       std::string name = poolrun::test::testName(p.param.message);
       return std::isdigit(static_cast<unsigned char>(name[0])) ? "syntax_error_at_line_" + name : name;
     });

@@ -79,13 +79,13 @@ TEST(TopologyJsonTest, UnknownMeasurementsAreNullAndReadBackAsUnknown) {
   EXPECT_EQ(old, t);
 }
 
-struct Bad {
+struct BadDocument {
   const char* name;
   std::function<void(json&)> mutate;
   const char* message;
 };
 
-class TopologyJsonBadInput : public ::testing::TestWithParam<Bad> {};
+class TopologyJsonBadInput : public ::testing::TestWithParam<BadDocument> {};
 
 TEST_P(TopologyJsonBadInput, NamesTheField) {
   json doc = json::parse(toJson(shipped()).dump());
@@ -100,32 +100,34 @@ TEST_P(TopologyJsonBadInput, NamesTheField) {
   }
 }
 
-void PrintTo(const Bad& b, std::ostream* os) {
+void PrintTo(const BadDocument& b, std::ostream* os) {
   *os << b.name << ": error with \"" << b.message << "\"";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, TopologyJsonBadInput,
     ::testing::Values(
-        Bad{"schema", [](json& d) { d["schema"] = "poolrun.topology/9"; }, "expected \"poolrun.topology/1\""},
-        Bad{"not object", [](json& d) { d = json::array(); }, "expected a JSON object, got array"},
-        Bad{"gpu pci", [](json& d) { d["gpus"][1]["pci"] = "nope"; },
-            "field 'gpus[1].pci': \"nope\" is not a PCI address"},
-        Bad{"gpus type", [](json& d) { d["gpus"] = 3; }, "field 'gpus': 3 is not a list"},
-        Bad{"cpuset", [](json& d) { d["numa_nodes"][0]["cpuset"] = "0-"; },
-            "field 'numa_nodes[0].cpuset': bad CPU list item '0-'"},
-        Bad{"switch parent", [](json& d) { d["switches"][0]["parent"] = 5; }, "must name an earlier switch"},
-        Bad{"placement", [](json& d) { d["gpus"][0]["placement"]["switch"] = 99; },
-            "switch 99 does not exist"},
-        Bad{"nvlink peer",
-            [](json& d) {
-              d["gpus"][0]["nvlinks"] = json::array({{{"peer", "GPU42"}, {"count", 2}}});
-            },
-            "peer GPU42 does not exist"},
-        Bad{"nic name", [](json& d) { d["nics"][0].erase("name"); }, "missing field 'nics[0].name'"},
-        Bad{"int type", [](json& d) { d["nics"][0]["ports"][0]["port"] = "one"; },
-            "field 'nics[0].ports[0].port': \"one\" is not a whole number"}),
-    [](const ::testing::TestParamInfo<Bad>& param) {
+        BadDocument{"schema", [](json& d) { d["schema"] = "poolrun.topology/9"; },
+                    "expected \"poolrun.topology/1\""},
+        BadDocument{"not object", [](json& d) { d = json::array(); }, "expected a JSON object, got array"},
+        BadDocument{"gpu pci", [](json& d) { d["gpus"][1]["pci"] = "nope"; },
+                    "field 'gpus[1].pci': \"nope\" is not a PCI address"},
+        BadDocument{"gpus type", [](json& d) { d["gpus"] = 3; }, "field 'gpus': 3 is not a list"},
+        BadDocument{"cpuset", [](json& d) { d["numa_nodes"][0]["cpuset"] = "0-"; },
+                    "field 'numa_nodes[0].cpuset': bad CPU list item '0-'"},
+        BadDocument{"switch parent", [](json& d) { d["switches"][0]["parent"] = 5; },
+                    "must name an earlier switch"},
+        BadDocument{"placement", [](json& d) { d["gpus"][0]["placement"]["switch"] = 99; },
+                    "switch 99 does not exist"},
+        BadDocument{"nvlink peer",
+                    [](json& d) {
+                      d["gpus"][0]["nvlinks"] = json::array({{{"peer", "GPU42"}, {"count", 2}}});
+                    },
+                    "peer GPU42 does not exist"},
+        BadDocument{"nic name", [](json& d) { d["nics"][0].erase("name"); }, "missing field 'nics[0].name'"},
+        BadDocument{"int type", [](json& d) { d["nics"][0]["ports"][0]["port"] = "one"; },
+                    "field 'nics[0].ports[0].port': \"one\" is not a whole number"}),
+    [](const ::testing::TestParamInfo<BadDocument>& param) {
       std::string n = param.param.name;
       for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return n;

@@ -137,13 +137,13 @@ TEST(NcclXmlWriterTest, EscapesWhatAValueHoldsAndEndsTagsAsNcclReadsThem) {
   EXPECT_EQ(back.packages[0].vendor, vendor);
 }
 
-struct Bad {
+struct BadNcclXml {
   const char* name;
   std::string xml;
   const char* message;
 };
 
-class NcclXmlBadInput : public ::testing::TestWithParam<Bad> {};
+class NcclXmlBadInput : public ::testing::TestWithParam<BadNcclXml> {};
 
 TEST_P(NcclXmlBadInput, OneClearLineNamingTheFile) {
   try {
@@ -165,38 +165,39 @@ std::string nest(int depth) {
   return s + "</cpu></system>";
 }
 
-void PrintTo(const Bad& b, std::ostream* os) {
+void PrintTo(const BadNcclXml& b, std::ostream* os) {
   *os << b.name << ": error with \"" << b.message << "\"";
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, NcclXmlBadInput,
     ::testing::Values(
-        Bad{"truncated", std::string(kDump).substr(0, 300), "malformed XML at line"},
-        Bad{"unclosed", "<system version=\"1\"><cpu numaid=\"0\">", "malformed XML at line 1"},
-        Bad{"graph", "<graphs version=\"1\"><graph id=\"0\"/></graphs>", "NCCL graph file"},
-        Bad{"other root", "<html/>", "not an NCCL topology"},
-        Bad{"unknown attribute",
-            "<system version=\"1\"><cpu numaid=\"0\"><pci busId=\"0000:01:00.0\"/></cpu></system>",
-            "unknown attribute 'busId'"},
-        Bad{"unknown element", "<system version=\"1\"><cpu numaid=\"0\"><gpu/></cpu></system>",
-            "unexpected <gpu>"},
-        Bad{"bad busid",
+        BadNcclXml{"truncated", std::string(kDump).substr(0, 300), "malformed XML at line"},
+        BadNcclXml{"unclosed", "<system version=\"1\"><cpu numaid=\"0\">", "malformed XML at line 1"},
+        BadNcclXml{"graph", "<graphs version=\"1\"><graph id=\"0\"/></graphs>", "NCCL graph file"},
+        BadNcclXml{"other root", "<html/>", "not an NCCL topology"},
+        BadNcclXml{"unknown attribute",
+                   "<system version=\"1\"><cpu numaid=\"0\"><pci busId=\"0000:01:00.0\"/></cpu></system>",
+                   "unknown attribute 'busId'"},
+        BadNcclXml{"unknown element", "<system version=\"1\"><cpu numaid=\"0\"><gpu/></cpu></system>",
+                   "unexpected <gpu>"},
+        BadNcclXml{
+            "bad busid",
             "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"zz\" class=\"0x030200\"/></cpu></system>",
             "bad busid \"zz\""},
-        Bad{"bad class",
-            "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" "
-            "class=\"display\"/></cpu></system>",
-            "class=\"display\" is not a hexadecimal number"},
-        Bad{"bad numaid", "<system version=\"1\"><cpu numaid=\"x\"/></system>",
-            "numaid=\"x\" is not an integer"},
-        Bad{"duplicate numa", "<system version=\"1\"><cpu numaid=\"0\"/><cpu numaid=\"0\"/></system>",
-            "appears twice"},
-        Bad{"no cpu", "<system version=\"1\"/>", "no <cpu> element"},
-        Bad{"bad affinity", "<system version=\"1\"><cpu numaid=\"0\" affinity=\"xyz\"/></system>",
-            "affinity"},
-        Bad{"deep", nest(40), "deeper than"}),
-    [](const ::testing::TestParamInfo<Bad>& p) { return poolrun::test::testName(p.param.name); });
+        BadNcclXml{"bad class",
+                   "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" "
+                   "class=\"display\"/></cpu></system>",
+                   "class=\"display\" is not a hexadecimal number"},
+        BadNcclXml{"bad numaid", "<system version=\"1\"><cpu numaid=\"x\"/></system>",
+                   "numaid=\"x\" is not an integer"},
+        BadNcclXml{"duplicate numa", "<system version=\"1\"><cpu numaid=\"0\"/><cpu numaid=\"0\"/></system>",
+                   "appears twice"},
+        BadNcclXml{"no cpu", "<system version=\"1\"/>", "no <cpu> element"},
+        BadNcclXml{"bad affinity", "<system version=\"1\"><cpu numaid=\"0\" affinity=\"xyz\"/></system>",
+                   "affinity"},
+        BadNcclXml{"deep", nest(40), "deeper than"}),
+    [](const ::testing::TestParamInfo<BadNcclXml>& p) { return poolrun::test::testName(p.param.name); });
 
 TEST(NcclXmlReaderTest, WarnsAboutNvLinkToAMissingGpu) {
   std::string xml =

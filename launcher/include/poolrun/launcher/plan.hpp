@@ -108,6 +108,8 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
 // Without a pool (`poolrun plan`): takes `gpus_per_node` (or all) GPUs of the cluster's nodes in
 // leaf-switch order until `ranks` are placed, the best-connected GPUs of a node first.
 std::vector<NodeGrant> grantFromCluster(const topo::Cluster& cluster, const PlanRequest& request);
+// makePlan on grantFromCluster's grants: the plan `poolrun plan` makes of a cluster file.
+JobPlan planOnCluster(const topo::Cluster& cluster, const PlanRequest& request);
 
 // The "poolrun.plan/1" document.
 nlohmann::ordered_json planToJson(const JobPlan& plan);
