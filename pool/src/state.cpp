@@ -138,13 +138,14 @@ class Timeline {
   // When a request may start: now, at every planned end after now, and never (once leases
   // without an end have ended).
   // Only from `from` on (a bound below which the request cannot start).
-  std::vector<TimePoint> starts(TimePoint now, TimePoint from) const {
-    std::vector<TimePoint> times;
-    if (from <= now) times.push_back(now);
+  // f(t) for each in order, until it returns true (most requests fit at the first: a full pool
+  // has thousands of ends to list, so none is listed ahead).
+  template <class F>
+  void eachStart(TimePoint now, TimePoint from, F f) const {
+    if (from <= now && f(now)) return;
     for (auto t = ends_.lower_bound(std::max(from, now)); t != ends_.end(); ++t)
-      if (*t > now) times.push_back(*t);
-    times.push_back(kNever);
-    return times;
+      if (*t > now && *t != kNever && f(*t)) return;
+    f(kNever);
   }
 
   // The earliest time from `now` at which GPU `gpu` of the node at `slot` is free for `length`
@@ -678,10 +679,62 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
     }
     return out;
   };
+  // The GPUs the request could use from `from` were every candidate taken, each with the
+  // candidates that free it (its lease whole, a shrink of it; none where it is free anyway): a
+  // placement for a set of candidates then reads flags rather than the timeline, over these GPUs
+  // only (a pass chooses victims for many requests, each with a dozen placements, on pools of
+  // 100,000 GPUs).
+  struct Reach {
+    size_t slot, gpu;
+    int whole = -1, shrink = -1;  // the candidates that free it; both -1: free anyway
+  };
+  std::vector<Reach> reach;
+  {
+    std::unordered_map<const Lease*, int> wholeUnit;
+    std::map<std::pair<size_t, size_t>, int> shrinkUnit;
+    Chosen all;
+    for (size_t u = 0; u < cands.size(); ++u) {
+      all.insert(u);
+      if (cands[u].gpus.empty()) wholeUnit[cands[u].lease] = static_cast<int>(u);
+      for (const GpuRef& g : cands[u].gpus)
+        shrinkUnit[{slot_cache_.index.at(g.node), g.index}] = static_cast<int>(u);
+    }
+    const Timeline::Ignoring everything = ignoring(all);
+    const std::vector<Slot>& inOrder = slots();
+    for (size_t slot = 0; slot < inOrder.size(); ++slot) {
+      const PoolNode& node = *inOrder[slot].node;
+      if (!nodeMatches(node, r)) continue;
+      auto freeTaking = timeline.freeOn(slot, from, to, &everything);
+      auto freeAnyway = timeline.freeOn(slot, from, to);
+      const std::vector<std::string>& held = inOrder[slot].held->holder;
+      for (size_t i = 0; i < node.gpuCount(); ++i) {
+        if (!node.placeable(i) || !gpuMatches(node.topology->gpus[i], r) || !freeTaking(i)) continue;
+        Reach x{slot, i};
+        if (!freeAnyway(i)) {
+          if (i < held.size() && !held[i].empty())
+            if (auto w = wholeUnit.find(&leases_.at(held[i])); w != wholeUnit.end()) x.whole = w->second;
+          if (auto sh = shrinkUnit.find({slot, i}); sh != shrinkUnit.end()) x.shrink = sh->second;
+          if (x.whole < 0 && x.shrink < 0) continue;
+        }
+        reach.push_back(x);
+      }
+    }
+  }
   auto placeIgnoring = [&](const Chosen& chosen) {
-    const Timeline::Ignoring ig = ignoring(chosen);
-    auto freeThen = [&](size_t slot, const Slot&) { return timeline.freeOn(slot, from, to, &ig); };
-    return place(nodeViews(slots(), r, freeThen), r);
+    std::vector<char> taken(cands.size(), 0);
+    for (size_t u : chosen) taken[u] = 1;
+    std::vector<NodeView> views;
+    for (const Reach& x : reach) {
+      const bool free = (x.whole < 0 && x.shrink < 0) ||
+                        (x.whole >= 0 && taken[static_cast<size_t>(x.whole)]) ||
+                        (x.shrink >= 0 && taken[static_cast<size_t>(x.shrink)]);
+      if (!free) continue;
+      const PoolNode* node = slots()[x.slot].node;
+      if (views.empty() || views.back().node != node) views.push_back({node, {}, false});
+      views.back().usable.push_back(x.gpu);
+    }
+    for (NodeView& v : views) v.whole = v.usable.size() == v.node->gpuCount();
+    return place(views, r);
   };
   auto prefix = [&](size_t k) {
     Chosen out;
@@ -812,6 +865,7 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
   // first, then the youngest), and the requests whose victims are still ending.
   std::vector<const Lease*> victims, elastic;
   std::set<int64_t> awaitingVictims;
+  std::vector<signed char> plainNodeOk;  // per slot, for requests without node constraints (below)
   auto granted = [&](const Lease& lease) {
     if (const Quota* q = quotas_.of(lease.owner)) book.used[q] += static_cast<int>(lease.gpus.size());
   };
@@ -838,12 +892,18 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
     // The earliest start at which it fits, and where.
     // Requests without a maximum duration: the GPUs free from t on are those the timeline's index
     // lists up to t, so that neither the bound nor a placement walks the pool.
-    std::vector<signed char> nodeOk;  // per slot: -1 unknown, 0 no, 1 the request may use it
-    auto usable = [&](size_t s, size_t i) {
+    // Per slot: -1 unknown, 0 no, 1 the request may use the node. A request without a fabric or
+    // labels shares the pass's answers (most requests: a node's state is all that decides).
+    std::vector<signed char> ownNodeOk;
+    std::vector<signed char>& nodeOk = !r.fabric && r.labels.empty() ? plainNodeOk : ownNodeOk;
+    auto nodeUsable = [&](size_t s) {
       if (nodeOk.empty()) nodeOk.assign(inOrder.size(), -1);
+      if (nodeOk[s] < 0) nodeOk[s] = nodeMatches(*inOrder[s].node, r) ? 1 : 0;
+      return nodeOk[s] == 1;
+    };
+    auto usable = [&](size_t s, size_t i) {
       const PoolNode& node = *inOrder[s].node;
-      if (nodeOk[s] < 0) nodeOk[s] = nodeMatches(node, r) ? 1 : 0;
-      return nodeOk[s] == 1 && node.placeable(i) && gpuMatches(node.topology->gpus[i], r);
+      return nodeUsable(s) && node.placeable(i) && gpuMatches(node.topology->gpus[i], r);
     };
     auto earliestForGood = [&]() -> std::optional<std::pair<TimePoint, std::vector<GpuRef>>> {
       std::optional<TimePoint> bound;
@@ -852,7 +912,8 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
         if (usable(s, i) && ++found == r.gpus) bound = std::max(end, now);
         return !bound;
       });
-      for (TimePoint t : timeline->starts(now, bound.value_or(kNever))) {
+      std::optional<std::pair<TimePoint, std::vector<GpuRef>>> fit;
+      timeline->eachStart(now, bound.value_or(kNever), [&](TimePoint t) {
         std::optional<std::vector<GpuRef>> gpus;
         if (t == kNever) {
           auto freeThen = [&](size_t slot, const Slot&) { return timeline->freeOn(slot, t, kNever); };
@@ -873,33 +934,57 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
           for (NodeView& v : views) v.whole = v.usable.size() == v.node->gpuCount();
           gpus = place(views, r);
         }
-        if (gpus) return std::pair{t, std::move(*gpus)};
-      }
-      return std::nullopt;
+        if (gpus) fit = std::pair{t, std::move(*gpus)};
+        return fit.has_value();
+      });
+      return fit;
     };
     auto earliest = [&]() -> std::optional<std::pair<TimePoint, std::vector<GpuRef>>> {
       if (!r.max_duration && !slow_scheduling_) return earliestForGood();
       // No start can come before the r.gpus-th earliest time a GPU that matches is free for the
       // request's length: start times before it are not tried (each try is a placement over the
       // pool, and a full pool has a start time for every lease end).
-      std::vector<TimePoint> freeFrom;
+      // Each matching GPU with the earliest time it is free for the request's length: a GPU free
+      // from t on for it has that time at or before t, so a placement at t looks at those only
+      // (on a full pool a few GPUs, not the pool).
+      struct FreeFrom {
+        TimePoint at;
+        size_t slot, gpu;
+      };
+      std::vector<FreeFrom> freeFrom;
       for (size_t s = 0; s < inOrder.size(); ++s) {
+        if (!nodeUsable(s)) continue;
         const PoolNode& node = *inOrder[s].node;
-        if (!nodeMatches(node, r)) continue;
         for (size_t i = 0; i < node.gpuCount(); ++i)
           if (node.placeable(i) && gpuMatches(node.topology->gpus[i], r))
-            freeFrom.push_back(timeline->earliestFree(s, i, now, r.max_duration));
+            freeFrom.push_back({timeline->earliestFree(s, i, now, r.max_duration), s, i});
       }
       if (freeFrom.size() < static_cast<size_t>(r.gpus)) return std::nullopt;
       auto nth = freeFrom.begin() + (r.gpus - 1);
-      std::nth_element(freeFrom.begin(), nth, freeFrom.end());
-      for (TimePoint t : timeline->starts(now, *nth)) {
+      std::nth_element(freeFrom.begin(), nth, freeFrom.end(),
+                       [](const FreeFrom& a, const FreeFrom& b) { return a.at < b.at; });
+      const TimePoint bound = nth->at;
+      auto seen = freeFrom.begin();  // [begin, seen): the GPUs free for the length by the last t tried
+      std::optional<std::pair<TimePoint, std::vector<GpuRef>>> fit;
+      timeline->eachStart(now, bound, [&](TimePoint t) {
         TimePoint to = (t == kNever || !r.max_duration) ? kNever : addSaturating(t, *r.max_duration);
-        auto freeThen = [&](size_t slot, const Slot&) { return timeline->freeOn(slot, t, to); };
-        if (std::optional<std::vector<GpuRef>> gpus = place(nodeViews(inOrder, r, freeThen), r))
-          return std::pair{t, std::move(*gpus)};
-      }
-      return std::nullopt;
+        seen = std::partition(seen, freeFrom.end(), [&](const FreeFrom& f) { return f.at <= t; });
+        std::vector<FreeFrom> maybe(freeFrom.begin(), seen);
+        std::sort(maybe.begin(), maybe.end(), [](const FreeFrom& a, const FreeFrom& b) {
+          return std::pair(a.slot, a.gpu) < std::pair(b.slot, b.gpu);
+        });
+        std::vector<NodeView> views;
+        for (const FreeFrom& f : maybe) {
+          if (!timeline->freeOn(f.slot, t, to)(f.gpu)) continue;
+          const PoolNode* node = inOrder[f.slot].node;
+          if (views.empty() || views.back().node != node) views.push_back({node, {}, false});
+          views.back().usable.push_back(f.gpu);
+        }
+        for (NodeView& v : views) v.whole = v.usable.size() == v.node->gpuCount();
+        if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) fit = std::pair{t, std::move(*gpus)};
+        return fit.has_value();
+      });
+      return fit;
     };
     auto plan = earliest();
     // Preempting is worth it only where the request would otherwise start later than the victims'
