@@ -72,6 +72,18 @@ TEST(InputTest, RequestNumbersAreWholeAndInRange) {
        "field 'whole_nodes': 1 is not true or false"},
       {"one_switch a string", [](json& d) { d["one_switch"] = "yes"; },
        "field 'one_switch': \"yes\" is not true or false"},
+      {"max_gpus negative", [](json& d) { d["max_gpus"] = -1; },
+       "field 'max_gpus': -1 is out of range (0 to 1000000)"},
+      {"max_gpus past 32 bits", [](json& d) { d["max_gpus"] = 4294967297ULL; },
+       "field 'max_gpus': 4294967297 is out of range (0 to 1000000)"},
+      {"max_gpus a float", [](json& d) { d["max_gpus"] = 8.5; },
+       "field 'max_gpus': 8.5 is not a whole number"},
+      {"max_gpus a string", [](json& d) { d["max_gpus"] = "16"; },
+       "field 'max_gpus': \"16\" is not a whole number"},
+      {"resize_interval_s negative", [](json& d) { d["resize_interval_s"] = -1; },
+       "field 'resize_interval_s': -1 is out of range (0 to 2592000)"},
+      {"resize_interval_s huge", [](json& d) { d["resize_interval_s"] = INT64_MAX; },
+       "field 'resize_interval_s': 9223372036854775807 is out of range (0 to 2592000)"},
   };
   for (const BadField& c : cases) {
     json doc = goodRequest();
@@ -90,7 +102,11 @@ TEST(InputTest, RequestLimitsAreAccepted) {
   doc["wait_s"] = 0;
   doc["max_duration_s"] = kMaxDurationSecondsRange.max;
   doc["min_memory_bytes"] = kMinMemoryBytesRange.max;
+  doc["max_gpus"] = kMaxGpusRange.max;
+  doc["resize_interval_s"] = kResizeIntervalSecondsRange.max;
   LeaseRequest r = requestFromJson(doc);
+  EXPECT_EQ(r.max_gpus, 1'000'000);
+  EXPECT_EQ(r.resize_interval, std::chrono::seconds(2'592'000));
   EXPECT_EQ(r.gpus, 1'000'000);
   EXPECT_EQ(r.gpus_per_node, 1024);
   EXPECT_EQ(r.priority, -1'000'000);
