@@ -78,6 +78,11 @@ class SlurmPool : public PoolClient {
 
   Lease acquire(const LeaseRequest& request, const std::function<void(const QueueProgress&)>&) override {
     if (request.gpus <= 0) throw badInput("-n " + std::to_string(request.gpus) + ": at least one GPU");
+    if (request.elastic())
+      throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
+                      "-n " + std::to_string(request.gpus) + ":" + std::to_string(request.max_gpus) +
+                          ": a Slurm allocation keeps its size, so " + describe() +
+                          " has no elastic leases; ask for -n N");
     if (!partition_) return inside(request);
     return outside(request);
   }

@@ -71,6 +71,19 @@ TEST(SlurmPool, OutsideAnAllocationSaysWhatToDo) {
             std::string::npos);
 }
 
+TEST(SlurmPool, AnAllocationKeepsItsSizeSoNoElasticLease) {
+  auto fake = std::make_unique<FakeSlurm>();
+  fake->vars["SLURM_JOB_ID"] = "12";
+  fake->outputs["scontrol show job -d 12"] = {0, kTwoNodes, ""};
+  auto pool = openSlurmPool("slurm", std::move(fake));
+  LeaseRequest r;
+  r.gpus = 2;
+  r.max_gpus = 6;
+  std::string msg = what([&] { pool->acquire(r); });
+  EXPECT_NE(msg.find("-n 2:6: a Slurm allocation keeps its size, so "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("has no elastic leases; ask for -n N"), std::string::npos) << msg;
+}
+
 TEST(SlurmPool, InsideTheLeaseIsTheAllocation) {
   auto fake = std::make_unique<FakeSlurm>();
   FakeSlurm& f = *fake;
