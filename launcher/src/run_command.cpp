@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/job_directory.hpp"
@@ -178,8 +180,17 @@ constexpr std::chrono::seconds kLeastResizeGrace{10};
 // An elastic lease whose GPUs are no longer those the job started on (`resizes` then): grown since,
 // or under a shrink notice. The job ends by the deadline, to be restarted at the new size.
 std::optional<PreemptNotice> resizeNotice(const pool::Lease& lease, int resizes,
+                                          const std::vector<pool::GpuRef>& started,
                                           std::chrono::system_clock::time_point now) {
   if (!lease.elastic) return std::nullopt;
+  // The pool took GPUs of the job back already (a shrink its holder did not hear of in time): they
+  // are another lease's now, so the job stops at once.
+  for (const pool::GpuRef& g : started)
+    if (std::find(lease.gpus.begin(), lease.gpus.end(), g) == lease.gpus.end())
+      return PreemptNotice{now,
+                           "the pool has taken back GPUs the job runs on; it holds " +
+                               std::to_string(lease.gpus.size()) + " GPUs now",
+                           true};
   if (lease.shrink_at)
     return PreemptNotice{*lease.shrink_at,
                          lease.shrink_reason + "; " +
@@ -193,7 +204,8 @@ std::optional<PreemptNotice> resizeNotice(const pool::Lease& lease, int resizes,
 // One renewal, in the lease keeper's terms: the pool saying the lease is gone, or that it is not
 // ours (401, 403), ends the job; anything else (no connection, a timeout, a 5xx) may pass.
 // `resizes`: the elastic lease's count of changes when the job started.
-RenewReply renewOnce(pool::PoolClient& pool, const std::string& id, int resizes) {
+RenewReply renewOnce(pool::PoolClient& pool, const std::string& id, int resizes,
+                     const std::vector<pool::GpuRef>& started) {
   auto sent = std::chrono::system_clock::now();
   try {
     pool::Lease lease = pool.renew(id);
@@ -201,7 +213,7 @@ RenewReply renewOnce(pool::PoolClient& pool, const std::string& id, int resizes)
     if (lease.preempt_at)
       reply.preempted = PreemptNotice{*lease.preempt_at, lease.preempt_reason};
     else
-      reply.preempted = resizeNotice(lease, resizes, sent);
+      reply.preempted = resizeNotice(lease, resizes, started, sent);
     return reply;
   } catch (const pool::PoolError& e) {
     bool gone = e.failure() == pool::PoolFailure::kGone || e.failure() == pool::PoolFailure::kForbidden ||
@@ -498,7 +510,7 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
            "to keep the pool's grace, use --preempt-signal USR1 or USR2, which mpirun passes on as they "
            "are\n";
   LeaseKeeper keeper(lease.id, validFor(lease, std::chrono::system_clock::now()), every, [&] {
-    RenewReply reply = renewOnce(pool, lease.id, lease.resizes);
+    RenewReply reply = renewOnce(pool, lease.id, lease.resizes, lease.gpus);
     // A running job's directory stays the newest: pruning (below) never takes it.
     std::error_code ec;
     if (reply.kind == RenewReply::Kind::kRenewed)
@@ -535,6 +547,42 @@ int failedToStart(const std::exception& e, std::ostream& err) {
   return pe != nullptr && pe->code() == ErrorCode::kInternal ? 1 : kExitRefused;
 }
 
+// After a job stopped for its lease's change of size: PoolClient::shrink (the GPUs under a notice
+// given back), retried while the pool cannot be reached, for at most half the lease's time to live
+// (the keeper renewed it at most a third of it ago). nullopt, after saying why, where the lease is
+// gone.
+std::optional<pool::Lease> giveBack(pool::PoolClient& pool, const pool::Lease& lease, std::ostream& err) {
+  const auto until = std::chrono::steady_clock::now() + lease.ttl / 2;
+  for (bool told = false;;) {
+    std::string why;
+    try {
+      return pool.shrink(lease.id);
+    } catch (const pool::PoolError& e) {
+      const bool gone = e.failure() == pool::PoolFailure::kGone ||
+                        e.failure() == pool::PoolFailure::kForbidden ||
+                        e.failure() == pool::PoolFailure::kUnauthorized;
+      if (gone) {
+        err << "poolrun: the job ended for its lease's change of size, and the lease is lost: " << e.what()
+            << "\n";
+        return std::nullopt;
+      }
+      why = e.what();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      err << "poolrun: the job ended for its lease's change of size, and the pool could not be reached since "
+             "("
+          << why << "): giving up\n";
+      return std::nullopt;
+    }
+    if (!told)
+      err << "poolrun: warning: cannot reach the pool to restart at the new size (" << why << "); retrying\n";
+    told = true;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 // One run of the job: a lease, the plan, the doctor, the job directory, the launch, the release.
 // An elastic lease's job is started again on the lease's GPUs each time it changes size, under the
 // same lease. `dir_path`: the job directory, chosen by the first run (the first lease's) and kept by
@@ -569,12 +617,14 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
     if (!resized) return status;
     // The job has left every GPU: those under a shrink notice go back now (a plain renewal where
     // none is pending), and the job starts again on what the lease holds then.
-    try {
-      lease = pool.shrink(lease.id);
-    } catch (const std::exception& e) {
-      err << "poolrun: the job ended for its lease's change of size, and the lease is lost: " << e.what()
-          << "\n";
-      return kExitLeaseLost;
+    std::optional<pool::Lease> next = giveBack(pool, lease, err);
+    if (!next) return kExitLeaseLost;
+    lease = std::move(*next);
+    if (lease.preempt_at) {  // preempted meanwhile: that wins
+      preempted = true;
+      err << "poolrun: lease " << lease.id << " is " << lease.preempt_reason
+          << " while the job ended for its change of size: it is not restarted\n";
+      return kExitPreempted;
     }
     ++restart;
     err << "poolrun: restarting the job on " << lease.gpus.size() << " GPUs (" << pool::formatGpus(lease.gpus)

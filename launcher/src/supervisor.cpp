@@ -559,6 +559,10 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   // Which rank failed, and how, from mpirun's (or srun's) report; a clean exit has none to look
   // for (and compiling the patterns would cost every job about a millisecond).
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result.failure = parseMpiFailure(errText);
+  // A job stopped for its lease's change of size is restarted only where nothing else ended it:
+  // the user's signal, --timeout or the lease's loss win.
+  if (result.resized && (result.forwarded_signal != 0 || result.timed_out || result.lease_lost))
+    result.resized = false;
   if (result.preempted || result.resized) {
     result.exit_status = kExitPreempted;  // whatever the ranks made of the signal
   } else if (result.timed_out) {

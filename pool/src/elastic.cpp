@@ -27,13 +27,18 @@ std::vector<GpuRef> PoolState::growthFor(const Lease& lease, int most) const {
   if (most <= 0) return {};
   std::set<std::string_view> mine;
   for (const GpuRef& g : lease.gpus) mine.insert(g.node);
-  const std::string& leaf = nodes_.at(lease.gpus.front().node).switch_name;
+  // Under one leaf switch: the lease's own; a node of no known switch is a group of its own, so a
+  // lease there grows on its own nodes only.
+  std::string leaf;
+  if (r.one_switch)
+    if (auto n = nodes_.find(lease.gpus.front().node); n != nodes_.end()) leaf = n->second.switch_name;
   // The free GPUs that match the request, on nodes its shape allows.
   std::vector<NodeView> here, elsewhere;
   for (size_t s = 0; s < slots().size(); ++s) {
     if (slot_cache_.unheld[s] == 0) continue;
     const PoolNode& node = *slots()[s].node;
-    if (!nodeMatches(node, r) || (r.one_switch && node.switch_name != leaf)) continue;
+    if (!nodeMatches(node, r)) continue;
+    if (r.one_switch && (leaf.empty() ? !mine.count(node.name) : node.switch_name != leaf)) continue;
     const Occupancy& held = *slots()[s].held;
     NodeView v{&node, {}, false};
     for (size_t i = 0; i < node.gpuCount(); ++i)

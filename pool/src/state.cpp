@@ -675,7 +675,9 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
     Timeline::Ignoring out;
     for (size_t u : chosen) {
       if (cands[u].gpus.empty()) out.leases.insert(cands[u].lease);
-      for (const GpuRef& g : cands[u].gpus) out.gpus.insert({slot_cache_.index.at(g.node), g.index});
+      for (const GpuRef& g : cands[u].gpus)
+        if (auto at = slot_cache_.index.find(g.node); at != slot_cache_.index.end())
+          out.gpus.insert({at->second, g.index});
     }
     return out;
   };
@@ -697,7 +699,8 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
       all.insert(u);
       if (cands[u].gpus.empty()) wholeUnit[cands[u].lease] = static_cast<int>(u);
       for (const GpuRef& g : cands[u].gpus)
-        shrinkUnit[{slot_cache_.index.at(g.node), g.index}] = static_cast<int>(u);
+        if (auto at = slot_cache_.index.find(g.node); at != slot_cache_.index.end())
+          shrinkUnit[{at->second, g.index}] = static_cast<int>(u);
     }
     const Timeline::Ignoring everything = ignoring(all);
     const std::vector<Slot>& inOrder = slots();
@@ -790,6 +793,19 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
     without.erase(u);
     if (std::optional<std::vector<GpuRef>> gpus = placeIgnoring(without)) chosen = takenFrom(*gpus, without);
   }
+  // A whole lease taken may make a shrink needless (its job would be restarted for nothing): each
+  // shrink's GPUs are spared in turn, the last taken first, where the request still fits.
+  std::vector<size_t> shrinkOrder;
+  for (size_t u : chosen)
+    if (!cands[u].gpus.empty()) shrinkOrder.push_back(u);
+  if (shrinkOrder.size() < chosen.size())
+    for (auto u = shrinkOrder.rbegin(); u != shrinkOrder.rend(); ++u) {
+      if (!chosen.count(*u)) continue;
+      Chosen without = chosen;
+      without.erase(*u);
+      if (std::optional<std::vector<GpuRef>> gpus = placeIgnoring(without))
+        chosen = takenFrom(*gpus, without);
+    }
   const std::string request = std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs");
   const std::string forWhom = "for ticket " + std::to_string(entry.ticket) + " of " + r.owner;
   const std::string byPriority =
@@ -843,14 +859,21 @@ void PoolState::schedule(TimePoint now) {
   last_pass_ = now;
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
-  QuotaBook book = quotaBook();  // kept up to date as this pass grants
-  std::optional<int> waiting;    // the highest priority of a request left waiting that may start
-  scheduleQueue(order, book, waiting, now);
+  QuotaBook book = quotaBook();             // kept up to date as this pass grants
+  std::optional<int> waiting;               // the highest priority of a request left waiting that may start
+  std::vector<std::string> grantedElastic;  // granted their minimum in this pass
+  scheduleQueue(order, book, waiting, grantedElastic, now);
+  // As large as the free GPUs let them, unless a request of equal or higher priority still waits
+  // (behind them in the queue too): part of the grant, not a change of size.
+  for (const std::string& id : grantedElastic)
+    if (auto l = leases_.find(id); l != leases_.end() && !(waiting && *waiting >= l->second.priority))
+      growNow(l->second, book, now, false);
   growElastic(now, waiting, book);
 }
 
 void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, QuotaBook& book,
-                              std::optional<int>& waiting, TimePoint now) {
+                              std::optional<int>& waiting, std::vector<std::string>& grantedElastic,
+                              TimePoint now) {
   if (order.empty()) return;
 
   // Conservative backfill: every waiting request, in queue order, gets the earliest start at
@@ -877,8 +900,7 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
               place(nodeViews(inOrder, r, unheld<Slot>, false, &slot_cache_.unheld), r)) {
         Lease lease = grantQueued(*entry, *gpus, now);
         granted(lease);
-        // Nobody waits ahead of it: an elastic lease starts as large as the free GPUs let it.
-        if (r.elastic()) growNow(leases_.at(lease.id), book, now, false);
+        if (r.elastic()) grantedElastic.push_back(lease.id);
         continue;
       }
       timeline.emplace(inOrder, slot_cache_.index, leases_, preempt_, now);
@@ -888,6 +910,13 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
         if (lease.shrink_at) awaitingVictims.insert(lease.shrunk_for);
         if (lease.elastic) elastic.push_back(&lease);
       }
+      // What they hold beyond their minimum is taken from the lowest priority first, then the
+      // youngest.
+      std::sort(elastic.begin(), elastic.end(), [](const Lease* a, const Lease* b) {
+        if (a->priority != b->priority) return a->priority < b->priority;
+        if (a->created != b->created) return a->created > b->created;
+        return a->id < b->id;
+      });
     }
     // The earliest start at which it fits, and where.
     // Requests without a maximum duration: the GPUs free from t on are those the timeline's index

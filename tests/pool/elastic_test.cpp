@@ -86,6 +86,17 @@ const ShrinkCase kShrinkCases[] = {
      "8 one-switch prio=5",
      {"E2:n02:4-7"},
      {}},
+    {"a whole lease that must go anyway spares the shrink beside it",
+     "n01/gpu[0-7]; n01 leased 0-3 elastic=2:4 age=700 id=E; n01 leased 4-7 preemptible age=700 id=P",
+     "4 prio=5",
+     {},
+     {"P"}},
+    {"the lowest priority gives back first",
+     "n[01-02]/gpu[0-7]; n01 leased 0-7 elastic=2:8 prio=4 age=700 id=A; "
+     "n02 leased 0-7 elastic=2:8 prio=0 age=700 id=Z",
+     "4 prio=5",
+     {"Z:n02:4-7"},
+     {}},
     {"two elastic leases give back together what one alone cannot",
      "n01/gpu[0-7]; n01 leased 0-3 elastic=1:4 age=700 id=E1; n01 leased 4-7 elastic=1:4 age=900 id=E2",
      "6 prio=5",
@@ -129,6 +140,24 @@ TEST(Elastic, IsGrantedAsLargeAsTheFreeGpusLetItAndAtLeastItsMinimum) {
   // All or nothing for the minimum: 13 cannot start on 4 free GPUs.
   SubmitResult big = s.submit(parseRequest("13 upto=16"), t0(), false);
   EXPECT_FALSE(big.lease);
+  EXPECT_EQ(s.checkInvariants(), "");
+}
+
+// Growth at the grant waits for the requests behind it of equal priority: they start first.
+TEST(Elastic, ItsGrantGrowsOnlyAfterTheRequestsOfEqualPriorityBehindIt) {
+  PoolState s;
+  addInventory(s, "n[01-02]/gpu[0-7]; n01 leased 0-7 id=X; n02 leased 0-7 id=Y", t0());
+  SubmitResult a = s.submit(parseRequest("2 upto=16"), t0());
+  SubmitResult b = s.submit(parseRequest("4 owner=bob"), t0());
+  ASSERT_GT(a.ticket, 0);
+  ASSERT_GT(b.ticket, 0);
+  ASSERT_TRUE(s.release("X", "other", false, t0() + seconds(1)));
+  PollResult pa = s.poll(a.ticket, t0() + seconds(1));
+  PollResult pb = s.poll(b.ticket, t0() + seconds(1));
+  ASSERT_EQ(pb.status, QueueEntry::Status::kGranted) << "the elastic grant took what the next request needed";
+  ASSERT_EQ(pa.status, QueueEntry::Status::kGranted);
+  EXPECT_EQ(pb.lease->gpus.size(), 4u);
+  EXPECT_EQ(s.leaseMap().at(pa.lease->id).gpus.size(), 4u) << "its minimum, and the 2 left over";
   EXPECT_EQ(s.checkInvariants(), "");
 }
 

@@ -299,9 +299,9 @@ class PoolState {
   bool preemptFor(const QueueEntry& entry, Timeline& timeline, const std::vector<const Lease*>& candidates,
                   const std::vector<const Lease*>& elastic, const QuotaBook& book, TimePoint now);
   // The queue's part of a scheduling pass; `waiting`: the highest priority of a request it left
-  // waiting (held back by a quota's limit aside).
+  // waiting (held back by a quota's limit aside); `grantedElastic`: the elastic leases it granted.
   void scheduleQueue(const std::vector<const QueueEntry*>& order, QuotaBook& book,
-                     std::optional<int>& waiting, TimePoint now);
+                     std::optional<int>& waiting, std::vector<std::string>& grantedElastic, TimePoint now);
   // Elastic leases (elastic.cpp): each grown towards its maximum where GPUs are free, its resize
   // interval has passed and nobody of equal or higher priority waits (`waiting`, above).
   void growElastic(TimePoint now, std::optional<int> waiting, QuotaBook& book);
