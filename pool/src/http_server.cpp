@@ -15,10 +15,7 @@
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
