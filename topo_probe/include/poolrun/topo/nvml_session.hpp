@@ -8,6 +8,7 @@
 // NVML keeps stable across drivers): a struct here must match the driver's byte for byte, since the
 // driver writes into it.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ inline constexpr Return kErrorNotFound = 6;
 inline constexpr Return kErrorInsufficientSize = 7;
 inline constexpr Return kErrorTimeout = 10;
 inline constexpr Return kErrorGpuIsLost = 15;
+inline constexpr Return kErrorResetRequired = 16;
+inline constexpr Return kErrorInUse = 19;
+inline constexpr Return kErrorInsufficientResources = 23;
+inline constexpr Return kErrorArgumentVersionMismatch = 25;
 inline constexpr Return kErrorUnknown = 999;
 
 inline constexpr unsigned kMaxNvLinks = 18;  // NVML_NVLINK_MAX_LINKS
@@ -86,6 +91,125 @@ inline constexpr unsigned long long kEventTypeXidCriticalError = 0x8;  // nvmlEv
 inline constexpr int kNvLinkRemoteGpu = 0;
 inline constexpr int kNvLinkRemoteIbmNpu = 1;
 inline constexpr int kNvLinkRemoteSwitch = 2;
+
+// Multi-Instance GPU (NVML's "Multi Instance GPU Management" group). A GPU in MIG mode is split
+// into GPU instances (a share of its memory and SMs, in slices), each holding one or more compute
+// instances; a MIG device is a compute instance as CUDA and NVML see it, with a handle of its own
+// (nvmlDeviceGetMigDeviceHandleByIndex) and a "MIG-..." UUID. Creating and destroying instances
+// and changing the mode need root (kErrorNoPermission otherwise); a mode change may wait for a
+// GPU reset (the pending mode differs from the current one).
+struct GpuInstanceSt;
+using GpuInstance = GpuInstanceSt*;  // nvmlGpuInstance_t
+struct ComputeInstanceSt;
+using ComputeInstance = ComputeInstanceSt*;  // nvmlComputeInstance_t
+
+inline constexpr unsigned kMigDisable = 0;  // NVML_DEVICE_MIG_DISABLE
+inline constexpr unsigned kMigEnable = 1;   // NVML_DEVICE_MIG_ENABLE
+
+// nvmlDeviceAttributes_t (nvmlDeviceGetAttributes_v2): on a MIG device, its share of the GPU.
+struct DeviceAttributes {
+  unsigned multiprocessorCount;
+  unsigned sharedCopyEngineCount;
+  unsigned sharedDecoderCount;
+  unsigned sharedEncoderCount;
+  unsigned sharedJpegCount;
+  unsigned sharedOfaCount;
+  unsigned gpuInstanceSliceCount;
+  unsigned computeInstanceSliceCount;
+  unsigned long long memorySizeMB;
+};
+
+struct InstancePlacement {  // nvmlGpuInstancePlacement_t, nvmlComputeInstancePlacement_t
+  unsigned start;
+  unsigned size;
+};
+
+struct GpuInstanceInfo {  // nvmlGpuInstanceInfo_t (nvmlGpuInstanceGetInfo)
+  Device device;
+  unsigned id;
+  unsigned profileId;  // the profile's id (GpuInstanceProfileInfoV2::id), not its index
+  InstancePlacement placement;
+};
+
+inline constexpr size_t kDeviceNameV2BufferSize = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+
+// nvmlGpuInstanceProfileInfo_v2_t (nvmlDeviceGetGpuInstanceProfileInfoV). The call takes a profile
+// index (NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0 ... kGpuInstanceProfileCount - 1) and answers the
+// profile's device-unique `id`, which the create calls take and instances report; an index the GPU
+// does not offer answers kErrorNotSupported or kErrorInvalidArgument. `version` must be set first.
+struct GpuInstanceProfileInfoV2 {
+  unsigned version;
+  unsigned id;
+  unsigned isP2pSupported;
+  unsigned sliceCount;
+  unsigned instanceCount;  // how many instances of it the whole GPU holds at most
+  unsigned multiprocessorCount;
+  unsigned copyEngineCount;
+  unsigned decoderCount;
+  unsigned encoderCount;
+  unsigned jpegCount;
+  unsigned ofaCount;
+  unsigned long long memorySizeMB;
+  char name[kDeviceNameV2BufferSize];  // "MIG 1g.10gb"
+};
+inline constexpr unsigned kGpuInstanceProfileInfoV2Version =
+    static_cast<unsigned>(sizeof(GpuInstanceProfileInfoV2)) | (2u << 24);  // NVML_STRUCT_VERSION(.., 2)
+// Profile indexes up to NVML_GPU_INSTANCE_PROFILE_COUNT of CUDA 13's nvml.h (0x11); older drivers
+// answer the later ones kErrorInvalidArgument.
+inline constexpr unsigned kGpuInstanceProfileCount = 0x11;
+
+struct ComputeInstanceInfo {  // nvmlComputeInstanceInfo_t (nvmlComputeInstanceGetInfo_v2)
+  Device device;
+  GpuInstance gpuInstance;
+  unsigned id;
+  unsigned profileId;
+  InstancePlacement placement;
+};
+
+// nvmlComputeInstanceProfileInfo_v2_t (nvmlGpuInstanceGetComputeInstanceProfileInfoV, with a
+// profile index up to kComputeInstanceProfileCount and the engine profile kComputeInstanceShared).
+// Its name is the one nvidia-smi -L prints for a MIG device ("MIG 1g.10gb", "MIG 1c.3g.40gb").
+struct ComputeInstanceProfileInfoV2 {
+  unsigned version;
+  unsigned id;
+  unsigned sliceCount;
+  unsigned instanceCount;
+  unsigned multiprocessorCount;
+  unsigned sharedCopyEngineCount;
+  unsigned sharedDecoderCount;
+  unsigned sharedEncoderCount;
+  unsigned sharedJpegCount;
+  unsigned sharedOfaCount;
+  char name[kDeviceNameV2BufferSize];
+};
+inline constexpr unsigned kComputeInstanceProfileInfoV2Version =
+    static_cast<unsigned>(sizeof(ComputeInstanceProfileInfoV2)) | (2u << 24);
+inline constexpr unsigned kComputeInstanceProfileCount = 0x8;  // NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+inline constexpr unsigned kComputeInstanceShared = 0;          // NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+
+// The MIG calls, as this ABI declares them (each resolved with Session::get<...>(name)):
+//   nvmlDeviceGetMigMode(Device, unsigned* current, unsigned* pending)
+//   nvmlDeviceSetMigMode(Device, unsigned mode, Return* activationStatus)
+//   nvmlDeviceGetMaxMigDeviceCount(Device, unsigned*)           an upper bound, not a count
+//   nvmlDeviceGetMigDeviceHandleByIndex(Device, unsigned, Device*)  fails for unused indexes
+//   nvmlDeviceIsMigDeviceHandle(Device, unsigned*)
+//   nvmlDeviceGetDeviceHandleFromMigDeviceHandle(Device mig, Device* parent)
+//   nvmlDeviceGetGpuInstanceId(Device mig, unsigned*), nvmlDeviceGetComputeInstanceId(...)
+//   nvmlDeviceGetAttributes_v2(Device mig, DeviceAttributes*)
+//   nvmlDeviceGetGpuInstanceProfileInfoV(Device, unsigned index, GpuInstanceProfileInfoV2*)
+//   nvmlDeviceGetGpuInstanceRemainingCapacity(Device, unsigned profileId, unsigned*)
+//   nvmlDeviceGetGpuInstances(Device, unsigned profileId, GpuInstance*, unsigned* count)
+//   nvmlDeviceGetGpuInstanceById(Device, unsigned id, GpuInstance*)
+//   nvmlDeviceCreateGpuInstance(Device, unsigned profileId, GpuInstance*)
+//   nvmlGpuInstanceDestroy(GpuInstance)
+//   nvmlGpuInstanceGetInfo(GpuInstance, GpuInstanceInfo*)
+//   nvmlGpuInstanceGetComputeInstanceProfileInfoV(GpuInstance, unsigned index, unsigned engine,
+//                                                 ComputeInstanceProfileInfoV2*)
+//   nvmlGpuInstanceGetComputeInstances(GpuInstance, unsigned profileId, ComputeInstance*, unsigned*)
+//   nvmlGpuInstanceGetComputeInstanceById(GpuInstance, unsigned id, ComputeInstance*)
+//   nvmlGpuInstanceCreateComputeInstance(GpuInstance, unsigned profileId, ComputeInstance*)
+//   nvmlComputeInstanceDestroy(ComputeInstance)
+//   nvmlComputeInstanceGetInfo_v2(ComputeInstance, ComputeInstanceInfo*)
 
 class Session {
  public:
