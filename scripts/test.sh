@@ -15,6 +15,9 @@ step() { printf '\n== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*";
 step "dependencies"
 scripts/setup-deps.sh
 
+# The PyTorch tests run here, not skip: setup-deps installed python3-torch.
+export POOLRUN_REQUIRE_TORCH=1
+
 step "format"
 scripts/check-format.sh
 

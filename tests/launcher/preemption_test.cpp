@@ -289,6 +289,70 @@ while true; do sleep 0.1; done
   EXPECT_EQ(poolctl("release " + held[0].value("id", "")).status, 0);
 }
 
+// PyTorch as a real elastic client: examples/03-pytorch/ddp_train.py (gloo on the CPU) starts on 2
+// ranks, writes its checkpoint in the job directory at the signal when the lease grows to 4, is
+// started again on 4 and trains to the end from the checkpoint. A step is full-batch descent
+// whatever the world size, so every step's loss must be the one a run that never stopped computes.
+TEST_P(PreemptionSimTest, APytorchJobResumesFromItsCheckpointWhenItsLeaseGrows) {
+  POOLRUN_TEST_TORCH_PYTHON(python);
+  const std::string script = (poolrun::test::sourceDir() / "examples/03-pytorch/ddp_train.py").string();
+  const int steps = 60;
+  const std::string train = python + " " + script + " --steps " + std::to_string(steps) + " --out " +
+                            (tmp_.path() / "weights.json").string() + " --log ";
+  poolrun::test::ProcessResult most = poolctl("--json acquire -n 14 --ttl 120");
+  ASSERT_EQ(most.status, 0) << most.err;
+  const std::filesystem::path log = tmp_.path() / "steps.jsonl";
+  poolrun::test::Reaped running{
+      startJob("--resize-interval 0", train + log.string() + " --step-seconds 0.1", "-n 2:4")};
+  // Some steps on 2 ranks first (bounded: torch takes seconds to start on 2 cores).
+  const auto started = [&] { return poolrun::test::occurrences(slurp(log), "\n") >= 5; };
+  for (int i = 0; i < 900 && !started(); ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(started()) << slurp(err()) << slurp(tmp_.path() / "out");
+  ASSERT_EQ(poolctl("release " + json::parse(most.out).value("id", "")).status, 0);  // it grows to 4
+  const int status = running.wait();
+  const std::string said = slurp(err()), printed = slurp(tmp_.path() / "out");
+  ASSERT_EQ(status, 0) << said << printed;
+  EXPECT_NE(said.find(" changes size (it holds 4 GPUs now): sent SIGTERM to the job"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("poolrun: restarting the job on 4 GPUs ("), std::string::npos) << said;
+  EXPECT_NE(printed.find("ddp_train.py: resumed from " + (job() / "ddp_train.ckpt").string() + " at step "),
+            std::string::npos)
+      << printed;
+
+  // The steps, each once and in order: on 2 ranks before the restart, on 4 after it.
+  std::vector<json> lines;
+  std::istringstream in(slurp(log));
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), static_cast<size_t>(steps)) << slurp(log);
+  size_t before = 0;
+  while (before < lines.size() && lines[before]["world"] == 2) ++before;
+  EXPECT_GE(before, 5u) << slurp(log);
+  EXPECT_LT(before, lines.size()) << "it never ran on 4 ranks\n" << slurp(log);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["step"], i + 1) << lines[i].dump();
+    EXPECT_EQ(lines[i]["world"], i < before ? 2 : 4) << lines[i].dump();
+    EXPECT_EQ(lines[i]["restart"], i < before ? 0 : 1) << lines[i].dump();
+  }
+  const json weights = json::parse(slurp(tmp_.path() / "weights.json"));
+  EXPECT_EQ(weights["ranks"], 4);
+  EXPECT_EQ(weights["resumed_from"], before);
+  EXPECT_TRUE(weights["same_on_every_rank"].get<bool>());
+
+  // A run of the same steps that never stopped, on 2 ranks: the same loss at every step.
+  const std::filesystem::path plain = tmp_.path() / "plain.jsonl";
+  poolrun::test::ProcessResult reference = poolrun::test::runShell(
+      env() + "timeout 90 " + POOLRUN_BINARY + " --pool " + pool_ + " -n 2 --job-dir " +
+      (tmp_.path() / "plain-job").string() + " " + train + plain.string() + " --checkpoint ''");
+  ASSERT_EQ(reference.status, 0) << reference.err;
+  std::istringstream again(slurp(plain));
+  size_t i = 0;
+  for (std::string line; std::getline(again, line) && i < lines.size(); ++i) {
+    const double expected = json::parse(line)["loss"].get<double>();
+    EXPECT_NEAR(lines[i]["loss"].get<double>(), expected, 1e-9 * expected) << "step " << i + 1;
+  }
+  EXPECT_EQ(i, lines.size());
+}
+
 // What every rank is told at its start, in the job directory's run.sh; --preempt-signal's spellings.
 TEST_P(PreemptionSimTest, RanksAreToldTheDeadlineFileGraceAndRestartCount) {
   for (const char* sig : {"TERM", "SIGTERM", "sigusr1", "usr2", "10", "1"}) {

@@ -370,13 +370,10 @@ TEST(RankWrapperTest, ExportsThePlanAsWritten) {
 }
 
 TEST_F(RuntimeRunTest, PytorchDdpRecipe) {
-  auto probe = poolrun::test::runShell("python3 -c 'import torch, torch.distributed' 2>&1");
-  if (probe.status != 0) {
-    GTEST_SKIP() << "PyTorch is not installed here (python3 -c 'import torch' failed); pip install torch to "
-                    "run this recipe";
-  }
+  POOLRUN_TEST_TORCH_PYTHON(python);
   std::string out = path("ddp.json").string();
-  auto r = poolrun(4, "python3 " + std::string(PYTORCH_SCRIPT) + " --steps 100 --out " + out);
+  auto r =
+      poolrun(4, python + " " + std::string(PYTORCH_SCRIPT) + " --steps 100 --checkpoint '' --out " + out);
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   json doc = json::parse(slurp(out));
   EXPECT_EQ(doc["ranks"], 4);

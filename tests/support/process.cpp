@@ -62,6 +62,15 @@ size_t occurrences(const std::string& text, const std::string& what) {
   return n;
 }
 
+std::string torchPython(std::string& why) {
+  const std::string python = "/usr/bin/python3";
+  ProcessResult probe = runShell(python + " -c 'import torch, torch.distributed' 2>&1");
+  if (probe.status == 0) return python;
+  why = python + " cannot import torch (" + probe.out.substr(0, 300) +
+        "): install Debian's python3-torch (scripts/setup-deps.sh does)";
+  return "";
+}
+
 Reaped::~Reaped() {
   if (pid > 0) {
     kill(-pid, SIGKILL);

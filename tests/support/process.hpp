@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -32,6 +33,21 @@ std::string slurp(const std::filesystem::path& file);
 
 // How often `what` occurs in `text`.
 size_t occurrences(const std::string& text, const std::string& what);
+
+// The Python interpreter that has PyTorch: Debian's python3-torch is for /usr/bin/python3, which
+// need not be the python3 on PATH. "" where it cannot import torch, and `why` says what is missing.
+std::string torchPython(std::string& why);
+
+// In a test body: `python` is torchPython(); without torch the test is skipped, saying why, or
+// fails where POOLRUN_REQUIRE_TORCH=1 (scripts/test.sh sets it: in CI a missing torch is a failure).
+#define POOLRUN_TEST_TORCH_PYTHON(python)                                                  \
+  std::string python##_why_missing;                                                        \
+  const std::string python = ::poolrun::test::torchPython(python##_why_missing);           \
+  if (python.empty()) {                                                                    \
+    const char* require = std::getenv("POOLRUN_REQUIRE_TORCH");                            \
+    if (require != nullptr && std::string(require) == "1") FAIL() << python##_why_missing; \
+    GTEST_SKIP() << python##_why_missing;                                                  \
+  }
 
 // A spawned shell (spawnShell) whose process group is killed and reaped however the test ends.
 struct Reaped {
