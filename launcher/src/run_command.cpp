@@ -481,13 +481,14 @@ void printDryRun(const JobPlan& plan, const pool::Lease& lease, const pool::Pool
 // Runs the launch to its end while the lease is renewed on a thread of its own, retried until the
 // lease's expiry when the pool cannot be reached (lease_keeper.hpp); says which rank failed first.
 int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan, const Launch& launch,
-                 const JobSite& where, const RunOptions& o, const JobDirectory& dir, bool& preempted,
-                 bool& resized, std::ostream& err) {
+                 const JobSite& where, const RunOptions& o, const JobDirectory& dir,
+                 std::chrono::milliseconds ran_before, bool& preempted, bool& resized, std::ostream& err) {
   using std::chrono::milliseconds;
   SuperviseOptions so;
   so.argv = launch.cmd.argv;
   so.env = launch.cmd.env;
   if (o.timeout) so.timeout = *o.timeout;
+  so.ran_before = ran_before;
   // A lease learns of its preemption at a renewal: renewed every quarter of the pool's grace (at
   // most every second), so that the notice leaves the job most of it. Any lease of a pool that
   // preempts may be a victim, --preemptible or not: one its owner holds beyond a quota's guarantee.
@@ -592,6 +593,7 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
            std::filesystem::path& dir_path, bool& preempted, std::ostream& out, std::ostream& err) {
   pool::Lease lease = acquireLease(pool, leaseRequest(options), err);
   LeaseGuard release(pool, lease.id, err);
+  std::chrono::milliseconds ran{0};  // the job's time in its starts so far: --timeout spans them
   if (lease.elastic)
     err << "poolrun: elastic lease " << lease.id << ": " << lease.gpus.size() << " GPUs ("
         << options.request.ranks << " to " << options.max_ranks << ")\n";
@@ -613,7 +615,10 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
       return 0;
     }
     bool resized = false;
-    const int status = superviseJob(pool, lease, plan, launch, where, options, dir, preempted, resized, err);
+    const auto started = std::chrono::steady_clock::now();
+    const int status =
+        superviseJob(pool, lease, plan, launch, where, options, dir, ran, preempted, resized, err);
+    ran += std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
     if (!resized) return status;
     // The job has left every GPU: those under a shrink notice go back now (a plain renewal where
     // none is pending), and the job starts again on what the lease holds then.

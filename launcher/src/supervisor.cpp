@@ -405,6 +405,8 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   SuperviseResult result;
   std::string errText;  // mpirun's stderr, kept for the failure report (bounded)
   auto start = Clock::now();
+  // When --timeout ends the job: its earlier starts count.
+  const auto timeoutAt = [&] { return start + *options.timeout - options.ran_before; };
   std::optional<Clock::time_point> killAt, lastInt;
   bool exited = false;
   int status = 0;
@@ -421,6 +423,14 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   // The pool's notice: the preempt signal now, SIGKILL at the deadline. A job already ending (its
   // timeout, a lost lease) ends as it was, by the deadline at the latest.
   bool preemptKill = false;
+  auto tellDeadline = [&](const PreemptNotice& notice) {
+    if (!options.preempted) return;
+    try {
+      options.preempted(notice);
+    } catch (const std::exception& e) {
+      err << "poolrun: warning: " << e.what() << "\n";
+    }
+  };
   auto preempt = [&](const PreemptNotice& notice, Clock::time_point now) {
     // On this machine's clocks; a notice that comes late (a pool unreachable meanwhile) still gives
     // the job a moment.
@@ -428,24 +438,20 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     auto deadline = std::max(now + std::chrono::duration_cast<Clock::duration>(notice.deadline - sysNow),
                              now + std::chrono::seconds(1));
     if (killAt) {
-      killAt = std::min(*killAt, deadline);
-      // A preemption while the job ends for a change of size: it ends for the preemption.
+      // A preemption while the job ends for a change of size: it ends for the preemption, and the
+      // ranks are told the preemption's deadline where it comes first.
       if (!notice.resize && result.resized) {
         result.resized = false;
         result.preempted = true;
         err << "poolrun: lease " << lease->id() << " is preempted" << preemptedFor(notice.reason)
             << " while the job ends for its change of size: it is not restarted\n";
+        if (deadline < *killAt) tellDeadline(notice);
       }
+      killAt = std::min(*killAt, deadline);
       return;
     }
     (notice.resize ? result.resized : result.preempted) = true;
-    if (options.preempted) {
-      try {
-        options.preempted(notice);
-      } catch (const std::exception& e) {
-        err << "poolrun: warning: " << e.what() << "\n";
-      }
-    }
+    tellDeadline(notice);
     std::vector<pid_t> ranks;
     if (options.preempt_ranks_here) ranks = ranksHere();
     for (pid_t r : ranks) kill(r, options.preempt_signal);
@@ -471,7 +477,7 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     auto deadline = now + std::chrono::seconds(1);
     if (!exited) {
       if (lease != nullptr && !result.lease_lost) deadline = std::min(deadline, lease->expiry());
-      if (options.timeout) deadline = std::min(deadline, start + *options.timeout);
+      if (options.timeout) deadline = std::min(deadline, timeoutAt());
       if (killAt) deadline = std::min(deadline, *killAt);
     }
     int waitMs = static_cast<int>(
@@ -519,7 +525,7 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     }
     if (exited) continue;
     now = Clock::now();
-    if (options.timeout && now >= start + *options.timeout && !result.timed_out) {
+    if (options.timeout && now >= timeoutAt() && !result.timed_out) {
       result.timed_out = true;
       terminate("the job ran past --timeout " + std::to_string(options.timeout->count() / 1000) +
                 " s: ending it");

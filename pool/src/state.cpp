@@ -650,14 +650,18 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
     std::vector<GpuRef> gpus;  // a shrink's; empty: the whole lease
   };
   std::vector<Unit> cands;
-  for (const Lease* l : elastic) {
-    if (l->preempt_at || l->shrink_at || now - l->created < preempt_.min_runtime || !mayTake(l)) continue;
-    const size_t step = static_cast<size_t>(std::max(1, l->elastic->gpus_per_node));
-    const size_t keep = static_cast<size_t>(l->elastic->gpus);
-    for (size_t end = l->gpus.size(); end >= keep + step; end -= step)
-      cands.push_back({l, std::vector<GpuRef>(l->gpus.begin() + static_cast<long>(end - step),
-                                              l->gpus.begin() + static_cast<long>(end))});
-  }
+  // An owner within its guarantee shrinks what others borrowed first, then the rest (`elastic` is in
+  // the pool's order: the lowest priority first, then the youngest).
+  for (const bool borrowedPass : {true, false})
+    for (const Lease* l : elastic) {
+      if (l->preempt_at || l->shrink_at || now - l->created < preempt_.min_runtime || !mayTake(l)) continue;
+      if (reclaimable(l) != borrowedPass) continue;
+      const size_t step = static_cast<size_t>(std::max(1, l->elastic->gpus_per_node));
+      const size_t keep = static_cast<size_t>(l->elastic->gpus);
+      for (size_t end = l->gpus.size(); end >= keep + step; end -= step)
+        cands.push_back({l, std::vector<GpuRef>(l->gpus.begin() + static_cast<long>(end - step),
+                                                l->gpus.begin() + static_cast<long>(end))});
+    }
   std::set<const Lease*> reclaimed;
   for (const Lease* l : pool)
     if (!l->preempt_at && reclaimable(l)) {

@@ -131,6 +131,19 @@ TEST(SupervisorTest, TimeoutEndsTheJobAndItsGroup) {
   EXPECT_FALSE(alive(grandchild)) << "the job's processes are gone";
 }
 
+// An elastic job's restarts share one --timeout: a start after 10 minutes of an 10-minute-and-a-
+// second budget has a second left (it would otherwise sleep its 10 minutes out).
+TEST(SupervisorTest, TheTimeoutCountsTheEarlierStarts) {
+  std::ostringstream err;
+  SuperviseOptions o = shell("sleep 600");
+  o.timeout = 601s;
+  o.ran_before = 600s;
+  SuperviseResult r = supervise(o, err);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.exit_status, kExitTimeout);
+  EXPECT_NE(err.str().find("the job ran past --timeout 601 s"), std::string::npos) << err.str();
+}
+
 TEST(SupervisorTest, ForwardsSigterm) {
   test::TempDir tmp;
   std::ostringstream err;
@@ -279,6 +292,40 @@ TEST(SupervisorTest, APreemptedJobIsSignalledAndEndsAsPreempted) {
       "is killed at ";
   EXPECT_EQ(err.str().substr(0, line.size()), line) << err.str();
   EXPECT_EQ(err.str().find('\n'), err.str().size() - 1) << "one line\n" << err.str();
+}
+
+// A preemption while the job ends for its change of size: it ends as preempted, and the deadline
+// file holds the earlier of the two deadlines (the job is killed at that one).
+TEST(SupervisorTest, APreemptionDuringAResizeTellsTheEarlierDeadline) {
+  for (const bool preemptionFirst : {true, false}) {
+    SCOPED_TRACE(preemptionFirst ? "the preemption's deadline is the earlier"
+                                 : "the resize's is the earlier");
+    std::ostringstream err;
+    SuperviseOptions o = shell("trap '' TERM; while true; do sleep 0.02; done");
+    std::vector<PreemptNotice> called;
+    o.preempted = [&](const PreemptNotice& n) { called.push_back(n); };
+    const auto now = std::chrono::system_clock::now();
+    const auto soon = now + 2s, late = now + 60s;
+    auto renewals = std::make_shared<std::atomic<int>>(0);
+    LeaseKeeper keeper("L7", 10s, 50ms, [&, renewals] {
+      RenewReply r{RenewReply::Kind::kRenewed, 10s, ""};
+      const int n = ++*renewals;
+      if (n == 2) r.preempted = PreemptNotice{preemptionFirst ? late : soon, "it holds 4 GPUs now", true};
+      if (n >= 3) r.preempted = PreemptNotice{preemptionFirst ? soon : late, "preempted for ticket 9 of bob"};
+      return r;
+    });
+    o.lease = &keeper;
+    SuperviseResult r = supervise(o, err);
+    EXPECT_TRUE(r.preempted);
+    EXPECT_FALSE(r.resized);
+    EXPECT_EQ(r.exit_status, kExitPreempted) << err.str();
+    EXPECT_NE(err.str().find("poolrun: lease L7 is preempted for ticket 9 of bob while the job ends for its "
+                             "change of size: it is not restarted\n"),
+              std::string::npos)
+        << err.str();
+    ASSERT_EQ(called.size(), preemptionFirst ? 2u : 1u) << err.str();
+    EXPECT_EQ(called.back().deadline, soon);
+  }
 }
 
 // A job that ignores the signal is killed (SIGKILL); a notice that comes after its deadline (a pool

@@ -257,6 +257,23 @@ TEST(Elastic, NeverGrowsPastItsOwnersQuotaLimit) {
   EXPECT_EQ(r.lease->gpus.size(), 5u);
 }
 
+// An owner within its guarantee shrinks what others borrowed before a lease of lower priority
+// that is its owner's by right.
+TEST(Elastic, AnOwnerWithinItsGuaranteeShrinksBorrowedLeasesFirst) {
+  PoolState s;
+  addInventory(s,
+               "n[01-02]/gpu[0-7]; n01 leased 0-7 elastic=2:8 prio=0 age=700 id=B owner=bob; "
+               "n02 leased 0-7 elastic=2:8 prio=4 age=700 id=C owner=carol",
+               t0());
+  s.setQuotas(
+      parseQuotas("owner alice guaranteed=8\nowner bob guaranteed=8\nowner carol guaranteed=0\n", "quotas"));
+  SubmitResult r = s.submit(parseRequest("4 prio=5"), t0());
+  ASSERT_FALSE(r.lease.has_value());
+  EXPECT_EQ(shrinks(s), std::vector<std::string>{"C:n02:4-7"});
+  EXPECT_TRUE(test::leasesUnderNotice(s).empty());
+  EXPECT_EQ(s.checkInvariants(), "");
+}
+
 TEST(Elastic, TheHolderGivesTheGpusBackAndThePreemptorStarts) {
   PoolState s;
   addInventory(s, "n01/gpu[0-7]; n01 leased 0-7 elastic=2:8 age=700 id=E owner=bob", t0());

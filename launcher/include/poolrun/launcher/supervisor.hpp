@@ -51,6 +51,8 @@ struct SuperviseOptions {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
   std::optional<std::chrono::milliseconds> timeout;
+  // How long the job ran in its earlier starts (an elastic job's restarts): --timeout counts them.
+  std::chrono::milliseconds ran_before{0};
   // The job's lease, or none: started with mpirun, stopped when it has gone; its lines are printed
   // and the job is ended when it reports the lease lost (exit status kExitLeaseLost).
   LeaseKeeper* lease = nullptr;
