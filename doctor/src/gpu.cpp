@@ -1,7 +1,9 @@
 // GPU health from NVML: persistence mode, uncorrected ECC errors, retired pages and row remapping,
-// clocks held down by the hardware, and NVLinks down.
+// clocks held down by the hardware, a MIG mode change waiting for a reset, and NVLinks down.
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "checks.hpp"
 #include "poolrun/topo/nvml_session.hpp"
@@ -91,6 +93,23 @@ void checkGpus(GpuQuery& query, Report& report) {
         c.fix = "the GPU holds its clocks down: check cooling, power supply and nvidia-smi -q -d PERFORMANCE";
       report.add(c);
     }
+    if (g.mig_enabled && g.mig_pending) {
+      const bool enabled = *g.mig_enabled, pending = *g.mig_pending;
+      Check c{"gpu.mig", enabled == pending ? Status::kPass : Status::kWarn, subject, "", "", ""};
+      if (enabled != pending) {
+        c.evidence = fmt::format("MIG mode {} now, {} after the next GPU reset",
+                                 enabled ? "enabled" : "disabled", pending ? "enabled" : "disabled");
+        c.fix = fmt::format(
+            "the pool leases it as it is now, not as asked: reset the GPU when it is idle "
+            "(nvidia-smi -r -i {}) or reboot the node",
+            g.index);
+      } else {
+        c.evidence = enabled ? fmt::format("MIG mode enabled, {} MIG device{}", g.mig_instances,
+                                           g.mig_instances == 1 ? "" : "s")
+                             : "MIG mode disabled";
+      }
+      report.add(c);
+    }
     if (g.nvlinks_up + g.nvlinks_down > 0) {
       Check c{
           "gpu.nvlink",
@@ -134,6 +153,9 @@ class NvmlGpuQuery final : public GpuQuery {
     if (reasons == nullptr)
       reasons = session.get<Return(Device, unsigned long long*)>("nvmlDeviceGetCurrentClocksThrottleReasons");
     auto linkState = session.get<Return(Device, unsigned, int*)>("nvmlDeviceGetNvLinkState");
+    auto migMode = session.get<Return(Device, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
+    auto migCount = session.get<Return(Device, unsigned*)>("nvmlDeviceGetMaxMigDeviceCount");
+    auto migByIndex = session.get<Return(Device, unsigned, Device*)>("nvmlDeviceGetMigDeviceHandleByIndex");
     std::vector<GpuHealth> out;
     int index = 0;
     for (const topo::nvml::Session::Gpu& found : session.gpus()) {
@@ -155,6 +177,19 @@ class NvmlGpuQuery final : public GpuQuery {
       }
       unsigned long long bits = 0;
       if (reasons != nullptr && reasons(dev, &bits) == kSuccess) g.clock_event_reasons = bits;
+      unsigned current = 0, next = 0;
+      if (migMode != nullptr && migMode(dev, &current, &next) == kSuccess) {
+        g.mig_enabled = current == topo::nvml::kMigEnable;
+        g.mig_pending = next == topo::nvml::kMigEnable;
+        unsigned most = 0;
+        if (*g.mig_enabled && migCount != nullptr && migByIndex != nullptr &&
+            migCount(dev, &most) == kSuccess) {
+          for (unsigned i = 0; i < std::min(most, 64u); ++i) {  // an upper bound: indexes may be empty
+            Device mig = nullptr;
+            if (migByIndex(dev, i, &mig) == kSuccess) ++g.mig_instances;
+          }
+        }
+      }
       for (unsigned l = 0; linkState != nullptr && l < topo::nvml::kMaxNvLinks; ++l) {
         int active = 0;
         if (linkState(dev, l, &active) != kSuccess) continue;  // the link does not exist

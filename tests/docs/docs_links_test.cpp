@@ -266,8 +266,8 @@ TEST(HeadingAnchors, FollowGithubsRules) {
             (std::set<std::string>{"2-plan-check-and-write-the-job-directory"}));
   EXPECT_EQ(headingAnchors("## The simulated cluster: `--pool sim:FILE`\n"),
             (std::set<std::string>{"the-simulated-cluster---pool-simfile"}));
-  EXPECT_EQ(headingAnchors("## The topology JSON (`poolrun.topology/1`)\n"),
-            (std::set<std::string>{"the-topology-json-poolruntopology1"}));
+  EXPECT_EQ(headingAnchors("## The topology JSON (`poolrun.topology/2`)\n"),
+            (std::set<std::string>{"the-topology-json-poolruntopology2"}));
   EXPECT_TRUE(headingAnchors("#not a heading\n").empty());
 }
 

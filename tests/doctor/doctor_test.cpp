@@ -327,8 +327,33 @@ INSTANTIATE_TEST_SUITE_P(
                    h.gpus.gpus[1].nvlinks_down = 2;
                  },
                  {"WARN gpu.nvlink GPU1 00000000:9B:00.0"},
-                 "16 NVLinks up, 2 down"}),
+                 "16 NVLinks up, 2 down"},
+        Breakage{"MigModeWaitsForAReset",
+                 kIb,
+                 [](Harness& h) {
+                   h.gpus.gpus[1].mig_enabled = false;
+                   h.gpus.gpus[1].mig_pending = true;
+                 },
+                 {"WARN gpu.mig GPU1 00000000:9B:00.0"},
+                 "nvidia-smi -r -i 1"}),
     [](const ::testing::TestParamInfo<Breakage>& param) { return param.param.name; });
+
+// A GPU in MIG mode, or MIG-capable with MIG off, passes with what it is.
+TEST(DoctorTest, MigModesThatNeedNoResetPass) {
+  Harness h(kIb);
+  h.gpus.gpus[0].mig_enabled = true;
+  h.gpus.gpus[0].mig_pending = true;
+  h.gpus.gpus[0].mig_instances = 7;
+  h.gpus.gpus[1].mig_enabled = false;
+  h.gpus.gpus[1].mig_pending = false;
+  Report r = h.run();
+  EXPECT_THAT(flagged(r), ::testing::IsEmpty()) << describe(r);
+  std::vector<std::string> seen;
+  for (const Check& c : r.checks)
+    if (c.id == "gpu.mig") seen.push_back(c.subject + ": " + c.evidence);
+  EXPECT_EQ(seen, (std::vector<std::string>{"GPU0 00000000:1B:00.0: MIG mode enabled, 7 MIG devices",
+                                            "GPU1 00000000:9B:00.0: MIG mode disabled"}));
+}
 
 TEST(DoctorTest, DmaBufStandsInForPeerMemory) {
   Harness h(kIb);

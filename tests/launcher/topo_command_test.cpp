@@ -34,7 +34,7 @@ TEST(TopoCommandTest, JsonFromAShippedTopology) {
   Result r = poolrun("topo --from " + shipped() + " --format json");
   ASSERT_EQ(r.status, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
-  EXPECT_EQ(doc["schema"], "poolrun.topology/1");
+  EXPECT_EQ(doc["schema"], "poolrun.topology/2");
   EXPECT_EQ(doc["gpus"].size(), 8u);
   EXPECT_EQ(doc["nics"].size(), 8u);
   EXPECT_EQ(r.err, "");

@@ -1,4 +1,4 @@
-// The poolrun.topology/1 JSON document.
+// The poolrun.topology/2 JSON document, and /1 read.
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@ NodeTopology shipped() {
 
 TEST(TopologyJsonTest, HasTheStableFields) {
   json doc = json::parse(toJson(shipped()).dump());
-  EXPECT_EQ(doc["schema"], "poolrun.topology/1");
+  EXPECT_EQ(doc["schema"], "poolrun.topology/2");
   ASSERT_EQ(doc["gpus"].size(), 8u);
   const json& g = doc["gpus"][0];
   EXPECT_EQ(g["index"], 0);
@@ -55,6 +55,90 @@ TEST(TopologyJsonTest, RoundTripsExactly) {
   NodeTopology back = fromJson(json::parse(toJson(t).dump()), "t.json");
   back.source = t.source;
   EXPECT_EQ(back, t);
+}
+
+NodeTopology withMig() {
+  NodeTopology t = shipped();
+  MigState& m = t.gpus[1].mig;
+  m = {.capable = true, .enabled = true, .pending = false, .profiles = {}, .instances = {}};
+  m.profiles = {
+      {.id = 19, .name = "1g.10gb", .slices = 1, .max_instances = 7, .sm = 16, .memory_bytes = 9856ull << 20},
+      {.id = 9,
+       .name = "3g.40gb",
+       .slices = 3,
+       .max_instances = 2,
+       .sm = 60,
+       .memory_bytes = 40192ull << 20}};
+  m.instances = {{.gpu_instance = 2,
+                  .compute_instance = 0,
+                  .profile = "3g.40gb",
+                  .profile_id = 9,
+                  .slices = 3,
+                  .sm = 60,
+                  .memory_bytes = 40192ull << 20,
+                  .uuid = "MIG-5f3a"},
+                 {.gpu_instance = 9,
+                  .compute_instance = 0,
+                  .profile = "1g.10gb",
+                  .profile_id = 19,
+                  .slices = 1,
+                  .sm = 16,
+                  .memory_bytes = 9856ull << 20,
+                  .uuid = "MIG-77b1"}};
+  t.gpus[2].mig = {.capable = true, .enabled = false, .pending = true, .profiles = {}, .instances = {}};
+  return t;
+}
+
+// MIG round-trips; a GPU without MIG is null; a /1 document (no MIG) still reads.
+TEST(TopologyJsonTest, MigRoundTripsAndVersionOneStillReads) {
+  NodeTopology t = withMig();
+  json doc = json::parse(toJson(t).dump());
+  EXPECT_TRUE(doc["gpus"][0]["mig"].is_null());
+  EXPECT_EQ(doc["gpus"][1]["mig"]["instances"][0]["uuid"], "MIG-5f3a");
+  EXPECT_EQ(doc["gpus"][1]["mig"]["profiles"][1]["id"], 9);
+  EXPECT_EQ(doc["gpus"][2]["mig"]["pending"], true);
+  NodeTopology back = fromJson(doc, "t.json");
+  back.source = t.source;
+  EXPECT_EQ(back, t);
+  EXPECT_TRUE(back.gpus[2].mig.resetPending());
+  doc["schema"] = "poolrun.topology/1";
+  for (json& g : doc["gpus"]) g.erase("mig");
+  NodeTopology old = fromJson(doc, "old.json");
+  EXPECT_EQ(old.gpus.size(), t.gpus.size());
+  for (const Gpu& g : old.gpus) EXPECT_FALSE(g.mig.capable);
+}
+
+// Hostile MIG fields: named with their path, never a crash or a silent wrap.
+TEST(TopologyJsonTest, BadMigFieldsAreNamed) {
+  struct Bad {
+    std::function<void(json&)> mutate;
+    const char* says;
+  };
+  const std::vector<Bad> cases = {
+      {[](json& m) { m["instances"][0]["gpu_instance"] = -1; },
+       "field 'gpus[1].mig.instances[0].gpu_instance': -1 is out of range"},
+      {[](json& m) { m["profiles"][0]["id"] = 4294967296; },
+       "field 'gpus[1].mig.profiles[0].id': 4294967296 is out"},
+      {[](json& m) { m["instances"][1]["memory_bytes"] = 1.5; }, "is not a whole number"},
+      {[](json& m) { m["enabled"] = "yes"; }, "field 'gpus[1].mig.enabled'"},
+      {[](json& m) {
+         m["instances"] = json::array();
+         for (int i = 0; i < 65; ++i) m["instances"].push_back(json::object());
+       },
+       "field 'gpus[1].mig.instances': 65 entries (at most 64)"},
+      {[](json& m) { m = 7; }, "expected a JSON object"},
+      {[](json& m) { m["profiles"] = json::object(); }, "field 'gpus[1].mig.profiles': {} is not a list"},
+  };
+  for (const Bad& c : cases) {
+    json doc = json::parse(toJson(withMig()).dump());
+    c.mutate(doc["gpus"][1]["mig"]);
+    try {
+      fromJson(doc, "bad.json");
+      ADD_FAILURE() << "accepted: " << c.says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(TopologyJsonTest, UnknownMeasurementsAreNullAndReadBackAsUnknown) {
@@ -108,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, TopologyJsonBadInput,
     ::testing::Values(
         BadDocument{"schema", [](json& d) { d["schema"] = "poolrun.topology/9"; },
-                    "expected \"poolrun.topology/1\""},
+                    "expected \"poolrun.topology/2\" (or \"poolrun.topology/1\")"},
         BadDocument{"not object", [](json& d) { d = json::array(); }, "expected a JSON object, got array"},
         BadDocument{"gpu pci", [](json& d) { d["gpus"][1]["pci"] = "nope"; },
                     "field 'gpus[1].pci': \"nope\" is not a PCI address"},

@@ -300,6 +300,44 @@ TEST(MatrixTest, LegendsFollowTheTable) {
   EXPECT_LT(matrix.find("Legend:"), matrix.find("NIC Legend:"));
 }
 
+// MIG: each MIG-capable GPU's mode, a reset that is pending, and its instances as nvidia-smi -L
+// names them; a node without MIG has no section.
+TEST(MatrixTest, MigSectionListsModesAndInstances) {
+  NodeTopology t = twoSocketNode();
+  EXPECT_EQ(toMatrix(t).find("MIG:"), std::string::npos);
+  t.gpus[0].mig = {.capable = true, .enabled = true, .pending = true, .profiles = {}, .instances = {}};
+  t.gpus[0].mig.instances = {{.gpu_instance = 1,
+                              .compute_instance = 0,
+                              .profile = "3g.40gb",
+                              .profile_id = 9,
+                              .slices = 3,
+                              .sm = 60,
+                              .memory_bytes = 40192ull << 20,
+                              .uuid = "MIG-aaaa"},
+                             {.gpu_instance = 2,
+                              .compute_instance = 0,
+                              .profile = "",
+                              .profile_id = 19,
+                              .slices = 1,
+                              .sm = 16,
+                              .memory_bytes = 0,
+                              .uuid = ""}};
+  t.gpus[1].mig = {.capable = true, .enabled = false, .pending = true, .profiles = {}, .instances = {}};
+  t.gpus[2].mig = {.capable = true, .enabled = false, .pending = false, .profiles = {}, .instances = {}};
+  const std::string matrix = toMatrix(t);
+  EXPECT_NE(matrix.find("\nMIG:\n\n"
+                        "  GPU0: MIG enabled, 2 instances\n"
+                        "    GI  CI  PROFILE       SMS   MEMORY     UUID\n"
+                        "    1   0   3g.40gb       60    39.2 GiB   MIG-aaaa\n"
+                        "    2   0   ?             16    -          -\n"
+                        "  GPU1: MIG disabled now, enabled after the next GPU reset (pending)\n"
+                        "  GPU2: MIG disabled\n"),
+            std::string::npos)
+      << matrix;
+  EXPECT_EQ(matrix.find("GPU3: MIG"), std::string::npos) << "not MIG-capable";
+  EXPECT_LT(matrix.find("NIC Legend:"), matrix.find("MIG:"));
+}
+
 TEST(MatrixTest, NicLegendNamesPortStatesOnlyWhenNoPortIsUp) {
   NodeTopology t = twoSocketNode();
   t.nics[0].ports.push_back(port(LinkLayer::kInfiniBand, PortState::kDown, 0));  // one of two up

@@ -1,4 +1,4 @@
-// The "poolrun.topology/1" JSON document.
+// The "poolrun.topology/2" JSON document (and /1, read: the same without MIG).
 
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -47,11 +47,43 @@ ojson linkJson(const PciLink& l) {
   return {{"speed_gts", known(l.speed_gts)}, {"width", known(l.width)}, {"gbyte_s", known(l.gbyte_s)}};
 }
 
+// A GPU's MIG state; null for a GPU without MIG.
+ojson migJson(const MigState& m) {
+  if (!m.capable) return nullptr;
+  ojson profiles = ojson::array();
+  for (const MigProfile& p : m.profiles)
+    profiles.push_back({{"id", p.id},
+                        {"name", p.name},
+                        {"slices", p.slices},
+                        {"max_instances", p.max_instances},
+                        {"sm", p.sm},
+                        {"memory_bytes", p.memory_bytes}});
+  ojson instances = ojson::array();
+  for (const MigInstance& i : m.instances)
+    instances.push_back({{"gpu_instance", i.gpu_instance},
+                         {"compute_instance", i.compute_instance},
+                         {"profile", i.profile},
+                         {"profile_id", i.profile_id},
+                         {"slices", i.slices},
+                         {"sm", i.sm},
+                         {"memory_bytes", i.memory_bytes},
+                         {"uuid", i.uuid}});
+  return {{"enabled", m.enabled}, {"pending", m.pending}, {"profiles", profiles}, {"instances", instances}};
+}
+
 ojson placementJson(const PciPlacement& at) {
   return {{"switch", optionalIndex(at.switch_index)},
           {"host_bridge", optionalIndex(at.host_bridge)},
           {"numa", optionalInt(at.numa)},
           {"package", optionalInt(at.package)}};
+}
+
+// No GPU NVML describes has more MIG profiles or instances than this (an H100 offers about ten
+// profiles and holds at most seven instances).
+constexpr size_t kMaxMigEntries = 64;
+
+std::string tooMany(size_t n) {
+  return std::to_string(n) + " entries (at most " + std::to_string(kMaxMigEntries) + ")";
 }
 
 // Reading: common::JsonFields with the defaults of this format (an absent or null field is 0, "",
@@ -110,6 +142,40 @@ class Fields {
     l.width = f.integer("width", 0);
     l.gbyte_s = f.number("gbyte_s");
     return l;
+  }
+  // A whole number from 0 up.
+  template <typename T>
+  T count(const char* key) const {
+    return f_.integer<T>(key, 0, std::numeric_limits<T>::max(), 0);
+  }
+  MigState mig() const {
+    MigState m;
+    m.capable = true;
+    m.enabled = boolean("enabled");
+    m.pending = boolean("pending");
+    const json& profiles = array("profiles");
+    if (profiles.size() > kMaxMigEntries) failField("profiles", tooMany(profiles.size()));
+    for (size_t i = 0; i < profiles.size(); ++i) {
+      Fields f(f_.child(profiles[i], f_.element("profiles", i)));
+      m.profiles.push_back({f.count<unsigned>("id"), f.str("name"), f.count<int>("slices"),
+                            f.count<int>("max_instances"), f.count<int>("sm"), f.u64("memory_bytes")});
+    }
+    const json& instances = array("instances");
+    if (instances.size() > kMaxMigEntries) failField("instances", tooMany(instances.size()));
+    for (size_t i = 0; i < instances.size(); ++i) {
+      Fields f(f_.child(instances[i], f_.element("instances", i)));
+      MigInstance inst;
+      inst.gpu_instance = f.count<int>("gpu_instance");
+      inst.compute_instance = f.count<int>("compute_instance");
+      inst.profile = f.str("profile");
+      inst.profile_id = f.count<unsigned>("profile_id");
+      inst.slices = f.count<int>("slices");
+      inst.sm = f.count<int>("sm");
+      inst.memory_bytes = f.u64("memory_bytes");
+      inst.uuid = f.str("uuid");
+      m.instances.push_back(std::move(inst));
+    }
+    return m;
   }
   PciPlacement placement(size_t switches, size_t bridges) const {
     PciPlacement at;
@@ -202,7 +268,8 @@ ojson toJson(const NodeTopology& topo) {
                     {"placement", placementJson(g.at)},
                     {"link", linkJson(g.link)},
                     {"nvlinks", links},
-                    {"nvswitch_links", g.nvswitch_links}});
+                    {"nvswitch_links", g.nvswitch_links},
+                    {"mig", migJson(g.mig)}});
   }
   doc["gpus"] = gpus;
   ojson nics = ojson::array();
@@ -259,8 +326,9 @@ ojson toJson(const NodeTopology& topo) {
 NodeTopology fromJson(const json& doc, const std::string& name) {
   Fields top(doc, "", name);
   std::string schema = top.str("schema");
-  if (schema != kTopologySchema) {
-    top.fail("schema is \"" + schema + "\", expected \"" + kTopologySchema + "\"");
+  if (schema != kTopologySchema && schema != kTopologySchemaV1) {
+    top.fail("schema is \"" + schema + "\", expected \"" + kTopologySchema + "\" (or \"" + kTopologySchemaV1 +
+             "\")");
   }
   NodeTopology t;
   t.hostname = top.str("hostname");
@@ -360,6 +428,7 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
       g.nvlinks.push_back(p);
     }
     g.nvswitch_links = f.integer("nvswitch_links", 0);
+    if (f.has("mig")) g.mig = Fields(f.get("mig"), at("gpus", i) + ".mig", name).mig();
     t.gpus.push_back(std::move(g));
   }
   const json& nics = top.array("nics");

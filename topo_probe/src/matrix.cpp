@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 #include <string>
@@ -25,6 +27,39 @@ std::string cpuAffinity(const CpuSet& cpus) {
 }
 std::string numaAffinity(int numa) {
   return numa == kNone ? "N/A" : std::to_string(numa);
+}
+
+std::string gib(uint64_t bytes) {
+  return bytes == 0 ? "-" : fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1ull << 30));
+}
+
+// "enabled", or the change that waits for a GPU reset.
+std::string migMode(const MigState& m) {
+  if (!m.resetPending()) return m.enabled ? "enabled" : "disabled";
+  return std::string(m.enabled ? "enabled" : "disabled") + " now, " + (m.pending ? "enabled" : "disabled") +
+         " after the next GPU reset (pending)";
+}
+
+// Each MIG-capable GPU's mode and instances, as nvidia-smi -L names them.
+std::string migSection(const NodeTopology& topo) {
+  std::string out;
+  for (const Gpu& g : topo.gpus) {
+    if (!g.mig.capable) continue;
+    const MigState& m = g.mig;
+    out += fmt::format("  {}: MIG {}", NodeTopology::gpuLabel(g.index), migMode(m));
+    if (!m.enabled) {
+      out += "\n";
+      continue;
+    }
+    out += fmt::format(", {} instance{}\n", m.instances.size(), m.instances.size() == 1 ? "" : "s");
+    if (m.instances.empty()) continue;
+    out += fmt::format("    {:<4}{:<4}{:<14}{:<6}{:<11}{}\n", "GI", "CI", "PROFILE", "SMS", "MEMORY", "UUID");
+    for (const MigInstance& i : m.instances)
+      out += fmt::format("    {:<4}{:<4}{:<14}{:<6}{:<11}{}\n", i.gpu_instance, i.compute_instance,
+                         i.profile.empty() ? "?" : i.profile, i.sm, gib(i.memory_bytes),
+                         i.uuid.empty() ? "-" : i.uuid);
+  }
+  return out.empty() ? "" : "\nMIG:\n\n" + out;
 }
 
 // " (down)" for a NIC that cannot carry traffic: every port's state is known and none is up.
@@ -120,6 +155,7 @@ std::string toMatrix(const NodeTopology& topo) {
       out += "  " + label(nGpus + n) + ": " + nic.name + nicNote(nic) + "\n";
     }
   }
+  out += migSection(topo);
   return out;
 }
 

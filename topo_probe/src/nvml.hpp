@@ -23,12 +23,14 @@ struct NvmlGpu {
   uint64_t memory_bytes = 0;
   int sm = 0;
   std::vector<NvmlLink> links;  // active links only
+  MigState mig;
 };
 
 // The GPUs NVML sees, or std::nullopt where NVML is absent or fails to initialise (`why` says).
 std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why);
 
-// Adds what NVML knows (UUID, memory, model, NVLink peers, NVSwitch links) to the GPUs of `topo`.
+// Adds what NVML knows (UUID, memory, model, NVLink peers, NVSwitch links, MIG) to the GPUs of
+// `topo`.
 void mergeNvml(NodeTopology& topo, const std::vector<NvmlGpu>& gpus);
 
 }  // namespace poolrun::topo::detail

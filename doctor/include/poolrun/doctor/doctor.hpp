@@ -61,6 +61,11 @@ struct GpuHealth {
   std::optional<uint64_t> clock_event_reasons;  // NVML's clocks event (throttle) reason bits
   int nvlinks_up = 0;
   int nvlinks_down = 0;  // links that exist and are not active
+  // Multi-Instance GPU, where the GPU has it: the mode now and after the next GPU reset, and the
+  // MIG devices NVML lists in MIG mode.
+  std::optional<bool> mig_enabled;
+  std::optional<bool> mig_pending;
+  int mig_instances = 0;
 };
 
 class GpuQuery {

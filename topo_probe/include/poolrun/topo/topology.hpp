@@ -114,6 +114,42 @@ struct NvLinkPeer {
   bool operator==(const NvLinkPeer&) const = default;
 };
 
+// Multi-Instance GPU: a GPU in MIG mode is split into GPU instances (slices of its memory and SMs),
+// each with one or more compute instances; CUDA sees each compute instance as a device of its own,
+// named by its "MIG-..." UUID (CUDA_VISIBLE_DEVICES takes it; a process sees one instance).
+struct MigProfile {       // a GPU instance profile the GPU offers
+  unsigned id = 0;        // NVML's device-unique profile id (nvidia-smi mig -lgip)
+  std::string name;       // "1g.10gb", "3g.40gb", "1g.10gb+me"
+  int slices = 0;         // of the GPU's 7 (or 8) compute slices
+  int max_instances = 0;  // how many of it the whole GPU holds
+  int sm = 0;             // streaming multiprocessors
+  uint64_t memory_bytes = 0;
+  bool operator==(const MigProfile&) const = default;
+};
+
+struct MigInstance {         // a compute instance: what a rank is given
+  int gpu_instance = 0;      // the GPU instance id
+  int compute_instance = 0;  // the compute instance id within it
+  std::string profile;       // the name nvidia-smi -L prints: "1g.10gb", "1c.3g.40gb"
+  unsigned profile_id = 0;   // the GPU instance's profile (MigProfile::id)
+  int slices = 0;            // the GPU instance's slices
+  int sm = 0;
+  uint64_t memory_bytes = 0;
+  std::string uuid;  // "MIG-..."
+  bool operator==(const MigInstance&) const = default;
+};
+
+struct MigState {
+  bool capable = false;  // NVML answers the MIG mode of this GPU (A100, H100, H200, ...)
+  bool enabled = false;  // the current mode
+  bool pending = false;  // the mode after the next GPU reset
+  std::vector<MigProfile> profiles;
+  std::vector<MigInstance> instances;  // in NVML's MIG device order
+  // A mode change waits for a GPU reset: the GPU is neither whole nor split as asked.
+  bool resetPending() const { return capable && enabled != pending; }
+  bool operator==(const MigState&) const = default;
+};
+
 struct Gpu {
   size_t index = 0;  // position in PCI bus order (CUDA_DEVICE_ORDER=PCI_BUS_ID)
   PciAddress pci;
@@ -129,6 +165,7 @@ struct Gpu {
   PciLink link;
   std::vector<NvLinkPeer> nvlinks;
   int nvswitch_links = 0;  // links to NVSwitches (all GPUs on the switch fabric are reachable)
+  MigState mig;            // where NVML reports it (the live probe, a poolrun.topology/2 file)
 
   bool isNvidia() const { return vendor == kVendorNvidia; }
   bool operator==(const Gpu&) const = default;

@@ -9,9 +9,11 @@
 
 namespace poolrun::topo {
 
-inline constexpr const char* kTopologySchema = "poolrun.topology/1";
+// Written as /2 (MIG added to each GPU); /1 documents are still read (no MIG in them).
+inline constexpr const char* kTopologySchema = "poolrun.topology/2";
+inline constexpr const char* kTopologySchemaV1 = "poolrun.topology/1";
 
-// The "poolrun.topology/1" document (a stable interface: see topo_probe/README.md).
+// The "poolrun.topology/2" document (a stable interface: see topo_probe/README.md).
 nlohmann::ordered_json toJson(const NodeTopology& topo);
 // The inverse of toJson(). Throws poolrun::Error (kBadInput) naming the field on a bad document.
 NodeTopology fromJson(const nlohmann::json& doc, const std::string& name);
