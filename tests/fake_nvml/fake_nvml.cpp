@@ -141,6 +141,10 @@ struct ComputeInstanceProfileInfoV2 {
       sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
   char name[kNameV2];
 };
+// nvml.h's sizes on LP64, which the versions below carry: a caller with another layout is refused.
+static_assert(sizeof(DeviceAttributes) == 40 && sizeof(GpuInstanceInfo) == 24 &&
+              sizeof(ComputeInstanceInfo) == 32);
+static_assert(sizeof(GpuInstanceProfileInfoV2) == 152 && sizeof(ComputeInstanceProfileInfoV2) == 136);
 // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2) and NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 2).
 constexpr unsigned kGpuInstanceProfileInfoV2Version = sizeof(GpuInstanceProfileInfoV2) | (2u << 24);
 constexpr unsigned kComputeInstanceProfileInfoV2Version = sizeof(ComputeInstanceProfileInfoV2) | (2u << 24);
