@@ -23,6 +23,13 @@ std::string fakeNvmlEnv(const std::filesystem::path& file);
 // process, no XID event; no NVLink). Tests change what they test.
 nlohmann::json fakeNvmlFor(const topo::NodeTopology& topology);
 
+// NVIDIA's GPU instance profiles of a GPU `model` in MIG mode, "A100 80GB" or "H100 80GB" (throws
+// std::invalid_argument for another), as the "profiles" of a GPU's "mig" in the fake's file: their
+// indexes (nvml.h's NVML_GPU_INSTANCE_PROFILE_*), ids, names, slices, instance counts, SMs, memory,
+// engines and placements, as the driver reports them. Compute instance profiles are the fake's
+// defaults, which are NVIDIA's (docs/fake-nvml.md).
+nlohmann::json migProfiles(const std::string& model);
+
 // Writes `doc` to `file` under a temporary name and renames it over `file`: a process reading it
 // meanwhile sees the old file or the new one, never half of one.
 void writeFakeNvml(const std::filesystem::path& file, const nlohmann::json& doc);
