@@ -122,6 +122,26 @@ TEST_F(DoctorNvmlTest, PendingRetirementOrRemappingIsAWarning) {
   EXPECT_EQ(checks["gpu.retired_pages GPU1 00000000:5F:00.0"].evidence, "a row remapping is pending");
 }
 
+// MIG through the fake's NVML: GPU0 split in MIG mode (three MIG devices, the indexes with holes),
+// GPU1 with MIG switched on but waiting for a reset.
+TEST_F(DoctorNvmlTest, AMigModeWaitingForAResetIsAWarning) {
+  Json instances =
+      Json::array({{{"id", 1}, {"profile_id", 9}, {"compute_instances", {{{"id", 0}, {"index", 2}}}}},
+                   {{"id", 7}, {"profile_id", 19}, {"compute_instances", {{{"id", 0}, {"index", 6}}}}},
+                   {{"id", 8}, {"profile_id", 19}, {"compute_instances", {{{"id", 0}, {"index", 0}}}}}});
+  doc_["gpus"][0]["mig"] = {
+      {"current", true}, {"profiles", test::migProfiles("H100 80GB")}, {"gpu_instances", instances}};
+  doc_["gpus"][1]["mig"] = {
+      {"current", false}, {"pending", true}, {"profiles", test::migProfiles("H100 80GB")}};
+  std::map<std::string, Verdict> checks = doctor(-1);
+  EXPECT_EQ(checks["gpu.mig GPU0 00000000:4E:00.0"].status, "PASS");
+  EXPECT_EQ(checks["gpu.mig GPU0 00000000:4E:00.0"].evidence, "MIG mode enabled, 3 MIG devices");
+  EXPECT_EQ(checks["gpu.mig GPU1 00000000:5F:00.0"].status, "WARN");
+  EXPECT_EQ(checks["gpu.mig GPU1 00000000:5F:00.0"].evidence,
+            "MIG mode disabled now, enabled after the next GPU reset");
+  EXPECT_THAT(checks["gpu.mig GPU1 00000000:5F:00.0"].fix, HasSubstr("nvidia-smi -r -i 1"));
+}
+
 TEST_F(DoctorNvmlTest, WhatNvmlDoesNotSayIsNotJudged) {
   doc_["gpus"] = {{{"pci", "0000:4e:00.0"}}};  // a GPU whose driver supports none of the calls
   std::map<std::string, Verdict> checks = doctor(-1);

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "fake_nvml/fake_nvml_file.hpp"
@@ -74,6 +75,65 @@ TEST_F(TopoNvmlCliTest, LiveProbeTakesUuidsAndNvlinksFromNvml) {
       matrix.out.substr(matrix.out.find("\nGPU0"), matrix.out.find("\nGPU1") - matrix.out.find("\nGPU0"));
   EXPECT_THAT(row0, HasSubstr("NV4"));
   EXPECT_THAT(row0, Not(HasSubstr("NV6")));
+}
+
+// MIG through the live probe: GPU0 in MIG mode with a 3g.40gb split into two compute instances and
+// a 1g.10gb, whose MIG devices sit at indexes 0, 3 and 5 (holes between); GPU1 waiting for a reset;
+// GPU2 MIG-capable and off; GPU3 without MIG.
+TEST_F(TopoNvmlCliTest, LiveProbeReadsMigModesProfilesAndInstances) {
+  const Json profiles = test::migProfiles("H100 80GB");
+  doc_["gpus"][0]["mig"] = {
+      {"current", true},
+      {"profiles", profiles},
+      {"gpu_instances",
+       {{{"id", 2},
+         {"profile_id", 9},
+         {"compute_instances",
+          {{{"id", 0}, {"profile_id", 0}, {"placement", 2}, {"index", 0}, {"uuid", "MIG-aaaa"}},
+           {{"id", 1}, {"profile_id", 1}, {"placement", 0}, {"index", 3}, {"uuid", "MIG-bbbb"}}}}},
+        {{"id", 9},
+         {"profile_id", 19},
+         {"compute_instances", {{{"id", 0}, {"index", 5}, {"uuid", "MIG-cccc"}}}}}}}};
+  doc_["gpus"][1]["mig"] = {{"current", false}, {"pending", true}, {"profiles", profiles}};
+  doc_["gpus"][2]["mig"] = {{"current", false}, {"profiles", profiles}};
+  test::writeFakeNvml(file_, doc_);
+
+  test::ProcessResult r = topo(test::fakeNvmlEnv(file_), "json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  Json doc = Json::parse(r.out);
+  const Json& mig = doc["gpus"][0]["mig"];
+  ASSERT_TRUE(mig.is_object()) << r.err << doc["gpus"][0].dump();
+  EXPECT_EQ(mig["enabled"], true);
+  EXPECT_EQ(mig["pending"], true);
+  ASSERT_EQ(mig["profiles"].size(), profiles.size()) << mig.dump();
+  std::map<std::string, unsigned> idOf;
+  for (const Json& p : mig["profiles"]) idOf[p["name"]] = p["id"];
+  EXPECT_EQ(idOf["1g.10gb"], 19u);
+  EXPECT_EQ(idOf["3g.40gb"], 9u);
+  std::vector<std::string> seen;
+  for (const Json& i : mig["instances"])
+    seen.push_back(i["uuid"].get<std::string>() + " " + std::to_string(i["gpu_instance"].get<int>()) + "/" +
+                   std::to_string(i["compute_instance"].get<int>()) + " " + i["profile"].get<std::string>() +
+                   " of " + std::to_string(i["profile_id"].get<unsigned>()) + ", " +
+                   std::to_string(i["slices"].get<int>()) + " slices");
+  EXPECT_EQ(seen, (std::vector<std::string>{"MIG-aaaa 2/0 1c.3g.40gb of 9, 3 slices",
+                                            "MIG-bbbb 2/1 2c.3g.40gb of 9, 3 slices",
+                                            "MIG-cccc 9/0 1g.10gb of 19, 1 slices"}));
+  EXPECT_GT(mig["instances"][2]["sm"], 0);
+  EXPECT_GT(mig["instances"][2]["memory_bytes"], 9'000ull << 20);
+  EXPECT_EQ(doc["gpus"][1]["mig"]["enabled"], false);
+  EXPECT_EQ(doc["gpus"][1]["mig"]["pending"], true);
+  EXPECT_TRUE(doc["gpus"][1]["mig"]["instances"].empty());
+  EXPECT_TRUE(doc["gpus"][3]["mig"].is_null());
+
+  test::ProcessResult matrix = topo(test::fakeNvmlEnv(file_), "matrix");
+  ASSERT_EQ(matrix.status, 0) << matrix.err;
+  EXPECT_THAT(matrix.out, HasSubstr("  GPU0: MIG enabled, 3 instances\n"));
+  EXPECT_THAT(matrix.out, HasSubstr("    9   0   1g.10gb       "));
+  EXPECT_THAT(matrix.out,
+              HasSubstr("  GPU1: MIG disabled now, enabled after the next GPU reset (pending)\n"));
+  EXPECT_THAT(matrix.out, HasSubstr("  GPU2: MIG disabled\n"));
+  EXPECT_THAT(matrix.out, Not(HasSubstr("GPU3: MIG")));
 }
 
 TEST_F(TopoNvmlCliTest, WithoutNvmlTheProbeSaysSoAndKeepsHwlocsLinks) {
