@@ -96,4 +96,26 @@ topo::NodeTopology synthetic(const SyntheticSpec& spec) {
   return t;
 }
 
+topo::MigState migState(bool enabled, bool pending) {
+  topo::MigState m;
+  m.capable = true;
+  m.enabled = enabled;
+  m.pending = pending;
+  return m;
+}
+
+topo::MigInstance migInstance(int gi, int ci, const std::string& profile, unsigned profile_id, int slices,
+                              int sm, uint64_t memory_mib, const std::string& uuid) {
+  topo::MigInstance i;
+  i.gpu_instance = gi;
+  i.compute_instance = ci;
+  i.profile = profile;
+  i.profile_id = profile_id;
+  i.slices = slices;
+  i.sm = sm;
+  i.memory_bytes = memory_mib << 20;
+  i.uuid = uuid;
+  return i;
+}
+
 }  // namespace poolrun::test

@@ -30,4 +30,12 @@ struct SyntheticSpec {
 
 topo::NodeTopology synthetic(const SyntheticSpec& spec);
 
+// A GPU's MIG state for tests: `enabled` now, `pending` after the next reset, no profiles or
+// instances yet.
+topo::MigState migState(bool enabled, bool pending);
+// One MIG device: GPU instance `gi`, compute instance `ci`, of `profile` (`profile_id`), `slices`,
+// `sm` SMs and `memory_mib` MiB, named `uuid`.
+topo::MigInstance migInstance(int gi, int ci, const std::string& profile, unsigned profile_id, int slices,
+                              int sm, uint64_t memory_mib, const std::string& uuid);
+
 }  // namespace poolrun::test

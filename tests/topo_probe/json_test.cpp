@@ -8,6 +8,7 @@
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "support/fixtures.hpp"
+#include "support/synthetic.hpp"
 
 namespace poolrun::topo {
 namespace {
@@ -60,7 +61,7 @@ TEST(TopologyJsonTest, RoundTripsExactly) {
 NodeTopology withMig() {
   NodeTopology t = shipped();
   MigState& m = t.gpus[1].mig;
-  m = {.capable = true, .enabled = true, .pending = false, .profiles = {}, .instances = {}};
+  m = test::migState(true, false);
   m.profiles = {
       {.id = 19, .name = "1g.10gb", .slices = 1, .max_instances = 7, .sm = 16, .memory_bytes = 9856ull << 20},
       {.id = 9,
@@ -69,23 +70,9 @@ NodeTopology withMig() {
        .max_instances = 2,
        .sm = 60,
        .memory_bytes = 40192ull << 20}};
-  m.instances = {{.gpu_instance = 2,
-                  .compute_instance = 0,
-                  .profile = "3g.40gb",
-                  .profile_id = 9,
-                  .slices = 3,
-                  .sm = 60,
-                  .memory_bytes = 40192ull << 20,
-                  .uuid = "MIG-5f3a"},
-                 {.gpu_instance = 9,
-                  .compute_instance = 0,
-                  .profile = "1g.10gb",
-                  .profile_id = 19,
-                  .slices = 1,
-                  .sm = 16,
-                  .memory_bytes = 9856ull << 20,
-                  .uuid = "MIG-77b1"}};
-  t.gpus[2].mig = {.capable = true, .enabled = false, .pending = true, .profiles = {}, .instances = {}};
+  m.instances = {test::migInstance(2, 0, "3g.40gb", 9, 3, 60, 40192, "MIG-5f3a"),
+                 test::migInstance(9, 0, "1g.10gb", 19, 1, 16, 9856, "MIG-77b1")};
+  t.gpus[2].mig = test::migState(false, true);
   return t;
 }
 

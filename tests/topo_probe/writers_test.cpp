@@ -12,6 +12,7 @@
 
 #include "poolrun/topo/topology.hpp"
 #include "poolrun/topo/writers.hpp"
+#include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::topo {
@@ -305,25 +306,11 @@ TEST(MatrixTest, LegendsFollowTheTable) {
 TEST(MatrixTest, MigSectionListsModesAndInstances) {
   NodeTopology t = twoSocketNode();
   EXPECT_EQ(toMatrix(t).find("MIG:"), std::string::npos);
-  t.gpus[0].mig = {.capable = true, .enabled = true, .pending = true, .profiles = {}, .instances = {}};
-  t.gpus[0].mig.instances = {{.gpu_instance = 1,
-                              .compute_instance = 0,
-                              .profile = "3g.40gb",
-                              .profile_id = 9,
-                              .slices = 3,
-                              .sm = 60,
-                              .memory_bytes = 40192ull << 20,
-                              .uuid = "MIG-aaaa"},
-                             {.gpu_instance = 2,
-                              .compute_instance = 0,
-                              .profile = "",
-                              .profile_id = 19,
-                              .slices = 1,
-                              .sm = 16,
-                              .memory_bytes = 0,
-                              .uuid = ""}};
-  t.gpus[1].mig = {.capable = true, .enabled = false, .pending = true, .profiles = {}, .instances = {}};
-  t.gpus[2].mig = {.capable = true, .enabled = false, .pending = false, .profiles = {}, .instances = {}};
+  t.gpus[0].mig = test::migState(true, true);
+  t.gpus[0].mig.instances = {test::migInstance(1, 0, "3g.40gb", 9, 3, 60, 40192, "MIG-aaaa"),
+                             test::migInstance(2, 0, "", 19, 1, 16, 0, "")};
+  t.gpus[1].mig = test::migState(false, true);
+  t.gpus[2].mig = test::migState(false, false);
   const std::string matrix = toMatrix(t);
   EXPECT_NE(matrix.find("\nMIG:\n\n"
                         "  GPU0: MIG enabled, 2 instances\n"
