@@ -95,7 +95,7 @@ class EmbeddedPool : public PoolControl {
     if (r.owner.empty() || !admin_) r.owner = owner_;
     if (local_) {
       int gpus = transact([](PoolState& s, TimePoint) {
-        return s.status().gpus_free + s.status().gpus_leased + s.status().gpus_failed;
+        return s.status().gpus_free + s.status().gpus_leased + s.status().gpus_failed + s.status().gpus_mig;
       });
       if (gpus == 0)
         throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,

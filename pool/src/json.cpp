@@ -336,6 +336,7 @@ json toJson(const PoolStatus& s) {
             {"leased", s.gpus_leased},
             {"failed", s.gpus_failed},
             {"foreign", s.gpus_foreign},
+            {"mig", s.gpus_mig},
             {"unreachable", s.gpus_unreachable}}},
           {"leases", s.leases},
           {"queued", s.queued},
@@ -356,6 +357,7 @@ PoolStatus statusFromJson(const json& doc) {
   s.gpus_leased = integer(g, "leased", kCount);
   s.gpus_failed = integer(g, "failed", kCount);
   s.gpus_foreign = integerOr(g, "foreign", kCount, 0);
+  s.gpus_mig = integerOr(g, "mig", kCount, 0);
   s.gpus_unreachable = integerOr(g, "unreachable", kCount, 0);
   s.leases = integer(f, "leases", kCount);
   s.queued = integer(f, "queued", kCount);
@@ -427,6 +429,7 @@ NodeInfo nodeInfoFromJson(const json& doc) {
     gi.state = st == "leased"    ? GpuState::kLeased
                : st == "failed"  ? GpuState::kFailed
                : st == "foreign" ? GpuState::kForeign
+               : st == "mig"     ? GpuState::kMig
                                  : GpuState::kFree;
     if (g.has("lease")) gi.lease = leaseId(g, "lease");
     gi.failed_reason = textOr(g, "failed_reason", 0, Text::kStored);

@@ -203,7 +203,12 @@ bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyStat
   return true;
 }
 
+bool inMigMode(const topo::Gpu& gpu) {
+  return gpu.mig.enabled || gpu.mig.pending;
+}
+
 bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request) {
+  if (inMigMode(gpu)) return false;  // its MIG instances are the units, not the GPU
   if (!request.gpu_model.empty() && gpu.model.find(request.gpu_model) == std::string::npos) return false;
   if (request.min_memory_bytes > 0 && gpu.memory_bytes < request.min_memory_bytes) return false;
   return true;

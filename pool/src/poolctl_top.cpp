@@ -115,7 +115,7 @@ std::string heartbeatText(const NodeInfo& n, Clock::time_point now) {
 }
 
 struct GpuCounts {
-  int free = 0, leased = 0, failed = 0, foreign = 0;
+  int free = 0, leased = 0, failed = 0, foreign = 0, mig = 0;
 };
 
 GpuCounts countGpus(const NodeInfo& n) {
@@ -133,6 +133,9 @@ GpuCounts countGpus(const NodeInfo& n) {
         break;
       case GpuState::kForeign:
         ++c.foreign;
+        break;
+      case GpuState::kMig:
+        ++c.mig;
         break;
     }
   }
@@ -288,8 +291,9 @@ Section nodeSection(const std::vector<NodeInfo>& nodes, Clock::time_point now, s
     // "8 GPUs: 5 free, 2 leased, 1 failed": the states it has.
     std::string gpus = std::to_string(n.gpus.size()) + " GPUs:";
     const char* sep = " ";
-    for (auto [count, word] : {std::pair{c.free, "free"}, std::pair{c.leased, "leased"},
-                               std::pair{c.failed, "failed"}, std::pair{c.foreign, "foreign"}})
+    for (auto [count, word] :
+         {std::pair{c.free, "free"}, std::pair{c.leased, "leased"}, std::pair{c.failed, "failed"},
+          std::pair{c.foreign, "foreign"}, std::pair{c.mig, "in MIG mode"}})
       if (count > 0) gpus += std::exchange(sep, ", ") + std::to_string(count) + " " + word;
     std::string heartbeat = n.agent.empty()    ? ""
                             : n.last_heartbeat ? "seen " + heartbeatText(n, now)
@@ -374,6 +378,7 @@ std::vector<std::string> headerLines(const TopView& view, Clock::time_point now,
     parts.push_back(
         "GPUs " + std::to_string(st.gpus_free) + " free, " + std::to_string(st.gpus_leased) + " leased, " +
         std::to_string(st.gpus_failed) + " failed, " + std::to_string(st.gpus_foreign) + " foreign" +
+        (st.gpus_mig > 0 ? ", " + std::to_string(st.gpus_mig) + " in MIG mode" : "") +
         (st.gpus_unreachable > 0 ? "; " + std::to_string(st.gpus_unreachable) + " unreachable" : ""));
     parts.push_back("leases " + std::to_string(st.leases) + ", queue " + std::to_string(st.queued));
   }
@@ -438,9 +443,10 @@ std::string statusLine(const std::string& pool, const PoolStatus& s) {
   return pool + ": " + std::to_string(s.nodes_up + s.nodes_draining + s.nodes_down) + " nodes (" +
          std::to_string(s.nodes_up) + " up, " + std::to_string(s.nodes_draining) + " draining, " +
          std::to_string(s.nodes_down) + " down; " + std::to_string(s.nodes_unreachable) + " unreachable), " +
-         std::to_string(s.gpus_free + s.gpus_leased + s.gpus_failed + s.gpus_foreign) + " GPUs (" +
-         std::to_string(s.gpus_free) + " free, " + std::to_string(s.gpus_leased) + " leased, " +
-         std::to_string(s.gpus_failed) + " failed, " + std::to_string(s.gpus_foreign) + " foreign; " +
+         std::to_string(s.gpus_free + s.gpus_leased + s.gpus_failed + s.gpus_foreign + s.gpus_mig) +
+         " GPUs (" + std::to_string(s.gpus_free) + " free, " + std::to_string(s.gpus_leased) + " leased, " +
+         std::to_string(s.gpus_failed) + " failed, " + std::to_string(s.gpus_foreign) + " foreign" +
+         (s.gpus_mig > 0 ? ", " + std::to_string(s.gpus_mig) + " in MIG mode" : "") + "; " +
          std::to_string(s.gpus_unreachable) + " on unreachable nodes), " + std::to_string(s.leases) +
          " leases, " + std::to_string(s.queued) + " queued";
 }

@@ -182,6 +182,7 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
   out << "poolrun_gpus{state=\"leased\"} " << s.gpus_leased << "\n";
   out << "poolrun_gpus{state=\"failed\"} " << s.gpus_failed << "\n";
   out << "poolrun_gpus{state=\"foreign\"} " << s.gpus_foreign << "\n";
+  out << "poolrun_gpus{state=\"mig\"} " << s.gpus_mig << "\n";
   out << "poolrun_gpus{state=\"unreachable\"} " << s.gpus_unreachable << "\n";
   gauge(out, "poolrun_nodes", "Nodes in the pool by state.", "gauge");
   out << "poolrun_nodes{state=\"up\"} " << s.nodes_up << "\n";

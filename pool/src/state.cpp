@@ -272,6 +272,8 @@ std::string toString(GpuState state) {
       return "failed";
     case GpuState::kForeign:
       return "foreign";
+    case GpuState::kMig:
+      return "mig";
   }
   return "free";
 }
@@ -476,7 +478,10 @@ GpuState PoolState::gpuState(const std::string& node, size_t index) const {
   auto it = nodes_.find(node);
   if (it != nodes_.end() && it->second.failed.count(index)) return GpuState::kFailed;
   if (it != nodes_.end() && it->second.live.foreign.count(index)) return GpuState::kForeign;
-  return holder(node, index) ? GpuState::kLeased : GpuState::kFree;
+  if (holder(node, index)) return GpuState::kLeased;
+  if (it != nodes_.end() && index < it->second.gpuCount() && inMigMode(it->second.topology->gpus[index]))
+    return GpuState::kMig;
+  return GpuState::kFree;
 }
 
 bool PoolState::everFits(const LeaseRequest& request) const {
@@ -1257,6 +1262,9 @@ PoolStatus PoolState::status() const {
           break;
         case GpuState::kForeign:
           ++s.gpus_foreign;
+          break;
+        case GpuState::kMig:
+          ++s.gpus_mig;
           break;
       }
     }

@@ -68,8 +68,11 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
       std::string model = "NVIDIA H100 80GB HBM3";
       uint64_t mem = uint64_t{80} << 30;
       std::map<std::string, std::string> labels;
+      std::vector<size_t> migNow, migAfterReset;
       std::string opt;
       while (words >> opt) {
+        if (opt.rfind("mig=", 0) == 0) migNow = indexes(opt.substr(4));
+        if (opt.rfind("mig-after-reset=", 0) == 0) migAfterReset = indexes(opt.substr(16));
         if (opt.rfind("model=", 0) == 0) model = "NVIDIA " + opt.substr(6);
         if (opt.rfind("mem=", 0) == 0) mem = std::stoull(opt.substr(4)) << 30;
         if (opt.rfind("label=", 0) == 0) {
@@ -85,6 +88,8 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
         g.model = model;
         g.memory_bytes = mem;
       }
+      for (size_t i : migNow) topology->gpus.at(i).mig = migState(true, true);
+      for (size_t i : migAfterReset) topology->gpus.at(i).mig = migState(false, true);
       for (const std::string& name : topo::expandHostlist(hosts)) {
         topo::ClusterNode n;
         n.name = name;

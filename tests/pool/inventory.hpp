@@ -4,6 +4,7 @@
 //
 // Inventory: clauses separated by ';'
 //   n[01-04]/gpu[0-7]@leaf1 model=A100 mem=40   nodes with GPUs 0-7 under switch leaf1
+//     [mig=0-1] [mig-after-reset=2]              GPUs in MIG mode, or switching to it at a reset
 //   n01 leased 0-3 [for 100] [prio=1] [preemptible] [age=700] [owner=bob] [id=A] [elastic=2:8[:4]]
 //                                                a lease of "other" on those GPUs (max 100 s;
 //                                                created 700 s ago; named A for expectations;

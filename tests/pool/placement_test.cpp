@@ -50,6 +50,12 @@ const PlacementCase kCases[] = {
     {"labels", "n01/gpu[0-7] label=rack:r1; n02/gpu[0-7] label=rack:r2", "2 label=rack:r2", "n02:0-1"},
     {"all or nothing: not now", "n[01-02]/gpu[0-7]; n01 leased 0-7", "10", "-"},
     {"never more than the pool", "n[01-02]/gpu[0-7]", "17", "never"},
+    {"never a GPU in MIG mode, nor one switching to it", "n01/gpu[0-7] mig=0-1 mig-after-reset=7", "5",
+     "n01:2-6"},
+    {"GPUs in MIG mode do not count towards a whole-GPU request", "n01/gpu[0-7] mig=0-1 mig-after-reset=7",
+     "6", "never"},
+    {"whole nodes never on a node with a GPU in MIG mode", "n01/gpu[0-7] mig=3; n02/gpu[0-7]", "8 whole",
+     "n02:0-7"},
 };
 
 class PlacementTable : public ::testing::TestWithParam<PlacementCase> {};
@@ -84,6 +90,19 @@ INSTANTIATE_TEST_SUITE_P(Pool, PlacementTable, ::testing::ValuesIn(kCases), [](c
   for (const char* p = param_info.param.name; *p; ++p) n += std::isalnum(*p) ? *p : '_';
   return n;
 });
+
+// A GPU in MIG mode (or switching to it at its next reset) is `mig`, counted apart, never free.
+TEST(Placement, GpusInMigModeAreShownAndCountedApart) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-3] mig=0 mig-after-reset=1", std::chrono::system_clock::now());
+  EXPECT_EQ(state.gpuState("n01", 0), GpuState::kMig);
+  EXPECT_EQ(state.gpuState("n01", 1), GpuState::kMig);
+  EXPECT_EQ(state.gpuState("n01", 2), GpuState::kFree);
+  EXPECT_EQ(toString(GpuState::kMig), "mig");
+  PoolStatus s = state.status();
+  EXPECT_EQ(s.gpus_mig, 2);
+  EXPECT_EQ(s.gpus_free, 2);
+}
 
 TEST(Placement, TenThousandGpusUnderAMillisecondScale) {
   // Not a timing assertion (that is the benchmark's job): 1,250 nodes place correctly.

@@ -308,6 +308,12 @@ TEST(PoolctlTables, StatusCountsForeignAndUnreachable) {
       statusLine("http://h:1", compactPool(noon()).status),
       "http://h:1: 3 nodes (3 up, 0 draining, 0 down; 1 unreachable), 6 GPUs (2 free, 2 leased, 1 failed, 1 "
       "foreign; 2 on unreachable nodes), 1 leases, 1 queued");
+  PoolStatus withMig = compactPool(noon()).status;
+  withMig.gpus_mig = 8;
+  EXPECT_EQ(
+      statusLine("http://h:1", withMig),
+      "http://h:1: 3 nodes (3 up, 0 draining, 0 down; 1 unreachable), 14 GPUs (2 free, 2 leased, 1 failed, "
+      "1 foreign, 8 in MIG mode; 2 on unreachable nodes), 1 leases, 1 queued");
 }
 
 TEST(PoolctlTop, RefusesBadIntervals) {

@@ -16,7 +16,9 @@ namespace poolrun::pool {
 
 enum class NodeState { kUp, kDraining, kDown };
 // kForeign: running compute processes of no lease (seen by the node's agent); never placed.
-enum class GpuState { kFree, kLeased, kFailed, kForeign };
+// kMig: in MIG mode (or switching to it at the next reset): its MIG instances are the units, and no
+// whole-GPU request takes it.
+enum class GpuState { kFree, kLeased, kFailed, kForeign, kMig };
 std::string toString(NodeState state);
 std::string toString(GpuState state);
 // "up", "draining", "down"; throws poolrun::Error (kBadInput) naming the text otherwise.
@@ -69,7 +71,7 @@ struct QueueInfo {
 struct PoolStatus {
   int nodes_up = 0, nodes_draining = 0, nodes_down = 0;
   int nodes_unreachable = 0;  // also counted in their administrator's state
-  int gpus_free = 0, gpus_leased = 0, gpus_failed = 0, gpus_foreign = 0;
+  int gpus_free = 0, gpus_leased = 0, gpus_failed = 0, gpus_foreign = 0, gpus_mig = 0;
   int gpus_unreachable = 0;  // on unreachable nodes; also counted in their own state
   int leases = 0;
   int queued = 0;

@@ -25,7 +25,11 @@ struct NodeView {
 // (model, memory) are gpuMatches().
 // `anyState`: as if the node were up (whether the pool could ever use it, draining nodes count).
 bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState = false);
+// A GPU in MIG mode, now or after its next reset, never matches: a whole-GPU request does not take
+// it (its MIG instances are the units).
 bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request);
+// MIG mode now, or after the GPU's next reset.
+bool inMigMode(const topo::Gpu& gpu);
 
 // The GPUs for `request`, sorted by pool order of their nodes then index; nullopt when it does
 // not fit. Cost: O(nodes log nodes) plus a small enumeration for requests spanning <= 3 nodes.
