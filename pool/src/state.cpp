@@ -1086,10 +1086,14 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
     size_t usable = 0;
     for (const NodeView& v : nodeViews(slots(), request, allFree<Slot>, true)) usable += v.usable.size();
     std::string shape = shapeText(request);
-    throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
-                    "a request for " + std::to_string(request.gpus) + " GPUs" + shape +
-                        " can never be satisfied: the pool has " + std::to_string(usable) +
-                        " usable GPUs that match it; ask for fewer or relax the constraints");
+    const int inMig = status().gpus_mig;
+    throw PoolError(
+        PoolFailure::kNeverFits, ErrorCode::kUnsupported,
+        "a request for " + std::to_string(request.gpus) + " GPUs" + shape +
+            " can never be satisfied: the pool has " + std::to_string(usable) + " usable GPUs that match it" +
+            (inMig > 0 ? " (and " + std::to_string(inMig) + " in MIG mode, which no whole-GPU request takes)"
+                       : "") +
+            "; ask for fewer or relax the constraints");
   }
   SubmitResult result;
   if (e.status == QueueEntry::Status::kGranted) {

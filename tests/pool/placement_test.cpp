@@ -102,6 +102,16 @@ TEST(Placement, GpusInMigModeAreShownAndCountedApart) {
   PoolStatus s = state.status();
   EXPECT_EQ(s.gpus_mig, 2);
   EXPECT_EQ(s.gpus_free, 2);
+  try {
+    state.submit(parseRequest("3"), std::chrono::system_clock::now(), false);
+    ADD_FAILURE() << "3 GPUs granted from 2 whole ones";
+  } catch (const PoolError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("the pool has 2 usable GPUs that match it (and 2 in MIG mode, which no "
+                                   "whole-GPU request takes)"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Placement, TenThousandGpusUnderAMillisecondScale) {
