@@ -31,19 +31,21 @@ std::vector<Table> loadTables(const std::string& dir) {
 }
 
 std::vector<Comparison> compareTable(const Table& t, const ModelFit& fit, std::uint64_t minBytes) {
-  std::set<std::pair<int, int>> shapes;
-  for (const Measurement& m : t.figures) {
-    if (m.coll == Coll::kAllReduce && m.bytes >= minBytes) shapes.insert({m.nranks, m.nnodes});
-  }
   std::vector<Comparison> out;
-  for (const auto& [nranks, nnodes] : shapes) {
-    ExplainOptions options;
-    options.coll = Coll::kAllReduce;
-    options.nranks = nranks;
-    options.nnodes = nnodes;
-    options.min_bytes = minBytes;
-    options.max_bytes = std::numeric_limits<std::uint64_t>::max();
-    out.push_back(compare(t.config, t.figures, t.name, options, fit));
+  for (const Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter}) {
+    std::set<std::pair<int, int>> shapes;
+    for (const Measurement& m : t.figures) {
+      if (m.coll == coll && m.bytes >= minBytes) shapes.insert({m.nranks, m.nnodes});
+    }
+    for (const auto& [nranks, nnodes] : shapes) {
+      ExplainOptions options;
+      options.coll = coll;
+      options.nranks = nranks;
+      options.nnodes = nnodes;
+      options.min_bytes = minBytes;
+      options.max_bytes = std::numeric_limits<std::uint64_t>::max();
+      out.push_back(compare(t.config, t.figures, t.name, options, fit));
+    }
   }
   return out;
 }
@@ -128,7 +130,8 @@ std::string validationReport(const std::vector<HeldOut>& heldOut) {
     double worstSmall = 0, worstLarge = 0;
     int agree = 0, choices = 0;
     for (const Comparison& c : h.comparisons) {
-      std::snprintf(buf, sizeof buf, "  %d ranks on %d node(s)\n", c.shape.nranks, c.shape.nnodes);
+      std::snprintf(buf, sizeof buf, "  %s on %d ranks, %d node(s)\n", std::string(collName(c.coll)).c_str(),
+                    c.shape.nranks, c.shape.nnodes);
       out << buf;
       for (const CompareRow& r : c.rows) {
         std::snprintf(buf, sizeof buf, "  %10s  %-22s %+7.1f%%\n", formatBytes(r.bytes).c_str(),

@@ -93,10 +93,10 @@ double worst(const std::vector<Comparison>& shapes, std::uint64_t from) {
 
 // Each table predicted by the model fitted on the others. The bounds are what the model reaches
 // today (nccl_tuner/README.md lists them with the reasons for the misses), a little rounded up: a
-// change that makes any held-out table worse fails here. The aim is 25% from 64 KiB and 10%
-// from 256 MiB; the H100 slices and the 2 x 1 H100 Tree table reach the first, five of the seven the
-// second. Every choice a table names (several algorithms or protocols measured at one size) is the
-// model's too.
+// change that makes any held-out table worse fails here (allreduce, and allgather and reducescatter
+// where a table has them). The aim is 25% from 64 KiB and 10% from 256 MiB; the H100 slices
+// and the 2 x 1 H100 Tree table reach the first, five of the seven the second. Every choice a table names
+// (several algorithms or protocols measured at one size) is the model's too.
 const std::vector<HeldOut>& heldOutTables() {
   static const std::vector<HeldOut> heldOut = leaveOneOut(loadTables(kTables), kFrom);
   return heldOut;
@@ -113,7 +113,7 @@ TEST(ValidationTest, LeaveOneTableOut) {
       {"a100-8x1-ml-engineering.json", {0.50, 0.50, 0.05}},
       {"h100-1x2-roce-4nic-tree.json", {0.12, 0.12, 0}},
       {"h100-8x2-gcp-a3mega-tcpxo.json", {0.67, 0.67, 0.52}},
-      {"h100-nx1-nvswitch-slices.json", {0.14, 0.14, 0.14}},
+      {"h100-nx1-nvswitch-slices.json", {0.21, 0.20, 0.14}},
       {"h20-8x2-ib-ndr.json", {0.49, 0.49, 0.48}},
       {"h200-nx1-ml-engineering.json", {0.61, 0.42, 0.06}},
   };

@@ -27,8 +27,9 @@ struct Table {
 // Every *.json file of `dir`, by name. Throws ConfigError for a file that is not a table.
 std::vector<Table> loadTables(const std::string& dir);
 
-// The model with `fit` against one table's allreduce figures from `minBytes` up: one comparison per
-// communicator shape (ranks x nodes) the table measured, fewest ranks first.
+// The model with `fit` against one table's figures from `minBytes` up: one comparison per collective
+// (allreduce, then allgather and reducescatter where the table has them) and communicator shape
+// (ranks x nodes) the table measured, fewest ranks first.
 std::vector<Comparison> compareTable(const Table& t, const ModelFit& fit, std::uint64_t minBytes);
 
 // The mean over the tables of each table's mean absolute log error (|log(predicted / measured)|)
