@@ -98,6 +98,12 @@ constexpr double kFabricHopUs[3] = {0.0, 1.4, 25.0};
 constexpr double kLl128NetFactor[3] = {1.0, 0.80, 1.0};
 // [E] Without GPUDirect RDMA the data is staged through host memory.
 constexpr double kNoGdrFactor = 0.8;
+// [F] The pipeline fill (ModelFit) counts, besides the algorithm's steps, one step for every 8 us of
+// the cell's latency (NCCL's base plus its per-hop terms): a chunk waits that latency at each hop as
+// well as its transfer. 8 us (near NCCL's Simple base latency, 8.4) is the best leave-one-table-out
+// of those tried (3.3 to 17 us; nccl_tuner/README.md); fitted freely with the fill, a share of the
+// latency predicted the held-out tables worse (the 8x A100 Azure table 41% off from 1 MiB).
+constexpr double kFillLatencyPerStepUs = 8.0;
 // [N] NCCL_NET_OVERHEAD default: 1 us on Intel (and others), 2 us on AMD; x3 for Simple.
 constexpr double kNetOverheadUs[4] = {1.0, 2.0, 1.0, 1.0};
 
@@ -121,8 +127,8 @@ int key(Coll c, Cell cell) {
 // table weighing the same; tests/nccl_tuner/validation_test.cpp refits it and checks these values).
 ModelFit defaultFit() {
   ModelFit f;
-  f.fill_step_us = 25.5;
-  f.fill_half_bytes = 47453133;  // 64 KiB x 2^9.5, about 45 MiB
+  f.fill_step_us = 13.5;
+  f.fill_half_bytes = 33554432;  // 32 MiB
   f.launch_us = 6.0;
   return f;
 }
@@ -292,9 +298,9 @@ int CostModel::pipelineSteps(Coll coll, Cell cell) const {
     case Algo::kTree:
       return 2 * ((ppn_ - 1) + depth);
     case Algo::kNvls:
-      return k > 1 ? 2 : 1;
+      return (ppn_ - 1) + (k > 1 ? 1 : 0);
     case Algo::kNvlsTree:
-      return 1 + 2 * depth;
+      return (ppn_ - 1) + 2 * depth;
     case Algo::kCollNetDirect:
       return 2 * std::min(1, ppn_ - 1) + 1;
     case Algo::kCollNetChain:
@@ -364,9 +370,9 @@ double CostModel::predictUs(Coll coll, Cell cell, std::uint64_t bytes) const {
   const double bw = algoBandwidth(coll, cell);
   if (!(bw > 0)) return std::numeric_limits<double>::infinity();
   const double b = static_cast<double>(bytes);
-  const double fill = cell.proto == Proto::kLL
-                          ? 0.0
-                          : fit_.fill_step_us * pipelineSteps(coll, cell) * b / (b + fit_.fill_half_bytes);
+  const double steps = pipelineSteps(coll, cell) + lat / kFillLatencyPerStepUs;
+  const double fill =
+      cell.proto == Proto::kLL ? 0.0 : fit_.fill_step_us * steps * b / (b + fit_.fill_half_bytes);
   return lat + b / (bw * 1e3) + fill;
 }
 

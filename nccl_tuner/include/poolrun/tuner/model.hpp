@@ -32,13 +32,18 @@ struct CommShape {
 // with each table left out, to predict that table) and checks that defaultFit() is the fit.
 //
 // Pipeline fill: NCCL pipelines a collective in chunks through the steps of its algorithm (2(n-1)
-// for a ring allreduce, 2((ranks per node - 1) + tree depth) for a tree, one for NVLS on one node,
-// pipelineSteps()), and the steps of the first chunk cannot overlap. Its chunks grow with the message
-// until NCCL's buffers cap them, so the fill grows with the message and then stays: fill_step_us x
-// steps x bytes / (bytes + fill_half_bytes) per call, added to the LL128 and Simple cells (LL sends
-// 8-byte lines through small buffers and is used where the fill is negligible). Counting it per
-// step fits the one-node tables (rings of 2 to 8 ranks, NVLS) far better than one fill for all; no
-// table checks it on rings across nodes (62 steps for 32 ranks), where it is an extrapolation.
+// for a ring allreduce, 2((ranks per node - 1) + tree depth) for a tree, ranks per node - 1 for NVLS,
+// whose chunks NCCL shrinks below sizes that grow with the node's GPUs (src/enqueue.cc, its heads x
+// channels x chunk): pipelineSteps()), and the steps of the first chunk cannot overlap; at every
+// step it also waits the hop's latency, so the cell's latency counts one step more for every 8 us of
+// it (model.cpp, kFillLatencyPerStepUs). Its chunks grow with the message until NCCL's buffers cap
+// them, so the fill grows with the message and then stays:
+// fill_step_us x (steps + latency / 8 us) x bytes / (bytes + fill_half_bytes) per call, added to the
+// LL128 and Simple cells (LL sends 8-byte lines through small buffers and is used where the fill is
+// negligible). Counted per step alone it overfilled 8-GPU rings (the 8x A100 tables) once the 8x
+// H200's NVLS pulled the fit; one fill for every cell underfilled 2- to 6-GPU slices (see
+// nccl_tuner/README.md). No table checks it on rings across nodes (62 steps for 32 ranks), where it
+// is an extrapolation.
 //
 // Launch floor: a benchmark issues its calls back to back, so a call it measures takes at least the
 // host's time to launch it, one kernel launch (and NCCL's enqueue) for each GPU its process drives
@@ -76,7 +81,8 @@ class CostModel {
   // What a benchmark issuing calls back to back from processes that each drive `gpusPerProcess`
   // GPUs (0: not known, taken as 1) measures: the prediction, at least the launch floor.
   double callUs(Coll coll, Cell cell, std::uint64_t bytes, int gpusPerProcess) const;
-  // The steps a chunk passes through in sequence (the pipeline the fill is counted on).
+  // The steps a chunk passes through in sequence (the pipeline the fill is counted on, with the
+  // latency's share: see ModelFit).
   int pipelineSteps(Coll coll, Cell cell) const;
 
   // The measured time where the calibration has this collective, cell and shape at this size (or
