@@ -72,6 +72,7 @@ ParsedLog parseNcclTestsLog(std::string_view text, const std::string& source, co
   std::set<std::string> hosts;
   std::vector<std::string> columns;
   std::vector<Measurement> section;  // shape filled in when the section ends
+  int gpusPerProcess = 0;            // from the section's "# nThread T nGpus G" line
   size_t lineNo = 0;
 
   auto finishSection = [&]() {
@@ -90,6 +91,7 @@ ParsedLog parseNcclTestsLog(std::string_view text, const std::string& source, co
     for (Measurement& m : section) {
       m.nranks = nranks;
       m.nnodes = nnodes;
+      if (gpusPerProcess > 0 && gpusPerProcess <= nranks) m.gpus_per_process = gpusPerProcess;
       result.measurements.push_back(std::move(m));
     }
     section.clear();
@@ -98,6 +100,7 @@ ParsedLog parseNcclTestsLog(std::string_view text, const std::string& source, co
     algo.reset();
     proto.reset();
     programColl.reset();
+    gpusPerProcess = 0;
   };
 
   while (!text.empty()) {
@@ -123,6 +126,15 @@ ParsedLog parseNcclTestsLog(std::string_view text, const std::string& source, co
     }
     if (line.find("# nThread") != std::string_view::npos) {
       finishSection();
+      // "# nThread 1 nGpus 4 ...": the GPUs each process drives (threads x GPUs per thread).
+      auto w = words(common::trim(line).substr(1));
+      long long threads = 0, gpus = 0;
+      for (size_t i = 0; i + 1 < w.size(); ++i) {
+        if (w[i] == "nThread") parseInteger(w[i + 1], &threads);
+        if (w[i] == "nGpus") parseInteger(w[i + 1], &gpus);
+      }
+      gpusPerProcess =
+          threads > 0 && gpus > 0 && threads * gpus <= (1 << 24) ? static_cast<int>(threads * gpus) : 0;
       continue;
     }
     for (const char* var : {"NCCL_ALGO set by environment to ", "NCCL_PROTO set by environment to "}) {
@@ -252,6 +264,7 @@ MergeStats mergeCalibration(nlohmann::ordered_json& doc, const std::vector<Measu
     ordered["bytes"] = entry["bytes"];
     ordered["time_us"] = entry["time_us"];
     if (entry.contains("source")) ordered["source"] = entry["source"];
+    if (entry.contains("gpus_per_process")) ordered["gpus_per_process"] = entry["gpus_per_process"];
     bool replaced = false;
     for (auto& existing : cal) {
       if (existing.is_object() && keyOf(existing) == keyOf(ordered)) {

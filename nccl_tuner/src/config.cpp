@@ -104,7 +104,8 @@ Rule parseRule(const json& v, size_t index, const std::string& origin) {
 
 Measurement parseMeasurement(const json& v, size_t index, const std::string& origin) {
   Fields f = fieldsOf(v, "calibration[" + std::to_string(index) + "]", origin);
-  f.allowOnly({"coll", "nranks", "nnodes", "algo", "proto", "bytes", "time_us", "source"}, {}, userKey);
+  f.allowOnly({"coll", "nranks", "nnodes", "algo", "proto", "bytes", "time_us", "source", "gpus_per_process"},
+              {}, userKey);
   Measurement m;
   m.coll = collField(f, "coll", origin);
   m.nranks = f.integer("nranks", 1, 1 << 24);
@@ -116,6 +117,7 @@ Measurement parseMeasurement(const json& v, size_t index, const std::string& ori
   m.bytes = f.integer<std::uint64_t>("bytes", 0, UINT64_MAX, 0);
   m.time_us = f.number("time_us", 1e-3, 1e12);
   if (f.has("source")) m.source = f.string("source");
+  if (f.has("gpus_per_process")) m.gpus_per_process = f.integer("gpus_per_process", 1, m.nranks);
   return m;
 }
 
@@ -434,6 +436,7 @@ nlohmann::json measurementToJson(const Measurement& m) {
   j["bytes"] = m.bytes;
   j["time_us"] = m.time_us;
   if (!m.source.empty()) j["source"] = m.source;
+  if (m.gpus_per_process > 0) j["gpus_per_process"] = m.gpus_per_process;
   return j;
 }
 

@@ -154,9 +154,57 @@ Comparison compare(const TunerConfig& config, const std::vector<Measurement>& ta
                           ", which NCCL's rules do not allow on this hardware and shape");
       continue;
     }
-    row.predicted_us = bestUs;
+    row.predicted_us = model.callUs(c.coll, row.cell, m->bytes, m->gpus_per_process);
     c.rows.push_back(row);
   }
+
+  // The choices: per size, the fastest figure of each forced algorithm (protocol left free or not), and
+  // of each forced protocol where the algorithm was left to NCCL.
+  std::map<std::uint64_t, std::map<int, double>> byAlgo, byProto;
+  for (const auto& [k, m] : best) {
+    auto keep = [](std::map<int, double>& slot, int i, double us) {
+      auto [it, inserted] = slot.emplace(i, us);
+      if (!inserted) it->second = std::min(it->second, us);
+    };
+    if (m->algo) {
+      keep(byAlgo[m->bytes], static_cast<int>(*m->algo), m->time_us);
+    } else if (m->proto) {
+      keep(byProto[m->bytes], static_cast<int>(*m->proto), m->time_us);
+    }
+  }
+  auto addChoices = [&](const std::map<std::uint64_t, std::map<int, double>>& measured, bool algo) {
+    for (const auto& [bytes, times] : measured) {
+      if (times.size() < 2) continue;
+      ChoiceRow ch;
+      ch.bytes = bytes;
+      ch.by_algo = algo;
+      ch.measured_count = static_cast<int>(times.size());
+      double modelUs = std::numeric_limits<double>::infinity();
+      for (int a = 0; a < kNumAlgos; ++a) {
+        for (int p = 0; p < kNumProtos; ++p) {
+          const Cell cell{static_cast<Algo>(a), static_cast<Proto>(p)};
+          if (!model.valid(c.coll, cell)) continue;
+          const double t = model.predictUs(c.coll, cell, bytes);
+          if (t < modelUs) {
+            modelUs = t;
+            ch.model = cell;
+          }
+        }
+      }
+      ch.best_us = std::numeric_limits<double>::infinity();
+      for (const auto& [i, us] : times) {
+        if (us < ch.best_us) {
+          ch.best_us = us;
+          ch.measured_best = i;
+        }
+      }
+      const int pick = algo ? static_cast<int>(ch.model.algo) : static_cast<int>(ch.model.proto);
+      if (auto it = times.find(pick); it != times.end()) ch.model_pick_us = it->second;
+      c.choices.push_back(ch);
+    }
+  };
+  addChoices(byAlgo, true);
+  addChoices(byProto, false);
   if (c.rows.empty()) {
     throw ConfigError(origin + ": no " + std::string(collName(c.coll)) + " figures between " +
                       formatBytes(options.min_bytes) + " and " + formatBytes(options.max_bytes) +
@@ -182,6 +230,21 @@ nlohmann::json compareJson(const TunerConfig& config, const Comparison& c) {
                           {"measured_us", r.measured_us},
                           {"error", r.error()}};
     doc["rows"].push_back(std::move(row));
+  }
+  doc["choices"] = nlohmann::json::array();
+  for (const ChoiceRow& ch : c.choices) {
+    const std::string best = ch.by_algo ? std::string(algoName(static_cast<Algo>(ch.measured_best)))
+                                        : std::string(protoName(static_cast<Proto>(ch.measured_best)));
+    nlohmann::json row = {{"bytes", ch.bytes},
+                          {"forced", ch.by_algo ? "algo" : "proto"},
+                          {"model_algo", algoName(ch.model.algo)},
+                          {"model_proto", protoName(ch.model.proto)},
+                          {"measured_best", best},
+                          {"measured_best_us", ch.best_us},
+                          {"measured", ch.measured_count},
+                          {"agrees", ch.agrees()}};
+    if (ch.model_pick_us >= 0) row["model_pick_measured_us"] = ch.model_pick_us;
+    doc["choices"].push_back(std::move(row));
   }
   doc["skipped"] = c.skipped;
   return doc;
@@ -211,7 +274,24 @@ std::string compareText(const TunerConfig& config, const Comparison& c) {
           << formatBytes(w->bytes) << "\n";
     }
   }
+  if (!c.choices.empty()) out << "choices where the table measured several:\n";
+  for (const ChoiceRow& ch : c.choices) out << "  " << choiceText(ch) << "\n";
   return out.str();
+}
+
+std::string choiceText(const ChoiceRow& ch) {
+  auto name = [&](int i) {
+    return ch.by_algo ? std::string(algoName(static_cast<Algo>(i)))
+                      : std::string(protoName(static_cast<Proto>(i)));
+  };
+  const int pick = ch.by_algo ? static_cast<int>(ch.model.algo) : static_cast<int>(ch.model.proto);
+  std::string s = formatBytes(ch.bytes) + ": model " + cellName(ch.model) + ", fastest of " +
+                  std::to_string(ch.measured_count) + (ch.by_algo ? " algorithms " : " protocols ") +
+                  name(ch.measured_best) + " (" + fixed(ch.best_us, 1) + " us)";
+  if (ch.agrees()) return s + ": agrees";
+  if (ch.model_pick_us < 0) return s + ": differs (" + name(pick) + " not measured)";
+  return s + ": differs (" + name(pick) + " measured " +
+         fixed((ch.model_pick_us / ch.best_us - 1.0) * 100.0, 1) + "% slower)";
 }
 
 std::string formatBytes(std::uint64_t bytes) {

@@ -49,19 +49,26 @@ constexpr double kHopLatency[3][kNumAlgos][kNumProtos] = {
 // Intel hosts, row 1 for AMD; columns 1 node / 2 nodes / 3 or more.
 constexpr double kLlMaxBw[4][3] = {
     {39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
-// [M] On one node NCCL's ceiling overstates LL: the published 8x A100 series (D) grows by 21.5 us from
-// 512 KiB to 1 MiB, an LL bus bandwidth of 43 GB/s against NCCL's 87.7 (which predicts 51 GB/s busbw at
-// 1 MiB, 41% above the best published figure). The ratio, 0.51, scales the one-node column of every
-// generation ([E] for the generations other than Ampere).
-constexpr double kLlOneNodeScale = 0.51;
+// One node: the share of NCCL's LL ceiling that LL reaches, per generation. [M] Ampere: the published
+// 8x A100 series (D) grows by 21.5 us from 512 KiB to 1 MiB, an LL bus bandwidth of 43 GB/s against
+// NCCL's 87.7 (0.51). [M] Hopper: NCCL_PROTO=LL on 4x H100 at 256 MiB measured 147 GB/s busbw against
+// NCCL's 141 (nccl_tuner/data/h100-nx1-nvswitch-slices.json), so NCCL's ceiling holds (1.0). [N] Volta
+// and Blackwell: NCCL's ceiling, for want of a measurement.
+constexpr double kLlOneNodeScale[4] = {1.0, 0.51, 1.0, 1.0};
 
 // [M] Share of the NVLink rate (per GPU, per direction) a Simple ring allreduce reaches as busbw:
 // A100 231-235 of 300 GB/s (0.78), H100 365-370 of 450 (0.82); Volta taken as Ampere and Blackwell
 // between the two [E].
 constexpr double kNvlinkRingEfficiency[4] = {0.78, 0.78, 0.82, 0.80};
-// [M] NVLS allreduce algorithm bandwidth as a share of the NVLink rate: 8x H100 NVLS busbw 475-482
-// (algbw ~275 of 450 = 0.61). Blackwell scaled by NCCL's NVLS efficiency ratio 0.74/0.85 [E].
-constexpr double kNvlsAllReduceEfficiency[4] = {0, 0, 0.61, 0.53};
+// [M] NVLS allreduce: each GPU sends its whole buffer into the switch (its share of every reduction)
+// plus its reduced share out to the multicast, and receives as much: (n+1)/n x bytes each way, so the
+// algorithm bandwidth is the NVLink rate x efficiency x n/(n+1) (NCCL's maintainer gives this ratio in
+// NVIDIA/nccl-tests#212). The efficiency is the share of the rate that traffic reaches: 8x H100 NVLS
+// algbw ~275 of 450 GB/s (NVIDIA, nccl-tests#212) gives 275 x 9/8 / 450 = 0.69, and 2, 4 and 6 H100s
+// with NCCL_ALGO=NVLS measured 207, 251 and 266 GB/s (data/h100-nx1-nvswitch-slices.json), 5, 7 and
+// 8 H200s 259, 268 and 270 (data/h200-nx1-ml-engineering.json): the same 0.69 to within 3%.
+// Blackwell: 8x B300 NVLS algbw 483 of 900 GB/s (NVIDIA/nccl#2140): 0.60.
+constexpr double kNvlsLinkEfficiency[4] = {0, 0, 0.69, 0.60};
 // [N] NCCL's nvlsEfficiency, used for NVLS allgather/reducescatter.
 constexpr double kNvlsEfficiency[4] = {0, 0, 0.85, 0.74};
 
@@ -91,6 +98,12 @@ constexpr double kFabricHopUs[3] = {0.0, 1.4, 25.0};
 constexpr double kLl128NetFactor[3] = {1.0, 0.80, 1.0};
 // [E] Without GPUDirect RDMA the data is staged through host memory.
 constexpr double kNoGdrFactor = 0.8;
+// [F] The pipeline fill (ModelFit) counts, besides the algorithm's steps, one step for every 8 us of
+// the cell's latency (NCCL's base plus its per-hop terms): a chunk waits that latency at each hop as
+// well as its transfer. 8 us (near NCCL's Simple base latency, 8.4) is the best leave-one-table-out
+// of those tried (3.3 to 17 us; nccl_tuner/README.md); fitted freely with the fill, a share of the
+// latency predicted the held-out tables worse (the 8x A100 Azure table 41% off from 1 MiB).
+constexpr double kFillLatencyPerStepUs = 8.0;
 // [N] NCCL_NET_OVERHEAD default: 1 us on Intel (and others), 2 us on AMD; x3 for Simple.
 constexpr double kNetOverheadUs[4] = {1.0, 2.0, 1.0, 1.0};
 
@@ -114,8 +127,9 @@ int key(Coll c, Cell cell) {
 // table weighing the same; tests/nccl_tuner/validation_test.cpp refits it and checks these values).
 ModelFit defaultFit() {
   ModelFit f;
-  f.fill_us = 235;
+  f.fill_step_us = 13.5;
   f.fill_half_bytes = 33554432;  // 32 MiB
+  f.launch_us = 6.0;
   return f;
 }
 
@@ -276,17 +290,39 @@ double CostModel::latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const {
   return base;
 }
 
+int CostModel::pipelineSteps(Coll coll, Cell cell) const {
+  const int n = shape_.nranks, k = shape_.nnodes, depth = floorLog2(k);
+  switch (cell.algo) {
+    case Algo::kRing:
+      return coll == Coll::kAllReduce ? 2 * (n - 1) : n - 1;
+    case Algo::kTree:
+      return 2 * ((ppn_ - 1) + depth);
+    case Algo::kNvls:
+      return (ppn_ - 1) + (k > 1 ? 1 : 0);
+    case Algo::kNvlsTree:
+      return (ppn_ - 1) + 2 * depth;
+    case Algo::kCollNetDirect:
+      return 2 * std::min(1, ppn_ - 1) + 1;
+    case Algo::kCollNetChain:
+      return 2 * (ppn_ - 1) + 1;
+    case Algo::kPat:
+      return n - 1;
+  }
+  return 1;
+}
+
 double CostModel::algoBandwidth(Coll coll, Cell cell) const {
   const int n = shape_.nranks, k = shape_.nnodes;
   const double busFactor = busBandwidthFactor(coll, n);
   const double nvlink = config_.gpu.nvlink_gbyte_s;
   const double ll128Net = ll128NetworkFactor();
   const double inf = std::numeric_limits<double>::infinity();
-  const double llCap = k == 1 ? kLlMaxBw[gen_][0] * kLlOneNodeScale
+  const double llCap = k == 1 ? kLlMaxBw[gen_][0] * kLlOneNodeScale[gen_]
                               : kLlMaxBw[config_.cpu_vendor == CpuVendor::kAmd ? 1 : 0][std::min(k - 1, 2)];
   // The tree's and NVLSTree's network stage, as algorithm bandwidth: with two nodes each node sends
   // and receives the buffer once; with more, interior nodes of the double tree carry it twice.
   const double treeNet = k > 1 ? netBus_ * (k == 2 ? 1.0 : 0.5) : inf;
+  const double nvlsAllReduce = nvlink * kNvlsLinkEfficiency[gen_] * ppn_ / (ppn_ + 1.0);
 
   switch (cell.algo) {
     case Algo::kRing: {
@@ -310,12 +346,12 @@ double CostModel::algoBandwidth(Coll coll, Cell cell) const {
     }
     case Algo::kNvls: {
       const double net = k > 1 ? netBus_ * kCollNetFactor : inf;
-      if (coll == Coll::kAllReduce) return std::min(nvlink * kNvlsAllReduceEfficiency[gen_], net);
+      if (coll == Coll::kAllReduce) return std::min(nvlsAllReduce, net);
       const double bus = nvlink * kNvlsEfficiency[gen_] * (ppn_ - 1) / ppn_;
       return std::min(bus / busFactor, net);
     }
     case Algo::kNvlsTree:
-      return std::min(nvlink * kNvlsAllReduceEfficiency[gen_], treeNet);
+      return std::min(nvlsAllReduce, treeNet);
     case Algo::kCollNetDirect: {
       const double net = netBus_ * kCollNetFactor * (config_.gpu.sm >= 90 ? kCollNetDirectSm90 : 1.0);
       if (coll == Coll::kAllReduce) return std::min(intraBus_, net);
@@ -334,8 +370,14 @@ double CostModel::predictUs(Coll coll, Cell cell, std::uint64_t bytes) const {
   const double bw = algoBandwidth(coll, cell);
   if (!(bw > 0)) return std::numeric_limits<double>::infinity();
   const double b = static_cast<double>(bytes);
-  const double fill = cell.proto == Proto::kLL ? 0.0 : fit_.fill_us * b / (b + fit_.fill_half_bytes);
+  const double steps = pipelineSteps(coll, cell) + lat / kFillLatencyPerStepUs;
+  const double fill =
+      cell.proto == Proto::kLL ? 0.0 : fit_.fill_step_us * steps * b / (b + fit_.fill_half_bytes);
   return lat + b / (bw * 1e3) + fill;
+}
+
+double CostModel::callUs(Coll coll, Cell cell, std::uint64_t bytes, int gpusPerProcess) const {
+  return std::max(fit_.launch_us * std::max(1, gpusPerProcess), predictUs(coll, cell, bytes));
 }
 
 Estimate CostModel::estimate(Coll coll, Cell cell, std::uint64_t bytes) const {

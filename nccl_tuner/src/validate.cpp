@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <sstream>
 
 namespace poolrun::tuner {
@@ -29,44 +30,73 @@ std::vector<Table> loadTables(const std::string& dir) {
   return tables;
 }
 
-Comparison compareTable(const Table& t, const ModelFit& fit, std::uint64_t minBytes) {
-  ExplainOptions options;
-  options.coll = Coll::kAllReduce;
-  options.min_bytes = minBytes;
-  options.max_bytes = std::numeric_limits<std::uint64_t>::max();
-  return compare(t.config, t.figures, t.name, options, fit);
+std::vector<Comparison> compareTable(const Table& t, const ModelFit& fit, std::uint64_t minBytes) {
+  std::vector<Comparison> out;
+  for (const Coll coll : {Coll::kAllReduce, Coll::kAllGather, Coll::kReduceScatter}) {
+    std::set<std::pair<int, int>> shapes;
+    for (const Measurement& m : t.figures) {
+      if (m.coll == coll && m.bytes >= minBytes) shapes.insert({m.nranks, m.nnodes});
+    }
+    for (const auto& [nranks, nnodes] : shapes) {
+      ExplainOptions options;
+      options.coll = coll;
+      options.nranks = nranks;
+      options.nnodes = nnodes;
+      options.min_bytes = minBytes;
+      options.max_bytes = std::numeric_limits<std::uint64_t>::max();
+      out.push_back(compare(t.config, t.figures, t.name, options, fit));
+    }
+  }
+  return out;
 }
 
 double fitCost(const std::vector<const Table*>& tables, const ModelFit& fit, std::uint64_t minBytes) {
   double total = 0;
   for (const Table* t : tables) {
-    const Comparison c = compareTable(*t, fit, minBytes);
     double sum = 0;
-    for (const CompareRow& r : c.rows) {
-      const double e = std::log(r.predicted_us / r.measured_us);
-      sum += std::fabs(e);
+    size_t count = 0;
+    for (const Comparison& c : compareTable(*t, fit, minBytes)) {
+      for (const CompareRow& r : c.rows) {
+        sum += std::fabs(std::log(r.predicted_us / r.measured_us));
+        ++count;
+      }
     }
-    total += c.rows.empty() ? 0.0 : sum / static_cast<double>(c.rows.size());
+    total += count == 0 ? 0.0 : sum / static_cast<double>(count);
   }
   return tables.empty() ? 0.0 : total / static_cast<double>(tables.size());
 }
 
 ModelFit fitTables(const std::vector<const Table*>& tables, std::uint64_t minBytes) {
   ModelFit best;
-  best.fill_us = 0;
+  best.fill_step_us = 0;
   best.fill_half_bytes = 65536;
+  best.launch_us = 0;
   if (tables.empty()) return best;
   double bestCost = fitCost(tables, best, minBytes);
-  for (int us = 5; us <= 1000; us += 5) {
-    for (int k = 0; k <= 32; ++k) {
-      ModelFit f;
-      f.fill_us = us;
-      f.fill_half_bytes = std::round(65536.0 * std::pow(2.0, k / 2.0));
-      const double cost = fitCost(tables, f, minBytes);
-      if (cost < bestCost) {
-        bestCost = cost;
-        best = f;
+  auto consider = [&](const ModelFit& f) {
+    const double cost = fitCost(tables, f, minBytes);
+    if (cost < bestCost) {
+      bestCost = cost;
+      best = f;
+    }
+  };
+  // The fill acts from about a MiB up, the launch floor below: fitted in turn, twice.
+  for (int round = 0; round < 2; ++round) {
+    const double launchUs = best.launch_us;
+    for (int tenths = 5; tenths <= 500; tenths += 5) {
+      for (int k = 0; k <= 32; ++k) {
+        ModelFit f;
+        f.fill_step_us = tenths / 10.0;
+        f.fill_half_bytes = std::round(65536.0 * std::pow(2.0, k / 2.0));
+        f.launch_us = launchUs;
+        consider(f);
       }
+    }
+    const ModelFit fill = best;
+    for (int tenths = 0; tenths <= 200; tenths += 2) {
+      ModelFit f = fill;
+      f.launch_us = tenths / 10.0;
+      consider(f);
     }
   }
   return best;
@@ -82,7 +112,7 @@ std::vector<HeldOut> leaveOneOut(const std::vector<Table>& tables, std::uint64_t
     HeldOut h;
     h.name = tables[i].name;
     h.fit = fitTables(others, minBytes);
-    h.comparison = compareTable(tables[i], h.fit, minBytes);
+    h.comparisons = compareTable(tables[i], h.fit, minBytes);
     out.push_back(std::move(h));
   }
   return out;
@@ -90,27 +120,39 @@ std::vector<HeldOut> leaveOneOut(const std::vector<Table>& tables, std::uint64_t
 
 std::string validationReport(const std::vector<HeldOut>& heldOut) {
   std::ostringstream out;
-  char buf[160];
+  char buf[256];
   for (const HeldOut& h : heldOut) {
     std::snprintf(buf, sizeof buf,
-                  "%s (%d ranks on %d node(s)), fitted without it: fill %.0f us, half at %s\n",
-                  h.name.c_str(), h.comparison.shape.nranks, h.comparison.shape.nnodes, h.fit.fill_us,
-                  formatBytes(static_cast<std::uint64_t>(h.fit.fill_half_bytes)).c_str());
+                  "%s, fitted without it: fill %.1f us a step, half at %s, launch %.1f us a GPU\n",
+                  h.name.c_str(), h.fit.fill_step_us,
+                  formatBytes(static_cast<std::uint64_t>(h.fit.fill_half_bytes)).c_str(), h.fit.launch_us);
     out << buf;
     double worstSmall = 0, worstLarge = 0;
-    for (const CompareRow& r : h.comparison.rows) {
-      std::snprintf(buf, sizeof buf, "  %10s  %-22s %+7.1f%%\n", formatBytes(r.bytes).c_str(),
-                    (std::string(algoName(r.cell.algo)) + "/" + std::string(protoName(r.cell.proto)) +
-                     (r.forced_algo || r.forced_proto ? " forced" : ""))
-                        .c_str(),
-                    r.error() * 100);
+    int agree = 0, choices = 0;
+    for (const Comparison& c : h.comparisons) {
+      std::snprintf(buf, sizeof buf, "  %s on %d ranks, %d node(s)\n", std::string(collName(c.coll)).c_str(),
+                    c.shape.nranks, c.shape.nnodes);
       out << buf;
-      worstSmall = std::max(worstSmall, std::fabs(r.error()));
-      if (r.bytes >= (std::uint64_t{256} << 20)) worstLarge = std::max(worstLarge, std::fabs(r.error()));
+      for (const CompareRow& r : c.rows) {
+        std::snprintf(buf, sizeof buf, "  %10s  %-22s %+7.1f%%\n", formatBytes(r.bytes).c_str(),
+                      (std::string(algoName(r.cell.algo)) + "/" + std::string(protoName(r.cell.proto)) +
+                       (r.forced_algo || r.forced_proto ? " forced" : ""))
+                          .c_str(),
+                      r.error() * 100);
+        out << buf;
+        worstSmall = std::max(worstSmall, std::fabs(r.error()));
+        if (r.bytes >= (std::uint64_t{256} << 20)) worstLarge = std::max(worstLarge, std::fabs(r.error()));
+      }
+      for (const ChoiceRow& ch : c.choices) {
+        out << "  choice " << choiceText(ch) << "\n";
+        agree += ch.agrees() ? 1 : 0;
+        ++choices;
+      }
     }
     std::snprintf(buf, sizeof buf, "  worst |error|: %.1f%% from 64 KiB, %.1f%% from 256 MiB\n",
                   worstSmall * 100, worstLarge * 100);
     out << buf;
+    if (choices > 0) out << "  choices: " << agree << " of " << choices << " agree\n";
   }
   return out.str();
 }

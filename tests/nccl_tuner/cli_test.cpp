@@ -199,6 +199,30 @@ TEST(TunerCliTest, CompareAgainstADataFile) {
   EXPECT_NE(shape.err.find("no allreduce figures of the shape asked for"), std::string::npos) << shape.err;
 }
 
+// A table that measured several algorithms at one size names the fastest; --compare says whether
+// the model picks it (the 2, 4 and 6 H100 table: Ring, Tree and NVLS forced at 256 MiB on 4 GPUs).
+TEST(TunerCliTest, CompareJudgesTheChoiceWhereSeveralAlgorithmsWereMeasured) {
+  const std::string table = kTables + "/h100-nx1-nvswitch-slices.json";
+  const std::string args =
+      "tuner explain --config " + table + " --compare " + table + " --nranks 4 --nnodes 1";
+  Result r = poolrun(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(
+      r.out.find("choices where the table measured several:\n  256 MiB: model NVLS/Simple, fastest of 3 "
+                 "algorithms NVLS (1120.5 us): agrees"),
+      std::string::npos)
+      << r.out;
+  Result j = poolrun(args + " --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  auto doc = nlohmann::json::parse(j.out);
+  ASSERT_EQ(doc["choices"].size(), 7u);  // 6 sizes by algorithm, 256 MiB by protocol too
+  EXPECT_EQ(doc["choices"][0]["measured_best"], "NVLS");
+  EXPECT_EQ(doc["choices"][0]["measured"], 3);
+  EXPECT_TRUE(doc["choices"][0]["agrees"].get<bool>());
+  EXPECT_EQ(doc["choices"].back()["forced"], "proto");
+  EXPECT_EQ(doc["choices"].back()["measured_best"], "Simple");
+}
+
 // Tables that are not tables: one line naming the file and what is wrong, exit status 2.
 TEST(TunerCliTest, CompareRefusesBadTablesInOneLine) {
   TempDir tmp;

@@ -84,6 +84,9 @@ struct Measurement {
   std::uint64_t bytes = 0;
   double time_us = 0;
   std::string source;
+  // How many GPUs the benchmark's process drove (nccl-tests -g N, its "nGpus N"); 0: not stated.
+  // It sets the host's floor per call (ModelFit), not the collective's own time.
+  int gpus_per_process = 0;
 };
 
 struct TunerConfig {

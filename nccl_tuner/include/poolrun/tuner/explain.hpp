@@ -62,11 +62,30 @@ struct CompareRow {
   double error() const { return predicted_us / measured_us - 1.0; }  // +0.25: the model 25% slow
 };
 
+// The choice at one size where the table measured several algorithms (runs forcing NCCL_ALGO) or
+// several protocols (runs forcing only NCCL_PROTO): the cell the model ranks first, which is what the
+// plugin would run, against the fastest measured. Only the forced dimension is judged: the algorithm
+// of the model's cell against the fastest forced algorithm, or its protocol against the fastest
+// forced protocol.
+struct ChoiceRow {
+  std::uint64_t bytes = 0;
+  bool by_algo = true;        // false: protocols were forced
+  Cell model;                 // the model's first cell
+  int measured_best = 0;      // an Algo (by_algo) or Proto index
+  double best_us = 0;         // its measured time
+  double model_pick_us = -1;  // the measured time of the model's algorithm (protocol); -1: not measured
+  int measured_count = 0;     // how many algorithms (protocols) were measured at this size
+  bool agrees() const {
+    return measured_best == (by_algo ? static_cast<int>(model.algo) : static_cast<int>(model.proto));
+  }
+};
+
 struct Comparison {
   Coll coll = Coll::kAllReduce;
   CommShape shape;
   std::string table;  // where the figures came from
   std::vector<CompareRow> rows;
+  std::vector<ChoiceRow> choices;    // sizes with several algorithms or protocols measured
   std::vector<std::string> skipped;  // figures of cells the model cannot run here, one line each
 };
 
@@ -87,8 +106,11 @@ Comparison compare(const TunerConfig& config, const std::vector<Measurement>& ta
 
 nlohmann::json compareJson(const TunerConfig& config, const Comparison& c);
 // Size, cell, predicted, measured, error and bus bandwidths, then the worst error from 64 KiB and
-// from 256 MiB.
+// from 256 MiB, then the choices where the table measured several algorithms or protocols.
 std::string compareText(const TunerConfig& config, const Comparison& c);
+
+// One line: "256 MiB: model NVLS/Simple, fastest of 3 algorithms NVLS (1120.5 us): agrees".
+std::string choiceText(const ChoiceRow& ch);
 
 // "8 B", "64 KiB", "1 GiB" (exact binary units where they divide, else bytes).
 std::string formatBytes(std::uint64_t bytes);

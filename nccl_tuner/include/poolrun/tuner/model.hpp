@@ -31,15 +31,29 @@ struct CommShape {
 // NCCL or a single figure; tests/nccl_tuner/validation_test.cpp refits them (and fits them again
 // with each table left out, to predict that table) and checks that defaultFit() is the fit.
 //
-// Pipeline fill: NCCL pipelines a collective in chunks through every step of its algorithm, and the
-// steps of the first chunk cannot overlap. Its chunks grow with the message until NCCL's buffers
-// cap them, so the fill time grows with the message and then stays: fill_us x bytes / (bytes +
-// fill_half_bytes) per call, added to the LL128 and Simple cells (LL sends 8-byte lines through
-// small buffers and is used where the fill is negligible). One fill for every algorithm and shape:
-// scaling it by the algorithm's step count fits the tables worse (see nccl_tuner/README.md).
+// Pipeline fill: NCCL pipelines a collective in chunks through the steps of its algorithm (2(n-1)
+// for a ring allreduce, 2((ranks per node - 1) + tree depth) for a tree, ranks per node - 1 for NVLS,
+// whose chunks NCCL shrinks below sizes that grow with the node's GPUs (src/enqueue.cc, its heads x
+// channels x chunk): pipelineSteps()), and the steps of the first chunk cannot overlap; at every
+// step it also waits the hop's latency, so the cell's latency counts one step more for every 8 us of
+// it (model.cpp, kFillLatencyPerStepUs). Its chunks grow with the message until NCCL's buffers cap
+// them, so the fill grows with the message and then stays:
+// fill_step_us x (steps + latency / 8 us) x bytes / (bytes + fill_half_bytes) per call, added to the
+// LL128 and Simple cells (LL sends 8-byte lines through small buffers and is used where the fill is
+// negligible). Counted per step alone it overfilled 8-GPU rings (the 8x A100 tables) once the 8x
+// H200's NVLS pulled the fit; one fill for every cell underfilled 2- to 6-GPU slices (see
+// nccl_tuner/README.md). No table checks it on rings across nodes (62 steps for 32 ranks), where it
+// is an extrapolation.
+//
+// Launch floor: a benchmark issues its calls back to back, so a call it measures takes at least the
+// host's time to launch it, one kernel launch (and NCCL's enqueue) for each GPU its process drives
+// (nccl-tests -g N drives N from one thread); what it measures is the larger of that floor and the
+// collective's own time. The floor is the same for every cell, so it changes no choice: the plugin
+// ranks cells by predictUs; comparisons with measured tables use callUs.
 struct ModelFit {
-  double fill_us = 0;          // the fill once chunks are at their largest
+  double fill_step_us = 0;     // the fill per pipeline step once chunks are at their largest
   double fill_half_bytes = 1;  // the message size at which the fill is half of that
+  double launch_us = 0;        // the host's time per call and GPU its process drives
 };
 ModelFit defaultFit();
 
@@ -64,6 +78,12 @@ class CostModel {
 
   // The model's prediction in microseconds; meaningful only for valid cells.
   double predictUs(Coll coll, Cell cell, std::uint64_t bytes) const;
+  // What a benchmark issuing calls back to back from processes that each drive `gpusPerProcess`
+  // GPUs (0: not known, taken as 1) measures: the prediction, at least the launch floor.
+  double callUs(Coll coll, Cell cell, std::uint64_t bytes, int gpusPerProcess) const;
+  // The steps a chunk passes through in sequence (the pipeline the fill is counted on, with the
+  // latency's share: see ModelFit).
+  int pipelineSteps(Coll coll, Cell cell) const;
 
   // The measured time where the calibration has this collective, cell and shape at this size (or
   // on both sides of it: interpolated in log-log), else the prediction.

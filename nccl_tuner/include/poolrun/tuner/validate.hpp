@@ -15,7 +15,9 @@
 namespace poolrun::tuner {
 
 // One published table: the hardware it was measured on and its figures (a poolrun.tuner/1 file
-// whose calibration holds them).
+// whose calibration holds them). One source is one table, whatever communicator shapes it measured
+// (a sweep over 2, 4 and 6 GPUs of one host stays one table), so that leave-one-table-out never
+// predicts a run from another run of the same machine.
 struct Table {
   std::string name;  // the file name
   TunerConfig config;
@@ -25,21 +27,24 @@ struct Table {
 // Every *.json file of `dir`, by name. Throws ConfigError for a file that is not a table.
 std::vector<Table> loadTables(const std::string& dir);
 
-// The model with `fit` against one table's allreduce figures from `minBytes` up.
-Comparison compareTable(const Table& t, const ModelFit& fit, std::uint64_t minBytes);
+// The model with `fit` against one table's figures from `minBytes` up: one comparison per collective
+// (allreduce, then allgather and reducescatter where the table has them) and communicator shape
+// (ranks x nodes) the table measured, fewest ranks first.
+std::vector<Comparison> compareTable(const Table& t, const ModelFit& fit, std::uint64_t minBytes);
 
-// The mean over the tables of each table's mean squared log error (log(predicted / measured)) from
-// `minBytes` up: every table weighs the same, however many sizes it lists.
+// The mean over the tables of each table's mean absolute log error (|log(predicted / measured)|)
+// from `minBytes` up: every table weighs the same, however many sizes it lists.
 double fitCost(const std::vector<const Table*>& tables, const ModelFit& fit, std::uint64_t minBytes);
 
-// The fit of least cost on a grid: fill 0..1000 us in steps of 5, its half size 64 KiB..4 GiB in
-// steps of sqrt(2). Deterministic; no table, or tables that need no fill, give fill 0.
+// The fit of least cost, on grids fitted in turn (twice): the fill per step 0.5..50 us in steps of
+// 0.5 with its half size 64 KiB..4 GiB in steps of sqrt(2), then the launch floor 0..20 us a GPU in steps of
+// 0.2. Deterministic; no table, or tables that need neither, give zeros.
 ModelFit fitTables(const std::vector<const Table*>& tables, std::uint64_t minBytes);
 
 struct HeldOut {
   std::string name;
-  ModelFit fit;  // fitted without this table
-  Comparison comparison;
+  ModelFit fit;                         // fitted without this table
+  std::vector<Comparison> comparisons;  // one per shape
 };
 
 // Each table predicted by the fit on all the others.
