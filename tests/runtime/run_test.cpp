@@ -381,6 +381,14 @@ TEST_F(RuntimeRunTest, PytorchDdpRecipe) {
   for (size_t j = 0; j < doc["weights"].size(); ++j) {
     EXPECT_NEAR(doc["weights"][j].get<double>(), doc["truth"][j].get<double>(), 0.05) << "weight " << j;
   }
+  // A damaged checkpoint stops the job with what to do; it is left as it was.
+  const std::string damaged = path("damaged.ckpt").string();
+  std::ofstream(damaged) << "not a checkpoint\n";
+  auto bad = poolrun(2, python + " " + std::string(PYTORCH_SCRIPT) + " --steps 5 --checkpoint " + damaged);
+  EXPECT_NE(bad.status, 0) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("ddp_train.py: error: cannot resume from " + damaged), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("move it away to start afresh"), std::string::npos) << bad.err;
+  EXPECT_EQ(slurp(damaged), "not a checkpoint\n");
 }
 
 }  // namespace
