@@ -100,7 +100,7 @@ void checkGpus(GpuQuery& query, Report& report) {
         c.evidence = fmt::format("MIG mode {} now, {} after the next GPU reset",
                                  enabled ? "enabled" : "disabled", pending ? "enabled" : "disabled");
         c.fix = fmt::format(
-            "the pool leases it as it is now, not as asked: reset the GPU when it is idle "
+            "until the reset no whole-GPU request gets it: reset the GPU when it is idle "
             "(nvidia-smi -r -i {}) or reboot the node",
             g.index);
       } else {
