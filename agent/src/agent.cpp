@@ -149,6 +149,27 @@ struct Agent::State {
     return true;
   }
 
+  // Where a GPU's MIG state in the samples (mode, pending mode, instances) differs from the
+  // registered topology's: the topology with the new states, and a line per GPU. A GPU NVML does not
+  // answer for keeps what the topology says.
+  bool takeMigChanges(const NodeSamples& s) {
+    std::optional<topo::NodeTopology> next;
+    for (size_t i = 0; i < s.mig.size() && i < topology->gpus.size(); ++i) {
+      if (!s.mig[i] || *s.mig[i] == topology->gpus[i].mig) continue;
+      const topo::MigState& now = *s.mig[i];
+      log << "poold-agent: GPU " << i << " MIG " << (now.enabled ? "on" : "off")
+          << (now.resetPending() ? std::string(" (") + (now.pending ? "on" : "off") + " after a reset)" : "")
+          << ", " << now.instances.size() << " instance" << (now.instances.size() == 1 ? "" : "s") << " (was "
+          << topology->gpus[i].mig.instances.size() << "): registering the node's topology again"
+          << std::endl;
+      if (!next) next = *topology;
+      next->gpus[i].mig = now;
+    }
+    if (!next) return false;
+    topology = std::make_shared<const topo::NodeTopology>(std::move(*next));
+    return true;
+  }
+
   // A GPU NVML no longer lists stays in the topology (GPU indexes are stable; poold fails it from
   // the heartbeat's sample): a line when it goes, and one when it is back.
   void noteLostGpus(const NodeSamples& s) {
@@ -240,7 +261,8 @@ struct Agent::State {
       registering = false;
       NodeSamples s = sample();
       noteLostGpus(s);
-      if (takePortChanges(s)) {
+      const bool ports = takePortChanges(s), mig = takeMigChanges(s);
+      if (ports || mig) {
         registering = true;
         registered = false;
         registerNode();

@@ -40,6 +40,7 @@ Sampler telemetrySampler(const topo::NodeTopology& topology, const std::filesyst
     s.gpus = live->sampler->gpus();
     s.nics = live->sampler->nics();
     s.nvml_ok = live->sampler->nvmlOk();
+    s.mig = live->sampler->mig();
     return s;
   };
 }

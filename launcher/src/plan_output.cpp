@@ -70,26 +70,29 @@ ojson planToJson(const JobPlan& plan) {
     ojson won = ojson::object();
     for (const auto& [k, planned] : r.user_won) won[k] = {{"user", env[k]}, {"planned", planned}};
     const topo::Gpu& gpu = plan.nodeOf(r).node.topology->gpus[r.gpu];
-    ranks.push_back(
-        {{"rank", r.rank},
-         {"node", plan.nodeOf(r).name},
-         {"local_rank", r.local_rank},
-         {"local_size", r.local_size},
-         {"gpu",
-          {{"index", r.gpu}, {"cuda_index", r.cuda_index}, {"pci", r.gpu_pci.str()}, {"model", gpu.model}}},
-         {"nics", nics},
-         {"nic_ports", ports},
-         {"gpu_nic_path", r.nics.empty() ? ojson(nullptr) : ojson(r.gpu_nic_path.str())},
-         {"transport", toString(r.transport)},
-         {"gdr", r.transport == NetTransport::kOfiPlugin ? ojson(nullptr) : ojson(r.gdr)},
-         {"gdr_reason", r.gdr_reason},
-         {"numa", r.numa == topo::kNone ? ojson(nullptr) : ojson(r.numa)},
-         {"cpuset", r.cpuset.toList()},
-         {"shares_cpus", r.shares_cpus},
-         {"rankfile_slots", r.rankfile_slots},
-         {"env", env},
-         {"user_won", won},
-         {"notes", r.notes}});
+    ranks.push_back({{"rank", r.rank},
+                     {"node", plan.nodeOf(r).name},
+                     {"local_rank", r.local_rank},
+                     {"local_size", r.local_size},
+                     {"gpu",
+                      {{"index", r.gpu},
+                       {"cuda_index", r.cuda_index},
+                       {"mig", r.mig.empty() ? ojson(nullptr) : ojson(r.mig)},
+                       {"pci", r.gpu_pci.str()},
+                       {"model", gpu.model}}},
+                     {"nics", nics},
+                     {"nic_ports", ports},
+                     {"gpu_nic_path", r.nics.empty() ? ojson(nullptr) : ojson(r.gpu_nic_path.str())},
+                     {"transport", toString(r.transport)},
+                     {"gdr", r.transport == NetTransport::kOfiPlugin ? ojson(nullptr) : ojson(r.gdr)},
+                     {"gdr_reason", r.gdr_reason},
+                     {"numa", r.numa == topo::kNone ? ojson(nullptr) : ojson(r.numa)},
+                     {"cpuset", r.cpuset.toList()},
+                     {"shares_cpus", r.shares_cpus},
+                     {"rankfile_slots", r.rankfile_slots},
+                     {"env", env},
+                     {"user_won", won},
+                     {"notes", r.notes}});
   }
   doc["ranks"] = ranks;
   doc["notes"] = plan.notes;
@@ -104,10 +107,10 @@ std::string planTable(const JobPlan& plan) {
                                    "NIC(S)", "PATH", "GDR",   "NUMA", "CPUS"};
   std::vector<Row> rows;
   for (const RankPlan& r : plan.ranks) {
-    rows.push_back(
-        {{std::to_string(r.rank), plan.nodeOf(r).name, std::to_string(r.local_rank), std::to_string(r.gpu),
-          r.gpu_pci.str(), nicList(r), r.nics.empty() ? "-" : r.gpu_nic_path.str(), gdrCell(r),
-          r.numa == topo::kNone ? "-" : std::to_string(r.numa), r.cpuset.toList()}});
+    rows.push_back({{std::to_string(r.rank), plan.nodeOf(r).name, std::to_string(r.local_rank),
+                     std::to_string(r.gpu) + (r.mig.empty() ? "" : " " + r.mig), r.gpu_pci.str(), nicList(r),
+                     r.nics.empty() ? "-" : r.gpu_nic_path.str(), gdrCell(r),
+                     r.numa == topo::kNone ? "-" : std::to_string(r.numa), r.cpuset.toList()}});
   }
   std::vector<size_t> width(head.size());
   for (size_t c = 0; c < head.size(); ++c) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/topo/error.hpp"
@@ -86,6 +87,7 @@ std::vector<size_t> chainOrder(const NodeTopology& t, std::vector<size_t> gpus) 
 struct LocalPlan {
   size_t gpu = 0;
   int cuda_index = 0;
+  std::string mig;
   std::vector<NicChoice> nics;
   Path path;
   NetTransport transport = NetTransport::kNone;
@@ -335,7 +337,7 @@ void assignCpus(const NodeTopology& t, NodeTemplate& tpl) {
   }
 }
 
-NodeTemplate planNode(const topo::ClusterNode& node, std::vector<size_t> gpus, Fabric fabric, GdrMode gdr) {
+NodeTemplate planNode(const topo::ClusterNode& node, const NodeGrant& grant, Fabric fabric, GdrMode gdr) {
   const NodeTopology& t = *node.topology;
   NodeTemplate tpl;
   std::vector<int> cuda(t.gpus.size(), -1);
@@ -343,7 +345,17 @@ NodeTemplate planNode(const topo::ClusterNode& node, std::vector<size_t> gpus, F
   for (const topo::Gpu& g : t.gpus) {
     if (g.isNvidia()) cuda[g.index] = next++;
   }
-  for (size_t g : chainOrder(t, std::move(gpus))) {
+  if (!grant.mig.empty()) {
+    // MIG instances in the pool's order (by GPU): no NVLink chain between them to follow.
+    for (size_t i = 0; i < grant.gpus.size(); ++i) {
+      LocalPlan lp;
+      lp.gpu = grant.gpus[i];
+      lp.cuda_index = cuda[lp.gpu];
+      lp.mig = grant.mig[i];
+      tpl.locals.push_back(std::move(lp));
+    }
+  }
+  for (size_t g : grant.mig.empty() ? chainOrder(t, grant.gpus) : std::vector<size_t>{}) {
     LocalPlan lp;
     lp.gpu = g;
     lp.cuda_index = cuda[g];
@@ -402,7 +414,16 @@ std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fa
                                                          std::vector<std::string>& notes) {
   std::vector<std::pair<std::string, std::string>> env;
   env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-  env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(lp.cuda_index));
+  // A MIG instance by its UUID: CUDA enumerates that one instance (and only one per process).
+  env.emplace_back("CUDA_VISIBLE_DEVICES", lp.mig.empty() ? std::to_string(lp.cuda_index) : lp.mig);
+  if (!lp.mig.empty() && req.ranks > 1) {
+    // NCCL between MIG instances: no CUDA peer-to-peer access crosses an instance, so neither NVLink
+    // nor NVLink SHARP carries anything; NCCL 2.32 and later run such a communicator over shared
+    // memory within a node and the network across nodes (NCCL user guide, "Using MIG instances";
+    // NVIDIA/nccl#1716). Said here, so that NCCL does not try the paths that cannot work.
+    env.emplace_back("NCCL_P2P_DISABLE", "1");
+    env.emplace_back("NCCL_NVLS_ENABLE", "0");
+  }
   std::vector<NicChoice> verbs, opaqueNics;
   std::string netdevs;
   for (const NicChoice& n : lp.nics) {
@@ -494,6 +515,13 @@ GdrMode gdrModeFromString(std::string_view text) {
   throw badInput("unknown --gdr '" + std::string(text) + "' (use auto, on or off)");
 }
 
+std::string migNcclNote() {
+  return "ranks on MIG instances: NCCL runs one communicator over them from 2.32 on (experimental; shared "
+         "memory within a node, the network across, never NVLink: NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0); "
+         "older NCCL refuses two instances of one GPU (\"Duplicate GPU detected\", NVIDIA/nccl#1716). Ranks "
+         "that do not talk through NCCL (inference replicas, gloo) are not concerned";
+}
+
 const std::vector<std::string>& plannedVariables() {
   static const std::vector<std::string> kVars = {"CUDA_DEVICE_ORDER",
                                                  "CUDA_VISIBLE_DEVICES",
@@ -505,6 +533,8 @@ const std::vector<std::string>& plannedVariables() {
                                                  "NCCL_IB_TC",
                                                  "NCCL_NET_GDR_LEVEL",
                                                  "NCCL_NET_GDR_READ",
+                                                 "NCCL_P2P_DISABLE",
+                                                 "NCCL_NVLS_ENABLE",
                                                  "RANK",
                                                  "WORLD_SIZE",
                                                  "LOCAL_RANK",
@@ -599,6 +629,18 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
                    std::to_string(held) + " GPUs; one rank per GPU");
   }
   for (const NodeGrant& g : grants) {
+    if (!g.mig.empty() && g.mig.size() != g.gpus.size())
+      throw badInput("node " + g.node->name + ": " + std::to_string(g.mig.size()) + " MIG instances for " +
+                     std::to_string(g.gpus.size()) + " GPU entries (one instance per entry)");
+    for (size_t i = 0; i < g.mig.size(); ++i) {
+      const size_t gpu = g.gpus[i];
+      const auto& instances = gpu < g.node->topology->gpus.size() ? g.node->topology->gpus[gpu].mig.instances
+                                                                  : std::vector<topo::MigInstance>{};
+      if (std::none_of(instances.begin(), instances.end(),
+                       [&](const topo::MigInstance& m) { return m.uuid == g.mig[i]; }))
+        throw badInput("MIG instance " + g.mig[i] + " is not one of GPU" + std::to_string(gpu) + " of node " +
+                       g.node->name + " (`poolrun topo` lists its instances)");
+    }
     for (size_t gpu : g.gpus) {
       if (gpu >= g.node->topology->gpus.size()) {
         throw badInput("node " + g.node->name + " has no GPU " + std::to_string(gpu));
@@ -615,7 +657,8 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
   plan.fabric = chooseFabric(grants, request);
   std::vector<const topo::ClusterNode*> nodes;
   for (const NodeGrant& g : grants) nodes.push_back(g.node);
-  std::map<std::pair<const NodeTopology*, std::vector<size_t>>, NodeTemplate> templates;
+  std::map<std::tuple<const NodeTopology*, std::vector<size_t>, std::vector<std::string>>, NodeTemplate>
+      templates;
   std::vector<const NodeTemplate*> nodeTemplates;
   plan.ranks.reserve(static_cast<size_t>(request.ranks));
   plan.nodes.reserve(grants.size());
@@ -624,11 +667,12 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
     const NodeGrant& grant = grants[gi];
     std::vector<size_t> key = grant.gpus;
     std::sort(key.begin(), key.end());
-    auto it = templates.find({grant.node->topology.get(), key});
+    // MIG instances differ from node to node (their UUIDs are part of the template).
+    auto it = templates.find({grant.node->topology.get(), key, grant.mig});
     if (it == templates.end()) {
       it = templates
-               .emplace(std::make_pair(grant.node->topology.get(), key),
-                        planNode(*grant.node, grant.gpus, plan.fabric, request.gdr))
+               .emplace(std::tuple(grant.node->topology.get(), key, grant.mig),
+                        planNode(*grant.node, grant, plan.fabric, request.gdr))
                .first;
     }
     const NodeTemplate& tpl = it->second;
@@ -649,6 +693,7 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
       r.local_size = np.ranks;
       r.gpu = lp.gpu;
       r.cuda_index = lp.cuda_index;
+      r.mig = lp.mig;
       r.gpu_pci = grant.node->topology->gpus[lp.gpu].pci;
       r.nics = lp.nics;
       r.gpu_nic_path = lp.path;
@@ -691,6 +736,10 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
                            [&](const auto& entry) { return entry.first == n.node.topology.get(); });
     if (it == nodesOf.end()) it = nodesOf.insert(nodesOf.end(), {n.node.topology.get(), {}});
     it->second.push_back(n.name);
+  }
+  if (plan.ranks.size() > 1 &&
+      std::any_of(plan.ranks.begin(), plan.ranks.end(), [](const RankPlan& r) { return !r.mig.empty(); })) {
+    plan.notes.push_back(migNcclNote());
   }
   for (const auto& [t, names] : nodesOf) {
     for (std::string& w : topo::missingNvlinkWarnings(*t)) plan.notes.push_back(std::move(w));

@@ -92,8 +92,11 @@ nlohmann::ordered_json tunerConfig(const JobPlan& plan) {
   const RankPlan& r0 = plan.ranks.front();
   const topo::NodeTopology& t = *plan.nodeOf(r0).node.topology;
   const topo::Gpu& gpu = t.gpus[r0.gpu];
-  int links = gpu.nvswitch_links;
-  for (const topo::NvLinkPeer& p : gpu.nvlinks) links += p.gpu != topo::kNoIndex ? p.count : 0;
+  // MIG instances reach each other through host memory, never NVLink (planner.cpp: rankEnv): the
+  // tuner models the node without it.
+  const bool mig = !r0.mig.empty();
+  int links = mig ? 0 : gpu.nvswitch_links;
+  for (const topo::NvLinkPeer& p : gpu.nvlinks) links += p.gpu != topo::kNoIndex && !mig ? p.count : 0;
   double perLink = gpu.sm >= 100 ? 50 : gpu.sm == 60 ? 20 : 25;  // GB/s per link and direction
   std::set<std::string> nics;
   bool gdr = true;
@@ -110,8 +113,8 @@ nlohmann::ordered_json tunerConfig(const JobPlan& plan) {
           {"gpu",
            {{"sm", gpu.sm},
             {"nvlink_gbyte_s", links * perLink},
-            {"nvswitch", t.nvswitch},
-            {"nvls", t.nvswitch && gpu.sm >= 90}}},
+            {"nvswitch", t.nvswitch && !mig},
+            {"nvls", t.nvswitch && gpu.sm >= 90 && !mig}}},
           {"net",
            {{"nics_per_node", nics.size()},
             {"nic_gbit_s", r0.nics.empty() ? 0.0 : r0.nics.front().rate_gbps},
@@ -276,6 +279,11 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
                    ": an elastic job is for the pools poolrun manages (local, sim:FILE, http://); a Slurm "
                    "allocation keeps its size (pool here: '" +
                    o.pool + "'); ask for -n N");
+  if (where.slurm() && !o.mig_profile.empty())
+    throw badInput("--mig " + o.mig_profile +
+                   " is for the pools poolrun manages (local, sim:FILE, http://); in a Slurm allocation ask "
+                   "Slurm for MIG devices (--gres=gpu:" +
+                   o.mig_profile + ":N where gres.conf has them) (pool here: '" + o.pool + "')");
   if (where.slurm()) forgetSlurmGpuVariables(o.request, o.exports);
   return where;
 }
@@ -290,6 +298,8 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   lr.preemptible = o.preemptible;
   lr.max_gpus = o.max_ranks;
   lr.resize_interval = o.resize_interval;
+  lr.mig_profile = o.mig_profile;
+  lr.mig_or_larger = o.mig_or_larger;
   lr.owner = pool::currentUser();
   lr.job_name = o.job_name;
   lr.wait = o.wait;
@@ -340,8 +350,22 @@ JobPlan planJob(const std::vector<topo::ClusterNode>& nodes, const pool::Lease& 
   for (const topo::ClusterNode& n : nodes) {
     NodeGrant grant;
     grant.node = &n;
+    // A MIG instance's unit number past the node's GPUs: its GPU by topo::migUnits (the pool's
+    // numbering), the instance by its UUID.
+    const std::vector<topo::MigUnit> units = topo::migUnits(*n.topology);
     for (const pool::GpuRef& g : lease.gpus) {
-      if (g.node == n.name) grant.gpus.push_back(g.index);
+      if (g.node != n.name) continue;
+      const size_t count = n.topology->gpus.size();
+      if (g.mig.empty()) {
+        grant.gpus.push_back(g.index);
+      } else if (g.index >= count && g.index - count < units.size()) {
+        grant.gpus.push_back(units[g.index - count].gpu);
+        grant.mig.push_back(g.mig);
+      } else {
+        throw Error(ErrorCode::kInternal, "lease " + lease.id + " holds MIG instance " + g.mig + " as unit " +
+                                              std::to_string(g.index) + " of node " + n.name +
+                                              ", which the pool's topology of the node does not have");
+      }
     }
     grants.push_back(std::move(grant));
   }
@@ -601,6 +625,8 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
     const std::vector<topo::ClusterNode> nodes = leasedNodes(pool, lease, where, options, err);
     const JobPlan plan = planJob(nodes, lease, where, options.request, err);
     if (options.doctor && !doctorPasses(plan, where, err)) return kExitRefused;
+    if (restart == 0 && std::find(plan.notes.begin(), plan.notes.end(), migNcclNote()) != plan.notes.end())
+      err << "poolrun: note: " << migNcclNote() << "\n";
 
     if (dir_path.empty())
       dir_path =

@@ -9,6 +9,7 @@
 
 #include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"
@@ -166,7 +167,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
-  std::string ranks;
+  std::string ranks, mig;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
   o.pool = defaultPool();
@@ -180,6 +181,9 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("pool", po::value(&o.pool)->value_name("URI"),
        "local (default, or $POOLRUN_POOL), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")
       ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
+      ("mig", po::value(&mig)->value_name("PROFILE"),
+       "one MIG instance of PROFILE (1g.10gb, 3g.40gb; PROFILE+: that or larger) per rank instead of a GPU, "
+       "packed onto as few GPUs as possible (docs/mig.md)")
       ("priority", po::value(&o.priority)->value_name("P"), "queue priority (higher first)")
       ("no-reclaim", "(admin) never end the lease as idle (poold --reclaim-idle); a user's token is refused")
       ("preemptible", "a waiting request of higher priority may preempt the lease, after the pool's grace")
@@ -237,6 +241,19 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       throw badInput("--resize-interval is for an elastic job (-n MIN:MAX); -n " + ranks +
                      " is of a fixed size");
     o.resize_interval = std::chrono::seconds(resizeInterval);
+    if (vm.count("mig")) {
+      pool::LeaseRequest parsed;
+      pool::setMigProfile(parsed, mig, "--mig");
+      o.mig_profile = parsed.mig_profile;
+      o.mig_or_larger = parsed.mig_or_larger;
+      if (o.max_ranks > 0)
+        throw badInput("--mig with -n " + ranks +
+                       ": MIG leases are not elastic; give -n N (one instance per rank)");
+      if (o.request.gpus_per_node > 0)
+        throw badInput(
+            "--mig with --gpus-per-node: MIG instances are packed onto the fewest GPUs; drop "
+            "--gpus-per-node");
+    }
     if (fabric != "auto") o.request.fabric = topo::fabricFromString(fabric);
     o.request.gdr = gdrModeFromString(gdr);
     if (vm.count("roce-tc")) o.request.roce_tc = vm["roce-tc"].as<int>();

@@ -30,7 +30,10 @@ struct RunOptions {
   // at each new size (docs/elastic.md). 0: -n N, a fixed size.
   int max_ranks = 0;
   std::chrono::seconds resize_interval{600};  // --resize-interval: the least time between growths
-  std::optional<std::chrono::seconds> wait;   // nullopt: while the pool could ever fit the job
+  // --mig PROFILE[+]: one MIG instance of that profile (or larger, '+') per rank instead of a GPU.
+  std::string mig_profile;
+  bool mig_or_larger = false;
+  std::optional<std::chrono::seconds> wait;  // nullopt: while the pool could ever fit the job
   std::chrono::seconds lease_ttl{60};
   std::optional<std::chrono::seconds> timeout;
   std::string job_name;  // --name, else the program's file name

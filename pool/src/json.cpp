@@ -3,6 +3,7 @@
 #include "json_read.hpp"
 #include "poolrun/common/time_text.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "poolrun/common/json_fields.hpp"
@@ -138,9 +139,50 @@ TimePoint timeField(const JsonFields& f, std::string_view key) {
 
 }  // namespace json_read
 
+namespace {
+
+json gpuRefsJson(const std::vector<GpuRef>& refs) {
+  json out = json::array();
+  for (const GpuRef& g : refs) {
+    json j = {{"node", g.node}, {"index", g.index}};
+    if (!g.mig.empty()) j["mig"] = g.mig;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+size_t unitIndex(const JsonFields& f, std::string_view key) {
+  const json& v = f.need(key);
+  if (!v.is_number_integer()) f.failField(key, common::shownJson(v) + " is not a whole number");
+  if (v.is_number_unsigned()
+          ? v.get<uint64_t>() <= kUnitIndexRange.max
+          : v.get<int64_t>() >= 0 && static_cast<uint64_t>(v.get<int64_t>()) <= kUnitIndexRange.max)
+    return v.get<size_t>();
+  f.failField(key, common::shownJson(v) + " is out of range (0 to " + std::to_string(kUnitIndexRange.max) +
+                       ": a GPU, or a MIG instance past the GPUs)");
+}
+
+// A lease's units as stored and as a pool's reply carries them (both written by poolrun).
+std::vector<GpuRef> gpuRefsFromJson(const JsonFields& f, std::string_view key) {
+  std::vector<GpuRef> out;
+  const json& refs = f.array(key);
+  for (size_t i = 0; i < refs.size(); ++i) {
+    JsonFields g = f.child(refs[i], f.element(key, i));
+    GpuRef ref{nodeName(g, "node"), unitIndex(g, "index"), {}};
+    if (g.has("mig")) {
+      ref.mig = text(g, "mig", kMaxMigUuidBytes, Text::kClient);
+      if (!ref.mig.starts_with("MIG-"))
+        g.failField("mig", "'" + topo::printable(ref.mig) + "' is not a MIG instance's UUID (MIG-...)");
+    }
+    out.push_back(std::move(ref));
+  }
+  return out;
+}
+
+}  // namespace
+
 json toJson(const Lease& l) {
-  json gpus = json::array();
-  for (const GpuRef& g : l.gpus) gpus.push_back({{"node", g.node}, {"index", g.index}});
+  json gpus = gpuRefsJson(l.gpus);
   json doc = {{"schema", kLeaseSchema},
               {"id", l.id},
               {"owner", l.owner},
@@ -165,9 +207,7 @@ json toJson(const Lease& l) {
     doc["resized_ms"] = toMillis(l.resized);
   }
   if (l.shrink_at) {
-    json shrinking = json::array();
-    for (const GpuRef& g : l.shrink_gpus) shrinking.push_back({{"node", g.node}, {"index", g.index}});
-    doc["shrink"] = {{"gpus", shrinking},
+    doc["shrink"] = {{"gpus", gpuRefsJson(l.shrink_gpus)},
                      {"at_ms", toMillis(*l.shrink_at)},
                      {"reason", l.shrink_reason},
                      {"for", l.shrunk_for}};
@@ -184,11 +224,7 @@ Lease leaseFromJson(const json& doc) {
   l.id = leaseId(f, "id");
   l.owner = text(f, "owner", 0, Text::kStored);
   l.job_name = textOr(f, "job_name", 0, Text::kStored);
-  const json& gpus = f.array("gpus");
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    JsonFields g = f.child(gpus[i], f.element("gpus", i));
-    l.gpus.push_back({nodeName(g, "node"), integer(g, "index", kGpuIndexRange)});
-  }
+  l.gpus = gpuRefsFromJson(f, "gpus");
   l.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
   l.created = timeField(f, "created_ms");
   l.expires = timeField(f, "expires_ms");
@@ -210,11 +246,7 @@ Lease leaseFromJson(const json& doc) {
   }
   if (f.has("shrink")) {
     JsonFields s = f.child(f.need("shrink"), "shrink");
-    const json& shrinking = s.array("gpus");
-    for (size_t i = 0; i < shrinking.size(); ++i) {
-      JsonFields g = s.child(shrinking[i], s.element("gpus", i));
-      l.shrink_gpus.push_back({nodeName(g, "node"), integer(g, "index", kGpuIndexRange)});
-    }
+    l.shrink_gpus = gpuRefsFromJson(s, "gpus");
     l.shrink_at = timeField(s, "at_ms");
     l.shrink_reason = textOr(s, "reason", 0, Text::kStored);
     l.shrunk_for = storedInteger<int64_t>(s, "for", 0, INT64_MAX, 0);
@@ -252,15 +284,20 @@ json toJson(const LeaseRequest& r) {
     doc["max_gpus"] = r.max_gpus;
     doc["resize_interval_s"] = r.resize_interval.count();
   }
+  if (r.mig()) {
+    doc["mig_profile"] = r.mig_profile;
+    if (r.mig_or_larger) doc["mig_or_larger"] = true;
+  }
   return doc;
 }
 
 LeaseRequest requestFromJson(const json& doc) {
   JsonFields f = clientFields(
       doc,
-      {"gpus", "gpus_per_node", "whole_nodes", "gpu_model", "min_memory_bytes", "fabric", "labels",
-       "one_switch", "priority", "owner", "job_name", "wait_s", "ttl_s", "max_duration_s", "no_reclaim",
-       "preemptible", "max_gpus", "resize_interval_s", "request_id"},
+      {"gpus",        "gpus_per_node",  "whole_nodes", "gpu_model",   "min_memory_bytes", "fabric",
+       "labels",      "one_switch",     "priority",    "owner",       "job_name",         "wait_s",
+       "ttl_s",       "max_duration_s", "no_reclaim",  "preemptible", "max_gpus",         "resize_interval_s",
+       "mig_profile", "mig_or_larger",  "request_id"},
       "the lease request");
   LeaseRequest r;
   r.gpus = integer(f, "gpus", kGpusRange);
@@ -289,6 +326,8 @@ LeaseRequest requestFromJson(const json& doc) {
   r.preemptible = f.boolean("preemptible", false);
   r.max_gpus = integerOr(f, "max_gpus", kMaxGpusRange, 0);
   r.resize_interval = secondsOr(f, "resize_interval_s", kResizeIntervalSecondsRange).value_or(seconds(600));
+  r.mig_profile = textOr(f, "mig_profile", kMaxMigProfileBytes, Text::kClient);
+  r.mig_or_larger = f.boolean("mig_or_larger", false);
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
   if (f.has("request_id")) leaseId(f, "request_id");
   return r;
@@ -322,6 +361,8 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.preemptible = f.boolean("preemptible", false);
   r.max_gpus = storedInteger<int>(f, "max_gpus", 0, INT32_MAX, 0);
   r.resize_interval = storedSecondsOr(f, "resize_interval_s").value_or(seconds(600));
+  r.mig_profile = textOr(f, "mig_profile", 0, Text::kStored);
+  r.mig_or_larger = f.boolean("mig_or_larger", false);
   return r;
 }
 
@@ -338,6 +379,7 @@ json toJson(const PoolStatus& s) {
             {"foreign", s.gpus_foreign},
             {"mig", s.gpus_mig},
             {"unreachable", s.gpus_unreachable}}},
+          {"mig_instances", {{"free", s.mig_free}, {"leased", s.mig_leased}, {"unusable", s.mig_unusable}}},
           {"leases", s.leases},
           {"queued", s.queued},
           {"leases_granted", s.leases_granted}};
@@ -359,6 +401,12 @@ PoolStatus statusFromJson(const json& doc) {
   s.gpus_foreign = integerOr(g, "foreign", kCount, 0);
   s.gpus_mig = integerOr(g, "mig", kCount, 0);
   s.gpus_unreachable = integerOr(g, "unreachable", kCount, 0);
+  if (f.has("mig_instances")) {
+    JsonFields m = f.object("mig_instances");
+    s.mig_free = integerOr(m, "free", kCount, 0);
+    s.mig_leased = integerOr(m, "leased", kCount, 0);
+    s.mig_unusable = integerOr(m, "unusable", kCount, 0);
+  }
   s.leases = integer(f, "leases", kCount);
   s.queued = integer(f, "queued", kCount);
   s.leases_granted = integerOr(f, "leases_granted", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
@@ -387,6 +435,22 @@ json toJson(const NodeInfo& n) {
       for (const topo::GpuProcess& p : g.foreign_processes)
         procs.push_back({{"pid", p.pid}, {"used_memory_bytes", p.used_memory_bytes}});
       j["foreign_processes"] = std::move(procs);
+    }
+    if (!g.mig_instances.empty()) {
+      json instances = json::array();
+      for (const MigInstanceInfo& m : g.mig_instances) {
+        json mj = {{"unit", m.unit},
+                   {"gpu_instance", m.gpu_instance},
+                   {"compute_instance", m.compute_instance},
+                   {"profile", m.profile},
+                   {"uuid", m.uuid},
+                   {"sm", m.sm},
+                   {"memory_bytes", m.memory_bytes},
+                   {"state", toString(m.state)}};
+        mj["lease"] = m.lease.empty() ? json(nullptr) : json(m.lease);
+        instances.push_back(std::move(mj));
+      }
+      j["mig_instances"] = std::move(instances);
     }
     gpus.push_back(std::move(j));
   }
@@ -425,12 +489,7 @@ NodeInfo nodeInfoFromJson(const json& doc) {
     gi.uuid = textOr(g, "uuid", 0, Text::kStored);
     gi.model = textOr(g, "model", 0, Text::kStored);
     gi.memory_bytes = integerOr(g, "memory_bytes", Range<uint64_t>{0, UINT64_MAX}, uint64_t{0});
-    std::string st = text(g, "state", 0, Text::kStored);
-    gi.state = st == "leased"    ? GpuState::kLeased
-               : st == "failed"  ? GpuState::kFailed
-               : st == "foreign" ? GpuState::kForeign
-               : st == "mig"     ? GpuState::kMig
-                                 : GpuState::kFree;
+    gi.state = gpuStateFromString(text(g, "state", 0, Text::kStored));
     if (g.has("lease")) gi.lease = leaseId(g, "lease");
     gi.failed_reason = textOr(g, "failed_reason", 0, Text::kStored);
     if (g.has("failed_at")) gi.failed_at = rfc3339Field(g, "failed_at");
@@ -450,6 +509,21 @@ NodeInfo nodeInfoFromJson(const json& doc) {
       JsonFields p = g.child(procs[k], g.element("foreign_processes", k));
       gi.foreign_processes.push_back({p.integer<uint32_t>("pid", 0, UINT32_MAX),
                                       p.integer<uint64_t>("used_memory_bytes", 0, UINT64_MAX, 0)});
+    }
+    const json& instances = g.optionalArray("mig_instances");
+    for (size_t k = 0; k < instances.size(); ++k) {
+      JsonFields m = g.child(instances[k], g.element("mig_instances", k));
+      MigInstanceInfo mi;
+      mi.unit = integer(m, "unit", kUnitIndexRange);
+      mi.gpu_instance = m.integer<int>("gpu_instance", 0, INT32_MAX, 0);
+      mi.compute_instance = m.integer<int>("compute_instance", 0, INT32_MAX, 0);
+      mi.profile = textOr(m, "profile", 0, Text::kStored);
+      mi.uuid = textOr(m, "uuid", 0, Text::kStored);
+      mi.sm = m.integer<int>("sm", 0, INT32_MAX, 0);
+      mi.memory_bytes = m.integer<uint64_t>("memory_bytes", 0, UINT64_MAX, 0);
+      mi.state = gpuStateFromString(text(m, "state", 0, Text::kStored));
+      if (m.has("lease")) mi.lease = leaseId(m, "lease");
+      gi.mig_instances.push_back(std::move(mi));
     }
     n.gpus.push_back(std::move(gi));
   }
@@ -583,8 +657,14 @@ std::string formatGpus(const std::vector<GpuRef>& gpus) {
     std::string part = gpus[i].node + ":";
     bool first = true;
     while (j < gpus.size() && gpus[j].node == gpus[i].node) {
+      if (!gpus[j].mig.empty()) {  // a MIG instance: by the UUID its rank is given
+        part += (first ? "" : ",") + gpus[j].mig;
+        first = false;
+        ++j;
+        continue;
+      }
       size_t k = j;
-      while (k + 1 < gpus.size() && gpus[k + 1].node == gpus[j].node &&
+      while (k + 1 < gpus.size() && gpus[k + 1].node == gpus[j].node && gpus[k + 1].mig.empty() &&
              gpus[k + 1].index == gpus[k].index + 1)
         ++k;
       part += (first ? "" : ",") + std::to_string(gpus[j].index) +
@@ -605,6 +685,27 @@ PoolError queueTimeout(const LeaseRequest& r, int position, const std::string& p
                        std::to_string(position) + " in the queue of " + pool +
                        "); wait longer or ask for fewer",
                    position);
+}
+
+void setMigProfile(LeaseRequest& request, std::string_view text, const std::string& option) {
+  // NAME, then "+FEATURE" parts ("1g.10gb+me"), then a '+' of our own: or larger.
+  std::string_view profile = text;
+  const bool larger = profile.ends_with('+');
+  if (larger) profile.remove_suffix(1);
+  bool ok = !profile.empty() && profile.size() <= kMaxMigProfileBytes && profile.front() >= '0' &&
+            profile.front() <= '9' && !profile.ends_with('+');
+  for (size_t i = 0; ok && i < profile.size(); ++i) {
+    const char c = profile[i];
+    ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         (c == '+' && i + 1 < profile.size() && profile[i + 1] >= 'a' && profile[i + 1] <= 'z');
+  }
+  if (!ok)
+    throw badInput(
+        option + " '" + topo::printable(std::string(text)) +
+        "': expected a MIG profile as nvidia-smi names it (1g.10gb, 3g.40gb; PROFILE+ for that or a "
+        "larger one); `poolrun topo` lists the profiles a GPU offers");
+  request.mig_profile = std::string(profile);
+  request.mig_or_larger = larger;
 }
 
 }  // namespace poolrun::pool

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
 #include <utility>
 
 #include "poolrun/pool/state.hpp"
@@ -38,7 +39,7 @@ bool busy(const topo::GpuSample& g, double threshold) {
 }  // namespace
 
 void PoolState::registerAgentNode(const NodeRegistration& registration, TimePoint now) {
-  registerNode(registration.node);
+  registerNode(registration.node, true);
   PoolNode& node = nodes_.at(registration.node.name);
   node.agent = registration.agent_version.empty() ? "unknown" : registration.agent_version;
   node.live.last_heartbeat = now;
@@ -92,12 +93,17 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
       node_events_.push_back({NodeEvent::Kind::kGpuFailed, node.name, i, why});
       replan_ = true;  // capacity gone: what was promised on it is planned again
     }
-    // Processes that are not of the lease holding this GPU (or of any lease) make it foreign.
+    // Processes that are not of the lease holding this GPU, or of the leases holding its MIG
+    // instances (or of any lease), make it foreign.
     const std::string& holder = held.holder[i];
+    std::set<std::string_view> holders;
+    if (!holder.empty()) holders.insert(holder);
+    for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size(); ++u)
+      if (node.gpuOf(u) == i && !held.holder[u].empty()) holders.insert(held.holder[u]);
     std::vector<topo::GpuProcess> outside;
     for (const topo::GpuProcess& p : sample.processes) {
       auto owner = hb.process_leases.find(p.pid);
-      if (owner == hb.process_leases.end() || owner->second != holder) outside.push_back(p);
+      if (owner == hb.process_leases.end() || !holders.count(owner->second)) outside.push_back(p);
     }
     if (outside.empty()) {
       freed |= node.live.foreign.erase(i) > 0;
@@ -110,7 +116,9 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
       if (!fresh && busy(sample, live_.idle_utilization)) last->second = now;
     }
   }
-  for (size_t i = 0; i < held.holder.size(); ++i)
+  // Whole GPUs only: dcgm-exporter's job-mapping files name GPUs by index (a MIG lease's
+  // utilisation is not reported per instance either).
+  for (size_t i = 0; i < held.holder.size() && i < node.gpuCount(); ++i)
     if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
   if (freed) schedule(now);
   return reply;

@@ -191,6 +191,39 @@ std::vector<size_t> pickGpus(const PoolNode& node, const std::vector<size_t>& us
   return out;
 }
 
+// k MIG instances of a node, packed onto as few GPUs as possible, so that whole GPUs' worth of
+// instances stay free: the GPU with the fewest usable instances that still has k, else the GPUs
+// with the most first. On a GPU, the smallest instances first (a PROFILE+ request takes larger ones
+// only where it must).
+std::vector<size_t> pickMigUnits(const PoolNode& node, const std::vector<size_t>& usable, size_t k) {
+  std::map<size_t, std::vector<size_t>> byGpu;
+  for (size_t u : usable) byGpu[node.gpuOf(u)].push_back(u);
+  std::vector<std::vector<size_t>> groups;
+  for (auto& [gpu, units] : byGpu) {
+    std::stable_sort(units.begin(), units.end(), [&](size_t a, size_t b) {
+      const topo::MigInstance* x = node.migInstance(a);
+      const topo::MigInstance* y = node.migInstance(b);
+      return std::pair(x->memory_bytes, x->sm) < std::pair(y->memory_bytes, y->sm);
+    });
+    groups.push_back(std::move(units));
+  }
+  const std::vector<size_t>* tightest = nullptr;
+  for (const auto& g : groups)
+    if (g.size() >= k && (!tightest || g.size() < tightest->size())) tightest = &g;
+  std::vector<size_t> out;
+  if (tightest) {
+    out.assign(tightest->begin(), tightest->begin() + static_cast<std::ptrdiff_t>(k));
+  } else {
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    for (const auto& g : groups)
+      for (size_t u : g)
+        if (out.size() < k) out.push_back(u);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState) {
@@ -208,10 +241,27 @@ bool inMigMode(const topo::Gpu& gpu) {
 }
 
 bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request) {
-  if (inMigMode(gpu)) return false;  // its MIG instances are the units, not the GPU
+  if (request.mig() || inMigMode(gpu)) return false;  // MIG instances are the units, not the GPU
   if (!request.gpu_model.empty() && gpu.model.find(request.gpu_model) == std::string::npos) return false;
   if (request.min_memory_bytes > 0 && gpu.memory_bytes < request.min_memory_bytes) return false;
   return true;
+}
+
+bool unitMatches(const PoolNode& node, size_t unit, const LeaseRequest& request) {
+  if (!node.isMigUnit(unit)) return gpuMatches(node.topology->gpus[unit], request);
+  const topo::MigInstance* instance = node.migInstance(unit);
+  if (!request.mig() || !instance) return false;
+  const topo::Gpu& gpu = node.topology->gpus[node.gpuOf(unit)];
+  if (gpu.mig.resetPending()) return false;  // MIG mode goes off at the next reset
+  if (!request.gpu_model.empty() && gpu.model.find(request.gpu_model) == std::string::npos) return false;
+  if (instance->memory_bytes < request.min_memory_bytes) return false;
+  if (instance->profile == request.mig_profile) return true;
+  if (!request.mig_or_larger) return false;
+  // At least the SMs and memory of the profile of that name on this GPU.
+  for (const topo::MigProfile& p : gpu.mig.profiles)
+    if (p.name == request.mig_profile)
+      return instance->sm >= p.sm && instance->memory_bytes >= p.memory_bytes;
+  return false;
 }
 
 std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request) {
@@ -258,8 +308,9 @@ std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const 
   std::vector<GpuRef> out;
   out.reserve(static_cast<size_t>(n));
   for (const auto& [view, take] : choice->takes)
-    for (size_t i : pickGpus(*view->node, view->usable, static_cast<size_t>(take)))
-      out.push_back({view->node->name, i});
+    for (size_t i : request.mig() ? pickMigUnits(*view->node, view->usable, static_cast<size_t>(take))
+                                  : pickGpus(*view->node, view->usable, static_cast<size_t>(take)))
+      out.push_back({view->node->name, i, request.mig() ? view->node->migInstance(i)->uuid : std::string()});
   return out;
 }
 

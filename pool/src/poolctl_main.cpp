@@ -39,7 +39,7 @@ constexpr const char* kUsage =
     "  acquire -n N|MIN:MAX [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
     "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
     "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
-    "          [--no-reclaim] [--preemptible] [--resize-interval SECONDS]\n"
+    "          [--no-reclaim] [--preemptible] [--resize-interval SECONDS] [--mig PROFILE[+]]\n"
     "  renew LEASE | release LEASE | shrink LEASE\n"
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
@@ -125,6 +125,8 @@ const char* commandHelp(const std::string& command) {
        "  --priority P             queue priority (higher first)\n"
        "  --job NAME               the job's name, shown in leases and queue\n"
        "  --model TEXT             only GPUs whose model contains TEXT\n"
+       "  --mig PROFILE            N MIG instances of that profile (1g.10gb, 3g.40gb) instead of whole\n"
+       "                           GPUs, packed onto as few GPUs as possible; PROFILE+: that or larger\n"
        "  --min-memory-gib G       only GPUs with at least G GiB\n"
        "  --fabric ib|roce|tcp     only nodes with that fabric\n"
        "  --label KEY=VALUE        only nodes with that label (repeatable)\n"
@@ -617,6 +619,8 @@ int run(int argc, char** argv) {
       } else if (a == "--model") {
         r.gpu_model = value();
         topo::checkText(r.gpu_model, topo::kMaxLabelBytes, a);
+      } else if (a == "--mig") {
+        setMigProfile(r, value(), a);
       } else if (a == "--min-memory-gib")
         r.min_memory_bytes = number(a, value(), Range<uint64_t>{0, kMinMemoryBytesRange.max >> 30}) << 30;
       else if (a == "--fabric")

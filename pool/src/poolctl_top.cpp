@@ -357,6 +357,15 @@ Section queueSection(const std::vector<QueueInfo>& queue, Clock::time_point now)
   return s;
 }
 
+// "14 MIG instances (9 free, 5 leased), ": where the pool has any (with those unusable with their GPU).
+std::string migText(const PoolStatus& s) {
+  const int all = s.mig_free + s.mig_leased + s.mig_unusable;
+  if (all == 0) return "";
+  return std::to_string(all) + " MIG instances (" + std::to_string(s.mig_free) + " free, " +
+         std::to_string(s.mig_leased) + " leased" +
+         (s.mig_unusable > 0 ? ", " + std::to_string(s.mig_unusable) + " unusable" : "") + "), ";
+}
+
 // The header's parts, packed into at most two lines of `width` (a part that does not fit a line
 // of its own is cut).
 std::vector<std::string> headerLines(const TopView& view, Clock::time_point now, size_t width) {
@@ -380,6 +389,7 @@ std::vector<std::string> headerLines(const TopView& view, Clock::time_point now,
         std::to_string(st.gpus_failed) + " failed, " + std::to_string(st.gpus_foreign) + " foreign" +
         (st.gpus_mig > 0 ? ", " + std::to_string(st.gpus_mig) + " in MIG mode" : "") +
         (st.gpus_unreachable > 0 ? "; " + std::to_string(st.gpus_unreachable) + " unreachable" : ""));
+    if (const std::string mig = migText(st); !mig.empty()) parts.push_back(mig.substr(0, mig.size() - 2));
     parts.push_back("leases " + std::to_string(st.leases) + ", queue " + std::to_string(st.queued));
   }
   parts.push_back(view.pool + (view.interactive
@@ -447,8 +457,8 @@ std::string statusLine(const std::string& pool, const PoolStatus& s) {
          " GPUs (" + std::to_string(s.gpus_free) + " free, " + std::to_string(s.gpus_leased) + " leased, " +
          std::to_string(s.gpus_failed) + " failed, " + std::to_string(s.gpus_foreign) + " foreign" +
          (s.gpus_mig > 0 ? ", " + std::to_string(s.gpus_mig) + " in MIG mode" : "") + "; " +
-         std::to_string(s.gpus_unreachable) + " on unreachable nodes), " + std::to_string(s.leases) +
-         " leases, " + std::to_string(s.queued) + " queued";
+         std::to_string(s.gpus_unreachable) + " on unreachable nodes), " + migText(s) +
+         std::to_string(s.leases) + " leases, " + std::to_string(s.queued) + " queued";
 }
 
 std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::time_point now) {
@@ -471,6 +481,14 @@ std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::ti
       gpuRows.push_back({"  " + std::to_string(g.index), toString(g.state), percent(g.utilization),
                          memoryText(g, false), rounded(g.temperature_c, "C"), rounded(g.power_w, "W"),
                          orDash(g.lease), gpuNote(g, now)});
+      // Its MIG instances, as GPU/GPU-instance.compute-instance (nvidia-smi's GI and CI ids).
+      for (const MigInstanceInfo& m : g.mig_instances) {
+        order.push_back({false, gpuRows.size()});
+        gpuRows.push_back({"   " + std::to_string(g.index) + "/" + std::to_string(m.gpu_instance) + "." +
+                               std::to_string(m.compute_instance),
+                           toString(m.state), "-", gib(m.memory_bytes), "-", "-", orDash(m.lease),
+                           m.profile + " " + m.uuid});
+      }
     }
   }
   std::vector<std::string> nodeLines = alignColumns(nodeRows), gpuLines = alignColumns(gpuRows);

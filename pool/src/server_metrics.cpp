@@ -184,6 +184,13 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
   out << "poolrun_gpus{state=\"foreign\"} " << s.gpus_foreign << "\n";
   out << "poolrun_gpus{state=\"mig\"} " << s.gpus_mig << "\n";
   out << "poolrun_gpus{state=\"unreachable\"} " << s.gpus_unreachable << "\n";
+  gauge(out, "poolrun_mig_instances",
+        "MIG compute instances of GPUs in MIG mode by state (unusable: their GPU failed or busy outside the "
+        "pool).",
+        "gauge");
+  out << "poolrun_mig_instances{state=\"free\"} " << s.mig_free << "\n";
+  out << "poolrun_mig_instances{state=\"leased\"} " << s.mig_leased << "\n";
+  out << "poolrun_mig_instances{state=\"unusable\"} " << s.mig_unusable << "\n";
   gauge(out, "poolrun_nodes", "Nodes in the pool by state.", "gauge");
   out << "poolrun_nodes{state=\"up\"} " << s.nodes_up << "\n";
   out << "poolrun_nodes{state=\"draining\"} " << s.nodes_draining << "\n";

@@ -4,6 +4,7 @@
 #include <random>
 #include <tuple>
 
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/topo/names.hpp"
 
@@ -15,6 +16,13 @@ using std::chrono::seconds;
 PoolError gone(const std::string& id) {
   return PoolError(PoolFailure::kGone, ErrorCode::kNotFound,
                    "lease " + id + " is gone (expired, released or never granted); acquire a new one");
+}
+
+// "8 GPUs", "7 MIG instances 1g.10gb", "2 MIG instances 3g.40gb or larger": what a request asks for.
+std::string unitsText(const LeaseRequest& r) {
+  if (!r.mig()) return std::to_string(r.gpus) + " GPUs";
+  return std::to_string(r.gpus) + " MIG instance" + (r.gpus == 1 ? " " : "s ") + r.mig_profile +
+         (r.mig_or_larger ? " or larger" : "");
 }
 
 // " as whole nodes", " as 8 per node", " under one leaf switch" or "": the shape a request asks for.
@@ -62,10 +70,10 @@ std::vector<NodeView> nodeViews(const Slots& slots, const LeaseRequest& r, FreeO
     if ((everUsable && node->state == NodeState::kDown) || !nodeMatches(*node, r, everUsable)) continue;
     auto free = freeOn(s, slots[s]);
     NodeView v{node, {}, false};
-    for (size_t i = 0; i < node->gpuCount(); ++i)
-      if (free(i) && node->placeable(i) && gpuMatches(node->topology->gpus[i], r)) v.usable.push_back(i);
+    for (size_t i = 0; i < node->unitCount(); ++i)
+      if (free(i) && node->placeable(i) && unitMatches(*node, i, r)) v.usable.push_back(i);
     if (v.usable.empty()) continue;
-    v.whole = v.usable.size() == node->gpuCount();
+    v.whole = !r.mig() && v.usable.size() == node->gpuCount();
     views.push_back(std::move(v));
   }
   return views;
@@ -92,7 +100,7 @@ class Timeline {
   Timeline(const Slots& slots, const std::unordered_map<std::string_view, size_t>& slotOf,
            const std::map<std::string, Lease>& leases, const PreemptOptions& preempt, TimePoint now)
       : slot_of_(slotOf), busy_(slots.size()) {
-    for (size_t s = 0; s < slots.size(); ++s) busy_[s].resize(slots[s].node->gpuCount());
+    for (size_t s = 0; s < slots.size(); ++s) busy_[s].resize(slots[s].node->unitCount());
     // A lease past its end holds its GPUs until a tick drops it (a submit between two ticks
     // plans with it still there): busy now, free an instant later.
     for (const auto& [id, lease] : leases) {
@@ -278,6 +286,14 @@ std::string toString(GpuState state) {
   return "free";
 }
 
+GpuState gpuStateFromString(std::string_view text) {
+  if (text == "leased") return GpuState::kLeased;
+  if (text == "failed") return GpuState::kFailed;
+  if (text == "foreign") return GpuState::kForeign;
+  if (text == "mig") return GpuState::kMig;
+  return GpuState::kFree;
+}
+
 NodeState nodeStateFromString(std::string_view text) {
   if (text == "up") return NodeState::kUp;
   if (text == "draining") return NodeState::kDraining;
@@ -308,6 +324,16 @@ void validateRequest(const LeaseRequest& r) {
   if (r.max_duration && *r.max_duration < seconds(1))
     bad("max_duration " + std::to_string(r.max_duration->count()) + "s (at least 1 s)");
   if (r.wait && *r.wait < seconds(0)) bad("wait " + std::to_string(r.wait->count()) + "s (0 or more)");
+  if (r.mig()) {
+    topo::checkText(r.mig_profile, kMaxMigProfileBytes, "bad lease request: mig_profile");
+    const std::string what = "mig_profile " + r.mig_profile + " with ";
+    if (r.whole_nodes) bad(what + "whole_nodes: MIG instances are leased one by one; drop whole_nodes");
+    if (r.gpus_per_node > 0)
+      bad(what + "gpus_per_node: MIG instances are packed onto the fewest GPUs; drop it");
+    if (r.max_gpus > 0) bad(what + "max_gpus: MIG leases are not elastic; ask for a fixed number");
+  } else if (r.mig_or_larger) {
+    bad("mig_or_larger without mig_profile (name the smallest profile that will do)");
+  }
   if (r.max_gpus == 0) return;
   const std::string range = "elastic " + std::to_string(r.gpus) + ":" + std::to_string(r.max_gpus);
   if (r.max_gpus < r.gpus || r.max_gpus > 1'000'000)
@@ -337,7 +363,7 @@ std::string newLeaseId() {
 PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
   Occupancy& o = occupancy_[node];
   auto it = nodes_.find(node);
-  size_t n = it == nodes_.end() ? 0 : it->second.gpuCount();
+  size_t n = it == nodes_.end() ? 0 : it->second.unitCount();
   if (o.holder.size() < n) {
     o.holder.resize(n);
     slotsChanged();
@@ -345,18 +371,59 @@ PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
   return o;
 }
 
-void PoolState::registerNode(const topo::ClusterNode& cn) {
+void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances) {
   if (cn.name.empty()) throw badInput("cannot register a node without a name");
   topo::checkNodeName(cn.name, "cannot register node");  // the last guard, whatever the entry point
   if (!cn.topology) throw badInput("cannot register node " + cn.name + " without a topology");
-  auto it = nodes_.find(cn.name);
-  if (it != nodes_.end()) {
-    size_t count = cn.topology->gpus.size();
+  const size_t count = cn.topology->gpus.size();
+  std::vector<topo::MigUnit> units = topo::migUnits(*cn.topology);
+  auto unitOf = [&](const std::string& uuid) -> std::optional<size_t> {
+    for (size_t k = 0; k < units.size(); ++k)
+      if (cn.topology->gpus[units[k].gpu].mig.instances[units[k].instance].uuid == uuid) return count + k;
+    return std::nullopt;
+  };
+  // An agent reporting a layout without an instance a lease holds: the instance is gone from under
+  // the job, so is the lease (an administrator's registration is refused instead, below).
+  if (auto it = nodes_.find(cn.name); endLostInstances && it != nodes_.end()) {
+    const PoolNode& old = it->second;
     const Occupancy& o = occupancy(cn.name);
-    for (size_t i = count; i < o.holder.size(); ++i)
-      if (!o.holder[i].empty())
-        throw badInput("node " + cn.name + " would lose GPU" + std::to_string(i) + ", held by lease " +
-                       o.holder[i] + "; release it before registering the smaller topology");
+    std::map<std::string, std::string> lost;  // lease: why
+    for (size_t i = old.gpuCount(); i < o.holder.size(); ++i) {
+      const topo::MigInstance* held = old.migInstance(i);
+      if (!o.holder[i].empty() && held && !unitOf(held->uuid))
+        lost.try_emplace(o.holder[i], "ended: its MIG instance " + held->uuid + " (GPU" +
+                                          std::to_string(old.gpuOf(i)) + " of " + cn.name +
+                                          ") is gone, as the node's agent reports");
+    }
+    for (auto& [id, why] : lost) {
+      dropLease(id, LeaseEvent::Kind::kReleased, why);
+      endedByPool(id, std::move(why));
+    }
+  }
+  // The units held by leases in the new numbering: a GPU keeps its index, a MIG instance is found
+  // again by its UUID. Checked whole before anything changes.
+  std::map<size_t, size_t> moved;  // held MIG unit: its number in the new topology
+  auto it = nodes_.find(cn.name);
+  const size_t gpusBefore = it == nodes_.end() ? 0 : it->second.gpuCount();
+  if (it != nodes_.end()) {
+    const PoolNode& old = it->second;
+    const Occupancy& o = occupancy(cn.name);
+    for (size_t i = 0; i < o.holder.size(); ++i) {
+      if (o.holder[i].empty()) continue;
+      if (!old.isMigUnit(i)) {
+        if (i >= count)
+          throw badInput("node " + cn.name + " would lose GPU" + std::to_string(i) + ", held by lease " +
+                         o.holder[i] + "; release it before registering the smaller topology");
+        continue;
+      }
+      const topo::MigInstance* held = old.migInstance(i);
+      std::optional<size_t> found = held ? unitOf(held->uuid) : std::nullopt;
+      if (!found)
+        throw badInput("node " + cn.name + " would lose MIG instance " + (held ? held->uuid : "?") +
+                       " of GPU" + std::to_string(old.gpuOf(i)) + ", held by lease " + o.holder[i] +
+                       "; release it before registering a topology without it");
+      moved[i] = *found;
+    }
   }
   PoolNode& node = nodes_[cn.name];
   if (it == nodes_.end()) {
@@ -365,6 +432,7 @@ void PoolState::registerNode(const topo::ClusterNode& cn) {
   }
   node.name = cn.name;
   node.topology = cn.topology;
+  node.mig_units = std::move(units);
   node.switch_name = cn.switch_name;
   node.rail_group = cn.rail_group;
   node.fabric = cn.fabric;
@@ -375,10 +443,23 @@ void PoolState::registerNode(const topo::ClusterNode& cn) {
   std::erase_if(node.failures, [&](const auto& f) { return !node.failed.count(f.first); });
   if (node.live.gpus.size() > node.gpuCount()) node.live.gpus.resize(node.gpuCount());
   std::vector<std::string>& holder = occupancy_[cn.name].holder;
-  if (holder.size() != node.gpuCount()) {
-    holder.resize(node.gpuCount());
-    slotsChanged();
+  std::vector<std::string> renumbered(node.unitCount());
+  for (size_t i = 0; i < holder.size() && i < std::min(count, gpusBefore); ++i)
+    renumbered[i] = std::move(holder[i]);
+  for (const auto& [from, to] : moved) {
+    renumbered[to] = holder[from];
+    if (from == to) continue;
+    Lease& lease = leases_.at(holder[from]);
+    for (GpuRef& g : lease.gpus)
+      if (g.node == cn.name && g.index == from) g.index = to;
+    std::sort(lease.gpus.begin(), lease.gpus.end(), [&](const GpuRef& a, const GpuRef& b) {
+      return a.node == b.node ? a.index < b.index : nodes_.at(a.node).order < nodes_.at(b.node).order;
+    });
+    dirty_.leases.insert(lease.id);
+    dirty_.resized.insert(lease.id);  // its units are written again
   }
+  holder = std::move(renumbered);
+  slotsChanged();
   dirty_.nodes.insert(cn.name);
 }
 
@@ -519,7 +600,8 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   if (request.elastic()) lease.elastic = request;
   if (request.max_duration) lease.max_end = addSaturating(now, *request.max_duration);
   lease.expires = std::min(addSaturating(now, request.ttl), lease.max_end.value_or(kNever));
-  for (const GpuRef& g : lease.gpus) {
+  for (GpuRef& g : lease.gpus) {
+    if (const topo::MigInstance* m = nodes_.at(g.node).migInstance(g.index)) g.mig = m->uuid;
     std::string& h = occupancy(g.node).holder.at(g.index);
     if (!h.empty())
       throw Error(ErrorCode::kInternal,
@@ -719,8 +801,8 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
       auto freeTaking = timeline.freeOn(slot, from, to, &everything);
       auto freeAnyway = timeline.freeOn(slot, from, to);
       const std::vector<std::string>& held = inOrder[slot].held->holder;
-      for (size_t i = 0; i < node.gpuCount(); ++i) {
-        if (!node.placeable(i) || !gpuMatches(node.topology->gpus[i], r) || !freeTaking(i)) continue;
+      for (size_t i = 0; i < node.unitCount(); ++i) {
+        if (!node.placeable(i) || !unitMatches(node, i, r) || !freeTaking(i)) continue;
         Reach x{slot, i};
         if (!freeAnyway(i)) {
           if (i < held.size() && !held[i].empty())
@@ -745,7 +827,7 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
       if (views.empty() || views.back().node != node) views.push_back({node, {}, false});
       views.back().usable.push_back(x.gpu);
     }
-    for (NodeView& v : views) v.whole = v.usable.size() == v.node->gpuCount();
+    for (NodeView& v : views) v.whole = !r.mig() && v.usable.size() == v.node->gpuCount();
     return place(views, r);
   };
   auto prefix = [&](size_t k) {
@@ -941,7 +1023,7 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
     };
     auto usable = [&](size_t s, size_t i) {
       const PoolNode& node = *inOrder[s].node;
-      return nodeUsable(s) && node.placeable(i) && gpuMatches(node.topology->gpus[i], r);
+      return nodeUsable(s) && node.placeable(i) && unitMatches(node, i, r);
     };
     auto earliestForGood = [&]() -> std::optional<std::pair<TimePoint, std::vector<GpuRef>>> {
       std::optional<TimePoint> bound;
@@ -969,7 +1051,7 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
               views.push_back({inOrder[s].node, {}, false});
             views.back().usable.push_back(i);
           }
-          for (NodeView& v : views) v.whole = v.usable.size() == v.node->gpuCount();
+          for (NodeView& v : views) v.whole = !r.mig() && v.usable.size() == v.node->gpuCount();
           gpus = place(views, r);
         }
         if (gpus) fit = std::pair{t, std::move(*gpus)};
@@ -993,8 +1075,8 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
       for (size_t s = 0; s < inOrder.size(); ++s) {
         if (!nodeUsable(s)) continue;
         const PoolNode& node = *inOrder[s].node;
-        for (size_t i = 0; i < node.gpuCount(); ++i)
-          if (node.placeable(i) && gpuMatches(node.topology->gpus[i], r))
+        for (size_t i = 0; i < node.unitCount(); ++i)
+          if (node.placeable(i) && unitMatches(node, i, r))
             freeFrom.push_back({timeline->earliestFree(s, i, now, r.max_duration), s, i});
       }
       if (freeFrom.size() < static_cast<size_t>(r.gpus)) return std::nullopt;
@@ -1018,7 +1100,7 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
           if (views.empty() || views.back().node != node) views.push_back({node, {}, false});
           views.back().usable.push_back(f.gpu);
         }
-        for (NodeView& v : views) v.whole = v.usable.size() == v.node->gpuCount();
+        for (NodeView& v : views) v.whole = !r.mig() && v.usable.size() == v.node->gpuCount();
         if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) fit = std::pair{t, std::move(*gpus)};
         return fit.has_value();
       });
@@ -1087,6 +1169,14 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
     for (const NodeView& v : nodeViews(slots(), request, allFree<Slot>, true)) usable += v.usable.size();
     std::string shape = shapeText(request);
     const int inMig = status().gpus_mig;
+    if (request.mig())
+      throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
+                      "a request for " + unitsText(request) + shape +
+                          " can never be satisfied: the pool has " + std::to_string(usable) +
+                          " usable MIG instances that match it (" +
+                          std::to_string(status().mig_free + status().mig_leased) +
+                          " MIG instances in all; `poolctl nodes` lists them with their profiles)" +
+                          "; ask for another profile, PROFILE+ for larger ones, or fewer");
     throw PoolError(
         PoolFailure::kNeverFits, ErrorCode::kUnsupported,
         "a request for " + std::to_string(request.gpus) + " GPUs" + shape +
@@ -1272,6 +1362,14 @@ PoolStatus PoolState::status() const {
           break;
       }
     }
+    for (size_t u = node.gpuCount(); u < node.unitCount(); ++u) {
+      if (holder(name, u))
+        ++s.mig_leased;
+      else if (node.placeable(u) && !node.topology->gpus[node.gpuOf(u)].mig.resetPending())
+        ++s.mig_free;
+      else
+        ++s.mig_unusable;
+    }
   }
   s.leases = static_cast<int>(leases_.size());
   s.queued = static_cast<int>(waitingInOrder().size());
@@ -1319,6 +1417,22 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
         gi.foreign_processes = f->second;
       info.gpus.push_back(std::move(gi));
     }
+    for (size_t u = node->gpuCount(); u < node->unitCount(); ++u) {
+      const topo::MigInstance& m = *node->migInstance(u);
+      MigInstanceInfo mi;
+      mi.unit = u;
+      mi.gpu_instance = m.gpu_instance;
+      mi.compute_instance = m.compute_instance;
+      mi.profile = m.profile;
+      mi.uuid = m.uuid;
+      mi.sm = m.sm;
+      mi.memory_bytes = m.memory_bytes;
+      const GpuState parent = gpuState(node->name, node->gpuOf(u));
+      const std::string* h = holder(node->name, u);
+      mi.state = h ? GpuState::kLeased : parent == GpuState::kMig ? GpuState::kFree : parent;
+      if (h) mi.lease = *h;
+      info.gpus[node->gpuOf(u)].mig_instances.push_back(std::move(mi));
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -1356,17 +1470,21 @@ std::vector<QueueInfo> PoolState::queueList() const {
 void PoolState::loadNode(PoolNode node) {
   next_order_ = std::max(next_order_, node.order + 1);
   std::string name = node.name;
-  if (node.topology) node.topology_hash = topologyHash(*node.topology);
+  if (node.topology) {
+    node.topology_hash = topologyHash(*node.topology);
+    node.mig_units = topo::migUnits(*node.topology);
+  }
   node.live = NodeLive{};
   nodes_[name] = std::move(node);
-  occupancy_[name].holder.resize(nodes_[name].gpuCount());
+  occupancy_[name].holder.resize(nodes_[name].unitCount());
   slotsChanged();
 }
 
 void PoolState::loadLease(Lease lease) {
-  for (const GpuRef& g : lease.gpus) {
+  for (GpuRef& g : lease.gpus) {
     auto n = nodes_.find(g.node);
-    if (n == nodes_.end() || g.index >= n->second.gpuCount()) continue;
+    if (n == nodes_.end() || g.index >= n->second.unitCount()) continue;
+    if (const topo::MigInstance* m = n->second.migInstance(g.index)) g.mig = m->uuid;
     std::string& h = occupancy(g.node).holder[g.index];
     if (!h.empty())
       throw Error(ErrorCode::kInternal, "stored leases " + h + " and " + lease.id + " both hold " + g.node +
@@ -1431,8 +1549,8 @@ std::string PoolState::waitReason(int64_t ticket) const {
     const PoolNode& node = *slot.node;
     auto isFree = unheld(0, slot);
     int n = 0;
-    for (size_t i = 0; i < node.gpuCount(); ++i)
-      if (isFree(i) && node.placeable(i) && gpuMatches(node.topology->gpus[i], r)) ++n;
+    for (size_t i = 0; i < node.unitCount(); ++i)
+      if (isFree(i) && node.placeable(i) && unitMatches(node, i, r)) ++n;
     if (n > 0 && nodeMatches(node, r)) free += n;  // most nodes of a busy pool have none
   }
   std::vector<int64_t> ahead;

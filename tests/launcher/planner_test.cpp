@@ -448,6 +448,52 @@ TEST(PlannerTest, RefusesRanksOnGpusThatAreNotNvidia) {
   }
 }
 
+// MIG instances: a rank per instance, CUDA_VISIBLE_DEVICES its UUID, the cores and NIC of its GPU,
+// and NCCL told that no peer-to-peer path joins them.
+TEST(PlannerTest, EachRankGetsItsMigInstanceAndTheNicOfItsGpu) {
+  topo::NodeTopology t = synthetic({});
+  for (size_t g : {size_t{0}, size_t{1}}) {
+    t.gpus[g].mig = test::migState(true, true);
+    for (int k = 0; k < 3; ++k)
+      t.gpus[g].mig.instances.push_back(test::migInstance(
+          k + 1, 0, "2g.20gb", 14, 2, 32, 20096, "MIG-" + std::to_string(g) + "-" + std::to_string(k)));
+  }
+  topo::Cluster c = clusterOf(t, 1);
+  NodeGrant grant{&c.nodes[0], {0, 0, 1}, {"MIG-0-0", "MIG-0-2", "MIG-1-1"}};
+  JobPlan plan = makePlan({grant}, ranks(3));
+  ASSERT_EQ(plan.ranks.size(), 3u);
+  const JobPlan whole = makePlan({NodeGrant{&c.nodes[0], {0, 1}}}, ranks(2));
+  const char* expected[] = {"MIG-0-0", "MIG-0-2", "MIG-1-1"};
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(plan.ranks[r].mig, expected[r]);
+    EXPECT_EQ(env(plan.ranks[r], "CUDA_VISIBLE_DEVICES"), expected[r]);
+    EXPECT_EQ(env(plan.ranks[r], "NCCL_P2P_DISABLE"), "1");
+    EXPECT_EQ(env(plan.ranks[r], "NCCL_NVLS_ENABLE"), "0");
+    // A NIC as close to the GPU the instance is part of as a whole-GPU rank on that GPU gets (the
+    // ranks of one PCIe switch share its NICs out), and that GPU's memory node.
+    const RankPlan& onGpu = whole.ranks[plan.ranks[r].gpu == whole.ranks[0].gpu ? 0 : 1];
+    ASSERT_FALSE(plan.ranks[r].nics.empty());
+    EXPECT_EQ(plan.ranks[r].gpu_nic_path.str(), onGpu.gpu_nic_path.str());
+    EXPECT_EQ(plan.ranks[r].numa, onGpu.numa);
+  }
+  EXPECT_NE(std::find(plan.notes.begin(), plan.notes.end(), migNcclNote()), plan.notes.end());
+  EXPECT_NE(planTable(plan).find("0 MIG-0-2"), std::string::npos) << planTable(plan);
+  EXPECT_EQ(planToJson(plan)["ranks"][2]["gpu"]["mig"], "MIG-1-1");
+  // One rank on an instance: nothing to say of NCCL.
+  JobPlan one = makePlan({NodeGrant{&c.nodes[0], {1}, {"MIG-1-0"}}}, ranks(1));
+  EXPECT_EQ(env(one.ranks[0], "NCCL_P2P_DISABLE"), "<unset>");
+  EXPECT_TRUE(std::find(one.notes.begin(), one.notes.end(), migNcclNote()) == one.notes.end());
+  // An instance the GPU does not have is refused before anything starts.
+  try {
+    makePlan({NodeGrant{&c.nodes[0], {1}, {"MIG-0-0"}}}, ranks(1));
+    FAIL() << "planned an instance on another GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MIG instance MIG-0-0 is not one of GPU1 of node"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PlannerTest, MissingNvlinkIsNotedOncePerTopology) {
   JobPlan plan =
       planOnCluster(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nvswitch_links = 0; })), 4), ranks(32));

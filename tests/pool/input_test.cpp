@@ -305,7 +305,8 @@ TEST(InputTest, RepliesWithBadNumbersOrNamesAreRefused) {
 
   const std::vector<BadField> cases = {
       {"GPU index past 32 bits", [](json& d) { d["gpus"][0]["index"] = 4294967296ULL; },
-       "field 'gpus[0].index': 4294967296 is out of range (0 to 1023)"},
+       "field 'gpus[0].index': 4294967296 is out of range (0 to 66559: a GPU, or a MIG instance past the "
+       "GPUs)"},
       {"GPU node with a path", [](json& d) { d["gpus"][1]["node"] = "../../etc"; },
        "field 'gpus[1].node' '../../etc'"},
       {"lease id with a path", [](json& d) { d["id"] = "../../x"; }, "field 'id' '../../x': '/' at byte 2"},

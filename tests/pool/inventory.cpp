@@ -46,6 +46,39 @@ std::vector<size_t> indexes(const std::string& text) {
   return out;
 }
 
+// H100 80GB's GPU instance profiles (NVIDIA's MIG user guide; tests/fake_nvml/fake_nvml_file.cpp
+// has the whole table): name, SMs, MiB.
+struct MigRow {
+  const char* name;
+  int slices, sm;
+  uint64_t mib;
+};
+constexpr MigRow kH100Profiles[] = {{"1g.10gb", 1, 16, 9984},  {"1g.20gb", 1, 26, 20096},
+                                    {"2g.20gb", 2, 32, 20096}, {"3g.40gb", 3, 60, 40448},
+                                    {"4g.40gb", 4, 64, 40448}, {"7g.80gb", 7, 132, 81152}};
+
+// "1g.10gb*7" or "3g.40gb*1+1g.10gb*4": the GPU in MIG mode with those instances (GPU instance ids
+// from 1, compute instance 0 each, UUIDs MIG-<GPU>-<GI>).
+void addMigLayout(topo::Gpu& gpu, const std::string& layout) {
+  gpu.mig = migState(true, true);
+  unsigned id = 0;
+  for (const MigRow& row : kH100Profiles)
+    gpu.mig.profiles.push_back({id++, row.name, row.slices, 7 / row.slices, row.sm, row.mib << 20});
+  int gi = 1;
+  for (const std::string& part : split(layout, '+')) {
+    const size_t star = part.find('*');
+    const std::string name = part.substr(0, star);
+    const int count = star == std::string::npos ? 1 : std::stoi(part.substr(star + 1));
+    const MigRow* row = nullptr;
+    for (const MigRow& r : kH100Profiles)
+      if (name == r.name) row = &r;
+    if (!row) throw std::invalid_argument("no MIG profile '" + name + "' in the test inventory's table");
+    for (int k = 0; k < count; ++k, ++gi)
+      gpu.mig.instances.push_back(migInstance(gi, 0, name, 0, row->slices, row->sm, row->mib,
+                                              "MIG-" + std::to_string(gpu.index) + "-" + std::to_string(gi)));
+  }
+}
+
 }  // namespace
 
 void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoint now) {
@@ -69,8 +102,10 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
       uint64_t mem = uint64_t{80} << 30;
       std::map<std::string, std::string> labels;
       std::vector<size_t> migNow, migAfterReset;
+      std::vector<std::string> layouts;
       std::string opt;
       while (words >> opt) {
+        if (opt.rfind("layout=", 0) == 0) layouts.push_back(opt.substr(7));
         if (opt.rfind("mig=", 0) == 0) migNow = indexes(opt.substr(4));
         if (opt.rfind("mig-after-reset=", 0) == 0) migAfterReset = indexes(opt.substr(16));
         if (opt.rfind("model=", 0) == 0) model = "NVIDIA " + opt.substr(6);
@@ -90,6 +125,11 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
       }
       for (size_t i : migNow) topology->gpus.at(i).mig = migState(true, true);
       for (size_t i : migAfterReset) topology->gpus.at(i).mig = migState(false, true);
+      for (const std::string& layout : layouts) {
+        const size_t colon = layout.find(':');
+        for (size_t i : indexes(layout.substr(0, colon)))
+          addMigLayout(topology->gpus.at(i), layout.substr(colon + 1));
+      }
       for (const std::string& name : topo::expandHostlist(hosts)) {
         topo::ClusterNode n;
         n.name = name;
@@ -197,6 +237,8 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
       r.max_gpus = std::stoi(value("upto="));
     else if (w.rfind("every=", 0) == 0)  // an elastic lease's resize interval, in seconds
       r.resize_interval = std::chrono::seconds(std::stoll(value("every=")));
+    else if (w.rfind("mig=", 0) == 0)  // MIG instances of that profile (PROFILE+: or larger)
+      pool::setMigProfile(r, value("mig="), "mig=");
     else
       throw std::invalid_argument("bad request word '" + w + "'");
   }

@@ -5,6 +5,9 @@
 // Inventory: clauses separated by ';'
 //   n[01-04]/gpu[0-7]@leaf1 model=A100 mem=40   nodes with GPUs 0-7 under switch leaf1
 //     [mig=0-1] [mig-after-reset=2]              GPUs in MIG mode, or switching to it at a reset
+//     [layout=0-1:1g.10gb*7] [layout=2:3g.40gb*1+1g.10gb*4]
+//                                                GPUs in MIG mode with those compute instances
+//                                                (H100 80GB profiles; UUIDs MIG-<GPU>-<GPU instance>)
 //   n01 leased 0-3 [for 100] [prio=1] [preemptible] [age=700] [owner=bob] [id=A] [elastic=2:8[:4]]
 //                                                a lease of "other" on those GPUs (max 100 s;
 //                                                created 700 s ago; named A for expectations;

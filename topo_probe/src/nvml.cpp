@@ -50,6 +50,8 @@ std::string computeProfileName(const nvml::Session& session, nvml::GpuInstance g
   return "";
 }
 
+}  // namespace
+
 // What NVML says of a GPU's MIG mode, the profiles it offers and the instances it holds. A GPU
 // without MIG (or a driver without the calls) is not `capable`; a call that fails for one instance
 // leaves that field unknown, and an index without a MIG device is skipped (the enumeration may have
@@ -116,8 +118,6 @@ MigState queryMig(const nvml::Session& session, Device dev) {
   }
   return mig;
 }
-
-}  // namespace
 
 std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
   nvml::Session session;

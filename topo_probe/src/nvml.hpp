@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/topo/nvml_session.hpp"
 #include "poolrun/topo/topology.hpp"
 
 namespace poolrun::topo::detail {
@@ -28,6 +29,10 @@ struct NvmlGpu {
 
 // The GPUs NVML sees, or std::nullopt where NVML is absent or fails to initialise (`why` says).
 std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why);
+
+// A GPU's MIG mode, profiles and compute instances as NVML reports them now (capable false where
+// NVML does not answer the mode: not a MIG GPU).
+MigState queryMig(const nvml::Session& session, nvml::Device dev);
 
 // Adds what NVML knows (UUID, memory, model, NVLink peers, NVSwitch links, MIG) to the GPUs of
 // `topo`.

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "nvml.hpp"
 #include "poolrun/topo/nvml_session.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sysfs.hpp"
@@ -250,6 +251,14 @@ TelemetrySampler::TelemetrySampler(const NodeTopology& topology, std::string sys
     : impl_(std::make_unique<Impl>(topology, std::move(sysfs_root))) {}
 
 TelemetrySampler::~TelemetrySampler() = default;
+
+std::vector<std::optional<MigState>> TelemetrySampler::mig() const {
+  std::vector<std::optional<MigState>> out(impl_->devices.size());
+  if (!impl_->session.ok()) return out;
+  for (size_t i = 0; i < impl_->devices.size(); ++i)
+    if (impl_->devices[i] != nullptr) out[i] = detail::queryMig(impl_->session, impl_->devices[i]);
+  return out;
+}
 
 bool TelemetrySampler::nvmlOk() const {
   return impl_->session.ok();

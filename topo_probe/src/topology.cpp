@@ -349,4 +349,19 @@ std::vector<std::string> missingNvlinkWarnings(const NodeTopology& topo) {
   return out;
 }
 
+std::vector<MigUnit> migUnits(const NodeTopology& topology) {
+  std::vector<MigUnit> units;
+  for (const Gpu& gpu : topology.gpus) {
+    if (!gpu.mig.enabled) continue;
+    const size_t first = units.size();
+    for (size_t i = 0; i < gpu.mig.instances.size(); ++i) units.push_back({gpu.index, i});
+    std::sort(units.begin() + static_cast<std::ptrdiff_t>(first), units.end(), [&](MigUnit a, MigUnit b) {
+      const MigInstance& x = gpu.mig.instances[a.instance];
+      const MigInstance& y = gpu.mig.instances[b.instance];
+      return std::pair(x.gpu_instance, x.compute_instance) < std::pair(y.gpu_instance, y.compute_instance);
+    });
+  }
+  return units;
+}
+
 }  // namespace poolrun::topo

@@ -31,6 +31,9 @@ struct NodeSamples {
   std::vector<topo::GpuSample> gpus;  // one per GPU of the topology, in index order
   std::vector<topo::NicPortSample> nics;
   bool nvml_ok = true;  // false: NVML is absent here, so that no GPU counts as lost
+  // Per GPU, its MIG state as NVML reports it (empty, or nullopt for a GPU: not known). A layout that
+  // differs from the registered topology's is registered again.
+  std::vector<std::optional<topo::MigState>> mig;
 };
 using Sampler = std::function<NodeSamples()>;
 

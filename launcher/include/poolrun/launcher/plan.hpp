@@ -38,6 +38,10 @@ std::string toString(NetTransport transport);  // "ib", "socket", "ofi-plugin", 
 struct NodeGrant {
   const topo::ClusterNode* node = nullptr;
   std::vector<size_t> gpus;  // indexes into the node's topology
+  // MIG instances (poolrun --mig): per entry of `gpus` (the GPU each instance is part of, which may
+  // repeat), the instance's "MIG-..." UUID, which the rank gets as CUDA_VISIBLE_DEVICES. Empty: whole
+  // GPUs.
+  std::vector<std::string> mig{};
 };
 
 struct PlanRequest {
@@ -67,6 +71,7 @@ struct RankPlan {
   int local_size = 0;
   size_t gpu = 0;      // index in the node topology (PCI bus order)
   int cuda_index = 0;  // CUDA device index with CUDA_DEVICE_ORDER=PCI_BUS_ID (NVIDIA GPUs only)
+  std::string mig;     // the MIG instance's UUID where the rank has one (of GPU `gpu`), else empty
   topo::PciAddress gpu_pci;
   std::vector<NicChoice> nics;
   topo::Path gpu_nic_path;                       // to the first NIC
@@ -117,6 +122,10 @@ nlohmann::ordered_json planToJson(const JobPlan& plan);
 std::string planTable(const JobPlan& plan);
 // An Open MPI rankfile ("rank N=HOST slot=LIST"): the same text for 4.1 and 5.x.
 std::string rankfile(const JobPlan& plan);
+
+// What a job of several ranks on MIG instances is told of NCCL over them (a plan note, and a line
+// `poolrun` prints before it starts such a job).
+std::string migNcclNote();
 
 // The variables the planner may set (so that callers can tell which user variables matter).
 const std::vector<std::string>& plannedVariables();

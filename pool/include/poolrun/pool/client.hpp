@@ -25,14 +25,19 @@
 
 namespace poolrun::pool {
 
+// A unit of a lease: a whole GPU, or a MIG compute instance (poolrun --mig).
 struct GpuRef {
   std::string node;
-  size_t index = 0;  // the GPU's index in its node's NodeTopology
+  // A whole GPU: its index in its node's NodeTopology. A MIG instance: the pool's unit number,
+  // gpus.size() + k for the k-th of topo::migUnits (its GPU and instance).
+  size_t index = 0;
+  std::string mig{};  // a MIG instance: its "MIG-..." UUID (what CUDA_VISIBLE_DEVICES takes); empty: a GPU
   bool operator==(const GpuRef&) const = default;
   auto operator<=>(const GpuRef&) const = default;
 };
 
-// "n01:0-3,6 n02:0-7": GPUs (sorted by node, then index) in the compact form people read.
+// "n01:0-3,6 n02:0-7": GPUs (sorted by node, then index) in the compact form people read; a MIG
+// instance is "n03:MIG-<uuid>".
 std::string formatGpus(const std::vector<GpuRef>& gpus);
 
 struct LeaseRequest {
@@ -59,6 +64,13 @@ struct LeaseRequest {
   // waits. A request of higher priority shrinks it back towards `gpus` instead of preempting it.
   // 0: a lease of a fixed size. Not with whole_nodes; a multiple of gpus_per_node where given.
   int max_gpus = 0;
+  // MIG (poolrun --mig PROFILE): `gpus` MIG compute instances of this profile ("1g.10gb", as
+  // `nvidia-smi -L` names them) instead of whole GPUs, packed onto as few GPUs as possible. Not with
+  // whole_nodes, gpus_per_node or max_gpus. Empty: whole GPUs.
+  std::string mig_profile;
+  // PROFILE+: an instance with at least the profile's SMs and memory will do (the smallest first).
+  bool mig_or_larger = false;
+  bool mig() const { return !mig_profile.empty(); }
   // The least time between the lease's creation or last change of size and its next growth: each
   // one restarts the job.
   std::chrono::seconds resize_interval{600};
@@ -133,6 +145,11 @@ class PoolError : public Error {
   int position_;
   int signal_;
 };
+
+// Sets request.mig_profile (and mig_or_larger, for a trailing '+') from an option's text: a MIG
+// profile as nvidia-smi names it, "1g.10gb", "3g.40gb+", "1g.20gb+me". Throws kBadInput naming
+// `option` and the text where it is empty, over 64 bytes, or has characters no profile has.
+void setMigProfile(LeaseRequest& request, std::string_view text, const std::string& option);
 
 // The error a client raises when `request` did not fit within its --wait; `pool` names the pool.
 PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool);

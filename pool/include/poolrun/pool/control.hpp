@@ -21,8 +21,23 @@ enum class NodeState { kUp, kDraining, kDown };
 enum class GpuState { kFree, kLeased, kFailed, kForeign, kMig };
 std::string toString(NodeState state);
 std::string toString(GpuState state);
+// "free", "leased", "failed", "foreign", "mig"; anything else reads as free (a newer pool's state).
+GpuState gpuStateFromString(std::string_view text);
 // "up", "draining", "down"; throws poolrun::Error (kBadInput) naming the text otherwise.
 NodeState nodeStateFromString(std::string_view text);
+
+// A MIG compute instance of a GPU in MIG mode: a unit the pool leases (poolrun --mig).
+struct MigInstanceInfo {
+  size_t unit = 0;  // the pool's unit number: GpuRef::index in a lease holding it
+  int gpu_instance = 0;
+  int compute_instance = 0;
+  std::string profile;  // "1g.10gb", as nvidia-smi -L names it
+  std::string uuid;     // "MIG-..."
+  int sm = 0;
+  uint64_t memory_bytes = 0;
+  GpuState state = GpuState::kFree;  // free, leased, or failed / foreign with its GPU
+  std::string lease;                 // where leased
+};
 
 struct GpuInfo {
   size_t index = 0;
@@ -41,6 +56,7 @@ struct GpuInfo {
   std::optional<double> temperature_c;
   std::optional<double> power_w;
   std::vector<topo::GpuProcess> foreign_processes;  // kForeign: the processes of no lease
+  std::vector<MigInstanceInfo> mig_instances;       // kMig: its compute instances, by unit
 };
 
 struct NodeInfo {
@@ -73,6 +89,9 @@ struct PoolStatus {
   int nodes_unreachable = 0;  // also counted in their administrator's state
   int gpus_free = 0, gpus_leased = 0, gpus_failed = 0, gpus_foreign = 0, gpus_mig = 0;
   int gpus_unreachable = 0;  // on unreachable nodes; also counted in their own state
+  // MIG compute instances (of GPUs in MIG mode): free, leased, and unusable with their GPU (failed,
+  // busy outside the pool).
+  int mig_free = 0, mig_leased = 0, mig_unusable = 0;
   int leases = 0;
   int queued = 0;
   uint64_t leases_granted = 0;  // since the pool was created

@@ -24,6 +24,10 @@ inline constexpr Range<int> kGpusPerNodeRange{0, 1024};        // 0: any split
 inline constexpr Range<int> kMaxGpusRange{0, kGpusRange.max};  // an elastic lease's maximum; 0: not elastic
 inline constexpr Range<int64_t> kResizeIntervalSecondsRange{0, 30 * 86'400};
 inline constexpr Range<size_t> kGpuIndexRange{0, 1023};  // a GPU's index in its node
+// A lease's unit: a GPU's index, or a MIG instance's unit number (GPUs + 64 instances each).
+inline constexpr Range<size_t> kUnitIndexRange{0, 1024 * 65 - 1};
+inline constexpr size_t kMaxMigProfileBytes = 64;  // "1g.10gb", "1c.3g.40gb", "1g.20gb+me"
+inline constexpr size_t kMaxMigUuidBytes = 96;     // "MIG-" and a UUID (or the older MIG-GPU-.../gi/ci form)
 inline constexpr Range<int> kPriorityRange{-1'000'000, 1'000'000};
 inline constexpr Range<int64_t> kTtlSecondsRange{1, 86'400};       // a day; poold's --max-ttl is lower
 inline constexpr Range<int64_t> kWaitSecondsRange{0, 31'536'000};  // 365 days; 0: do not queue

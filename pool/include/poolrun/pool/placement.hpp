@@ -17,7 +17,7 @@ namespace poolrun::pool {
 // A node as placement sees it: GPUs the request may use now (free, matching the constraints).
 struct NodeView {
   const PoolNode* node = nullptr;
-  std::vector<size_t> usable;  // GPU indexes, ascending
+  std::vector<size_t> usable;  // unit indexes (PoolNode::unitCount), ascending
   bool whole = false;          // every GPU of the node is usable
 };
 
@@ -28,6 +28,10 @@ bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyStat
 // A GPU in MIG mode, now or after its next reset, never matches: a whole-GPU request does not take
 // it (its MIG instances are the units).
 bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request);
+// Whether unit `unit` of `node` (a GPU, or a MIG instance: PoolNode::mig_units) matches the
+// request: a whole GPU for a whole-GPU request (gpuMatches), a MIG instance of the profile (or a
+// larger one, PROFILE+) for a MIG request, on a GPU whose MIG mode stays on.
+bool unitMatches(const PoolNode& node, size_t unit, const LeaseRequest& request);
 // MIG mode now, or after the GPU's next reset.
 bool inMigMode(const topo::Gpu& gpu);
 

@@ -61,9 +61,26 @@ struct PoolNode {
   std::string topology_hash;  // topologyHash(*topology), kept for heartbeats to compare with
   NodeLive live;
 
+  // What a lease holds of the node, its units: GPUs 0 to gpuCount()-1, then the MIG compute
+  // instances of its GPUs in MIG mode, unit gpuCount() + k being mig_units[k] (topo::migUnits).
+  std::vector<topo::MigUnit> mig_units;
+
   size_t gpuCount() const { return topology ? topology->gpus.size() : 0; }
-  // Whether placement may give GPU `index` to a lease: not failed, not busy outside the pool.
-  bool placeable(size_t index) const { return !failed.count(index) && !live.foreign.count(index); }
+  size_t unitCount() const { return gpuCount() + mig_units.size(); }
+  bool isMigUnit(size_t unit) const { return unit >= gpuCount(); }
+  // The GPU a unit is or is part of.
+  size_t gpuOf(size_t unit) const { return unit < gpuCount() ? unit : mig_units[unit - gpuCount()].gpu; }
+  // A MIG unit's compute instance (null for a whole GPU or a unit the node does not have).
+  const topo::MigInstance* migInstance(size_t unit) const {
+    if (unit < gpuCount() || unit >= unitCount()) return nullptr;
+    const topo::MigUnit& u = mig_units[unit - gpuCount()];
+    return &topology->gpus[u.gpu].mig.instances[u.instance];
+  }
+  // Whether placement may give unit `unit` to a lease: its GPU not failed, not busy outside the pool.
+  bool placeable(size_t unit) const {
+    const size_t gpu = gpuOf(unit);
+    return !failed.count(gpu) && !live.foreign.count(gpu);
+  }
 };
 
 // Preemption: a waiting request that cannot fit otherwise ends leases of lower priority that
@@ -158,8 +175,11 @@ class PoolState {
  public:
   // --- inventory
   // Adds a node, or replaces the topology, switch, labels and fabric of a known one (its state,
-  // failed GPUs and leases stay). Throws kBadInput for a node without a name.
-  void registerNode(const topo::ClusterNode& node);
+  // failed GPUs and leases stay; a MIG instance a lease holds keeps it under its number in the new
+  // topology, found by its UUID). Throws kBadInput for a node without a name, and for a topology
+  // without a GPU or MIG instance a lease holds, unless `endLostInstances` (an agent's report: the
+  // instance is gone): the leases holding such instances then end.
+  void registerNode(const topo::ClusterNode& node, bool endLostInstances = false);
   void setNodeState(const std::string& node, NodeState state);  // throws kNotFound
   // An administrator's failure of a GPU; throws kNotFound / kBadInput.
   void failGpu(const std::string& node, size_t index, TimePoint now);

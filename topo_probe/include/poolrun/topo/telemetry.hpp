@@ -90,6 +90,9 @@ class TelemetrySampler {
   // One sample per port of every NIC of the topology (port 1 for a NIC whose ports it does not
   // list); a port whose files cannot be read has state kUnknown and rate 0.
   std::vector<NicPortSample> nics() const;
+  // Per GPU of the topology, its MIG state as NVML reports it now (the layout an administrator or
+  // the agent changed); nullopt where NVML does not list the GPU or is absent.
+  std::vector<std::optional<MigState>> mig() const;
 
  private:
   struct Impl;

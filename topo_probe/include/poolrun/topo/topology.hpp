@@ -241,6 +241,18 @@ struct NodeTopology {
   bool operator==(const NodeTopology&) const = default;
 };
 
+// A MIG compute instance as a unit a pool leases: the GPU it is part of and its place in that
+// GPU's MigState::instances.
+struct MigUnit {
+  size_t gpu = 0;
+  size_t instance = 0;
+  bool operator==(const MigUnit&) const = default;
+};
+// Every compute instance of the GPUs in MIG mode now, by GPU index, then GPU instance id, then
+// compute instance id: an order that depends on the layout alone (not on NVML's device order), so
+// that a pool numbering its units by it finds the same numbers in the same layout.
+std::vector<MigUnit> migUnits(const NodeTopology& topology);
+
 std::string toString(LinkLayer layer);
 std::string toString(PortState state);
 LinkLayer linkLayerFromString(std::string_view text);  // sysfs or JSON spelling
