@@ -95,6 +95,7 @@ struct Agent::State {
   std::string other_failure;    // likewise for anything else that went wrong
   std::string mapping_failure;  // the job-mapping files: once when they start failing
   std::set<size_t> lost_gpus;
+  std::map<size_t, std::string> mig_results;  // MIG layouts made (or not) since the last heartbeat
   std::optional<int> exit_status;
 
   State(AgentConfig c, LinkFactory l, Sampler s, AgentClock k, std::ostream& o)
@@ -184,6 +185,20 @@ struct Agent::State {
     }
   }
 
+  // The MIG layouts poold asks for: made now, the outcome told in the next heartbeat (which follows
+  // the registration of the new layout, taken from the next sample).
+  void makeMigLayouts(const pool::HeartbeatReply& reply) {
+    for (const auto& [gpu, profiles] : reply.mig_layouts) {
+      std::string layout;
+      for (const std::string& p : profiles) layout += (layout.empty() ? "" : ",") + p;
+      std::string error = config.apply_mig ? config.apply_mig(gpu, profiles)
+                                           : "this poold-agent cannot change MIG layouts (no NVML access)";
+      log << "poold-agent: GPU " << gpu << ": MIG layout " << layout
+          << (error.empty() ? " made" : " not made: " + error) << std::endl;
+      mig_results[gpu] = std::move(error);
+    }
+  }
+
   pool::Heartbeat heartbeatOf(const NodeSamples& s) const {
     pool::Heartbeat h;
     h.node = name();
@@ -195,6 +210,7 @@ struct Agent::State {
     h.nics = s.nics;
     if (h.nics.size() > pool::kMaxNicPorts) h.nics.resize(pool::kMaxNicPorts);
     h.process_leases = processLeases(h.gpus, config.proc_root);
+    h.mig_results = mig_results;
     return h;
   }
 
@@ -269,11 +285,13 @@ struct Agent::State {
         registering = false;
       }
       pool::HeartbeatReply reply = link->heartbeat(heartbeatOf(s));
+      mig_results.clear();  // told
       reached();
       refusal.clear();
       other_failure.clear();
       // A reply that asks for the node again says nothing of its leases.
       if (!reply.register_again) writeJobMapping(reply);
+      if (!reply.register_again) makeMigLayouts(reply);
       if (reply.register_again) {
         log << "poold-agent: poold asks for node " << name() << " again: registering it" << std::endl;
         registering = true;

@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
         throw badInput("--dcgm-job-mapping-dir " + o.job_mapping_dir.string() +
                        ": not a directory, and cannot be made one" + (ec ? " (" + ec.message() + ")" : ""));
     }
-    agent::Sampler sampler = agent::telemetrySampler(t, o.sysfs_root.empty() ? "/sys" : o.sysfs_root);
+    agent::Sampler sampler =
+        agent::telemetrySampler(t, o.sysfs_root.empty() ? "/sys" : o.sysfs_root, &config.apply_mig);
     config.node.topology = std::make_shared<const topo::NodeTopology>(std::move(t));
     agent::LinkFactory link = [pool = o.pool, file = o.token_file] {
       return pool::openAgentLink(pool, agent::readTokenFile(file));

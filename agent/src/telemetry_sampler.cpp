@@ -25,7 +25,8 @@ struct LiveSampler {
 
 }  // namespace
 
-Sampler telemetrySampler(const topo::NodeTopology& topology, const std::filesystem::path& sysfs_root) {
+Sampler telemetrySampler(const topo::NodeTopology& topology, const std::filesystem::path& sysfs_root,
+                         MigApplier* applier) {
   // The sampler reads ROOT/sys/class/infiniband; the agent's root stands in for /sys, as
   // `poolrun topo --sysfs-root` does: its parent is the sampler's root (the options check that the
   // folder is called sys).
@@ -33,6 +34,10 @@ Sampler telemetrySampler(const topo::NodeTopology& topology, const std::filesyst
   if (sys.filename().empty()) sys = sys.parent_path();
   auto live = std::make_shared<LiveSampler>(LiveSampler{topology, sys.parent_path().string(), nullptr, {}});
   live->open();
+  if (applier != nullptr)
+    *applier = [live](size_t gpu, const std::vector<std::string>& profiles) {
+      return live->sampler->applyMigLayout(gpu, profiles);
+    };
   return [live] {
     if (!live->sampler->nvmlOk() && std::chrono::steady_clock::now() - live->opened >= kNvmlRetry)
       live->open();

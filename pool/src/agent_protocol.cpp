@@ -89,6 +89,12 @@ NodeRegistration nodeRegistrationFromJson(const json& doc) {
   return r;
 }
 
+json migResults(const std::map<size_t, std::string>& results) {
+  json out = json::array();
+  for (const auto& [index, error] : results) out.push_back({{"index", index}, {"error", error}});
+  return out;
+}
+
 json toJson(const Heartbeat& h) {
   json gpus = json::array();
   for (const topo::GpuSample& g : h.gpus) gpus.push_back(toJson(g));
@@ -103,16 +109,21 @@ json toJson(const Heartbeat& h) {
           {"topology_hash", h.topology_hash},
           {"gpus", gpus},
           {"nics", nics},
-          {"process_leases", owners}};
+          {"process_leases", owners},
+          {"mig_results", migResults(h.mig_results)}};
 }
 
 json toJson(const HeartbeatReply& r) {
   json leases = json::array();
   for (const auto& [index, lease] : r.gpu_leases) leases.push_back({{"index", index}, {"lease", lease}});
+  json layouts = json::array();
+  for (const auto& [index, profiles] : r.mig_layouts)
+    layouts.push_back({{"index", index}, {"profiles", profiles}});
   return {{"schema", kHeartbeatReplySchema},
           {"register_again", r.register_again},
           {"interval_s", r.interval.count()},
-          {"gpu_leases", leases}};
+          {"gpu_leases", leases},
+          {"mig_layouts", layouts}};
 }
 
 HeartbeatReply heartbeatReplyFromJson(const json& doc) {
@@ -126,6 +137,22 @@ HeartbeatReply heartbeatReplyFromJson(const json& doc) {
   for (size_t i = 0; i < leases.size(); ++i) {
     JsonFields l = f.child(leases[i], f.element("gpu_leases", i));
     r.gpu_leases[integer(l, "index", kGpuIndexRange)] = leaseId(l, "lease");
+  }
+  const json& layouts = f.optionalArray("mig_layouts");
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    JsonFields l = f.child(layouts[i], f.element("mig_layouts", i));
+    const size_t index = integer(l, "index", kGpuIndexRange);
+    const json& profiles = l.array("profiles");
+    if (profiles.empty() || profiles.size() > kMaxMigLayoutProfiles)
+      l.failField("profiles", "a layout of 1 to " + std::to_string(kMaxMigLayoutProfiles) +
+                                  " profiles, not " + std::to_string(profiles.size()));
+    std::vector<std::string>& out = r.mig_layouts[index];
+    for (size_t k = 0; k < profiles.size(); ++k) {
+      if (!profiles[k].is_string()) l.failField("profiles", "expected a list of profile names");
+      LeaseRequest named;
+      setMigProfile(named, profiles[k].get<std::string>(), "field '" + l.element("profiles", k) + "'");
+      out.push_back(named.mig_profile);
+    }
   }
   return r;
 }

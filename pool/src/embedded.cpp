@@ -209,6 +209,15 @@ class EmbeddedPool : public PoolControl {
       return 0;
     });
   }
+  // Refused by the rules for a node without an agent, which an embedded pool's nodes all are.
+  void setMigLayout(const std::string& node, size_t gpu, const std::vector<std::string>& profiles) override {
+    requireAdmin("change MIG layouts");
+    transact([&](PoolState& s, TimePoint now) {
+      s.setMigLayout(node, gpu, profiles);
+      s.tick(now);
+      return 0;
+    });
+  }
 
  private:
   // A queued request taken back: a lease granted to it meanwhile is released with it.

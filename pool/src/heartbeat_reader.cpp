@@ -360,8 +360,8 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
 }
 
 Heartbeat heartbeat(sj::value& v) {
-  constexpr std::array<std::string_view, 8> kFields{"schema",        "node", "agent", "time_ms",
-                                                    "topology_hash", "gpus", "nics",  "process_leases"};
+  constexpr std::array<std::string_view, 9> kFields{
+      "schema", "node", "agent", "time_ms", "topology_hash", "gpus", "nics", "process_leases", "mig_results"};
   const Path root;
   Heartbeat h;
   uint64_t seen = eachField(v, root, kFields, "the heartbeat", [&](size_t i, sj::value& x, const Path& at) {
@@ -427,6 +427,25 @@ Heartbeat heartbeat(sj::value& v) {
           });
           need(got, ep, kOwnerFields, {0, 1});
           h.process_leases[pid] = std::move(lease);
+        }
+        break;
+      }
+      case 8: {
+        constexpr std::array<std::string_view, 2> kResultFields{"index", "error"};
+        size_t n = 0;
+        for (sj::value e : list(x, at)) {
+          if (n == kGpuIndexRange.max + 1) fail(at, "more results than a node has GPUs");
+          const Path ep = at.element(n++);
+          size_t index = 0;
+          std::string error;
+          uint64_t got = eachField(e, ep, kResultFields, {}, [&](size_t k, sj::value& y, const Path& yp) {
+            if (k == 0)
+              index = whole(y, yp, kGpuIndexRange.min, kGpuIndexRange.max);
+            else
+              error = text(y, yp, kMaxErrorBytes);
+          });
+          need(got, ep, kResultFields, {0, 1});
+          h.mig_results[index] = std::move(error);
         }
         break;
       }

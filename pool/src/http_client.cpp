@@ -170,6 +170,10 @@ class HttpPool : public PoolControl, public AgentLink {
     call("POST", "/v1/nodes/" + segment(node) + "/gpus/" + segment(std::to_string(index)) + "/fail",
          json::object());
   }
+  void setMigLayout(const std::string& node, size_t gpu, const std::vector<std::string>& profiles) override {
+    call("POST", "/v1/nodes/" + segment(node) + "/gpus/" + segment(std::to_string(gpu)) + "/mig",
+         json{{"profiles", profiles}});
+  }
 
   // A node agent retries what does not get through, at its own pace: an attempt is kept short.
   void registerNode(const NodeRegistration& registration) override {

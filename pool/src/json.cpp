@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "poolrun/common/json_fields.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/writers.hpp"
@@ -452,6 +453,7 @@ json toJson(const NodeInfo& n) {
       }
       j["mig_instances"] = std::move(instances);
     }
+    if (!g.mig_layout.empty()) j["mig_layout_asked"] = g.mig_layout;
     gpus.push_back(std::move(j));
   }
   json doc = {{"name", n.name},
@@ -524,6 +526,12 @@ NodeInfo nodeInfoFromJson(const json& doc) {
       mi.state = gpuStateFromString(text(m, "state", 0, Text::kStored));
       if (m.has("lease")) mi.lease = leaseId(m, "lease");
       gi.mig_instances.push_back(std::move(mi));
+    }
+    const json& asked = g.optionalArray("mig_layout_asked");
+    for (size_t k = 0; k < asked.size(); ++k) {
+      if (!asked[k].is_string()) g.failField("mig_layout_asked", "expected a list of profile names");
+      gi.mig_layout.push_back(asked[k].get<std::string>());
+      checkUtf8(gi.mig_layout.back(), g.element("mig_layout_asked", k));
     }
     n.gpus.push_back(std::move(gi));
   }
@@ -634,6 +642,24 @@ topo::ClusterNode clusterNodeFromJson(const json& doc) {
     throw badInput(where + ": field 'topology': " + e.what());
   }
   return n;
+}
+
+std::vector<std::string> migLayoutFromJson(const json& doc) {
+  JsonFields f = clientFields(doc, {"profiles"}, "the MIG layout");
+  const json& list = f.array("profiles");
+  if (list.empty() || list.size() > kMaxMigLayoutProfiles)
+    f.failField("profiles", "a layout of 1 to " + std::to_string(kMaxMigLayoutProfiles) + " profiles, not " +
+                                std::to_string(list.size()) + " (\"3g.40gb\", \"3g.40gb\")");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string()) f.failField("profiles", "expected a list of profile names (\"3g.40gb\")");
+    LeaseRequest named;
+    setMigProfile(named, list[i].get<std::string>(), "field '" + f.element("profiles", i) + "'");
+    if (named.mig_or_larger)
+      f.failField("profiles", "'" + list[i].get<std::string>() + "' names no single profile (drop the '+')");
+    out.push_back(named.mig_profile);
+  }
+  return out;
 }
 
 std::vector<topo::ClusterNode> registrationFromJson(const json& doc) {

@@ -67,6 +67,23 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
   node.live.unreachable = false;
   node.live.gpus.resize(node.gpuCount());
   node.live.nics = hb.nics;
+  // The layouts the agent made or failed to make (a result for a GPU without a request is old news).
+  for (const auto& [gpu, error] : hb.mig_results) {
+    auto asked = node.mig_layouts.find(gpu);
+    if (asked == node.mig_layouts.end()) continue;
+    if (!error.empty() && !node.failed.count(gpu)) {
+      std::string layout;
+      for (const std::string& p : asked->second) layout += (layout.empty() ? "" : ",") + p;
+      std::string why = "MIG layout " + layout + " not made: " + error;
+      node.failed.insert(gpu);
+      node.failures[gpu] = {why, now};
+      node_events_.push_back({NodeEvent::Kind::kGpuFailed, node.name, gpu, std::move(why)});
+    }
+    node.mig_layouts.erase(asked);
+    dirty_.nodes.insert(node.name);
+    replan_ = true;
+    freed = true;
+  }
   const Occupancy& held = occupancy(node.name);
   for (const topo::GpuSample& sample : hb.gpus) {
     size_t i = sample.index;
@@ -115,6 +132,14 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
       auto [last, fresh] = last_busy_.try_emplace(holder, now);
       if (!fresh && busy(sample, live_.idle_utilization)) last->second = now;
     }
+  }
+  // The layouts whose GPU no lease holds any more (itself or one of its instances): the agent makes
+  // them now.
+  for (const auto& [gpu, profiles] : node.mig_layouts) {
+    bool inUse = gpu < held.holder.size() && !held.holder[gpu].empty();
+    for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size() && !inUse; ++u)
+      inUse = node.gpuOf(u) == gpu && !held.holder[u].empty();
+    if (!inUse) reply.mig_layouts[gpu] = profiles;
   }
   // Whole GPUs only: dcgm-exporter's job-mapping files name GPUs by index (a MIG lease's
   // utilisation is not reported per instance either).
@@ -200,6 +225,37 @@ Lease PoolState::withLiveView(const Lease& lease, TimePoint now) const {
 
 std::vector<NodeEvent> PoolState::takeNodeEvents() {
   return std::exchange(node_events_, {});
+}
+
+void PoolState::setMigLayout(const std::string& name, size_t gpu, std::vector<std::string> profiles) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end())
+    throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
+  PoolNode& node = it->second;
+  const std::string where = name + ":" + std::to_string(gpu);
+  if (gpu >= node.gpuCount())
+    throw badInput("bad GPU index " + std::to_string(gpu) + " (node " + name + " has " +
+                   std::to_string(node.gpuCount()) + " GPUs)");
+  if (node.agent.empty())
+    throw badInput("node " + name +
+                   " has no agent: a MIG layout is made by the node's poold-agent (start it "
+                   "there), or by hand with nvidia-smi mig");
+  if (!node.topology->gpus[gpu].mig.capable)
+    throw badInput("GPU " + where + " (" + node.topology->gpus[gpu].model +
+                   ") has no MIG mode, as its agent reports: no layout can be made on it");
+  if (profiles.empty() || profiles.size() > kMaxMigLayoutProfiles)
+    throw badInput("a MIG layout of " + std::to_string(profiles.size()) + " profiles for " + where +
+                   " (give 1 to " + std::to_string(kMaxMigLayoutProfiles) + ", e.g. 3g.40gb,3g.40gb)");
+  for (std::string& p : profiles) {
+    LeaseRequest named;
+    setMigProfile(named, p, "MIG layout for " + where);
+    if (named.mig_or_larger)
+      throw badInput("MIG layout for " + where + ": '" + p + "' names no single profile");
+    p = named.mig_profile;
+  }
+  node.mig_layouts[gpu] = std::move(profiles);
+  replan_ = true;  // what was planned on the GPU is planned again elsewhere
+  dirty_.nodes.insert(name);
 }
 
 void PoolState::clearGpuFailures(const std::string& name) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -44,6 +45,7 @@ constexpr const char* kUsage =
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
     "  fail NODE:GPU                       (admin) mark a GPU failed\n"
+    "  mig NODE:GPU --profiles P,P...      (admin) split a GPU into MIG instances (docs/mig.md)\n"
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE or http://HOST:PORT\n"
@@ -156,6 +158,16 @@ const char* commandHelp(const std::string& command) {
       {"resume",
        "usage: poolctl [--pool URI] resume NODE\n"
        "(admin) NODE takes new leases again.\n"},
+      {"mig",
+       "usage: poolctl --pool http://HOST:PORT mig NODE:GPU --profiles PROFILE[,PROFILE...] [--wait "
+       "SECONDS]\n"
+       "(admin) Splits the GPU into MIG instances: a GPU instance of each profile, in order, with one\n"
+       "compute instance each (3g.40gb,3g.40gb; 1g.10gb,1g.10gb,2g.20gb,3g.40gb). The GPU and its\n"
+       "instances take no new lease; once none is held, the node's agent makes the layout through NVML\n"
+       "(as root; turning MIG mode on may wait for a GPU reset) and the new instances are leased. A\n"
+       "layout that cannot be made fails the GPU with the reason (poolctl nodes; poolctl resume NODE).\n"
+       "  --wait SECONDS   wait that long for the layout to be made, and say how it went (exit status\n"
+       "                   1 when it failed or the time ran out; the request stays)\n"},
       {"fail",
        "usage: poolctl [--pool URI] fail NODE:GPU\n"
        "(admin) Marks GPU (its index) of NODE failed: it is leased no more.\n"},
@@ -400,6 +412,84 @@ int eventsCommand(const std::string& uri, const std::string& token, const std::v
   return 0;
 }
 
+// poolctl mig NODE:GPU --profiles A,B [--wait SECONDS]: asks for the layout, and with --wait
+// follows it until the agent has made it (0) or failed to, or the time ran out (1).
+int migCommand(const std::function<PoolControl&()>& pool, const std::vector<std::string>& args, bool asJson) {
+  std::string spec;
+  std::vector<std::string> profiles;
+  std::optional<std::chrono::seconds> wait;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw badInput(args[i] + " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--profiles") {
+      std::string list = value();
+      topo::checkText(list, 1024, "--profiles");
+      for (size_t at = 0; at <= list.size();) {
+        size_t comma = list.find(',', at);
+        if (comma == std::string::npos) comma = list.size();
+        LeaseRequest named;
+        setMigProfile(named, list.substr(at, comma - at), "--profiles");
+        if (named.mig_or_larger)
+          throw badInput("--profiles '" + topo::printable(list) + "': name each profile (no '+')");
+        profiles.push_back(named.mig_profile);
+        at = comma + 1;
+      }
+    } else if (args[i] == "--wait") {
+      wait = std::chrono::seconds(number("--wait", value(), Range<int64_t>{1, 86'400}));
+    } else if (spec.empty() && !args[i].starts_with("-")) {
+      spec = args[i];
+    } else {
+      throw badInput("mig: unexpected '" + topo::printable(args[i]) + "' (see poolctl help mig)");
+    }
+  }
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos || profiles.empty())
+    throw badInput("mig needs NODE:GPU and --profiles PROFILE[,PROFILE...] (3g.40gb,3g.40gb, say)");
+  const std::string node = spec.substr(0, colon);
+  topo::checkNodeName(node);
+  const size_t gpu = number("mig GPU index", spec.substr(colon + 1), kGpuIndexRange);
+  pool().setMigLayout(node, gpu, profiles);
+  std::string layout;
+  for (const std::string& p : profiles) layout += (layout.empty() ? "" : ",") + p;
+  if (!wait) {
+    if (asJson)
+      std::cout << json{{"node", node}, {"index", gpu}, {"mig_layout", profiles}}.dump() << "\n";
+    else
+      std::cout << spec << ": MIG layout " << layout
+                << " asked; the node's agent makes it once no lease holds the GPU or its instances\n";
+    return 0;
+  }
+  const auto end = std::chrono::steady_clock::now() + *wait;
+  for (;;) {
+    for (const NodeInfo& n : pool().nodes()) {
+      if (n.name != node || gpu >= n.gpus.size() || !n.gpus[gpu].mig_layout.empty()) continue;
+      const GpuInfo& g = n.gpus[gpu];
+      if (asJson) {
+        std::cout << toJson(n).dump(2) << "\n";
+      } else if (g.state == GpuState::kFailed) {
+        std::cerr << "poolctl: " << spec << ": " << g.failed_reason << "\n";
+      } else {
+        std::cout << spec << ": MIG layout " << layout << " made: " << g.mig_instances.size()
+                  << " instances\n";
+        for (const MigInstanceInfo& m : g.mig_instances)
+          std::cout << "  " << gpu << "/" << m.gpu_instance << "." << m.compute_instance << "  " << m.profile
+                    << "  " << m.uuid << "\n";
+      }
+      return g.state == GpuState::kFailed ? 1 : 0;
+    }
+    if (std::chrono::steady_clock::now() >= end) {
+      std::cerr
+          << "poolctl: " << spec << ": the MIG layout " << layout << " is not made after " << wait->count()
+          << " s (a lease still holds the GPU or one of its instances, or its agent is silent; `poolctl "
+             "nodes` shows which); the request stays\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   ClientOptions copt;
@@ -455,9 +545,9 @@ int run(int argc, char** argv) {
     if (cargs.size() != 1) throw badInput(cmd + " needs exactly one " + what);
     return cargs[0];
   };
-  static const std::set<std::string> known{"status",  "nodes",  "leases", "queue",   "register",
-                                           "drain",   "resume", "fail",   "acquire", "renew",
-                                           "release", "events", "top",    "quota",   "shrink"};
+  static const std::set<std::string> known{"status", "nodes", "leases",  "queue", "register", "drain",
+                                           "resume", "fail",  "acquire", "renew", "release",  "events",
+                                           "top",    "quota", "shrink",  "mig"};
   if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
   if (cmd == "events") return eventsCommand(uri, copt.token, cargs, asJson);
 
@@ -551,6 +641,8 @@ int run(int argc, char** argv) {
     topo::checkNodeName(node);
     cmd == "drain" ? pool().drain(node) : pool().resume(node);
     if (!asJson) std::cout << node << ": " << (cmd == "drain" ? "draining" : "up") << "\n";
+  } else if (cmd == "mig") {
+    return migCommand(pool, cargs, asJson);
   } else if (cmd == "fail") {
     std::string spec = one("NODE:GPU");
     size_t colon = spec.rfind(':');

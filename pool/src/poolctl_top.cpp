@@ -81,8 +81,12 @@ std::optional<double> memoryFraction(const GpuInfo& g) {
 // foreign ("pids 4242 (9.5 GiB), 4243 (0.5 GiB)").
 std::string gpuNote(const GpuInfo& g, Clock::time_point now) {
   std::string note;
+  if (!g.mig_layout.empty()) {
+    note = "MIG layout asked:";
+    for (size_t i = 0; i < g.mig_layout.size(); ++i) note += (i ? "," : " ") + g.mig_layout[i];
+  }
   if (g.state == GpuState::kFailed || !g.failed_reason.empty()) {
-    note = g.failed_reason.empty() ? "failed" : g.failed_reason;
+    note += (note.empty() ? "" : "; ") + (g.failed_reason.empty() ? std::string("failed") : g.failed_reason);
     if (g.failed_at) note += " at " + formatLocalTime(*g.failed_at, now);
   }
   if (!g.foreign_processes.empty()) {

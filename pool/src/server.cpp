@@ -497,6 +497,18 @@ struct PoolServer::Impl {
         return json{{"node", name}, {"index", index}, {"state", "failed"}};
       });
     });
+    route("POST", "/v1/nodes/*/gpus/*/mig", true, "change MIG layouts", [this](Context& c) {
+      const std::string& name = c.params[0];
+      size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));
+      const std::vector<std::string> profiles = migLayoutFromJson(parseBody(c.req.body));
+      return mutate([&](PoolState& s, TimePoint now) {
+        s.setMigLayout(name, index, profiles);
+        events->record("mig_layout_asked",
+                       {{"node", name}, {"index", index}, {"profiles", profiles}, {"by", c.who.owner}}, now);
+        s.tick(now, opt.stale_after);
+        return json{{"node", name}, {"index", index}, {"mig_layout", profiles}};
+      });
+    });
     addAgentRoutes();
     route("GET", "/v1/leases", false, "", [this](Context&) {
       return pool->read([](const PoolState& s) {

@@ -1415,6 +1415,7 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
       }
       if (auto f = node->live.foreign.find(i); f != node->live.foreign.end())
         gi.foreign_processes = f->second;
+      if (auto m = node->mig_layouts.find(i); m != node->mig_layouts.end()) gi.mig_layout = m->second;
       info.gpus.push_back(std::move(gi));
     }
     for (size_t u = node->gpuCount(); u < node->unitCount(); ++u) {

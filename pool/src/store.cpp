@@ -87,7 +87,7 @@ std::string readRecord(int fd, bool& ok) {
 
 // nodes.health: what the live pool keeps of a node across restarts.
 //   {"agent": "poold-agent 0.9.0", "failures": {"3": {"reason": "...", "time_ms": 1764601445123}},
-//    "ecc_acknowledged": {"3": 2}}
+//    "ecc_acknowledged": {"3": 2}, "mig_layouts": {"1": ["3g.40gb", "3g.40gb"]}}
 json healthToJson(const PoolNode& n) {
   json doc = json::object();
   if (!n.agent.empty()) doc["agent"] = n.agent;
@@ -95,6 +95,7 @@ json healthToJson(const PoolNode& n) {
     doc["failures"][std::to_string(index)] = {{"reason", f.reason}, {"time_ms", toMillis(f.time)}};
   for (const auto& [index, count] : n.ecc_acknowledged)
     doc["ecc_acknowledged"][std::to_string(index)] = count;
+  for (const auto& [index, profiles] : n.mig_layouts) doc["mig_layouts"][std::to_string(index)] = profiles;
   return doc;
 }
 
@@ -107,6 +108,8 @@ void healthFromJson(const json& doc, PoolNode& n) {
       n.failures[index(key)] = {v.value("reason", ""), fromMillis(v.value("time_ms", int64_t{0}))};
   if (auto e = doc.find("ecc_acknowledged"); e != doc.end() && e->is_object())
     for (const auto& [key, v] : e->items()) n.ecc_acknowledged[index(key)] = v.get<uint64_t>();
+  if (auto m = doc.find("mig_layouts"); m != doc.end() && m->is_object())
+    for (const auto& [key, v] : m->items()) n.mig_layouts[index(key)] = v.get<std::vector<std::string>>();
 }
 
 std::string text(sqlite3_stmt* st, int col) {

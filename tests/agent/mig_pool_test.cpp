@@ -73,9 +73,11 @@ class MigPoolTest : public ::testing::Test {
     ASSERT_TRUE(waitForInstances(7)) << poolctl({"nodes"}).dump() << slurp(dir.path() / "agent-err");
   }
 
-  void setLayout(const json& gpuInstances) {
-    nvml["gpus"][0]["mig"] = {
-        {"current", true}, {"profiles", migProfiles("H100 80GB")}, {"gpu_instances", gpuInstances}};
+  void setLayout(const json& gpuInstances, bool privileged = true) {
+    nvml["gpus"][0]["mig"] = {{"current", true},
+                              {"privileged", privileged},
+                              {"profiles", migProfiles("H100 80GB")},
+                              {"gpu_instances", gpuInstances}};
     writeFakeNvml(dir.path() / "nvml.json", nvml);
   }
 
@@ -169,7 +171,8 @@ TEST_F(MigPoolTest, ALayoutTheAgentReportsIsLeasedAndAGoneInstanceEndsItsLease) 
   ASSERT_TRUE(waitFor([&] {
     json now = instances();
     return now.size() == 4u && now[3]["uuid"] == migUuid(9);
-  })) << instances().dump() << slurp(dir.path() / "agent-err");
+  })) << instances().dump()
+      << slurp(dir.path() / "agent-err");
   json leases = poolctl({"leases"});
   ASSERT_EQ(leases.size(), 1u);
   EXPECT_EQ(leases[0]["gpus"][0]["mig"], first);
@@ -188,6 +191,68 @@ TEST_F(MigPoolTest, ALayoutTheAgentReportsIsLeasedAndAGoneInstanceEndsItsLease) 
   EXPECT_NE(renew.err.find("its MIG instance " + first + " (GPU0 of n01) is gone"), std::string::npos)
       << renew.err;
   EXPECT_EQ(agent->stop(seconds(10)), 0) << slurp(dir.path() / "agent-err");
+}
+
+// poolctl mig: the GPU takes no new lease at once, the layout waits for the lease that holds one of
+// its instances, then the agent makes it through NVML and the new instances are leased. Without the
+// privilege to make it, the GPU is failed with the reason.
+TEST_F(MigPoolTest, RepartitioningWaitsForTheLeaseThenTheAgentMakesTheLayout) {
+  json held = poolctl({"acquire", "--mig", "1g.10gb", "-n", "1", "--ttl", "120"});
+  ASSERT_TRUE(held.is_object()) << held.dump();
+  const std::string id = held["id"];
+  const std::string env = "env POOLRUN_TOKEN=tok-root-0123456789 ";
+  const std::string ctl = std::string(POOLCTL_BINARY) + " --pool " + poold->uri();
+  std::filesystem::path out = dir.path() / "mig-out", err = dir.path() / "mig-err";
+  Reaped waiting{spawnShell(env + ctl + " mig n01:0 --profiles 3g.40gb,3g.40gb --wait 40 >" + out.string() +
+                            " 2>" + err.string())};
+  ASSERT_TRUE(waitFor([&] {
+    json nodes = poolctl({"nodes"});
+    return nodes.is_array() && nodes[0]["gpus"][0].contains("mig_layout_asked");
+  }));
+  // No new lease on the GPU meanwhile; the held instance is not taken from its holder.
+  ProcessResult refused = runShell(env + ctl + " acquire --mig 1g.10gb -n 1 --wait 0");
+  EXPECT_NE(refused.status, 0) << refused.out;
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_EQ(instances().size(), 7u) << "made while a lease holds an instance";
+  EXPECT_EQ(poolctl({"leases"}).size(), 1u);
+
+  ASSERT_EQ(runShell(env + ctl + " release " + id).status, 0);
+  EXPECT_EQ(waiting.wait(), 0) << slurp(out) << slurp(err) << slurp(dir.path() / "agent-err");
+  EXPECT_NE(slurp(out).find("n01:0: MIG layout 3g.40gb,3g.40gb made: 2 instances"), std::string::npos)
+      << slurp(out);
+  json now = instances();
+  ASSERT_EQ(now.size(), 2u) << now.dump();
+  EXPECT_EQ(now[0]["profile"], "3g.40gb");
+  json two = poolctl({"acquire", "--mig", "3g.40gb", "-n", "2", "--ttl", "60"});
+  ASSERT_TRUE(two.is_object()) << "the new instances are leased";
+  EXPECT_NE(slurp(dir.path() / "agent-err").find("GPU 0: MIG layout 3g.40gb,3g.40gb made"),
+            std::string::npos);
+  ASSERT_EQ(runShell(env + ctl + " release " + two["id"].get<std::string>()).status, 0);
+
+  // Without root the layout cannot be made: the GPU is failed with why, and says what to do.
+  setLayout(sevenSlices(7), false);
+  ASSERT_TRUE(waitForInstances(7)) << instances().dump();
+  ProcessResult failed = runShell(env + ctl + " mig n01:0 --profiles 7g.80gb --wait 40");
+  EXPECT_EQ(failed.status, 1) << failed.out << failed.err;
+  EXPECT_NE(failed.err.find("MIG layout 7g.80gb not made: cannot destroy a compute instance"),
+            std::string::npos)
+      << failed.err;
+  EXPECT_NE(failed.err.find("needs root"), std::string::npos) << failed.err;
+  json nodes = poolctl({"nodes"});
+  EXPECT_EQ(nodes[0]["gpus"][0]["state"], "failed") << nodes.dump();
+  EXPECT_EQ(poolctl({"status"})["mig_instances"]["unusable"], 7);
+  // Bad requests never reach the agent.
+  for (const char* bad :
+       {"mig n01:0 --profiles 3g.40gb+", "mig n01:0 --profiles ''", "mig n01:99 --profiles 7g.80gb",
+        "mig n01:1 --profiles 7g.80gb,7g.80gb,7g.80gb,7g.80gb,7g.80gb,7g.80gb,7g.80gb,7g.80gb,7g.80gb"}) {
+    ProcessResult r = runShell(env + ctl + " " + bad);
+    EXPECT_NE(r.status, 0) << bad;
+    EXPECT_FALSE(r.err.empty()) << bad;
+  }
+  ProcessResult user =
+      runShell("env POOLRUN_TOKEN=tok-bob-0123456789 " + ctl + " mig n01:0 --profiles 7g.80gb");
+  EXPECT_NE(user.status, 0);
+  EXPECT_NE(user.err.find("change MIG layouts"), std::string::npos) << user.err;
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ TEST(Mig, InstancesAreShownAndCountedByState) {
   EXPECT_EQ(gpuList(r.lease->gpus), "n01:MIG-0-1,MIG-0-2");
   for (const GpuRef& g : r.lease->gpus) EXPECT_TRUE(g.mig.starts_with("MIG-0-")) << g.mig;
   const PoolStatus s = state.status();
-  EXPECT_EQ(s.gpus_mig, 1);     // GPU 0 (GPU 1 is failed, which says more)
+  EXPECT_EQ(s.gpus_mig, 1);  // GPU 0 (GPU 1 is failed, which says more)
   EXPECT_EQ(s.gpus_failed, 1);
   EXPECT_EQ(s.gpus_free, 2);
   EXPECT_EQ(s.mig_leased, 2);

@@ -119,6 +119,111 @@ MigState queryMig(const nvml::Session& session, Device dev) {
   return mig;
 }
 
+std::string applyMigLayout(const nvml::Session& session, Device dev,
+                           const std::vector<std::string>& profiles) {
+  using nvml::GpuInstance, nvml::ComputeInstance;
+  auto getMode = session.get<Return(Device, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
+  auto setMode = session.get<Return(Device, unsigned, Return*)>("nvmlDeviceSetMigMode");
+  auto giProfile = session.get<Return(Device, unsigned, nvml::GpuInstanceProfileInfoV2*)>(
+      "nvmlDeviceGetGpuInstanceProfileInfoV");
+  auto gpuInstances =
+      session.get<Return(Device, unsigned, GpuInstance*, unsigned*)>("nvmlDeviceGetGpuInstances");
+  auto createGi = session.get<Return(Device, unsigned, GpuInstance*)>("nvmlDeviceCreateGpuInstance");
+  auto destroyGi = session.get<Return(GpuInstance)>("nvmlGpuInstanceDestroy");
+  auto ciProfile = session.get<Return(GpuInstance, unsigned, unsigned, nvml::ComputeInstanceProfileInfoV2*)>(
+      "nvmlGpuInstanceGetComputeInstanceProfileInfoV");
+  auto computeInstances = session.get<Return(GpuInstance, unsigned, ComputeInstance*, unsigned*)>(
+      "nvmlGpuInstanceGetComputeInstances");
+  auto createCi =
+      session.get<Return(GpuInstance, unsigned, ComputeInstance*)>("nvmlGpuInstanceCreateComputeInstance");
+  auto destroyCi = session.get<Return(ComputeInstance)>("nvmlComputeInstanceDestroy");
+  if (!getMode || !setMode || !giProfile || !gpuInstances || !createGi || !destroyGi || !ciProfile ||
+      !computeInstances || !createCi || !destroyCi)
+    return "this driver's NVML lacks the MIG management calls (a driver of R450 or later has them)";
+  const auto failed = [&](const std::string& what, Return r) {
+    std::string text = what + ": " + session.errorText(r);
+    if (r == nvml::kErrorNoPermission)
+      text += "; changing MIG instances needs root (run poold-agent as root, or with CAP_SYS_ADMIN)";
+    if (r == nvml::kErrorInUse) text += "; a process still runs on the GPU (nvidia-smi lists it)";
+    return text;
+  };
+
+  // The mode first: turning it on may wait for a GPU reset, and then nothing else can be done.
+  unsigned current = 0, pending = 0;
+  if (Return r = getMode(dev, &current, &pending); r != kSuccess)
+    return failed("cannot read the GPU's MIG mode (not a MIG GPU?)", r);
+  if (current != nvml::kMigEnable) {
+    Return activation = kSuccess;
+    if (Return r = setMode(dev, nvml::kMigEnable, &activation); r != kSuccess)
+      return failed("cannot turn MIG mode on", r);
+    getMode(dev, &current, &pending);
+    if (current != nvml::kMigEnable)
+      return "MIG mode is on after the next GPU reset (pending): reset the GPU (nvidia-smi -r -i GPU, with "
+             "no process on it), then ask for the layout again";
+  }
+
+  // Every profile by name, before anything changes.
+  std::map<std::string, nvml::GpuInstanceProfileInfoV2> offered;
+  for (unsigned index = 0; index < nvml::kGpuInstanceProfileCount; ++index) {
+    nvml::GpuInstanceProfileInfoV2 p{};
+    p.version = nvml::kGpuInstanceProfileInfoV2Version;
+    if (giProfile(dev, index, &p) == kSuccess) offered[profileName(p.name, sizeof p.name)] = p;
+  }
+  for (const std::string& name : profiles) {
+    if (offered.count(name)) continue;
+    std::string names;
+    for (const auto& [n, p] : offered) names += (names.empty() ? "" : ", ") + n;
+    return "the GPU offers no MIG profile '" + name + "' (it offers " + (names.empty() ? "none" : names) +
+           ")";
+  }
+
+  // The compute instances of every GPU instance, then the GPU instances.
+  std::vector<GpuInstance> existing;
+  for (const auto& [name, p] : offered) {
+    std::vector<GpuInstance> found(64);
+    unsigned count = static_cast<unsigned>(found.size());
+    if (gpuInstances(dev, p.id, found.data(), &count) != kSuccess) continue;
+    existing.insert(existing.end(), found.begin(), found.begin() + std::min<unsigned>(count, 64));
+  }
+  for (GpuInstance gi : existing) {
+    for (unsigned index = 0; index < nvml::kComputeInstanceProfileCount; ++index) {
+      nvml::ComputeInstanceProfileInfoV2 cp{};
+      cp.version = nvml::kComputeInstanceProfileInfoV2Version;
+      if (ciProfile(gi, index, nvml::kComputeInstanceShared, &cp) != kSuccess) continue;
+      std::vector<ComputeInstance> cis(64);
+      unsigned count = static_cast<unsigned>(cis.size());
+      if (computeInstances(gi, cp.id, cis.data(), &count) != kSuccess) continue;
+      for (unsigned k = 0; k < count && k < cis.size(); ++k)
+        if (Return r = destroyCi(cis[k]); r != kSuccess)
+          return failed("cannot destroy a compute instance", r);
+    }
+    if (Return r = destroyGi(gi); r != kSuccess) return failed("cannot destroy a GPU instance", r);
+  }
+
+  // The layout: a GPU instance of each profile, with one compute instance that spans it.
+  for (const std::string& name : profiles) {
+    GpuInstance gi = nullptr;
+    if (Return r = createGi(dev, offered.at(name).id, &gi); r != kSuccess)
+      return failed(
+          "cannot create a " + name + " GPU instance" +
+              (r == nvml::kErrorInsufficientResources ? " (the layout does not fit the GPU's slices)" : ""),
+          r);
+    unsigned best = 0, slices = 0;
+    bool any = false;
+    for (unsigned index = 0; index < nvml::kComputeInstanceProfileCount; ++index) {
+      nvml::ComputeInstanceProfileInfoV2 cp{};
+      cp.version = nvml::kComputeInstanceProfileInfoV2Version;
+      if (ciProfile(gi, index, nvml::kComputeInstanceShared, &cp) != kSuccess) continue;
+      if (!any || cp.sliceCount > slices) best = cp.id, slices = cp.sliceCount, any = true;
+    }
+    if (!any) return "the " + name + " GPU instance offers no compute instance profile";
+    ComputeInstance ci = nullptr;
+    if (Return r = createCi(gi, best, &ci); r != kSuccess)
+      return failed("cannot create the compute instance of a " + name + " GPU instance", r);
+  }
+  return "";
+}
+
 std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why) {
   nvml::Session session;
   if (!session.ok()) {

@@ -34,6 +34,14 @@ std::optional<std::vector<NvmlGpu>> queryNvml(std::string& why);
 // NVML does not answer the mode: not a MIG GPU).
 MigState queryMig(const nvml::Session& session, nvml::Device dev);
 
+// Makes GPU `dev`'s MIG layout `profiles` (GPU instance profile names, "3g.40gb", in order), each a
+// GPU instance with one compute instance spanning it: turns MIG mode on where it is off, checks
+// every name against the profiles the GPU offers, destroys the instances it has, creates the new
+// ones. "" when done; else what failed and what to do (no privilege, a reset pending, a process on
+// the GPU, a layout that does not fit), the GPU possibly part way (the caller fails it).
+std::string applyMigLayout(const nvml::Session& session, nvml::Device dev,
+                           const std::vector<std::string>& profiles);
+
 // Adds what NVML knows (UUID, memory, model, NVLink peers, NVSwitch links, MIG) to the GPUs of
 // `topo`.
 void mergeNvml(NodeTopology& topo, const std::vector<NvmlGpu>& gpus);

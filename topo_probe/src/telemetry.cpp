@@ -260,6 +260,13 @@ std::vector<std::optional<MigState>> TelemetrySampler::mig() const {
   return out;
 }
 
+std::string TelemetrySampler::applyMigLayout(size_t gpu, const std::vector<std::string>& profiles) {
+  if (!impl_->session.ok()) return "NVML is not open here: " + impl_->session.why();
+  if (gpu >= impl_->devices.size() || impl_->devices[gpu] == nullptr)
+    return "NVML does not list GPU " + std::to_string(gpu) + " of this node";
+  return detail::applyMigLayout(impl_->session, impl_->devices[gpu], profiles);
+}
+
 bool TelemetrySampler::nvmlOk() const {
   return impl_->session.ok();
 }

@@ -36,12 +36,17 @@ struct NodeSamples {
   std::vector<std::optional<topo::MigState>> mig;
 };
 using Sampler = std::function<NodeSamples()>;
+// Makes a GPU's MIG layout (GPU index, GPU instance profiles in order): "" when done, else what
+// failed and what to do.
+using MigApplier = std::function<std::string(size_t gpu, const std::vector<std::string>& profiles)>;
 
 // topo::TelemetrySampler over `topology`, NIC ports read under `sysfs_root`, which stands in for
 // /sys as `poolrun topo --sysfs-root` does ("/sys" on a real node; a folder called sys). The sampler
 // keeps NVML open; where NVML is absent it tries to open it again every minute (a driver that loads
 // after the agent started).
-Sampler telemetrySampler(const topo::NodeTopology& topology, const std::filesystem::path& sysfs_root);
+// Where `applier` is given, it is set to make MIG layouts through the sampler's NVML.
+Sampler telemetrySampler(const topo::NodeTopology& topology, const std::filesystem::path& sysfs_root,
+                         MigApplier* applier = nullptr);
 
 // Opens a link to poold with the token as it is now: the agent calls it before every registration,
 // so that a token file fixed after a 401 is read again. Throws poolrun::Error (a token file that
@@ -82,6 +87,9 @@ struct AgentConfig {
   std::chrono::seconds interval{5};
   std::filesystem::path proc_root = "/proc";  // where PID/environ is read (processLeases)
   std::filesystem::path job_mapping_dir;      // dcgm-exporter's files (JobMappingFiles); empty: none
+  // Makes the MIG layouts poold asks for (HeartbeatReply::mig_layouts); null: every one fails,
+  // saying this agent cannot.
+  MigApplier apply_mig;
 };
 
 // How long the agent waits before it tries again after a refusal (401, 403, 404): long enough not

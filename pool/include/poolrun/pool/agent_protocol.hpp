@@ -38,6 +38,7 @@ inline constexpr size_t kMaxNicPorts = 1024;
 inline constexpr size_t kMaxVersionBytes = 128;  // "poold-agent 0.9.0"
 inline constexpr size_t kMaxErrorBytes = 1024;   // a sample's error text
 inline constexpr Range<uint32_t> kPidRange{1, 1u << 30};
+inline constexpr size_t kMaxMigLayoutProfiles = 8;  // GPU instances in one layout (7 on an A100/H100)
 
 struct NodeRegistration {
   topo::ClusterNode node;     // name, topology, switch, rail group, labels, fabric
@@ -56,6 +57,9 @@ struct Heartbeat {
   // Per process on the node's GPUs, the lease its environment names (POOLRUN_LEASE), where the
   // agent found one; a process absent here belongs to no poolrun job.
   std::map<uint32_t, std::string> process_leases;
+  // MIG layouts poold asked for (HeartbeatReply::mig_layouts) that the agent tried since its last
+  // heartbeat: per GPU index, "" where the layout is made, else what failed.
+  std::map<size_t, std::string> mig_results;
 };
 
 struct HeartbeatReply {
@@ -63,6 +67,10 @@ struct HeartbeatReply {
   std::chrono::seconds interval{5};  // how often poold expects heartbeats
   // Per GPU index, the lease that holds it now (for the dcgm-exporter job-mapping files).
   std::map<size_t, std::string> gpu_leases;
+  // MIG layouts an administrator asked for (poolctl mig), per GPU index no lease holds any more:
+  // the GPU instance profiles to make, in order. The agent makes them and says how it went in its
+  // next heartbeat (Heartbeat::mig_results).
+  std::map<size_t, std::vector<std::string>> mig_layouts;
 };
 
 // The hash a heartbeat names its node's topology by: FNV-1a of the topology's JSON, without

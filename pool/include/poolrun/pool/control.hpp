@@ -57,6 +57,7 @@ struct GpuInfo {
   std::optional<double> power_w;
   std::vector<topo::GpuProcess> foreign_processes;  // kForeign: the processes of no lease
   std::vector<MigInstanceInfo> mig_instances;       // kMig: its compute instances, by unit
+  std::vector<std::string> mig_layout;              // a MIG layout asked for (poolctl mig) and not made yet
 };
 
 struct NodeInfo {
@@ -110,6 +111,10 @@ class PoolControl : public PoolClient {
   virtual void drain(const std::string& node) = 0;   // no new leases; existing ones run on
   virtual void resume(const std::string& node) = 0;  // back to up
   virtual void failGpu(const std::string& node, size_t index) = 0;
+  // Asks for GPU `gpu` of `node` to be split into GPU instances of `profiles`, made by the node's
+  // agent once no lease holds the GPU or its instances (PoolState::setMigLayout; docs/mig.md).
+  virtual void setMigLayout(const std::string& node, size_t gpu,
+                            const std::vector<std::string>& profiles) = 0;
 };
 
 // openPool() with the inventory and administration interface.

@@ -50,5 +50,8 @@ nlohmann::json toJson(const topo::ClusterNode& node);
 topo::ClusterNode clusterNodeFromJson(const nlohmann::json& doc);
 // The body of POST /v1/nodes: {"nodes": [node, ...]}; errors name the node's place ("nodes[3]: ...").
 std::vector<topo::ClusterNode> registrationFromJson(const nlohmann::json& doc);
+// The body of POST /v1/nodes/NAME/gpus/G/mig: {"profiles": ["3g.40gb", "3g.40gb"]}, 1 to
+// kMaxMigLayoutProfiles profile names (docs/mig.md).
+std::vector<std::string> migLayoutFromJson(const nlohmann::json& doc);
 
 }  // namespace poolrun::pool

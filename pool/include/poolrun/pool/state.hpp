@@ -64,6 +64,9 @@ struct PoolNode {
   // What a lease holds of the node, its units: GPUs 0 to gpuCount()-1, then the MIG compute
   // instances of its GPUs in MIG mode, unit gpuCount() + k being mig_units[k] (topo::migUnits).
   std::vector<topo::MigUnit> mig_units;
+  // MIG layouts an administrator asked for (poolctl mig), per GPU: until its agent has made one,
+  // the GPU and its instances take no new lease, and once no lease holds them the agent is asked.
+  std::map<size_t, std::vector<std::string>> mig_layouts;
 
   size_t gpuCount() const { return topology ? topology->gpus.size() : 0; }
   size_t unitCount() const { return gpuCount() + mig_units.size(); }
@@ -76,10 +79,11 @@ struct PoolNode {
     const topo::MigUnit& u = mig_units[unit - gpuCount()];
     return &topology->gpus[u.gpu].mig.instances[u.instance];
   }
-  // Whether placement may give unit `unit` to a lease: its GPU not failed, not busy outside the pool.
+  // Whether placement may give unit `unit` to a lease: its GPU not failed, not busy outside the
+  // pool, not waiting for a new MIG layout.
   bool placeable(size_t unit) const {
     const size_t gpu = gpuOf(unit);
-    return !failed.count(gpu) && !live.foreign.count(gpu);
+    return !failed.count(gpu) && !live.foreign.count(gpu) && !mig_layouts.count(gpu);
   }
 };
 
@@ -271,6 +275,13 @@ class PoolState {
   std::optional<TimePoint> lastBusy(const std::string& lease) const;
   // Whether a lease is idle now (every GPU reports utilisation under the threshold for idle_after).
   bool idle(const Lease& lease, TimePoint now) const;
+  // An administrator asks for GPU `gpu` of `node` to be split into GPU instances of `profiles` (with
+  // a compute instance each): from now on the GPU and its instances take no new lease; once none is
+  // held, the node's agent is asked (HeartbeatReply::mig_layouts) and says how it went in a
+  // heartbeat: done, the request is gone and the new instances come with the agent's registration;
+  // failed, the GPU is failed with the reason. Throws kNotFound (node), kBadInput (GPU index, a node
+  // without an agent, a GPU that has no MIG, 0 or more than kMaxMigLayoutProfiles profiles).
+  void setMigLayout(const std::string& node, size_t gpu, std::vector<std::string> profiles);
   // An administrator accepts what a node's GPUs report: clears their failures (manual ones too).
   void clearGpuFailures(const std::string& node);
   int64_t nextTicket() const { return next_ticket_; }

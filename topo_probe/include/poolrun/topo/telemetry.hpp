@@ -93,6 +93,9 @@ class TelemetrySampler {
   // Per GPU of the topology, its MIG state as NVML reports it now (the layout an administrator or
   // the agent changed); nullopt where NVML does not list the GPU or is absent.
   std::vector<std::optional<MigState>> mig() const;
+  // Makes GPU `gpu`'s MIG layout `profiles` through NVML (each a GPU instance with one compute
+  // instance spanning it): "" when done, else what failed and what to do.
+  std::string applyMigLayout(size_t gpu, const std::vector<std::string>& profiles);
 
  private:
   struct Impl;
