@@ -75,15 +75,15 @@ char gpuStateCode(GpuState s) {
   return '?';
 }
 
-std::string foreignNote(const GpuInfo& g) {
+std::string foreignNote(const std::vector<topo::GpuProcess>& processes) {
   std::string note = "processes of no lease: ";
-  for (size_t i = 0; i < g.foreign_processes.size() && i < 4; ++i) {
+  for (size_t i = 0; i < processes.size() && i < 4; ++i) {
     if (i) note += ", ";
-    note += "pid " + std::to_string(g.foreign_processes[i].pid);
-    if (g.foreign_processes[i].used_memory_bytes)
-      note += " (" + std::to_string(g.foreign_processes[i].used_memory_bytes >> 20) + " MiB)";
+    note += "pid " + std::to_string(processes[i].pid);
+    if (processes[i].used_memory_bytes)
+      note += " (" + std::to_string(processes[i].used_memory_bytes >> 20) + " MiB)";
   }
-  if (g.foreign_processes.size() > 4) note += ", " + std::to_string(g.foreign_processes.size() - 4) + " more";
+  if (processes.size() > 4) note += ", " + std::to_string(processes.size() - 4) + " more";
   return note;
 }
 
@@ -119,97 +119,132 @@ std::vector<std::pair<std::string, std::string>> dashboardHeaders() {
       {"Cache-Control", "no-cache"}};
 }
 
-std::string dashboardSnapshot(const PoolState& state, TimePoint now, const TokenEntry& who) {
-  const std::vector<NodeInfo> nodes = state.nodeInfos();
+// One GPU as the snapshot writes it, read straight from the state (no NodeInfo, whose strings per GPU
+// cost most of a snapshot at 100,000 GPUs).
+struct GpuRow {
+  const PoolNode* node;
+  size_t index;
+  GpuState state;
+  int lease;  // into the snapshot's lease table; -1: none
+  const topo::GpuSample* sample;
+};
+
+std::string dashboardSnapshot(const PoolState& state, TimePoint now) {
+  const std::vector<const PoolNode*> nodes = state.nodesInOrder();
   const std::vector<Lease> leases = state.leaseList();
-  std::map<std::string, size_t, std::less<>> leaseIndex;
-  for (size_t i = 0; i < leases.size(); ++i) leaseIndex.emplace(leases[i].id, i);
-  std::vector<const GpuInfo*> gpus;
+  std::map<std::string_view, int> leaseIndex;
+  for (size_t i = 0; i < leases.size(); ++i) leaseIndex.emplace(leases[i].id, static_cast<int>(i));
+  std::vector<GpuRow> gpus;
   std::vector<size_t> firstGpu;
-  for (const NodeInfo& n : nodes) {
+  for (const PoolNode* n : nodes) {
     firstGpu.push_back(gpus.size());
-    for (const GpuInfo& g : n.gpus) gpus.push_back(&g);
+    for (size_t i = 0; i < n->gpuCount(); ++i) {
+      const std::string* holder = state.holder(n->name, i);
+      auto lease = holder ? leaseIndex.find(*holder) : leaseIndex.end();
+      gpus.push_back({n, i, state.gpuState(n->name, i), lease == leaseIndex.end() ? -1 : lease->second,
+                      i < n->live.gpus.size() ? &n->live.gpus[i] : nullptr});
+    }
   }
 
   std::string out;
-  out.reserve(512 + nodes.size() * 64 + gpus.size() * 24);
+  out.reserve(512 + nodes.size() * 64 + gpus.size() * 32);
   out += R"({"schema":"poolrun.dashboard/1","time_ms":)" + std::to_string(toMillis(now));
-  out += R"(,"you":{"owner":)";
-  appendString(out, who.owner);
-  out += R"(,"role":")";
-  out += who.admin ? "admin" : who.node ? "node" : "user";
-  out += R"("},"status":)" + toJson(state.status()).dump();
+  out += R"(,"status":)" + toJson(state.status()).dump();
   out += ',';
+  // The leases as the table shows them; their GPUs are in the GPU columns (`lease`).
   appendArray(out, "leases", leases, [&](const Lease& l) {
-    out += '[';
+    out += R"({"id":)";
     appendString(out, l.id);
-    out += ',';
+    out += R"(,"owner":)";
     appendString(out, l.owner);
-    out += ',';
+    out += R"(,"job":)";
     appendString(out, l.job_name);
-    out += ']';
+    out += R"(,"gpus":)" + std::to_string(l.gpus.size()) + R"(,"priority":)" + std::to_string(l.priority) +
+           R"(,"created_ms":)" + std::to_string(toMillis(l.created)) + R"(,"expires_ms":)" +
+           std::to_string(toMillis(l.expires));
+    if (l.max_end) out += R"(,"max_end_ms":)" + std::to_string(toMillis(*l.max_end));
+    if (l.idle_since) out += R"(,"idle_since_ms":)" + std::to_string(toMillis(*l.idle_since));
+    if (l.preemptible) out += R"(,"preemptible":true)";
+    if (l.no_reclaim) out += R"(,"no_reclaim":true)";
+    if (l.elastic)
+      out += R"(,"elastic":[)" + std::to_string(l.elastic->gpus) + "," + std::to_string(l.elastic->max_gpus) +
+             "]";
+    if (l.preempt_at) out += R"(,"preempt_at_ms":)" + std::to_string(toMillis(*l.preempt_at));
+    if (l.reclaim_at) out += R"(,"reclaim_at_ms":)" + std::to_string(toMillis(*l.reclaim_at));
+    if (!l.at_risk_nodes.empty()) {
+      out += ',';
+      appendArray(out, "at_risk_nodes", l.at_risk_nodes, [&](const std::string& n) { appendString(out, n); });
+    }
+    out += '}';
   });
 
   out += R"(,"nodes":{)";
-  appendArray(out, "name", nodes, [&](const NodeInfo& n) { appendString(out, n.name); });
+  appendArray(out, "name", nodes, [&](const PoolNode* n) { appendString(out, n->name); });
   out += ',';
-  appendArray(out, "switch", nodes, [&](const NodeInfo& n) { appendString(out, n.switch_name); });
+  appendArray(out, "switch", nodes, [&](const PoolNode* n) { appendString(out, n->switch_name); });
   out += ',';
-  appendArray(out, "state", nodes, [&](const NodeInfo& n) {
+  appendArray(out, "state", nodes, [&](const PoolNode* n) {
     out += '"';
-    out += toString(n.state);
+    out += toString(n->state);
     out += '"';
   });
   out += ',';
-  appendArray(out, "unreachable", nodes, [&](const NodeInfo& n) { out += n.unreachable ? '1' : '0'; });
+  appendArray(out, "unreachable", nodes, [&](const PoolNode* n) { out += n->live.unreachable ? '1' : '0'; });
   out += ',';
-  appendArray(out, "agent", nodes, [&](const NodeInfo& n) { appendString(out, n.agent); });
+  appendArray(out, "agent", nodes, [&](const PoolNode* n) { appendString(out, n->agent); });
   out += ',';
-  appendArray(out, "heartbeat_age_s", nodes, [&](const NodeInfo& n) {
-    if (!n.last_heartbeat)
+  appendArray(out, "heartbeat_age_s", nodes, [&](const PoolNode* n) {
+    if (n->live.last_heartbeat == TimePoint{})
       out += "null";
     else
       out += std::to_string(std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::seconds>(now - *n.last_heartbeat).count()));
+          0, std::chrono::duration_cast<std::chrono::seconds>(now - n->live.last_heartbeat).count()));
   });
   out += ',';
   appendArray(out, "first_gpu", firstGpu, [&](size_t i) { out += std::to_string(i); });
   out += R"(},"gpus":{"state":")";
-  for (const GpuInfo* g : gpus) out += gpuStateCode(g->state);
+  for (const GpuRow& g : gpus) out += gpuStateCode(g.state);
   out += "\",";
-  appendArray(out, "lease", gpus, [&](const GpuInfo* g) {
-    auto it = g->lease.empty() ? leaseIndex.end() : leaseIndex.find(g->lease);
-    out += it == leaseIndex.end() ? "-1" : std::to_string(it->second);
-  });
-  out += ',';
-  appendArray(out, "util_pct", gpus, [&](const GpuInfo* g) { appendOptional(out, g->utilization, 100); });
-  out += ',';
+  appendArray(out, "lease", gpus, [&](const GpuRow& g) { out += std::to_string(g.lease); });
+  auto reading = [&](const char* name, auto field, double scale) {
+    out += ',';
+    appendArray(out, name, gpus, [&](const GpuRow& g) {
+      appendOptional(out, g.sample ? field(*g.sample) : std::nullopt, scale);
+    });
+  };
   auto mib = [](const std::optional<uint64_t>& bytes) {
     return bytes ? std::optional<double>(static_cast<double>(*bytes >> 20)) : std::nullopt;
   };
-  appendArray(out, "mem_used_mib", gpus,
-              [&](const GpuInfo* g) { appendOptional(out, mib(g->memory_used_bytes), 1); });
+  reading(
+      "util_pct", [](const topo::GpuSample& x) { return x.sm_utilization; }, 100);
+  reading(
+      "mem_used_mib", [&](const topo::GpuSample& x) { return mib(x.memory_used_bytes); }, 1);
   out += ',';
-  appendArray(out, "mem_total_mib", gpus, [&](const GpuInfo* g) {
-    appendOptional(
-        out, mib(g->memory_total_bytes ? g->memory_total_bytes : std::optional<uint64_t>(g->memory_bytes)),
-        1);
+  appendArray(out, "mem_total_mib", gpus, [&](const GpuRow& g) {
+    const topo::Gpu& t = g.node->topology->gpus[g.index];
+    std::optional<uint64_t> total = g.sample ? g.sample->memory_total_bytes : std::nullopt;
+    if (!total && t.memory_bytes) total = t.memory_bytes;
+    appendOptional(out, mib(total), 1);
   });
-  out += ',';
-  appendArray(out, "temp_c", gpus, [&](const GpuInfo* g) { appendOptional(out, g->temperature_c, 1); });
-  out += ',';
-  appendArray(out, "power_w", gpus, [&](const GpuInfo* g) { appendOptional(out, g->power_w, 1); });
+  reading(
+      "temp_c", [](const topo::GpuSample& x) { return x.temperature_c; }, 1);
+  reading(
+      "power_w", [](const topo::GpuSample& x) { return x.power_w; }, 1);
   // Notes are few: why a GPU failed (and when), or the processes that make it foreign.
   out += R"(},"notes":{)";
   bool first = true;
   for (size_t i = 0; i < gpus.size(); ++i) {
-    const GpuInfo& g = *gpus[i];
+    const GpuRow& g = gpus[i];
     std::string note;
-    if (g.state == GpuState::kFailed)
-      note = (g.failed_reason.empty() ? "marked failed" : g.failed_reason) +
-             (g.failed_at ? " at " + common::rfc3339(*g.failed_at) : "");
-    else if (g.state == GpuState::kForeign)
-      note = foreignNote(g);
+    if (g.state == GpuState::kFailed) {
+      auto f = g.node->failures.find(g.index);
+      note = f == g.node->failures.end() ? "marked failed"
+                                         : (f->second.reason.empty() ? "marked failed" : f->second.reason) +
+                                               " at " + common::rfc3339(f->second.time);
+    } else if (g.state == GpuState::kForeign) {
+      auto f = g.node->live.foreign.find(g.index);
+      if (f != g.node->live.foreign.end()) note = foreignNote(f->second);
+    }
     if (note.empty()) continue;
     if (!first) out += ',';
     first = false;
@@ -218,6 +253,15 @@ std::string dashboardSnapshot(const PoolState& state, TimePoint now, const Token
   }
   out += "}}";
   return out;
+}
+
+std::string forViewer(const std::string& snapshot, const TokenEntry& who) {
+  std::string you = R"({"you":{"owner":)";
+  appendString(you, who.owner);
+  you += R"(,"role":")";
+  you += who.admin ? "admin" : who.node ? "node" : "user";
+  you += R"("},)";
+  return you + snapshot.substr(1);
 }
 
 HistorySample historySample(const PoolState& state, TimePoint now) {
@@ -230,10 +274,10 @@ HistorySample historySample(const PoolState& state, TimePoint now) {
   h.unreachable = st.gpus_unreachable;
   double sum = 0;
   size_t readings = 0;
-  for (const NodeInfo& n : state.nodeInfos())
-    for (const GpuInfo& g : n.gpus)
-      if (g.utilization) {
-        sum += *g.utilization;
+  for (const auto& [name, node] : state.nodeMap())
+    for (const topo::GpuSample& g : node.live.gpus)
+      if (g.sm_utilization) {
+        sum += *g.sm_utilization;
         ++readings;
       }
   if (readings) h.utilization = sum / static_cast<double>(readings);

@@ -189,6 +189,9 @@ struct PoolServer::Impl {
   std::vector<Route> routes;
   std::unique_ptr<HttpServer> http;
   PoolHistory history;
+  std::mutex snapshot_mu;  // the last GET /v1/dashboard, shared by the requests of half a second
+  std::string snapshot;
+  Steady::time_point snapshot_at;
 
   // Recent acquire replies by client request id (retries get the same answer); under the
   // state's lock (inside mutate).
@@ -655,7 +658,12 @@ struct PoolServer::Impl {
     });
     // The dashboard's data: every GPU in columns, and the history of the pool's use.
     route("GET", "/v1/dashboard", false, "", [this](Context& c) {
-      return json(pool->read([&](const PoolState& s) { return dashboardSnapshot(s, Clock::now(), c.who); }));
+      std::lock_guard<std::mutex> lock(snapshot_mu);  // one build at a time, shared for half a second
+      if (snapshot.empty() || Steady::now() - snapshot_at > std::chrono::milliseconds(500)) {
+        snapshot = pool->read([&](const PoolState& s) { return dashboardSnapshot(s, Clock::now()); });
+        snapshot_at = Steady::now();
+      }
+      return json(forViewer(snapshot, c.who));
     });
     route("GET", "/v1/history", false, "", [this](Context&) { return json(history.json()); });
     route("GET", "/metrics", false, "", [this](Context&) {

@@ -25,14 +25,18 @@ TEST(DashboardSnapshot, HoldsEveryGpuInColumnsAsThePoolHasIt) {
   test::addInventory(s, "n[01-02]/gpu[0-3]@leaf1; n03/gpu[0-1]@leaf2; n02 failed 1; n03 draining", t0());
   Lease a = *s.submit(test::parseRequest("2 ppn=2 owner=alice"), t0()).lease;
   ASSERT_GT(s.submit(test::parseRequest("9 owner=bob"), t0()).ticket, 0);
-  json d = json::parse(dashboardSnapshot(s, t0(), TokenEntry{"alice", false}));
+  json d = json::parse(forViewer(dashboardSnapshot(s, t0()), TokenEntry{"alice", false}));
   EXPECT_EQ(d["schema"], "poolrun.dashboard/1");
   EXPECT_EQ(d["you"], (json{{"owner", "alice"}, {"role", "user"}}));
   EXPECT_EQ(d["nodes"]["name"], (json{"n01", "n02", "n03"}));
   EXPECT_EQ(d["nodes"]["switch"], (json{"leaf1", "leaf1", "leaf2"}));
   EXPECT_EQ(d["nodes"]["state"], (json{"up", "up", "draining"}));
   EXPECT_EQ(d["nodes"]["first_gpu"], (json{0, 4, 8}));
-  EXPECT_EQ(d["leases"], (json{{a.id, "alice", ""}}));
+  ASSERT_EQ(d["leases"].size(), 1u);
+  EXPECT_EQ(d["leases"][0]["id"], a.id);
+  EXPECT_EQ(d["leases"][0]["owner"], "alice");
+  EXPECT_EQ(d["leases"][0]["gpus"], 2);
+  EXPECT_EQ(d["leases"][0]["created_ms"], toMillis(t0()));
   // alice's two GPUs, n02:1 failed, the rest free; the lease column points into `leases`.
   std::string states = d["gpus"]["state"];
   ASSERT_EQ(states.size(), 10u);
@@ -43,7 +47,8 @@ TEST(DashboardSnapshot, HoldsEveryGpuInColumnsAsThePoolHasIt) {
   EXPECT_TRUE(d["gpus"]["util_pct"][0].is_null()) << "no agent, no reading";
   EXPECT_NE(d["notes"]["5"].get<std::string>().find("failed"), std::string::npos) << d["notes"];
   EXPECT_EQ(d["status"]["queued"], 1);
-  EXPECT_EQ(json::parse(dashboardSnapshot(s, t0(), TokenEntry{"root", true}))["you"]["role"], "admin");
+  EXPECT_EQ(json::parse(forViewer(dashboardSnapshot(s, t0()), TokenEntry{"root", true}))["you"]["role"],
+            "admin");
 }
 
 TEST(DashboardSnapshot, TextThatIsNotUtf8IsReplacedNotEchoed) {
@@ -52,7 +57,7 @@ TEST(DashboardSnapshot, TextThatIsNotUtf8IsReplacedNotEchoed) {
   LeaseRequest r = test::parseRequest("1 owner=alice");
   r.job_name = "caf\xe9";
   ASSERT_TRUE(s.submit(r, t0()).lease);
-  std::string text = dashboardSnapshot(s, t0(), TokenEntry{"alice", false});
+  std::string text = forViewer(dashboardSnapshot(s, t0()), TokenEntry{"alice", false});
   EXPECT_TRUE(json::accept(text)) << text;
   EXPECT_EQ(text.find('\xe9'), std::string::npos);
 }

@@ -15,6 +15,7 @@ refuses and the page says so, and with a bad token. Screenshots go to --out.
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -56,6 +57,7 @@ def main():
             except Exception as e:
                 print(f"(closing the browser: {e})")
         procs.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 class DashboardPool:
