@@ -723,7 +723,9 @@ function renderHistory() {
   const rows = h.samples;
   const at = (k, f) => rows.map((r) => [r[0], f(r[k], r)]);
   const last = rows[rows.length - 1];
-  $('history-note').textContent = `one sample every ${h.interval_s} s, the last ${duration(h.interval_s * h.capacity * 1000)} kept in poold's memory; ${rows.length} samples`;
+  const kept = h.interval_s * h.capacity;
+  const span = kept >= 3600 ? `${+(kept / 3600).toFixed(1)} h` : `${Math.round(kept / 60)} min`;
+  $('history-note').textContent = `one sample every ${h.interval_s} s, the last ${span} kept in poold's memory; ${rows.length} samples`;
   const util = last ? `mean SM utilisation ${last[5] == null ? '-' : Math.round(last[5] * 100) + '%'} (solid), GPUs leased ${last[1] ? Math.round((last[2] / last[1]) * 100) : 0}% (dashed)` : '';
   chart($('chart-util'), [
     { colour: '#1f4fb0', points: at(5, (v) => (v == null ? null : v * 100)) },

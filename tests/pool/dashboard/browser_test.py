@@ -242,6 +242,15 @@ class Scenario:
         d, _ = wait_until(lambda: self.details().get("gpu") == "n03:5" and self.details(), "n03:5's details")
         assert d["state"] == "failed", d
         assert "uncorrectable ECC" in d.get("why-failed", ""), d
+        # Without a mouse: the switch's grid takes the focus, arrows move through n03 into n04.
+        from selenium.webdriver.common.keys import Keys
+        grid = self.b.find_element("css selector", "canvas[data-switch='leaf2']")
+        grid.send_keys(Keys.ARROW_RIGHT)
+        wait_until(lambda: self.details().get("gpu") == "n03:6", "n03:6 by the keyboard")
+        grid.send_keys(Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
+        d, _ = wait_until(lambda: self.details().get("gpu") == "n04:0" and self.details(), "n04:0 by the keyboard")
+        assert d["state"] == "free" and d["node"] == "up", d
+        assert "Arrow keys" in grid.get_attribute("aria-label"), grid.get_attribute("aria-label")
 
         # Queued requests: positions and owners as poold's queue has them.
         for who, gpus in (("bob", 20), ("alice", 22)):
