@@ -155,6 +155,7 @@ function index() {
   for (const nodes of bySwitch.values()) nodes.sort((a, b) => collator.compare(n.name[a], n.name[b]));
   const grid = $('grid');
   grid.replaceChildren();
+  grid.classList.toggle('tiles', !!geometry.tiles);
   if (view.observer) view.observer.disconnect();
   view.observer = new IntersectionObserver((entries) => {
     for (const e of entries) {
@@ -172,7 +173,9 @@ function index() {
     g.canvas.group = g;
     g.dirty = true;
     wireCanvas(g);
-    grid.append(g.title, g.canvas);
+    const box = el('div', { class: 'group' }, g.title, g.canvas);
+    if (geometry.tiles) box.style.width = g.width + 'px';
+    grid.append(box);
     sizeCanvas(g);
     view.observer.observe(g.canvas);
     return g;
@@ -180,20 +183,24 @@ function index() {
   return true;
 }
 
+// Small pools get large GPUs with node names; above 8,192 GPUs a node is a tile of 4 by 2 GPUs of
+// 4 px and switches sit side by side (8 nodes a row each), so that 100,000 GPUs take a few screens.
 function pickGeometry(gpus) {
   if (gpus <= 1024) return { cell: 22, gap: 3, pad: 5, label: 16, spacing: 10, names: true };
   if (gpus <= 8192) return { cell: 12, gap: 2, pad: 3, label: 0, spacing: 5, names: false };
-  return { cell: 6, gap: 1, pad: 2, label: 0, spacing: 3, names: false };
+  return { cell: 4, gap: 1, pad: 1, label: 0, spacing: 2, names: false, cols: 4, nodesPerRow: 8, tiles: true };
 }
 
 function layoutGroup(name, nodes, geo, width) {
   let most = 1;
   for (const i of nodes) most = Math.max(most, gpuCount(i));
-  const cols = Math.min(8, most);
+  const cols = Math.min(geo.cols || 8, most);
   const rows = Math.ceil(most / cols);
   const blockW = geo.pad * 2 + cols * geo.cell + (cols - 1) * geo.gap;
   const blockH = geo.label + geo.pad * 2 + rows * geo.cell + (rows - 1) * geo.gap;
-  const perRow = Math.max(1, Math.floor((width + geo.spacing) / (blockW + geo.spacing)));
+  const fit = Math.max(1, Math.floor((width + geo.spacing) / (blockW + geo.spacing)));
+  const perRow = geo.nodesPerRow ? Math.min(fit, geo.nodesPerRow, nodes.length) : fit;
+  if (geo.tiles) width = perRow * (blockW + geo.spacing) - geo.spacing;
   const height = Math.ceil(nodes.length / perRow) * (blockH + geo.spacing);
   return { name, nodes, geo, cols, blockW, blockH, perRow, width, height };
 }

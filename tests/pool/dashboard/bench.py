@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -70,10 +71,20 @@ def main():
             poold.call("POST", f"/v1/nodes/g{(k * 97) % args.nodes + 1:05d}/gpus/{k % 8}/fail")
         for k in range(20):
             poold.call("POST", f"/v1/nodes/g{(k * 331) % args.nodes + 1:05d}/drain")
+        tickets = []
         for k in range(20):
             status, body = poold.call("POST", "/v1/leases", {"gpus": 2048, "owner": owners[k % len(owners)],
                                                             "job_name": f"wait-{k}", "ttl_s": 600, "wait_s": 600})
             assert status in (200, 202), (status, body)
+            if status == 202:
+                tickets.append(body["ticket"])
+
+        def keep_queued():  # a queued client polls its ticket, or poold drops it after 30 s
+            while not done.wait(5):
+                for t in tickets:
+                    poold.call("GET", f"/v1/queue/{t}")
+        done = threading.Event()
+        threading.Thread(target=keep_queued, daemon=True).start()
         results["setup_s"] = round(time.time() - start, 1)
         status = poold.get("/v1/status")
         print(f"pool: {status}")
@@ -122,6 +133,7 @@ def main():
         with open(os.path.join(args.out, "bench.json"), "w") as f:
             json.dump(results, f, indent=1)
         print(json.dumps(results, indent=1))
+        done.set()
     finally:
         if browser is not None:
             try:
