@@ -17,6 +17,7 @@ packages=(
   slurm-wlm munge
   prometheus
   python3-torch
+  chromium chromium-driver python3-selenium
 )
 
 missing=()
@@ -35,6 +36,11 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # python3-torch (PyTorch 1.13, CPU, for /usr/bin/python3) runs examples/03-pytorch under poolrun,
 # elastic leases included: about 180 packages, 2 minutes to install here (measured 2026-12-02).
+# chromium, chromium-driver and python3-selenium (for /usr/bin/python3) run the dashboard's browser
+# test (tests/pool/dashboard/): about 122 MB to download for the three (chromium 81 MB, its common
+# files 32 MB, the driver 9 MB, Selenium 0.1 MB) and some 370 MB installed, plus their libraries
+# (GTK and the like, most already here for other packages); on this machine they installed in 41 s
+# together with two small packages (measured 2026-12-02, from /var/log/apt/history.log).
 # The prometheus package is here for its promtool (the tests run `promtool check metrics` on poold's
 # /metrics); where systemd runs, it also starts a Prometheus server, which nothing needs.
 if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then

@@ -17,6 +17,8 @@ scripts/setup-deps.sh
 
 # The PyTorch tests run here, not skip: setup-deps installed python3-torch.
 export POOLRUN_REQUIRE_TORCH=1
+# The dashboard's browser test runs here, not skips: setup-deps installed chromium and Selenium.
+export POOLRUN_REQUIRE_BROWSER=1
 
 step "format"
 scripts/check-format.sh

@@ -40,6 +40,7 @@ std::string usage() {
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
+         "             [--history-interval SECONDS]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
@@ -111,6 +112,9 @@ std::string usage() {
          "                                re-read when it changes\n"
          "  --metrics-allow ADDR[,ADDR...]  clients from these addresses or prefixes read /metrics\n"
          "                                without a token (10.0.0.0/8, 127.0.0.1/32, ::1/128; repeatable)\n"
+         "  --history-interval SECONDS    between samples of the dashboard's history charts (default " +
+         n(d.history_interval.count()) + "; the last " + n(d.history_samples) +
+         " are kept)\n"
          "  GET /healthz answers 200 `ok` without a token while poold serves, 503 once it stops\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
@@ -181,6 +185,8 @@ int main(int argc, char** argv) {
         opt.max_user_priority = number(a, value(), pool::kPriorityRange);
       } else if (a == "--heartbeat-interval") {
         opt.live.heartbeat_interval = std::chrono::seconds(number(a, value(), kIntervalRange));
+      } else if (a == "--history-interval") {
+        opt.history_interval = std::chrono::seconds(number(a, value(), kIntervalRange));
       } else if (a == "--node-timeout") {
         nodeTimeout = std::chrono::seconds(number(a, value(), kIdleTimeoutRange));
       } else if (a == "--idle-utilization") {

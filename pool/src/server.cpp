@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "committed_state.hpp"
+#include "dashboard.hpp"
 #include "event_log.hpp"
 #include "heartbeat_reader.hpp"
 #include "http_server.hpp"
@@ -187,6 +188,10 @@ struct PoolServer::Impl {
   std::unique_ptr<EventLog> events;
   std::vector<Route> routes;
   std::unique_ptr<HttpServer> http;
+  PoolHistory history;
+  std::mutex snapshot_mu;  // the last GET /v1/dashboard, shared by the requests of half a second
+  std::string snapshot;
+  Steady::time_point snapshot_at;
 
   // Recent acquire replies by client request id (retries get the same answer); under the
   // state's lock (inside mutate).
@@ -199,7 +204,8 @@ struct PoolServer::Impl {
   std::thread ticker;
   topo::FileIdentity quotas_identity;  // of the quotas file last read
 
-  explicit Impl(ServerOptions o) : opt(std::move(o)) {}
+  explicit Impl(ServerOptions o)
+      : opt(std::move(o)), history(opt.history_interval, std::max<size_t>(1, opt.history_samples)) {}
 
   // Reads the quotas file again when it changed; keeps the quotas before it when it cannot.
   void reloadQuotas() {
@@ -219,6 +225,11 @@ struct PoolServer::Impl {
       std::cerr << "poold: warning: " << e.what() << "; keeping the quotas read before\n";
     }
   }
+  void sampleHistory() {
+    const TimePoint now = Clock::now();
+    if (history.due(now)) history.add(pool->read([&](const PoolState& s) { return historySample(s, now); }));
+  }
+
   // Also when PoolServer's constructor throws after taking the lock (a bad token or state file).
   // The state file is closed before the lock goes, so that the next poold opens it only then.
   ~Impl() {
@@ -331,6 +342,10 @@ struct PoolServer::Impl {
         params = std::move(*m);
         break;
       }
+      if (found == nullptr && (req.segments.empty() || req.segments[0] == "ui")) {
+        reply = dashboardFileReply(req);
+        return observed(req, "/ui", std::move(reply), start);
+      }
       if (found == nullptr) {
         if (pathKnown) throw HttpError{405, "method " + req.method + " is not allowed here", "bad_request"};
         throw HttpError{404, "no such API path (see pool/README.md for the routes)", "not_found"};
@@ -360,6 +375,8 @@ struct PoolServer::Impl {
       Context ctx{req, who, params};
       if (found->label == "/metrics") {
         reply = {200, found->handler(ctx).get<std::string>(), "text/plain; version=0.0.4"};
+      } else if (found->label == "/v1/dashboard" || found->label == "/v1/history") {
+        reply = {200, found->handler(ctx).get<std::string>(), "application/json"};  // written as JSON
       } else {
         json body = found->handler(ctx);
         reply = {ctx.status, dumpReply(body), "application/json"};
@@ -378,6 +395,27 @@ struct PoolServer::Impl {
         req.method == "GET" || req.method == "POST" || req.method == "DELETE" ? req.method : "other";
     metrics.observeRequest(method, label, reply.status,
                            std::chrono::duration<double>(Steady::now() - start).count());
+    return reply;
+  }
+
+  // GET / and /ui/NAME: the dashboard's files, built into poold; no token (they hold no data: the
+  // page asks for one). Nothing is read from disk, so no path a client sends reaches a file.
+  static HttpReply dashboardFileReply(const HttpRequest& req) {
+    std::optional<DashboardFile> file = dashboardFile(req.segments);
+    if (!file) {
+      std::string path;
+      for (const std::string& s : req.segments) path += "/" + s;
+      if (path.size() > 120) path = path.substr(0, 120) + "...";
+      return errorReply(404,
+                        "no dashboard file '" + topo::printable(path) + "': poold serves " +
+                            dashboardFileNames() + " under /ui/; open / for the dashboard",
+                        "not_found");
+    }
+    if (req.method != "GET")
+      return errorReply(405, "method " + req.method + " is not allowed on the dashboard's files (GET them)",
+                        "bad_request");
+    HttpReply reply{200, std::string(file->body), file->content_type};
+    reply.headers = dashboardHeaders();
     return reply;
   }
 
@@ -630,6 +668,16 @@ struct PoolServer::Impl {
           since, limit, Steady::now() + std::chrono::milliseconds(std::min<int64_t>(waitMs, 5000)));
       return json{{"events", std::move(page.events)}, {"last", page.last}, {"oldest", page.oldest}};
     });
+    // The dashboard's data: every GPU in columns, and the history of the pool's use.
+    route("GET", "/v1/dashboard", false, "", [this](Context& c) {
+      std::lock_guard<std::mutex> lock(snapshot_mu);  // one build at a time, shared for half a second
+      if (snapshot.empty() || Steady::now() - snapshot_at > std::chrono::milliseconds(500)) {
+        snapshot = pool->read([&](const PoolState& s) { return dashboardSnapshot(s, Clock::now()); });
+        snapshot_at = Steady::now();
+      }
+      return json(forViewer(snapshot, c.who));
+    });
+    route("GET", "/v1/history", false, "", [this](Context&) { return json(history.json()); });
     route("GET", "/metrics", false, "", [this](Context&) {
       PoolStatus s;
       std::map<std::string, int64_t> gpuMillis;
@@ -738,6 +786,7 @@ void PoolServer::run() {
         return 0;
       });
       m.metrics.observeWaits(m.pool->takeWaitSeconds());
+      m.sampleHistory();
       lock.lock();
     }
   });

@@ -372,6 +372,32 @@ TEST_F(Hostile, UnknownPathsAndMethodsAreNamed) {
   EXPECT_NE(metrics.find("method=\"other\""), std::string::npos) << metrics;
 }
 
+TEST_F(Hostile, TheDashboardsPathsRefuseWhatIsNotItsFiles) {
+  start();
+  struct Case {
+    std::string path;
+    int status;
+  };
+  for (const Case& c : {Case{"/ui/%FF%FE", 400}, Case{"/ui/\xff\xfe.js", 400}, Case{"/ui/a%00b", 400},
+                        Case{"/ui/%zz", 400}, Case{"/ui/../v1/status", 404},
+                        Case{"/ui/%2e%2e/%2e%2e/etc/passwd", 404}, Case{"/ui/" + std::string(8000, 'x'), 404},
+                        Case{"/ui/" + std::string(20000, 'x'), 431}, Case{"/ui/app.js?x=%FF", 400}}) {
+    std::string reply = ask(port_, request("GET", c.path, "", ""));
+    EXPECT_EQ(statusOf(reply), c.status) << c.path.substr(0, 60) << ": " << reply.substr(0, 300);
+    if (c.status != 431) {
+      EXPECT_TRUE(json::accept(bodyOf(reply))) << "the reply is JSON: " << reply.substr(0, 300);
+    }
+    EXPECT_LT(reply.size(), 1000u) << "a long path is not echoed whole";
+  }
+  std::string file = ask(port_, request("GET", "/ui/app.js", "", ""));
+  EXPECT_EQ(statusOf(file), 200) << "poold still serves the dashboard";
+  EXPECT_NE(file.find("Content-Security-Policy: default-src 'self'"), std::string::npos)
+      << file.substr(0, 600);
+  EXPECT_NE(file.find("X-Content-Type-Options: nosniff"), std::string::npos);
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/dashboard", "", "not-a-token"))), 401);
+  EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/dashboard", "", "tok-alice-0123456789"))), 200);
+}
+
 class HostileTokens : public Hostile {
  protected:
   std::string tokens() const override {
