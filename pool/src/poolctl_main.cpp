@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -44,7 +45,7 @@ constexpr const char* kUsage =
     "  renew LEASE | release LEASE | shrink LEASE\n"
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
-    "  fail NODE:GPU                       (admin) mark a GPU failed\n"
+    "  fail NODE:GPU | NODE                (admin) mark a GPU, or every GPU of a node, failed\n"
     "  mig NODE:GPU --profiles P,P...      (admin) split a GPU into MIG instances (docs/mig.md)\n"
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
@@ -169,8 +170,9 @@ const char* commandHelp(const std::string& command) {
        "  --wait SECONDS   wait that long for the layout to be made, and say how it went (exit status\n"
        "                   1 when it failed or the time ran out; the request stays)\n"},
       {"fail",
-       "usage: poolctl [--pool URI] fail NODE:GPU\n"
-       "(admin) Marks GPU (its index) of NODE failed: it is leased no more.\n"},
+       "usage: poolctl [--pool URI] fail NODE:GPU | NODE\n"
+       "(admin) Marks GPU (its index) of NODE failed, or every GPU of NODE: leased no more until\n"
+       "`poolctl resume NODE`.\n"},
       {"events",
        "usage: poolctl --pool http://HOST:PORT [--json] events [--since SEQ] [--follow]\n"
        "poold's event log, one line per event: grants, releases, expiries, node state changes, GPU\n"
@@ -644,9 +646,18 @@ int run(int argc, char** argv) {
   } else if (cmd == "mig") {
     return migCommand(pool, cargs, asJson);
   } else if (cmd == "fail") {
-    std::string spec = one("NODE:GPU");
+    std::string spec = one("NODE:GPU (or NODE)");
     size_t colon = spec.rfind(':');
-    if (colon == std::string::npos) throw badInput("fail '" + spec + "': expected NODE:GPU");
+    if (colon == std::string::npos) {  // every GPU of the node
+      topo::checkNodeName(spec, "fail");
+      const std::vector<NodeInfo> nodes = pool().nodes();
+      auto n = std::find_if(nodes.begin(), nodes.end(), [&](const NodeInfo& i) { return i.name == spec; });
+      if (n == nodes.end())
+        throw Error(ErrorCode::kNotFound, "no node '" + spec + "' in the pool (see `poolctl nodes`)");
+      for (const GpuInfo& g : n->gpus) pool().failGpu(spec, g.index);
+      if (!asJson) std::cout << spec << ": " << n->gpus.size() << " GPUs failed\n";
+      return 0;
+    }
     std::string node = spec.substr(0, colon);
     topo::checkNodeName(node);
     size_t index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);

@@ -535,6 +535,30 @@ struct PoolServer::Impl {
         return json{{"node", name}, {"index", index}, {"state", "failed"}};
       });
     });
+    // Every GPU of a node: what an administrator does with a node that must not take a lease again
+    // before someone has looked at it (poolctl fail NODE, the dashboard's "Fail node").
+    route("POST", "/v1/nodes/*/fail", true, "mark GPUs failed", [this](Context& c) {
+      const std::string& name = c.params[0];
+      return mutate([&](PoolState& s, TimePoint now) {
+        auto node = s.nodeMap().find(name);
+        if (node == s.nodeMap().end())
+          throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
+        const size_t count = node->second.gpuCount();
+        for (size_t index = 0; index < count; ++index) {
+          const bool changes = !s.nodeMap().at(name).failed.count(index);
+          s.failGpu(name, index, now);
+          if (changes)
+            events->record("gpu_failed",
+                           {{"node", name},
+                            {"index", index},
+                            {"reason", "marked failed by an administrator"},
+                            {"by", c.who.owner}},
+                           now);
+        }
+        s.tick(now, opt.stale_after);
+        return json{{"node", name}, {"gpus_failed", count}};
+      });
+    });
     route("POST", "/v1/nodes/*/gpus/*/mig", true, "change MIG layouts", [this](Context& c) {
       const std::string& name = c.params[0];
       size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));

@@ -496,7 +496,10 @@ function showDetails() {
     button(`Resume ${name}${tag}`, () => act('POST', `/v1/nodes/${encodeURIComponent(name)}/resume`,
       `Resume node ${name}? It takes new leases again, and its failed GPUs are cleared (an administrator has looked at them).`, `resumed ${name}`)),
     button(`Fail GPU ${j}${tag}`, () => act('POST', `/v1/nodes/${encodeURIComponent(name)}/gpus/${j}/fail`,
-      `Mark GPU ${name}:${j} failed? It takes no new lease until ${name} is resumed.`, `marked ${name}:${j} failed`)));
+      `Mark GPU ${name}:${j} failed? It takes no new lease until ${name} is resumed.`, `marked ${name}:${j} failed`)),
+    button(`Fail node ${name}${tag}`, () => act('POST', `/v1/nodes/${encodeURIComponent(name)}/fail`,
+      `Mark every GPU of ${name} failed? The node takes no new lease until it is resumed; the leases on it run on.`,
+      `marked every GPU of ${name} failed`)));
   box.replaceChildren(el('h3', {}, view.pinned ? `${name}:${j} (pinned; Escape or click to unpin)` : `${name}:${j}`), dl, actions);
   if (!admin) box.append(el('p', { class: 'hint' }, 'Drain, resume and fail are for administrators: poold refuses them to a user\'s token.'));
 }

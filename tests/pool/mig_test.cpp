@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "inventory.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/pool/store.hpp"
@@ -205,6 +206,66 @@ TEST(Mig, ALeaseDocumentWithABadInstanceIsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is not a MIG instance's UUID"), std::string::npos) << e.what();
   }
+}
+
+// The body of POST /v1/nodes/NAME/gpus/G/mig, as a hostile client may send it.
+TEST(Mig, ALayoutBodyIsReadStrictly) {
+  EXPECT_EQ(migLayoutFromJson(nlohmann::json::parse(R"({"profiles": ["3g.40gb", "1g.10gb+me"]})")),
+            (std::vector<std::string>{"3g.40gb", "1g.10gb+me"}));
+  const std::pair<const char*, const char*> bad[] = {
+      {R"([])", "expected a JSON object"},
+      {R"({})", "profiles"},
+      {R"({"profiles": []})", "a layout of 1 to 8 profiles, not 0"},
+      {R"({"profiles": ["1g.10gb","1g.10gb","1g.10gb","1g.10gb","1g.10gb","1g.10gb","1g.10gb","1g.10gb","1g.10gb"]})",
+       "not 9"},
+      {R"({"profiles": "3g.40gb"})", "profiles"},
+      {R"({"profiles": [3]})", "expected a list of profile names"},
+      {R"({"profiles": ["3g.40gb+"]})", "names no single profile"},
+      {R"({"profiles": ["../../etc"]})", "expected a MIG profile"},
+      {R"({"profiles": ["1g.10gb"], "force": true})", "force"},
+  };
+  for (const auto& [body, expected] : bad) {
+    try {
+      migLayoutFromJson(nlohmann::json::parse(body));
+      ADD_FAILURE() << body << " was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput) << body;
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << body << ": " << e.what();
+    }
+  }
+}
+
+// poolctl mig's rules in the state: no agent, no MIG, a bad index are refused; a request keeps the
+// GPU and its instances from new leases, and a failed result fails the GPU.
+TEST(Mig, ALayoutRequestHoldsTheGpuBackAndAFailedOneFailsIt) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-1] layout=0:1g.10gb*7", t0());
+  EXPECT_THROW(state.setMigLayout("n01", 0, {"7g.80gb"}), Error);  // no agent
+  NodeRegistration reg;
+  reg.node.name = "n01";
+  reg.node.topology = state.nodeMap().at("n01").topology;
+  reg.agent_version = "poold-agent test";
+  state.registerAgentNode(reg, t0());
+  EXPECT_THROW(state.setMigLayout("n02", 0, {"7g.80gb"}), Error);
+  EXPECT_THROW(state.setMigLayout("n01", 2, {"7g.80gb"}), Error);
+  EXPECT_THROW(state.setMigLayout("n01", 1, {"7g.80gb"}), Error);  // GPU 1 has no MIG
+  EXPECT_THROW(state.setMigLayout("n01", 0, {}), Error);
+  state.setMigLayout("n01", 0, {"7g.80gb"});
+  EXPECT_FALSE(state.submit(parseRequest("1 mig=1g.10gb"), t0(), false).lease) << "held back";
+  Heartbeat hb;
+  hb.node = "n01";
+  hb.topology_hash = state.nodeMap().at("n01").topology_hash;
+  HeartbeatReply reply = state.heartbeat(hb, t0());
+  ASSERT_EQ(reply.mig_layouts.size(), 1u) << "no lease holds it: the agent is asked";
+  EXPECT_EQ(reply.mig_layouts.at(0), std::vector<std::string>{"7g.80gb"});
+  hb.mig_results[0] = "cannot destroy a compute instance: Insufficient Permissions (NVML error 4)";
+  reply = state.heartbeat(hb, t0());
+  EXPECT_TRUE(reply.mig_layouts.empty());
+  EXPECT_EQ(state.gpuState("n01", 0), GpuState::kFailed);
+  EXPECT_EQ(state.nodeMap().at("n01").failures.at(0).reason,
+            "MIG layout 7g.80gb not made: cannot destroy a compute instance: Insufficient Permissions (NVML "
+            "error 4)");
+  EXPECT_TRUE(state.nodeMap().at("n01").mig_layouts.empty());
 }
 
 }  // namespace

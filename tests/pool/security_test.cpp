@@ -162,6 +162,10 @@ TEST(PoolctlSim, SameCommandsOnASimulatedCluster) {
   EXPECT_EQ(s["gpus"]["leased"], 16);
   EXPECT_EQ(s["gpus"]["failed"], 1);
   EXPECT_EQ(test::runProgram(args({"release", lease["id"]}), &out, env), 0);
+  ASSERT_EQ(test::runProgram(args({"fail", "hgx04"}), &out, env), 0) << "every GPU of a node";
+  ASSERT_EQ(test::runProgram(args({"status"}), &out, env), 0);
+  EXPECT_EQ(json::parse(out)["gpus"]["failed"], 9);
+  EXPECT_EQ(test::runProgram(args({"fail", "nosuchnode"}), &out, env), 1) << out;
   EXPECT_EQ(test::runProgram({POOLCTL_BINARY, "--pool", "local", "acquire", "-n", "1"}, &out, env), 3)
       << "this machine has no GPUs";
   EXPECT_EQ(test::runProgram({POOLCTL_BINARY, "--pool", "http://nohost", "status"}, &out, env), 2);

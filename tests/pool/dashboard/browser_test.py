@@ -290,6 +290,15 @@ class Scenario:
         self.confirm()
         wait_until(lambda: all(l["id"] != bob_lease for l in api.get("/v1/leases")), "poold releasing bob's lease")
         self.page_follows("bob's lease released", lambda: self.lease_row(bob_lease) is None)
+        # Every GPU of a node failed from the page (n03 has one failed already, by its ECC errors).
+        self.find("n03")
+        wait_until(lambda: self.details().get("gpu") == "n03:0", "n03's details")
+        self.click_button("#details", "Fail node n03")
+        self.confirm()
+        wait_until(lambda: all(g["state"] == "failed"
+                               for g in next(n for n in api.get("/v1/nodes") if n["name"] == "n03")["gpus"]),
+                   "poold failing every GPU of n03")
+        self.page_follows("n03 failed", lambda: self.count("failed") == 8)
         self.b.find_element("id", "colour").send_keys("u")  # colour by utilisation, with the keyboard
         self.shot("03-admin-drained-utilisation")
         perf = self.b.execute_script("return window.poolrunPerf")

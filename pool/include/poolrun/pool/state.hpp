@@ -81,9 +81,12 @@ struct PoolNode {
   }
   // Whether placement may give unit `unit` to a lease: its GPU not failed, not busy outside the
   // pool, not waiting for a new MIG layout.
-  bool placeable(size_t unit) const {
+  bool placeable(size_t unit) const { return placeableOnceLaidOut(unit) && !mig_layouts.count(gpuOf(unit)); }
+  // Whether it may be, once the MIG layout asked for its GPU is made (whether a request could ever
+  // fit: the layout may have instances of its profile again).
+  bool placeableOnceLaidOut(size_t unit) const {
     const size_t gpu = gpuOf(unit);
-    return !failed.count(gpu) && !live.foreign.count(gpu) && !mig_layouts.count(gpu);
+    return !failed.count(gpu) && !live.foreign.count(gpu);
   }
 };
 
