@@ -318,6 +318,21 @@ struct PoolServer::Impl {
     return events->lastRecorded();
   }
 
+  // An administrator's failure of a GPU, in the event log where it was not failed already. Throws as
+  // PoolState::failGpu.
+  void failByAdmin(PoolState& s, const std::string& name, size_t index, const std::string& by,
+                   TimePoint now) {
+    auto node = s.nodeMap().find(name);
+    const bool changes =
+        node != s.nodeMap().end() && index < node->second.gpuCount() && !node->second.failed.count(index);
+    s.failGpu(name, index, now);
+    if (changes)
+      events->record(
+          "gpu_failed",
+          {{"node", name}, {"index", index}, {"reason", "marked failed by an administrator"}, {"by", by}},
+          now);
+  }
+
   void route(const std::string& method, const std::string& pattern, bool adminOnly, const std::string& what,
              std::function<json(Context&)> handler) {
     std::vector<std::string> p = splitPattern(pattern);
@@ -520,17 +535,7 @@ struct PoolServer::Impl {
       const std::string& name = c.params[0];
       size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));
       return mutate([&](PoolState& s, TimePoint now) {
-        auto node = s.nodeMap().find(name);
-        const bool changes =
-            node != s.nodeMap().end() && index < node->second.gpuCount() && !node->second.failed.count(index);
-        s.failGpu(name, index, now);
-        if (changes)
-          events->record("gpu_failed",
-                         {{"node", name},
-                          {"index", index},
-                          {"reason", "marked failed by an administrator"},
-                          {"by", c.who.owner}},
-                         now);
+        failByAdmin(s, name, index, c.who.owner, now);
         s.tick(now, opt.stale_after);
         return json{{"node", name}, {"index", index}, {"state", "failed"}};
       });
@@ -544,17 +549,7 @@ struct PoolServer::Impl {
         if (node == s.nodeMap().end())
           throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
         const size_t count = node->second.gpuCount();
-        for (size_t index = 0; index < count; ++index) {
-          const bool changes = !s.nodeMap().at(name).failed.count(index);
-          s.failGpu(name, index, now);
-          if (changes)
-            events->record("gpu_failed",
-                           {{"node", name},
-                            {"index", index},
-                            {"reason", "marked failed by an administrator"},
-                            {"by", c.who.owner}},
-                           now);
-        }
+        for (size_t index = 0; index < count; ++index) failByAdmin(s, name, index, c.who.owner, now);
         s.tick(now, opt.stale_after);
         return json{{"node", name}, {"gpus_failed", count}};
       });

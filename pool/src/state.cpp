@@ -71,7 +71,8 @@ std::vector<NodeView> nodeViews(const Slots& slots, const LeaseRequest& r, FreeO
     auto free = freeOn(s, slots[s]);
     NodeView v{node, {}, false};
     for (size_t i = 0; i < node->unitCount(); ++i)
-      if (free(i) && (everUsable ? node->placeableOnceLaidOut(i) : node->placeable(i)) && unitMatches(*node, i, r))
+      if (free(i) && (everUsable ? node->placeableOnceLaidOut(i) : node->placeable(i)) &&
+          unitMatches(*node, i, r))
         v.usable.push_back(i);
     if (v.usable.empty()) continue;
     v.whole = !r.mig() && v.usable.size() == node->gpuCount();
