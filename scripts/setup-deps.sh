@@ -17,6 +17,7 @@ packages=(
   slurm-wlm munge
   prometheus
   python3-torch
+  etcd-server etcd-client
 )
 
 missing=()
@@ -35,8 +36,14 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # python3-torch (PyTorch 1.13, CPU, for /usr/bin/python3) runs examples/03-pytorch under poolrun,
 # elastic leases included: about 180 packages, 2 minutes to install here (measured 2026-12-02).
+# etcd-server and etcd-client (etcd 3.4: two static Go binaries, about 40 MB installed, no other
+# package) run the tests of poold's etcd store and its replicas (docs/ha.md); the Debian service
+# they enable is not needed and is disabled below.
 # The prometheus package is here for its promtool (the tests run `promtool check metrics` on poold's
 # /metrics); where systemd runs, it also starts a Prometheus server, which nothing needs.
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+  $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
 if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi

@@ -17,6 +17,8 @@ scripts/setup-deps.sh
 
 # The PyTorch tests run here, not skip: setup-deps installed python3-torch.
 export POOLRUN_REQUIRE_TORCH=1
+# Likewise the etcd tests (the etcd store, poold replicas): setup-deps installed etcd-server.
+export POOLRUN_REQUIRE_ETCD=1
 
 step "format"
 scripts/check-format.sh
