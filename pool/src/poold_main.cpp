@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -9,6 +10,10 @@
 #include <string>
 #include <thread>
 
+#include "embedded.hpp"
+#include "etcd_client.hpp"
+#include "etcd_leader.hpp"
+#include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -27,6 +32,7 @@ constexpr Range<int> kConnectionsRange{1, 1'000'000};
 constexpr Range<int64_t> kRequestTimeoutRange{1, 3600};  // --header-timeout, --body-timeout
 constexpr Range<int64_t> kIdleTimeoutRange{1, 86'400};
 constexpr Range<int64_t> kIntervalRange{1, 3600};  // --heartbeat-interval
+constexpr Range<int64_t> kEtcdTtlRange{2, 60};     // --etcd-ttl
 
 std::string usage() {
   const poolrun::pool::ServerOptions d;
@@ -40,6 +46,8 @@ std::string usage() {
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
+         "             [--store sqlite|etcd://HOST:PORT[,HOST:PORT...] --advertise http://THIS:PORT\n"
+         "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS]]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
@@ -111,6 +119,13 @@ std::string usage() {
          "                                re-read when it changes\n"
          "  --metrics-allow ADDR[,ADDR...]  clients from these addresses or prefixes read /metrics\n"
          "                                without a token (10.0.0.0/8, 127.0.0.1/32, ::1/128; repeatable)\n"
+         "  --store sqlite|etcd://...      where the pool's state lives: DIR/pool.sqlite (default), or an\n"
+         "                                etcd cluster shared by poold replicas, of which one leads and\n"
+         "                                the others wait to take over (docs/ha.md)\n"
+         "  --advertise http://HOST:PORT  with etcd: the URL clients reach this replica at\n"
+         "  --etcd-prefix PREFIX          with etcd: where the state is kept (default /poolrun)\n"
+         "  --etcd-ttl SECONDS            with etcd: the leader's lease; a standby takes over this long\n"
+         "                                after the leader dies (default 5, 2 to 60)\n"
          "  GET /healthz answers 200 `ok` without a token while poold serves, 503 once it stops\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
@@ -128,6 +143,8 @@ int main(int argc, char** argv) {
   pool::ServerOptions opt;
   std::string cluster;
   std::optional<std::chrono::seconds> nodeTimeout;
+  std::string store = "sqlite", etcdPrefix = "/poolrun", advertise;
+  std::chrono::seconds etcdTtl(5);
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -213,6 +230,20 @@ int main(int argc, char** argv) {
         std::string v = value();
         pool::parseAddressRanges(v, a);
         opt.metrics_allow.push_back(v);
+      } else if (a == "--store") {
+        store = value();
+        if (store != "sqlite") pool::parseEtcdUri(store);
+      } else if (a == "--etcd-prefix") {
+        etcdPrefix = value();
+        if (!etcdPrefix.starts_with("/") || etcdPrefix.find_first_of(" \t\n") != std::string::npos)
+          throw badInput("--etcd-prefix '" + etcdPrefix + "': expected a key prefix such as /poolrun");
+      } else if (a == "--advertise") {
+        advertise = value();
+        pool::parseHttpUri(advertise);
+        if (!advertise.starts_with("http://"))
+          throw badInput("--advertise '" + advertise + "': expected http://HOST:PORT");
+      } else if (a == "--etcd-ttl") {
+        etcdTtl = std::chrono::seconds(number(a, value(), kEtcdTtlRange));
       } else {
         throw badInput("unknown option '" + a + "'");
       }
@@ -231,14 +262,57 @@ int main(int argc, char** argv) {
     sigaddset(&stopSignals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
+    // With etcd: campaign until this replica leads (a standby waits here, serving nothing), then
+    // serve with the state fenced on the leadership; a replica that loses it exits (status 75)
+    // and its supervisor starts it again as a standby.
+    std::unique_ptr<pool::EtcdLeadership> leadership;
+    std::atomic<pool::PoolServer*> running{nullptr};
+    std::atomic<bool> stopRequested{false};
+    std::shared_ptr<pool::EtcdClient> client;
+    if (store != "sqlite") {
+      if (advertise.empty())
+        throw badInput("--store " + store +
+                       " needs --advertise http://HOST:PORT (the URL clients reach this "
+                       "replica at, given to them by the other replicas)");
+      client = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
+      leadership = std::make_unique<pool::EtcdLeadership>(client, etcdPrefix, advertise, etcdTtl);
+    }
+    std::thread([&, stopSignals] {
+      int sig = 0;
+      sigwait(&stopSignals, &sig);
+      stopRequested = true;
+      if (leadership) leadership->stop();
+      if (pool::PoolServer* s = running.load()) s->stop();
+    }).detach();
+    if (leadership) {
+      std::optional<pool::EtcdFence> fence = leadership->campaign(
+          [&](const std::string& leader) {
+            if (leader == advertise)
+              std::cerr << "poold: leading the pool in etcd " << store << " (prefix " << etcdPrefix << ")\n";
+            else
+              std::cerr << "poold: standby: "
+                        << (leader.empty() ? "no leader yet" : "the leader is " + leader) << "\n";
+          },
+          [](const std::string& why) { std::cerr << "poold: standby: " << why << "\n"; },
+          [](const std::string& why) {
+            std::cerr << "poold: lost the leadership: " << why
+                      << "; exiting so that no change is acknowledged by two leaders\n";
+            std::_Exit(75);
+          });
+      if (!fence) {
+        std::cerr << "poold: stopped (standby)\n";
+        return 0;
+      }
+      opt.open_store = [client, etcdPrefix, fence] {
+        return std::make_unique<pool::EtcdStore>(client, etcdPrefix, *fence);
+      };
+      opt.serving = [l = leadership.get()] { return l->leading(); };
+    }
     pool::PoolServer server(opt);
     if (!cluster.empty()) server.registerNodes(topo::readClusterFile(cluster).nodes);
     int port = server.bind();
-    std::thread([&server, stopSignals] {
-      int sig = 0;
-      sigwait(&stopSignals, &sig);
-      server.stop();
-    }).detach();
+    running = &server;
+    if (stopRequested) server.stop();
     std::cout << "poold: listening on http://" << opt.host << ":" << port << std::endl;
     server.run();
     std::cerr << "poold: stopped\n";

@@ -340,6 +340,10 @@ struct PoolServer::Impl {
         reply = health();
         return observed(req, label, std::move(reply), start);
       }
+      if (opt.serving && !opt.serving())
+        throw HttpError{
+            503, "this poold replica no longer leads the pool (its etcd lease lapsed); retry on another",
+            "not_leader"};
       TokenEntry who = authenticate(req, *found);
       if (who.node != found->agent && !who.admin)
         throw HttpError{403,
@@ -655,7 +659,8 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     for (AddressRange& r : parseAddressRanges(list, "--metrics-allow")) allowed.push_back(std::move(r));
   m.metrics_access = std::make_unique<MetricsAccess>(m.opt.metrics_token_file, std::move(allowed), warn);
   m.pool = std::make_unique<CommittedState>(
-      std::make_unique<Store>(m.opt.state_dir / "pool.sqlite", m.opt.durability));
+      m.opt.open_store ? m.opt.open_store()
+                       : std::make_unique<Store>(m.opt.state_dir / "pool.sqlite", m.opt.durability));
   EventLogOptions events;
   events.file = m.opt.state_dir / "events.jsonl";
   m.events = std::make_unique<EventLog>(events, warn);

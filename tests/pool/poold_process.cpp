@@ -5,9 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
+
+#include "support/etcd_cluster.hpp"
 
 namespace poolrun::test {
 namespace {
@@ -83,6 +87,19 @@ void PooldProcess::kill9() {
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
+}
+
+EtcdCluster& sharedEtcd() {
+  static std::unique_ptr<EtcdCluster> cluster = std::make_unique<EtcdCluster>(3);
+  return *cluster;
+}
+
+std::vector<std::string> storeOptions(const std::string& store, int port) {
+  if (store == "sqlite") return {};
+  static std::atomic<int> prefixes{0};
+  return {"--store",       sharedEtcd().uri(),
+          "--etcd-prefix", "/poolrun-test-" + std::to_string(getpid()) + "-" + std::to_string(++prefixes),
+          "--advertise",   "http://127.0.0.1:" + std::to_string(port)};
 }
 
 int runProgram(const std::vector<std::string>& argv, std::string* out, const std::vector<std::string>& env) {

@@ -37,6 +37,16 @@ class PooldProcess {
   std::string uri_;
 };
 
+// The poold options that keep its state in `store`: "sqlite" (the state directory: none) or "etcd"
+// (sharedEtcd(), under a prefix of its own, advertising http://127.0.0.1:PORT). A test that uses
+// "etcd" starts with POOLRUN_TEST_REQUIRE_ETCD().
+std::vector<std::string> storeOptions(const std::string& store, int port);
+
+// One three-member etcd cluster for the whole test program, started on first use and stopped at
+// its exit (or with it, when it is killed).
+class EtcdCluster;
+EtcdCluster& sharedEtcd();
+
 // Runs a program to completion; returns its exit status, stdout in `out`.
 int runProgram(const std::vector<std::string>& argv, std::string* out = nullptr,
                const std::vector<std::string>& env = {});

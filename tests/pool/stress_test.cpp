@@ -14,6 +14,7 @@
 
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
+#include "support/etcd_cluster.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
 
@@ -206,10 +207,28 @@ TEST(Concurrency, ManyProcessesShareTheEmbeddedPool) {
   EXPECT_EQ(s.leases_granted, static_cast<uint64_t>(clients * iterations)) << "every lease accounted for";
 }
 
-TEST(Concurrency, ManyProcessesShareAPoold) {
+// poold's tests run against both stores: "sqlite" (its state directory) and "etcd".
+class PooldStore : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "etcd") POOLRUN_TEST_REQUIRE_ETCD();
+  }
+  // poold's options for the store, the cluster file included, listening on `port`.
+  std::vector<std::string> options(int port) const {
+    std::vector<std::string> o = test::storeOptions(GetParam(), port);
+    o.insert(o.end(), {"--cluster", test::hgxCluster()});
+    return o;
+  }
+};
+
+using PooldConcurrency = PooldStore;
+using Crash = PooldStore;
+
+TEST_P(PooldConcurrency, ManyProcessesShareAPoold) {
   test::TempDir dir;
   auto tokens = dir.write("tokens", test::kTokens);
-  test::PooldProcess poold(dir.path() / "state", tokens, {"--cluster", test::hgxCluster()});
+  const int port = test::freePort();
+  test::PooldProcess poold(dir.path() / "state", tokens, options(port), port);
   const int clients = 16, iterations = 40;
   auto pids = startClients(poold.uri(), "", "tok-alice-0123456789", clients, iterations, dir);
   EXPECT_EQ(waitAll(pids), 0);
@@ -224,14 +243,18 @@ TEST(Concurrency, ManyProcessesShareAPoold) {
   EXPECT_EQ(pool->status().leases_granted, static_cast<uint64_t>(clients * iterations));
 }
 
-TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
+TEST_P(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   test::TempDir dir;
   auto tokens = dir.write("tokens", test::kTokens);
   const auto state = dir.path() / "state";
   const int clients = 8;
+  // The same store after the restart (etcd: the same prefix; the new poold leads once the killed
+  // one's etcd lease has expired).
+  const int port = test::freePort();
+  const std::vector<std::string> opts = options(port);
   std::string shortLease;
   {
-    test::PooldProcess poold(state, tokens, {"--cluster", test::hgxCluster()});
+    test::PooldProcess poold(state, tokens, opts, port);
     ClientOptions o;
     o.token = "tok-bob-0123456789";
     LeaseRequest r;
@@ -248,7 +271,7 @@ TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   EXPECT_EQ(log.errors, clients) << "every client saw poold go";
   expectNoGpuInTwoLeases(log);
 
-  test::PooldProcess poold(state, tokens, {"--cluster", test::hgxCluster()});
+  test::PooldProcess poold(state, tokens, opts, port);
   ClientOptions o;
   o.token = "tok-root-0123456789";
   auto pool = openPoolControl(poold.uri(), o);
@@ -283,6 +306,12 @@ TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   for (const Lease& l : pool->leases()) pool->release(l.id);
   EXPECT_EQ(pool->status().gpus_free, 128);
 }
+
+auto storeName = [](const auto& info) { return info.param; };
+INSTANTIATE_TEST_SUITE_P(Sqlite, PooldConcurrency, ::testing::Values("sqlite"), storeName);
+INSTANTIATE_TEST_SUITE_P(Etcd, PooldConcurrency, ::testing::Values("etcd"), storeName);
+INSTANTIATE_TEST_SUITE_P(Sqlite, Crash, ::testing::Values("sqlite"), storeName);
+INSTANTIATE_TEST_SUITE_P(Etcd, Crash, ::testing::Values("etcd"), storeName);
 
 }  // namespace
 }  // namespace poolrun::pool

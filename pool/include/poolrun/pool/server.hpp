@@ -6,12 +6,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "poolrun/pool/state.hpp"
+#include "poolrun/pool/state_store.hpp"
 #include "poolrun/pool/store.hpp"
 
 namespace poolrun::pool {
@@ -52,6 +54,14 @@ struct ServerOptions {
   // ("10.0.0.0/8", "127.0.0.1/32", "::1/128") without a token. A bad one throws kBadInput.
   std::filesystem::path metrics_token_file;
   std::vector<std::string> metrics_allow;
+
+  // Where the pool's state lives: empty, DIR/pool.sqlite (with `durability`); else the store this
+  // opens (poold --store etcd://: an EtcdStore fenced on this replica's leadership).
+  std::function<std::unique_ptr<StateStore>()> open_store;
+  // Whether this replica may answer now (etcd: it leads and its lease is current); empty: always.
+  // While it may not, every request but GET /healthz gets 503 saying so: a replica that lost its
+  // leadership serves nothing stale.
+  std::function<bool()> serving;
 };
 
 struct TokenEntry {
