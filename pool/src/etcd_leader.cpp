@@ -58,6 +58,35 @@ bool EtcdLeadership::leading() const {
   return leading_ && nanos(Steady::now()) < valid_until_ns_.load();
 }
 
+int64_t EtcdLeadership::countElection(const EtcdFence& fence) {
+  const std::string key = key_.substr(0, key_.size() - 6) + "elections";
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto kvs = client_->range(key);
+    int64_t count = 0;
+    if (!kvs.empty()) {
+      try {
+        count = json::parse(kvs[0].value).at("count").get<int64_t>();
+      } catch (const std::exception&) {  // a damaged count starts again
+      }
+    }
+    EtcdTxnResult r = client_->txn(
+        {{fence.key, EtcdCompare::Target::kCreate, EtcdCompare::Result::kEqual, fence.create_revision, ""},
+         {key, EtcdCompare::Target::kMod, EtcdCompare::Result::kEqual, kvs.empty() ? 0 : kvs[0].mod_revision,
+          ""}},
+        {{EtcdOp::Kind::kPut, key, json{{"count", count + 1}}.dump(), "", 0}});
+    if (r.succeeded) return count + 1;
+  }
+  throw Error(ErrorCode::kIo, key + ": could not count this election (it changed under every attempt)");
+}
+
+std::vector<std::string> EtcdLeadership::replicas() {
+  const std::string dir = key_.substr(0, key_.size() - 6) + "replicas/";
+  std::vector<std::string> out;
+  for (const EtcdKeyValue& kv : client_->range(dir, EtcdClient::prefixEnd(dir)))
+    out.push_back(advertisedBy(kv.value));
+  return out;
+}
+
 std::string EtcdLeadership::leader() {
   auto kvs = client_->range(key_);
   return kvs.empty() ? "" : advertisedBy(kvs[0].value);
@@ -81,11 +110,16 @@ std::optional<EtcdFence> EtcdLeadership::campaign(const std::function<void(const
     try {
       // A lease of our own, renewed while waiting, so that the key we create is bound to a lease
       // with its whole TTL ahead.
-      if (lease_ == 0 || client_->keepAlive(lease_) == 0) lease_ = client_->grantLease(ttl_.count());
+      if (lease_ == 0 || client_->keepAlive(lease_) == 0) {
+        lease_ = client_->grantLease(ttl_.count());
+        // Listed among the replicas while this process renews its lease (poolctl status).
+        client_->put(key_.substr(0, key_.size() - 6) + "replicas/" + advertise_, value, lease_);
+      }
       const Steady::time_point asked = Steady::now();
       EtcdTxnResult r = client_->txn(
           {{key_, EtcdCompare::Target::kCreate, EtcdCompare::Result::kEqual, 0, ""}},
           {{EtcdOp::Kind::kPut, key_, value, "", lease_}}, {{EtcdOp::Kind::kRange, key_, "", "", 0}});
+      const bool recovered = !lastError.empty();  // etcd answers again: tell who leads, even unchanged
       lastError.clear();
       if (r.succeeded) {
         valid_until_ns_ = nanos(asked + ttl_ - milliseconds(500));
@@ -104,7 +138,7 @@ std::optional<EtcdFence> EtcdLeadership::campaign(const std::function<void(const
         return EtcdFence{key_, held->create_revision};
       }
       std::string now = held ? advertisedBy(held->value) : "";
-      if (now != last) seen(now);
+      if (now != last || recovered) seen(now);
       last = now;
     } catch (const Error& e) {
       if (e.what() != lastError) unreachable(e.what());

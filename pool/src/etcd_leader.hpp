@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "poolrun/pool/etcd_store.hpp"
 
@@ -34,10 +35,10 @@ class EtcdLeadership {
   EtcdLeadership& operator=(const EtcdLeadership&) = delete;
 
   // Campaigns until this replica leads (its fence) or stop() (nullopt). `seen(url)` is called when
-  // the leader this replica sees changes ("" while there is none); `unreachable(why)` when etcd
-  // does not answer (the campaign goes on). Once leading, the lease is renewed every TTL/4 in a
-  // thread, and `lost(why)` is called once when a renewal finds the lease gone or none succeeded
-  // for a TTL.
+  // the leader this replica sees changes ("" while there is none) and when etcd answers again after
+  // `unreachable(why)`, called when etcd does not answer (the campaign goes on). Once leading, the lease is
+  // renewed every TTL/4 in a thread, and `lost(why)` is called once when a renewal finds the lease gone or
+  // none succeeded for a TTL.
   std::optional<EtcdFence> campaign(const std::function<void(const std::string&)>& seen,
                                     const std::function<void(const std::string&)>& unreachable,
                                     std::function<void(const std::string&)> lost);
@@ -45,6 +46,14 @@ class EtcdLeadership {
   // than TTL minus a margin ago (a replica stopped past its lease, SIGSTOP, answers nothing).
   bool leading() const;
   void stop();
+
+  // Counts this replica's election in PREFIX/elections (while it leads: fenced on the leader key);
+  // the count of elections of the pool so far. Throws kIo where etcd cannot be asked.
+  int64_t countElection(const EtcdFence& fence);
+
+  // The advertised URLs of the replicas alive now (each registers under PREFIX/replicas/ with its
+  // own etcd lease), sorted; throws kIo where etcd cannot be asked.
+  std::vector<std::string> replicas();
 
   // The leader's advertised URL as etcd has it now ("" where none); throws kIo where etcd cannot
   // be asked.

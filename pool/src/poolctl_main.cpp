@@ -270,6 +270,30 @@ std::string eventText(const json& e) {
   return out;
 }
 
+// `poolctl status` of a pool on etcd: a line per replica, then per etcd member.
+//   replicas (etcd://e1:2379,... (prefix /poolrun)):
+//     http://a:7450  leader
+//     http://b:7450  standby
+//   etcd:
+//     e1:2379  answers, etcd's leader, 3.4.23
+//     e2:2379  unreachable: cannot connect to e2:2379: Connection refused
+std::string replicaLines(const PoolReplicas& r) {
+  std::string out = "replicas (" + r.store + "):\n";
+  for (const auto& replica : r.replicas)
+    out += "  " + replica.url + "  " + (replica.leader ? "leader" : "standby") + "\n";
+  int reachable = 0;
+  for (const auto& m : r.etcd) reachable += m.reachable;
+  out += "etcd: " + std::to_string(reachable) + " of " + std::to_string(r.etcd.size()) + " members answer" +
+         (2 * reachable > static_cast<int>(r.etcd.size()) ? "" : " (no quorum: the pool accepts no change)") +
+         "\n";
+  for (const auto& m : r.etcd)
+    out += "  " + m.endpoint + "  " +
+           (m.reachable ? std::string("answers") + (m.leader ? ", etcd's leader" : "") + ", " + m.version
+                        : "unreachable: " + m.error) +
+           "\n";
+  return out;
+}
+
 // An event as its line in poold's file: schema, seq, time and kind first.
 std::string eventJson(const json& e) {
   nlohmann::ordered_json out;
@@ -473,10 +497,26 @@ int run(int argc, char** argv) {
   }
   if (cmd == "status") {
     PoolStatus s = pool().status();
-    if (asJson)
-      std::cout << toJson(s).dump(2) << "\n";
-    else
+    std::optional<PoolReplicas> replicas = pool().replicas();
+    if (asJson) {
+      json out = toJson(s);
+      if (replicas) {
+        out["replicas"] = json::array();
+        for (const auto& r : replicas->replicas)
+          out["replicas"].push_back({{"url", r.url}, {"leader", r.leader}});
+        out["etcd"] = json::array();
+        for (const auto& m : replicas->etcd)
+          out["etcd"].push_back({{"endpoint", m.endpoint},
+                                 {"reachable", m.reachable},
+                                 {"leader", m.leader},
+                                 {"version", m.version},
+                                 {"error", m.error}});
+      }
+      std::cout << out.dump(2) << "\n";
+    } else {
       std::cout << statusLine(pool().describe(), s) << "\n";
+      if (replicas) std::cout << replicaLines(*replicas);
+    }
   } else if (cmd == "nodes") {
     std::vector<NodeInfo> nodes = pool().nodes();
     if (asJson) {

@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "embedded.hpp"
 #include "etcd_client.hpp"
 #include "etcd_leader.hpp"
+#include "http_server.hpp"
 #include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/server.hpp"
@@ -129,6 +132,32 @@ std::string usage() {
          "  GET /healthz answers 200 `ok` without a token while poold serves, 503 once it stops\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
+}
+
+// What a standby answers: 307 to the leader (the same path), or 503 while there is none; GET
+// /healthz 503 too, so that a load balancer sends nothing here. Never the pool's state: a standby's
+// would be stale.
+poolrun::pool::HttpReply standbyReply(const poolrun::pool::HttpRequest& req, const std::string& leader,
+                                      const std::string& etcdProblem) {
+  using nlohmann::json;
+  if (!etcdProblem.empty())
+    return {503, json{{"error", "this poold replica is a standby and no replica can lead: " + etcdProblem +
+                                    "; the pool accepts no change until etcd answers again"},
+                      {"reason", "etcd_unavailable"}}
+                     .dump()};
+  if (leader.empty())
+    return {503, json{{"error",
+                       "this poold replica is a standby and the replicas have no leader yet (one takes over "
+                       "within the etcd lease's TTL); retry in a second"},
+                      {"reason", "no_leader"}}
+                     .dump()};
+  poolrun::pool::HttpReply r{req.segments == std::vector<std::string>{"healthz"} ? 503 : 307,
+                             json{{"error", "this poold replica is a standby; the leader is " + leader},
+                                  {"reason", "not_leader"},
+                                  {"leader", leader}}
+                                 .dump()};
+  r.headers.push_back({"Location", leader + req.target});
+  return r;
 }
 
 template <typename T>
@@ -285,20 +314,51 @@ int main(int argc, char** argv) {
       if (pool::PoolServer* s = running.load()) s->stop();
     }).detach();
     if (leadership) {
+      // While it campaigns, the replica answers on its address with redirects to the leader.
+      std::mutex leaderMu;
+      std::string leaderNow, etcdProblem;
+      pool::HttpServerOptions h;
+      h.host = opt.host;
+      h.port = opt.port;
+      h.workers = 4;
+      h.max_connections = std::min(opt.max_connections, 1024);
+      h.idle_timeout = std::chrono::milliseconds(5000);
+      auto standby = std::make_unique<pool::HttpServer>(h, [&](const pool::HttpRequest& req) {
+        std::lock_guard<std::mutex> lock(leaderMu);
+        return standbyReply(req, leaderNow, etcdProblem);
+      });
+      opt.port = standby->port();  // the leader serves where the standby did
+      std::cout << "poold: standby, answering with redirects to the leader on http://" << opt.host << ":"
+                << opt.port << std::endl;
+      std::thread standbyThread([&standby] { standby->run(); });
       std::optional<pool::EtcdFence> fence = leadership->campaign(
           [&](const std::string& leader) {
+            {
+              std::lock_guard<std::mutex> lock(leaderMu);
+              leaderNow = leader == advertise ? "" : leader;  // until the leader serves here
+              etcdProblem.clear();
+            }
             if (leader == advertise)
               std::cerr << "poold: leading the pool in etcd " << store << " (prefix " << etcdPrefix << ")\n";
             else
               std::cerr << "poold: standby: "
                         << (leader.empty() ? "no leader yet" : "the leader is " + leader) << "\n";
           },
-          [](const std::string& why) { std::cerr << "poold: standby: " << why << "\n"; },
+          [&](const std::string& why) {
+            {
+              std::lock_guard<std::mutex> lock(leaderMu);
+              etcdProblem = why;
+            }
+            std::cerr << "poold: standby: " << why << "\n";
+          },
           [](const std::string& why) {
             std::cerr << "poold: lost the leadership: " << why
                       << "; exiting so that no change is acknowledged by two leaders\n";
             std::_Exit(75);
           });
+      standby->stop();
+      standbyThread.join();
+      standby.reset();
       if (!fence) {
         std::cerr << "poold: stopped (standby)\n";
         return 0;
@@ -307,6 +367,42 @@ int main(int argc, char** argv) {
         return std::make_unique<pool::EtcdStore>(client, etcdPrefix, *fence);
       };
       opt.serving = [l = leadership.get()] { return l->leading(); };
+      opt.replicas = [client, l = leadership.get(), advertise, store, etcdPrefix] {
+        nlohmann::json out = {{"store", store + " (prefix " + etcdPrefix + ")"},
+                              {"replicas", nlohmann::json::array()},
+                              {"etcd", nlohmann::json::array()}};
+        try {
+          for (const std::string& url : l->replicas())
+            out["replicas"].push_back({{"url", url}, {"leader", url == advertise}});
+        } catch (const Error&) {  // etcd's members below say why
+        }
+        for (const pool::EtcdMemberStatus& m : client->status())
+          out["etcd"].push_back({{"endpoint", m.endpoint},
+                                 {"reachable", m.reachable},
+                                 {"leader", m.reachable && m.member_id == m.leader_id},
+                                 {"version", m.version},
+                                 {"error", m.error}});
+        return out.dump();
+      };
+      int64_t elections = 0;
+      try {
+        elections = leadership->countElection(*fence);
+      } catch (const Error& e) {
+        std::cerr << "poold: warning: " << e.what() << "\n";
+      }
+      const auto since = std::chrono::system_clock::now();
+      opt.more_metrics = [elections, since] {
+        const double t = std::chrono::duration<double>(since.time_since_epoch()).count();
+        return "# HELP poolrun_leader Whether this poold replica leads the pool (standbys redirect /metrics "
+               "to the leader).\n# TYPE poolrun_leader gauge\npoolrun_leader 1\n"
+               "# HELP poolrun_leader_since_seconds When this replica took the lead (Unix time).\n"
+               "# TYPE poolrun_leader_since_seconds gauge\npoolrun_leader_since_seconds " +
+               std::to_string(t) +
+               "\n# HELP poolrun_leader_elections_total Times a poold replica took the lead of this pool "
+               "(its first start, then every failover or restart).\n"
+               "# TYPE poolrun_leader_elections_total counter\npoolrun_leader_elections_total " +
+               std::to_string(elections) + "\n";
+      };
     }
     pool::PoolServer server(opt);
     if (!cluster.empty()) server.registerNodes(topo::readClusterFile(cluster).nodes);

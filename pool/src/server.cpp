@@ -622,6 +622,11 @@ struct PoolServer::Impl {
           since, limit, Steady::now() + std::chrono::milliseconds(std::min<int64_t>(waitMs, 5000)));
       return json{{"events", std::move(page.events)}, {"last", page.last}, {"oldest", page.oldest}};
     });
+    route("GET", "/v1/replicas", false, "", [this](Context&) {
+      if (!opt.replicas)
+        throw HttpError{404, "this poold keeps the pool in one SQLite file: it has no replicas", "not_found"};
+      return json::parse(opt.replicas());
+    });
     route("GET", "/metrics", false, "", [this](Context&) {
       PoolStatus s;
       std::map<std::string, int64_t> gpuMillis;
@@ -632,8 +637,8 @@ struct PoolServer::Impl {
         writeLiveMetrics(live, st, Clock::now());
         return 0;
       });
-      return json(metrics.render(s, http ? http->stats() : HttpServerStats{}, gpuMillis) +
-                  live.str());  // unbound: tests
+      return json(metrics.render(s, http ? http->stats() : HttpServerStats{}, gpuMillis) + live.str() +
+                  (opt.more_metrics ? opt.more_metrics() : std::string()));  // unbound: tests
     });
   }
 };

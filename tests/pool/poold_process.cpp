@@ -81,6 +81,18 @@ void PooldProcess::stop() {
   kill9();
 }
 
+int PooldProcess::waitExit(std::chrono::milliseconds limit) {
+  if (pid_ <= 0) return -1;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    usleep(20'000);
+  }
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 void PooldProcess::kill9() {
   if (pid_ <= 0) return;
   kill(pid_, SIGKILL);

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ class PooldProcess {
   int port() const { return port_; }
   void stop();   // SIGTERM, wait
   void kill9();  // SIGKILL, wait
+  pid_t pid() const { return pid_; }
+  // Its exit status once it exits by itself (128+N for signal N), -1 when `limit` passes first.
+  int waitExit(std::chrono::milliseconds limit);
 
  private:
   pid_t pid_ = -1;

@@ -10,6 +10,7 @@
 //   P/counters            {"leases_granted","next_ticket"}
 //   P/generation          {"generation": N}: raised by every commit
 //   P/leader              the leader's {"advertise","host","pid"}, bound to its etcd lease
+//   P/replicas/URL, P/elections   each live replica, the count of elections (src/etcd_leader.cpp)
 //
 // Each commit is one etcd transaction whose compare holds only while this replica leads (the
 // leader key's create revision is the one it created: a deposed leader's late writes change

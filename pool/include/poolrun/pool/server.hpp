@@ -62,6 +62,11 @@ struct ServerOptions {
   // While it may not, every request but GET /healthz gets 503 saying so: a replica that lost its
   // leadership serves nothing stale.
   std::function<bool()> serving;
+  // More of /metrics (Prometheus text, whole lines with their HELP and TYPE): the replica's.
+  std::function<std::string()> more_metrics;
+  // GET /v1/replicas: {"store", "replicas": [{"url", "leader"}], "etcd": [{"endpoint", "reachable",
+  // "leader", "version", "error"}]}; empty: 404 (one server, no replicas).
+  std::function<std::string()> replicas;
 };
 
 struct TokenEntry {
