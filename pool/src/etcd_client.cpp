@@ -1,6 +1,7 @@
 #include "etcd_client.hpp"
 
 #include <charconv>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -208,7 +209,7 @@ std::string EtcdClient::prefixEnd(const std::string& prefix) {
 std::string EtcdClient::call(const std::string& path, const std::string& body, bool idempotent) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto deadline = Steady::now() + timeout_;
-  std::string failures;
+  std::map<size_t, std::string> failures;
   for (size_t attempt = 0;; ++attempt) {
     const EtcdEndpoint& at = endpoints_[current_];
     HttpConnection& c = *connections_[current_];
@@ -235,15 +236,19 @@ std::string EtcdClient::call(const std::string& path, const std::string& body, b
       failed = e.what();
       unknown = !idempotent && e.kind() == HttpFailed::Kind::kTransfer;
     }
-    failures += (failures.empty() ? "" : "; ") + at.text() + ": " + failed;
+    failures[current_] = failed;  // the last failure of each endpoint
     if (unknown)
       throw EtcdOutcomeUnknown("etcd " + at.text() + ": " + path + " outcome unknown (" + failed +
                                "): it may or may not have been applied");
     current_ = (current_ + 1) % endpoints_.size();
-    if (Steady::now() >= deadline)
+    if (Steady::now() >= deadline) {
+      std::string each;
+      for (const auto& [i, why] : failures)
+        each += (each.empty() ? "" : "; ") + endpoints_[i].text() + ": " + why;
       throw Error(ErrorCode::kIo, "etcd cluster " + endpointsText() + " did not answer " + path + " within " +
-                                      std::to_string(timeout_.count()) + " ms (" + failures +
+                                      std::to_string(timeout_.count()) + " ms (" + each +
                                       "); check that a majority of its members run and reach each other");
+    }
     // After a round of every endpoint, wait a little: an election in etcd takes about a second.
     if ((attempt + 1) % endpoints_.size() == 0) std::this_thread::sleep_for(milliseconds(100));
   }
