@@ -25,8 +25,12 @@ json nodeDoc(const PoolNode& n, const std::string& topology) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, EtcdFence fence)
-    : client_(std::move(client)), prefix_(std::move(prefix)), fence_(std::move(fence)) {
+EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, EtcdFence fence,
+                     size_t max_txn_ops)
+    : client_(std::move(client)),
+      prefix_(std::move(prefix)),
+      fence_(std::move(fence)),
+      max_txn_ops_(max_txn_ops) {
   while (!prefix_.empty() && prefix_.back() == '/') prefix_.pop_back();
 }
 
@@ -220,16 +224,29 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
 
 void EtcdStore::commit() {
   if (ops_.empty() && new_topologies_.empty()) return;
-  const std::string generationKey = prefix_ + "/generation";
-  std::vector<EtcdOp> success;
+  std::vector<EtcdOp> ops;
   for (const auto& [hash, doc] : new_topologies_)
-    success.push_back({EtcdOp::Kind::kPut, prefix_ + "/topologies/" + hash, doc, "", 0});
+    ops.push_back({EtcdOp::Kind::kPut, prefix_ + "/topologies/" + hash, doc, "", 0});
   for (const auto& [key, value] : ops_) {
     if (value)
-      success.push_back({EtcdOp::Kind::kPut, key, *value, "", 0});
+      ops.push_back({EtcdOp::Kind::kPut, key, *value, "", 0});
     else
-      success.push_back({EtcdOp::Kind::kDelete, key, "", "", 0});
+      ops.push_back({EtcdOp::Kind::kDelete, key, "", "", 0});
   }
+  // One transaction, or where the change is larger than etcd takes in one, several in a row, each
+  // fenced and raising the generation (the topologies first: the nodes name them).
+  const size_t per = std::max<size_t>(max_txn_ops_, 2) - 1;
+  for (size_t start = 0; start < ops.size(); start += per)
+    commitBatch(
+        std::vector<EtcdOp>(ops.begin() + static_cast<std::ptrdiff_t>(start),
+                            ops.begin() + static_cast<std::ptrdiff_t>(std::min(ops.size(), start + per))));
+  for (const auto& [hash, doc] : new_topologies_) stored_topologies_.insert(hash);
+  ops_.clear();
+  new_topologies_.clear();
+}
+
+void EtcdStore::commitBatch(std::vector<EtcdOp> success) {
+  const std::string generationKey = prefix_ + "/generation";
   success.push_back({EtcdOp::Kind::kPut, generationKey, json{{"generation", generation_ + 1}}.dump(), "", 0});
   std::vector<EtcdCompare> compare;
   std::vector<EtcdOp> failure;
@@ -262,9 +279,9 @@ void EtcdStore::commit() {
     stale_ = true;
     std::string what = e.what();
     if (what.find("too many operations") != std::string::npos)
-      what += " (this change has " + std::to_string(success.size()) +
-              " operations: run etcd with --max-txn-ops " +
-              std::to_string(std::max<size_t>(4096, success.size())) + ")";
+      what += " (a transaction of " + std::to_string(success.size()) +
+              " operations: give poold --etcd-max-txn-ops as etcd's --max-txn-ops, " +
+              std::to_string(max_txn_ops_) + " now)";
     throw Error(ErrorCode::kIo, "cannot commit the pool state to " + where() + ": " + what);
   }
   if (!r.succeeded) {
@@ -290,9 +307,6 @@ void EtcdStore::commit() {
   ++generation_;
   generationRevision_ = r.revision;
   revision_ = r.revision;
-  for (const auto& [hash, doc] : new_topologies_) stored_topologies_.insert(hash);
-  ops_.clear();
-  new_topologies_.clear();
 }
 
 void EtcdStore::rollback() noexcept {

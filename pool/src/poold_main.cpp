@@ -34,8 +34,9 @@ constexpr Range<size_t> kMaxBodyRange{1024, size_t{1} << 30};
 constexpr Range<int> kConnectionsRange{1, 1'000'000};
 constexpr Range<int64_t> kRequestTimeoutRange{1, 3600};  // --header-timeout, --body-timeout
 constexpr Range<int64_t> kIdleTimeoutRange{1, 86'400};
-constexpr Range<int64_t> kIntervalRange{1, 3600};  // --heartbeat-interval
-constexpr Range<int64_t> kEtcdTtlRange{2, 60};     // --etcd-ttl
+constexpr Range<int64_t> kIntervalRange{1, 3600};         // --heartbeat-interval
+constexpr Range<int64_t> kEtcdTtlRange{2, 60};            // --etcd-ttl
+constexpr Range<size_t> kEtcdTxnOpsRange{16, 1'000'000};  // --etcd-max-txn-ops
 
 std::string usage() {
   const poolrun::pool::ServerOptions d;
@@ -50,7 +51,7 @@ std::string usage() {
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
          "             [--store sqlite|etcd://HOST:PORT[,HOST:PORT...] --advertise http://THIS:PORT\n"
-         "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS]]\n"
+         "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS] [--etcd-max-txn-ops N]]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
@@ -129,6 +130,9 @@ std::string usage() {
          "  --etcd-prefix PREFIX          with etcd: where the state is kept (default /poolrun)\n"
          "  --etcd-ttl SECONDS            with etcd: the leader's lease; a standby takes over this long\n"
          "                                after the leader dies (default 5, 2 to 60)\n"
+         "  --etcd-max-txn-ops N          with etcd: etcd's --max-txn-ops (default 128, as etcd's); a "
+         "change\n"
+         "                                larger than one transaction takes is written in several\n"
          "  GET /healthz answers 200 `ok` without a token while poold serves, 503 once it stops\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
@@ -160,6 +164,19 @@ poolrun::pool::HttpReply standbyReply(const poolrun::pool::HttpRequest& req, con
   return r;
 }
 
+// A standby's server of redirects, stopped (and its thread joined) however main ends.
+struct StandbyServer {
+  std::unique_ptr<poolrun::pool::HttpServer> server;
+  std::thread thread;
+  void stop() {
+    if (!server) return;
+    server->stop();
+    thread.join();
+    server.reset();
+  }
+  ~StandbyServer() { stop(); }
+};
+
 template <typename T>
 T number(const std::string& option, const std::string& text, Range<T> range) {
   return poolrun::topo::parseOption<T>(option, text, range.min, range.max);
@@ -174,6 +191,7 @@ int main(int argc, char** argv) {
   std::optional<std::chrono::seconds> nodeTimeout;
   std::string store = "sqlite", etcdPrefix = "/poolrun", advertise;
   std::chrono::seconds etcdTtl(5);
+  size_t etcdMaxTxnOps = pool::EtcdStore::kEtcdDefaultMaxTxnOps;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -271,6 +289,8 @@ int main(int argc, char** argv) {
         pool::parseHttpUri(advertise);
         if (!advertise.starts_with("http://"))
           throw badInput("--advertise '" + advertise + "': expected http://HOST:PORT");
+      } else if (a == "--etcd-max-txn-ops") {
+        etcdMaxTxnOps = number(a, value(), kEtcdTxnOpsRange);
       } else if (a == "--etcd-ttl") {
         etcdTtl = std::chrono::seconds(number(a, value(), kEtcdTtlRange));
       } else {
@@ -291,7 +311,7 @@ int main(int argc, char** argv) {
     sigaddset(&stopSignals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
-    // With etcd: campaign until this replica leads (a standby waits here, serving nothing), then
+    // With etcd: campaign until this replica leads (a standby answers with redirects meanwhile), then
     // serve with the state fenced on the leadership; a replica that loses it exits (status 75)
     // and its supervisor starts it again as a standby.
     std::unique_ptr<pool::EtcdLeadership> leadership;
@@ -313,24 +333,26 @@ int main(int argc, char** argv) {
       if (leadership) leadership->stop();
       if (pool::PoolServer* s = running.load()) s->stop();
     }).detach();
+    // While it campaigns, the replica answers on its address with redirects to the leader, until
+    // the pool's server is about to take the address over.
+    std::mutex leaderMu;
+    std::string leaderNow, etcdProblem;
+    StandbyServer standby;
     if (leadership) {
-      // While it campaigns, the replica answers on its address with redirects to the leader.
-      std::mutex leaderMu;
-      std::string leaderNow, etcdProblem;
       pool::HttpServerOptions h;
       h.host = opt.host;
       h.port = opt.port;
       h.workers = 4;
       h.max_connections = std::min(opt.max_connections, 1024);
       h.idle_timeout = std::chrono::milliseconds(5000);
-      auto standby = std::make_unique<pool::HttpServer>(h, [&](const pool::HttpRequest& req) {
+      standby.server = std::make_unique<pool::HttpServer>(h, [&](const pool::HttpRequest& req) {
         std::lock_guard<std::mutex> lock(leaderMu);
         return standbyReply(req, leaderNow, etcdProblem);
       });
-      opt.port = standby->port();  // the leader serves where the standby did
+      opt.port = standby.server->port();  // the leader serves where the standby did
       std::cout << "poold: standby, answering with redirects to the leader on http://" << opt.host << ":"
                 << opt.port << std::endl;
-      std::thread standbyThread([&standby] { standby->run(); });
+      standby.thread = std::thread([&standby] { standby.server->run(); });
       std::optional<pool::EtcdFence> fence = leadership->campaign(
           [&](const std::string& leader) {
             {
@@ -356,15 +378,12 @@ int main(int argc, char** argv) {
                       << "; exiting so that no change is acknowledged by two leaders\n";
             std::_Exit(75);
           });
-      standby->stop();
-      standbyThread.join();
-      standby.reset();
       if (!fence) {
         std::cerr << "poold: stopped (standby)\n";
         return 0;
       }
-      opt.open_store = [client, etcdPrefix, fence] {
-        return std::make_unique<pool::EtcdStore>(client, etcdPrefix, *fence);
+      opt.open_store = [client, etcdPrefix, fence, etcdMaxTxnOps] {
+        return std::make_unique<pool::EtcdStore>(client, etcdPrefix, *fence, etcdMaxTxnOps);
       };
       opt.serving = [l = leadership.get()] { return l->leading(); };
       opt.replicas = [client, l = leadership.get(), advertise, store, etcdPrefix] {
@@ -406,6 +425,7 @@ int main(int argc, char** argv) {
     }
     pool::PoolServer server(opt);
     if (!cluster.empty()) server.registerNodes(topo::readClusterFile(cluster).nodes);
+    standby.stop();
     int port = server.bind();
     running = &server;
     if (stopRequested) server.stop();

@@ -47,7 +47,9 @@ class HttpHarness : public Harness {
  public:
   explicit HttpHarness(const std::string& store, int port = test::freePort())
       : tokens_(dir_.write("tokens", test::kTokens)),
-        poold_(dir_.path() / "state", tokens_, withCluster(test::storeOptions(store, port)), port) {}
+        poold_(dir_.path() / "state", tokens_, withCluster(test::storeOptions(store, port)), port) {
+    EXPECT_TRUE(poold_.waitServing()) << store;
+  }
   std::unique_ptr<PoolControl> client(const std::string& who) override {
     ClientOptions o;
     o.token = "tok-" + who + "-0123456789";

@@ -202,6 +202,28 @@ TEST(EtcdStoreTest, WritesThePoolAndLoadsItBack) {
 
 // A leader stopped past its lease (SIGSTOP, a partition): a standby took over; its late commit
 // changes nothing, and says why.
+// A change larger than etcd takes in one transaction (here 8 operations; etcd's default is 128) is
+// written in several, each fenced, and reads back whole.
+TEST(EtcdStoreTest, AChangeLargerThanOneTransactionIsWrittenInSeveral) {
+  POOLRUN_TEST_REQUIRE_ETCD();
+  auto etcd = clientOf(cluster());
+  const std::string p = uniquePrefix("batches");
+  PoolState state;
+  test::addInventory(state, "n[01-12]/gpu[0-7]", test::t0());
+  for (int i = 0; i < 6; ++i) grant(state, 8, "user" + std::to_string(i));
+  EtcdStore store(etcd, p, {}, 8);
+  PoolState empty;
+  store.load(empty);
+  store.begin();
+  store.write(state, everything(state));
+  store.commit();  // 12 nodes, 1 topology, 6 leases, the counters: 20 operations, 3 transactions
+  EXPECT_EQ(store.generation(), 3u);
+  EtcdStore again(etcd, p, {});
+  PoolState loaded;
+  again.load(loaded);
+  EXPECT_EQ(describe(loaded), describe(state));
+}
+
 TEST(EtcdStoreTest, ADeposedLeaderChangesNothing) {
   POOLRUN_TEST_REQUIRE_ETCD();
   auto etcd = clientOf(cluster());

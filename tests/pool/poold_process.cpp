@@ -81,6 +81,19 @@ void PooldProcess::stop() {
   kill9();
 }
 
+bool PooldProcess::waitServing(std::chrono::milliseconds limit) const {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  auto ok = [this] {
+    std::string reply = httpGet(port_, "/healthz", std::chrono::milliseconds(1000));
+    return reply.rfind("HTTP/1.", 0) == 0 && reply.compare(8, 5, " 200 ") == 0;
+  };
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    usleep(20'000);
+  }
+  return true;
+}
+
 int PooldProcess::waitExit(std::chrono::milliseconds limit) {
   if (pid_ <= 0) return -1;
   auto deadline = std::chrono::steady_clock::now() + limit;

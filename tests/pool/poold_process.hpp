@@ -32,6 +32,9 @@ class PooldProcess {
   void stop();   // SIGTERM, wait
   void kill9();  // SIGKILL, wait
   pid_t pid() const { return pid_; }
+  // Waits until it serves as the leader (GET /healthz 200): a poold on etcd prints its address as a
+  // standby first. False when `limit` passes first.
+  bool waitServing(std::chrono::milliseconds limit = std::chrono::seconds(15)) const;
   // Its exit status once it exits by itself (128+N for signal N), -1 when `limit` passes first.
   int waitExit(std::chrono::milliseconds limit);
 

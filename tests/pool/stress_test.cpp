@@ -237,6 +237,7 @@ TEST_P(PooldConcurrency, ManyProcessesShareAPoold) {
   auto tokens = dir.write("tokens", test::kTokens);
   const int port = test::freePort();
   test::PooldProcess poold(dir.path() / "state", tokens, options(port), port);
+  ASSERT_TRUE(poold.waitServing());
   const int clients = 16, iterations = 40;
   auto pids = startClients(poold.uri(), "", "tok-alice-0123456789", clients, iterations, dir);
   EXPECT_EQ(waitAll(pids), 0);
@@ -263,6 +264,7 @@ TEST_P(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   std::string shortLease;
   {
     test::PooldProcess poold(state, tokens, opts, port);
+    ASSERT_TRUE(poold.waitServing());
     ClientOptions o;
     o.token = "tok-bob-0123456789";
     LeaseRequest r;
@@ -280,6 +282,7 @@ TEST_P(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   expectNoGpuInTwoLeases(log);
 
   test::PooldProcess poold(state, tokens, opts, port);
+  ASSERT_TRUE(poold.waitServing()) << "the restarted poold leads once the killed one's etcd lease expired";
   ClientOptions o;
   o.token = "tok-root-0123456789";
   auto pool = openPoolControl(poold.uri(), o);

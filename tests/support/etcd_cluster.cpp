@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -38,11 +39,9 @@ int freePort() {
   return ntohs(a.sin_port);
 }
 
-namespace {
+namespace {}  // namespace
 
-// GET `path` from 127.0.0.1:port with HTTP/1.0; the whole reply, "" where there is none within
-// `limit`.
-std::string get(int port, const std::string& path, milliseconds limit) {
+std::string httpGet(int port, const std::string& path, milliseconds limit) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return "";
   sockaddr_in a{};
@@ -66,8 +65,6 @@ std::string get(int port, const std::string& path, milliseconds limit) {
   return out;
 }
 
-}  // namespace
-
 bool EtcdCluster::available(std::string& why) {
   if (access(kBinary, X_OK) != 0) {
     why = std::string(kBinary) + " is not installed (Debian: apt-get install etcd-server etcd-client)";
@@ -78,23 +75,45 @@ bool EtcdCluster::available(std::string& why) {
 
 EtcdCluster::EtcdCluster(int members) {
   std::random_device random;
-  token_ = "poolrun-test-" + std::to_string(random());
-  for (int i = 0; i < members; ++i) {
-    Member m;
-    m.name = "m" + std::to_string(i);
-    m.client_port = freePort();
-    m.peer_port = freePort();
-    initial_cluster_ += (i ? "," : "") + m.name + "=http://127.0.0.1:" + std::to_string(m.peer_port);
-    members_.push_back(m);
-  }
-  try {
-    for (Member& m : members_) launch(m, true);
-    if (!waitHealthy(std::chrono::seconds(30)))
-      throw std::runtime_error("the etcd cluster " + uri() + " did not become healthy within 30 s (logs in " +
-                               dir_.path().string() + ")");
-  } catch (...) {
+  // A port found free may be taken before etcd binds it (tests start clusters side by side): a
+  // member that exits at once is such a case, and the cluster starts again on other ports.
+  for (int attempt = 1;; ++attempt) {
+    token_ = "poolrun-test-" + std::to_string(random());
+    members_.clear();
+    initial_cluster_.clear();
+    for (int i = 0; i < members; ++i) {
+      Member m;
+      m.name = "m" + std::to_string(i);
+      m.client_port = freePort();
+      m.peer_port = freePort();
+      initial_cluster_ += (i ? "," : "") + m.name + "=http://127.0.0.1:" + std::to_string(m.peer_port);
+      members_.push_back(m);
+    }
+    std::error_code ec;
+    for (const Member& m : members_) std::filesystem::remove_all(dir_.path() / m.name, ec);
+    try {
+      for (Member& m : members_) launch(m, true);
+      const auto deadline = Steady::now() + std::chrono::seconds(30);
+      bool exited = false;
+      while (!waitHealthy(milliseconds(500)) && !exited && Steady::now() < deadline) {
+        for (Member& m : members_) {
+          int status = 0;
+          if (m.pid > 0 && waitpid(m.pid, &status, WNOHANG) == m.pid) {
+            m.pid = -1;
+            exited = true;
+          }
+        }
+      }
+      if (!exited && waitHealthy(milliseconds(0))) return;
+      if (!exited || attempt == 3)
+        throw std::runtime_error("the etcd cluster " + uri() +
+                                 " did not become healthy within 30 s (logs in " + dir_.path().string() +
+                                 ")");
+    } catch (...) {
+      for (Member& m : members_) stop(m);
+      throw;
+    }
     for (Member& m : members_) stop(m);
-    throw;
   }
 }
 
@@ -194,7 +213,7 @@ void EtcdCluster::start(int member) {
 }
 
 bool EtcdCluster::healthy(int member) const {
-  std::string reply = get(clientPort(member), "/health", milliseconds(2000));
+  std::string reply = httpGet(clientPort(member), "/health", milliseconds(2000));
   return reply.find("\"health\":\"true\"") != std::string::npos;
 }
 

@@ -22,6 +22,8 @@ namespace poolrun::test {
 
 // A port on 127.0.0.1 that the kernel says is free now (bound to port 0 and released).
 int freePort();
+// GET `path` from 127.0.0.1:port (HTTP/1.0): the whole reply, "" where none came within `limit`.
+std::string httpGet(int port, const std::string& path, std::chrono::milliseconds limit);
 
 class EtcdCluster {
  public:

@@ -18,10 +18,11 @@
 // saw). A GPU in two leases is refused by write() (the store keeps which lease holds each GPU), and
 // by load() (PoolState::loadLease).
 //
-// etcd refuses a transaction of more than --max-txn-ops operations (128 by default): one per
-// changed node, lease, queue entry and new topology, and two more. A group commit of more (a
-// cluster file of 200 new nodes) fails with etcd's error and what to set; run etcd with
-// --max-txn-ops 4096 (docs/ha.md).
+// etcd refuses a transaction of more than its --max-txn-ops operations (128 by default): a commit
+// takes one per changed node, lease, queue entry and new topology, and one more. A change larger
+// than `max_txn_ops` (a cluster file of 200 new nodes) is written in several transactions in a row,
+// each fenced: a leader that dies between them leaves part of a change no client was told about
+// (docs/ha.md). etcd with a larger --max-txn-ops, and poold told so, keeps every change whole.
 
 #include <chrono>
 #include <map>
@@ -36,6 +37,7 @@
 namespace poolrun::pool {
 
 class EtcdClient;
+struct EtcdOp;
 
 // What makes this replica's writes valid: the leader key as this replica created it. An empty key
 // fences nothing (a single writer, in tests).
@@ -47,7 +49,9 @@ struct EtcdFence {
 class EtcdStore final : public StateStore {
  public:
   // `prefix` without a trailing '/' ("/poolrun"). Nothing is read before load().
-  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, EtcdFence fence);
+  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, EtcdFence fence,
+            size_t max_txn_ops = kEtcdDefaultMaxTxnOps);
+  static constexpr size_t kEtcdDefaultMaxTxnOps = 128;  // etcd's own default
   ~EtcdStore() override;
 
   // Reads every key under the prefix at one revision. A damaged value throws poolrun::Error
@@ -69,10 +73,12 @@ class EtcdStore final : public StateStore {
   std::string nodeKey(const std::string& name) const { return prefix_ + "/nodes/" + name; }
   std::string leaseKey(const std::string& id) const { return prefix_ + "/leases/" + id; }
   std::string queueKey(int64_t ticket) const;
+  void commitBatch(std::vector<EtcdOp> success);  // one transaction, fenced
 
   std::shared_ptr<EtcdClient> client_;
   std::string prefix_;
   EtcdFence fence_;
+  size_t max_txn_ops_;
   uint64_t generation_ = 0;
   int64_t generationRevision_ = 0;  // P/generation's mod revision as last seen (0: absent)
   int64_t revision_ = 0;
