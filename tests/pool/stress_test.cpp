@@ -588,7 +588,7 @@ TEST(Failover, EtcdLosingOneMemberServesAndLosingTwoRefusesChangesUntilTheyRetur
   EXPECT_NO_THROW(pool->release(pool->acquire(r).id));
 }
 
-TEST(Failover, PoolctlStatusShowsTheReplicasAndEtcdsMembers) {
+TEST(Failover, PoolctlStatusAndMetricsShowTheReplicasAndEtcdsMembers) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
   auto tokens = dir.write("tokens", test::kTokens);
@@ -615,6 +615,18 @@ TEST(Failover, PoolctlStatusShowsTheReplicasAndEtcdsMembers) {
   EXPECT_NE(out.find("  " + other + "  standby\n"), std::string::npos) << out;
   EXPECT_NE(out.find("etcd: 3 of 3 members answer\n"), std::string::npos) << out;
   EXPECT_EQ(test::occurrences(out, "etcd's leader"), 1u) << out;
+  // The leader's /metrics: its flag and the elections (one so far), valid for promtool.
+  httplib::Client http("127.0.0.1", replicas.port(leader));
+  auto m = http.Get("/metrics", {{"Authorization", "Bearer tok-root-0123456789"}});
+  ASSERT_TRUE(m && m->status == 200);
+  EXPECT_NE(m->body.find("\npoolrun_leader 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("\npoolrun_leader_elections_total 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("\npoolrun_leader_since_seconds "), std::string::npos) << m->body;
+  if (test::runShell("command -v promtool").status == 0) {
+    test::ProcessResult r =
+        test::runShell("promtool check metrics < " + dir.write("metrics.txt", m->body).string());
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+  }
   etcd.kill(2);
   out = status();
   EXPECT_NE(out.find("etcd: 2 of 3 members answer\n"), std::string::npos) << out;
