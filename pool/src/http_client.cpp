@@ -383,10 +383,9 @@ std::unique_ptr<PoolControl> openHttp(const std::string& uri, std::vector<HttpAd
 std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token) {
   if (!uri.starts_with("http://"))
     throw badInput("pool URI '" + uri + "': a node agent reports to a poold (http://HOST:PORT)");
-  HttpAddress at = parseHttpUri(uri);
   ClientOptions options;
   options.token = token;
-  return std::make_unique<HttpPool>(uri, std::vector<HttpAddress>{at}, options);
+  return std::make_unique<HttpPool>(uri, parseHttpReplicas(uri), options);  // several: replicas on etcd
 }
 
 }  // namespace poolrun::pool

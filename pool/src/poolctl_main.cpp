@@ -47,6 +47,7 @@ constexpr const char* kUsage =
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE or http://HOST:PORT\n"
+    "                    (poold replicas on etcd: http://A:PORT,http://B:PORT)\n"
     "  --token-file FILE the bearer token for http pools (else $POOLRUN_TOKEN)\n"
     "  --state DIR       state directory of local and sim: pools (else $POOLRUN_STATE_DIR)\n"
     "  --owner NAME, --role user|admin   identity in local and sim: pools (default $USER, admin)\n"
@@ -341,6 +342,11 @@ int eventsCommand(const std::string& uri, const std::string& token, const std::v
   if (!uri.starts_with("http://"))
     throw badInput("events: the event log is poold's (STATE/events.jsonl, GET /v1/events); pool '" +
                    topo::printable(uri) + "' is not a poold and keeps none (use --pool http://HOST:PORT)");
+  if (uri.find(',') != std::string::npos)
+    throw badInput(
+        "events: each poold replica keeps its own event log (what it saw while it led): name one "
+        "of '" +
+        topo::printable(uri) + "' (--pool http://HOST:PORT)");
   std::string rest = uri.substr(7);
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   size_t colon = rest.rfind(':');
