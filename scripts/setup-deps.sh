@@ -18,6 +18,7 @@ packages=(
   prometheus
   python3-torch
   chromium chromium-driver python3-selenium
+  etcd-server etcd-client
 )
 
 missing=()
@@ -41,8 +42,14 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # files 32 MB, the driver 9 MB, Selenium 0.1 MB) and some 370 MB installed, plus their libraries
 # (GTK and the like, most already here for other packages); on this machine they installed in 41 s
 # together with two small packages (measured 2026-12-02, from /var/log/apt/history.log).
+# etcd-server and etcd-client (etcd 3.4: two static Go binaries, about 40 MB installed, no other
+# package) run the tests of poold's etcd store and its replicas (docs/ha.md); the Debian service
+# they enable is not needed and is disabled below.
 # The prometheus package is here for its promtool (the tests run `promtool check metrics` on poold's
 # /metrics); where systemd runs, it also starts a Prometheus server, which nothing needs.
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+  $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
 if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi

@@ -19,6 +19,8 @@ scripts/setup-deps.sh
 export POOLRUN_REQUIRE_TORCH=1
 # The dashboard's browser test runs here, not skips: setup-deps installed chromium and Selenium.
 export POOLRUN_REQUIRE_BROWSER=1
+# Likewise the etcd tests (the etcd store, poold replicas): setup-deps installed etcd-server.
+export POOLRUN_REQUIRE_ETCD=1
 
 step "format"
 scripts/check-format.sh

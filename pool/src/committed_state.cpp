@@ -5,7 +5,7 @@
 
 namespace poolrun::pool {
 
-CommittedState::CommittedState(std::unique_ptr<Store> store) : store_(std::move(store)) {
+CommittedState::CommittedState(std::unique_ptr<StateStore> store) : store_(std::move(store)) {
   store_->load(state_);
 }
 

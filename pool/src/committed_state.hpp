@@ -1,7 +1,7 @@
 #pragma once
 
-// poold's pool state in memory and its group commit to the Store. A change runs on the state
-// under one lock, then waits until it (and every change before it) is committed: the changes of
+// poold's pool state in memory and its group commit to its StateStore (SQLite or etcd). A change runs on the
+// state under one lock, then waits until it (and every change before it) is committed: the changes of
 // concurrent requests share one transaction, and no reply depends on something a crash could
 // lose. Reads run under the lock and never wait for a commit.
 
@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "poolrun/pool/state.hpp"
-#include "poolrun/pool/store.hpp"
+#include "poolrun/pool/state_store.hpp"
 
 namespace poolrun::pool {
 
 class CommittedState {
  public:
-  explicit CommittedState(std::unique_ptr<Store> store);  // loads the state from the store
+  explicit CommittedState(std::unique_ptr<StateStore> store);  // loads the state from the store
 
   // What a change that marked nothing dirty waits for. kEarlier: the commit of the changes before
   // it (its reply may show them). kNothing: nothing, for replies a crash may take back at no cost
@@ -103,7 +103,7 @@ class CommittedState {
   bool takeDirty();
   void waitCommitted(uint64_t seq);
 
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<StateStore> store_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
   PoolState state_;

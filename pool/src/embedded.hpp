@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "poolrun/pool/control.hpp"
 
@@ -15,7 +16,9 @@ struct HttpAddress {
 };
 // The host and port of "http://HOST:PORT"; throws kBadInput naming the URI otherwise.
 HttpAddress parseHttpUri(const std::string& uri);
-std::unique_ptr<PoolControl> openHttp(const std::string& uri, const std::string& host, int port,
+// "http://HOST:PORT", or several replicas of one pool: "http://a:7450,http://b:7450".
+std::vector<HttpAddress> parseHttpReplicas(const std::string& uri);
+std::unique_ptr<PoolControl> openHttp(const std::string& uri, std::vector<HttpAddress> replicas,
                                       const ClientOptions& options);
 
 }  // namespace poolrun::pool

@@ -1,5 +1,6 @@
 // PoolClient for a poold: JSON over HTTP with a bearer token.
 
+#include <iostream>
 #include <mutex>
 #include <thread>
 
@@ -47,11 +48,24 @@ struct Timeouts {
   milliseconds connect{5000}, io{30000};  // HttpConnection's defaults
 };
 
-// Both a pool client and a node agent's link: one connection, one way to call poold.
+// How long a call keeps trying the replicas of a pool that has several (poold --store etcd):
+// longer than a failover takes (the leader's etcd lease, 5 s by default, and the standby's poll).
+constexpr milliseconds kFailoverBudget(15000);
+
+std::string originOf(const HttpAddress& a) {
+  return "http://" + a.host + ":" + std::to_string(a.port);
+}
+
+// Both a pool client and a node agent's link: one connection, one way to call poold. With several
+// replicas, the connection is to the one that last answered as the leader; a call that finds it
+// gone (no connection, 503 not_leader or no_leader) tries the next, and follows a standby's
+// redirect (307) to the leader.
 class HttpPool : public PoolControl, public AgentLink {
  public:
-  HttpPool(std::string uri, const std::string& host, int port, const ClientOptions& options)
-      : uri_(std::move(uri)), connection_(host, port, options.token) {}
+  HttpPool(std::string uri, std::vector<HttpAddress> replicas, const ClientOptions& options)
+      : uri_(std::move(uri)), token_(options.token), replicas_(std::move(replicas)) {
+    connect(0);
+  }
 
   Lease acquire(const LeaseRequest& request,
                 const std::function<void(const QueueProgress&)>& queued) override {
@@ -62,6 +76,7 @@ class HttpPool : public PoolControl, public AgentLink {
     json reply = call("POST", "/v1/leases", body);
     if (reply.contains("lease")) return keepUnlessInterrupted(leaseFromJson(reply["lease"]));
     int64_t ticket = reply.value("ticket", int64_t{0});
+    const uint64_t movesAtSubmit = moves_;
     int position = reply.value("position", 0);
     if (ticket == 0) throw queueTimeout(request, position, uri_);
     const std::string path = "/v1/queue/" + segment(std::to_string(ticket));
@@ -88,9 +103,18 @@ class HttpPool : public PoolControl, public AgentLink {
         }
         slice = std::min(slice, left);
       }
-      json p = call(
-          "GET", path + "?wait_ms=" + std::to_string(slice.count()) + "&position=" + std::to_string(position),
-          nullptr);
+      json p;
+      try {
+        p = call("GET",
+                 path + "?wait_ms=" + std::to_string(slice.count()) + "&position=" + std::to_string(position),
+                 nullptr);
+      } catch (const PoolError& e) {
+        // The leader that granted the ticket, and removed it as the grant was polled, died before
+        // its reply came: the new leader knows no such ticket. The request starts again (the lease
+        // granted then, which nobody holds, expires at its TTL).
+        if (e.code() != ErrorCode::kNotFound || moves_ == movesAtSubmit) throw;
+        return acquire(request, queued);
+      }
       slice = milliseconds(1000);
       std::string status = p.value("status", "");
       if (status == "granted") return keepUnlessInterrupted(leaseFromJson(p.at("lease")));
@@ -166,6 +190,23 @@ class HttpPool : public PoolControl, public AgentLink {
   void resume(const std::string& node) override {
     call("POST", "/v1/nodes/" + segment(node) + "/resume", json::object());
   }
+  std::optional<PoolReplicas> replicas() override {
+    json doc;
+    try {
+      doc = call("GET", "/v1/replicas", nullptr);
+    } catch (const PoolError& e) {
+      if (e.code() == ErrorCode::kNotFound) return std::nullopt;  // one server
+      throw;
+    }
+    PoolReplicas out;
+    out.store = doc.value("store", "");
+    for (const json& r : doc.value("replicas", json::array()))
+      out.replicas.push_back({r.value("url", ""), r.value("leader", false)});
+    for (const json& m : doc.value("etcd", json::array()))
+      out.etcd.push_back({m.value("endpoint", ""), m.value("reachable", false), m.value("leader", false),
+                          m.value("version", ""), m.value("error", "")});
+    return out;
+  }
   void failGpu(const std::string& node, size_t index) override {
     call("POST", "/v1/nodes/" + segment(node) + "/gpus/" + segment(std::to_string(index)) + "/fail",
          json::object());
@@ -198,26 +239,95 @@ class HttpPool : public PoolControl, public AgentLink {
     throw interrupted("released lease " + lease.id + " (granted as the wait was interrupted)");
   }
 
+  void connect(size_t replica) {
+    current_ = replica;
+    connection_ = std::make_unique<HttpConnection>(replicas_[replica].host, replicas_[replica].port, token_);
+  }
+
+  // The replica a redirect names (added to those known where it is new).
+  size_t replicaOf(const std::string& location) {
+    std::string origin = location.substr(0, location.find('/', location.find("//") + 2));
+    HttpAddress a = parseHttpUri(origin);
+    for (size_t i = 0; i < replicas_.size(); ++i)
+      if (replicas_[i].host == a.host && replicas_[i].port == a.port) return i;
+    replicas_.push_back(a);
+    return replicas_.size() - 1;
+  }
+
+  // Every call is safe to repeat: reads, release, renew and the admin commands are idempotent,
+  // acquire carries a request id that poold answers again with the same lease.
   json call(const std::string& method, const std::string& path, const json& body, Timeouts timeouts = {}) {
     std::lock_guard<std::mutex> lock(mu_);
-    connection_.connect_timeout = timeouts.connect;
-    connection_.io_timeout = timeouts.io;
     std::string text = body.is_null() ? std::string() : body.dump();
+    const bool several = replicas_.size() > 1;
+    const auto deadline = Steady::now() + std::max(timeouts.io, kFailoverBudget);
+    const size_t from = current_;
+    std::string why;      // why the call left the replica it started on
+    std::string refusal;  // what the last replica that answered 503 said
     HttpResponse reply;
-    for (int attempt = 0;; ++attempt) {
+    int redirects = 0;
+    for (int attempt = 0, round = 0;; ++attempt) {
+      connection_->connect_timeout = timeouts.connect;
+      connection_->io_timeout = timeouts.io;
+      const std::string at = originOf(replicas_[current_]);
       try {
-        reply = connection_.request(method, path, text);
-        break;
+        reply = connection_->request(method, path, text);
       } catch (const HttpFailed& e) {
-        // A kept-alive connection can fail once where a fresh one succeeds. Every call is safe to
-        // repeat: reads, release, renew and the admin commands are idempotent, acquire carries a
-        // request id that poold answers again with the same lease.
+        // A kept-alive connection can fail once where a fresh one succeeds.
         if (attempt == 0 && e.kind() == HttpFailed::Kind::kTransfer) continue;
-        throw PoolError(
-            PoolFailure::kOther, ErrorCode::kIo,
-            "cannot reach poold at " + uri_ + " (" + e.what() + "); is it running and listening there?");
+        if (several && Steady::now() >= deadline && !refusal.empty())
+          throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
+                          "no replica of the pool at " + uri_ + " could answer within " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                 std::max(timeouts.io, kFailoverBudget))
+                                                 .count()) +
+                              " s: " + refusal);
+        if (!several || Steady::now() >= deadline)
+          throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
+                          "cannot reach poold at " + (several ? uri_ + " (last " + at + ")" : uri_) + " (" +
+                              e.what() + "); is it running and listening there?");
+        if (why.empty()) why = at + ": " + e.what();
+        if ((++round) % replicas_.size() == 0) std::this_thread::sleep_for(milliseconds(200));
+        // A standby may redirect to a leader that just died (its key outlives it by the TTL).
+        redirects = 0;
+        connect((current_ + 1) % replicas_.size());
+        continue;
       }
+      // A standby names the leader: 307 to it, or 503 while there is none.
+      if ((reply.status == 307 || reply.status == 308) && !reply.location.empty() && ++redirects <= 5 &&
+          Steady::now() < deadline) {
+        connect(replicaOf(reply.location));
+        continue;
+      }
+      // 503 from a replica: no_leader (an election is under way: wait for it, even with one URL),
+      // not_leader (a leader whose etcd lease lapsed) and etcd_unavailable (a standby that cannot
+      // reach etcd): try the other replicas.
+      if (reply.status == 503 && Steady::now() < deadline) {
+        std::string reason;
+        try {
+          json doc = json::parse(reply.body);
+          reason = doc.value("reason", "");
+          if (reason == "no_leader" || reason == "not_leader" || reason == "etcd_unavailable")
+            refusal = at + ": " + doc.value("error", "");
+        } catch (const json::exception&) {
+        }
+        if (reason == "no_leader" || (several && (reason == "not_leader" || reason == "etcd_unavailable"))) {
+          if (why.empty()) why = at + ": " + reason;
+          if (reason == "no_leader" || (++round) % replicas_.size() == 0)
+            std::this_thread::sleep_for(milliseconds(200));
+          connect((current_ + 1) % replicas_.size());
+          continue;
+        }
+      }
+      break;
     }
+    // One line when the pool's leader moved under a client that had one (a renewal across a
+    // failover), not when a first call finds the leader.
+    if (current_ != from && !why.empty()) ++moves_;
+    if (current_ != from && answered_ && !why.empty())
+      std::cerr << "poolrun: the pool's leader is now " << originOf(replicas_[current_]) << " (" << why
+                << ")\n";
+    answered_ = true;
     const HttpResponse* res = &reply;
     json doc;
     try {
@@ -235,8 +345,8 @@ class HttpPool : public PoolControl, public AgentLink {
       return doc.is_object() && doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "";
     };
     std::string msg = member("error").empty() ? res->body : member("error");
-    std::string where = uri_ + " refused " + method + " " + path.substr(0, path.find('?')) + " (" +
-                        std::to_string(res->status) + "): ";
+    std::string where = originOf(replicas_[current_]) + " refused " + method + " " +
+                        path.substr(0, path.find('?')) + " (" + std::to_string(res->status) + "): ";
     switch (res->status) {
       case 400:
         throw PoolError(PoolFailure::kOther, ErrorCode::kBadInput, where + msg);
@@ -258,24 +368,28 @@ class HttpPool : public PoolControl, public AgentLink {
   }
 
   std::string uri_;
+  std::string token_;
   std::mutex mu_;
-  HttpConnection connection_;
+  std::vector<HttpAddress> replicas_;
+  size_t current_ = 0;
+  bool answered_ = false;  // a call got a reply: a later move to another replica is a failover
+  uint64_t moves_ = 0;     // calls that left their replica for another
+  std::unique_ptr<HttpConnection> connection_;
 };
 
 }  // namespace
 
-std::unique_ptr<PoolControl> openHttp(const std::string& uri, const std::string& host, int port,
+std::unique_ptr<PoolControl> openHttp(const std::string& uri, std::vector<HttpAddress> replicas,
                                       const ClientOptions& options) {
-  return std::make_unique<HttpPool>(uri, host, port, options);
+  return std::make_unique<HttpPool>(uri, std::move(replicas), options);
 }
 
 std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token) {
   if (!uri.starts_with("http://"))
     throw badInput("pool URI '" + uri + "': a node agent reports to a poold (http://HOST:PORT)");
-  HttpAddress at = parseHttpUri(uri);
   ClientOptions options;
   options.token = token;
-  return std::make_unique<HttpPool>(uri, at.host, at.port, options);
+  return std::make_unique<HttpPool>(uri, parseHttpReplicas(uri), options);  // several: replicas on etcd
 }
 
 }  // namespace poolrun::pool

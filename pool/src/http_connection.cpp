@@ -185,6 +185,7 @@ HttpResponse HttpConnection::request(const std::string& method, const std::strin
       if (name == "content-length") length = parseSize(value, 10, "Content-Length");
       if (name == "transfer-encoding") chunked = common::lower(value).find("chunked") != std::string::npos;
       if (name == "connection") keepAlive = common::lower(value) != "close";
+      if (name == "location") response.location = value;
     }
     if (chunked) {
       for (;;) {

@@ -14,6 +14,7 @@ namespace poolrun::pool {
 struct HttpResponse {
   int status = 0;
   std::string body;
+  std::string location;  // the Location header of a redirect
 };
 
 class HttpFailed : public std::runtime_error {

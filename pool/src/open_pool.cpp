@@ -30,6 +30,19 @@ HttpAddress parseHttpUri(const std::string& uri) {
   return {host, port};
 }
 
+std::vector<HttpAddress> parseHttpReplicas(const std::string& uri) {
+  std::vector<HttpAddress> out;
+  for (size_t start = 0; start <= uri.size();) {
+    size_t end = std::min(uri.find(',', start), uri.size());
+    std::string part = uri.substr(start, end - start);
+    if (!part.starts_with("http://"))
+      throw badUri(uri, "'" + part + "' is not http://HOST:PORT (replicas: http://A:PORT,http://B:PORT)");
+    out.push_back(parseHttpUri(part));
+    start = end + 1;
+  }
+  return out;
+}
+
 std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const ClientOptions& options) {
   if (uri == "slurm" || uri.starts_with("slurm:"))
     throw badInput(
@@ -41,10 +54,7 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
     if (file->empty()) throw badUri(uri, "no cluster file after 'sim:'");
     return openEmbeddedSim(*file, options);
   }
-  if (uri.rfind("http://", 0) == 0) {
-    HttpAddress at = parseHttpUri(uri);
-    return openHttp(uri, at.host, at.port, options);
-  }
+  if (uri.rfind("http://", 0) == 0) return openHttp(uri, parseHttpReplicas(uri), options);
   if (uri.rfind("https://", 0) == 0) throw badUri(uri, "poold speaks plain HTTP; put TLS in front of it");
   throw badUri(uri, "unknown kind");
 }

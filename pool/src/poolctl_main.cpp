@@ -50,6 +50,7 @@ constexpr const char* kUsage =
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE or http://HOST:PORT\n"
+    "                    (poold replicas on etcd: http://A:PORT,http://B:PORT)\n"
     "  --token-file FILE the bearer token for http pools (else $POOLRUN_TOKEN)\n"
     "  --state DIR       state directory of local and sim: pools (else $POOLRUN_STATE_DIR)\n"
     "  --owner NAME, --role user|admin   identity in local and sim: pools (default $USER, admin)\n"
@@ -286,6 +287,30 @@ std::string eventText(const json& e) {
   return out;
 }
 
+// `poolctl status` of a pool on etcd: a line per replica, then per etcd member.
+//   replicas (etcd://e1:2379,... (prefix /poolrun)):
+//     http://a:7450  leader
+//     http://b:7450  standby
+//   etcd:
+//     e1:2379  answers, etcd's leader, 3.4.23
+//     e2:2379  unreachable: cannot connect to e2:2379: Connection refused
+std::string replicaLines(const PoolReplicas& r) {
+  std::string out = "replicas (" + r.store + "):\n";
+  for (const auto& replica : r.replicas)
+    out += "  " + replica.url + "  " + (replica.leader ? "leader" : "standby") + "\n";
+  int reachable = 0;
+  for (const auto& m : r.etcd) reachable += m.reachable;
+  out += "etcd: " + std::to_string(reachable) + " of " + std::to_string(r.etcd.size()) + " members answer" +
+         (2 * reachable > static_cast<int>(r.etcd.size()) ? "" : " (no quorum: the pool accepts no change)") +
+         "\n";
+  for (const auto& m : r.etcd)
+    out += "  " + m.endpoint + "  " +
+           (m.reachable ? std::string("answers") + (m.leader ? ", etcd's leader" : "") + ", " + m.version
+                        : "unreachable: " + m.error) +
+           "\n";
+  return out;
+}
+
 // An event as its line in poold's file: schema, seq, time and kind first.
 std::string eventJson(const json& e) {
   nlohmann::ordered_json out;
@@ -333,6 +358,11 @@ int eventsCommand(const std::string& uri, const std::string& token, const std::v
   if (!uri.starts_with("http://"))
     throw badInput("events: the event log is poold's (STATE/events.jsonl, GET /v1/events); pool '" +
                    topo::printable(uri) + "' is not a poold and keeps none (use --pool http://HOST:PORT)");
+  if (uri.find(',') != std::string::npos)
+    throw badInput(
+        "events: each poold replica keeps its own event log (what it saw while it led): name one "
+        "of '" +
+        topo::printable(uri) + "' (--pool http://HOST:PORT)");
   std::string rest = uri.substr(7);
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   size_t colon = rest.rfind(':');
@@ -567,10 +597,26 @@ int run(int argc, char** argv) {
   }
   if (cmd == "status") {
     PoolStatus s = pool().status();
-    if (asJson)
-      std::cout << toJson(s).dump(2) << "\n";
-    else
+    std::optional<PoolReplicas> replicas = pool().replicas();
+    if (asJson) {
+      json out = toJson(s);
+      if (replicas) {
+        out["replicas"] = json::array();
+        for (const auto& r : replicas->replicas)
+          out["replicas"].push_back({{"url", r.url}, {"leader", r.leader}});
+        out["etcd"] = json::array();
+        for (const auto& m : replicas->etcd)
+          out["etcd"].push_back({{"endpoint", m.endpoint},
+                                 {"reachable", m.reachable},
+                                 {"leader", m.leader},
+                                 {"version", m.version},
+                                 {"error", m.error}});
+      }
+      std::cout << out.dump(2) << "\n";
+    } else {
       std::cout << statusLine(pool().describe(), s) << "\n";
+      if (replicas) std::cout << replicaLines(*replicas);
+    }
   } else if (cmd == "nodes") {
     std::vector<NodeInfo> nodes = pool().nodes();
     if (asJson) {

@@ -2,13 +2,21 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "embedded.hpp"
+#include "etcd_client.hpp"
+#include "etcd_leader.hpp"
+#include "http_server.hpp"
+#include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -26,7 +34,9 @@ constexpr Range<size_t> kMaxBodyRange{1024, size_t{1} << 30};
 constexpr Range<int> kConnectionsRange{1, 1'000'000};
 constexpr Range<int64_t> kRequestTimeoutRange{1, 3600};  // --header-timeout, --body-timeout
 constexpr Range<int64_t> kIdleTimeoutRange{1, 86'400};
-constexpr Range<int64_t> kIntervalRange{1, 3600};  // --heartbeat-interval
+constexpr Range<int64_t> kIntervalRange{1, 3600};         // --heartbeat-interval
+constexpr Range<int64_t> kEtcdTtlRange{2, 60};            // --etcd-ttl
+constexpr Range<size_t> kEtcdTxnOpsRange{16, 1'000'000};  // --etcd-max-txn-ops
 
 std::string usage() {
   const poolrun::pool::ServerOptions d;
@@ -41,6 +51,8 @@ std::string usage() {
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
          "             [--history-interval SECONDS]\n"
+         "             [--store sqlite|etcd://HOST:PORT[,HOST:PORT...] --advertise http://THIS:PORT\n"
+         "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS] [--etcd-max-txn-ops N]]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
@@ -115,10 +127,59 @@ std::string usage() {
          "  --history-interval SECONDS    between samples of the dashboard's history charts (default " +
          n(d.history_interval.count()) + "; the last " + n(d.history_samples) +
          " are kept)\n"
+         "  --store sqlite|etcd://...      where the pool's state lives: DIR/pool.sqlite (default), or an\n"
+         "                                etcd cluster shared by poold replicas, of which one leads and\n"
+         "                                the others wait to take over (docs/ha.md)\n"
+         "  --advertise http://HOST:PORT  with etcd: the URL clients reach this replica at\n"
+         "  --etcd-prefix PREFIX          with etcd: where the state is kept (default /poolrun)\n"
+         "  --etcd-ttl SECONDS            with etcd: the leader's lease; a standby takes over this long\n"
+         "                                after the leader dies (default 5, 2 to 60)\n"
+         "  --etcd-max-txn-ops N          with etcd: etcd's --max-txn-ops (default 128, as etcd's); a "
+         "change\n"
+         "                                larger than one transaction takes is written in several\n"
          "  GET /healthz answers 200 `ok` without a token while poold serves, 503 once it stops\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
 }
+
+// What a standby answers: 307 to the leader (the same path), or 503 while there is none; GET
+// /healthz 503 too, so that a load balancer sends nothing here. Never the pool's state: a standby's
+// would be stale.
+poolrun::pool::HttpReply standbyReply(const poolrun::pool::HttpRequest& req, const std::string& leader,
+                                      const std::string& etcdProblem) {
+  using nlohmann::json;
+  if (!etcdProblem.empty())
+    return {503, json{{"error", "this poold replica is a standby and no replica can lead: " + etcdProblem +
+                                    "; the pool accepts no change until etcd answers again"},
+                      {"reason", "etcd_unavailable"}}
+                     .dump()};
+  if (leader.empty())
+    return {503, json{{"error",
+                       "this poold replica is a standby and the replicas have no leader yet (one takes over "
+                       "within the etcd lease's TTL); retry in a second"},
+                      {"reason", "no_leader"}}
+                     .dump()};
+  poolrun::pool::HttpReply r{req.segments == std::vector<std::string>{"healthz"} ? 503 : 307,
+                             json{{"error", "this poold replica is a standby; the leader is " + leader},
+                                  {"reason", "not_leader"},
+                                  {"leader", leader}}
+                                 .dump()};
+  r.headers.push_back({"Location", leader + req.target});
+  return r;
+}
+
+// A standby's server of redirects, stopped (and its thread joined) however main ends.
+struct StandbyServer {
+  std::unique_ptr<poolrun::pool::HttpServer> server;
+  std::thread thread;
+  void stop() {
+    if (!server) return;
+    server->stop();
+    thread.join();
+    server.reset();
+  }
+  ~StandbyServer() { stop(); }
+};
 
 template <typename T>
 T number(const std::string& option, const std::string& text, Range<T> range) {
@@ -132,6 +193,9 @@ int main(int argc, char** argv) {
   pool::ServerOptions opt;
   std::string cluster;
   std::optional<std::chrono::seconds> nodeTimeout;
+  std::string store = "sqlite", etcdPrefix = "/poolrun", advertise;
+  std::chrono::seconds etcdTtl(5);
+  size_t etcdMaxTxnOps = pool::EtcdStore::kEtcdDefaultMaxTxnOps;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -219,6 +283,22 @@ int main(int argc, char** argv) {
         std::string v = value();
         pool::parseAddressRanges(v, a);
         opt.metrics_allow.push_back(v);
+      } else if (a == "--store") {
+        store = value();
+        if (store != "sqlite") pool::parseEtcdUri(store);
+      } else if (a == "--etcd-prefix") {
+        etcdPrefix = value();
+        if (!etcdPrefix.starts_with("/") || etcdPrefix.find_first_of(" \t\n") != std::string::npos)
+          throw badInput("--etcd-prefix '" + etcdPrefix + "': expected a key prefix such as /poolrun");
+      } else if (a == "--advertise") {
+        advertise = value();
+        pool::parseHttpUri(advertise);
+        if (!advertise.starts_with("http://"))
+          throw badInput("--advertise '" + advertise + "': expected http://HOST:PORT");
+      } else if (a == "--etcd-max-txn-ops") {
+        etcdMaxTxnOps = number(a, value(), kEtcdTxnOpsRange);
+      } else if (a == "--etcd-ttl") {
+        etcdTtl = std::chrono::seconds(number(a, value(), kEtcdTtlRange));
       } else {
         throw badInput("unknown option '" + a + "'");
       }
@@ -237,14 +317,124 @@ int main(int argc, char** argv) {
     sigaddset(&stopSignals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
-    pool::PoolServer server(opt);
-    if (!cluster.empty()) server.registerNodes(topo::readClusterFile(cluster).nodes);
-    int port = server.bind();
-    std::thread([&server, stopSignals] {
+    // With etcd: campaign until this replica leads (a standby answers with redirects meanwhile), then
+    // serve with the state fenced on the leadership; a replica that loses it exits (status 75)
+    // and its supervisor starts it again as a standby.
+    std::unique_ptr<pool::EtcdLeadership> leadership;
+    std::atomic<pool::PoolServer*> running{nullptr};
+    std::atomic<bool> stopRequested{false};
+    std::shared_ptr<pool::EtcdClient> client;
+    if (store != "sqlite") {
+      if (advertise.empty())
+        throw badInput("--store " + store +
+                       " needs --advertise http://HOST:PORT (the URL clients reach this "
+                       "replica at, given to them by the other replicas)");
+      client = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
+      leadership = std::make_unique<pool::EtcdLeadership>(client, etcdPrefix, advertise, etcdTtl);
+    }
+    std::thread([&, stopSignals] {
       int sig = 0;
       sigwait(&stopSignals, &sig);
-      server.stop();
+      stopRequested = true;
+      if (leadership) leadership->stop();
+      if (pool::PoolServer* s = running.load()) s->stop();
     }).detach();
+    // While it campaigns, the replica answers on its address with redirects to the leader, until
+    // the pool's server is about to take the address over.
+    std::mutex leaderMu;
+    std::string leaderNow, etcdProblem;
+    StandbyServer standby;
+    if (leadership) {
+      pool::HttpServerOptions h;
+      h.host = opt.host;
+      h.port = opt.port;
+      h.workers = 4;
+      h.max_connections = std::min(opt.max_connections, 1024);
+      h.idle_timeout = std::chrono::milliseconds(5000);
+      standby.server = std::make_unique<pool::HttpServer>(h, [&](const pool::HttpRequest& req) {
+        std::lock_guard<std::mutex> lock(leaderMu);
+        return standbyReply(req, leaderNow, etcdProblem);
+      });
+      opt.port = standby.server->port();  // the leader serves where the standby did
+      std::cout << "poold: standby, answering with redirects to the leader on http://" << opt.host << ":"
+                << opt.port << std::endl;
+      standby.thread = std::thread([&standby] { standby.server->run(); });
+      std::optional<pool::EtcdFence> fence = leadership->campaign(
+          [&](const std::string& leader) {
+            {
+              std::lock_guard<std::mutex> lock(leaderMu);
+              leaderNow = leader == advertise ? "" : leader;  // until the leader serves here
+              etcdProblem.clear();
+            }
+            if (leader == advertise)
+              std::cerr << "poold: leading the pool in etcd " << store << " (prefix " << etcdPrefix << ")\n";
+            else
+              std::cerr << "poold: standby: "
+                        << (leader.empty() ? "no leader yet" : "the leader is " + leader) << "\n";
+          },
+          [&](const std::string& why) {
+            {
+              std::lock_guard<std::mutex> lock(leaderMu);
+              etcdProblem = why;
+            }
+            std::cerr << "poold: standby: " << why << "\n";
+          },
+          [](const std::string& why) {
+            std::cerr << "poold: lost the leadership: " << why
+                      << "; exiting so that no change is acknowledged by two leaders\n";
+            std::_Exit(75);
+          });
+      if (!fence) {
+        std::cerr << "poold: stopped (standby)\n";
+        return 0;
+      }
+      opt.open_store = [client, etcdPrefix, fence, etcdMaxTxnOps] {
+        return std::make_unique<pool::EtcdStore>(client, etcdPrefix, *fence, etcdMaxTxnOps);
+      };
+      opt.serving = [l = leadership.get()] { return l->leading(); };
+      opt.replicas = [client, l = leadership.get(), advertise, store, etcdPrefix] {
+        nlohmann::json out = {{"store", store + " (prefix " + etcdPrefix + ")"},
+                              {"replicas", nlohmann::json::array()},
+                              {"etcd", nlohmann::json::array()}};
+        try {
+          for (const std::string& url : l->replicas())
+            out["replicas"].push_back({{"url", url}, {"leader", url == advertise}});
+        } catch (const Error&) {  // etcd's members below say why
+        }
+        for (const pool::EtcdMemberStatus& m : client->status())
+          out["etcd"].push_back({{"endpoint", m.endpoint},
+                                 {"reachable", m.reachable},
+                                 {"leader", m.reachable && m.member_id == m.leader_id},
+                                 {"version", m.version},
+                                 {"error", m.error}});
+        return out.dump();
+      };
+      int64_t elections = 0;
+      try {
+        elections = leadership->countElection(*fence);
+      } catch (const Error& e) {
+        std::cerr << "poold: warning: " << e.what() << "\n";
+      }
+      const auto since = std::chrono::system_clock::now();
+      opt.more_metrics = [elections, since] {
+        const double t = std::chrono::duration<double>(since.time_since_epoch()).count();
+        return "# HELP poolrun_leader Whether this poold replica leads the pool (standbys redirect /metrics "
+               "to the leader).\n# TYPE poolrun_leader gauge\npoolrun_leader 1\n"
+               "# HELP poolrun_leader_since_seconds When this replica took the lead (Unix time).\n"
+               "# TYPE poolrun_leader_since_seconds gauge\npoolrun_leader_since_seconds " +
+               std::to_string(t) +
+               "\n# HELP poolrun_leader_elections_total Times a poold replica took the lead of this pool "
+               "(its first start, then every failover or restart).\n"
+               "# TYPE poolrun_leader_elections_total counter\npoolrun_leader_elections_total " +
+               std::to_string(elections) + "\n";
+      };
+    }
+    pool::PoolServer server(opt);
+    if (!cluster.empty()) server.registerNodes(topo::readClusterFile(cluster).nodes);
+    standby.stop();
+    int port = server.bind();
+    running = &server;
+    if (stopRequested) server.stop();
     std::cout << "poold: listening on http://" << opt.host << ":" << port << std::endl;
     server.run();
     std::cerr << "poold: stopped\n";

@@ -370,6 +370,10 @@ struct PoolServer::Impl {
         reply = health();
         return observed(req, label, std::move(reply), start);
       }
+      if (opt.serving && !opt.serving())
+        throw HttpError{
+            503, "this poold replica no longer leads the pool (its etcd lease lapsed); retry on another",
+            "not_leader"};
       TokenEntry who = authenticate(req, *found);
       if (who.node != found->agent && !who.admin)
         throw HttpError{403,
@@ -697,6 +701,11 @@ struct PoolServer::Impl {
       return json(forViewer(snapshot, c.who));
     });
     route("GET", "/v1/history", false, "", [this](Context&) { return json(history.json()); });
+    route("GET", "/v1/replicas", false, "", [this](Context&) {
+      if (!opt.replicas)
+        throw HttpError{404, "this poold keeps the pool in one SQLite file: it has no replicas", "not_found"};
+      return json::parse(opt.replicas());
+    });
     route("GET", "/metrics", false, "", [this](Context&) {
       PoolStatus s;
       std::map<std::string, int64_t> gpuMillis;
@@ -707,8 +716,8 @@ struct PoolServer::Impl {
         writeLiveMetrics(live, st, Clock::now());
         return 0;
       });
-      return json(metrics.render(s, http ? http->stats() : HttpServerStats{}, gpuMillis) +
-                  live.str());  // unbound: tests
+      return json(metrics.render(s, http ? http->stats() : HttpServerStats{}, gpuMillis) + live.str() +
+                  (opt.more_metrics ? opt.more_metrics() : std::string()));  // unbound: tests
     });
   }
 };
@@ -734,7 +743,8 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     for (AddressRange& r : parseAddressRanges(list, "--metrics-allow")) allowed.push_back(std::move(r));
   m.metrics_access = std::make_unique<MetricsAccess>(m.opt.metrics_token_file, std::move(allowed), warn);
   m.pool = std::make_unique<CommittedState>(
-      std::make_unique<Store>(m.opt.state_dir / "pool.sqlite", m.opt.durability));
+      m.opt.open_store ? m.opt.open_store()
+                       : std::make_unique<Store>(m.opt.state_dir / "pool.sqlite", m.opt.durability));
   EventLogOptions events;
   events.file = m.opt.state_dir / "events.jsonl";
   m.events = std::make_unique<EventLog>(events, warn);

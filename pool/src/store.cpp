@@ -19,6 +19,7 @@
 
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/writers.hpp"
+#include "stored_docs.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -85,33 +86,6 @@ std::string readRecord(int fd, bool& ok) {
   return text;
 }
 
-// nodes.health: what the live pool keeps of a node across restarts.
-//   {"agent": "poold-agent 0.9.0", "failures": {"3": {"reason": "...", "time_ms": 1764601445123}},
-//    "ecc_acknowledged": {"3": 2}, "mig_layouts": {"1": ["3g.40gb", "3g.40gb"]}}
-json healthToJson(const PoolNode& n) {
-  json doc = json::object();
-  if (!n.agent.empty()) doc["agent"] = n.agent;
-  for (const auto& [index, f] : n.failures)
-    doc["failures"][std::to_string(index)] = {{"reason", f.reason}, {"time_ms", toMillis(f.time)}};
-  for (const auto& [index, count] : n.ecc_acknowledged)
-    doc["ecc_acknowledged"][std::to_string(index)] = count;
-  for (const auto& [index, profiles] : n.mig_layouts) doc["mig_layouts"][std::to_string(index)] = profiles;
-  return doc;
-}
-
-void healthFromJson(const json& doc, PoolNode& n) {
-  if (!doc.is_object()) return;
-  n.agent = doc.value("agent", "");
-  auto index = [](const std::string& key) { return static_cast<size_t>(std::stoul(key)); };
-  if (auto f = doc.find("failures"); f != doc.end() && f->is_object())
-    for (const auto& [key, v] : f->items())
-      n.failures[index(key)] = {v.value("reason", ""), fromMillis(v.value("time_ms", int64_t{0}))};
-  if (auto e = doc.find("ecc_acknowledged"); e != doc.end() && e->is_object())
-    for (const auto& [key, v] : e->items()) n.ecc_acknowledged[index(key)] = v.get<uint64_t>();
-  if (auto m = doc.find("mig_layouts"); m != doc.end() && m->is_object())
-    for (const auto& [key, v] : m->items()) n.mig_layouts[index(key)] = v.get<std::vector<std::string>>();
-}
-
 std::string text(sqlite3_stmt* st, int col) {
   const unsigned char* p = sqlite3_column_text(st, col);
   return p ? reinterpret_cast<const char*>(p) : "";
@@ -154,34 +128,6 @@ class Step {
   sqlite3_stmt* st_;
   int n_ = 0;
 };
-
-json queueDoc(const QueueEntry& e) {
-  const char* status = e.status == QueueEntry::Status::kWaiting   ? "waiting"
-                       : e.status == QueueEntry::Status::kGranted ? "granted"
-                                                                  : "failed";
-  return {{"ticket", e.ticket},
-          {"request", toJson(e.request)},
-          {"enqueued_ms", toMillis(e.enqueued)},
-          {"heartbeat_ms", toMillis(e.heartbeat)},
-          {"status", status},
-          {"lease", e.lease_id},
-          {"reason", e.reason}};
-}
-
-QueueEntry queueFromDoc(const json& doc) {
-  QueueEntry e;
-  e.ticket = doc.at("ticket").get<int64_t>();
-  e.request = storedRequestFromJson(doc.at("request"));
-  e.enqueued = fromMillis(doc.at("enqueued_ms").get<int64_t>());
-  e.heartbeat = fromMillis(doc.at("heartbeat_ms").get<int64_t>());
-  std::string status = doc.at("status").get<std::string>();
-  e.status = status == "waiting"   ? QueueEntry::Status::kWaiting
-             : status == "granted" ? QueueEntry::Status::kGranted
-                                   : QueueEntry::Status::kFailed;
-  e.lease_id = doc.value("lease", "");
-  e.reason = doc.value("reason", "");
-  return e;
-}
 
 // What a refusal says to do: the file is either restored (and its record, which counts commits a
 // backup lacks, deleted) or moved away with everything beside it. `it` names the file.

@@ -3,6 +3,7 @@
 // opening the state file with its checks. Measures only; asserts nothing about time.
 
 #include <benchmark/benchmark.h>
+#include <httplib.h>
 #include <sqlite3.h>
 #include <algorithm>
 
@@ -16,6 +17,7 @@
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/pool/store.hpp"
+#include "support/etcd_cluster.hpp"
 #include "support/fixtures.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
@@ -234,6 +236,106 @@ BENCHMARK(BM_PooldAcquireRelease)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kSecond);
+
+// The etcd store against SQLite in the same run: acquire+release pairs per second through a poold
+// with 16 client threads, first on its state directory, then as the leader of two replicas on a
+// three-member etcd (127.0.0.1, this machine's disk); then the failover: the leader killed
+// (SIGKILL) five times, the time until the other replica serves (the default --etcd-ttl, 5 s).
+// Skipped without /usr/bin/etcd.
+double pairsPerSecond(const std::string& uri, int clients, std::chrono::seconds length, std::string& error) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> pairs{0};
+  std::mutex errorMu;
+  std::vector<std::thread> threads;
+  auto start = std::chrono::steady_clock::now();
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&] {
+      ClientOptions o;
+      o.token = "tok-alice-0123456789";
+      auto pool = openPool(uri, o);
+      LeaseRequest r;
+      r.gpus = 1;
+      try {
+        while (!stop) {
+          Lease l = pool->acquire(r);
+          pool->release(l.id);
+          ++pairs;
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(errorMu);
+        if (error.empty()) error = e.what();
+      }
+    });
+  std::this_thread::sleep_for(length);
+  stop = true;
+  for (auto& t : threads) t.join();
+  return static_cast<double>(pairs) /
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Whether the replica on `port` serves as the leader (GET /healthz 200; a standby answers 503).
+bool serves(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(0, 200'000);
+  auto r = c.Get("/healthz");
+  return r && r->status == 200;
+}
+
+void BM_PooldEtcdAgainstSqlite(benchmark::State& state) {
+  std::string why;
+  if (!test::EtcdCluster::available(why)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int clients = 16;
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  std::string cluster = (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
+  test::EtcdCluster etcd(3);
+  for (auto _ : state) {
+    std::string error;
+    double sqlite = 0, onEtcd = 0;
+    {
+      test::PooldProcess poold(dir.path() / "sqlite", tokens, {"--cluster", cluster});
+      sqlite = pairsPerSecond(poold.uri(), clients, std::chrono::seconds(5), error);
+    }
+    std::vector<int> ports{test::freePort(), test::freePort()};
+    std::vector<std::unique_ptr<test::PooldProcess>> replicas(2);
+    auto start = [&](size_t i) {
+      replicas[i] = std::make_unique<test::PooldProcess>(
+          dir.path() / ("replica" + std::to_string(i)), tokens,
+          std::vector<std::string>{"--store", etcd.uri(), "--advertise",
+                                   "http://127.0.0.1:" + std::to_string(ports[i]), "--cluster", cluster},
+          ports[i]);
+    };
+    start(0);
+    start(1);
+    const std::string uri =
+        "http://127.0.0.1:" + std::to_string(ports[0]) + ",http://127.0.0.1:" + std::to_string(ports[1]);
+    onEtcd = pairsPerSecond(uri, clients, std::chrono::seconds(5), error);
+    std::vector<double> failover;
+    for (int round = 0; round < 5; ++round) {
+      size_t leader = serves(ports[0]) ? 0 : 1;
+      auto killed = std::chrono::steady_clock::now();
+      replicas[leader]->kill9();
+      while (!serves(ports[1 - leader]) &&
+             std::chrono::steady_clock::now() - killed < std::chrono::seconds(30))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      failover.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count());
+      start(leader);
+    }
+    std::sort(failover.begin(), failover.end());
+    state.SetIterationTime(1);
+    state.counters["sqlite_pairs_per_s"] = sqlite;
+    state.counters["etcd_pairs_per_s"] = onEtcd;
+    state.counters["etcd_to_sqlite"] = onEtcd / sqlite;
+    state.counters["failover_median_s"] = failover[2];
+    state.counters["failover_worst_s"] = failover[4];
+    if (!error.empty()) state.SkipWithError(error.c_str());
+  }
+  state.SetLabel("16 clients, 1-GPU acquire+release; failover over 5 SIGKILLs, --etcd-ttl 5");
+}
+BENCHMARK(BM_PooldEtcdAgainstSqlite)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
 
 // A pool's state file: `nodes` nodes of 8 GPUs, 7 of every 8 nodes in two leases of 4 GPUs, all of
 // it in the file itself (its log copied in).

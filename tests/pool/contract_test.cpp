@@ -1,5 +1,6 @@
 // The PoolClient contract, written once and run against the embedded pool (sim:) and against a
-// poold over loopback HTTP.
+// poold over loopback HTTP, with its state in SQLite (http) and in a three-member etcd cluster
+// (http_etcd).
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
+#include "support/etcd_cluster.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
 
@@ -39,11 +41,15 @@ class SimHarness : public Harness {
   test::TempDir dir_;
 };
 
+// A poold with its state in `store` ("sqlite": its state directory; "etcd": a prefix of the test's
+// etcd cluster).
 class HttpHarness : public Harness {
  public:
-  HttpHarness()
+  explicit HttpHarness(const std::string& store, int port = test::freePort())
       : tokens_(dir_.write("tokens", test::kTokens)),
-        poold_(dir_.path() / "state", tokens_, {"--cluster", test::hgxCluster()}) {}
+        poold_(dir_.path() / "state", tokens_, withCluster(test::storeOptions(store, port)), port) {
+    EXPECT_TRUE(poold_.waitServing()) << store;
+  }
   std::unique_ptr<PoolControl> client(const std::string& who) override {
     ClientOptions o;
     o.token = "tok-" + who + "-0123456789";
@@ -51,6 +57,11 @@ class HttpHarness : public Harness {
   }
 
  private:
+  static std::vector<std::string> withCluster(std::vector<std::string> options) {
+    options.insert(options.end(), {"--cluster", test::hgxCluster()});
+    return options;
+  }
+
   test::TempDir dir_;
   std::filesystem::path tokens_;
   test::PooldProcess poold_;
@@ -59,10 +70,14 @@ class HttpHarness : public Harness {
 class Contract : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "sim")
+    if (GetParam() == "sim") {
       harness_ = std::make_unique<SimHarness>();
-    else
-      harness_ = std::make_unique<HttpHarness>();
+    } else if (GetParam() == "http") {
+      harness_ = std::make_unique<HttpHarness>("sqlite");
+    } else {
+      POOLRUN_TEST_REQUIRE_ETCD();
+      harness_ = std::make_unique<HttpHarness>("etcd");
+    }
   }
   std::unique_ptr<Harness> harness_;
 };
@@ -334,7 +349,7 @@ TEST_P(Contract, InterruptedAsTheLeaseIsGrantedReleasesIt) {
   EXPECT_EQ(bob->status().gpus_free, 128);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pool, Contract, ::testing::Values("sim", "http"),
+INSTANTIATE_TEST_SUITE_P(Pool, Contract, ::testing::Values("sim", "http", "http_etcd"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

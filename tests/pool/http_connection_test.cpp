@@ -145,7 +145,7 @@ TEST(HttpConnectionTest, ThePoolClientEncodesEveryPathSegment) {
   CannedServer server({ok, ok, ok, ok, ok});
   ClientOptions options;
   options.token = "t";
-  auto pool = openHttp("http://127.0.0.1", "127.0.0.1", server.port(), options);
+  auto pool = openHttp("http://127.0.0.1", {{"127.0.0.1", server.port()}}, options);
   pool->release("L1\r\nX-Injected: 1");
   pool->drain("a/b c");
   pool->resume("..");

@@ -5,9 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
+
+#include "support/etcd_cluster.hpp"
 
 namespace poolrun::test {
 namespace {
@@ -77,12 +81,50 @@ void PooldProcess::stop() {
   kill9();
 }
 
+bool PooldProcess::waitServing(std::chrono::milliseconds limit) const {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  auto ok = [this] {
+    std::string reply = httpGet(port_, "/healthz", std::chrono::milliseconds(1000));
+    return reply.rfind("HTTP/1.", 0) == 0 && reply.compare(8, 5, " 200 ") == 0;
+  };
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    usleep(20'000);
+  }
+  return true;
+}
+
+int PooldProcess::waitExit(std::chrono::milliseconds limit) {
+  if (pid_ <= 0) return -1;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    usleep(20'000);
+  }
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 void PooldProcess::kill9() {
   if (pid_ <= 0) return;
   kill(pid_, SIGKILL);
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
+}
+
+EtcdCluster& sharedEtcd() {
+  static std::unique_ptr<EtcdCluster> cluster = std::make_unique<EtcdCluster>(3);
+  return *cluster;
+}
+
+std::vector<std::string> storeOptions(const std::string& store, int port) {
+  if (store == "sqlite") return {};
+  static std::atomic<int> prefixes{0};
+  return {"--store",       sharedEtcd().uri(),
+          "--etcd-prefix", "/poolrun-test-" + std::to_string(getpid()) + "-" + std::to_string(++prefixes),
+          "--advertise",   "http://127.0.0.1:" + std::to_string(port)};
 }
 
 int runProgram(const std::vector<std::string>& argv, std::string* out, const std::vector<std::string>& env) {

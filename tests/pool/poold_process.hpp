@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -30,12 +31,28 @@ class PooldProcess {
   int port() const { return port_; }
   void stop();   // SIGTERM, wait
   void kill9();  // SIGKILL, wait
+  pid_t pid() const { return pid_; }
+  // Waits until it serves as the leader (GET /healthz 200): a poold on etcd prints its address as a
+  // standby first. False when `limit` passes first.
+  bool waitServing(std::chrono::milliseconds limit = std::chrono::seconds(15)) const;
+  // Its exit status once it exits by itself (128+N for signal N), -1 when `limit` passes first.
+  int waitExit(std::chrono::milliseconds limit);
 
  private:
   pid_t pid_ = -1;
   int port_ = 0;
   std::string uri_;
 };
+
+// The poold options that keep its state in `store`: "sqlite" (the state directory: none) or "etcd"
+// (sharedEtcd(), under a prefix of its own, advertising http://127.0.0.1:PORT). A test that uses
+// "etcd" starts with POOLRUN_TEST_REQUIRE_ETCD().
+std::vector<std::string> storeOptions(const std::string& store, int port);
+
+// One three-member etcd cluster for the whole test program, started on first use and stopped at
+// its exit (or with it, when it is killed).
+class EtcdCluster;
+EtcdCluster& sharedEtcd();
 
 // Runs a program to completion; returns its exit status, stdout in `out`.
 int runProgram(const std::vector<std::string>& argv, std::string* out = nullptr,

@@ -12,9 +12,16 @@
 #include <sstream>
 #include <thread>
 
+#include <httplib.h>
+
+#include <future>
+#include "etcd_client.hpp"
+
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
+#include "support/etcd_cluster.hpp"
 #include "support/fixtures.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::pool {
@@ -31,6 +38,7 @@ struct Held {
 struct Log {
   std::map<std::string, Held> leases;
   int acquired = 0, released = 0, errors = 0;
+  std::string first_error;
 };
 
 void readLog(const std::filesystem::path& file, Log& log) {
@@ -43,6 +51,7 @@ void readLog(const std::filesystem::path& file, Log& log) {
     w >> kind;
     if (kind == "E") {
       ++log.errors;
+      if (log.first_error.empty()) std::getline(w, log.first_error);
       continue;
     }
     w >> id;
@@ -195,7 +204,7 @@ TEST(Concurrency, ManyProcessesShareTheEmbeddedPool) {
   auto pids = startClients("sim:" + test::hgxCluster(), dir.path().string(), "", clients, iterations, dir);
   EXPECT_EQ(waitAll(pids), 0);
   Log log = readLogs(dir, clients);
-  EXPECT_EQ(log.errors, 0);
+  EXPECT_EQ(log.errors, 0) << log.first_error;
   EXPECT_EQ(log.acquired, clients * iterations);
   EXPECT_EQ(log.released, clients * iterations);
   expectNoGpuInTwoLeases(log);
@@ -206,15 +215,34 @@ TEST(Concurrency, ManyProcessesShareTheEmbeddedPool) {
   EXPECT_EQ(s.leases_granted, static_cast<uint64_t>(clients * iterations)) << "every lease accounted for";
 }
 
-TEST(Concurrency, ManyProcessesShareAPoold) {
+// poold's tests run against both stores: "sqlite" (its state directory) and "etcd".
+class PooldStore : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "etcd") POOLRUN_TEST_REQUIRE_ETCD();
+  }
+  // poold's options for the store, the cluster file included, listening on `port`.
+  std::vector<std::string> options(int port) const {
+    std::vector<std::string> o = test::storeOptions(GetParam(), port);
+    o.insert(o.end(), {"--cluster", test::hgxCluster()});
+    return o;
+  }
+};
+
+using PooldConcurrency = PooldStore;
+using Crash = PooldStore;
+
+TEST_P(PooldConcurrency, ManyProcessesShareAPoold) {
   test::TempDir dir;
   auto tokens = dir.write("tokens", test::kTokens);
-  test::PooldProcess poold(dir.path() / "state", tokens, {"--cluster", test::hgxCluster()});
+  const int port = test::freePort();
+  test::PooldProcess poold(dir.path() / "state", tokens, options(port), port);
+  ASSERT_TRUE(poold.waitServing());
   const int clients = 16, iterations = 40;
   auto pids = startClients(poold.uri(), "", "tok-alice-0123456789", clients, iterations, dir);
   EXPECT_EQ(waitAll(pids), 0);
   Log log = readLogs(dir, clients);
-  EXPECT_EQ(log.errors, 0);
+  EXPECT_EQ(log.errors, 0) << log.first_error;
   EXPECT_EQ(log.acquired, clients * iterations);
   expectNoGpuInTwoLeases(log);
   ClientOptions o;
@@ -224,14 +252,19 @@ TEST(Concurrency, ManyProcessesShareAPoold) {
   EXPECT_EQ(pool->status().leases_granted, static_cast<uint64_t>(clients * iterations));
 }
 
-TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
+TEST_P(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   test::TempDir dir;
   auto tokens = dir.write("tokens", test::kTokens);
   const auto state = dir.path() / "state";
   const int clients = 8;
+  // The same store after the restart (etcd: the same prefix; the new poold leads once the killed
+  // one's etcd lease has expired).
+  const int port = test::freePort();
+  const std::vector<std::string> opts = options(port);
   std::string shortLease;
   {
-    test::PooldProcess poold(state, tokens, {"--cluster", test::hgxCluster()});
+    test::PooldProcess poold(state, tokens, opts, port);
+    ASSERT_TRUE(poold.waitServing());
     ClientOptions o;
     o.token = "tok-bob-0123456789";
     LeaseRequest r;
@@ -248,7 +281,8 @@ TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   EXPECT_EQ(log.errors, clients) << "every client saw poold go";
   expectNoGpuInTwoLeases(log);
 
-  test::PooldProcess poold(state, tokens, {"--cluster", test::hgxCluster()});
+  test::PooldProcess poold(state, tokens, opts, port);
+  ASSERT_TRUE(poold.waitServing()) << "the restarted poold leads once the killed one's etcd lease expired";
   ClientOptions o;
   o.token = "tok-root-0123456789";
   auto pool = openPoolControl(poold.uri(), o);
@@ -283,6 +317,329 @@ TEST(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   for (const Lease& l : pool->leases()) pool->release(l.id);
   EXPECT_EQ(pool->status().gpus_free, 128);
 }
+
+// --- poold replicas on etcd: the leader killed under load, stopped (a partition), and etcd losing
+// members. Each test starts its own three-member etcd and its replicas, with --etcd-ttl 3 (a
+// standby takes over about 3 s after the leader dies; the default 5 s would add 2 s per failover).
+
+constexpr int kTestEtcdTtl = 3;
+
+// poold replicas of one pool: one etcd prefix, a port and a state directory each.
+class Replicas {
+ public:
+  Replicas(const test::EtcdCluster& etcd, int n, const test::TempDir& dir, std::filesystem::path tokens)
+      : dir_(dir),
+        tokens_(std::move(tokens)),
+        etcd_(etcd.uri()),
+        prefix_("/failover-" + std::to_string(getpid()) + "-" + std::to_string(++count_)) {
+    for (int i = 0; i < n; ++i) ports_.push_back(test::freePort());
+    procs_.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      start(i);
+      if (i == 0) leader(std::chrono::seconds(10));  // the first leads
+    }
+  }
+  void start(int i) {
+    const std::string port = std::to_string(ports_[static_cast<size_t>(i)]);
+    procs_[static_cast<size_t>(i)] = std::make_unique<test::PooldProcess>(
+        dir_.path() / ("state" + std::to_string(i)), tokens_,
+        std::vector<std::string>{"--store", etcd_, "--etcd-prefix", prefix_, "--advertise",
+                                 "http://127.0.0.1:" + port, "--etcd-ttl", std::to_string(kTestEtcdTtl),
+                                 "--cluster", test::hgxCluster()},
+        ports_[static_cast<size_t>(i)]);
+  }
+  test::PooldProcess& at(int i) { return *procs_[static_cast<size_t>(i)]; }
+  int port(int i) const { return ports_[static_cast<size_t>(i)]; }
+  const std::string& prefix() const { return prefix_; }
+  // Every replica, as clients name the pool.
+  std::string uri() const {
+    std::string out;
+    for (int p : ports_)
+      out += (out.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
+    return out;
+  }
+  // The replica that serves as the leader (GET /healthz 200; a standby answers 503, a dead or
+  // stopped one nothing), other than `except`; -1 when none does within `limit`.
+  int leader(std::chrono::milliseconds limit, int except = -1) const {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      for (size_t i = 0; i < ports_.size(); ++i) {
+        if (static_cast<int>(i) == except) continue;
+        httplib::Client c("127.0.0.1", ports_[i]);
+        c.set_connection_timeout(0, 200'000);
+        c.set_read_timeout(0, 500'000);
+        auto r = c.Get("/healthz");
+        if (r && r->status == 200) return static_cast<int>(i);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+ private:
+  static inline std::atomic<int> count_{0};
+  const test::TempDir& dir_;
+  std::filesystem::path tokens_;
+  std::string etcd_, prefix_;
+  std::vector<int> ports_;
+  std::vector<std::unique_ptr<test::PooldProcess>> procs_;
+};
+
+std::unique_ptr<PoolControl> rootOf(const std::string& uri) {
+  ClientOptions o;
+  o.token = "tok-root-0123456789";
+  return openPoolControl(uri, o);
+}
+
+// What every client was told holds in the pool: each lease it got is there unless it released
+// it; beyond those, only leases whose grant reply was lost (at most one per client and failover).
+void expectAcknowledgedLeasesHeld(const Log& log, PoolControl& pool, size_t lostReplies) {
+  std::map<std::string, Lease> held;
+  std::set<std::string> gpus;
+  for (const Lease& l : pool.leases()) {
+    held[l.id] = l;
+    for (const GpuRef& g : l.gpus)
+      EXPECT_TRUE(gpus.insert(g.node + ":" + std::to_string(g.index)).second) << "GPU in two leases";
+  }
+  size_t kept = 0;
+  for (const auto& [id, h] : log.leases) {
+    if (h.released) {
+      EXPECT_EQ(held.count(id), 0u) << "acknowledged release of " << id << " lost";
+    } else if (!h.releasing) {
+      EXPECT_EQ(held.count(id), 1u) << "acknowledged lease " << id << " lost";
+      ++kept;
+    }
+  }
+  EXPECT_LE(held.size(), kept + lostReplies) << "beyond what clients know, only replies lost in a failover";
+}
+
+void stopClients(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) kill(p, SIGKILL);
+  for (pid_t p : pids) waitpid(p, nullptr, 0);
+}
+
+TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
+  POOLRUN_TEST_REQUIRE_ETCD();
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  test::EtcdCluster etcd(3);
+  Replicas replicas(etcd, 3, dir, tokens);
+  const int clients = 16, rounds = 5;
+  auto pids = startClients(replicas.uri(), "", "tok-alice-0123456789", clients, 1'000'000, dir);
+  std::vector<double> failover;
+  for (int round = 0; round < rounds; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));  // the load runs
+    const int leader = replicas.leader(std::chrono::seconds(10));
+    ASSERT_GE(leader, 0) << "no leader in round " << round;
+    const auto killed = std::chrono::steady_clock::now();
+    replicas.at(leader).kill9();
+    const int next = replicas.leader(std::chrono::seconds(15), leader);
+    ASSERT_GE(next, 0) << "no standby took over in round " << round;
+    failover.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count());
+    replicas.start(leader);  // back, as a standby
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  stopClients(pids);
+  Log log = readLogs(dir, clients);
+  EXPECT_EQ(log.errors, 0) << "a client saw a failover as an error: " << log.first_error;
+  ASSERT_GT(log.acquired, 100) << "the load ran";
+  expectNoGpuInTwoLeases(log);
+  auto pool = rootOf(replicas.uri());
+  expectAcknowledgedLeasesHeld(log, *pool, static_cast<size_t>(clients * (rounds + 1)));
+  std::vector<double> sorted = failover;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2], worst = sorted.back();
+  std::printf(
+      "failover (leader SIGKILLed, 16 clients, --etcd-ttl %d): median %.2f s, worst %.2f s over %d rounds; "
+      "%d leases granted\n",
+      kTestEtcdTtl, median, worst, rounds, log.acquired);
+  RecordProperty("failover_median_ms", static_cast<int>(median * 1000));
+  RecordProperty("failover_worst_ms", static_cast<int>(worst * 1000));
+  EXPECT_LT(worst, 10.0) << "a standby leads within 10 s";
+}
+
+TEST(Failover, AJobRunsThroughAFailoverAndItsRenewalsSayOneLine) {
+  POOLRUN_TEST_REQUIRE_ETCD();
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  test::EtcdCluster etcd(3);
+  Replicas replicas(etcd, 2, dir, tokens);
+  auto pool = rootOf(replicas.uri());
+  const std::string err = (dir.path() / "err").string();
+  test::Reaped job{test::spawnShell(
+      "env POOLRUN_TOKEN=tok-bob-0123456789 POOLRUN_STATE_DIR=" + (dir.path() / "job").string() + " " +
+      POOLRUN_BINARY + " --pool " + replicas.uri() +
+      " --simulate --no-doctor -n 2 --lease-ttl 9 -- sleep 10 >" + (dir.path() / "out").string() + " 2>" +
+      err)};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (pool->leases().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(pool->leases().size(), 1u) << test::slurp(err);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int leader = replicas.leader(std::chrono::seconds(5));
+  ASSERT_GE(leader, 0);
+  replicas.at(leader).kill9();
+  EXPECT_EQ(job.wait(), 0) << test::slurp(err);
+  const std::string text = test::slurp(err);
+  EXPECT_EQ(test::occurrences(text, "warning: cannot renew"), 0u) << text;
+  EXPECT_LE(test::occurrences(text, "the pool's leader is now"), 1u) << text;
+  EXPECT_TRUE(pool->leases().empty()) << "the job's lease was released through the new leader";
+}
+
+TEST(Failover, APartitionedLeaderChangesNothingWhenItResumes) {
+  POOLRUN_TEST_REQUIRE_ETCD();
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  test::EtcdCluster etcd(3);
+  Replicas replicas(etcd, 2, dir, tokens);
+  const int old = replicas.leader(std::chrono::seconds(10));
+  ASSERT_GE(old, 0);
+  // A client that knows only the old leader, as one on its side of a partition would.
+  auto stranded = rootOf("http://127.0.0.1:" + std::to_string(replicas.port(old)));
+  ASSERT_EQ(stranded->status().leases_granted, 0u);
+  kill(replicas.at(old).pid(), SIGSTOP);
+  const int next = replicas.leader(std::chrono::seconds(15), old);
+  ASSERT_GE(next, 0) << "no standby took over from the stopped leader";
+  EtcdClient client(parseEtcdUri(etcd.uri()));
+  int64_t before = 0;
+  client.range(replicas.prefix() + "/", EtcdClient::prefixEnd(replicas.prefix() + "/"), &before);
+  // A request waits in the stopped leader's socket; it resumes past its lease.
+  auto late = std::async(std::launch::async, [&] {
+    LeaseRequest r;
+    r.gpus = 8;
+    r.ttl = std::chrono::seconds(60);
+    try {
+      stranded->acquire(r);
+      return std::string("granted");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(replicas.at(old).pid(), SIGCONT);
+  const std::string answer = late.get();
+  EXPECT_EQ(answer.find("granted"), std::string::npos) << "the deposed leader granted a lease";
+  EXPECT_TRUE(answer.find("no longer leads") != std::string::npos ||
+              answer.find("cannot reach poold") != std::string::npos)
+      << answer;
+  const int status = replicas.at(old).waitExit(std::chrono::seconds(10));
+  EXPECT_TRUE(status == 75 || status == 70) << "the deposed leader exits (status " << status << ")";
+  int64_t after = 0;
+  client.range(replicas.prefix() + "/", EtcdClient::prefixEnd(replicas.prefix() + "/"), &after);
+  EXPECT_EQ(after, before) << "etcd changed after the deposed leader resumed";
+  auto pool = rootOf(replicas.uri());
+  EXPECT_TRUE(pool->leases().empty());
+  LeaseRequest r;
+  r.gpus = 8;
+  r.ttl = std::chrono::seconds(60);
+  EXPECT_NO_THROW(pool->release(pool->acquire(r).id)) << "the new leader serves";
+}
+
+TEST(Failover, EtcdLosingOneMemberServesAndLosingTwoRefusesChangesUntilTheyReturn) {
+  POOLRUN_TEST_REQUIRE_ETCD();
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  test::EtcdCluster etcd(3);
+  Replicas replicas(etcd, 2, dir, tokens);
+  auto pool = rootOf(replicas.uri());
+  LeaseRequest r;
+  r.gpus = 8;
+  r.ttl = std::chrono::seconds(300);
+  const std::string kept = pool->acquire(r).id;
+  etcd.kill(0);
+  EXPECT_NO_THROW(pool->release(pool->acquire(r).id)) << "one etcd member lost: the pool serves";
+  etcd.kill(1);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pool->acquire(r);
+    ADD_FAILURE() << "a lease granted without an etcd quorum";
+  } catch (const PoolError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("no replica can lead: etcd cluster"), std::string::npos) << what;
+    EXPECT_NE(what.find("check that a majority of its members run"), std::string::npos) << what;
+    std::printf("without an etcd quorum, after %.1f s: %s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                what.c_str());
+  }
+  // Nothing served from a state that cannot be checked: each replica refuses, or is gone.
+  for (int i = 0; i < 2; ++i)
+    EXPECT_THROW(rootOf("http://127.0.0.1:" + std::to_string(replicas.port(i)))->leases(), PoolError) << i;
+  etcd.start(0);
+  etcd.start(1);
+  ASSERT_TRUE(etcd.waitHealthy(std::chrono::seconds(30)));
+  // The replicas recover by themselves (a leader that could not commit exited; the standby leads).
+  std::vector<Lease> leases;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    try {
+      leases = pool->leases();
+      break;
+    } catch (const PoolError& e) {
+      if (std::chrono::steady_clock::now() >= deadline) FAIL() << "the pool did not recover: " << e.what();
+    }
+  }
+  // The lease granted before the outage; and perhaps the refused one: etcd had it in its log when
+  // the leader gave up waiting, and committed it when the members came back. Nobody holds it; it
+  // expires at its TTL, like a grant whose reply a failover lost.
+  std::set<std::string> ids;
+  for (const Lease& l : leases) ids.insert(l.id);
+  EXPECT_EQ(ids.count(kept), 1u) << "the lease granted before the outage";
+  EXPECT_LE(leases.size(), 2u);
+  EXPECT_NO_THROW(pool->release(pool->acquire(r).id));
+}
+
+TEST(Failover, PoolctlStatusAndMetricsShowTheReplicasAndEtcdsMembers) {
+  POOLRUN_TEST_REQUIRE_ETCD();
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  test::EtcdCluster etcd(3);
+  Replicas replicas(etcd, 2, dir, tokens);
+  const int leader = replicas.leader(std::chrono::seconds(10));
+  ASSERT_GE(leader, 0);
+  auto status = [&] {
+    std::string out;
+    EXPECT_EQ(test::runProgram({POOLCTL_BINARY, "--pool", replicas.uri(), "status"}, &out,
+                               {"POOLRUN_TOKEN=tok-alice-0123456789"}),
+              0);
+    return out;
+  };
+  // The standby lists itself once it campaigns (after the line PooldProcess waits for).
+  std::string out;
+  for (int i = 0; i < 50 && test::occurrences(out = status(), "  standby\n") == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string url = "http://127.0.0.1:" + std::to_string(replicas.port(leader));
+  const std::string other = "http://127.0.0.1:" + std::to_string(replicas.port(1 - leader));
+  EXPECT_NE(out.find("replicas (" + etcd.uri() + " (prefix " + replicas.prefix() + ")):"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("  " + url + "  leader\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  " + other + "  standby\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("etcd: 3 of 3 members answer\n"), std::string::npos) << out;
+  EXPECT_EQ(test::occurrences(out, "etcd's leader"), 1u) << out;
+  // The leader's /metrics: its flag and the elections (one so far), valid for promtool.
+  httplib::Client http("127.0.0.1", replicas.port(leader));
+  auto m = http.Get("/metrics", {{"Authorization", "Bearer tok-root-0123456789"}});
+  ASSERT_TRUE(m && m->status == 200);
+  EXPECT_NE(m->body.find("\npoolrun_leader 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("\npoolrun_leader_elections_total 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("\npoolrun_leader_since_seconds "), std::string::npos) << m->body;
+  if (test::runShell("command -v promtool").status == 0) {
+    test::ProcessResult r =
+        test::runShell("promtool check metrics < " + dir.write("metrics.txt", m->body).string());
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+  }
+  etcd.kill(2);
+  out = status();
+  EXPECT_NE(out.find("etcd: 2 of 3 members answer\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("127.0.0.1:" + std::to_string(etcd.clientPort(2)) + "  unreachable: "),
+            std::string::npos)
+      << out;
+}
+
+auto storeName = [](const auto& info) { return info.param; };
+INSTANTIATE_TEST_SUITE_P(Sqlite, PooldConcurrency, ::testing::Values("sqlite"), storeName);
+INSTANTIATE_TEST_SUITE_P(Etcd, PooldConcurrency, ::testing::Values("etcd"), storeName);
+INSTANTIATE_TEST_SUITE_P(Sqlite, Crash, ::testing::Values("sqlite"), storeName);
+INSTANTIATE_TEST_SUITE_P(Etcd, Crash, ::testing::Values("etcd"), storeName);
 
 }  // namespace
 }  // namespace poolrun::pool

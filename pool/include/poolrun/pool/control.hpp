@@ -98,6 +98,25 @@ struct PoolStatus {
   uint64_t leases_granted = 0;  // since the pool was created
 };
 
+// The replicas of a pool whose poold keeps its state in etcd (docs/ha.md): who leads, who stands
+// by, and the health of etcd's members as the leader sees them.
+struct PoolReplicas {
+  struct Replica {
+    std::string url;  // as it advertises itself
+    bool leader = false;
+  };
+  struct EtcdMember {
+    std::string endpoint;
+    bool reachable = false;
+    bool leader = false;  // etcd's own raft leader
+    std::string version;
+    std::string error;  // where not reachable
+  };
+  std::string store;  // "etcd://HOST:PORT,... (prefix /poolrun)"
+  std::vector<Replica> replicas;
+  std::vector<EtcdMember> etcd;
+};
+
 class PoolControl : public PoolClient {
  public:
   virtual PoolStatus status() = 0;
@@ -115,6 +134,8 @@ class PoolControl : public PoolClient {
   // agent once no lease holds the GPU or its instances (PoolState::setMigLayout; docs/mig.md).
   virtual void setMigLayout(const std::string& node, size_t gpu,
                             const std::vector<std::string>& profiles) = 0;
+  // The replicas and etcd's health; nullopt for a pool of one server (SQLite, the embedded pools).
+  virtual std::optional<PoolReplicas> replicas() { return std::nullopt; }
 };
 
 // openPool() with the inventory and administration interface.

@@ -6,12 +6,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "poolrun/pool/state.hpp"
+#include "poolrun/pool/state_store.hpp"
 #include "poolrun/pool/store.hpp"
 
 namespace poolrun::pool {
@@ -58,6 +60,18 @@ struct ServerOptions {
   // about 120 KiB).
   std::chrono::seconds history_interval{10};
   size_t history_samples = 2160;
+  // Where the pool's state lives: empty, DIR/pool.sqlite (with `durability`); else the store this
+  // opens (poold --store etcd://: an EtcdStore fenced on this replica's leadership).
+  std::function<std::unique_ptr<StateStore>()> open_store;
+  // Whether this replica may answer now (etcd: it leads and its lease is current); empty: always.
+  // While it may not, every request but GET /healthz gets 503 saying so: a replica that lost its
+  // leadership serves nothing stale.
+  std::function<bool()> serving;
+  // More of /metrics (Prometheus text, whole lines with their HELP and TYPE): the replica's.
+  std::function<std::string()> more_metrics;
+  // GET /v1/replicas: {"store", "replicas": [{"url", "leader"}], "etcd": [{"endpoint", "reachable",
+  // "leader", "version", "error"}]}; empty: 404 (one server, no replicas).
+  std::function<std::string()> replicas;
 };
 
 struct TokenEntry {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "poolrun/pool/state.hpp"
+#include "poolrun/pool/state_store.hpp"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -36,7 +37,8 @@ enum class StartCheck {
   kQuick,      // PRAGMA quick_check: every page, not whether the indexes match their tables
 };
 
-class Store {
+// The SQLite implementation of StateStore (the interface's contracts hold; this adds the file's).
+class Store final : public StateStore {
  public:
   // Opens the file, creating it where neither it nor its generation record exists. An existing
   // file is checked before anything is written to it (not even a checkpoint of its log): the
@@ -47,20 +49,21 @@ class Store {
   // Also kIo, naming the file, when SQLite cannot open it. Costs `check` (pool/README.md).
   Store(const std::filesystem::path& file, Durability durability = Durability::kNormal,
         StartCheck check = StartCheck::kIntegrity);
-  ~Store();
+  ~Store() override;
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   const std::filesystem::path& file() const { return file_; }
 
-  void begin();  // BEGIN IMMEDIATE (waits for other writers, up to 30 s)
+  void begin() override;  // BEGIN IMMEDIATE (waits for other writers, up to 30 s)
   // COMMIT; when the transaction changed anything, raises the generation first and records it
   // in FILE.generation after (a record that cannot be written is a warning on stderr, once).
-  void commit();
+  void commit() override;
   // The generation of this connection's last commit (or of the file as opened).
-  uint64_t generation() const { return generation_; }
+  uint64_t generation() const override { return generation_; }
+  std::string where() const override { return file_.string(); }
   static std::filesystem::path generationFile(const std::filesystem::path& file);
-  void rollback() noexcept;
+  void rollback() noexcept override;
   // Changes when another connection commits (PRAGMA data_version).
   int64_t dataVersion();
   // Copies the write-ahead log into the file when it holds at least `frames` pages (as far as
@@ -72,10 +75,10 @@ class Store {
   static constexpr int kAutoCheckpointFrames = 1000;
 
   // Replaces `state` with what the file holds.
-  void load(PoolState& state);
+  void load(PoolState& state) override;
   // Writes the rows `dirty` names as `state` has them (deleting those it no longer has).
   // Inside begin()/commit(). A GPU stored in two leases violates a UNIQUE constraint and throws.
-  void write(const PoolState& state, const Dirty& dirty);
+  void write(const PoolState& state, const Dirty& dirty) override;
 
  private:
   sqlite3_stmt* prepare(const char* sql);

@@ -1,0 +1,61 @@
+#include "stored_docs.hpp"
+
+#include "poolrun/pool/json.hpp"
+
+namespace poolrun::pool {
+
+using nlohmann::json;
+
+json healthToJson(const PoolNode& n) {
+  json doc = json::object();
+  if (!n.agent.empty()) doc["agent"] = n.agent;
+  for (const auto& [index, f] : n.failures)
+    doc["failures"][std::to_string(index)] = {{"reason", f.reason}, {"time_ms", toMillis(f.time)}};
+  for (const auto& [index, count] : n.ecc_acknowledged)
+    doc["ecc_acknowledged"][std::to_string(index)] = count;
+  for (const auto& [index, profiles] : n.mig_layouts) doc["mig_layouts"][std::to_string(index)] = profiles;
+  return doc;
+}
+
+void healthFromJson(const json& doc, PoolNode& n) {
+  if (!doc.is_object()) return;
+  n.agent = doc.value("agent", "");
+  auto index = [](const std::string& key) { return static_cast<size_t>(std::stoul(key)); };
+  if (auto f = doc.find("failures"); f != doc.end() && f->is_object())
+    for (const auto& [key, v] : f->items())
+      n.failures[index(key)] = {v.value("reason", ""), fromMillis(v.value("time_ms", int64_t{0}))};
+  if (auto e = doc.find("ecc_acknowledged"); e != doc.end() && e->is_object())
+    for (const auto& [key, v] : e->items()) n.ecc_acknowledged[index(key)] = v.get<uint64_t>();
+  if (auto m = doc.find("mig_layouts"); m != doc.end() && m->is_object())
+    for (const auto& [key, v] : m->items()) n.mig_layouts[index(key)] = v.get<std::vector<std::string>>();
+}
+
+json queueDoc(const QueueEntry& e) {
+  const char* status = e.status == QueueEntry::Status::kWaiting   ? "waiting"
+                       : e.status == QueueEntry::Status::kGranted ? "granted"
+                                                                  : "failed";
+  return {{"ticket", e.ticket},
+          {"request", toJson(e.request)},
+          {"enqueued_ms", toMillis(e.enqueued)},
+          {"heartbeat_ms", toMillis(e.heartbeat)},
+          {"status", status},
+          {"lease", e.lease_id},
+          {"reason", e.reason}};
+}
+
+QueueEntry queueFromDoc(const json& doc) {
+  QueueEntry e;
+  e.ticket = doc.at("ticket").get<int64_t>();
+  e.request = storedRequestFromJson(doc.at("request"));
+  e.enqueued = fromMillis(doc.at("enqueued_ms").get<int64_t>());
+  e.heartbeat = fromMillis(doc.at("heartbeat_ms").get<int64_t>());
+  std::string status = doc.at("status").get<std::string>();
+  e.status = status == "waiting"   ? QueueEntry::Status::kWaiting
+             : status == "granted" ? QueueEntry::Status::kGranted
+                                   : QueueEntry::Status::kFailed;
+  e.lease_id = doc.value("lease", "");
+  e.reason = doc.value("reason", "");
+  return e;
+}
+
+}  // namespace poolrun::pool

@@ -1,0 +1,22 @@
+#pragma once
+
+// The JSON documents both stores keep (SQLite in a column, etcd as a key's value): a node's health
+// and a queue entry. Leases are kept as toJson(Lease) (poolrun/pool/json.hpp).
+
+#include <nlohmann/json.hpp>
+
+#include "poolrun/pool/state.hpp"
+
+namespace poolrun::pool {
+
+// What the live pool keeps of a node across restarts:
+//   {"agent": "poold-agent 0.9.0", "failures": {"3": {"reason": "...", "time_ms": 1764601445123}},
+//    "ecc_acknowledged": {"3": 2}}
+nlohmann::json healthToJson(const PoolNode& n);
+void healthFromJson(const nlohmann::json& doc, PoolNode& n);
+
+// {"ticket", "request", "enqueued_ms", "heartbeat_ms", "status", "lease", "reason"}
+nlohmann::json queueDoc(const QueueEntry& e);
+QueueEntry queueFromDoc(const nlohmann::json& doc);
+
+}  // namespace poolrun::pool
