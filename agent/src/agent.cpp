@@ -158,6 +158,13 @@ struct Agent::State {
     for (size_t i = 0; i < s.mig.size() && i < topology->gpus.size(); ++i) {
       if (!s.mig[i] || *s.mig[i] == topology->gpus[i].mig) continue;
       const topo::MigState& now = *s.mig[i];
+      // A reading NVML could not complete (the mode not answered, an instance without its UUID: a
+      // driver busy or recovering) says nothing: registering it would end the leases of instances
+      // that are still there.
+      const bool partial = (!now.capable && topology->gpus[i].mig.capable) ||
+                           std::any_of(now.instances.begin(), now.instances.end(),
+                                       [](const topo::MigInstance& m) { return m.uuid.empty(); });
+      if (partial) continue;
       log << "poold-agent: GPU " << i << " MIG " << (now.enabled ? "on" : "off")
           << (now.resetPending() ? std::string(" (") + (now.pending ? "on" : "off") + " after a reset)" : "")
           << ", " << now.instances.size() << " instance" << (now.instances.size() == 1 ? "" : "s") << " (was "

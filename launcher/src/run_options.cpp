@@ -179,7 +179,8 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("resize-interval", po::value(&resizeInterval)->value_name("SECONDS"),
        "an elastic job grows (and is restarted) at most this often (default 600)")
       ("pool", po::value(&o.pool)->value_name("URI"),
-       "local (default, or $POOLRUN_POOL), http://HOST:PORT, sim:CLUSTER_FILE, slurm, slurm:PARTITION")
+       "local (default, or $POOLRUN_POOL), http://HOST:PORT (or several replicas: http://A:PORT,http://B:PORT), "
+       "sim:CLUSTER_FILE, slurm, slurm:PARTITION")
       ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
       ("mig", po::value(&mig)->value_name("PROFILE"),
        "one MIG instance of PROFILE (1g.10gb, 3g.40gb; PROFILE+: that or larger) per rank instead of a GPU, "

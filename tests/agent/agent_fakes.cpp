@@ -67,6 +67,10 @@ agent::NodeSamples StubNode::sample() const {
       s.nics.push_back(x);
     }
   }
+  if (!mig.empty()) {
+    s.mig.resize(topology.gpus.size());
+    for (const auto& [gpu, state] : mig) s.mig.at(gpu) = state;
+  }
   return s;
 }
 

@@ -53,7 +53,8 @@ struct StubNode {
   topo::NodeTopology topology;
   std::map<std::string, topo::PortState> ports;  // "mlx5_3:1" -> state
   std::map<size_t, std::vector<topo::GpuProcess>> processes;
-  std::set<size_t> lost;  // GPUs the sampler reports as NVML no longer listing them
+  std::set<size_t> lost;                 // GPUs the sampler reports as NVML no longer listing them
+  std::map<size_t, topo::MigState> mig;  // GPUs whose MIG state the sampler reports (the others: not known)
   bool nvml_ok = true;
   mutable int samples = 0;
 };

@@ -159,6 +159,58 @@ TEST(AgentLoop, RegistersTheNewTopologyWhenANicPortChangesState) {
   EXPECT_EQ(countLines(t.log.str(), "NIC mlx5_3 port 1 is down (was active)"), 1) << t.log.str();
 }
 
+// MIG: a layout NVML reports is registered; a reading NVML could not complete is not; a layout
+// poold asks for is made, and how it went is told in the next heartbeat.
+TEST(AgentLoop, RegistersTheMigLayoutNvmlReportsButNotAPartialReading) {
+  Loop t;
+  topo::MigState split = migState(true, true);
+  split.instances = {migInstance(1, 0, "3g.40gb", 9, 3, 60, 40448, "MIG-a"),
+                     migInstance(2, 0, "3g.40gb", 9, 3, 60, 40448, "MIG-b")};
+  t.time.after_sleep = [&](int n) {
+    if (n == 1) t.node.mig[2] = split;
+    if (n == 2) t.node.mig[2] = topo::MigState{};  // the mode not answered
+    if (n == 3) {
+      topo::MigState noUuid = split;
+      noUuid.instances[1].uuid = "";
+      t.node.mig[2] = noUuid;
+    }
+  };
+  t.run(5);
+  ASSERT_EQ(t.link->registrations.size(), 2u) << t.log.str();
+  EXPECT_EQ(t.link->registrations[1].node.topology->gpus[2].mig, split);
+  EXPECT_EQ(countLines(t.log.str(), "GPU 2 MIG on, 2 instances (was 0): registering"), 1) << t.log.str();
+}
+
+TEST(AgentLoop, MakesTheMigLayoutPooldAsksForAndSaysHowItWent) {
+  Loop t;
+  std::vector<std::pair<size_t, std::vector<std::string>>> made;
+  t.config.apply_mig = [&](size_t gpu, const std::vector<std::string>& profiles) {
+    made.emplace_back(gpu, profiles);
+    return gpu == 1 ? std::string("cannot create a 7g.80gb GPU instance: Insufficient Permissions") : "";
+  };
+  t.link->on_heartbeat = [](int n) {
+    pool::HeartbeatReply r;
+    if (n == 2) r.mig_layouts = {{0, {"3g.40gb", "3g.40gb"}}, {1, {"7g.80gb"}}};
+    return r;
+  };
+  t.run(4);
+  ASSERT_EQ(made.size(), 2u);
+  EXPECT_EQ(made[0].second, (std::vector<std::string>{"3g.40gb", "3g.40gb"}));
+  ASSERT_GE(t.link->heartbeats.size(), 4u);
+  EXPECT_TRUE(t.link->heartbeats[1].mig_results.empty());
+  EXPECT_EQ(t.link->heartbeats[2].mig_results,
+            (std::map<size_t, std::string>{
+                {0, ""}, {1, "cannot create a 7g.80gb GPU instance: Insufficient Permissions"}}));
+  EXPECT_TRUE(t.link->heartbeats[3].mig_results.empty()) << "told once";
+  EXPECT_EQ(countLines(t.log.str(), "GPU 0: MIG layout 3g.40gb,3g.40gb made"), 1) << t.log.str();
+  // Without NVML's MIG calls, every layout fails saying so.
+  Loop bare;
+  bare.link->on_heartbeat = t.link->on_heartbeat;
+  bare.run(3);
+  EXPECT_EQ(bare.link->heartbeats[2].mig_results.at(0),
+            "this poold-agent cannot change MIG layouts (no NVML access)");
+}
+
 TEST(AgentLoop, ARegistrationOfANewTopologyThatFailsIsTriedAgain) {
   Loop t;
   t.time.after_sleep = [&](int n) {
