@@ -467,8 +467,9 @@ TEST(Failover, AJobRunsThroughAFailoverAndItsRenewalsSayOneLine) {
   auto pool = rootOf(replicas.uri());
   const std::string err = (dir.path() / "err").string();
   test::Reaped job{test::spawnShell(
-      "env POOLRUN_TOKEN=tok-bob-0123456789 POOLRUN_STATE_DIR=" + (dir.path() / "job").string() + " " +
-      POOLRUN_BINARY + " --pool " + replicas.uri() +
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-bob-0123456789 "
+      "POOLRUN_STATE_DIR=" +
+      (dir.path() / "job").string() + " " + POOLRUN_BINARY + " --pool " + replicas.uri() +
       " --simulate --no-doctor -n 2 --lease-ttl 9 -- sleep 10 >" + (dir.path() / "out").string() + " 2>" +
       err)};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
