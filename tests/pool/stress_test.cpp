@@ -425,6 +425,19 @@ TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
   test::EtcdCluster etcd(3);
   Replicas replicas(etcd, 3, dir, tokens);
   const int clients = 16, rounds = 5;
+  // A job through poolrun on the simulated nodes, running through the failovers.
+  auto pool = rootOf(replicas.uri());
+  const std::string jobErr = (dir.path() / "job-err").string();
+  test::Reaped job{test::spawnShell(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-bob-0123456789 "
+      "POOLRUN_STATE_DIR=" +
+      (dir.path() / "job").string() + " " + POOLRUN_BINARY + " --pool " + replicas.uri() +
+      " --simulate --no-doctor -n 2 --lease-ttl 9 -- sleep 12 >" + (dir.path() / "job-out").string() + " 2>" +
+      jobErr)};
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       pool->leases().empty() && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(pool->leases().size(), 1u) << "the job started: " << test::slurp(jobErr);
   auto pids = startClients(replicas.uri(), "", "tok-alice-0123456789", clients, 1'000'000, dir);
   std::vector<double> failover;
   for (int round = 0; round < rounds; ++round) {
@@ -440,11 +453,12 @@ TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   stopClients(pids);
+  EXPECT_EQ(job.wait(), 0) << "the job across the failovers: " << test::slurp(jobErr);
+  EXPECT_EQ(test::occurrences(test::slurp(jobErr), "warning: cannot renew"), 0u) << test::slurp(jobErr);
   Log log = readLogs(dir, clients);
   EXPECT_EQ(log.errors, 0) << "a client saw a failover as an error: " << log.first_error;
   ASSERT_GT(log.acquired, 100) << "the load ran";
   expectNoGpuInTwoLeases(log);
-  auto pool = rootOf(replicas.uri());
   expectAcknowledgedLeasesHeld(log, *pool, static_cast<size_t>(clients * (rounds + 1)));
   std::vector<double> sorted = failover;
   std::sort(sorted.begin(), sorted.end());
