@@ -418,6 +418,24 @@ void stopClients(const std::vector<pid_t>& pids) {
   for (pid_t p : pids) waitpid(p, nullptr, 0);
 }
 
+// A poolrun job of 2 ranks on the simulated nodes of `uri`, as bob, running `sleep sleepSeconds` (its
+// stderr in `err`): the spawned shell's pid.
+pid_t spawnJob(const std::string& uri, const test::TempDir& dir, int sleepSeconds, const std::string& err) {
+  return test::spawnShell(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-bob-0123456789 "
+      "POOLRUN_STATE_DIR=" +
+      (dir.path() / "job").string() + " " + POOLRUN_BINARY + " --pool " + uri +
+      " --simulate --no-doctor -n 2 --lease-ttl 9 -- sleep " + std::to_string(sleepSeconds) + " >" +
+      (dir.path() / "job-out").string() + " 2>" + err);
+}
+
+// Until `pool` holds a lease, up to 30 s.
+void waitForALease(PoolControl& pool) {
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       pool.leases().empty() && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
 TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
@@ -428,15 +446,8 @@ TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
   // A job through poolrun on the simulated nodes, running through the failovers.
   auto pool = rootOf(replicas.uri());
   const std::string jobErr = (dir.path() / "job-err").string();
-  test::Reaped job{test::spawnShell(
-      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-bob-0123456789 "
-      "POOLRUN_STATE_DIR=" +
-      (dir.path() / "job").string() + " " + POOLRUN_BINARY + " --pool " + replicas.uri() +
-      " --simulate --no-doctor -n 2 --lease-ttl 9 -- sleep 12 >" + (dir.path() / "job-out").string() + " 2>" +
-      jobErr)};
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-       pool->leases().empty() && std::chrono::steady_clock::now() < until;)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  test::Reaped job{spawnJob(replicas.uri(), dir, 12, jobErr)};
+  waitForALease(*pool);
   ASSERT_EQ(pool->leases().size(), 1u) << "the job started: " << test::slurp(jobErr);
   auto pids = startClients(replicas.uri(), "", "tok-alice-0123456789", clients, 1'000'000, dir);
   std::vector<double> failover;
@@ -480,15 +491,8 @@ TEST(Failover, AJobRunsThroughAFailoverAndItsRenewalsSayOneLine) {
   Replicas replicas(etcd, 2, dir, tokens);
   auto pool = rootOf(replicas.uri());
   const std::string err = (dir.path() / "err").string();
-  test::Reaped job{test::spawnShell(
-      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-bob-0123456789 "
-      "POOLRUN_STATE_DIR=" +
-      (dir.path() / "job").string() + " " + POOLRUN_BINARY + " --pool " + replicas.uri() +
-      " --simulate --no-doctor -n 2 --lease-ttl 9 -- sleep 10 >" + (dir.path() / "out").string() + " 2>" +
-      err)};
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (pool->leases().empty() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  test::Reaped job{spawnJob(replicas.uri(), dir, 10, err)};
+  waitForALease(*pool);
   ASSERT_EQ(pool->leases().size(), 1u) << test::slurp(err);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const int leader = replicas.leader(std::chrono::seconds(5));
