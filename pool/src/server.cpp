@@ -212,6 +212,7 @@ struct PoolServer::Impl {
     if (opt.quotas_file.empty()) return;
     struct stat st {};
     if (stat(opt.quotas_file.c_str(), &st) != 0 || topo::identityOf(st) == quotas_identity) return;
+    if (!topo::settled(st)) return;  // being written: read it at a later tick
     quotas_identity = topo::identityOf(st);
     try {
       Quotas q = readQuotasFile(opt.quotas_file);

@@ -191,6 +191,10 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
   out << "poolrun_mig_instances{state=\"free\"} " << s.mig_free << "\n";
   out << "poolrun_mig_instances{state=\"leased\"} " << s.mig_leased << "\n";
   out << "poolrun_mig_instances{state=\"unusable\"} " << s.mig_unusable << "\n";
+  gauge(out, "poolrun_mps_gpus", "GPUs shared through MPS (counted as leased in poolrun_gpus).", "gauge");
+  out << "poolrun_mps_gpus " << s.gpus_shared << "\n";
+  gauge(out, "poolrun_mps_shares", "MPS shares leased, on the GPUs of poolrun_mps_gpus.", "gauge");
+  out << "poolrun_mps_shares " << s.mps_shares << "\n";
   gauge(out, "poolrun_nodes", "Nodes in the pool by state.", "gauge");
   out << "poolrun_nodes{state=\"up\"} " << s.nodes_up << "\n";
   out << "poolrun_nodes{state=\"draining\"} " << s.nodes_draining << "\n";
@@ -333,7 +337,7 @@ bool MetricsAccess::isScrapeToken(const std::string& token) {
   if (file_.empty()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   struct stat st {};
-  if (stat(file_.c_str(), &st) == 0 && topo::identityOf(st) != identity_) {
+  if (stat(file_.c_str(), &st) == 0 && topo::identityOf(st) != identity_ && topo::settled(st)) {
     try {
       token_ = readScrapeToken(file_);
     } catch (const Error& e) {

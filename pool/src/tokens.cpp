@@ -75,7 +75,7 @@ void TokenStore::reload(bool initial) {
   if (!initial) {
     struct stat st {};
     if (stat(file_.c_str(), &st) != 0) return;  // gone for now (being replaced): keep what we have
-    if (topo::identityOf(st) == identity_) return;
+    if (topo::identityOf(st) == identity_ || !topo::settled(st)) return;  // unchanged, or being written
   }
   std::string text;
   topo::FileIdentity identity;

@@ -19,6 +19,7 @@
 #include "http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
 
@@ -424,6 +425,7 @@ TEST_F(HostileTokens, BadLinesAreSkippedAndNothingInTheFileStopsPoold) {
   std::filesystem::path file = dir_.path() / "tokens";
   std::this_thread::sleep_for(20ms);
   dir_.write("tokens", std::string("\xff\xfe garbage\n") + "tok-alice-0123456789 alice user\n");
+  std::this_thread::sleep_for(topo::kFileSettleTime + 50ms);  // read once whole (topo::settled)
   EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status", "", "tok-alice-0123456789"))), 200);
   EXPECT_EQ(statusOf(ask(port_, request("GET", "/v1/status"))), 401) << "root's line is gone";
 }

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "poold_process.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -239,6 +240,7 @@ TEST_F(Operations, MetricsFromAnotherAddressNeedTheScrapeTokenOrAUsers) {
   // A new scrape token in the file replaces the old one.
   std::this_thread::sleep_for(20ms);
   dir_.write("scrape", "# rotated\nscrape-new-0123456789\n");
+  std::this_thread::sleep_for(topo::kFileSettleTime + 50ms);  // read once whole (topo::settled)
   EXPECT_EQ(call("GET", "/metrics", "scrape-new-0123456789")->status, 200);
   EXPECT_EQ(call("GET", "/metrics", kScrape)->status, 401);
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "poold_process.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
 
@@ -98,6 +99,8 @@ TEST_F(Security, TokenFileIsReReadWhenItChanges) {
     std::ofstream out(tokens_);
     out << "tok-carol-0123456789 carol user\ntok-root-0123456789 root admin\n";
   }
+  // Read once whole: a file written a moment ago may be half written (topo::settled).
+  std::this_thread::sleep_for(topo::kFileSettleTime + std::chrono::milliseconds(50));
   EXPECT_EQ(call("GET", "/v1/status", "tok-carol-0123456789")->status, 200);
   EXPECT_EQ(call("GET", "/v1/status", "tok-alice-0123456789")->status, 401) << "removed tokens stop working";
 }

@@ -94,6 +94,22 @@ TEST(HostileFiles, RegularFileReaderReadsProcFilesWhoseSizeIsZero) {
              "/proc/self/maps is more than 16 bytes (it grew while read); map files are at most 16 bytes");
 }
 
+// A file written a moment ago may be half written (emptied by `>` and not yet filled): a watcher
+// waits until its modification time is kFileSettleTime old; a time far ahead is not waited for.
+TEST(HostileFiles, AFileJustWrittenIsNotSettled) {
+  struct stat st {};
+  st.st_mtim.tv_sec = 1'800'000'000;
+  st.st_mtim.tv_nsec = 500'000'000;
+  const auto mtime = std::chrono::system_clock::time_point(std::chrono::seconds(1'800'000'000)) +
+                     std::chrono::milliseconds(500);
+  EXPECT_FALSE(settled(st, mtime));
+  EXPECT_FALSE(settled(st, mtime + kFileSettleTime - std::chrono::milliseconds(1)));
+  EXPECT_TRUE(settled(st, mtime + kFileSettleTime));
+  EXPECT_TRUE(settled(st, mtime + std::chrono::hours(24)));
+  EXPECT_FALSE(settled(st, mtime - std::chrono::milliseconds(900)));  // a little ahead: wait
+  EXPECT_TRUE(settled(st, mtime - std::chrono::seconds(2)));          // far ahead: another clock
+}
+
 TEST(HostileFiles, JsonTopologyNested100000DeepIsRefused) {
   test::TempDir tmp;
   std::filesystem::path objects =

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -44,6 +45,23 @@ inline FileIdentity identityOf(const struct stat& st) {
   return {st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
+// Whether a file that changed is whole: `cat > FILE`, `echo ... > FILE` and editors that save in
+// place empty the file first and write it after, and a watcher that reads it in between takes the
+// empty file for the new version (for poold's quotas: nobody has a guarantee any more). A watcher
+// reads a changed file only once its modification time is kFileSettleTime old, and keeps the
+// version it has until then. A time further ahead than a second (a clock of another machine, on a
+// network file system) is not waited for.
+inline constexpr std::chrono::milliseconds kFileSettleTime{200};
+
+inline bool settled(const struct stat& st,
+                    std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
+  const auto mtime =
+      std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+  const auto age = now - mtime;
+  return age >= kFileSettleTime || age < -std::chrono::seconds(1);
+}
+
 // "a FIFO", "a character device", "a directory", ...: what a file that is not regular is, for messages.
 inline std::string_view fileTypeName(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
@@ -56,9 +74,11 @@ inline std::string_view fileTypeName(mode_t mode) {
   return "not a regular file";
 }
 
-// "64 MiB", "4 KiB", "1000 bytes": exact, so that a file one byte over the limit does not read as
-// the limit itself.
+// "20 GiB", "64 MiB", "4 KiB", "1000 bytes": exact, so that a file one byte over the limit does not
+// read as the limit itself.
 inline std::string byteSizeText(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 30) && bytes % (uint64_t{1} << 30) == 0)
+    return std::to_string(bytes >> 30) + " GiB";
   if (bytes >= (uint64_t{1} << 20) && bytes % (uint64_t{1} << 20) == 0)
     return std::to_string(bytes >> 20) + " MiB";
   if (bytes >= (uint64_t{1} << 10) && bytes % (uint64_t{1} << 10) == 0)
