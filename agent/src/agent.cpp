@@ -96,6 +96,12 @@ struct Agent::State {
   std::string mapping_failure;  // the job-mapping files: once when they start failing
   std::set<size_t> lost_gpus;
   std::map<size_t, std::string> mig_results;  // MIG layouts made (or not) since the last heartbeat
+  // MPS: the GPUs whose control daemon runs (started here, or found running at the first reply),
+  // those whose daemon did not start (not tried again while poold lists them), and the failures
+  // the next heartbeat tells.
+  std::optional<std::set<size_t>> mps_running;
+  std::set<size_t> mps_failed;
+  std::map<size_t, std::string> mps_errors;
   std::optional<int> exit_status;
 
   State(AgentConfig c, LinkFactory l, Sampler s, AgentClock k, std::ostream& o)
@@ -206,6 +212,37 @@ struct Agent::State {
     }
   }
 
+  // The MPS control daemons poold asks for run, and only those: started for GPUs newly listed,
+  // stopped for GPUs no longer listed (their last share ended).
+  void manageMps(const pool::HeartbeatReply& reply) {
+    if (!mps_running) mps_running = config.mps.running ? config.mps.running() : std::set<size_t>{};
+    std::erase_if(mps_failed, [&](size_t gpu) { return !reply.mps_gpus.count(gpu); });
+    for (size_t gpu : reply.mps_gpus) {
+      if (mps_running->count(gpu) || mps_failed.count(gpu)) continue;
+      std::string error = gpu >= topology->gpus.size() ? "the node has no GPU " + std::to_string(gpu)
+                          : config.mps.start           ? config.mps.start(gpu)
+                                                       : "this poold-agent does not run MPS daemons";
+      if (error.empty()) {
+        mps_running->insert(gpu);
+        log << "poold-agent: GPU " << gpu << ": MPS control daemon running (its GPU has shares)" << std::endl;
+        continue;
+      }
+      log << "poold-agent: GPU " << gpu << ": MPS control daemon not started: " << error << std::endl;
+      mps_failed.insert(gpu);
+      mps_errors[gpu] = std::move(error);
+    }
+    for (auto it = mps_running->begin(); it != mps_running->end();) {
+      if (reply.mps_gpus.count(*it)) {
+        ++it;
+        continue;
+      }
+      const std::string error = config.mps.stop ? config.mps.stop(*it) : "";
+      log << "poold-agent: GPU " << *it << ": MPS control daemon "
+          << (error.empty() ? "stopped (no share left)" : "not stopped: " + error) << std::endl;
+      it = mps_running->erase(it);
+    }
+  }
+
   pool::Heartbeat heartbeatOf(const NodeSamples& s) const {
     pool::Heartbeat h;
     h.node = name();
@@ -218,6 +255,13 @@ struct Agent::State {
     if (h.nics.size() > pool::kMaxNicPorts) h.nics.resize(pool::kMaxNicPorts);
     h.process_leases = processLeases(h.gpus, config.proc_root);
     h.mig_results = mig_results;
+    h.mps_errors = mps_errors;
+    // The MPS server of a GPU the agent runs a daemon for is the pool's, not a process outside it.
+    if (mps_running)
+      for (topo::GpuSample& g : h.gpus)
+        if (mps_running->count(g.index))
+          std::erase_if(g.processes,
+                        [&](const topo::GpuProcess& p) { return isMpsServer(config.proc_root, p.pid); });
     return h;
   }
 
@@ -293,12 +337,14 @@ struct Agent::State {
       }
       pool::HeartbeatReply reply = link->heartbeat(heartbeatOf(s));
       mig_results.clear();  // told
+      mps_errors.clear();
       reached();
       refusal.clear();
       other_failure.clear();
       // A reply that asks for the node again says nothing of its leases.
       if (!reply.register_again) writeJobMapping(reply);
       if (!reply.register_again) makeMigLayouts(reply);
+      if (!reply.register_again) manageMps(reply);
       if (reply.register_again) {
         log << "poold-agent: poold asks for node " << name() << " again: registering it" << std::endl;
         registering = true;

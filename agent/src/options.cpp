@@ -17,6 +17,7 @@ std::string agentUsage() {
   return "usage: poold-agent --pool http://HOST:PORT --token-file FILE [--node NAME] [--interval SECONDS]\n"
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
+         "                   [--mps-dir DIR] [--mps-control PROGRAM]\n"
          "       poold-agent --help | --version\n"
          "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
          "every interval; keeps running while poold is down (see docs/agent.md).\n"
@@ -34,6 +35,12 @@ std::string agentUsage() {
          "  --proc-root DIR             read processes' environments from DIR instead of /proc\n"
          "  --dcgm-job-mapping-dir DIR  write dcgm-exporter's job-mapping files there (its\n"
          "                              --hpc-job-mapping-dir): one per GPU index, naming the lease\n"
+         "  --mps-dir DIR               where the MPS control daemons of GPUs with shares listen, one in\n"
+         "                              DIR/gpuN each (default " +
+         std::string(pool::kDefaultMpsDirectory) +
+         "; poolrun's\n"
+         "                              $POOLRUN_MPS_DIR must name the same)\n"
+         "  --mps-control PROGRAM       the MPS control daemon (default nvidia-cuda-mps-control, on PATH)\n"
          "  --switch NAME               the node's leaf switch, for placement under one switch\n"
          "  --label KEY=VALUE           a label of the node (repeatable)\n"
          "exit status: 0 when stopped (SIGTERM, SIGINT), 1 when poold refuses the node's registration\n"
@@ -92,6 +99,14 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       o.proc_root = value();
     } else if (a == "--dcgm-job-mapping-dir") {
       o.job_mapping_dir = value();
+    } else if (a == "--mps-dir") {
+      o.mps_dir = value();
+      if (!o.mps_dir.is_absolute())
+        throw badInput("--mps-dir '" + topo::printable(o.mps_dir.string()) +
+                       "': not an absolute path (MPS clients are given it as it is)");
+    } else if (a == "--mps-control") {
+      o.mps_control = value();
+      if (o.mps_control.empty()) throw badInput("--mps-control needs a program");
     } else if (a == "--switch") {
       o.switch_name = value();
       topo::checkText(o.switch_name, topo::kMaxLabelBytes, "--switch");

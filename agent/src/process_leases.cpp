@@ -37,6 +37,16 @@ std::optional<std::string> processLease(const std::filesystem::path& proc_root, 
   return std::nullopt;
 }
 
+bool isMpsServer(const std::filesystem::path& proc_root, uint32_t pid) {
+  try {
+    const std::string comm =
+        topo::readRegularFileHead(proc_root / std::to_string(pid) / "comm", 64, "process names");
+    return comm.starts_with("nvidia-cuda-mps");
+  } catch (const Error&) {
+    return false;  // gone, or not ours to read
+  }
+}
+
 std::map<uint32_t, std::string> processLeases(const std::vector<topo::GpuSample>& gpus,
                                               const std::filesystem::path& proc_root) {
   std::set<uint32_t> pids;

@@ -409,6 +409,30 @@ std::string ncclGdrLevel(const Path& p) {
   }
 }
 
+// A client of the GPU's MPS control daemon (poolrun --share): the daemon's pipe directory, the
+// share's limits, and the GPU by its UUID. The daemon sees only its GPU (the agent starts it with
+// CUDA_VISIBLE_DEVICES set to the GPU), so a client naming the GPU by index would name another
+// device; by UUID it names the same one in and outside MPS (NVIDIA's MPS documentation,
+// "CUDA_VISIBLE_DEVICES"). The memory limit is for device 0, the only one the client sees.
+void mpsClientEnv(RankPlan& r, const topo::Gpu& gpu, const std::string& mpsDir) {
+  auto set = [&](const std::string& name, std::string value) {
+    auto it = std::find_if(r.env.begin(), r.env.end(), [&](const auto& e) { return e.first == name; });
+    if (it != r.env.end())
+      it->second = std::move(value);
+    else
+      r.env.emplace_back(name, std::move(value));
+  };
+  if (!gpu.uuid.empty()) set("CUDA_VISIBLE_DEVICES", gpu.uuid);
+  set("CUDA_MPS_PIPE_DIRECTORY", pool::mpsPipeDirectory(mpsDir, r.gpu).string());
+  if (r.share->percent > 0) set("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(r.share->percent));
+  if (r.share->memory_bytes > 0)
+    set("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        "0=" + std::to_string(std::max<uint64_t>(1, r.share->memory_bytes >> 20)) + "M");
+  // poolrun-rank waits this long for the daemon, which the node's agent starts within a heartbeat
+  // or two of the grant: a client started before it would run without MPS and without limits.
+  set("POOLRUN_MPS_WAIT", "60");
+}
+
 std::vector<std::pair<std::string, std::string>> rankEnv(const LocalPlan& lp, Fabric fabric,
                                                          const PlanRequest& req,
                                                          std::vector<std::string>& notes) {
@@ -705,6 +729,10 @@ JobPlan makePlan(const std::vector<NodeGrant>& grants, const PlanRequest& reques
       r.shares_cpus = lp.shares_cpus;
       r.notes = lp.notes;
       r.env = rankEnv(lp, plan.fabric, request, r.notes);
+      if (auto share = grant.shares.find(lp.gpu); share != grant.shares.end()) {
+        r.share = share->second;
+        mpsClientEnv(r, grant.node->topology->gpus[lp.gpu], request.mps_dir);
+      }
       r.env.emplace_back("RANK", std::to_string(r.rank));
       r.env.emplace_back("WORLD_SIZE", std::to_string(request.ranks));
       r.env.emplace_back("LOCAL_RANK", std::to_string(r.local_rank));

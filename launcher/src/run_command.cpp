@@ -284,6 +284,11 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
                    " is for the pools poolrun manages (local, sim:FILE, http://); in a Slurm allocation ask "
                    "Slurm for MIG devices (--gres=gpu:" +
                    o.mig_profile + ":N where gres.conf has them) (pool here: '" + o.pool + "')");
+  if (where.slurm() && (o.share_percent > 0 || o.share_memory_bytes > 0))
+    throw badInput(
+        "--share and --gpu-memory are for the pools poolrun manages (local, sim:FILE, http://); in a "
+        "Slurm allocation ask Slurm for MPS (--gres=mps:N where gres.conf has it) (pool here: '" +
+        o.pool + "')");
   if (where.slurm()) forgetSlurmGpuVariables(o.request, o.exports);
   return where;
 }
@@ -300,6 +305,8 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   lr.resize_interval = o.resize_interval;
   lr.mig_profile = o.mig_profile;
   lr.mig_or_larger = o.mig_or_larger;
+  lr.share_percent = o.share_percent;
+  lr.share_memory_bytes = o.share_memory_bytes;
   lr.owner = pool::currentUser();
   lr.job_name = o.job_name;
   lr.wait = o.wait;
@@ -358,6 +365,7 @@ JobPlan planJob(const std::vector<topo::ClusterNode>& nodes, const pool::Lease& 
       const size_t count = n.topology->gpus.size();
       if (g.mig.empty()) {
         grant.gpus.push_back(g.index);
+        if (g.share) grant.shares[g.index] = {g.share_percent, g.share_memory};
       } else if (g.index >= count && g.index - count < units.size()) {
         grant.gpus.push_back(units[g.index - count].gpu);
         grant.mig.push_back(g.mig);

@@ -167,7 +167,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
-  std::string ranks, mig;
+  std::string ranks, mig, share, gpuMemory;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
   o.pool = defaultPool();
@@ -185,6 +185,11 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("mig", po::value(&mig)->value_name("PROFILE"),
        "one MIG instance of PROFILE (1g.10gb, 3g.40gb; PROFILE+: that or larger) per rank instead of a GPU, "
        "packed onto as few GPUs as possible (docs/mig.md)")
+      ("share", po::value(&share)->value_name("FRACTION"),
+       "an MPS share of a GPU per rank instead of a whole GPU: 0.25 or 25% of its SMs (and, without "
+       "--gpu-memory, of its memory); shares of other jobs of yours may run beside it (docs/mps.md)")
+      ("gpu-memory", po::value(&gpuMemory)->value_name("BYTES"),
+       "an MPS share with this much device memory per rank (512M, 10G); with --share, its memory")
       ("priority", po::value(&o.priority)->value_name("P"), "queue priority (higher first)")
       ("no-reclaim", "(admin) never end the lease as idle (poold --reclaim-idle); a user's token is refused")
       ("preemptible", "a waiting request of higher priority may preempt the lease, after the pool's grace")
@@ -254,6 +259,28 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
         throw badInput(
             "--mig with --gpus-per-node: MIG instances are packed onto the fewest GPUs; drop "
             "--gpus-per-node");
+    }
+    if (vm.count("share") || vm.count("gpu-memory")) {
+      pool::LeaseRequest parsed;
+      if (vm.count("share")) pool::setSharePercent(parsed, share, "--share");
+      if (vm.count("gpu-memory")) pool::setShareMemory(parsed, gpuMemory, "--gpu-memory");
+      o.share_percent = parsed.share_percent;
+      o.share_memory_bytes = parsed.share_memory_bytes;
+      const std::string what = vm.count("share") ? "--share " + share : "--gpu-memory " + gpuMemory;
+      if (vm.count("mig"))
+        throw badInput(what + " with --mig: a MIG instance is not shared through MPS; give one or the other");
+      if (o.max_ranks > 0)
+        throw badInput(what + " with -n " + ranks +
+                       ": MPS leases are not elastic; give -n N (one share per rank)");
+      if (o.request.gpus_per_node > 0)
+        throw badInput(
+            what + " with --gpus-per-node: shares are packed onto the fewest nodes; drop --gpus-per-node");
+    }
+    if (const char* dir = std::getenv("POOLRUN_MPS_DIR"); dir != nullptr && *dir != '\0') {
+      if (*dir != '/')
+        throw badInput("POOLRUN_MPS_DIR '" + topo::printable(dir) +
+                       "': not an absolute path; give the directory poold-agent's --mps-dir names");
+      o.request.mps_dir = dir;
     }
     if (fabric != "auto") o.request.fabric = topo::fabricFromString(fabric);
     o.request.gdr = gdrModeFromString(gdr);

@@ -33,6 +33,9 @@ struct RunOptions {
   // --mig PROFILE[+]: one MIG instance of that profile (or larger, '+') per rank instead of a GPU.
   std::string mig_profile;
   bool mig_or_larger = false;
+  // --share FRACTION, --gpu-memory BYTES: an MPS share of a GPU per rank (pool::LeaseRequest).
+  int share_percent = 0;
+  uint64_t share_memory_bytes = 0;
   std::optional<std::chrono::seconds> wait;  // nullopt: while the pool could ever fit the job
   std::chrono::seconds lease_ttl{60};
   std::optional<std::chrono::seconds> timeout;

@@ -89,6 +89,7 @@ NodeRegistration nodeRegistrationFromJson(const json& doc) {
   return r;
 }
 
+// Per GPU index, an error ("" for none): MIG layouts made, MPS daemons that did not start.
 json migResults(const std::map<size_t, std::string>& results) {
   json out = json::array();
   for (const auto& [index, error] : results) out.push_back({{"index", index}, {"error", error}});
@@ -110,7 +111,8 @@ json toJson(const Heartbeat& h) {
           {"gpus", gpus},
           {"nics", nics},
           {"process_leases", owners},
-          {"mig_results", migResults(h.mig_results)}};
+          {"mig_results", migResults(h.mig_results)},
+          {"mps_errors", migResults(h.mps_errors)}};
 }
 
 json toJson(const HeartbeatReply& r) {
@@ -119,11 +121,9 @@ json toJson(const HeartbeatReply& r) {
   json layouts = json::array();
   for (const auto& [index, profiles] : r.mig_layouts)
     layouts.push_back({{"index", index}, {"profiles", profiles}});
-  return {{"schema", kHeartbeatReplySchema},
-          {"register_again", r.register_again},
-          {"interval_s", r.interval.count()},
-          {"gpu_leases", leases},
-          {"mig_layouts", layouts}};
+  return {{"schema", kHeartbeatReplySchema},  {"register_again", r.register_again},
+          {"interval_s", r.interval.count()}, {"gpu_leases", leases},
+          {"mig_layouts", layouts},           {"mps_gpus", r.mps_gpus}};
 }
 
 HeartbeatReply heartbeatReplyFromJson(const json& doc) {
@@ -153,6 +153,13 @@ HeartbeatReply heartbeatReplyFromJson(const json& doc) {
       setMigProfile(named, profiles[k].get<std::string>(), "field '" + l.element("profiles", k) + "'");
       out.push_back(named.mig_profile);
     }
+  }
+  const json& mps = f.optionalArray("mps_gpus");
+  for (size_t i = 0; i < mps.size(); ++i) {
+    if (!mps[i].is_number_unsigned() || mps[i].get<uint64_t>() > kGpuIndexRange.max)
+      f.failField("mps_gpus", common::shownJson(mps[i]) + " is not a GPU index (0 to " +
+                                  std::to_string(kGpuIndexRange.max) + ")");
+    r.mps_gpus.insert(mps[i].get<size_t>());
   }
   return r;
 }

@@ -42,9 +42,7 @@ std::vector<GpuRef> PoolState::growthFor(const Lease& lease, int most) const {
     const Occupancy& held = *slots()[s].held;
     NodeView v{&node, {}, false};
     for (size_t i = 0; i < node.gpuCount(); ++i)
-      if ((i >= held.holder.size() || held.holder[i].empty()) && node.placeable(i) &&
-          gpuMatches(node.topology->gpus[i], r))
-        v.usable.push_back(i);
+      if (held.unheld(i) && node.placeable(i) && gpuMatches(node.topology->gpus[i], r)) v.usable.push_back(i);
     if (v.usable.empty()) continue;
     v.whole = v.usable.size() == node.gpuCount();
     (mine.count(node.name) ? here : elsewhere).push_back(std::move(v));

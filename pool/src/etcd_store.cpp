@@ -126,7 +126,8 @@ void EtcdStore::load(PoolState& state) {
     try {
       Lease l = leaseFromJson(json::parse(kv->value));
       if (kv->key != leaseKey(l.id)) throw std::runtime_error("it holds lease '" + l.id + "'");
-      for (const GpuRef& g : l.gpus) holders_[g] = l.id;
+      for (const GpuRef& g : l.gpus)
+        if (!g.share) holders_[g] = l.id;
       lease_gpus_[l.id] = l.gpus;
       state.loadLease(std::move(l));  // a GPU already held: kInternal
     } catch (const std::exception& e) {
@@ -200,6 +201,7 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
     ops_[leaseKey(id)] = toJson(it->second).dump();
     if (!dirty.new_leases.count(id) && !dirty.resized.count(id)) continue;
     for (const GpuRef& g : it->second.gpus) {
+      if (g.share) continue;  // many leases share a GPU through MPS
       auto [h, inserted] = holders_.emplace(g, id);
       if (!inserted && h->second != id) {
         stale_ = true;

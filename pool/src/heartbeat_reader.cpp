@@ -360,8 +360,9 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
 }
 
 Heartbeat heartbeat(sj::value& v) {
-  constexpr std::array<std::string_view, 9> kFields{
-      "schema", "node", "agent", "time_ms", "topology_hash", "gpus", "nics", "process_leases", "mig_results"};
+  constexpr std::array<std::string_view, 10> kFields{"schema",        "node",      "agent", "time_ms",
+                                                     "topology_hash", "gpus",      "nics",  "process_leases",
+                                                     "mig_results",   "mps_errors"};
   const Path root;
   Heartbeat h;
   uint64_t seen = eachField(v, root, kFields, "the heartbeat", [&](size_t i, sj::value& x, const Path& at) {
@@ -430,7 +431,9 @@ Heartbeat heartbeat(sj::value& v) {
         }
         break;
       }
-      case 8: {
+      case 8:
+      case 9: {
+        std::map<size_t, std::string>& results = i == 8 ? h.mig_results : h.mps_errors;
         constexpr std::array<std::string_view, 2> kResultFields{"index", "error"};
         size_t n = 0;
         for (sj::value e : list(x, at)) {
@@ -445,7 +448,7 @@ Heartbeat heartbeat(sj::value& v) {
               error = text(y, yp, kMaxErrorBytes);
           });
           need(got, ep, kResultFields, {0, 1});
-          h.mig_results[index] = std::move(error);
+          results[index] = std::move(error);
         }
         break;
       }

@@ -4,12 +4,14 @@
 #include "poolrun/common/time_text.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "poolrun/common/json_fields.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::pool {
@@ -147,6 +149,7 @@ json gpuRefsJson(const std::vector<GpuRef>& refs) {
   for (const GpuRef& g : refs) {
     json j = {{"node", g.node}, {"index", g.index}};
     if (!g.mig.empty()) j["mig"] = g.mig;
+    if (g.share) j["share"] = {{"percent", g.share_percent}, {"memory_bytes", g.share_memory}};
     out.push_back(std::move(j));
   }
   return out;
@@ -174,6 +177,13 @@ std::vector<GpuRef> gpuRefsFromJson(const JsonFields& f, std::string_view key) {
       ref.mig = text(g, "mig", kMaxMigUuidBytes, Text::kClient);
       if (!ref.mig.starts_with("MIG-"))
         g.failField("mig", "'" + topo::printable(ref.mig) + "' is not a MIG instance's UUID (MIG-...)");
+    }
+    if (g.has("share")) {
+      JsonFields share = g.object("share");
+      ref.share = true;
+      ref.share_percent = integer(share, "percent", kSharePercentRange);
+      ref.share_memory = integer(share, "memory_bytes", kShareMemoryBytesRange);
+      if (!ref.mig.empty()) g.failField("share", "a MIG instance is not shared through MPS");
     }
     out.push_back(std::move(ref));
   }
@@ -289,17 +299,37 @@ json toJson(const LeaseRequest& r) {
     doc["mig_profile"] = r.mig_profile;
     if (r.mig_or_larger) doc["mig_or_larger"] = true;
   }
+  if (r.share_percent > 0) doc["share_percent"] = r.share_percent;
+  if (r.share_memory_bytes > 0) doc["share_memory_bytes"] = r.share_memory_bytes;
   return doc;
 }
 
 LeaseRequest requestFromJson(const json& doc) {
-  JsonFields f = clientFields(
-      doc,
-      {"gpus",        "gpus_per_node",  "whole_nodes", "gpu_model",   "min_memory_bytes", "fabric",
-       "labels",      "one_switch",     "priority",    "owner",       "job_name",         "wait_s",
-       "ttl_s",       "max_duration_s", "no_reclaim",  "preemptible", "max_gpus",         "resize_interval_s",
-       "mig_profile", "mig_or_larger",  "request_id"},
-      "the lease request");
+  JsonFields f = clientFields(doc,
+                              {"gpus",
+                               "gpus_per_node",
+                               "whole_nodes",
+                               "gpu_model",
+                               "min_memory_bytes",
+                               "fabric",
+                               "labels",
+                               "one_switch",
+                               "priority",
+                               "owner",
+                               "job_name",
+                               "wait_s",
+                               "ttl_s",
+                               "max_duration_s",
+                               "no_reclaim",
+                               "preemptible",
+                               "max_gpus",
+                               "resize_interval_s",
+                               "mig_profile",
+                               "mig_or_larger",
+                               "share_percent",
+                               "share_memory_bytes",
+                               "request_id"},
+                              "the lease request");
   LeaseRequest r;
   r.gpus = integer(f, "gpus", kGpusRange);
   r.gpus_per_node = integerOr(f, "gpus_per_node", kGpusPerNodeRange, 0);
@@ -329,6 +359,8 @@ LeaseRequest requestFromJson(const json& doc) {
   r.resize_interval = secondsOr(f, "resize_interval_s", kResizeIntervalSecondsRange).value_or(seconds(600));
   r.mig_profile = textOr(f, "mig_profile", kMaxMigProfileBytes, Text::kClient);
   r.mig_or_larger = f.boolean("mig_or_larger", false);
+  r.share_percent = integerOr(f, "share_percent", kSharePercentRange, 0);
+  r.share_memory_bytes = integerOr(f, "share_memory_bytes", kShareMemoryBytesRange, uint64_t{0});
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
   if (f.has("request_id")) leaseId(f, "request_id");
   return r;
@@ -364,6 +396,8 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.resize_interval = storedSecondsOr(f, "resize_interval_s").value_or(seconds(600));
   r.mig_profile = textOr(f, "mig_profile", 0, Text::kStored);
   r.mig_or_larger = f.boolean("mig_or_larger", false);
+  r.share_percent = storedInteger<int>(f, "share_percent", 0, 100, 0);
+  r.share_memory_bytes = storedInteger<uint64_t>(f, "share_memory_bytes", 0, UINT64_MAX, 0);
   return r;
 }
 
@@ -381,6 +415,7 @@ json toJson(const PoolStatus& s) {
             {"mig", s.gpus_mig},
             {"unreachable", s.gpus_unreachable}}},
           {"mig_instances", {{"free", s.mig_free}, {"leased", s.mig_leased}, {"unusable", s.mig_unusable}}},
+          {"mps", {{"gpus", s.gpus_shared}, {"shares", s.mps_shares}}},
           {"leases", s.leases},
           {"queued", s.queued},
           {"leases_granted", s.leases_granted}};
@@ -407,6 +442,11 @@ PoolStatus statusFromJson(const json& doc) {
     s.mig_free = integerOr(m, "free", kCount, 0);
     s.mig_leased = integerOr(m, "leased", kCount, 0);
     s.mig_unusable = integerOr(m, "unusable", kCount, 0);
+  }
+  if (f.has("mps")) {
+    JsonFields m = f.object("mps");
+    s.gpus_shared = integerOr(m, "gpus", kCount, 0);
+    s.mps_shares = integerOr(m, "shares", kCount, 0);
   }
   s.leases = integer(f, "leases", kCount);
   s.queued = integer(f, "queued", kCount);
@@ -454,6 +494,12 @@ json toJson(const NodeInfo& n) {
       j["mig_instances"] = std::move(instances);
     }
     if (!g.mig_layout.empty()) j["mig_layout_asked"] = g.mig_layout;
+    if (!g.shares.empty()) {
+      json shares = json::array();
+      for (const GpuInfo::Share& sh : g.shares)
+        shares.push_back({{"lease", sh.lease}, {"percent", sh.percent}, {"memory_bytes", sh.memory_bytes}});
+      j["mps_shares"] = std::move(shares);
+    }
     gpus.push_back(std::move(j));
   }
   json doc = {{"name", n.name},
@@ -532,6 +578,12 @@ NodeInfo nodeInfoFromJson(const json& doc) {
       if (!asked[k].is_string()) g.failField("mig_layout_asked", "expected a list of profile names");
       gi.mig_layout.push_back(asked[k].get<std::string>());
       checkUtf8(gi.mig_layout.back(), g.element("mig_layout_asked", k));
+    }
+    const json& shares = g.optionalArray("mps_shares");
+    for (size_t k = 0; k < shares.size(); ++k) {
+      JsonFields sh = g.child(shares[k], g.element("mps_shares", k));
+      gi.shares.push_back({leaseId(sh, "lease"), integer(sh, "percent", kSharePercentRange),
+                           integer(sh, "memory_bytes", kShareMemoryBytesRange)});
     }
     n.gpus.push_back(std::move(gi));
   }
@@ -683,15 +735,21 @@ std::string formatGpus(const std::vector<GpuRef>& gpus) {
     std::string part = gpus[i].node + ":";
     bool first = true;
     while (j < gpus.size() && gpus[j].node == gpus[i].node) {
-      if (!gpus[j].mig.empty()) {  // a MIG instance: by the UUID its rank is given
-        part += (first ? "" : ",") + gpus[j].mig;
+      if (!gpus[j].mig.empty() || gpus[j].share) {  // a MIG instance: by the UUID its rank is given
+        const GpuRef& g = gpus[j];
+        part += (first ? "" : ",") +
+                (g.share ? std::to_string(g.index) + "(" +
+                               (g.share_percent > 0 ? std::to_string(g.share_percent) + "%" : "") +
+                               (g.share_percent > 0 && g.share_memory > 0 ? " " : "") +
+                               (g.share_memory > 0 ? topo::byteSizeText(g.share_memory) : "") + ")"
+                         : g.mig);
         first = false;
         ++j;
         continue;
       }
       size_t k = j;
       while (k + 1 < gpus.size() && gpus[k + 1].node == gpus[j].node && gpus[k + 1].mig.empty() &&
-             gpus[k + 1].index == gpus[k].index + 1)
+             !gpus[k + 1].share && gpus[k + 1].index == gpus[k].index + 1)
         ++k;
       part += (first ? "" : ",") + std::to_string(gpus[j].index) +
               (k > j ? "-" + std::to_string(gpus[k].index) : "");
@@ -732,6 +790,47 @@ void setMigProfile(LeaseRequest& request, std::string_view text, const std::stri
         "larger one); `poolrun topo` lists the profiles a GPU offers");
   request.mig_profile = std::string(profile);
   request.mig_or_larger = larger;
+}
+
+void setSharePercent(LeaseRequest& request, std::string_view text, const std::string& option) {
+  auto refuse = [&](const std::string& why) -> void {
+    throw badInput(option + " '" + topo::printable(std::string(text)) + "': " + why +
+                   "; give a fraction of a GPU (0.25) or a percentage (25%), from 1% to 1");
+  };
+  std::string_view number = text;
+  const bool percent = number.ends_with('%');
+  if (percent) number.remove_suffix(1);
+  // Digits, at most one '.', nothing else: no sign, exponent, "nan" or spaces.
+  const bool digits =
+      !number.empty() && number.size() <= 16 &&
+      std::all_of(number.begin(), number.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
+      std::count(number.begin(), number.end(), '.') <= 1 && number != ".";
+  if (!digits) refuse("not a number");
+  const double value = std::stod(std::string(number)) * (percent ? 1.0 : 100.0);
+  if (value > 100.0 + 1e-9) refuse("more than a whole GPU");
+  const long rounded = std::lround(value);
+  if (rounded < 1) refuse("less than 1% of a GPU");
+  request.share_percent = static_cast<int>(rounded);
+}
+
+void setShareMemory(LeaseRequest& request, std::string_view text, const std::string& option) {
+  size_t n = 0;
+  while (n < text.size() && text[n] >= '0' && text[n] <= '9') ++n;
+  const std::string_view unit = text.substr(n);
+  int shift = -1;
+  if (unit.empty() || unit == "B") shift = 0;
+  if (unit == "K" || unit == "KiB") shift = 10;
+  if (unit == "M" || unit == "MiB") shift = 20;
+  if (unit == "G" || unit == "GiB") shift = 30;
+  if (unit == "T" || unit == "TiB") shift = 40;
+  const std::string shown = option + " '" + topo::printable(std::string(text)) + "'";
+  if (n == 0 || n > 16 || shift < 0)
+    throw badInput(shown + ": not a byte count; give bytes or a whole number with a unit (512M, 10G, 10GiB)");
+  const uint64_t value = std::stoull(std::string(text.substr(0, n)));
+  if (value == 0) throw badInput(shown + ": no memory at all; give at least 1M");
+  if (value > (kShareMemoryBytesRange.max >> shift))
+    throw badInput(shown + ": more than 1 PiB, more than any GPU has");
+  request.share_memory_bytes = value << shift;
 }
 
 }  // namespace poolrun::pool

@@ -84,6 +84,17 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
     replan_ = true;
     freed = true;
   }
+  // MPS control daemons the agent could not start: no share works there (CUDA runs a client
+  // without MPS, and without its limits, where it finds no daemon).
+  for (const auto& [gpu, error] : hb.mps_errors) {
+    if (gpu >= node.gpuCount() || error.empty() || node.failed.count(gpu)) continue;
+    std::string why = "MPS control daemon not started: " + error;
+    node.failed.insert(gpu);
+    node.failures[gpu] = {why, now};
+    node_events_.push_back({NodeEvent::Kind::kGpuFailed, node.name, gpu, std::move(why)});
+    dirty_.nodes.insert(node.name);
+    replan_ = true;
+  }
   const Occupancy& held = occupancy(node.name);
   for (const topo::GpuSample& sample : hb.gpus) {
     size_t i = sample.index;
@@ -117,6 +128,8 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
     if (!holder.empty()) holders.insert(holder);
     for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size(); ++u)
       if (node.gpuOf(u) == i && !held.holder[u].empty()) holders.insert(held.holder[u]);
+    const auto sharers = held.sharers.find(i);
+    if (sharers != held.sharers.end()) holders.insert(sharers->second.begin(), sharers->second.end());
     std::vector<topo::GpuProcess> outside;
     for (const topo::GpuProcess& p : sample.processes) {
       auto owner = hb.process_leases.find(p.pid);
@@ -128,15 +141,21 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
       replan_ |= !node.live.foreign.count(i);
       node.live.foreign[i] = std::move(outside);
     }
-    if (!holder.empty()) {
-      auto [last, fresh] = last_busy_.try_emplace(holder, now);
+    // The leases the GPU's utilisation tells of: its holder, or every share of it (NVML does not
+    // tell it per MPS client; nor for a GPU in MIG mode, so not for its instances).
+    std::vector<std::string> measured;
+    if (!holder.empty()) measured.push_back(holder);
+    if (sharers != held.sharers.end())
+      measured.insert(measured.end(), sharers->second.begin(), sharers->second.end());
+    for (const std::string& lease : measured) {
+      auto [last, fresh] = last_busy_.try_emplace(lease, now);
       if (!fresh && busy(sample, live_.idle_utilization)) last->second = now;
     }
   }
   // The layouts whose GPU no lease holds any more (itself or one of its instances): the agent makes
   // them now.
   for (const auto& [gpu, profiles] : node.mig_layouts) {
-    bool inUse = gpu < held.holder.size() && !held.holder[gpu].empty();
+    bool inUse = (gpu < held.holder.size() && !held.holder[gpu].empty()) || held.sharers.count(gpu);
     for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size() && !inUse; ++u)
       inUse = node.gpuOf(u) == gpu && !held.holder[u].empty();
     if (!inUse) reply.mig_layouts[gpu] = profiles;
@@ -145,6 +164,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
   // utilisation is not reported per instance either).
   for (size_t i = 0; i < held.holder.size() && i < node.gpuCount(); ++i)
     if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
+  for (const auto& [gpu, ids] : held.sharers) reply.mps_gpus.insert(gpu);
   if (freed) schedule(now);
   return reply;
 }

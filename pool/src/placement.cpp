@@ -240,6 +240,11 @@ bool inMigMode(const topo::Gpu& gpu) {
   return gpu.mig.enabled || gpu.mig.pending;
 }
 
+uint64_t shareMemory(const PoolNode& node, size_t gpu, const LeaseRequest& request) {
+  if (request.share_memory_bytes > 0) return request.share_memory_bytes;
+  return std::min(node.memoryOf(gpu), uint64_t{1} << 50) * static_cast<uint64_t>(request.share_percent) / 100;
+}
+
 bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request) {
   if (request.mig() || inMigMode(gpu)) return false;  // MIG instances are the units, not the GPU
   if (!request.gpu_model.empty() && gpu.model.find(request.gpu_model) == std::string::npos) return false;
@@ -307,6 +312,26 @@ std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const 
             [](const auto& a, const auto& b) { return a.first->node->order < b.first->node->order; });
   std::vector<GpuRef> out;
   out.reserve(static_cast<size_t>(n));
+  if (request.shared()) {
+    for (const auto& [view, take] : choice->takes) {
+      std::vector<size_t> order(view->usable.size());
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return (a < view->room.size() ? view->room[a] : 100) < (b < view->room.size() ? view->room[b] : 100);
+      });
+      order.resize(static_cast<size_t>(take));
+      std::sort(order.begin(), order.end());
+      for (size_t k : order) {
+        const size_t gpu = view->usable[k];
+        GpuRef ref{view->node->name, gpu, {}};
+        ref.share = true;
+        ref.share_percent = request.share_percent;
+        ref.share_memory = shareMemory(*view->node, gpu, request);
+        out.push_back(std::move(ref));
+      }
+    }
+    return out;
+  }
   for (const auto& [view, take] : choice->takes)
     for (size_t i : request.mig() ? pickMigUnits(*view->node, view->usable, static_cast<size_t>(take))
                                   : pickGpus(*view->node, view->usable, static_cast<size_t>(take)))

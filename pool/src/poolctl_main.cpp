@@ -42,6 +42,7 @@ constexpr const char* kUsage =
     "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
     "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
     "          [--no-reclaim] [--preemptible] [--resize-interval SECONDS] [--mig PROFILE[+]]\n"
+    "          [--share FRACTION] [--gpu-memory BYTES]\n"
     "  renew LEASE | release LEASE | shrink LEASE\n"
     "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
     "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
@@ -131,6 +132,8 @@ const char* commandHelp(const std::string& command) {
        "  --model TEXT             only GPUs whose model contains TEXT\n"
        "  --mig PROFILE            N MIG instances of that profile (1g.10gb, 3g.40gb) instead of whole\n"
        "                           GPUs, packed onto as few GPUs as possible; PROFILE+: that or larger\n"
+       "  --share FRACTION         N MPS shares (one per GPU) of 0.25 or 25% of a GPU's SMs (and memory)\n"
+       "  --gpu-memory BYTES       N MPS shares with this much device memory each (512M, 10G)\n"
        "  --min-memory-gib G       only GPUs with at least G GiB\n"
        "  --fabric ib|roce|tcp     only nodes with that fabric\n"
        "  --label KEY=VALUE        only nodes with that label (repeatable)\n"
@@ -770,6 +773,10 @@ int run(int argc, char** argv) {
         topo::checkText(r.gpu_model, topo::kMaxLabelBytes, a);
       } else if (a == "--mig") {
         setMigProfile(r, value(), a);
+      } else if (a == "--share") {
+        setSharePercent(r, value(), a);
+      } else if (a == "--gpu-memory") {
+        setShareMemory(r, value(), a);
       } else if (a == "--min-memory-gib")
         r.min_memory_bytes = number(a, value(), Range<uint64_t>{0, kMinMemoryBytesRange.max >> 30}) << 30;
       else if (a == "--fabric")

@@ -370,6 +370,13 @@ std::string migText(const PoolStatus& s) {
          (s.mig_unusable > 0 ? ", " + std::to_string(s.mig_unusable) + " unusable" : "") + "), ";
 }
 
+// "6 MPS shares on 2 GPUs, ": where the pool has any.
+std::string mpsText(const PoolStatus& s) {
+  if (s.mps_shares == 0) return "";
+  return std::to_string(s.mps_shares) + " MPS share" + (s.mps_shares == 1 ? "" : "s") + " on " +
+         std::to_string(s.gpus_shared) + " GPU" + (s.gpus_shared == 1 ? "" : "s") + ", ";
+}
+
 // The header's parts, packed into at most two lines of `width` (a part that does not fit a line
 // of its own is cut).
 std::vector<std::string> headerLines(const TopView& view, Clock::time_point now, size_t width) {
@@ -394,6 +401,7 @@ std::vector<std::string> headerLines(const TopView& view, Clock::time_point now,
         (st.gpus_mig > 0 ? ", " + std::to_string(st.gpus_mig) + " in MIG mode" : "") +
         (st.gpus_unreachable > 0 ? "; " + std::to_string(st.gpus_unreachable) + " unreachable" : ""));
     if (const std::string mig = migText(st); !mig.empty()) parts.push_back(mig.substr(0, mig.size() - 2));
+    if (const std::string mps = mpsText(st); !mps.empty()) parts.push_back(mps.substr(0, mps.size() - 2));
     parts.push_back("leases " + std::to_string(st.leases) + ", queue " + std::to_string(st.queued));
   }
   parts.push_back(view.pool + (view.interactive
@@ -461,7 +469,7 @@ std::string statusLine(const std::string& pool, const PoolStatus& s) {
          " GPUs (" + std::to_string(s.gpus_free) + " free, " + std::to_string(s.gpus_leased) + " leased, " +
          std::to_string(s.gpus_failed) + " failed, " + std::to_string(s.gpus_foreign) + " foreign" +
          (s.gpus_mig > 0 ? ", " + std::to_string(s.gpus_mig) + " in MIG mode" : "") + "; " +
-         std::to_string(s.gpus_unreachable) + " on unreachable nodes), " + migText(s) +
+         std::to_string(s.gpus_unreachable) + " on unreachable nodes), " + migText(s) + mpsText(s) +
          std::to_string(s.leases) + " leases, " + std::to_string(s.queued) + " queued";
 }
 
@@ -492,6 +500,14 @@ std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::ti
                                std::to_string(m.compute_instance),
                            toString(m.state), "-", gib(m.memory_bytes), "-", "-", orDash(m.lease),
                            m.profile + " " + m.uuid});
+      }
+      // Its MPS shares, one line each: the share's SMs and memory.
+      for (const GpuInfo::Share& sh : g.shares) {
+        order.push_back({false, gpuRows.size()});
+        gpuRows.push_back(
+            {"   " + std::to_string(g.index) + "~", "share", "-",
+             sh.memory_bytes > 0 ? gib(sh.memory_bytes) : "-", "-", "-", sh.lease,
+             "MPS " + (sh.percent > 0 ? std::to_string(sh.percent) + "% of the SMs" : "SMs not limited")});
       }
     }
   }

@@ -7,6 +7,7 @@
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -18,8 +19,13 @@ PoolError gone(const std::string& id) {
                    "lease " + id + " is gone (expired, released or never granted); acquire a new one");
 }
 
-// "8 GPUs", "7 MIG instances 1g.10gb", "2 MIG instances 3g.40gb or larger": what a request asks for.
+// "8 GPUs", "7 MIG instances 1g.10gb", "2 MIG instances 3g.40gb or larger", "4 MPS shares of 25%
+// and 10 GiB": what a request asks for.
 std::string unitsText(const LeaseRequest& r) {
+  if (r.shared())
+    return std::to_string(r.gpus) + " MPS share" + (r.gpus == 1 ? "" : "s") + " of " +
+           (r.share_percent > 0 ? std::to_string(r.share_percent) + "% of a GPU" : "a GPU") +
+           (r.share_memory_bytes > 0 ? " and " + topo::byteSizeText(r.share_memory_bytes) : "");
   if (!r.mig()) return std::to_string(r.gpus) + " GPUs";
   return std::to_string(r.gpus) + " MIG instance" + (r.gpus == 1 ? " " : "s ") + r.mig_profile +
          (r.mig_or_larger ? " or larger" : "");
@@ -86,9 +92,9 @@ auto allFree(size_t, const auto&) {
   return [](size_t) { return true; };
 }
 
-// The GPUs no lease holds now.
+// The GPUs no lease holds now (nor a share of).
 auto unheld(size_t, const auto& slot) {
-  return [held = slot.held](size_t i) { return i >= held->holder.size() || held->holder[i].empty(); };
+  return [held = slot.held](size_t i) { return held->unheld(i); };
 }
 
 // When GPUs are busy as the scheduler plans ahead: running leases until their maximum end (forever
@@ -336,6 +342,15 @@ void validateRequest(const LeaseRequest& r) {
   } else if (r.mig_or_larger) {
     bad("mig_or_larger without mig_profile (name the smallest profile that will do)");
   }
+  if (r.share_percent < 0 || r.share_percent > 100)
+    bad("share_percent " + std::to_string(r.share_percent) + " (1 to 100 percent of a GPU's SMs)");
+  if (r.shared()) {
+    const std::string what = "an MPS share with ";
+    if (r.mig()) bad(what + "mig_profile: a MIG instance is not shared; ask for one or the other");
+    if (r.whole_nodes) bad(what + "whole_nodes: shares are leased one per rank; drop whole_nodes");
+    if (r.gpus_per_node > 0) bad(what + "gpus_per_node: shares are packed onto the fewest nodes; drop it");
+    if (r.max_gpus > 0) bad(what + "max_gpus: MPS leases are not elastic; ask for a fixed number");
+  }
   if (r.max_gpus == 0) return;
   const std::string range = "elastic " + std::to_string(r.gpus) + ":" + std::to_string(r.max_gpus);
   if (r.max_gpus < r.gpus || r.max_gpus > 1'000'000)
@@ -426,6 +441,10 @@ void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances)
                        "; release it before registering a topology without it");
       moved[i] = *found;
     }
+    for (const auto& [gpu, ids] : o.sharers)
+      if (gpu >= count)
+        throw badInput("node " + cn.name + " would lose GPU" + std::to_string(gpu) + ", shared by lease " +
+                       ids.front() + "; release it before registering the smaller topology");
   }
   PoolNode& node = nodes_[cn.name];
   if (it == nodes_.end()) {
@@ -506,7 +525,90 @@ const std::vector<PoolState::Slot>& PoolState::slots() const {
 
 uint32_t PoolState::freeCount(const Occupancy& o) {
   return static_cast<uint32_t>(
-      std::count_if(o.holder.begin(), o.holder.end(), [](const std::string& h) { return h.empty(); }));
+      std::count_if(o.holder.begin(), o.holder.end(), [](const std::string& h) { return h.empty(); }) -
+      static_cast<std::ptrdiff_t>(o.sharers.size()));
+}
+
+void PoolState::addSharer(const std::string& node, size_t gpu, const std::string& id) {
+  Occupancy& o = occupancy(node);
+  if (gpu >= o.holder.size() || !o.holder[gpu].empty())
+    throw Error(ErrorCode::kInternal, "a share of " + node + ":" + std::to_string(gpu) + " for lease " + id +
+                                          (gpu < o.holder.size() ? ", held whole by " + o.holder[gpu]
+                                                                 : ", which the node does not have"));
+  std::vector<std::string>& list = o.sharers[gpu];
+  if (list.empty()) heldChanged(node, true);
+  list.push_back(id);
+}
+
+void PoolState::removeSharer(const std::string& node, size_t gpu, const std::string& id) {
+  auto o = occupancy_.find(node);
+  if (o == occupancy_.end()) return;
+  auto it = o->second.sharers.find(gpu);
+  if (it == o->second.sharers.end()) return;
+  std::erase(it->second, id);
+  if (!it->second.empty()) return;
+  o->second.sharers.erase(it);
+  heldChanged(node, false);
+}
+
+PoolState::ShareUse PoolState::shareUse(const Occupancy& held, size_t gpu) const {
+  ShareUse use;
+  auto it = held.sharers.find(gpu);
+  if (it == held.sharers.end()) return use;
+  for (const std::string& id : it->second) {
+    const Lease& lease = leases_.at(id);
+    for (const GpuRef& g : lease.gpus)
+      if (g.share && g.index == gpu && &occupancy_.at(g.node) == &held) {
+        use.percent += g.share_percent;
+        use.memory += g.share_memory;
+      }
+    ++use.clients;
+    use.owner = &lease.owner;
+    use.end = std::max(use.end, leaseEnd(lease, preempt_));
+  }
+  return use;
+}
+
+// The nodes of the pool (in pool order) with the GPUs that can take one share of `r` each: a GPU
+// no lease holds (`freeGpu(slot, gpu)`: free now, or in the plan), or one whose shares are of the
+// same owner and leave room for it (percent, memory and clients). `everUsable`: whether the pool
+// could ever fit it (every GPU that is not failed counts as free). `endBy`: where the scheduler has
+// promised GPUs to waiting requests, a share is added to a shared GPU only if its lease ends no
+// later than the shares there (it then delays nobody planned to take the GPU after them).
+template <class FreeGpu>
+std::vector<NodeView> PoolState::shareViews(const LeaseRequest& r, FreeGpu freeGpu, bool everUsable,
+                                            std::optional<TimePoint> endBy) const {
+  std::vector<NodeView> views;
+  const std::vector<Slot>& inOrder = slots();
+  for (size_t s = 0; s < inOrder.size(); ++s) {
+    const PoolNode& node = *inOrder[s].node;
+    if ((everUsable && node.state == NodeState::kDown) || !nodeMatches(node, r, everUsable)) continue;
+    NodeView v{&node, {}, false};
+    for (size_t i = 0; i < node.gpuCount(); ++i) {
+      const topo::Gpu& gpu = node.topology->gpus[i];
+      if (!(everUsable ? node.placeableOnceLaidOut(i) : node.placeable(i)) || !gpuMatches(gpu, r)) continue;
+      const uint64_t memory = shareMemory(node, i, r), total = node.memoryOf(i);
+      const bool memoryKnown = total > 0;
+      if (r.share_memory_bytes > 0 && (!memoryKnown || memory > total)) continue;
+      const Occupancy& held = *inOrder[s].held;
+      int room = 100;
+      if (everUsable || !held.sharers.count(i)) {
+        if (!everUsable && !freeGpu(s, i)) continue;
+      } else {
+        const ShareUse use = shareUse(held, i);
+        if (*use.owner != r.owner || use.clients >= kMaxMpsClients || use.percent + r.share_percent > 100 ||
+            (memoryKnown && use.memory + memory > total) || (endBy && *endBy > use.end))
+          continue;
+        room = 100 - use.percent;
+      }
+      v.usable.push_back(i);
+      v.room.push_back(room);
+    }
+    if (v.usable.empty()) continue;
+    v.whole = v.usable.size() == node.gpuCount();
+    views.push_back(std::move(v));
+  }
+  return views;
 }
 
 void PoolState::heldChanged(const std::string& node, bool held) {
@@ -522,7 +624,7 @@ std::string PoolState::checkInvariants() const {
   std::map<std::pair<std::string, size_t>, std::string> byLease;
   for (const auto& [id, lease] : leases_)
     for (const GpuRef& g : lease.gpus)
-      if (!byLease.emplace(std::pair{g.node, g.index}, id).second)
+      if (!g.share && !byLease.emplace(std::pair{g.node, g.index}, id).second)
         return "GPU " + g.node + ":" + std::to_string(g.index) + " is in two leases";
   for (const auto& [name, o] : occupancy_)
     for (size_t i = 0; i < o.holder.size(); ++i) {
@@ -531,6 +633,33 @@ std::string PoolState::checkInvariants() const {
       if (o.holder[i] != expected)
         return "GPU " + name + ":" + std::to_string(i) + " is held by '" + o.holder[i] +
                "', its lease says '" + expected + "'";
+    }
+  for (const auto& [name, o] : occupancy_)
+    for (const auto& [gpu, ids] : o.sharers) {
+      if (ids.empty()) return "GPU " + name + ":" + std::to_string(gpu) + " has an empty list of sharers";
+      if (gpu < o.holder.size() && !o.holder[gpu].empty())
+        return "GPU " + name + ":" + std::to_string(gpu) + " is held by " + o.holder[gpu] + " and shared";
+      for (const std::string& id : ids) {
+        auto l = leases_.find(id);
+        if (l == leases_.end() ||
+            std::none_of(l->second.gpus.begin(), l->second.gpus.end(),
+                         [&](const GpuRef& g) { return g.share && g.node == name && g.index == gpu; }))
+          return "GPU " + name + ":" + std::to_string(gpu) + " counts a share of '" + id +
+                 "', which has none";
+        if (l->second.owner != leases_.at(ids.front()).owner)
+          return "GPU " + name + ":" + std::to_string(gpu) + " is shared by two owners";
+      }
+      if (shareUse(o, gpu).percent > 100)
+        return "the shares of GPU " + name + ":" + std::to_string(gpu) + " add up to more than 100%";
+    }
+  for (const auto& [id, lease] : leases_)
+    for (const GpuRef& g : lease.gpus) {
+      if (!g.share) continue;
+      const std::vector<std::string>* ids = nullptr;
+      if (auto o = occupancy_.find(g.node); o != occupancy_.end())
+        if (auto sh = o->second.sharers.find(g.index); sh != o->second.sharers.end()) ids = &sh->second;
+      if (!ids || std::find(ids->begin(), ids->end(), id) == ids->end())
+        return "lease " + id + "'s share of " + g.node + ":" + std::to_string(g.index) + " is not counted";
     }
   const SlotCache& c = slot_cache_;
   if (c.stale) return "";
@@ -554,6 +683,8 @@ const std::string* PoolState::holder(const std::string& node, size_t index) cons
   auto it = occupancy_.find(node);
   if (it == occupancy_.end() || index >= it->second.holder.size()) return nullptr;
   const std::string& h = it->second.holder[index];
+  if (h.empty())
+    if (auto sh = it->second.sharers.find(index); sh != it->second.sharers.end()) return &sh->second.front();
   return h.empty() ? nullptr : &h;
 }
 
@@ -570,6 +701,11 @@ GpuState PoolState::gpuState(const std::string& node, size_t index) const {
 bool PoolState::everFits(const LeaseRequest& request) const {
   // Every GPU that is not failed on a node that is not down (draining ones come back), as if no
   // lease were held.
+  if (request.shared())
+    return place(shareViews(
+                     request, [](size_t, size_t) { return true; }, true, std::nullopt),
+                 request)
+        .has_value();
   return place(nodeViews(slots(), request, allFree<Slot>, true), request).has_value();
 }
 
@@ -603,6 +739,10 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   if (request.max_duration) lease.max_end = addSaturating(now, *request.max_duration);
   lease.expires = std::min(addSaturating(now, request.ttl), lease.max_end.value_or(kNever));
   for (GpuRef& g : lease.gpus) {
+    if (g.share) {
+      addSharer(g.node, g.index, lease.id);
+      continue;
+    }
     if (const topo::MigInstance* m = nodes_.at(g.node).migInstance(g.index)) g.mig = m->uuid;
     std::string& h = occupancy(g.node).holder.at(g.index);
     if (!h.empty())
@@ -627,6 +767,10 @@ void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::stri
   lease_events_.push_back({end, it->second, std::move(reason)});
   replan_ = true;
   for (const GpuRef& g : it->second.gpus) {
+    if (g.share) {
+      removeSharer(g.node, g.index, id);
+      continue;
+    }
     auto o = occupancy_.find(g.node);
     if (o != occupancy_.end() && g.index < o->second.holder.size() && o->second.holder[g.index] == id) {
       o->second.holder[g.index].clear();
@@ -705,9 +849,10 @@ std::vector<QuotaUse> PoolState::quotaUse() const {
 
 std::vector<const Lease*> PoolState::victimCandidates(TimePoint now, const QuotaBook& book) const {
   std::vector<const Lease*> out;
+  // Not MPS shares: a GPU is freed by ending all its shares, which a victim of one lease cannot do.
   for (const auto& [id, lease] : leases_)
     if ((lease.preemptible || book.borrowed.count(&lease)) && !lease.preempt_at &&
-        now - lease.created >= preempt_.min_runtime)
+        now - lease.created >= preempt_.min_runtime && (lease.gpus.empty() || !lease.gpus.front().share))
       out.push_back(&lease);
   std::sort(out.begin(), out.end(), [](const Lease* a, const Lease* b) {
     if (a->gpus.size() != b->gpus.size()) return a->gpus.size() < b->gpus.size();
@@ -985,9 +1130,36 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
   auto granted = [&](const Lease& lease) {
     if (const Quota* q = quotas_.of(lease.owner)) book.used[q] += static_cast<int>(lease.gpus.size());
   };
+  auto failNow = [&](const QueueEntry& entry) {
+    QueueEntry& e = queue_.at(entry.ticket);
+    e.status = QueueEntry::Status::kFailed;
+    e.reason = "the pool can no longer satisfy a request for " + unitsText(entry.request) +
+               " (GPUs failed or nodes went down)";
+    dirty_.queue.insert(e.ticket);
+  };
   for (const QueueEntry* entry : order) {
     const LeaseRequest& r = entry->request;
     if (!quotas_.empty() && !overLimit(r, book).empty()) continue;  // held back by its quota's limit
+    if (r.shared()) {
+      // MPS shares start now or wait: on GPUs free until the share's end (in the plan, where a
+      // request waits: promised GPUs are not free), or beside shares that last as long.
+      const TimePoint end = r.max_duration ? addSaturating(now, *r.max_duration) : kNever;
+      auto freeGpu = [&](size_t s, size_t i) {
+        return timeline ? timeline->freeOn(s, now, end)(i) : inOrder[s].held->unheld(i);
+      };
+      if (std::optional<std::vector<GpuRef>> gpus =
+              place(shareViews(r, freeGpu, false, timeline ? std::optional(end) : std::nullopt), r)) {
+        Lease lease = grantQueued(*entry, *gpus, now);
+        granted(lease);
+        const Lease& held = leases_.at(lease.id);
+        if (timeline) timeline->hold(held.gpus, now, leaseEnd(held, preempt_), &held);
+      } else if (!everFits(r)) {
+        failNow(*entry);
+      } else {
+        waiting = std::max(waiting.value_or(r.priority), r.priority);
+      }
+      continue;
+    }
     if (!timeline) {
       if (std::optional<std::vector<GpuRef>> gpus =
               place(nodeViews(inOrder, r, unheld<Slot>, false, &slot_cache_.unheld), r)) {
@@ -1132,13 +1304,7 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
       }
     }
     const bool placedAny = plan.has_value();
-    if (!placedAny && !everFits(r)) {
-      QueueEntry& e = queue_.at(entry->ticket);
-      e.status = QueueEntry::Status::kFailed;
-      e.reason = "the pool can no longer satisfy a request for " + std::to_string(r.gpus) +
-                 " GPUs (GPUs failed or nodes went down)";
-      dirty_.queue.insert(e.ticket);
-    }
+    if (!placedAny && !everFits(r)) failNow(*entry);
     if (queue_.at(entry->ticket).status == QueueEntry::Status::kWaiting)
       waiting = std::max(waiting.value_or(r.priority), r.priority);
   }
@@ -1168,9 +1334,20 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
     queue_.erase(ticket);
     dirty_.queue.erase(ticket);
     size_t usable = 0;
-    for (const NodeView& v : nodeViews(slots(), request, allFree<Slot>, true)) usable += v.usable.size();
+    for (const NodeView& v : request.shared()
+                                 ? shareViews(
+                                       request, [](size_t, size_t) { return true; }, true, std::nullopt)
+                                 : nodeViews(slots(), request, allFree<Slot>, true))
+      usable += v.usable.size();
     std::string shape = shapeText(request);
     const int inMig = status().gpus_mig;
+    if (request.shared())
+      throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
+                      "a request for " + unitsText(request) + shape +
+                          " can never be satisfied: the pool has " + std::to_string(usable) +
+                          " GPUs that could take such a share (not in MIG mode" +
+                          (request.share_memory_bytes > 0 ? ", with that much memory" : "") +
+                          ", one share of the job per GPU); ask for fewer ranks or a smaller share");
     if (request.mig())
       throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                       "a request for " + unitsText(request) + shape +
@@ -1364,6 +1541,9 @@ PoolStatus PoolState::status() const {
           break;
       }
     }
+    const Occupancy& held = occupancy_.at(name);
+    s.gpus_shared += static_cast<int>(held.sharers.size());
+    for (const auto& [gpu, ids] : held.sharers) s.mps_shares += static_cast<int>(ids.size());
     for (size_t u = node.gpuCount(); u < node.unitCount(); ++u) {
       if (holder(name, u))
         ++s.mig_leased;
@@ -1402,6 +1582,11 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
       gi.memory_bytes = g.memory_bytes;
       gi.state = gpuState(node->name, i);
       if (const std::string* h = holder(node->name, i)) gi.lease = *h;
+      if (auto sh = occupancy_.at(node->name).sharers.find(i); sh != occupancy_.at(node->name).sharers.end())
+        for (const std::string& id : sh->second)
+          for (const GpuRef& ref : leases_.at(id).gpus)
+            if (ref.share && ref.node == node->name && ref.index == i)
+              gi.shares.push_back({id, ref.share_percent, ref.share_memory});
       if (auto f = node->failures.find(i); f != node->failures.end()) {
         gi.failed_reason = f->second.reason;
         gi.failed_at = f->second.time;
@@ -1487,6 +1672,13 @@ void PoolState::loadLease(Lease lease) {
   for (GpuRef& g : lease.gpus) {
     auto n = nodes_.find(g.node);
     if (n == nodes_.end() || g.index >= n->second.unitCount()) continue;
+    if (g.share) {
+      if (g.index >= n->second.gpuCount() || !occupancy(g.node).holder[g.index].empty())
+        throw Error(ErrorCode::kInternal, "stored lease " + lease.id + " holds a share of " + g.node + ":" +
+                                              std::to_string(g.index) + ", which is no GPU or is held whole");
+      addSharer(g.node, g.index, lease.id);
+      continue;
+    }
     if (const topo::MigInstance* m = n->second.migInstance(g.index)) g.mig = m->uuid;
     std::string& h = occupancy(g.node).holder[g.index];
     if (!h.empty())
@@ -1547,6 +1739,21 @@ std::string PoolState::waitReason(int64_t ticket) const {
   // The GPUs it could have now, as the scheduler sees them: free, not failed, on up nodes that
   // match. Placed (in pool order) only where there are enough of them: a poll on a full pool of
   // 1,000 nodes stays a counting pass.
+  std::vector<int64_t> ahead;
+  for (const QueueEntry* e : waitingInOrder()) {
+    if (e->ticket == ticket) break;
+    ahead.push_back(e->ticket);
+  }
+  if (r.shared()) {
+    // GPUs that could take the share now: free ones, and shared ones of the same owner with room.
+    size_t room = 0;
+    for (const NodeView& v : shareViews(
+             r, [&](size_t s, size_t i) { return slots()[s].held->unheld(i); }, false, std::nullopt))
+      room += v.usable.size();
+    return "needs " + unitsText(r) + ", one per GPU; " + std::to_string(room) +
+           (room == 1 ? " GPU has" : " GPUs have") + " room for it" +
+           (ahead.empty() ? std::string() : "; behind ticket " + std::to_string(ahead.front()));
+  }
   int free = 0;
   for (const Slot& slot : slots()) {
     const PoolNode& node = *slot.node;
@@ -1555,11 +1762,6 @@ std::string PoolState::waitReason(int64_t ticket) const {
     for (size_t i = 0; i < node.unitCount(); ++i)
       if (isFree(i) && node.placeable(i) && unitMatches(node, i, r)) ++n;
     if (n > 0 && nodeMatches(node, r)) free += n;  // most nodes of a busy pool have none
-  }
-  std::vector<int64_t> ahead;
-  for (const QueueEntry* e : waitingInOrder()) {
-    if (e->ticket == ticket) break;
-    ahead.push_back(e->ticket);
   }
   const bool constrained = !r.gpu_model.empty() || r.min_memory_bytes > 0 || r.fabric || !r.labels.empty();
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +

@@ -559,13 +559,16 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
         .bind(id)
         .bind(toJson(it->second).dump())
         .run();
+    // A GPU in one lease at most (the table's key); MPS shares of a GPU are many, kept in the
+    // lease's document only (PoolState::loadLease checks them).
     if (dirty.new_leases.count(id) || dirty.resized.count(id))
       for (const GpuRef& g : it->second.gpus)
-        Step(db_, prepare("INSERT INTO lease_gpus(node, idx, lease) VALUES(?, ?, ?)"))
-            .bind(g.node)
-            .bind(g.index)
-            .bind(id)
-            .run();
+        if (!g.share)
+          Step(db_, prepare("INSERT INTO lease_gpus(node, idx, lease) VALUES(?, ?, ?)"))
+              .bind(g.node)
+              .bind(g.index)
+              .bind(id)
+              .run();
   }
   for (int64_t ticket : dirty.queue) {
     auto it = state.queueMap().find(ticket);

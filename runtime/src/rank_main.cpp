@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/binding.hpp"
@@ -212,6 +213,39 @@ bool portsUp(const Environ& env, int rank) {
   Text hca = env.get("NCCL_IB_HCA");
   Text root = env.get("POOLRUN_SYSFS_ROOT");
   return !hca.isSet() || downPorts(hca, root.isSet() ? root : Text("/sys"), report) == 0;
+}
+
+// An MPS share (poolrun --share): the GPU's MPS control daemon must run before CUDA starts here, or
+// CUDA runs the program without MPS and without the share's limits. The node's agent starts it once
+// poold tells it the GPU has shares, within a heartbeat or two of the grant: wait for the PID file
+// the daemon writes in its pipe directory, at most POOLRUN_MPS_WAIT seconds.
+bool mpsDaemonRuns(const Environ& env, int rank) {
+  Text wait = env.get("POOLRUN_MPS_WAIT"), dir = env.get("CUDA_MPS_PIPE_DIRECTORY");
+  long seconds = 0;
+  if (!wait.isSet() || !dir.isSet() || !parseNumber(wait, 86400, seconds)) return true;
+  Line pidFile;
+  pidFile.add(dir).add("/nvidia-cuda-mps-control.pid");
+  for (long waited = 0; access(pidFile.c_str(), F_OK) != 0; waited += 100) {
+    if (waited >= seconds * 1000) {
+      Line line;
+      about(line.add("error: "), env, rank)
+          .add("no MPS control daemon in ")
+          .add(dir)
+          .add(" after ")
+          .add(seconds)
+          .add(" s (no ")
+          .add(pidFile.text())
+          .add(
+              "): is poold-agent running on this node, with --mps-dir naming the directory of "
+              "$POOLRUN_MPS_DIR? "
+              "`poolctl nodes` shows why a GPU failed");
+      say(line.text());
+      return false;
+    }
+    struct timespec tenth = {0, 100'000'000};
+    nanosleep(&tenth, nullptr);
+  }
+  return true;
 }
 
 // The program, found as execvp finds it (PATH in order, past files it may not execute). A file
@@ -412,6 +446,7 @@ int rankMain(int argc, char** argv, char** envp) {
   if (env.get("POOLRUN_CHECK_PORTS") == "1" && !portsUp(env, rank)) return 125;
   // Binding is the plan's: a program started by plain mpirun keeps the binding mpirun gave it.
   if (doc.isSet() && !bind(env, rank)) return 127;
+  if (!mpsDaemonRuns(env, rank)) return 127;
   if (env.get("POOLRUN_REAP") == "1") {
     env.unset("POOLRUN_REAP");
     return reapBeside(argv + 1, env.envp());

@@ -384,5 +384,53 @@ TEST(AgentLoop, TheHeartbeatNamesTheLeaseOfEachProcessOnAGpu) {
   EXPECT_EQ(t.link->heartbeats[0].gpus[2].processes.size(), 2u);
 }
 
+// MPS: a daemon runs for each GPU poold lists while it has shares, and only then; one that will
+// not start is told once and not tried again while listed; one found running at start is stopped
+// where poold does not list its GPU. The MPS server on such a GPU is no process outside the pool.
+TEST(AgentLoop, RunsAnMpsDaemonForEachGpuWithShares) {
+  Loop t;
+  std::vector<std::string> calls;
+  t.config.mps.start = [&](size_t gpu) {
+    calls.push_back("start " + std::to_string(gpu));
+    return gpu == 1 ? std::string("nvidia-cuda-mps-control -d exited with status 1") : "";
+  };
+  t.config.mps.stop = [&](size_t gpu) {
+    calls.push_back("stop " + std::to_string(gpu));
+    return std::string();
+  };
+  t.config.mps.running = [] { return std::set<size_t>{3}; };
+  t.link->on_heartbeat = [](int n) {
+    pool::HeartbeatReply r;
+    if (n == 2 || n == 3) r.mps_gpus = {0, 1};
+    if (n == 4) r.mps_gpus = {0};
+    return r;
+  };
+  TempDir proc;
+  proc.write("77/comm", "nvidia-cuda-mps\n");
+  proc.write("78/comm", "python3\n");
+  t.config.proc_root = proc.path();
+  t.node.processes[0] = {{77, 1 << 20}, {78, 1 << 20}};
+  t.run(5);
+  EXPECT_EQ(calls, (std::vector<std::string>{"stop 3", "start 0", "start 1", "stop 0"}));
+  ASSERT_GE(t.link->heartbeats.size(), 5u);
+  EXPECT_TRUE(t.link->heartbeats[1].mps_errors.empty());
+  EXPECT_EQ(t.link->heartbeats[2].mps_errors,
+            (std::map<size_t, std::string>{{1, "nvidia-cuda-mps-control -d exited with status 1"}}));
+  EXPECT_TRUE(t.link->heartbeats[3].mps_errors.empty()) << "told once";
+  // GPU 0's MPS server is left out of its processes while its daemon runs, not the job's process.
+  EXPECT_EQ(t.link->heartbeats[1].gpus[0].processes.size(), 2u) << "no daemon yet";
+  ASSERT_EQ(t.link->heartbeats[2].gpus[0].processes.size(), 1u);
+  EXPECT_EQ(t.link->heartbeats[2].gpus[0].processes[0].pid, 78u);
+  EXPECT_EQ(
+      countLines(t.log.str(), "GPU 1: MPS control daemon not started: nvidia-cuda-mps-control -d exited"), 1)
+      << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "GPU 0: MPS control daemon stopped (no share left)"), 1) << t.log.str();
+  // An agent without MPS says so for every GPU it is asked to share.
+  Loop bare;
+  bare.link->on_heartbeat = t.link->on_heartbeat;
+  bare.run(3);
+  EXPECT_EQ(bare.link->heartbeats[2].mps_errors.at(0), "this poold-agent does not run MPS daemons");
+}
+
 }  // namespace
 }  // namespace poolrun::test

@@ -494,6 +494,46 @@ TEST(PlannerTest, EachRankGetsItsMigInstanceAndTheNicOfItsGpu) {
   }
 }
 
+// MPS shares: a rank is a client of its GPU's MPS control daemon, named by the GPU's UUID, with
+// its share's limits; a GPU without a share is the rank's as before.
+TEST(PlannerTest, ARankOnAShareIsAClientOfItsGpusMpsDaemon) {
+  topo::NodeTopology t = synthetic({});
+  t.gpus[1].uuid = "GPU-11111111-2222-3333-4444-555555555555";
+  topo::Cluster c = clusterOf(t, 1);
+  NodeGrant grant{&c.nodes[0], {1, 2}};
+  grant.shares[1] = {25, uint64_t{20} << 30};
+  grant.shares[2] = {0, (uint64_t{1} << 20) - 1};  // less than a MiB: 1M, never 0 (not limited)
+  PlanRequest req = ranks(2);
+  req.mps_dir = "/run/mps-test";
+  JobPlan plan = makePlan({grant}, req);
+  ASSERT_EQ(plan.ranks.size(), 2u);
+  const RankPlan& one = plan.ranks[0].gpu == 1 ? plan.ranks[0] : plan.ranks[1];
+  const RankPlan& two = plan.ranks[0].gpu == 1 ? plan.ranks[1] : plan.ranks[0];
+  EXPECT_EQ(env(one, "CUDA_VISIBLE_DEVICES"), "GPU-11111111-2222-3333-4444-555555555555");
+  EXPECT_EQ(env(one, "CUDA_MPS_PIPE_DIRECTORY"), "/run/mps-test/gpu1");
+  EXPECT_EQ(env(one, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "25");
+  EXPECT_EQ(env(one, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=20480M");
+  EXPECT_EQ(env(one, "POOLRUN_MPS_WAIT"), "60");
+  ASSERT_TRUE(one.share);
+  EXPECT_EQ(one.share->percent, 25);
+  // A GPU without a UUID keeps its index; no percentage: the SMs are not limited.
+  EXPECT_EQ(env(two, "CUDA_VISIBLE_DEVICES"), std::to_string(two.cuda_index));
+  EXPECT_EQ(env(two, "CUDA_MPS_PIPE_DIRECTORY"), "/run/mps-test/gpu2");
+  EXPECT_EQ(env(two, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "<unset>");
+  EXPECT_EQ(env(two, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=1M");
+  // The user's own value still wins.
+  req.user_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "10";
+  for (const RankPlan& r : makePlan({grant}, req).ranks) {
+    if (r.gpu == 1) {
+      EXPECT_EQ(env(r, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "10");
+    }
+  }
+  // Whole GPUs: none of it.
+  JobPlan whole = makePlan({NodeGrant{&c.nodes[0], {1, 2}}}, ranks(2));
+  EXPECT_EQ(env(whole.ranks[0], "CUDA_MPS_PIPE_DIRECTORY"), "<unset>");
+  EXPECT_FALSE(whole.ranks[0].share);
+}
+
 TEST(PlannerTest, MissingNvlinkIsNotedOncePerTopology) {
   JobPlan plan =
       planOnCluster(clusterOf(synthetic(spec([](SyntheticSpec& s) { s.nvswitch_links = 0; })), 4), ranks(32));

@@ -177,6 +177,15 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
             l.owner = value("owner=");
           } else if (w.rfind("id=", 0) == 0) {
             l.id = value("id=");
+          } else if (w.rfind("share=", 0) == 0) {  // share=PERCENT[:GiB]: MPS shares of the GPUs
+            std::vector<std::string> parts = split(value("share="), ':');
+            for (pool::GpuRef& g : l.gpus) {
+              g.share = true;
+              g.share_percent = std::stoi(parts.at(0));
+              g.share_memory = parts.size() > 1
+                                   ? std::stoull(parts[1]) << 30
+                                   : (uint64_t{80} << 30) * static_cast<uint64_t>(g.share_percent) / 100;
+            }
           } else if (w.rfind("elastic=", 0) == 0) {  // elastic=MIN:MAX[:PPN]
             std::vector<std::string> bounds = split(value("elastic="), ':');
             pool::LeaseRequest r;
@@ -239,6 +248,10 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
       r.resize_interval = std::chrono::seconds(std::stoll(value("every=")));
     else if (w.rfind("mig=", 0) == 0)  // MIG instances of that profile (PROFILE+: or larger)
       pool::setMigProfile(r, value("mig="), "mig=");
+    else if (w.rfind("share=", 0) == 0)  // MPS shares of that fraction of a GPU
+      pool::setSharePercent(r, value("share="), "share=");
+    else if (w.rfind("gpumem=", 0) == 0)  // MPS shares with that much memory
+      pool::setShareMemory(r, value("gpumem="), "gpumem=");
     else
       throw std::invalid_argument("bad request word '" + w + "'");
   }

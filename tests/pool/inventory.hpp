@@ -9,6 +9,8 @@
 //                                                GPUs in MIG mode with those compute instances
 //                                                (H100 80GB profiles; UUIDs MIG-<GPU>-<GPU instance>)
 //   n01 leased 0-3 [for 100] [prio=1] [preemptible] [age=700] [owner=bob] [id=A] [elastic=2:8[:4]]
+//                  [share=25[:GiB]]              (MPS shares of 25% of those GPUs' SMs and of the
+//                                                GiB given, else 25% of an 80 GiB GPU's memory)
 //                                                a lease of "other" on those GPUs (max 100 s;
 //                                                created 700 s ago; named A for expectations;
 //                                                elastic from 2 to 8 GPUs [4 per node], resized
@@ -16,7 +18,7 @@
 //   n02 failed 1,3 | n03 draining | n04 down
 // Request: "16 ppn=8 whole one-switch model=H100 mem=80 label=rack:r1 prio=5 max=100 owner=bob
 //           preemptible upto=32 every=60" (the last two: elastic up to 32 GPUs, resized at most
-//           every 60 s)
+//           every 60 s); "2 share=0.25 gpumem=10G": two MPS shares (poolrun --share, --gpu-memory)
 // GPU lists print as "n01:0-3 n02:4-7".
 
 #include <chrono>

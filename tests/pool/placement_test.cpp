@@ -82,6 +82,36 @@ const PlacementCase kCases[] = {
     {"MIG: the instances of a failed GPU do not count", "n01/gpu[0-7] layout=0-1:1g.10gb*7; n01 failed 0",
      "8 mig=1g.10gb", "never"},
     {"MIG: all held: waits", "n01/gpu[0-7] layout=0:1g.10gb*7; n01 leased 8-14", "1 mig=1g.10gb", "-"},
+    // MPS shares: one per GPU of the job, packed beside the owner's shares, never beside a whole
+    // lease, another owner's shares or a MIG instance.
+    {"MPS: a share of a free GPU, its memory the same part", "n01/gpu[0-3]", "1 share=0.25",
+     "n01:0(25% 20 GiB)"},
+    {"MPS: memory alone leaves the SMs unlimited", "n01/gpu[0-3]", "1 gpumem=10G", "n01:0(10 GiB)"},
+    {"MPS: packed beside the owner's shares", "n01/gpu[0-3]; n01 leased 2 share=25 owner=alice",
+     "1 share=0.5", "n01:2(50% 40 GiB)"},
+    {"MPS: the fullest GPU of the owner's first",
+     "n01/gpu[0-3]; n01 leased 1 share=25 owner=alice; "
+     "n01 leased 3 share=50 owner=alice",
+     "1 share=0.25", "n01:3(25% 20 GiB)"},
+    {"MPS: never beside another owner's shares", "n01/gpu[0-1]; n01 leased 0 share=25 owner=bob",
+     "1 share=0.25", "n01:1(25% 20 GiB)"},
+    {"MPS: a GPU's shares add up to its SMs at most", "n01/gpu[0]; n01 leased 0 share=80 owner=alice",
+     "1 share=0.25", "-"},
+    {"MPS: and to its memory", "n01/gpu[0]; n01 leased 0 share=10:70 owner=alice", "1 gpumem=20G", "-"},
+    {"MPS: one share of a job per GPU", "n01/gpu[0-1]", "3 share=0.25", "never"},
+    {"MPS: fewest nodes", "n[01-02]/gpu[0-1]; n01 leased 0", "2 share=0.5",
+     "n02:0(50% 40 GiB),1(50% 40 GiB)"},
+    {"MPS: across nodes where no node has room", "n[01-02]/gpu[0-1]; n01 leased 0; n02 leased 1",
+     "2 share=0.5", "n01:1(50% 40 GiB) n02:0(50% 40 GiB)"},
+    {"MPS: never a GPU a whole lease holds", "n01/gpu[0-1]; n01 leased 0", "2 share=0.25", "-"},
+    {"MPS: never a GPU in MIG mode", "n01/gpu[0-1] mig=0", "2 share=0.25", "never"},
+    {"MPS: never more memory than a GPU has", "n01/gpu[0-1]", "1 gpumem=100G", "never"},
+    {"MPS: GPU memory as a constraint too", "n01/gpu[0-1] mem=40; n02/gpu[0-1] mem=80", "2 share=0.5 mem=80",
+     "n02:0(50% 40 GiB),1(50% 40 GiB)"},
+    {"MPS: a whole-GPU request never takes a shared GPU", "n01/gpu[0-1]; n01 leased 0 share=25 owner=alice",
+     "2", "-"},
+    {"MPS: a whole-GPU request takes the GPU without shares", "n01/gpu[0-1]; n01 leased 0 share=25", "1",
+     "n01:1"},
 };
 
 class PlacementTable : public ::testing::TestWithParam<PlacementCase> {};
@@ -97,8 +127,13 @@ TEST_P(PlacementTable, Places) {
     got = r.lease ? gpuList(r.lease->gpus) : "-";
     if (r.lease) {
       // The grant holds exactly those GPUs and no lease shares one.
-      for (const GpuRef& g : r.lease->gpus) EXPECT_EQ(*state.holder(g.node, g.index), r.lease->id);
+      for (const GpuRef& g : r.lease->gpus) {
+        if (!g.share) {
+          EXPECT_EQ(*state.holder(g.node, g.index), r.lease->id);
+        }
+      }
     }
+    EXPECT_EQ(state.checkInvariants(), "");
   } catch (const PoolError& e) {
     ASSERT_EQ(e.failure(), PoolFailure::kNeverFits) << e.what();
     got = "never";

@@ -259,6 +259,32 @@ TEST(RankWrapperTest, StopsBeforeTheProgramWhenItsPortIsDown) {
   EXPECT_TRUE(std::filesystem::exists(sys.path() / "ran"));
 }
 
+// An MPS share's rank (POOLRUN_MPS_WAIT, from the plan) waits for its GPU's MPS control daemon, whose
+// PID file the node's agent has it write, and never starts the program without it: CUDA would run
+// it without MPS and without the share's limits.
+TEST(RankWrapperTest, AShareWaitsForItsMpsDaemonAndNeverStartsWithoutIt) {
+  poolrun::test::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "gpu3");
+  std::string env =
+      "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 POOLRUN_NODE=node07 POOLRUN_MPS_WAIT=1 "
+      "CUDA_MPS_PIPE_DIRECTORY=" +
+      (dir.path() / "gpu3").string() + " ";
+  auto none = poolrun::test::runShell(env + POOLRUN_RANK_BINARY + " touch " + (dir.path() / "ran").string());
+  EXPECT_EQ(none.status, 127) << none.err;
+  EXPECT_NE(
+      none.err.find("rank 1 on node07: no MPS control daemon in " + (dir.path() / "gpu3").string() +
+                    " after 1 s (no " + (dir.path() / "gpu3").string() + "/nvidia-cuda-mps-control.pid)"),
+      std::string::npos)
+      << none.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ran"));
+  // The daemon comes up while the rank waits: the program starts.
+  auto later = poolrun::test::runShell("(sleep 0.3; echo 42 > " + (dir.path() / "gpu3").string() +
+                                       "/nvidia-cuda-mps-control.pid) & " + env + "POOLRUN_MPS_WAIT=10 " +
+                                       POOLRUN_RANK_BINARY + " touch " + (dir.path() / "ran").string());
+  EXPECT_EQ(later.status, 0) << later.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "ran"));
+}
+
 // poolrun-rank finds and starts the program as execvp would (on musl, whose execvp leaves a script
 // without "#!" to the shell, too): the PATH in order, past a file it may not execute, a script
 // without "#!" through /bin/sh, and a message naming the program and the system's reason when

@@ -40,6 +40,24 @@ using Sampler = std::function<NodeSamples()>;
 // failed and what to do.
 using MigApplier = std::function<std::string(size_t gpu, const std::vector<std::string>& profiles)>;
 
+// The MPS control daemons of the node's GPUs (poold's HeartbeatReply::mps_gpus): each call returns
+// "" when done, else what failed and what to do.
+struct MpsControl {
+  std::function<std::string(size_t gpu)> start;  // a daemon already running there counts as started
+  std::function<std::string(size_t gpu)> stop;
+  std::function<std::set<size_t>()> running;  // the GPUs whose daemon runs now (found at start)
+};
+struct MpsOptions {
+  std::filesystem::path dir = pool::kDefaultMpsDirectory;  // GPU N's daemon in pool::mpsPipeDirectory
+  std::string control = "nvidia-cuda-mps-control";         // the program, found on PATH
+  std::chrono::milliseconds limit{10000};                  // the most one call to it may take
+};
+// The real daemons: `control -d` started with CUDA_VISIBLE_DEVICES (the GPU's UUID, else its
+// index), CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY (its pipe directory's log/) set, and
+// stopped with `quit` on its stdin. Whether one runs: the PID in its pipe directory's
+// nvidia-cuda-mps-control.pid is alive.
+MpsControl mpsControl(const topo::NodeTopology& topology, MpsOptions options);
+
 // topo::TelemetrySampler over `topology`, NIC ports read under `sysfs_root`, which stands in for
 // /sys as `poolrun topo --sysfs-root` does ("/sys" on a real node; a folder called sys). The sampler
 // keeps NVML open; where NVML is absent it tries to open it again every minute (a driver that loads
@@ -90,6 +108,9 @@ struct AgentConfig {
   // Makes the MIG layouts poold asks for (HeartbeatReply::mig_layouts); null: every one fails,
   // saying this agent cannot.
   MigApplier apply_mig;
+  // Runs the MPS control daemons poold asks for (HeartbeatReply::mps_gpus); empty functions: every
+  // start fails, saying this agent cannot.
+  MpsControl mps;
 };
 
 // How long the agent waits before it tries again after a refusal (401, 403, 404): long enough not
@@ -138,6 +159,9 @@ inline constexpr size_t kMaxEnvironBytes = size_t{1} << 20;
 std::map<uint32_t, std::string> processLeases(const std::vector<topo::GpuSample>& gpus,
                                               const std::filesystem::path& proc_root);
 std::optional<std::string> processLease(const std::filesystem::path& proc_root, uint32_t pid);
+// Whether process `pid` is an MPS server (its name, PID/comm, is nvidia-cuda-mps-server cut to the
+// kernel's 15 characters): on a GPU with shares it is the pool's, not a process outside the pool.
+bool isMpsServer(const std::filesystem::path& proc_root, uint32_t pid);
 
 // dcgm-exporter's HPC job-mapping files (its --hpc-job-mapping-dir): one file per GPU, named by
 // its index ("0", "1", ...), holding the ids of the jobs on it, one a line. The agent's GPU index

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/limits.hpp"
 
 namespace poolrun::agent {
@@ -28,6 +29,8 @@ struct AgentOptions {
   std::filesystem::path sysfs_root;  // empty: /sys
   std::filesystem::path proc_root;   // empty: /proc
   std::filesystem::path job_mapping_dir;
+  std::filesystem::path mps_dir = pool::kDefaultMpsDirectory;  // --mps-dir
+  std::string mps_control = "nvidia-cuda-mps-control";         // --mps-control
   std::string switch_name;
   std::map<std::string, std::string> labels;
   bool help = false;

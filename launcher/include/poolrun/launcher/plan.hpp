@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/topology.hpp"
 
@@ -35,6 +36,13 @@ enum class NetTransport {
 std::string toString(NetTransport transport);  // "ib", "socket", "ofi-plugin", "none"
 
 // The GPUs a job holds on one node (indexes into the node topology's gpus).
+// An MPS share of a GPU (poolrun --share, --gpu-memory): what its one client may use of it.
+struct MpsShare {
+  int percent = 0;            // of the GPU's SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 0: not limited
+  uint64_t memory_bytes = 0;  // device memory it may pin (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT); 0: not limited
+  bool operator==(const MpsShare&) const = default;
+};
+
 struct NodeGrant {
   const topo::ClusterNode* node = nullptr;
   std::vector<size_t> gpus;  // indexes into the node's topology
@@ -42,6 +50,9 @@ struct NodeGrant {
   // repeat), the instance's "MIG-..." UUID, which the rank gets as CUDA_VISIBLE_DEVICES. Empty: whole
   // GPUs.
   std::vector<std::string> mig{};
+  // MPS shares (poolrun --share): per GPU of `gpus` held as a share, what its rank may use; the rank
+  // is a client of that GPU's MPS control daemon. Absent: the GPU is the rank's alone.
+  std::map<size_t, MpsShare> shares{};
 };
 
 struct PlanRequest {
@@ -49,8 +60,9 @@ struct PlanRequest {
   int gpus_per_node = 0;               // 0: every GPU each node grants
   std::optional<topo::Fabric> fabric;  // nullopt: the best fabric every node has
   GdrMode gdr = GdrMode::kAuto;
-  std::optional<int> roce_tc;                   // NCCL_IB_TC for RoCE
-  std::map<std::string, std::string> user_env;  // variables the user set; they always win
+  std::optional<int> roce_tc;                        // NCCL_IB_TC for RoCE
+  std::map<std::string, std::string> user_env;       // variables the user set; they always win
+  std::string mps_dir = pool::kDefaultMpsDirectory;  // where the nodes' MPS control daemons listen
 };
 
 struct NicChoice {
@@ -69,9 +81,10 @@ struct RankPlan {
   size_t node_index = 0;  // into JobPlan::nodes
   int local_rank = 0;
   int local_size = 0;
-  size_t gpu = 0;      // index in the node topology (PCI bus order)
-  int cuda_index = 0;  // CUDA device index with CUDA_DEVICE_ORDER=PCI_BUS_ID (NVIDIA GPUs only)
-  std::string mig;     // the MIG instance's UUID where the rank has one (of GPU `gpu`), else empty
+  size_t gpu = 0;                 // index in the node topology (PCI bus order)
+  int cuda_index = 0;             // CUDA device index with CUDA_DEVICE_ORDER=PCI_BUS_ID (NVIDIA GPUs only)
+  std::string mig;                // the MIG instance's UUID where the rank has one (of GPU `gpu`), else empty
+  std::optional<MpsShare> share;  // an MPS share of GPU `gpu` (CUDA_MPS_* variables), else the GPU whole
   topo::PciAddress gpu_pci;
   std::vector<NicChoice> nics;
   topo::Path gpu_nic_path;                       // to the first NIC

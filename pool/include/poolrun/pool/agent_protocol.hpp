@@ -14,9 +14,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,7 +62,18 @@ struct Heartbeat {
   // MIG layouts poold asked for (HeartbeatReply::mig_layouts) that the agent tried since its last
   // heartbeat: per GPU index, "" where the layout is made, else what failed.
   std::map<size_t, std::string> mig_results;
+  // MPS control daemons poold asked for (HeartbeatReply::mps_gpus) that the agent could not start
+  // since its last heartbeat: per GPU index, what failed.
+  std::map<size_t, std::string> mps_errors;
 };
+
+// Where the MPS control daemon of GPU `gpu` of a node listens (its CUDA_MPS_PIPE_DIRECTORY):
+// DIR/gpuN, DIR being poold-agent's --mps-dir and poolrun's $POOLRUN_MPS_DIR, by default
+// kDefaultMpsDirectory. The agent starts the daemon there; the planner gives its clients the same.
+inline constexpr const char* kDefaultMpsDirectory = "/run/poolrun/mps";
+inline std::filesystem::path mpsPipeDirectory(const std::filesystem::path& dir, size_t gpu) {
+  return dir / ("gpu" + std::to_string(gpu));
+}
 
 struct HeartbeatReply {
   bool register_again = false;       // poold does not know the node, or holds another topology
@@ -71,6 +84,9 @@ struct HeartbeatReply {
   // the GPU instance profiles to make, in order. The agent makes them and says how it went in its
   // next heartbeat (Heartbeat::mig_results).
   std::map<size_t, std::vector<std::string>> mig_layouts;
+  // The GPUs with MPS shares leased now: the agent keeps an MPS control daemon running for each
+  // (and stops those it started for GPUs no longer listed).
+  std::set<size_t> mps_gpus;
 };
 
 // The hash a heartbeat names its node's topology by: FNV-1a of the topology's JSON, without

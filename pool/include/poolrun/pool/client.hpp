@@ -25,19 +25,26 @@
 
 namespace poolrun::pool {
 
-// A unit of a lease: a whole GPU, or a MIG compute instance (poolrun --mig).
+// A unit of a lease: a whole GPU, a MIG compute instance (poolrun --mig), or an MPS share of a GPU
+// (poolrun --share, --gpu-memory).
 struct GpuRef {
   std::string node;
-  // A whole GPU: its index in its node's NodeTopology. A MIG instance: the pool's unit number,
-  // gpus.size() + k for the k-th of topo::migUnits (its GPU and instance).
+  // A whole GPU or a share: the GPU's index in its node's NodeTopology. A MIG instance: the pool's
+  // unit number, gpus.size() + k for the k-th of topo::migUnits (its GPU and instance).
   size_t index = 0;
   std::string mig{};  // a MIG instance: its "MIG-..." UUID (what CUDA_VISIBLE_DEVICES takes); empty: a GPU
+  // An MPS share: the percentage of the GPU's SMs its client may use (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE;
+  // 0: not limited) and the device memory it may pin (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; 0: not
+  // limited). Other leases may hold shares of the same GPU.
+  int share_percent{};
+  uint64_t share_memory{};
+  bool share{};
   bool operator==(const GpuRef&) const = default;
   auto operator<=>(const GpuRef&) const = default;
 };
 
 // "n01:0-3,6 n02:0-7": GPUs (sorted by node, then index) in the compact form people read; a MIG
-// instance is "n03:MIG-<uuid>".
+// instance is "n03:MIG-<uuid>", an MPS share "n04:2(25% 20 GiB)".
 std::string formatGpus(const std::vector<GpuRef>& gpus);
 
 struct LeaseRequest {
@@ -71,6 +78,16 @@ struct LeaseRequest {
   // PROFILE+: an instance with at least the profile's SMs and memory will do (the smallest first).
   bool mig_or_larger = false;
   bool mig() const { return !mig_profile.empty(); }
+  // An MPS share per rank (poolrun --share FRACTION, --gpu-memory BYTES): `gpus` shares, each on
+  // a GPU of its own (NCCL takes one rank per GPU in a communicator), run by the node's MPS control
+  // daemon. share_percent: the share of the GPU's SMs, 1 to 100 (0: not limited, counted as none);
+  // share_memory_bytes: the device memory it may pin (0: share_percent of the GPU's memory). The
+  // shares of one GPU belong to one owner (MPS serves one user's clients at a time) and add up to at
+  // most 100 percent, the GPU's memory and kMaxMpsClients clients. Not with mig_profile,
+  // whole_nodes, gpus_per_node or max_gpus.
+  int share_percent = 0;
+  uint64_t share_memory_bytes = 0;
+  bool shared() const { return share_percent > 0 || share_memory_bytes > 0; }
   // The least time between the lease's creation or last change of size and its next growth: each
   // one restarts the job.
   std::chrono::seconds resize_interval{600};
@@ -150,6 +167,12 @@ class PoolError : public Error {
 // profile as nvidia-smi names it, "1g.10gb", "3g.40gb+", "1g.20gb+me". Throws kBadInput naming
 // `option` and the text where it is empty, over 64 bytes, or has characters no profile has.
 void setMigProfile(LeaseRequest& request, std::string_view text, const std::string& option);
+// Sets request.share_percent from an option's text (poolrun --share): a fraction of a GPU, "0.25",
+// or a percentage, "25%", from 1% to the whole GPU. Throws kBadInput naming `option` and the text.
+void setSharePercent(LeaseRequest& request, std::string_view text, const std::string& option);
+// Sets request.share_memory_bytes from an option's text (poolrun --gpu-memory): bytes, or a whole
+// number with a binary unit: "512M", "10G", "10GiB", "1T" (at most 1 PiB). Throws kBadInput.
+void setShareMemory(LeaseRequest& request, std::string_view text, const std::string& option);
 
 // The error a client raises when `request` did not fit within its --wait; `pool` names the pool.
 PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool);

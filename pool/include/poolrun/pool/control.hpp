@@ -58,6 +58,13 @@ struct GpuInfo {
   std::vector<topo::GpuProcess> foreign_processes;  // kForeign: the processes of no lease
   std::vector<MigInstanceInfo> mig_instances;       // kMig: its compute instances, by unit
   std::vector<std::string> mig_layout;              // a MIG layout asked for (poolctl mig) and not made yet
+  // An MPS-shared GPU (state leased, `lease` the first): every lease with a share of it.
+  struct Share {
+    std::string lease;
+    int percent = 0;            // of its SMs; 0: not limited
+    uint64_t memory_bytes = 0;  // 0: not limited
+  };
+  std::vector<Share> shares{};
 };
 
 struct NodeInfo {
@@ -93,6 +100,8 @@ struct PoolStatus {
   // MIG compute instances (of GPUs in MIG mode): free, leased, and unusable with their GPU (failed,
   // busy outside the pool).
   int mig_free = 0, mig_leased = 0, mig_unusable = 0;
+  // MPS: GPUs with shares (counted as leased too), and the shares leased on them.
+  int gpus_shared = 0, mps_shares = 0;
   int leases = 0;
   int queued = 0;
   uint64_t leases_granted = 0;  // since the pool was created

@@ -28,6 +28,12 @@ inline constexpr Range<size_t> kGpuIndexRange{0, 1023};  // a GPU's index in its
 inline constexpr Range<size_t> kUnitIndexRange{0, 1024 * 65 - 1};
 inline constexpr size_t kMaxMigProfileBytes = 64;  // "1g.10gb", "1c.3g.40gb", "1g.20gb+me"
 inline constexpr size_t kMaxMigUuidBytes = 96;     // "MIG-" and a UUID (or the older MIG-GPU-.../gi/ci form)
+// An MPS share: a percentage of a GPU's SMs, and the device memory it may pin.
+inline constexpr Range<int> kSharePercentRange{0, 100};                         // 0: not limited
+inline constexpr Range<uint64_t> kShareMemoryBytesRange{0, uint64_t{1} << 50};  // 0: its part of the GPU
+// The most clients one MPS server takes on a GPU of the Volta architecture or later (NVIDIA's MPS
+// documentation; 16 before Volta).
+inline constexpr int kMaxMpsClients = 48;
 inline constexpr Range<int> kPriorityRange{-1'000'000, 1'000'000};
 inline constexpr Range<int64_t> kTtlSecondsRange{1, 86'400};       // a day; poold's --max-ttl is lower
 inline constexpr Range<int64_t> kWaitSecondsRange{0, 31'536'000};  // 365 days; 0: do not queue

@@ -19,6 +19,9 @@ struct NodeView {
   const PoolNode* node = nullptr;
   std::vector<size_t> usable;  // unit indexes (PoolNode::unitCount), ascending
   bool whole = false;          // every GPU of the node is usable
+  // An MPS share request: per usable GPU, the percentage of its SMs no share holds (100 for a GPU
+  // without shares). The tightest are taken first, so that free GPUs stay free for whole leases.
+  std::vector<int> room{};
 };
 
 // Whether the node itself matches the request (state up, fabric, labels). GPU-level constraints
@@ -34,9 +37,14 @@ bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request);
 bool unitMatches(const PoolNode& node, size_t unit, const LeaseRequest& request);
 // MIG mode now, or after the GPU's next reset.
 bool inMigMode(const topo::Gpu& gpu);
+// The device memory an MPS share of `request` may pin on GPU `gpu` of `node`: the request's, or its
+// percentage of the GPU's memory (PoolNode::memoryOf; 0, not limited, where that is unknown).
+uint64_t shareMemory(const PoolNode& node, size_t gpu, const LeaseRequest& request);
 
 // The GPUs for `request`, sorted by pool order of their nodes then index; nullopt when it does
-// not fit. Cost: O(nodes log nodes) plus a small enumeration for requests spanning <= 3 nodes.
+// not fit. For an MPS share request (LeaseRequest::shared), one share on each of `gpus` GPUs: on the
+// fewest nodes as for GPUs, within a node the GPUs with the least room first (NodeView::room). Cost: O(nodes
+// log nodes) plus a small enumeration for requests spanning <= 3 nodes.
 std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request);
 
 }  // namespace poolrun::pool

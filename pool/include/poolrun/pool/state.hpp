@@ -69,6 +69,11 @@ struct PoolNode {
   std::map<size_t, std::vector<std::string>> mig_layouts;
 
   size_t gpuCount() const { return topology ? topology->gpus.size() : 0; }
+  // GPU `gpu`'s memory: the topology's, else what its agent's NVML last said (0: unknown).
+  uint64_t memoryOf(size_t gpu) const {
+    if (gpu < gpuCount() && topology->gpus[gpu].memory_bytes > 0) return topology->gpus[gpu].memory_bytes;
+    return gpu < live.gpus.size() ? live.gpus[gpu].memory_total_bytes.value_or(0) : 0;
+  }
   size_t unitCount() const { return gpuCount() + mig_units.size(); }
   bool isMigUnit(size_t unit) const { return unit >= gpuCount(); }
   // The GPU a unit is or is part of.
@@ -176,7 +181,8 @@ struct PollResult {
   std::optional<TimePoint> planned_start;
 };
 
-class Timeline;  // the scheduler's plan of when GPUs are busy (state.cpp)
+struct NodeView;  // placement.hpp
+class Timeline;   // the scheduler's plan of when GPUs are busy (state.cpp)
 
 class PoolState {
  public:
@@ -305,8 +311,27 @@ class PoolState {
 
  private:
   struct Occupancy {
-    std::vector<std::string> holder;  // per GPU index: lease id, empty when free
+    std::vector<std::string> holder;  // per unit: lease id, empty when free (or shared)
+    // GPUs shared through MPS: per GPU index, the leases holding a share of it (holder empty).
+    std::map<size_t, std::vector<std::string>> sharers;
+    bool unheld(size_t i) const { return (i >= holder.size() || holder[i].empty()) && !sharers.count(i); }
   };
+  // What the MPS shares of a GPU take of it (PoolState::shareRoom).
+  struct ShareUse {
+    int percent = 0;
+    uint64_t memory = 0;
+    int clients = 0;
+    const std::string* owner = nullptr;  // of the shares (one owner per GPU); null: none
+    TimePoint end = TimePoint::min();    // the latest end of their leases
+  };
+  ShareUse shareUse(const Occupancy& held, size_t gpu) const;
+  // The nodes that could take one share of `request` per GPU (PoolState::shareViews in state.cpp).
+  template <class FreeGpu>
+  std::vector<NodeView> shareViews(const LeaseRequest& request, FreeGpu freeGpu, bool everUsable,
+                                   std::optional<TimePoint> endBy) const;
+  // Adds or removes lease `id`'s share of GPU `gpu` of `node`.
+  void addSharer(const std::string& node, size_t gpu, const std::string& id);
+  void removeSharer(const std::string& node, size_t gpu, const std::string& id);
   void schedule(TimePoint now);
   std::vector<const QueueEntry*> waitingInOrder() const;
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
