@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "poolrun/agent/agent.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/regular_file.hpp"
 
 extern char** environ;
 
@@ -112,7 +112,8 @@ std::string firstLine(const std::string& output) {
 class Daemons {
  public:
   Daemons(const topo::NodeTopology& topology, MpsOptions options) : options_(std::move(options)) {
-    for (const topo::Gpu& g : topology.gpus) devices_.push_back(g.uuid.empty() ? std::to_string(g.index) : g.uuid);
+    for (const topo::Gpu& g : topology.gpus)
+      devices_.push_back(g.uuid.empty() ? std::to_string(g.index) : g.uuid);
   }
 
   std::string start(size_t gpu) const {
@@ -132,7 +133,8 @@ class Daemons {
              " (install the NVIDIA driver's utilities, or give poold-agent --mps-control PATH)";
     if (ran.status != 0)
       return options_.control + " -d exited with status " + std::to_string(ran.status) +
-             (ran.output.empty() ? "" : ": " + firstLine(ran.output)) + " (its log: " + (dir / "log").string() +
+             (ran.output.empty() ? "" : ": " + firstLine(ran.output)) +
+             " (its log: " + (dir / "log").string() +
              "; MPS needs root, and the GPU in the Default or Exclusive Process compute mode)";
     return "";
   }

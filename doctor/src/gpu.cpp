@@ -1,5 +1,6 @@
 // GPU health from NVML: persistence mode, uncorrected ECC errors, retired pages and row remapping,
-// clocks held down by the hardware, a MIG mode change waiting for a reset, and NVLinks down.
+// clocks held down by the hardware, a MIG mode change waiting for a reset, MIG devices CUDA cannot
+// open, and NVLinks down.
 
 #include <fmt/format.h>
 
@@ -110,6 +111,30 @@ void checkGpus(GpuQuery& query, Report& report) {
       }
       report.add(c);
     }
+    if (!g.mig_cuda.empty() || !g.mig_cuda_skipped.empty()) {
+      std::vector<std::string> unseen;
+      for (const auto& [uuid, said] : g.mig_cuda)
+        if (!said.empty()) unseen.push_back(said);
+      Check c{"gpu.mig_cuda", Status::kPass, subject, "", "", ""};
+      if (!g.mig_cuda_skipped.empty()) {
+        c.status = Status::kSkip;
+        c.evidence = "CUDA not asked: " + g.mig_cuda_skipped;
+      } else if (unseen.empty()) {
+        c.evidence = fmt::format("CUDA opens each of its {} MIG device{}", g.mig_cuda.size(),
+                                 g.mig_cuda.size() == 1 ? "" : "s");
+      } else {
+        c.status = Status::kFail;
+        std::string list;
+        for (const std::string& u : unseen) list += (list.empty() ? "" : "; ") + u;
+        c.evidence = fmt::format("{} of its {} MIG devices that NVML lists CUDA cannot open: {}",
+                                 unseen.size(), g.mig_cuda.size(), list);
+        c.fix =
+            "a job given such a device fails at its first CUDA call: check that nvidia-smi -L lists it and "
+            "that the CUDA driver matches the kernel module (a driver update without a reboot), then make "
+            "the layout again (poolctl mig NODE:GPU --profiles ...)";
+      }
+      report.add(c);
+    }
     if (g.nvlinks_up + g.nvlinks_down > 0) {
       Check c{
           "gpu.nvlink",
@@ -136,8 +161,34 @@ using topo::nvml::Return;
 constexpr int kUncorrected = 1;  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 constexpr int kVolatile = 0;     // NVML_VOLATILE_ECC
 
+// What poolrun-cuda-probe says of each MIG device in `uuids`, into `g` (mig_cuda, or
+// mig_cuda_skipped with why).
+void askCuda(const std::string& probe, const std::vector<std::string>& uuids, GpuHealth& g) {
+  if (uuids.empty()) return;
+  std::vector<std::string> argv{probe};
+  argv.insert(argv.end(), uuids.begin(), uuids.end());
+  std::optional<std::string> out = processToolRunner()->run(argv);
+  if (!out || out->starts_with("no CUDA driver")) {
+    g.mig_cuda_skipped =
+        !out ? probe + " could not be run (install it beside poolrun)" : out->substr(0, out->find('\n'));
+    return;
+  }
+  for (const std::string& uuid : uuids) {
+    const size_t at = out->find(uuid + ": ");
+    if (at == std::string::npos) {
+      g.mig_cuda[uuid] = uuid + ": " + probe + " said nothing of it";
+      continue;
+    }
+    const size_t end = out->find('\n', at);
+    const std::string line = out->substr(at, end == std::string::npos ? std::string::npos : end - at);
+    g.mig_cuda[uuid] = line == uuid + ": ok" ? "" : line;
+  }
+}
+
 class NvmlGpuQuery final : public GpuQuery {
  public:
+  explicit NvmlGpuQuery(std::string probe) : probe_(std::move(probe)) {}
+
   std::optional<std::vector<GpuHealth>> health(std::string& why) override {
     topo::nvml::Session session;
     if (!session.ok()) {
@@ -156,6 +207,7 @@ class NvmlGpuQuery final : public GpuQuery {
     auto migMode = session.get<Return(Device, unsigned*, unsigned*)>("nvmlDeviceGetMigMode");
     auto migCount = session.get<Return(Device, unsigned*)>("nvmlDeviceGetMaxMigDeviceCount");
     auto migByIndex = session.get<Return(Device, unsigned, Device*)>("nvmlDeviceGetMigDeviceHandleByIndex");
+    auto getUuid = session.get<Return(Device, char*, unsigned)>("nvmlDeviceGetUUID");
     std::vector<GpuHealth> out;
     int index = 0;
     for (const topo::nvml::Session::Gpu& found : session.gpus()) {
@@ -184,10 +236,16 @@ class NvmlGpuQuery final : public GpuQuery {
         unsigned most = 0;
         if (*g.mig_enabled && migCount != nullptr && migByIndex != nullptr &&
             migCount(dev, &most) == kSuccess) {
+          std::vector<std::string> uuids;
           for (unsigned i = 0; i < std::min(most, 64u); ++i) {  // an upper bound: indexes may be empty
             Device mig = nullptr;
-            if (migByIndex(dev, i, &mig) == kSuccess) ++g.mig_instances;
+            if (migByIndex(dev, i, &mig) != kSuccess) continue;
+            ++g.mig_instances;
+            char uuid[96] = {};
+            if (getUuid != nullptr && getUuid(mig, uuid, sizeof uuid) == kSuccess && uuid[0] != '\0')
+              uuids.emplace_back(uuid);
           }
+          askCuda(probe_, uuids, g);
         }
       }
       for (unsigned l = 0; linkState != nullptr && l < topo::nvml::kMaxNvLinks; ++l) {
@@ -199,12 +257,15 @@ class NvmlGpuQuery final : public GpuQuery {
     }
     return out;
   }
+
+ private:
+  std::string probe_;
 };
 
 }  // namespace
 
-std::unique_ptr<GpuQuery> nvmlGpuQuery() {
-  return std::make_unique<NvmlGpuQuery>();
+std::unique_ptr<GpuQuery> nvmlGpuQuery(std::string cudaProbe) {
+  return std::make_unique<NvmlGpuQuery>(std::move(cudaProbe));
 }
 
 }  // namespace poolrun::doctor

@@ -2,6 +2,8 @@
 
 #include "command_options.hpp"
 
+#include <filesystem>
+
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/options.hpp"
 
@@ -92,6 +94,18 @@ std::optional<int> CommandOptions::parse(const std::vector<std::string>& args, p
 int CommandOptions::usageError(std::string_view what, std::ostream& err) const {
   err << "poolrun: error: " << what << "\n" << help_.usage;
   return kExitUsage;
+}
+
+std::string sibling(const std::string& name) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path dir = ec ? std::filesystem::current_path() : exe.parent_path();
+  for (const char* sub :
+       {".", "../runtime", "../launcher", "../nccl_tuner", "../doctor", "../lib", "../bin"}) {
+    std::filesystem::path p = dir / sub / name;
+    if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p).string();
+  }
+  return name;  // from PATH
 }
 
 }  // namespace poolrun::launcher

@@ -74,4 +74,8 @@ class CommandOptions {
 const boost::program_options::option_description* takesNextValue(
     const std::string& arg, const boost::program_options::options_description& opts);
 
+// A binary or library built next to poolrun (build tree) or installed beside it: its path, else
+// `name` (found on PATH).
+std::string sibling(const std::string& name);
+
 }  // namespace poolrun::launcher

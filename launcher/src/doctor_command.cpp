@@ -93,7 +93,7 @@ int doctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
     sources.roots = {sysRoot, procRoot, devRoot};
     // A replaced root stands for another machine: the GPUs and tools here would not be its own.
     bool thisMachine = sysRoot == "/sys" && procRoot == "/proc" && devRoot == "/dev";
-    std::unique_ptr<doctor::GpuQuery> gpus = doctor::nvmlGpuQuery();
+    std::unique_ptr<doctor::GpuQuery> gpus = doctor::nvmlGpuQuery(sibling("poolrun-cuda-probe"));
     std::unique_ptr<doctor::ToolRunner> tools = doctor::processToolRunner();
     if (thisMachine) {
       sources.gpus = gpus.get();

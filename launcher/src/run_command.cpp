@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/lease_keeper.hpp"
@@ -32,22 +33,6 @@
 
 namespace poolrun::launcher {
 namespace {
-
-std::filesystem::path selfDir() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::filesystem::current_path() : exe.parent_path();
-}
-
-// A binary or library built next to poolrun (build tree) or installed beside it.
-std::string sibling(const std::string& name) {
-  std::filesystem::path dir = selfDir();
-  for (const char* sub : {".", "../runtime", "../launcher", "../nccl_tuner", "../lib", "../bin"}) {
-    std::filesystem::path p = dir / sub / name;
-    if (std::filesystem::exists(p)) return std::filesystem::weakly_canonical(p).string();
-  }
-  return name;  // from PATH
-}
 
 std::filesystem::path stateDir() {
   if (const char* d = std::getenv("POOLRUN_STATE_DIR"); d != nullptr && *d != '\0') return d;

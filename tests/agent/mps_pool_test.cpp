@@ -121,7 +121,8 @@ TEST_F(MpsPoolTest, AShareJobsRanksAreClientsOfTheirGpusDaemons) {
       "POOLRUN_MPS_DIR=" +
       mpsDir().string() + " POOLRUN_STATE_DIR=" + (dir.path() / "client").string() + " timeout 120 " +
       POOLRUN_BINARY + " --pool " + poold->uri() +
-      " --simulate --share 0.25 -n 2 --no-doctor sh -c 'echo \"$CUDA_VISIBLE_DEVICES|$CUDA_MPS_PIPE_DIRECTORY|"
+      " --simulate --share 0.25 -n 2 --no-doctor sh -c 'echo "
+      "\"$CUDA_VISIBLE_DEVICES|$CUDA_MPS_PIPE_DIRECTORY|"
       "$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE|$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT\" > " +
       ranks.string() + "/$RANK'");
   ASSERT_EQ(job.status, 0) << job.out << job.err << slurp(dir.path() / "agent-err");
@@ -146,16 +147,19 @@ TEST_F(MpsPoolTest, AShareJobsRanksAreClientsOfTheirGpusDaemons) {
     // The rank names its GPU as the agent named it to the GPU's daemon (the topology file has no
     // UUIDs: by index).
     EXPECT_NE(slurp(dir.path() / "mps-log").find("start " + f[0] + " " + f[1] + " "), std::string::npos)
-        << f[0] << "\n" << slurp(dir.path() / "mps-log");
+        << f[0] << "\n"
+        << slurp(dir.path() / "mps-log");
     pipes.insert(f[1]);
   }
   EXPECT_EQ(pipes.size(), 2u) << "one share of the job per GPU";
   // The agent started both daemons, each on its own GPU, and stops them once the shares are gone.
   const std::string log = slurp(dir.path() / "mps-log");
-  for (const std::string& pipe : pipes) EXPECT_NE(log.find(" " + pipe + " " + pipe + "/log"), std::string::npos) << log;
+  for (const std::string& pipe : pipes)
+    EXPECT_NE(log.find(" " + pipe + " " + pipe + "/log"), std::string::npos) << log;
   EXPECT_TRUE(waitFor([&] { return daemonsRunning() == 0; })) << slurp(dir.path() / "agent-err");
   EXPECT_NE(slurp(dir.path() / "mps-log").find("quit "), std::string::npos);
-  EXPECT_NE(slurp(dir.path() / "agent-err").find("MPS control daemon stopped (no share left)"), std::string::npos);
+  EXPECT_NE(slurp(dir.path() / "agent-err").find("MPS control daemon stopped (no share left)"),
+            std::string::npos);
 }
 
 TEST_F(MpsPoolTest, SharesOfOneOwnerArePackedAndAnothersGoElsewhere) {
@@ -202,7 +206,8 @@ TEST_F(MpsPoolTest, ADaemonThatWillNotStartFailsItsGpuWithWhy) {
       << slurp(dir.path() / "agent-err");
   const std::string reason = poolctl({"nodes"})[0]["gpus"][gpu]["failed_reason"];
   EXPECT_NE(reason.find("MPS control daemon not started: "), std::string::npos) << reason;
-  EXPECT_NE(reason.find("exited with status 1: MPS is not supported on this GPU"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("exited with status 1: MPS is not supported on this GPU"), std::string::npos)
+      << reason;
   // The next share goes to another GPU.
   json b = poolctl({"acquire", "-n", "1", "--share", "0.25", "--ttl", "120"}, "tok-alice-0123456789");
   ASSERT_TRUE(b.is_object());

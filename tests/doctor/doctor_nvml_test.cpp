@@ -142,6 +142,34 @@ TEST_F(DoctorNvmlTest, AMigModeWaitingForAResetIsAWarning) {
   EXPECT_THAT(checks["gpu.mig GPU1 00000000:5F:00.0"].fix, HasSubstr("nvidia-smi -r -i 1"));
 }
 
+// The MIG devices NVML lists are put to CUDA (poolrun-cuda-probe, one process each; here the fake
+// libcuda.so.1 beside the fake NVML answers from the same file): one CUDA cannot open fails the
+// check, naming it and what CUDA said.
+TEST_F(DoctorNvmlTest, AMigDeviceCudaCannotOpenFailsNamingIt) {
+  auto slice = [](int gi, int index, const std::string& uuid) {
+    return Json{{"id", gi},
+                {"profile_id", 19},
+                {"compute_instances", {{{"id", 0}, {"index", index}, {"uuid", uuid}}}}};
+  };
+  const std::string a = "MIG-7f3c2a10-0000-4000-8000-000000000001",
+                    b = "MIG-7f3c2a10-0000-4000-8000-000000000002";
+  doc_["gpus"][0]["mig"] = {{"current", true},
+                            {"profiles", test::migProfiles("H100 80GB")},
+                            {"gpu_instances", {slice(7, 0, a), slice(8, 1, b)}}};
+  std::map<std::string, Verdict> checks = doctor(-1);
+  EXPECT_EQ(checks["gpu.mig_cuda GPU0 00000000:4E:00.0"].status, "PASS") << err_;
+  EXPECT_EQ(checks["gpu.mig_cuda GPU0 00000000:4E:00.0"].evidence, "CUDA opens each of its 2 MIG devices");
+  EXPECT_EQ(checks.count("gpu.mig_cuda GPU1 00000000:5F:00.0"), 0u) << "not in MIG mode: nothing to ask";
+
+  doc_["gpus"][0]["mig"]["gpu_instances"][1]["compute_instances"][0]["cuda"] = false;
+  checks = doctor(1);
+  const Verdict& v = checks["gpu.mig_cuda GPU0 00000000:4E:00.0"];
+  EXPECT_EQ(v.status, "FAIL");
+  EXPECT_EQ(v.evidence, "1 of its 2 MIG devices that NVML lists CUDA cannot open: " + b +
+                            ": cuInit failed with CUDA_ERROR_NO_DEVICE with CUDA_VISIBLE_DEVICES set to it");
+  EXPECT_THAT(v.fix, HasSubstr("poolctl mig NODE:GPU"));
+}
+
 TEST_F(DoctorNvmlTest, WhatNvmlDoesNotSayIsNotJudged) {
   doc_["gpus"] = {{{"pci", "0000:4e:00.0"}}};  // a GPU whose driver supports none of the calls
   std::map<std::string, Verdict> checks = doctor(-1);

@@ -592,7 +592,8 @@ Mig parseMig(const Json& j, const std::string& where, size_t gpu) {
     m.gis.push_back(g);
     GpuInstance& added = m.gis.back();
     forEach(item, at, "compute_instances", [&](const Json& cj, const std::string& cat) {
-      allowOnly(cj, cat.c_str(), {"id", "profile_id", "placement", "index", "uuid"});
+      // "cuda": for the fake libcuda.so.1 beside this one (fake_cuda.cpp): false, CUDA cannot open it.
+      allowOnly(cj, cat.c_str(), {"id", "profile_id", "placement", "index", "uuid", "cuda"});
       ComputeInstance c;
       c.id = required(cj, cat, "id", kComputeInstanceIds - 1);
       if (added.ci(c.id) != nullptr)

@@ -29,37 +29,50 @@ std::string mpsErrorOf(const std::function<void()>& f) {
 }
 
 TEST(Mps, ShareOptionsReadAFractionOrAPercentageAndBytes) {
-  const std::pair<const char*, int> good[] = {{"0.25", 25}, {"25%", 25}, {"1", 100}, {"1.0", 100},
-                                              {"100%", 100}, {".5", 50}, {"0.333", 33}, {"0.01", 1}};
+  const std::pair<const char*, int> good[] = {{"0.25", 25},  {"25%", 25}, {"1", 100},    {"1.0", 100},
+                                              {"100%", 100}, {".5", 50},  {"0.333", 33}, {"0.01", 1}};
   for (const auto& [text, percent] : good) {
     LeaseRequest r;
     setSharePercent(r, text, "--share");
     EXPECT_EQ(r.share_percent, percent) << text;
   }
-  const std::pair<const char*, const char*> bad[] = {
-      {"", "not a number"},          {"0", "less than 1% of a GPU"}, {"0.004", "less than 1%"},
-      {"1.5", "more than a whole GPU"}, {"101%", "more than a whole GPU"}, {"-0.5", "not a number"},
-      {"nan", "not a number"},       {"1e-1", "not a number"},       {"0.2.5", "not a number"},
-      {".", "not a number"},         {" 0.5", "not a number"},       {"99999999999999999999", "not a number"},
-      {"0.5\xff", "not a number"}};
+  const std::pair<const char*, const char*> bad[] = {{"", "not a number"},
+                                                     {"0", "less than 1% of a GPU"},
+                                                     {"0.004", "less than 1%"},
+                                                     {"1.5", "more than a whole GPU"},
+                                                     {"101%", "more than a whole GPU"},
+                                                     {"-0.5", "not a number"},
+                                                     {"nan", "not a number"},
+                                                     {"1e-1", "not a number"},
+                                                     {"0.2.5", "not a number"},
+                                                     {".", "not a number"},
+                                                     {" 0.5", "not a number"},
+                                                     {"99999999999999999999", "not a number"},
+                                                     {"0.5\xff", "not a number"}};
   for (const auto& [text, says] : bad) {
     LeaseRequest r;
     std::string e = mpsErrorOf([&] { setSharePercent(r, text, "--share"); });
     EXPECT_NE(e.find(says), std::string::npos) << "'" << text << "': " << e;
     EXPECT_NE(e.find("give a fraction of a GPU (0.25) or a percentage (25%)"), std::string::npos) << e;
   }
-  const std::pair<const char*, uint64_t> bytes[] = {
-      {"512M", uint64_t{512} << 20}, {"10G", uint64_t{10} << 30}, {"10GiB", uint64_t{10} << 30},
-      {"1T", uint64_t{1} << 40},     {"4096", 4096},               {"1024TiB", uint64_t{1} << 50}};
+  const std::pair<const char*, uint64_t> bytes[] = {{"512M", uint64_t{512} << 20},
+                                                    {"10G", uint64_t{10} << 30},
+                                                    {"10GiB", uint64_t{10} << 30},
+                                                    {"1T", uint64_t{1} << 40},
+                                                    {"4096", 4096},
+                                                    {"1024TiB", uint64_t{1} << 50}};
   for (const auto& [text, value] : bytes) {
     LeaseRequest r;
     setShareMemory(r, text, "--gpu-memory");
     EXPECT_EQ(r.share_memory_bytes, value) << text;
   }
-  const std::pair<const char*, const char*> badBytes[] = {
-      {"", "not a byte count"},  {"10X", "not a byte count"}, {"-1G", "not a byte count"},
-      {"1.5G", "not a byte count"}, {"0", "no memory at all"}, {"1025T", "more than 1 PiB"},
-      {"99999999999999999999", "not a byte count"}};
+  const std::pair<const char*, const char*> badBytes[] = {{"", "not a byte count"},
+                                                          {"10X", "not a byte count"},
+                                                          {"-1G", "not a byte count"},
+                                                          {"1.5G", "not a byte count"},
+                                                          {"0", "no memory at all"},
+                                                          {"1025T", "more than 1 PiB"},
+                                                          {"99999999999999999999", "not a byte count"}};
   for (const auto& [text, says] : badBytes) {
     LeaseRequest r;
     std::string e = mpsErrorOf([&] { setShareMemory(r, text, "--gpu-memory"); });
@@ -85,9 +98,10 @@ TEST(Mps, RequestsThatCannotBeSharesAreRefusedWithWhatToDo) {
             std::string::npos);
   // Never: the message says what the pool has.
   std::string never = mpsErrorOf([&] { state.submit(parseRequest("9 share=0.25"), t0(), false); });
-  EXPECT_NE(never.find("a request for 9 MPS shares of 25% of a GPU can never be satisfied: the pool has 8 GPUs "
-                       "that could take such a share"),
-            std::string::npos)
+  EXPECT_NE(
+      never.find("a request for 9 MPS shares of 25% of a GPU can never be satisfied: the pool has 8 GPUs "
+                 "that could take such a share"),
+      std::string::npos)
       << never;
 }
 
@@ -174,7 +188,8 @@ TEST(Mps, AQueuedShareSaysWhyItWaitsAndStartsWhenRoomIsMade) {
   addInventory(state, "n01/gpu[0]; n01 leased 0 share=80 owner=alice", t0());
   SubmitResult r = state.submit(parseRequest("1 share=0.5"), t0(), true);
   ASSERT_FALSE(r.lease);
-  EXPECT_EQ(state.waitReason(r.ticket), "needs 1 MPS share of 50% of a GPU, one per GPU; 0 GPUs have room for it");
+  EXPECT_EQ(state.waitReason(r.ticket),
+            "needs 1 MPS share of 50% of a GPU, one per GPU; 0 GPUs have room for it");
   ASSERT_TRUE(state.release("pre1", "alice", true, t0()));
   state.tick(t0());
   EXPECT_EQ(state.poll(r.ticket, t0()).status, QueueEntry::Status::kGranted);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,10 @@ struct GpuHealth {
   std::optional<bool> mig_enabled;
   std::optional<bool> mig_pending;
   int mig_instances = 0;
+  // Whether CUDA opens each of those MIG devices (poolrun-cuda-probe): per UUID, "" where it does,
+  // else what CUDA said. Empty with `mig_cuda_skipped` saying why where CUDA could not be asked.
+  std::map<std::string, std::string> mig_cuda;
+  std::string mig_cuda_skipped;
 };
 
 class GpuQuery {
@@ -74,8 +79,9 @@ class GpuQuery {
   // Every GPU's health, or nullopt with `why` where no GPU can be asked (no driver, no NVML).
   virtual std::optional<std::vector<GpuHealth>> health(std::string& why) = 0;
 };
-// NVML through dlopen; absent NVML is a reason, not an error.
-std::unique_ptr<GpuQuery> nvmlGpuQuery();
+// NVML through dlopen; absent NVML is a reason, not an error. The MIG devices NVML lists are put to
+// CUDA by `cudaProbe` (poolrun-cuda-probe: the path, or a name found on PATH).
+std::unique_ptr<GpuQuery> nvmlGpuQuery(std::string cudaProbe = "poolrun-cuda-probe");
 
 class ToolRunner {
  public:
