@@ -41,7 +41,10 @@ bool uuidBytes(const char* text, unsigned char out[16]) {
   for (const char* p = dash + 1; *p != '\0'; ++p) {
     if (*p == '-') continue;
     const char c = *p;
-    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    const int v = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
     if (v < 0 || n >= 32) return false;
     out[n / 2] = static_cast<unsigned char>(n % 2 == 0 ? v << 4 : out[n / 2] | v);
     ++n;
@@ -70,7 +73,7 @@ int ask(const char* uuid) {
   auto name = [&](Result r) {
     const char* text = nullptr;
     return errorName != nullptr && errorName(r, &text) == 0 && text != nullptr ? std::string(text)
-                                                                              : "error " + std::to_string(r);
+                                                                               : "error " + std::to_string(r);
   };
   if (Result r = init(0); r != 0) {
     std::printf("%s: cuInit failed with %s with CUDA_VISIBLE_DEVICES set to it\n", uuid, name(r).c_str());
@@ -118,7 +121,8 @@ int main(int argc, char** argv) {
       if (std::chrono::steady_clock::now() >= end) {
         kill(pid, SIGKILL);
         waitpid(pid, &raw, 0);
-        std::printf("%s: CUDA did not answer within %lld s\n", argv[i], static_cast<long long>(kLimit.count()));
+        std::printf("%s: CUDA did not answer within %lld s\n", argv[i],
+                    static_cast<long long>(kLimit.count()));
         raw = 0;
         break;
       }

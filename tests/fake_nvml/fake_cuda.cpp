@@ -62,14 +62,16 @@ Result load() {
   for (const nlohmann::json& gpu : doc.value("gpus", nlohmann::json::array())) {
     const nlohmann::json mig = gpu.value("mig", nlohmann::json::object());
     const bool inMig = mig.value("current", false);
-    if (visible == nullptr ? !inMig : gpu.value("uuid", "") == want) devices.push_back({gpu.value("uuid", "")});
+    if (visible == nullptr ? !inMig : gpu.value("uuid", "") == want)
+      devices.push_back({gpu.value("uuid", "")});
     for (const nlohmann::json& gi : mig.value("gpu_instances", nlohmann::json::array()))
       for (const nlohmann::json& ci : gi.value("compute_instances", nlohmann::json::array())) {
         // The fake NVML's UUID where the file gives none (fake_nvml.cpp: migUuid).
         char fallback[64];
         std::snprintf(fallback, sizeof fallback, "MIG-fa4e%04zx-%04x-%04x-0000-000000000000", gpuIndex,
                       gi.value("id", 0u), ci.value("id", 0u));
-        if (inMig && visible != nullptr && ci.value("uuid", std::string(fallback)) == want && ci.value("cuda", true))
+        if (inMig && visible != nullptr && ci.value("uuid", std::string(fallback)) == want &&
+            ci.value("cuda", true))
           devices.push_back({want});
       }
     ++gpuIndex;

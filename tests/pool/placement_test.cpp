@@ -112,6 +112,21 @@ const PlacementCase kCases[] = {
      "2", "-"},
     {"MPS: a whole-GPU request takes the GPU without shares", "n01/gpu[0-1]; n01 leased 0 share=25", "1",
      "n01:1"},
+    // MIG, MPS and whole GPUs on one node: GPU 0 in MIG mode, GPU 1 held whole, GPU 2 half shared by
+    // alice, GPU 3 free. Each kind of request takes only what is its kind.
+    {"mixed: shares beside alice's and on the free GPU",
+     "n01/gpu[0-3] layout=0:1g.10gb*7; n01 leased 1; n01 leased 2 share=50 owner=alice", "2 share=0.5",
+     "n01:2(50% 40 GiB),3(50% 40 GiB)"},
+    {"mixed: a MIG instance of GPU 0", "n01/gpu[0-3] layout=0:1g.10gb*7; n01 leased 1; n01 leased 2 share=50",
+     "1 mig=1g.10gb", "n01:MIG-0-1"},
+    {"mixed: the one whole GPU left", "n01/gpu[0-3] layout=0:1g.10gb*7; n01 leased 1; n01 leased 2 share=50",
+     "1", "n01:3"},
+    {"mixed: no second whole GPU", "n01/gpu[0-3] layout=0:1g.10gb*7; n01 leased 1; n01 leased 2 share=50",
+     "2", "-"},
+    {"mixed: bob's share never beside alice's",
+     "n01/gpu[0-3] layout=0:1g.10gb*7; n01 leased 1; "
+     "n01 leased 2 share=50 owner=alice",
+     "2 share=0.25 owner=bob", "-"},
 };
 
 class PlacementTable : public ::testing::TestWithParam<PlacementCase> {};
