@@ -40,6 +40,10 @@ std::string EtcdStore::where() const {
   return "etcd://" + client_->endpointsText() + " (prefix " + prefix_ + ")";
 }
 
+std::string EtcdStore::requestKey(const std::string& id) const {
+  return prefix_ + "/requests/" + id;
+}
+
 std::string EtcdStore::queueKey(int64_t ticket) const {
   char digits[24];
   std::snprintf(digits, sizeof digits, "%020lld", static_cast<long long>(ticket));
@@ -68,7 +72,7 @@ void EtcdStore::load(PoolState& state) {
                                      "start poold again");
   };
   std::map<std::string, std::string> topologies;  // hash -> doc
-  std::vector<const EtcdKeyValue*> nodes, leases, queue;
+  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests;
   const EtcdKeyValue* counters = nullptr;
   const EtcdKeyValue* generation = nullptr;
   for (const EtcdKeyValue& kv : kvs) {
@@ -81,6 +85,8 @@ void EtcdStore::load(PoolState& state) {
       leases.push_back(&kv);
     else if (rel.starts_with("queue/"))
       queue.push_back(&kv);
+    else if (rel.starts_with("requests/"))
+      requests.push_back(&kv);
     else if (rel == "counters")
       counters = &kv;
     else if (rel == "generation")
@@ -137,6 +143,13 @@ void EtcdStore::load(PoolState& state) {
   for (const EtcdKeyValue* kv : queue) {
     try {
       state.loadQueueEntry(queueFromDoc(json::parse(kv->value)));
+    } catch (const std::exception& e) {
+      throw damaged(kv->key, e.what());
+    }
+  }
+  for (const EtcdKeyValue* kv : requests) {
+    try {
+      state.loadRequest(kv->key.substr(requestKey("").size()), requestFromDoc(json::parse(kv->value)));
     } catch (const std::exception& e) {
       throw damaged(kv->key, e.what());
     }
@@ -218,6 +231,10 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
       ops_[queueKey(ticket)] = std::nullopt;
     else
       ops_[queueKey(ticket)] = queueDoc(it->second).dump();
+  }
+  for (const std::string& id : dirty.requests) {
+    const RememberedRequest* r = state.rememberedRequest(id);
+    ops_[requestKey(id)] = r ? std::optional<std::string>(requestDoc(*r).dump()) : std::nullopt;
   }
   if (dirty.counters)
     ops_[prefix_ + "/counters"] =

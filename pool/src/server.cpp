@@ -193,11 +193,6 @@ struct PoolServer::Impl {
   std::string snapshot;
   Steady::time_point snapshot_at;
 
-  // Recent acquire replies by client request id (retries get the same answer); under the
-  // state's lock (inside mutate).
-  std::map<std::string, json> recent;
-  std::deque<std::string> recent_order;
-
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   bool stopping = false;
@@ -593,22 +588,28 @@ struct PoolServer::Impl {
         requestId = r.owner + "/" + id.get<std::string>();
       }
       return mutate([&](PoolState& s, TimePoint now) {
-        if (auto it = recent.find(requestId); !requestId.empty() && it != recent.end()) {
-          c.status = it->second.value("status", 200);
-          return it->second["body"];
+        // A retry (the reply to the first lost, poold restarted, or another replica leads now):
+        // the first answer, as the state has it now. One whose lease or ticket has ended since is
+        // answered as a new request.
+        if (const RememberedRequest* seen = requestId.empty() ? nullptr : s.rememberedRequest(requestId)) {
+          if (auto l = s.leaseMap().find(seen->lease); !seen->lease.empty() && l != s.leaseMap().end()) {
+            c.status = 200;
+            return json{{"lease", toJson(l->second)}};
+          }
+          if (seen->ticket > 0 && s.queueMap().count(seen->ticket)) {
+            int position = 0;
+            for (const QueueInfo& q : s.queueList())
+              if (q.ticket == seen->ticket) position = q.position;
+            c.status = 202;
+            return json{{"ticket", seen->ticket}, {"position", position}};
+          }
         }
         SubmitResult sub = s.submit(r, now, queue);
         json out = sub.lease ? json{{"lease", toJson(*sub.lease)}}
                              : json{{"ticket", sub.ticket}, {"position", sub.position}};
         c.status = sub.lease ? 200 : 202;
-        if (!requestId.empty()) {
-          recent[requestId] = {{"status", c.status}, {"body", out}};
-          recent_order.push_back(requestId);
-          if (recent_order.size() > 10000) {
-            recent.erase(recent_order.front());
-            recent_order.pop_front();
-          }
-        }
+        if (!requestId.empty() && (sub.lease || sub.ticket > 0))
+          s.rememberRequest(requestId, {sub.lease ? sub.lease->id : "", sub.ticket, now});
         return out;
       });
     });

@@ -311,6 +311,7 @@ NodeState nodeStateFromString(std::string_view text) {
 
 void Dirty::merge(const Dirty& other) {
   nodes.insert(other.nodes.begin(), other.nodes.end());
+  requests.insert(other.requests.begin(), other.requests.end());
   leases.insert(other.leases.begin(), other.leases.end());
   new_leases.insert(other.new_leases.begin(), other.new_leases.end());
   resized.insert(other.resized.begin(), other.resized.end());
@@ -1481,6 +1482,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
   view_time_ = std::max(view_time_, now);
   updateLiveness(now);
   reclaimIdle(now);
+  forgetRequests(now);
   std::vector<std::string> expired, preempted;
   for (auto& [id, lease] : leases_) {
     if (lease.shrink_at && shrinkEnd(lease, preempt_) <= now && lease.expires > now)
@@ -1702,6 +1704,35 @@ void PoolState::loadCounters(uint64_t leases_granted, int64_t next_ticket) {
   for (const auto& [t, e] : queue_) next_ticket_ = std::max(next_ticket_, t + 1);
 }
 
+const RememberedRequest* PoolState::rememberedRequest(const std::string& id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+void PoolState::rememberRequest(const std::string& id, RememberedRequest request) {
+  if (auto old = requests_.find(id); old != requests_.end()) requests_by_time_.erase({old->second.at, id});
+  requests_by_time_.insert({request.at, id});
+  requests_[id] = std::move(request);
+  dirty_.requests.insert(id);
+  forgetRequests(requests_[id].at);
+}
+
+void PoolState::loadRequest(const std::string& id, RememberedRequest request) {
+  if (auto old = requests_.find(id); old != requests_.end()) requests_by_time_.erase({old->second.at, id});
+  requests_by_time_.insert({request.at, id});
+  requests_[id] = std::move(request);
+}
+
+void PoolState::forgetRequests(TimePoint now) {
+  while (!requests_by_time_.empty() && (requests_by_time_.size() > kMaxRememberedRequests ||
+                                        requests_by_time_.begin()->first + kRequestMemory < now)) {
+    const std::string id = requests_by_time_.begin()->second;
+    requests_by_time_.erase(requests_by_time_.begin());
+    requests_.erase(id);
+    dirty_.requests.insert(id);
+  }
+}
+
 Dirty PoolState::takeDirty() {
   Dirty d = std::move(dirty_);
   dirty_ = Dirty{};
@@ -1715,6 +1746,8 @@ void PoolState::clear() {
   slotsChanged();
   leases_.clear();
   queue_.clear();
+  requests_.clear();
+  requests_by_time_.clear();
   leases_granted_ = 0;
   next_ticket_ = 1;
   next_order_ = 0;

@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS lease_gpus(node TEXT NOT NULL, idx INTEGER NOT NULL, 
   PRIMARY KEY(node, idx));
 CREATE INDEX IF NOT EXISTS lease_gpus_by_lease ON lease_gpus(lease);
 CREATE TABLE IF NOT EXISTS queue(ticket INTEGER PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS requests(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 )sql";
 
 // FILE.generation: one line of fixed length, rewritten in place with one pwrite (which a crash of
@@ -506,6 +507,11 @@ void Store::load(PoolState& state) {
     Step s(db_, st);
     while (s.row()) state.loadQueueEntry(queueFromDoc(json::parse(text(st, 0))));
   }
+  {
+    sqlite3_stmt* st = prepare("SELECT id, doc FROM requests");
+    Step s(db_, st);
+    while (s.row()) state.loadRequest(text(st, 0), requestFromDoc(json::parse(text(st, 1))));
+  }
   uint64_t granted = 0;
   int64_t next = 1;
   {
@@ -579,6 +585,17 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
     Step(db_, prepare("INSERT OR REPLACE INTO queue(ticket, doc) VALUES(?, ?)"))
         .bind(ticket)
         .bind(queueDoc(it->second).dump())
+        .run();
+  }
+  for (const std::string& id : dirty.requests) {
+    const RememberedRequest* r = state.rememberedRequest(id);
+    if (r == nullptr) {
+      Step(db_, prepare("DELETE FROM requests WHERE id = ?")).bind(id).run();
+      continue;
+    }
+    Step(db_, prepare("INSERT OR REPLACE INTO requests(id, doc) VALUES(?, ?)"))
+        .bind(id)
+        .bind(requestDoc(*r).dump())
         .run();
   }
   if (dirty.counters) {

@@ -1,6 +1,7 @@
 #include "stored_docs.hpp"
 
 #include "poolrun/pool/json.hpp"
+#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 
@@ -28,6 +29,20 @@ void healthFromJson(const json& doc, PoolNode& n) {
     for (const auto& [key, v] : e->items()) n.ecc_acknowledged[index(key)] = v.get<uint64_t>();
   if (auto m = doc.find("mig_layouts"); m != doc.end() && m->is_object())
     for (const auto& [key, v] : m->items()) n.mig_layouts[index(key)] = v.get<std::vector<std::string>>();
+}
+
+json requestDoc(const RememberedRequest& r) {
+  return {{"lease", r.lease}, {"ticket", r.ticket}, {"at_ms", toMillis(r.at)}};
+}
+
+RememberedRequest requestFromDoc(const json& doc) {
+  RememberedRequest r;
+  r.lease = doc.at("lease").get<std::string>();
+  r.ticket = doc.at("ticket").get<int64_t>();
+  r.at = fromMillis(doc.at("at_ms").get<int64_t>());
+  if (!r.lease.empty()) topo::checkLeaseId(r.lease, "its lease");
+  if (r.ticket < 0) throw std::runtime_error("its ticket " + std::to_string(r.ticket) + " is negative");
+  return r;
 }
 
 json queueDoc(const QueueEntry& e) {

@@ -19,4 +19,8 @@ void healthFromJson(const nlohmann::json& doc, PoolNode& n);
 nlohmann::json queueDoc(const QueueEntry& e);
 QueueEntry queueFromDoc(const nlohmann::json& doc);
 
+// A remembered acquire request id's answer: {"lease", "ticket", "at_ms"}.
+nlohmann::json requestDoc(const RememberedRequest& r);
+RememberedRequest requestFromDoc(const nlohmann::json& doc);
+
 }  // namespace poolrun::pool

@@ -600,5 +600,26 @@ TEST(QueueProgressTest, PacedOnChangeAndEvery30Seconds) {
     EXPECT_EQ(pacer.due(s.progress, start + seconds(s.at_s)), s.told) << "at " << s.at_s << " s";
 }
 
+// Acquire request ids: remembered (and marked for the store) with what they got, forgotten after
+// an hour, and never more than the newest kMaxRememberedRequests.
+TEST(RememberedRequests, AreKeptForAnHourAndAtMostTheNewestTenThousand) {
+  PoolState state;
+  state.rememberRequest("alice/R1", {"L1", 0, t0()});
+  state.rememberRequest("alice/R2", {"", 7, t0() + seconds(10)});
+  ASSERT_NE(state.rememberedRequest("alice/R1"), nullptr);
+  EXPECT_EQ(state.rememberedRequest("alice/R2")->ticket, 7);
+  EXPECT_EQ(state.rememberedRequest("bob/R1"), nullptr);
+  EXPECT_EQ(state.takeDirty().requests, (std::set<std::string>{"alice/R1", "alice/R2"}));
+  state.tick(t0() + PoolState::kRequestMemory + seconds(5));
+  EXPECT_EQ(state.rememberedRequest("alice/R1"), nullptr) << "an hour old";
+  EXPECT_NE(state.rememberedRequest("alice/R2"), nullptr);
+  EXPECT_EQ(state.takeDirty().requests, (std::set<std::string>{"alice/R1"})) << "its deletion is written";
+  for (size_t i = 0; i < PoolState::kMaxRememberedRequests; ++i)
+    state.rememberRequest("bob/" + std::to_string(i), {"", 1, t0() + PoolState::kRequestMemory});
+  EXPECT_EQ(state.requestMap().size(), PoolState::kMaxRememberedRequests);
+  EXPECT_EQ(state.rememberedRequest("alice/R2"), nullptr) << "the oldest went first";
+  EXPECT_NE(state.rememberedRequest("bob/0"), nullptr);
+}
+
 }  // namespace
 }  // namespace poolrun::pool

@@ -436,6 +436,52 @@ void waitForALease(PoolControl& pool) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
+// An acquire retried with its request id after poold went (its reply lost with it) gets the lease
+// the first one was granted, from the restarted poold or the standby that leads now: the request
+// ids are in the store, not in the process.
+TEST_P(Crash, ARetriedAcquireGetsItsFirstLeaseAfterARestart) {
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  const int port = test::freePort();
+  const std::vector<std::string> opts = options(port);
+  const std::string body = R"({"gpus": 8, "ttl_s": 120, "request_id": "Rretry-0001"})";
+  const httplib::Headers alice{{"Authorization", "Bearer tok-alice-0123456789"}};
+  auto acquire = [&](const std::string& what) -> std::pair<int, nlohmann::json> {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    auto r = c.Post("/v1/leases", alice, what, "application/json");
+    if (!r) return {0, nullptr};
+    return {r->status, nlohmann::json::parse(r->body, nullptr, false)};
+  };
+  std::string first;
+  {
+    test::PooldProcess poold(dir.path() / "state", tokens, opts, port);
+    ASSERT_TRUE(poold.waitServing());
+    auto [status, reply] = acquire(body);
+    ASSERT_EQ(status, 200) << reply.dump();
+    first = reply["lease"]["id"];
+    EXPECT_EQ(acquire(body).second["lease"]["id"], first) << "a retry to the same poold";
+    poold.kill9();
+  }
+  test::PooldProcess poold(dir.path() / "state", tokens, opts, port);
+  ASSERT_TRUE(poold.waitServing());
+  auto [status, reply] = acquire(body);
+  ASSERT_EQ(status, 200) << reply.dump();
+  EXPECT_EQ(reply["lease"]["id"], first) << "the restarted poold granted a second lease";
+  auto pool = rootOf(poold.uri());
+  EXPECT_EQ(pool->leases().size(), 1u);
+  // Another request id is another lease; the same id of another owner too.
+  EXPECT_NE(acquire(R"({"gpus": 8, "ttl_s": 120, "request_id": "Rretry-0002"})").second["lease"]["id"],
+            first);
+  httplib::Client c("127.0.0.1", port);
+  auto bob = c.Post("/v1/leases", {{"Authorization", "Bearer tok-bob-0123456789"}}, body, "application/json");
+  ASSERT_TRUE(bob);
+  EXPECT_NE(nlohmann::json::parse(bob->body)["lease"]["id"], first);
+  // Released, its id is forgotten with it: a retry now is a new request.
+  pool->release(first);
+  EXPECT_NE(acquire(body).second["lease"]["id"], first);
+}
+
 TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;

@@ -73,7 +73,8 @@ class EtcdStore final : public StateStore {
   std::string nodeKey(const std::string& name) const { return prefix_ + "/nodes/" + name; }
   std::string leaseKey(const std::string& id) const { return prefix_ + "/leases/" + id; }
   std::string queueKey(int64_t ticket) const;
-  void commitBatch(std::vector<EtcdOp> success);  // one transaction, fenced
+  std::string requestKey(const std::string& id) const;  // an acquire's "OWNER/REQUEST_ID"
+  void commitBatch(std::vector<EtcdOp> success);        // one transaction, fenced
 
   std::shared_ptr<EtcdClient> client_;
   std::string prefix_;

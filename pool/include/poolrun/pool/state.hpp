@@ -135,8 +135,11 @@ struct Dirty {
   std::set<std::string> new_leases;  // their GPUs must be inserted (a subset of `leases`)
   std::set<std::string> resized;     // their GPUs must be written again (a subset of `leases`)
   std::set<int64_t> queue;           // upsert, or delete where gone
+  std::set<std::string> requests;    // remembered acquire request ids: upsert, or delete where gone
   bool counters = false;
-  bool empty() const { return nodes.empty() && leases.empty() && queue.empty() && !counters; }
+  bool empty() const {
+    return nodes.empty() && leases.empty() && queue.empty() && requests.empty() && !counters;
+  }
   void merge(const Dirty& other);
 };
 
@@ -162,6 +165,17 @@ struct NodeEvent {
   std::string node;
   size_t gpu = 0;      // kGpuFailed
   std::string reason;  // kGpuFailed: why; kUnreachable: since when nothing was heard
+};
+
+// What an acquire with a client request id got (poolrun and poolctl send one, and the same one
+// again when they retry): the lease granted at once, or the queue ticket. Kept in the state file
+// and in etcd, so that a retry whose first reply a restart or a failover lost gets that answer,
+// not a second lease.
+struct RememberedRequest {
+  std::string lease;   // granted at once
+  int64_t ticket = 0;  // else queued under this ticket
+  TimePoint at;
+  bool operator==(const RememberedRequest&) const = default;
 };
 
 struct SubmitResult {
@@ -295,11 +309,20 @@ class PoolState {
   void clearGpuFailures(const std::string& node);
   int64_t nextTicket() const { return next_ticket_; }
 
+  // --- acquire request ids (RememberedRequest): remembered for kRequestMemory, the newest
+  // kMaxRememberedRequests at most.
+  static constexpr std::chrono::seconds kRequestMemory{3600};
+  static constexpr size_t kMaxRememberedRequests = 10000;
+  const RememberedRequest* rememberedRequest(const std::string& id) const;
+  void rememberRequest(const std::string& id, RememberedRequest request);
+  const std::map<std::string, RememberedRequest>& requestMap() const { return requests_; }
+
   // --- persistence: stores load rows with these and write what takeDirty() names.
   void loadNode(PoolNode node);
   void loadLease(Lease lease);  // throws kInternal if a GPU is already held (never leased twice)
   void loadQueueEntry(QueueEntry entry);
   void loadCounters(uint64_t leases_granted, int64_t next_ticket);
+  void loadRequest(const std::string& id, RememberedRequest request);
   Dirty takeDirty();
   void clear();
 
@@ -419,6 +442,9 @@ class PoolState {
   std::map<std::string, Occupancy> occupancy_;
   std::map<std::string, Lease> leases_;
   std::map<int64_t, QueueEntry> queue_;
+  std::map<std::string, RememberedRequest> requests_;
+  std::set<std::pair<TimePoint, std::string>> requests_by_time_;  // the same, oldest first
+  void forgetRequests(TimePoint now);  // those past kRequestMemory, and the oldest beyond the most
   uint64_t leases_granted_ = 0;
   int64_t next_ticket_ = 1;
   int64_t next_order_ = 0;
