@@ -119,47 +119,99 @@ std::vector<std::pair<std::string, std::string>> dashboardHeaders() {
       {"Cache-Control", "no-cache"}};
 }
 
-// One GPU as the snapshot writes it, read straight from the state (no NodeInfo, whose strings per GPU
-// cost most of a snapshot at 100,000 GPUs).
-struct GpuRow {
-  const PoolNode* node;
-  size_t index;
-  GpuState state;
-  int lease;  // into the snapshot's lease table; -1: none
-  const topo::GpuSample* sample;
-};
-
-std::string dashboardSnapshot(const PoolState& state, TimePoint now) {
-  const std::vector<const PoolNode*> nodes = state.nodesInOrder();
-  const std::vector<Lease> leases = state.leaseList();
+DashboardData captureDashboard(const PoolState& state, TimePoint now) {
+  DashboardData d;
+  d.time_ms = toMillis(now);
+  d.status = state.status();
   std::map<std::string_view, int> leaseIndex;
-  for (size_t i = 0; i < leases.size(); ++i) leaseIndex.emplace(leases[i].id, static_cast<int>(i));
-  std::vector<GpuRow> gpus;
-  std::vector<size_t> firstGpu;
+  // The leases as the table shows them (their GPUs are in the GPU columns).
+  for (Lease& l : state.leaseList()) {
+    DashboardData::LeaseRow row;
+    row.id = std::move(l.id);
+    row.owner = std::move(l.owner);
+    row.job = std::move(l.job_name);
+    row.gpus = l.gpus.size();
+    row.priority = l.priority;
+    row.created = l.created;
+    row.expires = l.expires;
+    row.max_end = l.max_end;
+    row.idle_since = l.idle_since;
+    row.preemptible = l.preemptible;
+    row.no_reclaim = l.no_reclaim;
+    if (l.elastic) row.elastic = std::pair{l.elastic->gpus, l.elastic->max_gpus};
+    row.preempt_at = l.preempt_at;
+    row.reclaim_at = l.reclaim_at;
+    row.at_risk_nodes = std::move(l.at_risk_nodes);
+    d.leases.push_back(std::move(row));
+  }
+  for (size_t i = 0; i < d.leases.size(); ++i) leaseIndex.emplace(d.leases[i].id, static_cast<int>(i));
+  const std::vector<const PoolNode*> nodes = state.nodesInOrder();
+  size_t total = 0;
+  for (const PoolNode* n : nodes) total += n->gpuCount();
+  d.gpu_states.reserve(total);
+  d.gpu_lease.reserve(total);
+  for (auto* column : {&d.util_pct, &d.mem_used_mib, &d.mem_total_mib, &d.temp_c, &d.power_w})
+    column->reserve(total);
+  auto mib = [](const std::optional<uint64_t>& bytes) {
+    return bytes ? std::optional<double>(static_cast<double>(*bytes >> 20)) : std::nullopt;
+  };
+  auto scaled = [](const std::optional<double>& v, double scale) {
+    return v ? std::optional<double>(*v * scale) : std::nullopt;
+  };
+  std::vector<PoolState::GpuUse> uses;
   for (const PoolNode* n : nodes) {
-    firstGpu.push_back(gpus.size());
+    state.gpusOf(*n, uses);
+    DashboardData::NodeRow row{n->name,      n->switch_name,     n->agent, n->state, n->live.unreachable,
+                               std::nullopt, d.gpu_states.size()};
+    if (n->live.last_heartbeat != TimePoint{})
+      row.heartbeat_age_s = std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::seconds>(now - n->live.last_heartbeat).count());
+    d.nodes.push_back(std::move(row));
     for (size_t i = 0; i < n->gpuCount(); ++i) {
-      const std::string* holder = state.holder(n->name, i);
+      const GpuState st = uses[i].state;
+      const std::string* holder = uses[i].lease;
       auto lease = holder ? leaseIndex.find(*holder) : leaseIndex.end();
-      gpus.push_back({n, i, state.gpuState(n->name, i), lease == leaseIndex.end() ? -1 : lease->second,
-                      i < n->live.gpus.size() ? &n->live.gpus[i] : nullptr});
+      const topo::GpuSample* sample = i < n->live.gpus.size() ? &n->live.gpus[i] : nullptr;
+      d.gpu_states += gpuStateCode(st);
+      d.gpu_lease.push_back(lease == leaseIndex.end() ? -1 : lease->second);
+      d.util_pct.push_back(sample ? scaled(sample->sm_utilization, 100) : std::nullopt);
+      d.mem_used_mib.push_back(sample ? mib(sample->memory_used_bytes) : std::nullopt);
+      std::optional<uint64_t> memTotal = sample ? sample->memory_total_bytes : std::nullopt;
+      if (!memTotal && n->topology->gpus[i].memory_bytes) memTotal = n->topology->gpus[i].memory_bytes;
+      d.mem_total_mib.push_back(mib(memTotal));
+      d.temp_c.push_back(sample ? sample->temperature_c : std::nullopt);
+      d.power_w.push_back(sample ? sample->power_w : std::nullopt);
+      // Notes are few: why a GPU failed (and when), or the processes that make it foreign.
+      std::string note;
+      if (st == GpuState::kFailed) {
+        auto f = n->failures.find(i);
+        note = f == n->failures.end() ? "marked failed"
+                                      : (f->second.reason.empty() ? "marked failed" : f->second.reason) +
+                                            " at " + common::rfc3339(f->second.time);
+      } else if (st == GpuState::kForeign) {
+        auto f = n->live.foreign.find(i);
+        if (f != n->live.foreign.end()) note = foreignNote(f->second);
+      }
+      if (!note.empty()) d.notes.emplace_back(d.gpu_states.size() - 1, std::move(note));
     }
   }
+  return d;
+}
 
+std::string dashboardJson(const DashboardData& d) {
   std::string out;
-  out.reserve(512 + nodes.size() * 64 + gpus.size() * 32);
-  out += R"({"schema":"poolrun.dashboard/1","time_ms":)" + std::to_string(toMillis(now));
-  out += R"(,"status":)" + toJson(state.status()).dump();
+  out.reserve(512 + d.nodes.size() * 64 + d.gpu_states.size() * 32);
+  out += R"({"schema":"poolrun.dashboard/1","time_ms":)" + std::to_string(d.time_ms);
+  out += R"(,"status":)" + toJson(d.status).dump();
   out += ',';
-  // The leases as the table shows them; their GPUs are in the GPU columns (`lease`).
-  appendArray(out, "leases", leases, [&](const Lease& l) {
+  appendArray(out, "leases", d.leases, [&](const DashboardData::LeaseRow& l) {
     out += R"({"id":)";
     appendString(out, l.id);
     out += R"(,"owner":)";
     appendString(out, l.owner);
     out += R"(,"job":)";
-    appendString(out, l.job_name);
-    out += R"(,"gpus":)" + std::to_string(l.gpus.size()) + R"(,"priority":)" + std::to_string(l.priority) +
+    appendString(out, l.job);
+    out += R"(,"gpus":)" + std::to_string(l.gpus) + R"(,"priority":)" + std::to_string(l.priority) +
            R"(,"created_ms":)" + std::to_string(toMillis(l.created)) + R"(,"expires_ms":)" +
            std::to_string(toMillis(l.expires));
     if (l.max_end) out += R"(,"max_end_ms":)" + std::to_string(toMillis(*l.max_end));
@@ -167,7 +219,7 @@ std::string dashboardSnapshot(const PoolState& state, TimePoint now) {
     if (l.preemptible) out += R"(,"preemptible":true)";
     if (l.no_reclaim) out += R"(,"no_reclaim":true)";
     if (l.elastic)
-      out += R"(,"elastic":[)" + std::to_string(l.elastic->gpus) + "," + std::to_string(l.elastic->max_gpus) +
+      out += R"(,"elastic":[)" + std::to_string(l.elastic->first) + "," + std::to_string(l.elastic->second) +
              "]";
     if (l.preempt_at) out += R"(,"preempt_at_ms":)" + std::to_string(toMillis(*l.preempt_at));
     if (l.reclaim_at) out += R"(,"reclaim_at_ms":)" + std::to_string(toMillis(*l.reclaim_at));
@@ -177,82 +229,50 @@ std::string dashboardSnapshot(const PoolState& state, TimePoint now) {
     }
     out += '}';
   });
-
+  using NodeRow = DashboardData::NodeRow;
   out += R"(,"nodes":{)";
-  appendArray(out, "name", nodes, [&](const PoolNode* n) { appendString(out, n->name); });
+  appendArray(out, "name", d.nodes, [&](const NodeRow& n) { appendString(out, n.name); });
   out += ',';
-  appendArray(out, "switch", nodes, [&](const PoolNode* n) { appendString(out, n->switch_name); });
+  appendArray(out, "switch", d.nodes, [&](const NodeRow& n) { appendString(out, n.switch_name); });
   out += ',';
-  appendArray(out, "state", nodes, [&](const PoolNode* n) {
+  appendArray(out, "state", d.nodes, [&](const NodeRow& n) {
     out += '"';
-    out += toString(n->state);
+    out += toString(n.state);
     out += '"';
   });
   out += ',';
-  appendArray(out, "unreachable", nodes, [&](const PoolNode* n) { out += n->live.unreachable ? '1' : '0'; });
+  appendArray(out, "unreachable", d.nodes, [&](const NodeRow& n) { out += n.unreachable ? '1' : '0'; });
   out += ',';
-  appendArray(out, "agent", nodes, [&](const PoolNode* n) { appendString(out, n->agent); });
+  appendArray(out, "agent", d.nodes, [&](const NodeRow& n) { appendString(out, n.agent); });
   out += ',';
-  appendArray(out, "heartbeat_age_s", nodes, [&](const PoolNode* n) {
-    if (n->live.last_heartbeat == TimePoint{})
-      out += "null";
-    else
-      out += std::to_string(std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::seconds>(now - n->live.last_heartbeat).count()));
+  appendArray(out, "heartbeat_age_s", d.nodes, [&](const NodeRow& n) {
+    out += n.heartbeat_age_s ? std::to_string(*n.heartbeat_age_s) : "null";
   });
   out += ',';
-  appendArray(out, "first_gpu", firstGpu, [&](size_t i) { out += std::to_string(i); });
+  appendArray(out, "first_gpu", d.nodes, [&](const NodeRow& n) { out += std::to_string(n.first_gpu); });
   out += R"(},"gpus":{"state":")";
-  for (const GpuRow& g : gpus) out += gpuStateCode(g.state);
+  out += d.gpu_states;
   out += "\",";
-  appendArray(out, "lease", gpus, [&](const GpuRow& g) { out += std::to_string(g.lease); });
-  auto reading = [&](const char* name, auto field, double scale) {
+  appendArray(out, "lease", d.gpu_lease, [&](int lease) { out += std::to_string(lease); });
+  for (const auto& [name, column] :
+       {std::pair{"util_pct", &d.util_pct}, std::pair{"mem_used_mib", &d.mem_used_mib},
+        std::pair{"mem_total_mib", &d.mem_total_mib}, std::pair{"temp_c", &d.temp_c},
+        std::pair{"power_w", &d.power_w}}) {
     out += ',';
-    appendArray(out, name, gpus, [&](const GpuRow& g) {
-      appendOptional(out, g.sample ? field(*g.sample) : std::nullopt, scale);
-    });
-  };
-  auto mib = [](const std::optional<uint64_t>& bytes) {
-    return bytes ? std::optional<double>(static_cast<double>(*bytes >> 20)) : std::nullopt;
-  };
-  reading(
-      "util_pct", [](const topo::GpuSample& x) { return x.sm_utilization; }, 100);
-  reading(
-      "mem_used_mib", [&](const topo::GpuSample& x) { return mib(x.memory_used_bytes); }, 1);
-  out += ',';
-  appendArray(out, "mem_total_mib", gpus, [&](const GpuRow& g) {
-    const topo::Gpu& t = g.node->topology->gpus[g.index];
-    std::optional<uint64_t> total = g.sample ? g.sample->memory_total_bytes : std::nullopt;
-    if (!total && t.memory_bytes) total = t.memory_bytes;
-    appendOptional(out, mib(total), 1);
-  });
-  reading(
-      "temp_c", [](const topo::GpuSample& x) { return x.temperature_c; }, 1);
-  reading(
-      "power_w", [](const topo::GpuSample& x) { return x.power_w; }, 1);
-  // Notes are few: why a GPU failed (and when), or the processes that make it foreign.
+    appendArray(out, name, *column, [&](const std::optional<double>& v) { appendOptional(out, v, 1); });
+  }
   out += R"(},"notes":{)";
-  bool first = true;
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    const GpuRow& g = gpus[i];
-    std::string note;
-    if (g.state == GpuState::kFailed) {
-      auto f = g.node->failures.find(g.index);
-      note = f == g.node->failures.end() ? "marked failed"
-                                         : (f->second.reason.empty() ? "marked failed" : f->second.reason) +
-                                               " at " + common::rfc3339(f->second.time);
-    } else if (g.state == GpuState::kForeign) {
-      auto f = g.node->live.foreign.find(g.index);
-      if (f != g.node->live.foreign.end()) note = foreignNote(f->second);
-    }
-    if (note.empty()) continue;
-    if (!first) out += ',';
-    first = false;
-    out += '"' + std::to_string(i) + "\":";
-    appendString(out, note);
+  for (size_t i = 0; i < d.notes.size(); ++i) {
+    if (i) out += ',';
+    out += '"' + std::to_string(d.notes[i].first) + "\":";
+    appendString(out, d.notes[i].second);
   }
   out += "}}";
   return out;
+}
+
+std::string dashboardSnapshot(const PoolState& state, TimePoint now) {
+  return dashboardJson(captureDashboard(state, now));
 }
 
 std::string forViewer(const std::string& snapshot, const TokenEntry& who) {

@@ -253,7 +253,14 @@ bool gpuMatches(const topo::Gpu& gpu, const LeaseRequest& request) {
 }
 
 bool unitMatches(const PoolNode& node, size_t unit, const LeaseRequest& request) {
-  if (!node.isMigUnit(unit)) return gpuMatches(node.topology->gpus[unit], request);
+  if (!node.isMigUnit(unit)) {
+    // Most requests name no model or memory: the node's copy of the MIG flags answers, without a
+    // read of the GPU's topology entry.
+    if (request.mig() || (unit < node.gpu_in_mig.size() && node.gpu_in_mig[unit])) return false;
+    if (request.gpu_model.empty() && request.min_memory_bytes == 0 && unit < node.gpu_in_mig.size())
+      return true;
+    return gpuMatches(node.topology->gpus[unit], request);
+  }
   const topo::MigInstance* instance = node.migInstance(unit);
   if (!request.mig() || !instance) return false;
   const topo::Gpu& gpu = node.topology->gpus[node.gpuOf(unit)];

@@ -697,7 +697,9 @@ struct PoolServer::Impl {
     route("GET", "/v1/dashboard", false, "", [this](Context& c) {
       std::lock_guard<std::mutex> lock(snapshot_mu);  // one build at a time, shared for half a second
       if (snapshot.empty() || Steady::now() - snapshot_at > std::chrono::milliseconds(500)) {
-        snapshot = pool->read([&](const PoolState& s) { return dashboardSnapshot(s, Clock::now()); });
+        // The state's lock for the copy only; the JSON is written after it (DashboardData).
+        snapshot =
+            dashboardJson(pool->read([&](const PoolState& s) { return captureDashboard(s, Clock::now()); }));
         snapshot_at = Steady::now();
       }
       return json(forViewer(snapshot, c.who));

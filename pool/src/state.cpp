@@ -378,6 +378,13 @@ std::string newLeaseId() {
   return id;
 }
 
+void PoolNode::setTopology(std::shared_ptr<const topo::NodeTopology> t) {
+  topology = std::move(t);
+  mig_units = topology ? topo::migUnits(*topology) : std::vector<topo::MigUnit>{};
+  gpu_in_mig.assign(gpuCount(), 0);
+  for (size_t i = 0; i < gpuCount(); ++i) gpu_in_mig[i] = inMigMode(topology->gpus[i]) ? 1 : 0;
+}
+
 PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
   Occupancy& o = occupancy_[node];
   auto it = nodes_.find(node);
@@ -453,8 +460,7 @@ void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances)
     slotsChanged();
   }
   node.name = cn.name;
-  node.topology = cn.topology;
-  node.mig_units = std::move(units);
+  node.setTopology(cn.topology);
   node.switch_name = cn.switch_name;
   node.rail_group = cn.rail_group;
   node.fabric = cn.fabric;
@@ -687,6 +693,27 @@ const std::string* PoolState::holder(const std::string& node, size_t index) cons
   if (h.empty())
     if (auto sh = it->second.sharers.find(index); sh != it->second.sharers.end()) return &sh->second.front();
   return h.empty() ? nullptr : &h;
+}
+
+void PoolState::gpusOf(const PoolNode& node, std::vector<GpuUse>& out) const {
+  out.assign(node.gpuCount(), GpuUse{});
+  auto o = occupancy_.find(node.name);
+  for (size_t i = 0; i < node.gpuCount(); ++i) {
+    GpuUse& u = out[i];
+    if (o != occupancy_.end()) {
+      const Occupancy& held = o->second;
+      if (i < held.holder.size() && !held.holder[i].empty())
+        u.lease = &held.holder[i];
+      else if (auto sh = held.sharers.find(i); sh != held.sharers.end())
+        u.lease = &sh->second.front();
+    }
+    u.state = node.failed.count(i)                                                ? GpuState::kFailed
+              : node.live.foreign.count(i)                                        ? GpuState::kForeign
+              : u.lease                                                           ? GpuState::kLeased
+              : (i < node.gpu_in_mig.size() ? node.gpu_in_mig[i] != 0 : inMigMode(node.topology->gpus[i]))
+                  ? GpuState::kMig
+                  : GpuState::kFree;
+  }
 }
 
 GpuState PoolState::gpuState(const std::string& node, size_t index) const {
@@ -1516,6 +1543,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
 
 PoolStatus PoolState::status() const {
   PoolStatus s;
+  std::vector<GpuUse> uses;
   for (const auto& [name, node] : nodes_) {
     (node.state == NodeState::kUp         ? s.nodes_up
      : node.state == NodeState::kDraining ? s.nodes_draining
@@ -1524,8 +1552,9 @@ PoolStatus PoolState::status() const {
       ++s.nodes_unreachable;
       s.gpus_unreachable += static_cast<int>(node.gpuCount());
     }
-    for (size_t i = 0; i < node.gpuCount(); ++i) {
-      switch (gpuState(name, i)) {
+    gpusOf(node, uses);
+    for (const GpuUse& use : uses) {
+      switch (use.state) {
         case GpuState::kFree:
           ++s.gpus_free;
           break;
@@ -1662,7 +1691,7 @@ void PoolState::loadNode(PoolNode node) {
   std::string name = node.name;
   if (node.topology) {
     node.topology_hash = topologyHash(*node.topology);
-    node.mig_units = topo::migUnits(*node.topology);
+    node.setTopology(node.topology);
   }
   node.live = NodeLive{};
   nodes_[name] = std::move(node);

@@ -14,6 +14,7 @@
 
 #include "agent_run.hpp"
 #include "fake_nvml/fake_nvml_file.hpp"
+#include "live_pool_support.hpp"
 #include "poold_process.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "support/fixtures.hpp"
@@ -26,10 +27,6 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-std::string migHgxTopology() {
-  return (sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
-}
 
 std::string migUuid(int k) {
   return "MIG-7f3c2a10-0000-4000-8000-00000000000" + std::to_string(k);
@@ -61,13 +58,13 @@ class MigPoolTest : public ::testing::Test {
         dir.write("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
     admin = dir.write("admin", "tok-root-0123456789\n").string();
     std::filesystem::create_directories(dir.path() / "proc");
-    nvml = fakeNvmlFor(topo::readTopologyFile(migHgxTopology()));
+    nvml = fakeNvmlFor(topo::readTopologyFile(hgxNodeTopology()));
     setLayout(sevenSlices(7));
     poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,
                                            std::vector<std::string>{"--heartbeat-interval", "1"});
     agent = std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " +
                                            (dir.path() / "token-n01").string() +
-                                           " --node n01 --interval 1 --from " + migHgxTopology() +
+                                           " --node n01 --interval 1 --from " + hgxNodeTopology() +
                                            " --proc-root " + (dir.path() / "proc").string(),
                                        dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
     ASSERT_TRUE(waitForInstances(7)) << poolctl({"nodes"}).dump() << slurp(dir.path() / "agent-err");
@@ -96,17 +93,8 @@ class MigPoolTest : public ::testing::Test {
     return nodes[0]["gpus"][0].value("mig_instances", json::array());
   }
 
-  bool waitFor(const std::function<bool()>& check) {
-    auto end = std::chrono::steady_clock::now() + seconds(20);
-    while (std::chrono::steady_clock::now() < end) {
-      if (check()) return true;
-      std::this_thread::sleep_for(milliseconds(200));
-    }
-    return false;
-  }
-
   bool waitForInstances(size_t n) {
-    return waitFor([&] { return instances().size() == n; });
+    return within20s([&] { return instances().size() == n; });
   }
 };
 
@@ -143,7 +131,7 @@ TEST_F(MigPoolTest, SevenRanksRunOnSevenInstancesEachByItsUuid) {
             std::string::npos)
       << job.err;
   // Given back with the job.
-  EXPECT_TRUE(waitFor([&] { return poolctl({"status"})["mig_instances"]["free"] == 7; }));
+  EXPECT_TRUE(within20s([&] { return poolctl({"status"})["mig_instances"]["free"] == 7; }));
   // Eight never fit.
   ProcessResult eight = runShell("env POOLRUN_TOKEN=tok-bob-0123456789 " + std::string(POOLCTL_BINARY) +
                                  " --pool " + poold->uri() + " acquire --mig 1g.10gb -n 8");
@@ -168,7 +156,7 @@ TEST_F(MigPoolTest, ALayoutTheAgentReportsIsLeasedAndAGoneInstanceEndsItsLease) 
     layout.push_back(moved);
   }
   setLayout(layout);
-  ASSERT_TRUE(waitFor([&] {
+  ASSERT_TRUE(within20s([&] {
     json now = instances();
     return now.size() == 4u && now[3]["uuid"] == migUuid(9);
   })) << instances().dump()
@@ -184,7 +172,7 @@ TEST_F(MigPoolTest, ALayoutTheAgentReportsIsLeasedAndAGoneInstanceEndsItsLease) 
   json without = json::array({layout[1], layout[2], layout[3]});
   setLayout(without);
   ASSERT_TRUE(waitForInstances(3)) << instances().dump();
-  EXPECT_TRUE(waitFor([&] { return poolctl({"leases"}).size() == 1u; })) << poolctl({"leases"}).dump();
+  EXPECT_TRUE(within20s([&] { return poolctl({"leases"}).size() == 1u; })) << poolctl({"leases"}).dump();
   ProcessResult renew = runShell("env POOLRUN_TOKEN=tok-root-0123456789 " + std::string(POOLCTL_BINARY) +
                                  " --pool " + poold->uri() + " renew " + held["id"].get<std::string>());
   EXPECT_NE(renew.status, 0);
@@ -205,7 +193,7 @@ TEST_F(MigPoolTest, RepartitioningWaitsForTheLeaseThenTheAgentMakesTheLayout) {
   std::filesystem::path out = dir.path() / "mig-out", err = dir.path() / "mig-err";
   Reaped waiting{spawnShell(env + ctl + " mig n01:0 --profiles 3g.40gb,3g.40gb --wait 40 >" + out.string() +
                             " 2>" + err.string())};
-  ASSERT_TRUE(waitFor([&] {
+  ASSERT_TRUE(within20s([&] {
     json nodes = poolctl({"nodes"});
     return nodes.is_array() && nodes[0]["gpus"][0].contains("mig_layout_asked");
   }));

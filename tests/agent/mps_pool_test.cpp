@@ -13,6 +13,7 @@
 
 #include "agent_run.hpp"
 #include "fake_nvml/fake_nvml_file.hpp"
+#include "live_pool_support.hpp"
 #include "poold_process.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "support/fixtures.hpp"
@@ -25,10 +26,6 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-std::string mpsHgxTopology() {
-  return (sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
-}
 
 class MpsPoolTest : public ::testing::Test {
  protected:
@@ -43,18 +40,18 @@ class MpsPoolTest : public ::testing::Test {
         dir.write("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
     admin = dir.write("admin", "tok-root-0123456789\n").string();
     std::filesystem::create_directories(dir.path() / "proc");
-    writeFakeNvml(dir.path() / "nvml.json", fakeNvmlFor(topo::readTopologyFile(mpsHgxTopology())));
+    writeFakeNvml(dir.path() / "nvml.json", fakeNvmlFor(topo::readTopologyFile(hgxNodeTopology())));
     poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,
                                            std::vector<std::string>{"--heartbeat-interval", "1"});
     agent = std::make_unique<AgentRun>(
         "--pool " + poold->uri() + " --token-file " + (dir.path() / "token-n01").string() +
-            " --node n01 --interval 1 --from " + mpsHgxTopology() + " --proc-root " +
+            " --node n01 --interval 1 --from " + hgxNodeTopology() + " --proc-root " +
             (dir.path() / "proc").string() + " --mps-dir " + mpsDir().string() + " --mps-control " +
             (sourceDir() / "tests" / "agent" / "fake-mps-control").string(),
         dir.path() / "agent-err",
         fakeNvmlEnv(dir.path() / "nvml.json") + " FAKE_MPS_LOG=" + (dir.path() / "mps-log").string() + " " +
             agentEnv + " ");
-    ASSERT_TRUE(waitFor([&] {
+    ASSERT_TRUE(within20s([&] {
       json nodes = poolctl({"nodes"});
       return nodes.is_array() && nodes.size() == 1;
     })) << slurp(dir.path() / "agent-err");
@@ -92,15 +89,6 @@ class MpsPoolTest : public ::testing::Test {
     std::string out;
     for (const std::string& a : argv) out += (out.empty() ? "" : " ") + a;
     return out;
-  }
-
-  bool waitFor(const std::function<bool()>& check) {
-    auto end = std::chrono::steady_clock::now() + seconds(20);
-    while (std::chrono::steady_clock::now() < end) {
-      if (check()) return true;
-      std::this_thread::sleep_for(milliseconds(200));
-    }
-    return false;
   }
 
   size_t daemonsRunning() {
@@ -156,7 +144,7 @@ TEST_F(MpsPoolTest, AShareJobsRanksAreClientsOfTheirGpusDaemons) {
   const std::string log = slurp(dir.path() / "mps-log");
   for (const std::string& pipe : pipes)
     EXPECT_NE(log.find(" " + pipe + " " + pipe + "/log"), std::string::npos) << log;
-  EXPECT_TRUE(waitFor([&] { return daemonsRunning() == 0; })) << slurp(dir.path() / "agent-err");
+  EXPECT_TRUE(within20s([&] { return daemonsRunning() == 0; })) << slurp(dir.path() / "agent-err");
   EXPECT_NE(slurp(dir.path() / "mps-log").find("quit "), std::string::npos);
   EXPECT_NE(slurp(dir.path() / "agent-err").find("MPS control daemon stopped (no share left)"),
             std::string::npos);
@@ -174,7 +162,7 @@ TEST_F(MpsPoolTest, SharesOfOneOwnerArePackedAndAnothersGoElsewhere) {
   json status = poolctl({"status"});
   EXPECT_EQ(status["mps"]["gpus"], 2) << status.dump();
   EXPECT_EQ(status["mps"]["shares"], 3);
-  EXPECT_TRUE(waitFor([&] { return daemonsRunning() == 2; })) << slurp(dir.path() / "agent-err");
+  EXPECT_TRUE(within20s([&] { return daemonsRunning() == 2; })) << slurp(dir.path() / "agent-err");
   // poolctl nodes and the plain listing show each share under its GPU.
   json nodes = poolctl({"nodes"});
   const json& shared = nodes[0]["gpus"][a["gpus"][0]["index"].get<int>()];
@@ -194,7 +182,7 @@ TEST_F(MpsPoolTest, SharesOfOneOwnerArePackedAndAnothersGoElsewhere) {
                        poold->uri() + " release " + l["id"].get<std::string>())
                   .status,
               0);
-  EXPECT_TRUE(waitFor([&] { return daemonsRunning() == 0; })) << slurp(dir.path() / "agent-err");
+  EXPECT_TRUE(within20s([&] { return daemonsRunning() == 0; })) << slurp(dir.path() / "agent-err");
 }
 
 TEST_F(MpsPoolTest, ADaemonThatWillNotStartFailsItsGpuWithWhy) {
@@ -202,7 +190,7 @@ TEST_F(MpsPoolTest, ADaemonThatWillNotStartFailsItsGpuWithWhy) {
   json a = poolctl({"acquire", "-n", "1", "--share", "0.25", "--ttl", "120"}, "tok-alice-0123456789");
   ASSERT_TRUE(a.is_object());
   const int gpu = a["gpus"][0]["index"];
-  ASSERT_TRUE(waitFor([&] { return poolctl({"nodes"})[0]["gpus"][gpu]["state"] == "failed"; }))
+  ASSERT_TRUE(within20s([&] { return poolctl({"nodes"})[0]["gpus"][gpu]["state"] == "failed"; }))
       << slurp(dir.path() / "agent-err");
   const std::string reason = poolctl({"nodes"})[0]["gpus"][gpu]["failed_reason"];
   EXPECT_NE(reason.find("MPS control daemon not started: "), std::string::npos) << reason;

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "dashboard.hpp"
 #include "inventory.hpp"
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
@@ -101,6 +102,56 @@ void BM_SubmitRelease100kGpus(benchmark::State& state) {
   state.SetLabel("100,000 GPUs, 12,500 nodes, 25 switches, 90% leased");
 }
 BENCHMARK(BM_SubmitRelease100kGpus)->Arg(8)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// The dashboard's snapshot of the same 100,000 GPUs, each with a heartbeat's sample: Arg 0 the copy
+// made under the state's lock (captureDashboard), Arg 1 the JSON written after it (dashboardJson).
+void BM_DashboardSnapshot100kGpus(benchmark::State& state) {
+  std::string spec;
+  for (int s = 0; s < 25; ++s) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "n[%05d-%05d]/gpu[0-7]@leaf%d; ", s * 500 + 1, s * 500 + 500, s + 1);
+    spec += buf;
+  }
+  for (int n = 1; n <= 12500; n += 8) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "n%05d leased 0-7; ", n);
+    spec += buf;
+  }
+  PoolState pool;
+  TimePoint now = std::chrono::system_clock::now();
+  test::addInventory(pool, spec, now);
+  for (const auto& [name, node] : pool.nodeMap()) {
+    Heartbeat hb;
+    hb.node = name;
+    hb.topology_hash = node.topology_hash;
+    for (size_t i = 0; i < node.gpuCount(); ++i) {
+      topo::GpuSample g;
+      g.index = i;
+      g.sm_utilization = 0.5;
+      g.memory_used_bytes = uint64_t{40} << 30;
+      g.memory_total_bytes = uint64_t{80} << 30;
+      g.temperature_c = 50;
+      g.power_w = 400;
+      hb.gpus.push_back(g);
+    }
+    pool.heartbeat(hb, now);
+  }
+  pool.takeDirty();
+  const DashboardData data = captureDashboard(pool, now);
+  size_t bytes = 0;
+  for (auto _ : state) {
+    if (state.range(0) == 0) {
+      benchmark::DoNotOptimize(captureDashboard(pool, now));
+    } else {
+      std::string json = dashboardJson(data);
+      bytes = json.size();
+      benchmark::DoNotOptimize(json);
+    }
+  }
+  state.SetLabel(state.range(0) == 0 ? "the copy, under the state's lock"
+                                     : "the JSON after it: " + std::to_string(bytes / 1024) + " KiB");
+}
+BENCHMARK(BM_DashboardSnapshot100kGpus)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // A whole scheduling pass (PoolState::tick) on a full pool: 12,500 nodes x 8 GPUs under 25 leaf
 // switches, held by 10,000 leases (7,500 of 8 GPUs, 2,500 of 16 across two nodes; half of them

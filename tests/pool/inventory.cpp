@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "poolrun/pool/store.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "support/synthetic.hpp"
 
@@ -260,6 +261,21 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
 
 std::string gpuList(const std::vector<pool::GpuRef>& gpus) {
   return pool::formatGpus(gpus);
+}
+
+pool::PoolState throughStateFile(pool::PoolState& state, const std::filesystem::path& file) {
+  {
+    pool::Store store(file);
+    store.begin();
+    pool::Dirty all = state.takeDirty();
+    for (const auto& [name, n] : state.nodeMap()) all.nodes.insert(name);
+    store.write(state, all);
+    store.commit();
+  }
+  pool::Store store(file);
+  pool::PoolState loaded;
+  store.load(loaded);
+  return loaded;
 }
 
 std::vector<std::string> leasesUnderNotice(const pool::PoolState& state) {

@@ -22,6 +22,7 @@
 // GPU lists print as "n01:0-3 n02:4-7".
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ inline pool::TimePoint t0() {
 void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoint now);
 pool::LeaseRequest parseRequest(const std::string& spec);
 std::string gpuList(const std::vector<pool::GpuRef>& gpus);
+// `state` written whole (its nodes, leases, queue and what it marked dirty) to a new SQLite state
+// file `file`, and read back from it as a restarted poold reads it.
+pool::PoolState throughStateFile(pool::PoolState& state, const std::filesystem::path& file);
 // The ids of the leases under a preemption notice, sorted.
 std::vector<std::string> leasesUnderNotice(const pool::PoolState& state);
 

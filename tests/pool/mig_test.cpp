@@ -8,7 +8,6 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/placement.hpp"
-#include "poolrun/pool/store.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
 
@@ -172,17 +171,7 @@ TEST(Mig, LeasesOfInstancesOutliveAReloadFromTheStateFile) {
   addInventory(state, "n[01-02]/gpu[0-1] layout=0:1g.10gb*7", t0());
   SubmitResult r = state.submit(parseRequest("3 mig=1g.10gb"), t0(), false);
   ASSERT_TRUE(r.lease);
-  {
-    Store store(dir.path() / "pool.sqlite");
-    store.begin();
-    Dirty all = state.takeDirty();
-    for (const auto& [name, n] : state.nodeMap()) all.nodes.insert(name);
-    store.write(state, all);
-    store.commit();
-  }
-  Store store(dir.path() / "pool.sqlite");
-  PoolState loaded;
-  store.load(loaded);
+  PoolState loaded = test::throughStateFile(state, dir.path() / "pool.sqlite");
   ASSERT_TRUE(loaded.leaseMap().count(r.lease->id));
   EXPECT_EQ(loaded.leaseMap().at(r.lease->id).gpus, r.lease->gpus);
   EXPECT_EQ(loaded.nodeMap().at("n01").mig_units.size(), 7u);

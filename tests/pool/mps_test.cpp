@@ -8,7 +8,6 @@
 #include "inventory.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/limits.hpp"
-#include "poolrun/pool/store.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::pool {
@@ -225,17 +224,7 @@ TEST(Mps, SharesOutliveAReloadFromTheStateFileAndTravelInTheLeaseDocument) {
   addInventory(state, "n[01-02]/gpu[0-1]", t0());
   Lease a = *state.submit(parseRequest("2 share=0.5"), t0(), false).lease;
   Lease b = *state.submit(parseRequest("2 share=0.25 gpumem=4G"), t0(), false).lease;
-  {
-    Store store(dir.path() / "pool.sqlite");
-    store.begin();
-    Dirty all = state.takeDirty();
-    for (const auto& [name, n] : state.nodeMap()) all.nodes.insert(name);
-    store.write(state, all);
-    store.commit();
-  }
-  Store store(dir.path() / "pool.sqlite");
-  PoolState loaded;
-  store.load(loaded);
+  PoolState loaded = test::throughStateFile(state, dir.path() / "pool.sqlite");
   EXPECT_EQ(loaded.leaseMap().at(a.id).gpus, a.gpus);
   EXPECT_EQ(loaded.leaseMap().at(b.id).gpus, b.gpus);
   EXPECT_EQ(loaded.status().mps_shares, 4);

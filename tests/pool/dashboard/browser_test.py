@@ -163,11 +163,21 @@ class Scenario:
         return got == want and got
 
     def click_button(self, container_css, text):
+        """Clicks the button of `container_css` whose label starts with `text`. The page draws its
+        panels again at each refresh: a button found just before one is gone by the click (Selenium's
+        StaleElementReferenceException), and is looked for again in the new panel, as a user's next
+        click would find it (at most 5 tries)."""
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.by import By
-        for b in self.b.find_elements(By.CSS_SELECTOR, f"{container_css} button"):
-            if b.text.startswith(text):
-                b.click()
-                return
+        for _ in range(5):
+            try:
+                for b in self.b.find_elements(By.CSS_SELECTOR, f"{container_css} button"):
+                    if b.text.startswith(text):
+                        b.click()
+                        return
+                break
+            except StaleElementReferenceException:
+                time.sleep(0.1)
         raise AssertionError(f"no button '{text}' in {container_css}")
 
     def confirm(self):

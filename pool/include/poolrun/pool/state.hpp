@@ -64,6 +64,11 @@ struct PoolNode {
   // What a lease holds of the node, its units: GPUs 0 to gpuCount()-1, then the MIG compute
   // instances of its GPUs in MIG mode, unit gpuCount() + k being mig_units[k] (topo::migUnits).
   std::vector<topo::MigUnit> mig_units;
+  // Per GPU, whether it is in MIG mode now or after its next reset (inMigMode), copied out of the
+  // topology when it is set: placement asks it of every free GPU of the pool on every acquire, and
+  // each GPU's topology entry is a cache miss of its own (PoolNode::setTopology).
+  std::vector<char> gpu_in_mig{};
+  void setTopology(std::shared_ptr<const topo::NodeTopology> t);
   // MIG layouts an administrator asked for (poolctl mig), per GPU: until its agent has made one,
   // the GPU and its instances take no new lease, and once no lease holds them the agent is asked.
   std::map<size_t, std::vector<std::string>> mig_layouts;
@@ -246,6 +251,14 @@ class PoolState {
   std::vector<const PoolNode*> nodesInOrder() const;
   GpuState gpuState(const std::string& node, size_t index) const;
   const std::string* holder(const std::string& node, size_t index) const;  // lease id or null
+  // Per GPU of `node` (one of this state's), its state and the lease holding it (null: none), as
+  // gpuState and holder say, with the node's occupancy found once rather than by name per GPU (the
+  // status and the dashboard ask it of every GPU of the pool).
+  struct GpuUse {
+    GpuState state = GpuState::kFree;
+    const std::string* lease = nullptr;
+  };
+  void gpusOf(const PoolNode& node, std::vector<GpuUse>& out) const;
   PoolStatus status() const;
   std::vector<NodeInfo> nodeInfos() const;
   // What is wrong with the state's own bookkeeping, in words ("" when nothing): every lease's GPUs
