@@ -808,8 +808,8 @@ void setSharePercent(LeaseRequest& request, std::string_view text, const std::st
   if (!digits) refuse("not a number");
   const double value = std::stod(std::string(number)) * (percent ? 1.0 : 100.0);
   if (value > 100.0 + 1e-9) refuse("more than a whole GPU");
+  if (value < 1.0 - 1e-9) refuse("less than 1% of a GPU");  // MPS limits SMs by whole percents
   const long rounded = std::lround(value);
-  if (rounded < 1) refuse("less than 1% of a GPU");
   request.share_percent = static_cast<int>(rounded);
 }
 

@@ -38,6 +38,8 @@ TEST(Mps, ShareOptionsReadAFractionOrAPercentageAndBytes) {
   const std::pair<const char*, const char*> bad[] = {{"", "not a number"},
                                                      {"0", "less than 1% of a GPU"},
                                                      {"0.004", "less than 1%"},
+                                                     {"0.5%", "less than 1%"},
+                                                     {"0.009", "less than 1%"},
                                                      {"1.5", "more than a whole GPU"},
                                                      {"101%", "more than a whole GPU"},
                                                      {"-0.5", "not a number"},
