@@ -707,9 +707,9 @@ void PoolState::gpusOf(const PoolNode& node, std::vector<GpuUse>& out) const {
       else if (auto sh = held.sharers.find(i); sh != held.sharers.end())
         u.lease = &sh->second.front();
     }
-    u.state = node.failed.count(i)                                                ? GpuState::kFailed
-              : node.live.foreign.count(i)                                        ? GpuState::kForeign
-              : u.lease                                                           ? GpuState::kLeased
+    u.state = node.failed.count(i)         ? GpuState::kFailed
+              : node.live.foreign.count(i) ? GpuState::kForeign
+              : u.lease                    ? GpuState::kLeased
               : (i < node.gpu_in_mig.size() ? node.gpu_in_mig[i] != 0 : inMigMode(node.topology->gpus[i]))
                   ? GpuState::kMig
                   : GpuState::kFree;
