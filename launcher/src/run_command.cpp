@@ -269,11 +269,17 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
                    " is for the pools poolrun manages (local, sim:FILE, http://); in a Slurm allocation ask "
                    "Slurm for MIG devices (--gres=gpu:" +
                    o.mig_profile + ":N where gres.conf has them) (pool here: '" + o.pool + "')");
-  if (where.slurm() && (o.share_percent > 0 || o.share_memory_bytes > 0))
+  // An MPS share needs its GPU's control daemon, which the node's poold-agent runs: only the nodes
+  // of a poold pool have one (local and sim: pools have no agent; Slurm has its own MPS gres).
+  if ((o.share_percent > 0 || o.share_memory_bytes > 0) && !o.pool.starts_with("http://"))
     throw badInput(
-        "--share and --gpu-memory are for the pools poolrun manages (local, sim:FILE, http://); in a "
-        "Slurm allocation ask Slurm for MPS (--gres=mps:N where gres.conf has it) (pool here: '" +
-        o.pool + "')");
+        "--share and --gpu-memory are for a poold pool (http://HOST:PORT), whose nodes' poold-agent runs "
+        "the MPS daemons the shares need" +
+        std::string(where.slurm() ? "; in a Slurm allocation ask Slurm for MPS (--gres=mps:N where "
+                                    "gres.conf has it)"
+                                  : "; this pool has no agent (without one, start nvidia-cuda-mps-control "
+                                    "yourself and run on whole GPUs)") +
+        " (pool here: '" + o.pool + "')");
   if (where.slurm()) forgetSlurmGpuVariables(o.request, o.exports);
   return where;
 }

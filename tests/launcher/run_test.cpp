@@ -561,6 +561,17 @@ TEST_F(RunTest, RefusesWhatCannotBeMet) {
   Result usage = poolrun("-n 2");
   EXPECT_EQ(usage.status, 2);
   EXPECT_NE(usage.err.find("no PROGRAM to run"), std::string::npos);
+  // MPS shares need the daemons a poold pool's agents run: a pool without agents says so at once,
+  // before anything is leased (the ranks would otherwise wait for a daemon nobody starts).
+  for (const std::string& pool : {"--pool sim:" + src("clusters/sim-ib.toml"), std::string("--pool local")}) {
+    Result share = poolrun(pool + " --share 0.5 -n 1 " + RANK_REPORT);
+    EXPECT_EQ(share.status, 125) << share.err;
+    EXPECT_NE(share.err.find("--share and --gpu-memory are for a poold pool (http://HOST:PORT)"),
+              std::string::npos)
+        << share.err;
+    EXPECT_NE(share.err.find("this pool has no agent"), std::string::npos) << share.err;
+  }
+  EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
 }
 
 }  // namespace
