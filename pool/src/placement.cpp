@@ -323,8 +323,9 @@ std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const 
     for (const auto& [view, take] : choice->takes) {
       std::vector<size_t> order(view->usable.size());
       std::iota(order.begin(), order.end(), size_t{0});
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return (a < view->room.size() ? view->room[a] : 100) < (b < view->room.size() ? view->room[b] : 100);
+      const std::vector<int>& room = view->room;  // a lambda may not capture a structured binding (C++17)
+      std::stable_sort(order.begin(), order.end(), [&room](size_t a, size_t b) {
+        return (a < room.size() ? room[a] : 100) < (b < room.size() ? room[b] : 100);
       });
       order.resize(static_cast<size_t>(take));
       std::sort(order.begin(), order.end());

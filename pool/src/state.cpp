@@ -648,9 +648,10 @@ std::string PoolState::checkInvariants() const {
         return "GPU " + name + ":" + std::to_string(gpu) + " is held by " + o.holder[gpu] + " and shared";
       for (const std::string& id : ids) {
         auto l = leases_.find(id);
-        if (l == leases_.end() ||
-            std::none_of(l->second.gpus.begin(), l->second.gpus.end(),
-                         [&](const GpuRef& g) { return g.share && g.node == name && g.index == gpu; }))
+        if (l == leases_.end() || std::none_of(l->second.gpus.begin(), l->second.gpus.end(),
+                                               [&, &node = name, index = gpu](const GpuRef& g) {
+                                                 return g.share && g.node == node && g.index == index;
+                                               }))
           return "GPU " + name + ":" + std::to_string(gpu) + " counts a share of '" + id +
                  "', which has none";
         if (l->second.owner != leases_.at(ids.front()).owner)

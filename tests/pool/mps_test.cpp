@@ -52,7 +52,7 @@ TEST(Mps, ShareOptionsReadAFractionOrAPercentageAndBytes) {
                                                      {"0.5\xff", "not a number"}};
   for (const auto& [text, says] : bad) {
     LeaseRequest r;
-    std::string e = mpsErrorOf([&] { setSharePercent(r, text, "--share"); });
+    std::string e = mpsErrorOf([&r, t = text] { setSharePercent(r, t, "--share"); });
     EXPECT_NE(e.find(says), std::string::npos) << "'" << text << "': " << e;
     EXPECT_NE(e.find("give a fraction of a GPU (0.25) or a percentage (25%)"), std::string::npos) << e;
   }
@@ -76,7 +76,7 @@ TEST(Mps, ShareOptionsReadAFractionOrAPercentageAndBytes) {
                                                           {"99999999999999999999", "not a byte count"}};
   for (const auto& [text, says] : badBytes) {
     LeaseRequest r;
-    std::string e = mpsErrorOf([&] { setShareMemory(r, text, "--gpu-memory"); });
+    std::string e = mpsErrorOf([&r, t = text] { setShareMemory(r, t, "--gpu-memory"); });
     EXPECT_NE(e.find("--gpu-memory '"), std::string::npos) << e;
     EXPECT_NE(e.find(says), std::string::npos) << "'" << text << "': " << e;
   }
@@ -90,7 +90,8 @@ TEST(Mps, RequestsThatCannotBeSharesAreRefusedWithWhatToDo) {
            {"2 share=0.25 ppn=1", "drop it"},
            {"2 share=0.25 upto=4", "not elastic"},
            {"2 share=0.25 mig=1g.10gb", "ask for one or the other"}}) {
-    std::string e = mpsErrorOf([&] { state.submit(parseRequest(spec), t0(), false); });
+    std::string e =
+        mpsErrorOf([&state, request = spec] { state.submit(parseRequest(request), t0(), false); });
     EXPECT_NE(e.find(says), std::string::npos) << spec << ": " << e;
   }
   LeaseRequest r = parseRequest("1");
