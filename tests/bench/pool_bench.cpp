@@ -74,15 +74,21 @@ void BM_SubmitRelease10kGpus(benchmark::State& state) {
 }
 BENCHMARK(BM_SubmitRelease10kGpus)->Arg(4)->Arg(64)->Unit(benchmark::kMicrosecond);
 
-// The same at the scale of heartbeat_bench: 12,500 nodes x 8 GPUs under 25 leaf switches, 90% of
-// the nodes wholly leased, 8 GPUs acquired and released (what poold does under its state lock).
-void BM_SubmitRelease100kGpus(benchmark::State& state) {
+// The inventory of heartbeat_bench's scale: 12,500 nodes of 8 GPUs under 25 leaf switches.
+std::string hundredThousandGpus() {
   std::string spec;
   for (int s = 0; s < 25; ++s) {
     char buf[64];
     snprintf(buf, sizeof buf, "n[%05d-%05d]/gpu[0-7]@leaf%d; ", s * 500 + 1, s * 500 + 500, s + 1);
     spec += buf;
   }
+  return spec;
+}
+
+// The same at the scale of heartbeat_bench: 12,500 nodes x 8 GPUs under 25 leaf switches, 90% of
+// the nodes wholly leased, 8 GPUs acquired and released (what poold does under its state lock).
+void BM_SubmitRelease100kGpus(benchmark::State& state) {
+  std::string spec = hundredThousandGpus();
   for (int n = 1; n <= 12500; ++n) {
     if (n % 10 == 0) continue;
     char buf[32];
@@ -106,12 +112,7 @@ BENCHMARK(BM_SubmitRelease100kGpus)->Arg(8)->Arg(64)->Unit(benchmark::kMicroseco
 // The dashboard's snapshot of the same 100,000 GPUs, each with a heartbeat's sample: Arg 0 the copy
 // made under the state's lock (captureDashboard), Arg 1 the JSON written after it (dashboardJson).
 void BM_DashboardSnapshot100kGpus(benchmark::State& state) {
-  std::string spec;
-  for (int s = 0; s < 25; ++s) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "n[%05d-%05d]/gpu[0-7]@leaf%d; ", s * 500 + 1, s * 500 + 500, s + 1);
-    spec += buf;
-  }
+  std::string spec = hundredThousandGpus();
   for (int n = 1; n <= 12500; n += 8) {
     char buf[64];
     snprintf(buf, sizeof buf, "n%05d leased 0-7; ", n);
