@@ -113,15 +113,17 @@ bool PoolState::growNow(Lease& lease, QuotaBook& book, TimePoint now, bool resiz
 
 void PoolState::growElastic(TimePoint now, std::optional<int> waiting, QuotaBook& book) {
   // Only when GPUs are free; the highest priority first, then the oldest.
+  if (elastic_leases_.empty()) return;
   slots();
   bool anyFree = false;
   for (uint32_t n : slot_cache_.unheld) anyFree = anyFree || n > 0;
   if (!anyFree) return;
   std::vector<Lease*> growable;
-  for (auto& [id, lease] : leases_)
-    if (lease.elastic && static_cast<int>(lease.gpus.size()) < lease.elastic->max_gpus && !lease.preempt_at &&
-        !lease.shrink_at && now - lease.resized >= lease.elastic->resize_interval && now < lease.expires &&
-        !(waiting && *waiting >= lease.priority))
+  for (const std::string& id : elastic_leases_)  // not every lease: this runs at every grant and release
+    if (Lease& lease = leases_.at(id); static_cast<int>(lease.gpus.size()) < lease.elastic->max_gpus &&
+                                       !lease.preempt_at && !lease.shrink_at &&
+                                       now - lease.resized >= lease.elastic->resize_interval &&
+                                       now < lease.expires && !(waiting && *waiting >= lease.priority))
       growable.push_back(&lease);
   std::sort(growable.begin(), growable.end(), [](const Lease* a, const Lease* b) {
     if (a->priority != b->priority) return a->priority > b->priority;

@@ -781,6 +781,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
     heldChanged(g.node, true);
   }
   leases_[lease.id] = lease;
+  if (lease.elastic) elastic_leases_.insert(lease.id);
   last_busy_[lease.id] = now;
   lease_events_.push_back({LeaseEvent::Kind::kGranted, lease, {}});
   ++leases_granted_;
@@ -807,6 +808,7 @@ void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::stri
     }
   }
   leases_.erase(it);
+  elastic_leases_.erase(id);
   last_busy_.erase(id);
   reclaim_at_.erase(id);
   dirty_.leases.insert(id);
@@ -1720,6 +1722,10 @@ void PoolState::loadLease(Lease lease) {
     heldChanged(g.node, true);
   }
   std::string id = lease.id;
+  if (lease.elastic)
+    elastic_leases_.insert(id);
+  else
+    elastic_leases_.erase(id);
   leases_[id] = std::move(lease);
 }
 
@@ -1775,6 +1781,7 @@ void PoolState::clear() {
   occupancy_.clear();
   slotsChanged();
   leases_.clear();
+  elastic_leases_.clear();
   queue_.clear();
   requests_.clear();
   requests_by_time_.clear();

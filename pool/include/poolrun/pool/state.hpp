@@ -454,6 +454,7 @@ class PoolState {
   std::map<std::string, PoolNode> nodes_;
   std::map<std::string, Occupancy> occupancy_;
   std::map<std::string, Lease> leases_;
+  std::set<std::string> elastic_leases_;  // the ids of leases_ that are elastic (growElastic's)
   std::map<int64_t, QueueEntry> queue_;
   std::map<std::string, RememberedRequest> requests_;
   std::set<std::pair<TimePoint, std::string>> requests_by_time_;  // the same, oldest first
