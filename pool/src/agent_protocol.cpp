@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "json_read.hpp"
+#include "json_write.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/names.hpp"
@@ -124,6 +125,31 @@ json toJson(const HeartbeatReply& r) {
   return {{"schema", kHeartbeatReplySchema},  {"register_again", r.register_again},
           {"interval_s", r.interval.count()}, {"gpu_leases", leases},
           {"mig_layouts", layouts},           {"mps_gpus", r.mps_gpus}};
+}
+
+std::string heartbeatReplyText(const HeartbeatReply& r) {
+  using json_write::appendArray;
+  using json_write::appendString;
+  std::string out = R"({"schema":")";
+  out += kHeartbeatReplySchema;
+  out += R"(","register_again":)";
+  out += r.register_again ? "true" : "false";
+  out += R"(,"interval_s":)" + std::to_string(r.interval.count()) + ',';
+  appendArray(out, "gpu_leases", r.gpu_leases, [&](const auto& entry) {
+    out += R"({"index":)" + std::to_string(entry.first) + R"(,"lease":)";
+    appendString(out, entry.second);
+    out += '}';
+  });
+  out += ',';
+  appendArray(out, "mig_layouts", r.mig_layouts, [&](const auto& entry) {
+    out += R"({"index":)" + std::to_string(entry.first) + ',';
+    appendArray(out, "profiles", entry.second, [&](const std::string& p) { appendString(out, p); });
+    out += '}';
+  });
+  out += ',';
+  appendArray(out, "mps_gpus", r.mps_gpus, [&](size_t gpu) { out += std::to_string(gpu); });
+  out += '}';
+  return out;
 }
 
 HeartbeatReply heartbeatReplyFromJson(const json& doc) {

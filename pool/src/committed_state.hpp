@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "poolrun/pool/state.hpp"
@@ -27,32 +28,41 @@ class CommittedState {
   // (a heartbeat's names the leases of its node's GPUs; the next heartbeat's corrects it).
   enum class Clean { kEarlier, kNothing };
 
+  // A change applied to the state, its result not yet returned: settle() returns it (or rethrows
+  // what fn threw) once it is committed, where `wait` says it must wait for that.
+  template <typename R>
+  struct Applied {
+    std::optional<R> result;
+    std::exception_ptr error;
+    uint64_t seq = 0;
+    bool wait = true;
+  };
+
   // fn(PoolState&, TimePoint now) changes the state; its result is returned once committed.
   // What fn throws is rethrown after the commit, since fn may have changed the state first
   // (renewing an expired lease drops it). `clean` is read once fn has run (fn may set it).
   template <typename F>
   auto mutate(F&& fn, const Clean& clean = Clean::kEarlier) {
-    using R = decltype(fn(state_, TimePoint()));
-    std::optional<R> result;
-    std::exception_ptr error;
-    uint64_t seq;
-    bool wrote;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      try {
-        result.emplace(fn(state_, std::chrono::system_clock::now()));
-      } catch (...) {
-        error = std::current_exception();
-      }
-      // A change that marked nothing dirty (a heartbeat that failed no GPU) has nothing of its
-      // own to commit: it waits only for the changes before it (no commit pass where those are in).
-      wrote = takeDirty();
-      seq = wrote ? ++applied_ : applied_;
-    }
-    changed_.notify_all();
-    if (wrote || error || clean == Clean::kEarlier) waitCommitted(seq);
-    if (error) std::rethrow_exception(error);
-    return std::move(*result);
+    std::unique_lock<std::mutex> lock(mu_);
+    return settle(apply(lock, fn, clean));
+  }
+
+  // As mutate, but only where the state's lock is free now (nullopt, and fn not run, where a change
+  // or a read holds it), and without the wait for the commit: settle() it, on a thread that may
+  // wait where `wait` is set.
+  template <typename F>
+  auto tryApply(F&& fn, const Clean& clean)
+      -> std::optional<Applied<decltype(fn(std::declval<PoolState&>(), TimePoint()))>> {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return std::nullopt;
+    return apply(lock, fn, clean);
+  }
+
+  template <typename R>
+  R settle(Applied<R> change) {
+    if (change.wait) waitCommitted(change.seq);
+    if (change.error) std::rethrow_exception(change.error);
+    return std::move(*change.result);
   }
 
   // fn(const PoolState&) under the lock; no commit wait.
@@ -99,6 +109,25 @@ class CommittedState {
   std::vector<double> takeWaitSeconds();
 
  private:
+  // fn on the state under `lock` (held; released on return).
+  template <typename F>
+  auto apply(std::unique_lock<std::mutex>& lock, F& fn, const Clean& clean) {
+    Applied<decltype(fn(state_, TimePoint()))> change;
+    try {
+      change.result.emplace(fn(state_, std::chrono::system_clock::now()));
+    } catch (...) {
+      change.error = std::current_exception();
+    }
+    // A change that marked nothing dirty (a heartbeat that failed no GPU) has nothing of its own to
+    // commit: it waits only for the changes before it (no commit pass where those are in).
+    const bool wrote = takeDirty();
+    change.seq = wrote ? ++applied_ : applied_;
+    change.wait = wrote || change.error || clean == Clean::kEarlier;
+    lock.unlock();
+    changed_.notify_all();
+    return change;
+  }
+
   // Moves what the state marked dirty into pending_; whether it marked anything. Under mu_.
   bool takeDirty();
   void waitCommitted(uint64_t seq);

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "json_write.hpp"
 #include "poolrun/common/time_text.hpp"
 #include "poolrun/pool/json.hpp"
 
@@ -17,6 +18,9 @@ namespace poolrun::pool {
 const std::vector<std::pair<std::string_view, std::string_view>>& embeddedFiles();
 
 namespace {
+
+using json_write::appendArray;
+using json_write::appendString;
 
 using nlohmann::json;
 
@@ -31,32 +35,11 @@ const char* contentTypeOf(std::string_view name) {
   return "application/octet-stream";
 }
 
-// A JSON string, with text that is not UTF-8 replaced (as every reply of poold).
-void appendString(std::string& out, const std::string& text) {
-  out += json(text).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 void appendOptional(std::string& out, const std::optional<double>& v, double scale) {
   if (!v || !std::isfinite(*v))
     out += "null";
   else
     out += std::to_string(std::llround(*v * scale));
-}
-
-// `[a,b,...]` of each item, prefixed with `"name":` where a name is given.
-template <typename T, typename F>
-void appendArray(std::string& out, const char* name, const std::vector<T>& items, F&& each) {
-  if (name) {
-    out += '"';
-    out += name;
-    out += "\":";
-  }
-  out += '[';
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i) out += ',';
-    each(items[i]);
-  }
-  out += ']';
 }
 
 char gpuStateCode(GpuState s) {

@@ -27,6 +27,14 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+// What a handler that threw answers (its exceptions are its own errors, not the client's).
+HttpReply internalError() {
+  HttpReply reply;
+  reply.status = 500;
+  reply.body = errorBody("internal error", "internal");
+  return reply;
+}
+
 // A fixed pool of threads that run tasks in arrival order.
 class Workers {
  public:
@@ -80,6 +88,7 @@ struct HttpServer::Impl {
 
   HttpServerOptions opt;
   Handler handler;
+  Quick quick;
   asio::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_retry{ioc};
@@ -94,8 +103,8 @@ struct HttpServer::Impl {
   std::atomic<int64_t> n_open{0}, n_accepted{0}, n_refused_total{0}, n_refused_peer{0}, n_idle{0},
       n_header{0}, n_body{0}, n_write{0}, n_bad{0};
 
-  Impl(HttpServerOptions o, Handler h)
-      : opt(std::move(o)), handler(std::move(h)), workers(std::max(1, opt.workers)) {}
+  Impl(HttpServerOptions o, Handler h, Quick q)
+      : opt(std::move(o)), handler(std::move(h)), quick(std::move(q)), workers(std::max(1, opt.workers)) {}
 
   class Connection : public std::enable_shared_from_this<Connection> {
    public:
@@ -193,13 +202,22 @@ struct HttpServer::Impl {
         ++server_.n_bad;
         return write(std::move(bad), keepAlive, version);
       }
-      server_.workers.push([self = shared_from_this(), req = std::move(req), keepAlive, version]() mutable {
+      QuickAnswer quick;
+      if (server_.quick) {
+        try {
+          quick = server_.quick(req);
+        } catch (const std::exception&) {
+          quick.reply = internalError();
+        }
+        if (quick.reply) return write(std::move(*quick.reply), keepAlive, version);
+      }
+      server_.workers.push([self = shared_from_this(), req = std::move(req), finish = std::move(quick.finish),
+                            keepAlive, version]() mutable {
         HttpReply reply;
         try {
-          reply = self->server_.handler(req);
+          reply = finish ? finish() : self->server_.handler(req);
         } catch (const std::exception&) {
-          reply.status = 500;
-          reply.body = errorBody("internal error", "internal");
+          reply = internalError();
         }
         auto executor = self->stream_.get_executor();
         asio::post(executor, [self = std::move(self), reply = std::move(reply), keepAlive,
@@ -281,8 +299,8 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(HttpServerOptions options, Handler handler)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler))) {
+HttpServer::HttpServer(HttpServerOptions options, Handler handler, Quick quick)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), std::move(quick))) {
   Impl& m = *impl_;
   beast::error_code ec;
   auto address = asio::ip::make_address(m.opt.host, ec);

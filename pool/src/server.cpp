@@ -13,6 +13,7 @@
 #include <deque>
 #include <iostream>
 #include <sstream>
+#include <variant>
 
 #include "committed_state.hpp"
 #include "dashboard.hpp"
@@ -169,6 +170,10 @@ struct PoolServer::Impl {
     const std::vector<std::string>& params;
     int status = 200;
   };
+  // A quick route's answer on the network thread: none (the state's lock is busy: a worker runs the
+  // route's handler instead), the body, or the rest to finish on a worker (a commit to wait for).
+  using QuickBody = std::variant<std::monostate, json, std::function<json()>>;
+
   struct Route {
     std::string method;
     std::string label;  // for metrics: the pattern with its first two segments
@@ -177,6 +182,11 @@ struct PoolServer::Impl {
     std::string what;  // what a user may not do, for the 403
     std::function<json(Context&)> handler;
     bool agent = false;  // a node agent's route: for the node's own token (or an administrator's)
+    // Where set, the handler's result is a JSON string holding the reply's body, already written,
+    // of this content type (the routes whose replies are written without nlohmann's DOM).
+    const char* written = nullptr;
+    // Where set, what the network thread may do with the request (PoolServer::Impl::quick).
+    std::function<QuickBody(Context&)> quick;
   };
 
   ServerOptions opt;
@@ -263,35 +273,66 @@ struct PoolServer::Impl {
     return {200, "ok\n", "text/plain; charset=utf-8"};
   }
 
-  // A change to the state, as CommittedState::mutate, with the events it caused: the leases it
-  // granted and ended (PoolState reports them) and what `fn` recorded. Recorded under the state's
-  // lock (so in its order), published once the change is committed.
+  // Publishes the events recorded up to `seq` (none: 0) when it goes, after the change's commit.
+  struct Publish {
+    EventLog& log;
+    uint64_t seq = 0;
+    ~Publish() { log.publish(seq); }
+  };
+
+  // fn as a change that records the events it caused: the leases it granted and ended (PoolState
+  // reports them) and what fn recorded. Recorded under the state's lock (so in its order), published
+  // (`publish`, set here) once the change is committed.
+  template <typename F>
+  auto recording(F& fn, CommittedState::Clean& clean, uint64_t& publish) {
+    return [this, &fn, &clean, &publish](PoolState& s, TimePoint now) {
+      const uint64_t before = events->lastRecorded();
+      try {
+        auto result = fn(s, now);
+        publish = recordLeaseEvents(s, now);
+        // An event of this change is published once the changes before it are committed; a change
+        // that waits for none publishes nothing (the events recorded so far are theirs).
+        if (publish != before)
+          clean = CommittedState::Clean::kEarlier;
+        else if (clean == CommittedState::Clean::kNothing)
+          publish = 0;
+        return result;
+      } catch (...) {
+        publish = recordLeaseEvents(s, now);
+        throw;
+      }
+    };
+  }
+
+  // A change to the state, as CommittedState::mutate, with the events it caused.
   template <typename F>
   auto mutate(F&& fn, CommittedState::Clean clean = CommittedState::Clean::kEarlier) {
-    struct Publish {
-      EventLog& log;
-      uint64_t seq = 0;
-      ~Publish() { log.publish(seq); }
-    } publish{*events};
-    return pool->mutate(
-        [&](PoolState& s, TimePoint now) {
-          const uint64_t before = events->lastRecorded();
-          try {
-            auto result = fn(s, now);
-            publish.seq = recordLeaseEvents(s, now);
-            // An event of this change is published once the changes before it are committed; a change
-            // that waits for none publishes nothing (the events recorded so far are theirs).
-            if (publish.seq != before)
-              clean = CommittedState::Clean::kEarlier;
-            else if (clean == CommittedState::Clean::kNothing)
-              publish.seq = 0;
-            return result;
-          } catch (...) {
-            publish.seq = recordLeaseEvents(s, now);
-            throw;
-          }
-        },
-        clean);
+    Publish publish{*events};
+    return pool->mutate(recording(fn, clean, publish.seq), clean);
+  }
+
+  // A change applied by tryMutate: settle() returns its result once it is committed (waiting for
+  // that where `waits()`) and publishes its events.
+  template <typename R>
+  struct Applied {
+    Impl* server;
+    CommittedState::Applied<R> change;
+    uint64_t publish = 0;
+    bool waits() const { return change.wait; }
+    R settle() {
+      Publish published{*server->events, publish};
+      return server->pool->settle(std::move(change));
+    }
+  };
+
+  // As mutate, where the state's lock is free now (else nullopt, fn not run), without waiting.
+  template <typename F>
+  auto tryMutate(F&& fn, CommittedState::Clean clean)
+      -> std::optional<Applied<decltype(fn(std::declval<PoolState&>(), TimePoint()))>> {
+    uint64_t publish = 0;
+    auto change = pool->tryApply(recording(fn, clean, publish), clean);
+    if (!change) return std::nullopt;
+    return Applied<decltype(fn(std::declval<PoolState&>(), TimePoint()))>{this, std::move(*change), publish};
   }
 
   uint64_t recordLeaseEvents(PoolState& s, TimePoint now) {
@@ -333,10 +374,23 @@ struct PoolServer::Impl {
              std::function<json(Context&)> handler) {
     std::vector<std::string> p = splitPattern(pattern);
     std::string label = "/" + p[0] + (p.size() > 1 ? "/" + p[1] : "");
-    routes.push_back({method, label, std::move(p), adminOnly, what, std::move(handler), false});
+    routes.push_back(
+        {method, label, std::move(p), adminOnly, what, std::move(handler), false, nullptr, nullptr});
   }
 
-  HttpReply handle(const HttpRequest& req) {
+  HttpReply handle(const HttpRequest& req) { return std::move(*answer(req, false).reply); }
+
+  // On the network thread, where nothing may wait: heartbeats, applied there when the state's lock
+  // is free (2,500 a second at 12,500 nodes; each would cost two hand-overs between threads, more
+  // than the heartbeat itself). Every other request goes to the workers.
+  QuickAnswer quick(const HttpRequest& req) {
+    const bool heartbeat = req.method == "POST" && req.segments.size() == 4 && req.segments[0] == "v1" &&
+                           req.segments[1] == "nodes" && req.segments[3] == "heartbeat";
+    return heartbeat ? answer(req, true) : QuickAnswer{};
+  }
+
+  // The reply to `req`; on the network thread, only for a route with a `quick` (else nothing).
+  QuickAnswer answer(const HttpRequest& req, bool networkThread) {
     auto start = Steady::now();
     HttpReply reply;
     std::string label = "unmatched";
@@ -353,9 +407,10 @@ struct PoolServer::Impl {
         params = std::move(*m);
         break;
       }
+      if (networkThread && (found == nullptr || !found->quick)) return {};
       if (found == nullptr && (req.segments.empty() || req.segments[0] == "ui")) {
         reply = dashboardFileReply(req);
-        return observed(req, "/ui", std::move(reply), start);
+        return {observed(req.method, "/ui", std::move(reply), start), nullptr};
       }
       if (found == nullptr) {
         if (pathKnown) throw HttpError{405, "method " + req.method + " is not allowed here", "bad_request"};
@@ -364,7 +419,7 @@ struct PoolServer::Impl {
       label = found->label;
       if (label == "/healthz") {
         reply = health();
-        return observed(req, label, std::move(reply), start);
+        return {observed(req.method, label, std::move(reply), start), nullptr};
       }
       if (opt.serving && !opt.serving())
         throw HttpError{
@@ -388,26 +443,44 @@ struct PoolServer::Impl {
             403, "owner " + who.owner + " (role user) may not " + found->what + "; an administrator may",
             "forbidden"};
       Context ctx{req, who, params};
-      if (found->label == "/metrics") {
-        reply = {200, found->handler(ctx).get<std::string>(), "text/plain; version=0.0.4"};
-      } else if (found->label == "/v1/dashboard" || found->label == "/v1/history") {
-        reply = {200, found->handler(ctx).get<std::string>(), "application/json"};  // written as JSON
+      if (!networkThread) {
+        reply = replyOf(*found, ctx, found->handler(ctx));
       } else {
-        json body = found->handler(ctx);
-        reply = {ctx.status, dumpReply(body), "application/json"};
+        QuickBody body = found->quick(ctx);
+        if (std::holds_alternative<std::monostate>(body)) return {};
+        if (auto* finish = std::get_if<std::function<json()>>(&body))
+          return {std::nullopt, [this, found, status = ctx.status, method = req.method, label, start,
+                                 finish = std::move(*finish)] {
+                    HttpReply r;
+                    try {
+                      r = replyOf(*found, status, finish());
+                    } catch (...) {
+                      r = replyForError(std::current_exception());
+                    }
+                    return observed(method, label, std::move(r), start);
+                  }};
+        reply = replyOf(*found, ctx, std::get<json>(body));
       }
     } catch (...) {
       reply = replyForError(std::current_exception());
     }
     if (reply.status == 401) reply.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"poold\"");
-    return observed(req, label, std::move(reply), start);
+    return {observed(req.method, label, std::move(reply), start), nullptr};
   }
 
-  HttpReply observed(const HttpRequest& req, const std::string& label, HttpReply reply,
+  // The reply of a route whose handler returned `body`, with status `status`.
+  static HttpReply replyOf(const Route& r, int status, const json& body) {
+    if (r.written) return {status, body.get<std::string>(), r.written};
+    return {status, dumpReply(body), "application/json"};
+  }
+  static HttpReply replyOf(const Route& r, const Context& c, const json& body) {
+    return replyOf(r, c.status, body);
+  }
+
+  HttpReply observed(const std::string& sent, const std::string& label, HttpReply reply,
                      Steady::time_point start) {
     // Labels are fixed words only: a client's method or path never makes a new series.
-    const std::string method =
-        req.method == "GET" || req.method == "POST" || req.method == "DELETE" ? req.method : "other";
+    const std::string method = sent == "GET" || sent == "POST" || sent == "DELETE" ? sent : "other";
     metrics.observeRequest(method, label, reply.status,
                            std::chrono::duration<double>(Steady::now() - start).count());
     return reply;
@@ -478,17 +551,33 @@ struct PoolServer::Impl {
       });
     });
     routes.back().agent = true;
+    // A heartbeat that failed no GPU changed nothing the state file holds: its reply waits for no
+    // commit. A restart loses what heartbeats alone told: samples, foreign GPUs, idle clocks.
     route("POST", "/v1/nodes/*/heartbeat", false, "send heartbeats", [this](Context& c) {
-      Heartbeat hb = heartbeatFromText(c.req.body);
-      if (hb.node != c.params[0])
-        throw badRequest("the heartbeat names node '" + hb.node + "', the path node '" +
-                         topo::printable(c.params[0]) + "'");
-      // A heartbeat that failed no GPU changed nothing the state file holds: its reply waits for
-      // no commit. A restart loses what heartbeats alone told: samples, foreign GPUs, idle clocks.
-      return toJson(mutate([&](PoolState& s, TimePoint now) { return s.heartbeat(hb, now); },
-                           CommittedState::Clean::kNothing));
+      const Heartbeat hb = readHeartbeat(c);
+      return json(heartbeatReplyText(mutate([&](PoolState& s, TimePoint now) { return s.heartbeat(hb, now); },
+                                            CommittedState::Clean::kNothing)));
     });
     routes.back().agent = true;
+    routes.back().written = "application/json";
+    routes.back().quick = [this](Context& c) -> QuickBody {
+      auto hb = std::make_shared<const Heartbeat>(readHeartbeat(c));
+      auto change = tryMutate([hb](PoolState& s, TimePoint now) { return s.heartbeat(*hb, now); },
+                              CommittedState::Clean::kNothing);
+      if (!change) return {};  // the state's lock is busy: a worker waits for it
+      if (!change->waits()) return json(heartbeatReplyText(change->settle()));
+      return std::function<json()>(
+          [change = std::move(*change)]() mutable { return json(heartbeatReplyText(change.settle())); });
+    };
+  }
+
+  // The heartbeat a request carries, for the node its path names.
+  static Heartbeat readHeartbeat(const Context& c) {
+    Heartbeat hb = heartbeatFromText(c.req.body);
+    if (hb.node != c.params[0])
+      throw badRequest("the heartbeat names node '" + hb.node + "', the path node '" +
+                       topo::printable(c.params[0]) + "'");
+    return hb;
   }
 
   void addRoutes() {
@@ -704,7 +793,9 @@ struct PoolServer::Impl {
       }
       return json(forViewer(snapshot, c.who));
     });
+    routes.back().written = "application/json";
     route("GET", "/v1/history", false, "", [this](Context&) { return json(history.json()); });
+    routes.back().written = "application/json";
     route("GET", "/v1/replicas", false, "", [this](Context&) {
       if (!opt.replicas)
         throw HttpError{404, "this poold keeps the pool in one SQLite file: it has no replicas", "not_found"};
@@ -723,6 +814,7 @@ struct PoolServer::Impl {
       return json(metrics.render(s, http ? http->stats() : HttpServerStats{}, gpuMillis) + live.str() +
                   (opt.more_metrics ? opt.more_metrics() : std::string()));  // unbound: tests
     });
+    routes.back().written = "text/plain; version=0.0.4";
   }
 };
 
@@ -800,7 +892,9 @@ int PoolServer::bind() {
   h.body_timeout = m.opt.body_timeout;
   h.idle_timeout = m.opt.idle_timeout;
   h.write_timeout = m.opt.body_timeout;
-  m.http = std::make_unique<HttpServer>(h, [&m](const HttpRequest& req) { return m.handle(req); });
+  m.http = std::make_unique<HttpServer>(
+      h, [&m](const HttpRequest& req) { return m.handle(req); },
+      [&m](const HttpRequest& req) { return m.quick(req); });
   return m.http->port();
 }
 

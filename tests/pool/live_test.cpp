@@ -720,5 +720,30 @@ TEST(AgentProtocol, RegistrationIsReadStrictly) {
   EXPECT_THROW(nodeRegistrationFromJson(doc), Error);
 }
 
+// poold writes a heartbeat's reply as text (heartbeatReplyText): the same document as toJson, for
+// replies empty and full, and with text that needs escaping or is not UTF-8 (replaced, as in every
+// reply of poold).
+TEST(HeartbeatReplyText, IsTheDocumentToJsonMakes) {
+  std::vector<HeartbeatReply> replies(4);
+  replies[1].register_again = true;
+  replies[1].interval = seconds(30);
+  replies[2].gpu_leases = {{0, "L1"}, {7, "L-2-abc"}};
+  replies[2].mig_layouts = {{3, {"1g.10gb", "1g.10gb", "3g.40gb"}}, {5, {"7g.80gb"}}};
+  replies[2].mps_gpus = {1, 2, 6};
+  replies[3].gpu_leases = {{1, "quote\" back\\slash\ttab"}, {2, std::string("\xff\xfe not UTF-8")}, {3, ""}};
+  replies[3].mig_layouts = {{0, {"\u00e9"}}};
+  for (const HeartbeatReply& r : replies) {
+    const std::string text = heartbeatReplyText(r);
+    const json doc = json::parse(text);  // throws where the text is not JSON
+    EXPECT_EQ(doc, json::parse(toJson(r).dump(-1, ' ', false, json::error_handler_t::replace))) << text;
+  }
+  // What the agent reads back (the last reply's lease names are not lease ids: it refuses them).
+  const HeartbeatReply back = heartbeatReplyFromJson(json::parse(heartbeatReplyText(replies[2])));
+  EXPECT_EQ(back.gpu_leases, replies[2].gpu_leases);
+  EXPECT_EQ(back.mig_layouts, replies[2].mig_layouts);
+  EXPECT_EQ(back.mps_gpus, replies[2].mps_gpus);
+  EXPECT_TRUE(heartbeatReplyFromJson(json::parse(heartbeatReplyText(replies[1]))).register_again);
+}
+
 }  // namespace
 }  // namespace poolrun::pool

@@ -98,6 +98,9 @@ NodeRegistration nodeRegistrationFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const Heartbeat& heartbeat);
 // (poold reads heartbeats with heartbeatFromText, pool/src/heartbeat_reader.hpp.)
 nlohmann::json toJson(const HeartbeatReply& reply);
+// The same document as JSON text, written directly (poold writes one per heartbeat; the fields in
+// another order than toJson(reply).dump()).
+std::string heartbeatReplyText(const HeartbeatReply& reply);
 HeartbeatReply heartbeatReplyFromJson(const nlohmann::json& doc);
 
 // The agent's side of the protocol, over a poold's HTTP API. Errors are poolrun::Error: kIo where
