@@ -136,7 +136,9 @@ struct HttpServer::Impl {
       if (buffer_.size() > 0) return readHeader();
       // Waiting for a request: the idle deadline; the header deadline starts at its first byte.
       stream_.expires_after(server_.opt.idle_timeout);
-      auto space = buffer_.prepare(4096);
+      // Room for most requests whole (a heartbeat of 8 GPUs is about 5 KB), so that one read takes
+      // them; a connection holds it while it lives (max_connections x 16 KiB at most).
+      auto space = buffer_.prepare(std::min<size_t>(16 * 1024, buffer_.max_size() - buffer_.size()));
       stream_.async_read_some(space, [self = shared_from_this()](beast::error_code ec, size_t n) {
         if (ec) {
           if (ec == beast::error::timeout) ++self->server_.n_idle;

@@ -5,6 +5,7 @@
 // typo never locks every user out nor stops poold; a file that cannot be read at all (or is not a
 // regular file, or is over 16 MiB) keeps the tokens read before.
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -28,11 +29,15 @@ class TokenStore {
   // Reads the file. Throws poolrun::Error (kNotFound, kBadInput) when it cannot be read at all.
   TokenStore(std::filesystem::path file, Warn warn);
 
-  // The entry for `token`, re-reading the file first when it changed; nullopt when unknown.
+  // The entry for `token`, re-reading the file first when it changed; nullopt when unknown. A
+  // change is seen once the file is whole (topo::settled) and at most kLookEvery after that.
   std::optional<TokenEntry> find(const std::string& token);
+
+  static constexpr std::chrono::milliseconds kLookEvery{25};
 
  private:
   void reload(bool initial);
+  std::chrono::steady_clock::time_point looked_{};  // when the file was last looked at
 
   std::filesystem::path file_;
   Warn warn_;

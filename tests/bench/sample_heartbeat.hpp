@@ -11,8 +11,8 @@ namespace poolrun::pool::bench {
 
 // A node's heartbeat as poold-agent sends it: 8 GPUs with utilisation, memory, temperature, power,
 // ECC and one compute process each (named with its lease where the node is held), 8 NIC ports.
-inline Heartbeat heartbeatOf(const std::string& node, const topo::NodeTopology& topology, const std::string& hash,
-                      const std::string& lease, int seed) {
+inline Heartbeat heartbeatOf(const std::string& node, const topo::NodeTopology& topology,
+                             const std::string& hash, const std::string& lease, int seed) {
   Heartbeat hb;
   hb.node = node;
   hb.agent_version = "poold-agent bench";

@@ -94,8 +94,8 @@ TEST(CommittedStateTryApply, WaitsForACommitWhereMutateWould) {
   EXPECT_EQ(state.settle(std::move(*earlier)), 4);
   EXPECT_EQ(commits, 1);
   // What the change throws comes out of settle(), after the commit.
-  auto failed = state.tryApply(
-      [](PoolState&, TimePoint) -> int { throw std::runtime_error("refused"); }, Clean::kNothing);
+  auto failed = state.tryApply([](PoolState&, TimePoint) -> int { throw std::runtime_error("refused"); },
+                               Clean::kNothing);
   ASSERT_TRUE(failed.has_value());
   EXPECT_TRUE(failed->wait);
   EXPECT_THROW(state.settle(std::move(*failed)), std::runtime_error);

@@ -17,8 +17,9 @@ namespace {
 class QuickServer : public ::testing::Test {
  protected:
   QuickServer()
-      : server_(HttpServerOptions{}, [this](const HttpRequest& req) { return onWorker(req); },
-                [this](const HttpRequest& req) { return quick(req); }) {
+      : server_(
+            HttpServerOptions{}, [this](const HttpRequest& req) { return onWorker(req); },
+            [this](const HttpRequest& req) { return quick(req); }) {
     network_ = std::thread([this] {
       {
         std::lock_guard<std::mutex> lock(mu_);
