@@ -133,7 +133,7 @@ struct HttpServer::Impl {
       if (closed_) return;
       parser_.emplace();
       setLimits(*parser_, server_.opt);
-      if (buffer_.size() > 0) return readHeader();
+      if (buffer_.size() > 0) return takeBuffered();
       // Waiting for a request: the idle deadline; the header deadline starts at its first byte.
       stream_.expires_after(server_.opt.idle_timeout);
       // Room for most requests whole (a heartbeat of 8 GPUs is about 5 KB), so that one read takes
@@ -145,8 +145,26 @@ struct HttpServer::Impl {
           return self->close();
         }
         self->buffer_.commit(n);
-        self->readHeader();
+        self->takeBuffered();
       });
+    }
+
+    // What the buffer holds parsed at once, without a deadline or a read: most requests arrive
+    // whole in one read, and are then dispatched from here. The rest is read as it comes.
+    void takeBuffered() {
+      beast::error_code ec;
+      while (!parser_->is_done() && buffer_.size() > 0) {
+        const size_t n = parser_->put(buffer_.data(), ec);
+        buffer_.consume(n);
+        if (ec == http::error::need_more) {
+          ec = {};
+          if (n == 0) break;  // not yet a whole header line or chunk line
+        } else if (ec) {
+          return readFailed(ec, server_.n_header);
+        }
+      }
+      if (parser_->is_done()) return dispatch();
+      readHeader();  // (async_read_header goes on from what the parser has taken; so does the body's)
     }
 
     void readHeader() {

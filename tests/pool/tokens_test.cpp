@@ -19,7 +19,8 @@ namespace {
 // The file rewritten with `text`, its modification time set back past the settle time.
 void rewriteSettled(const test::TempDir& dir, const std::string& text) {
   const std::filesystem::path file = dir.write("tokens", text);
-  std::filesystem::last_write_time(file, std::filesystem::file_time_type::clock::now() - std::chrono::seconds(5));
+  std::filesystem::last_write_time(file,
+                                   std::filesystem::file_time_type::clock::now() - std::chrono::seconds(5));
 }
 
 TEST(TokenFileReload, AChangeIsSeenWithinTheLookIntervalOnceWhole) {
