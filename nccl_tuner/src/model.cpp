@@ -178,7 +178,11 @@ CostModel::CostModel(const TunerConfig& config, CommShape shape, ModelFit fit)
 }
 
 int CostModel::nicsUsed() const {
-  return std::min(config_.net.nics_per_node, ppn_);
+  // [M] 2 x 1 H100 with 4x 400G RoCE NICs on 8-GPU hosts, Tree forced: 41 GB/s at 8 GiB, one NIC's
+  // worth (nccl-tests#232); 2 x 8 A100 with 16x 100G RoCE (two a GPU): 238 GB/s busbw at 8 GiB,
+  // past what 8 of the 16 carry (oracle-quickstart/oci-hpc-oke).
+  const int perGpu = std::max(1, config_.net.nics_per_node / std::max(1, config_.gpus_per_node));
+  return std::min(config_.net.nics_per_node, ppn_ * perGpu);
 }
 
 double CostModel::fabricHopLatencyUs() const {

@@ -94,7 +94,7 @@ struct TunerConfig {
   bool has_hardware = true;
   Fabric fabric = Fabric::kIb;
   int nodes = 1;
-  int gpus_per_node = 1;
+  int gpus_per_node = 1;  // the GPUs of a node (not the ranks a communicator puts there)
   GpuSpec gpu;
   NetSpec net;
   CpuVendor cpu_vendor = CpuVendor::kIntel;

@@ -93,8 +93,10 @@ class CostModel {
   double fabricHopLatencyUs() const;
   // The factor LL128 keeps of its bandwidth on network hops on this fabric (1 on IB).
   double ll128NetworkFactor() const;
-  // The NICs of a node that the communicator's ranks use: each GPU sends through its nearest NIC,
-  // so with fewer ranks than NICs on a node the others stay idle (NCCL_IB_HCA listing them or not).
+  // The NICs of a node that the communicator's ranks use: each GPU sends through the NICs nearest
+  // it, so with fewer ranks than NICs on a node the others stay idle (NCCL_IB_HCA listing them or
+  // not), and a GPU with several NICs at one distance (nics_per_node / gpus_per_node of them, the
+  // node's GPUs, not the ranks) spreads its channels over all of them.
   int nicsUsed() const;
 
  private:
