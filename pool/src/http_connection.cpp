@@ -13,6 +13,7 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "poolrun/common/text.hpp"
 
@@ -64,6 +65,7 @@ void HttpConnection::close() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   buffer_.clear();
+  awaiting_reply_ = false;
 }
 
 void HttpConnection::open() {
@@ -119,6 +121,10 @@ void HttpConnection::sendAll(const std::string& data) {
 
 bool HttpConnection::fill() {
   char chunk[16384];
+  // The first read after a request: the reply is hardly ever there yet, so wait for it first
+  // (one poll, not a read that finds nothing and then the poll).
+  if (std::exchange(awaiting_reply_, false) && !waitFor(fd_, POLLIN, io_timeout))
+    throw transferError("timed out waiting for the reply");
   for (;;) {
     ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
     if (n > 0) {
@@ -164,6 +170,7 @@ HttpResponse HttpConnection::request(const std::string& method, const std::strin
     if (!body.empty()) head += "Content-Type: application/json\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     sendAll(head + body);
+    awaiting_reply_ = buffer_.empty();
 
     HttpResponse response;
     std::string status = takeLine();

@@ -59,6 +59,7 @@ class HttpConnection {
   std::string token_;
   int fd_ = -1;
   std::string buffer_;
+  bool awaiting_reply_ = false;  // a request sent, nothing of its reply read yet
 };
 
 }  // namespace poolrun::pool

@@ -114,7 +114,11 @@ struct HttpServer::Impl {
           peer_(std::move(peer)),
           buffer_(server.opt.max_header_bytes + server.opt.max_body_bytes + 64 * 1024) {}
 
-    void start() { readRequest(); }
+    void start() {
+      beast::error_code ec;
+      stream_.socket().non_blocking(true, ec);  // for write(): a reply that does not fit waits asynchronously
+      readRequest();
+    }
 
     // Network thread only; idempotent.
     void close() {
@@ -222,17 +226,17 @@ struct HttpServer::Impl {
         ++server_.n_bad;
         return write(std::move(bad), keepAlive, version);
       }
-      QuickAnswer quick;
+      QuickAnswer answer;
       if (server_.quick) {
         try {
-          quick = server_.quick(req);
+          answer = server_.quick(req);
         } catch (const std::exception&) {
-          quick.reply = internalError();
+          answer.reply = internalError();
         }
-        if (quick.reply) return write(std::move(*quick.reply), keepAlive, version);
+        if (answer.reply) return write(std::move(*answer.reply), keepAlive, version);
       }
-      server_.workers.push([self = shared_from_this(), req = std::move(req), finish = std::move(quick.finish),
-                            keepAlive, version]() mutable {
+      server_.workers.push([self = shared_from_this(), req = std::move(req),
+                            finish = std::move(answer.finish), keepAlive, version]() mutable {
         HttpReply reply;
         try {
           reply = finish ? finish() : self->server_.handler(req);
@@ -256,16 +260,33 @@ struct HttpServer::Impl {
       res->body() = std::move(reply.body);
       res->keep_alive(keepAlive);
       res->prepare_payload();
+      // Most replies fit the socket's send buffer: written at once, without a deadline to arm or an
+      // asynchronous write; the rest of one that does not is written as the client reads, against
+      // the write deadline.
+      auto sr = std::make_shared<http::serializer<false, http::string_body>>(*res);
+      beast::error_code ec;
+      http::write(stream_.socket(), *sr, ec);  // the socket is non-blocking: never waits
+      if (!ec) {
+        // The next request is read from the network thread's queue, not from here: a client's
+        // pipelined requests must not nest one call per request.
+        return asio::post(stream_.get_executor(),
+                          [self = shared_from_this(), keepAlive] { self->written(keepAlive); });
+      }
+      if (ec != asio::error::would_block && ec != asio::error::try_again) return close();
       stream_.expires_after(server_.opt.write_timeout);
-      http::async_write(stream_, *res,
-                        [self = shared_from_this(), res, keepAlive](beast::error_code ec, size_t) {
-                          if (ec) {
-                            if (ec == beast::error::timeout) ++self->server_.n_write;
+      http::async_write(stream_, *sr,
+                        [self = shared_from_this(), res, sr, keepAlive](beast::error_code wec, size_t) {
+                          if (wec) {
+                            if (wec == beast::error::timeout) ++self->server_.n_write;
                             return self->close();
                           }
-                          if (!keepAlive) return self->close();
-                          self->readRequest();
+                          self->written(keepAlive);
                         });
+    }
+
+    void written(bool keepAlive) {
+      if (!keepAlive) return close();
+      readRequest();
     }
 
     Impl& server_;

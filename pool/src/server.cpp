@@ -382,10 +382,14 @@ struct PoolServer::Impl {
 
   // On the network thread, where nothing may wait: heartbeats, applied there when the state's lock
   // is free (2,500 a second at 12,500 nodes; each would cost two hand-overs between threads, more
-  // than the heartbeat itself). Every other request goes to the workers.
+  // than the heartbeat itself). Every other request goes to the workers, and so does a heartbeat of
+  // more than kQuickBodyBytes (an 8-GPU node's is about 5 KB): a node's token must not let its
+  // holder keep the network thread reading megabytes.
   QuickAnswer quick(const HttpRequest& req) {
+    constexpr size_t kQuickBodyBytes = 64 * 1024;
     const bool heartbeat = req.method == "POST" && req.segments.size() == 4 && req.segments[0] == "v1" &&
-                           req.segments[1] == "nodes" && req.segments[3] == "heartbeat";
+                           req.segments[1] == "nodes" && req.segments[3] == "heartbeat" &&
+                           req.body.size() <= kQuickBodyBytes;
     return heartbeat ? answer(req, true) : QuickAnswer{};
   }
 

@@ -8,6 +8,12 @@
 #include <stdexcept>
 #include <thread>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
 #include "http_connection.hpp"
 #include "http_server.hpp"
 
@@ -18,7 +24,7 @@ class QuickServer : public ::testing::Test {
  protected:
   QuickServer()
       : server_(
-            HttpServerOptions{}, [this](const HttpRequest& req) { return onWorker(req); },
+            options(), [this](const HttpRequest& req) { return onWorker(req); },
             [this](const HttpRequest& req) { return quick(req); }) {
     network_ = std::thread([this] {
       {
@@ -33,9 +39,24 @@ class QuickServer : public ::testing::Test {
     network_.join();
   }
 
+  static HttpServerOptions options() {
+    HttpServerOptions o;
+    o.write_timeout = std::chrono::seconds(3);  // long enough to read kBigBody on a loaded machine
+    return o;
+  }
+
+  // A body far larger than a socket's send buffer, every byte telling its place.
+  static std::string bigBody() {
+    std::string body(kBigBody, ' ');
+    for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + (i * 7 + i / 4096) % 26);
+    return body;
+  }
+  static constexpr size_t kBigBody = 16 << 20;  // 4 times what a socket sends (tcp_wmem) unread
+
   HttpReply onWorker(const HttpRequest& req) {
     std::lock_guard<std::mutex> lock(mu_);
     worker_ids_.insert(std::this_thread::get_id());
+    if (req.segments.at(0) == "big") return {200, bigBody(), "text/plain"};
     return {200, "worker " + req.segments.at(0), "text/plain"};
   }
 
@@ -84,6 +105,36 @@ TEST_F(QuickServer, AnswersNowFinishesOnAWorkerOrLeavesTheRequestToTheWorkers) {
   EXPECT_FALSE(finish_ids_.empty());
   EXPECT_FALSE(worker_ids_.count(network_id_));
   EXPECT_FALSE(finish_ids_.count(network_id_));
+}
+
+// A reply larger than the socket takes at once: the rest is written as the client reads, whole and
+// in order; a client that stops reading is cut at the write deadline, while others are served.
+TEST_F(QuickServer, AReplyTheSocketCannotTakeAtOnceIsWrittenAsReadOrCutAtTheDeadline) {
+  HttpConnection reader("127.0.0.1", server_.port(), "");
+  HttpResponse whole = reader.request("GET", "/big", "");
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_TRUE(whole.body == bigBody()) << "a body of " << whole.body.size() << " bytes, not the one written";
+
+  // A client that sends a request and never reads the reply.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  int small = 16 * 1024;  // no autotuning up to tcp_rmem's maximum (32 MiB here): the reply must stall
+  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  const std::string request = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  HttpConnection other("127.0.0.1", server_.port(), "");
+  EXPECT_EQ(get(other, "/now", 200), "quick now");  // the network thread is not held by the stalled reply
+  EXPECT_EQ(get(other, "/other", 200), "worker other");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (server_.stats().timeouts_write == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(server_.stats().timeouts_write, 1);
+  close(fd);
 }
 
 }  // namespace
