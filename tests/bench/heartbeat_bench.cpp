@@ -3,12 +3,14 @@
 // them held by long leases of 8 nodes whose processes their heartbeats name (a busy pool), the rest free for
 // CLIENTS threads that acquire and release 8 GPUs as fast as they can. Phase A: the clients alone;
 // phase B: the same with every node's heartbeat every INTERVAL seconds, paced by SENDERS threads
-// (each with its own connection). Prints what it measured: heartbeats per second achieved, their
-// latency, lease operations per second in A and B and the ratio B/A, and poold's CPU time per
-// heartbeat. Measures only; asserts nothing about time.
+// (each with its own connection). A and B alternate ROUNDS times (A B A B ...), so that what the
+// machine gives the run as it goes (other loads, a virtual machine's stolen time) falls on both
+// alike; each round's B/A is of adjacent phases. Prints what it measured: heartbeats per second
+// achieved, their latency, lease operations per second in A and B, each round's ratio B/A and their
+// median, and poold's CPU time per heartbeat. Measures only; asserts nothing about time.
 //
-//   heartbeat_bench [--nodes 12500] [--interval 5] [--seconds 20] [--clients 16] [--senders 16]
-//                   [--held 0.9] [--sync normal|full]
+//   heartbeat_bench [--nodes 12500] [--interval 5] [--seconds 20] [--rounds 3] [--clients 16]
+//                   [--senders 16] [--held 0.9] [--sync normal|full]
 
 #include <sched.h>
 #include <signal.h>
@@ -22,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -48,6 +51,7 @@ struct Options {
   int nodes = 12500;
   int interval_s = 5;
   int seconds = 20;
+  int rounds = 3;
   int clients = 16;
   int senders = 16;
   double held = 0.9;  // share of the nodes held by long leases (their GPUs run a process each)
@@ -70,6 +74,8 @@ Options parse(int argc, char** argv) {
       o.interval_s = std::stoi(v);
     else if (a == "--seconds")
       o.seconds = std::stoi(v);
+    else if (a == "--rounds")
+      o.rounds = std::max(1, std::stoi(v));
     else if (a == "--clients")
       o.clients = std::stoi(v);
     else if (a == "--senders")
@@ -337,21 +343,34 @@ int run(const Options& o) {
     printf("warm-up: %ld heartbeats\n", warm.sent);
   }
 
-  printf("phase A: clients alone (poold pid %d)\n", static_cast<int>(pid));
-  fflush(stdout);
-  double cpu0 = cpuSeconds(pid);
-  double opsA = leasePhase(poold.uri(), o, errors);
-  double cpu1 = cpuSeconds(pid);
-
-  printf("phase B: clients and heartbeats (poold pid %d)\n", static_cast<int>(pid));
-  fflush(stdout);
-  std::atomic<bool> stop{false};
+  // A and B in turn; B's heartbeats gathered over its rounds.
+  std::vector<double> opsA, opsB, ratios;
+  double cpuA = 0, cpuB = 0;
   HeartbeatRun hb;
-  std::thread senders([&] { heartbeatSenders(poold.port(), o, beats, stop, hb, errors); });
-  double opsB = leasePhase(poold.uri(), o, errors);
-  stop = true;
-  senders.join();
-  double cpu2 = cpuSeconds(pid);
+  for (int round = 1; round <= o.rounds; ++round) {
+    printf("round %d, phase A: clients alone (poold pid %d)\n", round, static_cast<int>(pid));
+    fflush(stdout);
+    const double cpu0 = cpuSeconds(pid);
+    opsA.push_back(leasePhase(poold.uri(), o, errors));
+    const double cpu1 = cpuSeconds(pid);
+    printf("round %d, phase B: clients and heartbeats (poold pid %d)\n", round, static_cast<int>(pid));
+    fflush(stdout);
+    std::atomic<bool> stop{false};
+    HeartbeatRun sent;
+    std::thread senders([&] { heartbeatSenders(poold.port(), o, beats, stop, sent, errors); });
+    opsB.push_back(leasePhase(poold.uri(), o, errors));
+    stop = true;
+    senders.join();
+    const double cpu2 = cpuSeconds(pid);
+    cpuA += cpu1 - cpu0;
+    cpuB += cpu2 - cpu1;
+    hb.sent += sent.sent;
+    hb.seconds += sent.seconds;
+    hb.latency_ms.insert(hb.latency_ms.end(), sent.latency_ms.begin(), sent.latency_ms.end());
+    hb.lateness_ms.insert(hb.lateness_ms.end(), sent.lateness_ms.begin(), sent.lateness_ms.end());
+    ratios.push_back(opsB.back() / std::max(opsA.back(), 1.0));
+  }
+  const double cpu2 = cpuSeconds(pid);
 
   // Heartbeats alone, for poold's CPU time per heartbeat without the clients.
   HeartbeatRun alone;
@@ -385,11 +404,20 @@ int run(const Options& o) {
   printf("heartbeat latency: median %.2f ms, p99 %.2f ms, max %.2f ms; sent behind schedule: p99 %.1f ms\n",
          percentile(hb.latency_ms, 0.5), percentile(hb.latency_ms, 0.99), percentile(hb.latency_ms, 1.0),
          percentile(hb.lateness_ms, 0.99));
-  printf("lease ops/s (acquire or release): A without heartbeats %.0f, B with %.0f, B/A %.2f\n", opsA, opsB,
-         opsB / opsA);
-  printf("poold CPU: A %.2f s, B %.2f s; B-A per heartbeat %.0f us\n", cpu1 - cpu0, cpu2 - cpu1,
-         1e6 * ((cpu2 - cpu1) - (cpu1 - cpu0) * (opsB / std::max(opsA, 1.0))) /
-             std::max(static_cast<double>(hb.sent), 1.0));
+  const double sumA = std::accumulate(opsA.begin(), opsA.end(), 0.0);
+  const double sumB = std::accumulate(opsB.begin(), opsB.end(), 0.0);
+  std::string rounds;
+  for (size_t r = 0; r < ratios.size(); ++r) {
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s%.0f/%.0f = %.2f", r ? ", " : "", opsB[r], opsA[r], ratios[r]);
+    rounds += buf;
+  }
+  std::vector<double> sorted = ratios;
+  printf("lease ops/s (acquire or release), B/A per round: %s; median B/A %.2f (A %.0f, B %.0f on average)\n",
+         rounds.c_str(), percentile(sorted, 0.5), sumA / static_cast<double>(opsA.size()),
+         sumB / static_cast<double>(opsB.size()));
+  printf("poold CPU: A %.2f s, B %.2f s; B-A per heartbeat %.0f us\n", cpuA, cpuB,
+         1e6 * (cpuB - cpuA * (sumB / std::max(sumA, 1.0))) / std::max(static_cast<double>(hb.sent), 1.0));
   printf("heartbeats alone: %.0f/s, latency median %.2f ms, p99 %.2f ms, poold CPU %.0f us per heartbeat\n",
          static_cast<double>(alone.sent) / alone.seconds, percentile(alone.latency_ms, 0.5),
          percentile(alone.latency_ms, 0.99),

@@ -42,6 +42,23 @@ double worst(const std::vector<Comparison>& shapes, std::uint64_t from) {
   return w;
 }
 
+// The worst |error| a table may show from 64 KiB, from 1 MiB and from 256 MiB.
+struct Bound {
+  double from64KiB, from1MiB, from256MiB;
+};
+
+// Each prediction within its table's bound; a table without a bound is a new one.
+void expectWithin(const std::vector<HeldOut>& predicted, const std::map<std::string, Bound>& bounds) {
+  ASSERT_EQ(predicted.size(), bounds.size());
+  for (const HeldOut& h : predicted) {
+    ASSERT_TRUE(bounds.count(h.name)) << h.name << " is a new table: add its bounds";
+    const Bound& b = bounds.at(h.name);
+    EXPECT_LE(worst(h.comparisons, kFrom), b.from64KiB) << h.name;
+    EXPECT_LE(worst(h.comparisons, std::uint64_t{1} << 20), b.from1MiB) << h.name;
+    EXPECT_LE(worst(h.comparisons, std::uint64_t{256} << 20), b.from256MiB) << h.name;
+  }
+}
+
 // Each table predicted by the model fitted on the others. The bounds are what the model reaches
 // today (nccl_tuner/README.md lists them with the reasons for the misses), a little rounded up: a
 // change that makes any held-out table worse fails here (allreduce, and allgather and reducescatter
@@ -56,27 +73,18 @@ const std::vector<HeldOut>& heldOutTables() {
 TEST(ValidationTest, LeaveOneTableOut) {
   const std::vector<HeldOut>& heldOut = heldOutTables();
   std::cout << validationReport(heldOut);
-  struct Bound {
-    double from64KiB, from1MiB, from256MiB;
-  };
-  const std::map<std::string, Bound> bounds = {
-      {"a100-8x1-azure-nda100v4.json", {0.25, 0.07, 0.06}},
-      {"a100-8x1-ml-engineering.json", {0.50, 0.50, 0.05}},
-      {"b200-nx1-ml-engineering.json", {0.06, 0.06, 0.06}},
-      {"h100-1x2-roce-4nic-tree.json", {0.17, 0.17, 0}},
-      {"h100-8x2-gcp-a3mega-tcpxo.json", {0.54, 0.54, 0.52}},
-      {"h100-nx1-nvswitch-slices.json", {0.24, 0.24, 0.12}},
-      {"h20-8x2-ib-ndr.json", {0.48, 0.48, 0.40}},
-      {"h200-nx1-ml-engineering.json", {0.60, 0.40, 0.04}},
-  };
-  ASSERT_EQ(heldOut.size(), bounds.size());
+  expectWithin(heldOut, {
+                            {"a100-8x1-azure-nda100v4.json", {0.25, 0.07, 0.06}},
+                            {"a100-8x1-ml-engineering.json", {0.50, 0.50, 0.05}},
+                            {"b200-nx1-ml-engineering.json", {0.06, 0.06, 0.06}},
+                            {"h100-1x2-roce-4nic-tree.json", {0.17, 0.17, 0}},
+                            {"h100-8x2-gcp-a3mega-tcpxo.json", {0.54, 0.54, 0.52}},
+                            {"h100-nx1-nvswitch-slices.json", {0.24, 0.24, 0.12}},
+                            {"h20-8x2-ib-ndr.json", {0.48, 0.48, 0.40}},
+                            {"h200-nx1-ml-engineering.json", {0.60, 0.40, 0.04}},
+                        });
   int choices = 0;
   for (const HeldOut& h : heldOut) {
-    ASSERT_TRUE(bounds.count(h.name)) << h.name << " is a new table: add its bounds";
-    const Bound& b = bounds.at(h.name);
-    EXPECT_LE(worst(h.comparisons, kFrom), b.from64KiB) << h.name;
-    EXPECT_LE(worst(h.comparisons, std::uint64_t{1} << 20), b.from1MiB) << h.name;
-    EXPECT_LE(worst(h.comparisons, std::uint64_t{256} << 20), b.from256MiB) << h.name;
     for (const Comparison& c : h.comparisons) {
       for (const ChoiceRow& ch : c.choices) {
         EXPECT_TRUE(ch.agrees()) << h.name << ": " << choiceText(ch);
@@ -95,26 +103,14 @@ TEST(ValidationTest, LeaveOneTableOut) {
 // fit, they move it and three other tables come out worse held out: nccl_tuner/README.md). Their
 // bounds are what the model reaches today, a little rounded up.
 TEST(ValidationTest, CheckTablesOutsideTheFit) {
-  const std::vector<Table> checks = loadTables(kTables + "/check");
-  struct Bound {
-    double from64KiB, from1MiB, from256MiB;
-  };
-  const std::map<std::string, Bound> bounds = {
-      {"a100-8x2-azure-ndv4-hdr.json", {0.46, 0.33, 0.07}},
-      {"a100-8x2-oci-roce.json", {0.33, 0.20, 0.19}},
-  };
-  ASSERT_EQ(checks.size(), bounds.size());
   std::vector<HeldOut> predicted;
-  for (const Table& t : checks)
+  for (const Table& t : loadTables(kTables + "/check"))
     predicted.push_back({t.name, defaultFit(), compareTable(t, defaultFit(), kFrom)});
   std::cout << validationReport(predicted);
-  for (const HeldOut& h : predicted) {
-    ASSERT_TRUE(bounds.count(h.name)) << h.name << " is a new table: add its bounds";
-    const Bound& b = bounds.at(h.name);
-    EXPECT_LE(worst(h.comparisons, kFrom), b.from64KiB) << h.name;
-    EXPECT_LE(worst(h.comparisons, std::uint64_t{1} << 20), b.from1MiB) << h.name;
-    EXPECT_LE(worst(h.comparisons, std::uint64_t{256} << 20), b.from256MiB) << h.name;
-  }
+  expectWithin(predicted, {
+                              {"a100-8x2-azure-ndv4-hdr.json", {0.46, 0.33, 0.07}},
+                              {"a100-8x2-oci-roce.json", {0.33, 0.20, 0.19}},
+                          });
 }
 
 // The fill is what the one-node tables ask for: held out, each A100 table is predicted better with
