@@ -87,16 +87,23 @@ std::string hundredThousandGpus() {
   return spec;
 }
 
-// The same at the scale of heartbeat_bench: 12,500 nodes x 8 GPUs under 25 leaf switches, 90% of
-// the nodes wholly leased, 8 GPUs acquired and released (what poold does under its state lock).
-void BM_SubmitRelease100kGpus(benchmark::State& state) {
-  std::string spec = hundredThousandGpus();
+// The leases of hundredThousandGpus()'s nodes n00001..n12500 that `leased(n)` names, each whole.
+template <typename Leased>
+std::string wholeNodesLeased(Leased leased) {
+  std::string spec;
   for (int n = 1; n <= 12500; ++n) {
-    if (n % 10 == 0) continue;
+    if (!leased(n)) continue;
     char buf[32];
     snprintf(buf, sizeof buf, "n%05d leased 0-7; ", n);
     spec += buf;
   }
+  return spec;
+}
+
+// The same at the scale of heartbeat_bench: 12,500 nodes x 8 GPUs under 25 leaf switches, 90% of
+// the nodes wholly leased, 8 GPUs acquired and released (what poold does under its state lock).
+void BM_SubmitRelease100kGpus(benchmark::State& state) {
+  const std::string spec = hundredThousandGpus() + wholeNodesLeased([](int n) { return n % 10 != 0; });
   PoolState pool;
   TimePoint now = std::chrono::system_clock::now();
   test::addInventory(pool, spec, now);
@@ -114,12 +121,7 @@ BENCHMARK(BM_SubmitRelease100kGpus)->Arg(8)->Arg(64)->Unit(benchmark::kMicroseco
 // The dashboard's snapshot of the same 100,000 GPUs, each with a heartbeat's sample: Arg 0 the copy
 // made under the state's lock (captureDashboard), Arg 1 the JSON written after it (dashboardJson).
 void BM_DashboardSnapshot100kGpus(benchmark::State& state) {
-  std::string spec = hundredThousandGpus();
-  for (int n = 1; n <= 12500; n += 8) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "n%05d leased 0-7; ", n);
-    spec += buf;
-  }
+  const std::string spec = hundredThousandGpus() + wholeNodesLeased([](int n) { return n % 8 == 1; });
   PoolState pool;
   TimePoint now = std::chrono::system_clock::now();
   test::addInventory(pool, spec, now);
