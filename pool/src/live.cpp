@@ -49,7 +49,7 @@ void PoolState::registerAgentNode(const NodeRegistration& registration, TimePoin
   schedule(now);  // its GPUs may start queued requests
 }
 
-HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
+HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool planNow) {
   HeartbeatReply reply;
   reply.interval = live_.heartbeat_interval;
   auto it = nodes_.find(hb.node);
@@ -165,7 +165,10 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now) {
   for (size_t i = 0; i < held.holder.size() && i < node.gpuCount(); ++i)
     if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
   for (const auto& [gpu, ids] : held.sharers) reply.mps_gpus.insert(gpu);
-  if (freed) schedule(now);
+  if (freed && planNow)
+    schedule(now);
+  else if (freed)
+    replan_ = true;  // the next tick plans
   return reply;
 }
 

@@ -448,7 +448,7 @@ struct PoolServer::Impl {
             "forbidden"};
       Context ctx{req, who, params};
       if (!networkThread) {
-        reply = replyOf(*found, ctx, found->handler(ctx));
+        reply = replyOf(*found, ctx.status, found->handler(ctx));
       } else {
         QuickBody body = found->quick(ctx);
         if (std::holds_alternative<std::monostate>(body)) return {};
@@ -463,7 +463,7 @@ struct PoolServer::Impl {
                     }
                     return observed(method, label, std::move(r), start);
                   }};
-        reply = replyOf(*found, ctx, std::get<json>(body));
+        reply = replyOf(*found, ctx.status, std::get<json>(body));
       }
     } catch (...) {
       reply = replyForError(std::current_exception());
@@ -476,9 +476,6 @@ struct PoolServer::Impl {
   static HttpReply replyOf(const Route& r, int status, const json& body) {
     if (r.written) return {status, body.get<std::string>(), r.written};
     return {status, dumpReply(body), "application/json"};
-  }
-  static HttpReply replyOf(const Route& r, const Context& c, const json& body) {
-    return replyOf(r, c.status, body);
   }
 
   HttpReply observed(const std::string& sent, const std::string& label, HttpReply reply,
@@ -566,7 +563,7 @@ struct PoolServer::Impl {
     routes.back().written = "application/json";
     routes.back().quick = [this](Context& c) -> QuickBody {
       auto hb = std::make_shared<const Heartbeat>(readHeartbeat(c));
-      auto change = tryMutate([hb](PoolState& s, TimePoint now) { return s.heartbeat(*hb, now); },
+      auto change = tryMutate([hb](PoolState& s, TimePoint now) { return s.heartbeat(*hb, now, false); },
                               CommittedState::Clean::kNothing);
       if (!change) return {};  // the state's lock is busy: a worker waits for it
       if (!change->waits()) return json(heartbeatReplyText(change->settle()));

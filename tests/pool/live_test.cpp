@@ -67,6 +67,24 @@ Heartbeat beat(const PoolState& state, const std::string& node, double utilizati
   return hb;
 }
 
+// poold's network thread takes heartbeats without a planning pass: a node back starts the queued
+// request at the next tick instead (planNow false).
+TEST(LivePool, AHeartbeatTakenWithoutPlanningLeavesTheQueuedRequestToTheNextTick) {
+  PoolState state = livePool("n[01-02]/gpu[0-7]");
+  state.heartbeat(beat(state, "n01"), t0() + seconds(10));
+  state.tick(t0() + seconds(16));
+  ASSERT_TRUE(state.nodeMap().at("n02").live.unreachable);
+  SubmitResult waiting = state.submit(parseRequest("16"), t0() + seconds(16));
+  ASSERT_FALSE(waiting.lease);
+  state.heartbeat(beat(state, "n02"), t0() + seconds(17), false);
+  EXPECT_FALSE(state.nodeMap().at("n02").live.unreachable) << "up again at its heartbeat";
+  EXPECT_EQ(state.queueMap().at(waiting.ticket).status, QueueEntry::Status::kWaiting) << "planned at once";
+  state.tick(t0() + seconds(17));
+  PollResult p = state.poll(waiting.ticket, t0() + seconds(17));
+  ASSERT_EQ(p.status, QueueEntry::Status::kGranted) << "the tick after the heartbeat starts it";
+  EXPECT_EQ(gpuList(p.lease->gpus), "n01:0-7 n02:0-7");
+}
+
 TEST(LivePool, SilentNodeBecomesUnreachableAndPlacementAvoidsIt) {
   PoolState state = livePool("n[01-02]/gpu[0-7]");
   state.heartbeat(beat(state, "n01"), t0() + seconds(10));

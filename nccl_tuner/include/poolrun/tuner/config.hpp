@@ -94,7 +94,9 @@ struct TunerConfig {
   bool has_hardware = true;
   Fabric fabric = Fabric::kIb;
   int nodes = 1;
-  int gpus_per_node = 1;  // the GPUs of a node (not the ranks a communicator puts there)
+  // The GPUs of a node; net.nics_per_node / gpus_per_node is how many NICs each GPU has at its
+  // distance (poolrun run writes the ranks of node 0 and the NICs they use, which gives the same).
+  int gpus_per_node = 1;
   GpuSpec gpu;
   NetSpec net;
   CpuVendor cpu_vendor = CpuVendor::kIntel;

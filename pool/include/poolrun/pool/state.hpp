@@ -305,8 +305,10 @@ class PoolState {
   void registerAgentNode(const NodeRegistration& registration, TimePoint now);
   // Takes a heartbeat: the node's samples, GPUs failed by what they report, foreign processes, the
   // leases' last activity. Throws kNotFound for an unknown node; replies register_again where
-  // the node's topology is not the one the agent names.
-  HeartbeatReply heartbeat(const Heartbeat& heartbeat, TimePoint now);
+  // the node's topology is not the one the agent names. Where it frees GPUs (a node back, a foreign
+  // process gone), queued requests are planned at once, or with `planNow` false at the next tick
+  // (poold's network thread takes heartbeats: a planning pass over the pool is not its work).
+  HeartbeatReply heartbeat(const Heartbeat& heartbeat, TimePoint now, bool planNow = true);
   // When a lease's GPUs were last busy (its creation where never); nullopt for an unknown lease.
   std::optional<TimePoint> lastBusy(const std::string& lease) const;
   // Whether a lease is idle now (every GPU reports utilisation under the threshold for idle_after).
