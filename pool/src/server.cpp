@@ -207,7 +207,7 @@ struct PoolServer::Impl {
   std::condition_variable stop_cv;
   bool stopping = false;
   std::thread ticker;
-  topo::FileIdentity quotas_identity;  // of the quotas file last read
+  topo::FileWatch quotas_watch;  // of the quotas file
 
   explicit Impl(ServerOptions o)
       : opt(std::move(o)), history(opt.history_interval, std::max<size_t>(1, opt.history_samples)) {}
@@ -215,14 +215,12 @@ struct PoolServer::Impl {
   // Reads the quotas file again when it changed; keeps the quotas before it when it cannot.
   void reloadQuotas() {
     if (opt.quotas_file.empty()) return;
-    struct stat st {};
-    if (stat(opt.quotas_file.c_str(), &st) != 0 || topo::identityOf(st) == quotas_identity) return;
-    if (!topo::settled(st)) return;  // being written: read it at a later tick
-    quotas_identity = topo::identityOf(st);
     try {
-      Quotas q = readQuotasFile(opt.quotas_file);
+      std::optional<Quotas> q =
+          quotas_watch.readIfChanged(opt.quotas_file, [this] { return readQuotasFile(opt.quotas_file); });
+      if (!q) return;  // unchanged, or being written: read it at a later tick
       pool->mutate([&](PoolState& s, TimePoint now) {
-        s.setQuotas(std::move(q));
+        s.setQuotas(std::move(*q));
         s.tick(now, opt.stale_after);
         return 0;
       });
@@ -848,7 +846,7 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   Quotas quotas;
   if (!m.opt.quotas_file.empty()) {
     struct stat st {};
-    if (stat(m.opt.quotas_file.c_str(), &st) == 0) m.quotas_identity = topo::identityOf(st);
+    if (stat(m.opt.quotas_file.c_str(), &st) == 0) m.quotas_watch = topo::FileWatch(topo::identityOf(st));
     quotas = readQuotasFile(m.opt.quotas_file);
   }
   m.pool->mutate([&m, &quotas](PoolState& s, TimePoint) {

@@ -322,9 +322,10 @@ std::string readScrapeToken(const std::filesystem::path& file) {
 MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed, Warn warn)
     : file_(std::move(token_file)), allowed_(std::move(allowed)), warn_(std::move(warn)) {
   if (file_.empty()) return;
-  token_ = readScrapeToken(file_);
   struct stat st {};
-  if (stat(file_.c_str(), &st) == 0) identity_ = topo::identityOf(st);
+  const bool stated = stat(file_.c_str(), &st) == 0;
+  token_ = readScrapeToken(file_);
+  if (stated) watch_ = topo::FileWatch(topo::identityOf(st));
 }
 
 bool MetricsAccess::allowsPeer(const std::string& peer) const {
@@ -336,14 +337,12 @@ bool MetricsAccess::allowsPeer(const std::string& peer) const {
 bool MetricsAccess::isScrapeToken(const std::string& token) {
   if (file_.empty()) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  struct stat st {};
-  if (stat(file_.c_str(), &st) == 0 && topo::identityOf(st) != identity_ && topo::settled(st)) {
-    try {
-      token_ = readScrapeToken(file_);
-    } catch (const Error& e) {
-      warn_(std::string("keeping the previous scrape token: ") + e.what());
-    }
-    identity_ = topo::identityOf(st);
+  try {
+    if (std::optional<std::string> now =
+            watch_.readIfChanged(file_, [this] { return readScrapeToken(file_); }))
+      token_ = std::move(*now);
+  } catch (const Error& e) {
+    warn_(std::string("keeping the previous scrape token: ") + e.what());
   }
   return sameToken(token, token_);
 }

@@ -108,7 +108,7 @@ class MetricsAccess {
   Warn warn_;
   std::mutex mu_;
   std::string token_;
-  topo::FileIdentity identity_;
+  topo::FileWatch watch_;
 };
 
 }  // namespace poolrun::pool

@@ -72,28 +72,29 @@ TokenStore::TokenStore(std::filesystem::path file, Warn warn)
 }
 
 void TokenStore::reload(bool initial) {
-  if (!initial) {
+  std::optional<std::string> text;
+  if (initial) {
+    topo::FileIdentity identity;
+    text = topo::readRegularFile(file_, kPooldTokenFileLimit, "poold's token files", &identity);
+    watch_ = topo::FileWatch(identity);
+  } else {
     // Looked at once per kLookEvery, not at every request (a stat each: 2,500 heartbeats a second).
     const auto now = std::chrono::steady_clock::now();
     if (now - looked_ < kLookEvery) return;
     looked_ = now;
-    struct stat st {};
-    if (stat(file_.c_str(), &st) != 0) return;  // gone for now (being replaced): keep what we have
-    if (topo::identityOf(st) == identity_ || !topo::settled(st)) return;  // unchanged, or being written
-  }
-  std::string text;
-  topo::FileIdentity identity;
-  try {
-    text = topo::readRegularFile(file_, kPooldTokenFileLimit, "poold's token files", &identity);
-  } catch (const Error& e) {
-    if (initial) throw;
-    warn_(std::string("keeping the previous tokens: ") + e.what());
-    return;
+    try {
+      text = watch_.readIfChanged(file_, [this] {
+        return topo::readRegularFile(file_, kPooldTokenFileLimit, "poold's token files");
+      });
+    } catch (const Error& e) {
+      warn_(std::string("keeping the previous tokens: ") + e.what());
+      return;
+    }
+    if (!text) return;  // unchanged, being written, or gone for now: keep what we have
   }
   std::vector<std::string> warnings;
-  tokens_ = parseTokenFile(text, file_.string(), &warnings);
+  tokens_ = parseTokenFile(*text, file_.string(), &warnings);
   for (const std::string& w : warnings) warn_(w);
-  identity_ = identity;
 }
 
 std::optional<TokenEntry> TokenStore::find(const std::string& token) {

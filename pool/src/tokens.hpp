@@ -29,8 +29,9 @@ class TokenStore {
   // Reads the file. Throws poolrun::Error (kNotFound, kBadInput) when it cannot be read at all.
   TokenStore(std::filesystem::path file, Warn warn);
 
-  // The entry for `token`, re-reading the file first when it changed; nullopt when unknown. A
-  // change is seen once the file is whole (topo::settled) and at most kLookEvery after that.
+  // The entry for `token`, re-reading the file first when it changed; nullopt when unknown. The
+  // file is looked at once per kLookEvery at most; a change is read once it is whole
+  // (topo::FileWatch: seen unchanged for kFileSettleTime, or written kFileTrustedAge ago).
   std::optional<TokenEntry> find(const std::string& token);
 
   static constexpr std::chrono::milliseconds kLookEvery{25};
@@ -43,7 +44,7 @@ class TokenStore {
   Warn warn_;
   std::mutex mu_;
   std::map<std::string, TokenEntry> tokens_;
-  topo::FileIdentity identity_;
+  topo::FileWatch watch_;
 };
 
 }  // namespace poolrun::pool

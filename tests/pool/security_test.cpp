@@ -99,9 +99,11 @@ TEST_F(Security, TokenFileIsReReadWhenItChanges) {
     std::ofstream out(tokens_);
     out << "tok-carol-0123456789 carol user\ntok-root-0123456789 root admin\n";
   }
-  // Read once whole: a file written a moment ago may be half written (topo::settled).
-  std::this_thread::sleep_for(topo::kFileSettleTime + std::chrono::milliseconds(50));
-  EXPECT_EQ(call("GET", "/v1/status", "tok-carol-0123456789")->status, 200);
+  // Read once whole (topo::FileWatch: seen unchanged for its settle time), not at the first look.
+  int carol = 0;
+  for (int i = 0; i < 100 && (carol = call("GET", "/v1/status", "tok-carol-0123456789")->status) != 200; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(carol, 200) << "the new token file was never read";
   EXPECT_EQ(call("GET", "/v1/status", "tok-alice-0123456789")->status, 401) << "removed tokens stop working";
 }
 

@@ -95,19 +95,101 @@ TEST(HostileFiles, RegularFileReaderReadsProcFilesWhoseSizeIsZero) {
 }
 
 // A file written a moment ago may be half written (emptied by `>` and not yet filled): a watcher
-// waits until its modification time is kFileSettleTime old; a time far ahead is not waited for.
-TEST(HostileFiles, AFileJustWrittenIsNotSettled) {
+// reads a new version once it has seen it unchanged for kFileSettleTime, or at once where it was
+// modified kFileTrustedAge before.
+struct stat statOfVersion(int64_t inode, off_t size, FileWatch::Wall::time_point mtime) {
   struct stat st {};
-  st.st_mtim.tv_sec = 1'800'000'000;
-  st.st_mtim.tv_nsec = 500'000'000;
-  const auto mtime = std::chrono::system_clock::time_point(std::chrono::seconds(1'800'000'000)) +
-                     std::chrono::milliseconds(500);
-  EXPECT_FALSE(settled(st, mtime));
-  EXPECT_FALSE(settled(st, mtime + kFileSettleTime - std::chrono::milliseconds(1)));
-  EXPECT_TRUE(settled(st, mtime + kFileSettleTime));
-  EXPECT_TRUE(settled(st, mtime + std::chrono::hours(24)));
-  EXPECT_FALSE(settled(st, mtime - std::chrono::milliseconds(900)));  // a little ahead: wait
-  EXPECT_TRUE(settled(st, mtime - std::chrono::seconds(2)));          // far ahead: another clock
+  st.st_ino = static_cast<ino_t>(inode);
+  st.st_size = size;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count();
+  st.st_mtim.tv_sec = ns / 1'000'000'000;
+  st.st_mtim.tv_nsec = ns % 1'000'000'000;
+  return st;
+}
+
+TEST(HostileFiles, AWatcherReadsAVersionSeenUnchangedForTheSettleTime) {
+  using std::chrono::milliseconds;
+  const FileWatch::Steady::time_point t0{std::chrono::hours(1)};
+  const FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
+  const struct stat old = statOfVersion(7, 100, wall0 - std::chrono::hours(1));
+  FileWatch watch(identityOf(old));
+  EXPECT_FALSE(watch.due(old, t0, wall0)) << "the version read is not read again";
+
+  const struct stat written = statOfVersion(7, 120, wall0);
+  EXPECT_FALSE(watch.due(written, t0, wall0));
+  EXPECT_FALSE(watch.due(written, t0 + kFileSettleTime - milliseconds(1), wall0 + milliseconds(199)));
+  EXPECT_TRUE(watch.due(written, t0 + kFileSettleTime, wall0 + kFileSettleTime));
+}
+
+// The failure seen on a loaded machine: the file emptied, its writer held off the CPU past the
+// settle time (or its time rounded down to the second), then filled. Going by the modification
+// time alone, a look in between read the empty file; a watcher that saw it first waits, and starts
+// again when the file is filled.
+TEST(HostileFiles, AFileEmptiedLongerThanTheSettleTimeIsNotReadAtTheFirstLook) {
+  using std::chrono::milliseconds;
+  const FileWatch::Steady::time_point t0{std::chrono::hours(1)};
+  const FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
+  FileWatch watch(identityOf(statOfVersion(7, 100, wall0 - std::chrono::hours(1))));
+  const struct stat emptied = statOfVersion(7, 0, wall0 - milliseconds(900));
+  EXPECT_FALSE(watch.due(emptied, t0, wall0)) << "an empty file dated 900 ms ago was read at first sight";
+  const struct stat filled = statOfVersion(7, 26, wall0 + milliseconds(150));
+  EXPECT_FALSE(watch.due(filled, t0 + milliseconds(150), wall0 + milliseconds(150)));
+  EXPECT_FALSE(watch.due(filled, t0 + milliseconds(300), wall0 + milliseconds(300)))
+      << "the settle time counts from the first look at the filled file";
+  EXPECT_TRUE(watch.due(filled, t0 + milliseconds(350), wall0 + milliseconds(350)));
+}
+
+TEST(HostileFiles, AWatcherReadsAtOnceAVersionWrittenLongBefore) {
+  const FileWatch::Steady::time_point t0{std::chrono::hours(1)};
+  const FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
+  FileWatch watch(identityOf(statOfVersion(7, 100, wall0 - std::chrono::hours(1))));
+  EXPECT_TRUE(watch.due(statOfVersion(8, 100, wall0 - kFileTrustedAge), t0, wall0))
+      << "a file replaced while nobody looked";
+  EXPECT_FALSE(
+      watch.due(statOfVersion(9, 100, wall0 - kFileTrustedAge + std::chrono::milliseconds(1)), t0, wall0));
+  // A time far ahead (another machine's clock, on a network file system) is waited for by sight.
+  const struct stat ahead = statOfVersion(10, 100, wall0 + std::chrono::hours(1));
+  EXPECT_FALSE(watch.due(ahead, t0, wall0));
+  EXPECT_TRUE(watch.due(ahead, t0 + kFileSettleTime, wall0 + kFileSettleTime));
+}
+
+// Through the file system: a version is read once, an error once per version, and a version that
+// changed while it was read is dropped.
+TEST(HostileFiles, AWatchedFileIsReadOncePerVersion) {
+  test::TempDir tmp;
+  const std::filesystem::path file = tmp.write("watched", "one\n");
+  auto setBack = [&] {
+    std::filesystem::last_write_time(
+        file, std::filesystem::file_time_type::clock::now() - kFileTrustedAge - std::chrono::seconds(1));
+  };
+  setBack();
+  FileWatch watch;
+  int reads = 0;
+  auto read = [&] {
+    ++reads;
+    return readRegularFile(file, 64, "watched files");
+  };
+  EXPECT_EQ(watch.readIfChanged(file, read), std::optional<std::string>("one\n"));
+  EXPECT_EQ(watch.readIfChanged(file, read), std::nullopt);
+  EXPECT_EQ(reads, 1);
+
+  tmp.write("watched", std::string(100, 'x'));
+  setBack();
+  EXPECT_THROW(watch.readIfChanged(file, read), Error) << "over the limit";
+  EXPECT_EQ(watch.readIfChanged(file, read), std::nullopt) << "an error is said once for each version";
+  EXPECT_EQ(reads, 2);
+
+  tmp.write("watched", "two\n");
+  setBack();
+  auto rewrittenWhileRead = [&] {
+    std::string text = read();
+    tmp.write("watched", "three\n");
+    setBack();
+    return text;
+  };
+  EXPECT_EQ(watch.readIfChanged(file, rewrittenWhileRead), std::nullopt)
+      << "a version that changed while read";
+  EXPECT_EQ(watch.readIfChanged(file, read), std::optional<std::string>("three\n"));
 }
 
 TEST(HostileFiles, JsonTopologyNested100000DeepIsRefused) {

@@ -45,22 +45,79 @@ inline FileIdentity identityOf(const struct stat& st) {
   return {st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
-// Whether a file that changed is whole: `cat > FILE`, `echo ... > FILE` and editors that save in
-// place empty the file first and write it after, and a watcher that reads it in between takes the
-// empty file for the new version (for poold's quotas: nobody has a guarantee any more). A watcher
-// reads a changed file only once its modification time is kFileSettleTime old, and keeps the
-// version it has until then. A time further ahead than a second (a clock of another machine, on a
-// network file system) is not waited for.
+// When a watcher (poold's token, scrape token and quotas files) reads again a file that changed.
+// `cat > FILE`, `echo ... > FILE` and editors that save in place empty the file first and fill it
+// after, and a watcher that read it in between would take the empty file for the new version (for
+// the quotas: nobody has a guarantee any more). A new version is read once it is whole by one of
+// two signs:
+// - this watcher has seen it unchanged (inode, size, modification time) for kFileSettleTime, or
+// - its modification time is kFileTrustedAge old: a file changed while nobody looked (a token file
+//   rotated on an idle pool) is read at the first look.
+// The modification time alone is not enough: on a loaded machine the writer can be held off the
+// CPU between emptying and filling for longer than the settle time, and file systems that keep
+// whole seconds date a file up to a second early; the trusted age leaves a second for both. A
+// version that changes while it is read is dropped and looked at again.
 inline constexpr std::chrono::milliseconds kFileSettleTime{200};
+inline constexpr std::chrono::seconds kFileTrustedAge{2};
 
-inline bool settled(const struct stat& st,
-                    std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) {
-  const auto mtime =
-      std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
-  const auto age = now - mtime;
-  return age >= kFileSettleTime || age < -std::chrono::seconds(1);
-}
+class FileWatch {
+ public:
+  using Steady = std::chrono::steady_clock;
+  using Wall = std::chrono::system_clock;
+
+  FileWatch() = default;
+  // A watch of a file whose version `read` was read already.
+  explicit FileWatch(const FileIdentity& read) : taken_(read) {}
+
+  // Whether the file as `st` describes it is a new version that is whole (see above). Each call is
+  // a look: the settle time counts from the first look that saw this version.
+  bool due(const struct stat& st, Steady::time_point now = Steady::now(),
+           Wall::time_point wall = Wall::now()) {
+    const FileIdentity seen = identityOf(st);
+    if (seen == taken_) {
+      pending_.reset();
+      return false;
+    }
+    if (!pending_ || *pending_ != seen) {
+      pending_ = seen;
+      first_seen_ = now;
+    }
+    const auto mtime = Wall::time_point(std::chrono::duration_cast<Wall::duration>(
+        std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+    return now - first_seen_ >= kFileSettleTime || wall - mtime >= kFileTrustedAge;
+  }
+
+  // `read()`'s value where `file` has a new version that is due and that stayed the same while it
+  // was read; nullopt where it is unchanged, still settling, gone, or changed while read. An
+  // exception from `read` is passed on once for each version (the version counts as read).
+  template <class Read>
+  auto readIfChanged(const std::filesystem::path& file, Read read) -> std::optional<decltype(read())> {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0 || !due(st)) return std::nullopt;
+    const FileIdentity before = identityOf(st);
+    auto unchanged = [&] {
+      struct stat after {};
+      return ::stat(file.c_str(), &after) == 0 && identityOf(after) == before;
+    };
+    std::optional<decltype(read())> value;
+    try {
+      value = read();
+    } catch (...) {
+      if (!unchanged()) return std::nullopt;  // a half-written version: look again
+      taken_ = before;
+      throw;
+    }
+    if (!unchanged()) return std::nullopt;
+    taken_ = before;
+    pending_.reset();
+    return value;
+  }
+
+ private:
+  FileIdentity taken_;                   // the version read last
+  std::optional<FileIdentity> pending_;  // a newer version seen, not yet read
+  Steady::time_point first_seen_{};      // when pending_ was first seen
+};
 
 // "a FIFO", "a character device", "a directory", ...: what a file that is not regular is, for messages.
 inline std::string_view fileTypeName(mode_t mode) {
