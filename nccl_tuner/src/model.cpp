@@ -127,10 +127,9 @@ int key(Coll c, Cell cell) {
 // table weighing the same; tests/nccl_tuner/validation_test.cpp refits it and checks these values).
 ModelFit defaultFit() {
   ModelFit f;
-  f.fill_step_us = 13.0;
+  f.fill_step_us = 13.5;
   f.fill_half_bytes = 33554432;  // 32 MiB
   f.launch_us = 6.0;
-  f.node_step_us = 1.45;
   return f;
 }
 
@@ -251,10 +250,7 @@ double CostModel::latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const {
   const auto a = static_cast<size_t>(cell.algo);
   const auto p = static_cast<size_t>(cell.proto);
   const int intraHw = config_.gpu.nvlink_gbyte_s > 0 ? kNvlinkHw : kPciHw;
-  // [F] A collective across nodes pays more for each step inside a node than NCCL's constants say.
-  const double nodeStep = k > 1 ? fit_.node_step_us : 0.0;
-  const double hopLat = kHopLatency[intraHw][a][p];
-  const double intraLat = hopLat + nodeStep;
+  const double intraLat = kHopLatency[intraHw][a][p];
   // A network hop: NCCL's, the tree's where each node holds one rank, plus the fabric's own (twice for
   // Simple, which also waits for the receive-side flush, as NCCL counts its net latency).
   const size_t netAlgo = ppn_ == 1 ? static_cast<size_t>(Algo::kTree) : a;
@@ -268,7 +264,7 @@ double CostModel::latencyUs(Coll coll, Cell cell, std::uint64_t bytes) const {
 
   switch (cell.algo) {
     case Algo::kRing: {
-      const double intraStep = (k > 1 ? std::max(hopLat, overhead) : hopLat) + nodeStep;
+      const double intraStep = k > 1 ? std::max(intraLat, overhead) : intraLat;
       int steps = n - 1, netSteps = k - 1;
       if (coll == Coll::kAllReduce) {
         steps = 2 * (n - 1);

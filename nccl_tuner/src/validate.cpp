@@ -71,7 +71,6 @@ ModelFit fitTables(const std::vector<const Table*>& tables, std::uint64_t minByt
   best.fill_step_us = 0;
   best.fill_half_bytes = 65536;
   best.launch_us = 0;
-  best.node_step_us = 0;
   if (tables.empty()) return best;
   double bestCost = fitCost(tables, best, minBytes);
   auto consider = [&](const ModelFit& f) {
@@ -81,17 +80,15 @@ ModelFit fitTables(const std::vector<const Table*>& tables, std::uint64_t minByt
       best = f;
     }
   };
-  // The fill acts from about a MiB up, the launch floor below, the steps across nodes on the
-  // multi-node tables alone: fitted in turn, twice.
+  // The fill acts from about a MiB up, the launch floor below: fitted in turn, twice.
   for (int round = 0; round < 2; ++round) {
-    const double launchUs = best.launch_us, nodeStepUs = best.node_step_us;
+    const double launchUs = best.launch_us;
     for (int tenths = 5; tenths <= 500; tenths += 5) {
       for (int k = 0; k <= 32; ++k) {
         ModelFit f;
         f.fill_step_us = tenths / 10.0;
         f.fill_half_bytes = std::round(65536.0 * std::pow(2.0, k / 2.0));
         f.launch_us = launchUs;
-        f.node_step_us = nodeStepUs;
         consider(f);
       }
     }
@@ -99,12 +96,6 @@ ModelFit fitTables(const std::vector<const Table*>& tables, std::uint64_t minByt
     for (int tenths = 0; tenths <= 200; tenths += 2) {
       ModelFit f = fill;
       f.launch_us = tenths / 10.0;
-      consider(f);
-    }
-    const ModelFit launch = best;
-    for (int twentieths = 0; twentieths <= 80; ++twentieths) {
-      ModelFit f = launch;
-      f.node_step_us = twentieths / 20.0;
       consider(f);
     }
   }
@@ -132,12 +123,9 @@ std::string validationReport(const std::vector<HeldOut>& heldOut) {
   char buf[256];
   for (const HeldOut& h : heldOut) {
     std::snprintf(buf, sizeof buf,
-                  "%s, fitted without it: fill %.1f us a step, half at %s, launch %.1f us a GPU, step in a "
-                  "node across nodes "
-                  "+%.2f us\n",
+                  "%s, fitted without it: fill %.1f us a step, half at %s, launch %.1f us a GPU\n",
                   h.name.c_str(), h.fit.fill_step_us,
-                  formatBytes(static_cast<std::uint64_t>(h.fit.fill_half_bytes)).c_str(), h.fit.launch_us,
-                  h.fit.node_step_us);
+                  formatBytes(static_cast<std::uint64_t>(h.fit.fill_half_bytes)).c_str(), h.fit.launch_us);
     out << buf;
     double worstSmall = 0, worstLarge = 0;
     int agree = 0, choices = 0;

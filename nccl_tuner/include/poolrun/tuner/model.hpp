@@ -50,17 +50,10 @@ struct CommShape {
 // (nccl-tests -g N drives N from one thread); what it measures is the larger of that floor and the
 // collective's own time. The floor is the same for every cell, so it changes no choice: the plugin
 // ranks cells by predictUs; comparisons with measured tables use callUs.
-//
-// Steps inside a node, across nodes: a collective that spans nodes pays more for each of its steps
-// inside a node (the tree's chain, the ring's NVLink hops) than NCCL's latency constants say. The
-// 2 x 8 A100 tables (HDR InfiniBand and RoCE) run 16-26 us above those constants at 64 KiB-2 MiB,
-// with 14 such steps in their tree; the 2 x 1 H100 table, whose tree has none, runs at them. So
-// node_step_us is added to each step inside a node of a multi-node cell, fitted with the rest.
 struct ModelFit {
   double fill_step_us = 0;     // the fill per pipeline step once chunks are at their largest
   double fill_half_bytes = 1;  // the message size at which the fill is half of that
   double launch_us = 0;        // the host's time per call and GPU its process drives
-  double node_step_us = 0;     // what a step inside a node takes beyond NCCL's, across nodes
 };
 ModelFit defaultFit();
 
