@@ -48,6 +48,7 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/client.hpp"
 #include "sample_heartbeat.hpp"
+#include "support/loopback.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
 
@@ -207,17 +208,11 @@ struct Beat {
 // is due (or at the end). Throws std::runtime_error naming what went wrong.
 class LazyLink {
  public:
-  explicit LazyLink(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  explicit LazyLink(int port) : fd_(test::connectLoopback(port)) {
+    if (fd_ < 0) throw std::runtime_error(std::string("cannot connect to poold: ") + strerror(errno));
     const int on = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
     setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
-    if (fd_ < 0 || connect(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
-      throw std::runtime_error(std::string("cannot connect to poold: ") + strerror(errno));
   }
   ~LazyLink() { close(fd_); }
   LazyLink(const LazyLink&) = delete;

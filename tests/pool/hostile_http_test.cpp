@@ -21,6 +21,7 @@
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "support/fixtures.hpp"
+#include "support/loopback.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::pool {
@@ -37,14 +38,7 @@ constexpr const char* kTokens =
 // A raw TCP client: what it sends is exactly what the test wrote.
 class Raw {
  public:
-  explicit Raw(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
+  explicit Raw(int port) : fd_(test::connectLoopback(port)), connected_(fd_ >= 0) {}
   ~Raw() {
     if (fd_ >= 0) close(fd_);
   }
