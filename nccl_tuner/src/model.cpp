@@ -104,6 +104,14 @@ constexpr double kNoGdrFactor = 0.8;
 // of those tried (3.3 to 17 us; nccl_tuner/README.md); fitted freely with the fill, a share of the
 // latency predicted the held-out tables worse (the 8x A100 Azure table 41% off from 1 MiB).
 constexpr double kFillLatencyPerStepUs = 8.0;
+// [N] NCCL's tree correction: trees run below their modelled bandwidth at medium sizes, and NCCL
+// scales a Tree allreduce's bandwidth by a factor per power of two of the size, 64 B (index 0) to
+// 256 MiB (index 22), [LL, LL128, Simple]; unchanged from NCCL 2.17 to 2.28 (src/graph/tuning.cc).
+constexpr double kTreeCorrection[kNumProtos][23] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9}};
+
 // [N] NCCL_NET_OVERHEAD default: 1 us on Intel (and others), 2 us on AMD; x3 for Simple.
 constexpr double kNetOverheadUs[4] = {1.0, 2.0, 1.0, 1.0};
 
@@ -371,7 +379,11 @@ double CostModel::algoBandwidth(Coll coll, Cell cell) const {
 
 double CostModel::predictUs(Coll coll, Cell cell, std::uint64_t bytes) const {
   const double lat = latencyUs(coll, cell, bytes);
-  const double bw = algoBandwidth(coll, cell);
+  double bw = algoBandwidth(coll, cell);
+  if (cell.algo == Algo::kTree && coll == Coll::kAllReduce && ppn_ > 1 && bytes >= 64) {
+    const int bucket = floorLog2(static_cast<int>(std::min<std::uint64_t>(bytes >> 6, 1u << 30)));
+    if (bucket < 23) bw *= kTreeCorrection[static_cast<size_t>(cell.proto)][bucket];
+  }
   if (!(bw > 0)) return std::numeric_limits<double>::infinity();
   const double b = static_cast<double>(bytes);
   const double steps = pipelineSteps(coll, cell) + lat / kFillLatencyPerStepUs;

@@ -91,6 +91,34 @@ TEST(AnchorTest, H100NodeRingAndNvls) {
             (Cell{Algo::kNvls, Proto::kSimple}));
 }
 
+// NCCL scales a tree allreduce's bandwidth per power of two of the size (its treeCorrectionFactor):
+// LL128 0.6 at 1 MiB, 1.0 at 256 MiB. Without the fill a tree's time grows by bytes / bandwidth, so
+// it grows 1/0.6 as fast within the 1 MiB bucket as within the 256 MiB one. A tree of one rank a node
+// has no chain through a node and takes no correction: 2x1 H100 over RoCE ran Tree/Simple at 41.5
+// GB/s busbw at 32 MiB, past even the uncorrected model (nccl_tuner/data/h100-1x2-roce-4nic-tree.json).
+TEST(ModelTest, TreeTakesNcclsSizeCorrectionWhereItRunsThroughANode) {
+  const TunerConfig c = loadConfig(kTunerData + "/h100-ib-4node.json");
+  const Cell tree{Algo::kTree, Proto::kLL128};
+  const std::uint64_t mib = 1 << 20;
+  auto growth = [&](CommShape shape, std::uint64_t bytes) {
+    const CostModel m(c, shape, ModelFit{});
+    return (m.predictUs(Coll::kAllReduce, tree, bytes / 2 * 3) - m.predictUs(Coll::kAllReduce, tree, bytes)) /
+           static_cast<double>(bytes / 2);
+  };
+  EXPECT_NEAR(growth({16, 2}, mib) / growth({16, 2}, 256 * mib), 1 / 0.6, 1e-9);
+  EXPECT_NEAR(growth({16, 2}, 64 * mib) / growth({16, 2}, 256 * mib), 1 / 0.9, 1e-9);
+  EXPECT_NEAR(growth({2, 2}, mib) / growth({2, 2}, 256 * mib), 1.0, 1e-9);
+  // Rings take none.
+  const CostModel ring(c, {16, 2}, ModelFit{});
+  const Cell ringLl128{Algo::kRing, Proto::kLL128};
+  EXPECT_NEAR((ring.predictUs(Coll::kAllReduce, ringLl128, 3 * mib / 2) -
+               ring.predictUs(Coll::kAllReduce, ringLl128, mib)) *
+                  256,
+              ring.predictUs(Coll::kAllReduce, ringLl128, 384 * mib) -
+                  ring.predictUs(Coll::kAllReduce, ringLl128, 256 * mib),
+              1e-6);
+}
+
 // ---- fabrics -----------------------------------------------------------------------------------------
 
 TEST(FabricTest, RoceAndTcpPayMoreLatencyPerNetworkHopThanIb) {
@@ -213,25 +241,26 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CalibrationTest, MeasuredFiguresWinWhereTheyExist) {
   TunerConfig c = a100Node();
-  const Cell ringLL128{Algo::kRing, Proto::kLL128};
+  // A cell the model alone does not choose at 2 MiB (it runs Ring/LL128 there), measured fast.
+  const Cell treeLL128{Algo::kTree, Proto::kLL128};
   const std::uint64_t mib = 1 << 20;
-  c.calibration.push_back({Coll::kAllReduce, 8, 1, Algo::kRing, Proto::kLL128, mib, 12.0, "t"});
-  c.calibration.push_back({Coll::kAllReduce, 8, 1, Algo::kRing, Proto::kLL128, 4 * mib, 48.0, "t"});
+  c.calibration.push_back({Coll::kAllReduce, 8, 1, Algo::kTree, Proto::kLL128, mib, 12.0, "t"});
+  c.calibration.push_back({Coll::kAllReduce, 8, 1, Algo::kTree, Proto::kLL128, 4 * mib, 48.0, "t"});
   c.calibration.push_back({Coll::kAllReduce, 8, 1, std::nullopt, std::nullopt, 2 * mib, 1.0, "unforced"});
   c.calibration.push_back({Coll::kAllReduce, 16, 2, Algo::kRing, Proto::kLL, 2 * mib, 1.0, "other shape"});
   CostModel m(c, {8, 1});
-  EXPECT_EQ(m.estimate(Coll::kAllReduce, ringLL128, mib).time_us, 12.0);
-  EXPECT_TRUE(m.estimate(Coll::kAllReduce, ringLL128, mib).measured);
+  EXPECT_EQ(m.estimate(Coll::kAllReduce, treeLL128, mib).time_us, 12.0);
+  EXPECT_TRUE(m.estimate(Coll::kAllReduce, treeLL128, mib).measured);
   // Between two measured sizes: log-log interpolation (time doubles per doubling here: 24 us).
-  EXPECT_NEAR(m.estimate(Coll::kAllReduce, ringLL128, 2 * mib).time_us, 24.0, 1e-9);
+  EXPECT_NEAR(m.estimate(Coll::kAllReduce, treeLL128, 2 * mib).time_us, 24.0, 1e-9);
   // Outside the measured range, and for other cells: the model.
-  EXPECT_FALSE(m.estimate(Coll::kAllReduce, ringLL128, 8 * mib).measured);
+  EXPECT_FALSE(m.estimate(Coll::kAllReduce, treeLL128, 8 * mib).measured);
   EXPECT_FALSE(m.estimate(Coll::kAllReduce, {Algo::kRing, Proto::kLL}, 2 * mib).measured);
   DecisionTable t = DecisionTable::build(c, {8, 1});
-  EXPECT_EQ(t.candidates(Coll::kAllReduce, 2 * mib)[0].cell, ringLL128);
+  EXPECT_EQ(t.candidates(Coll::kAllReduce, 2 * mib)[0].cell, treeLL128);
   EXPECT_TRUE(t.candidates(Coll::kAllReduce, 2 * mib)[0].measured);
   EXPECT_NE(DecisionTable::build(a100Node(), {8, 1}).candidates(Coll::kAllReduce, 2 * mib)[0].cell,
-            ringLL128);
+            treeLL128);
 }
 
 // ---- decision table ------------------------------------------------------------------------------------

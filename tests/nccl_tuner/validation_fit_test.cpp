@@ -63,8 +63,9 @@ void expectWithin(const std::vector<HeldOut>& predicted, const std::map<std::str
 // today (nccl_tuner/README.md lists them with the reasons for the misses), a little rounded up: a
 // change that makes any held-out table worse fails here (allreduce, and allgather and reducescatter
 // where a table has them). The aim is 25% from 64 KiB and 10% from 256 MiB; the 8x A100 Azure
-// table, the DGX H100, the H100 slices, the 2 x 1 H100 Tree table and the B200 figures reach the
-// first, eight of the twelve the second.
+// table, the DGX H100, the 2 x 8 H100 InfiniBand table, the H100 slices, the 2 x 1 H100 Tree table and
+// the B200 figures reach the first, eight of the twelve the second. NCCL's tree correction (2026-12-02)
+// moved some bounds up as well as down: nccl_tuner/README.md gives both columns.
 // Every choice a table names (several algorithms or protocols measured at one size) is the model's too.
 const std::vector<HeldOut>& heldOutTables() {
   static const std::vector<HeldOut> heldOut = leaveOneOut(loadTables(kTables), kFrom);
@@ -75,17 +76,17 @@ TEST(ValidationTest, LeaveOneTableOut) {
   const std::vector<HeldOut>& heldOut = heldOutTables();
   std::cout << validationReport(heldOut);
   expectWithin(heldOut, {
-                            {"a100-8x1-azure-nda100v4.json", {0.25, 0.07, 0.06}},
-                            {"a100-8x1-ml-engineering.json", {0.50, 0.50, 0.05}},
-                            {"a100-8x2-azure-ndv4-hdr.json", {0.46, 0.33, 0.07}},
-                            {"a100-8x2-oci-roce.json", {0.33, 0.20, 0.19}},
+                            {"a100-8x1-azure-nda100v4.json", {0.21, 0.11, 0.06}},
+                            {"a100-8x1-ml-engineering.json", {0.46, 0.46, 0.05}},
+                            {"a100-8x2-azure-ndv4-hdr.json", {0.39, 0.24, 0.07}},
+                            {"a100-8x2-oci-roce.json", {0.27, 0.27, 0.19}},
                             {"b200-nx1-ml-engineering.json", {0.06, 0.06, 0.06}},
                             {"h100-1x2-roce-4nic-tree.json", {0.17, 0.17, 0}},
                             {"h100-8x1-dgx.json", {0.17, 0.11, 0.03}},
-                            {"h100-8x2-gcp-a3mega-tcpxo.json", {0.54, 0.54, 0.52}},
-                            {"h100-8x2-ib-ndr400.json", {0.26, 0.15, 0.09}},
+                            {"h100-8x2-gcp-a3mega-tcpxo.json", {0.55, 0.55, 0.52}},
+                            {"h100-8x2-ib-ndr400.json", {0.18, 0.18, 0.09}},
                             {"h100-nx1-nvswitch-slices.json", {0.24, 0.24, 0.12}},
-                            {"h20-8x2-ib-ndr.json", {0.48, 0.48, 0.40}},
+                            {"h20-8x2-ib-ndr.json", {0.45, 0.45, 0.41}},
                             {"h200-nx1-ml-engineering.json", {0.60, 0.40, 0.04}},
                         });
   int choices = 0;
