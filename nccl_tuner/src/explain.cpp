@@ -20,10 +20,6 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-std::string cellName(Cell c) {
-  return std::string(algoName(c.algo)) + "/" + std::string(protoName(c.proto));
-}
-
 std::string pad(std::string s, size_t width, bool right) {
   if (s.size() >= width) return s;
   return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');

@@ -43,6 +43,10 @@ std::string_view protoName(Proto p) {
   return kProtoNames[static_cast<size_t>(p)];
 }
 
+std::string cellName(Cell c) {
+  return std::string(algoName(c.algo)) + "/" + std::string(protoName(c.proto));
+}
+
 std::optional<Coll> parseColl(std::string_view s) {
   return find<Coll>(kCollNames, s);
 }

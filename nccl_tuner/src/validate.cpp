@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -153,6 +154,84 @@ std::string validationReport(const std::vector<HeldOut>& heldOut) {
                   worstSmall * 100, worstLarge * 100);
     out << buf;
     if (choices > 0) out << "  choices: " << agree << " of " << choices << " agree\n";
+  }
+  return out.str();
+}
+
+namespace {
+
+// "a100-8x2-oci-roce, 16 ranks on 2 nodes", with the collective where it is not allreduce and the
+// cell a run forced.
+std::string curveLabel(const std::string& table, const Comparison& c, const CompareRow& r) {
+  std::string label = table.substr(0, table.rfind(".json"));
+  if (c.coll != Coll::kAllReduce) label += ", " + std::string(collName(c.coll));
+  label += ", " + std::to_string(c.shape.nranks) + " ranks";
+  if (c.shape.nnodes > 1) label += " on " + std::to_string(c.shape.nnodes) + " nodes";
+  if (r.forced_algo && r.forced_proto)
+    label += ", " + cellName({*r.forced_algo, *r.forced_proto}) + " forced";
+  if (r.forced_algo && !r.forced_proto) label += ", " + std::string(algoName(*r.forced_algo)) + " forced";
+  if (!r.forced_algo && r.forced_proto) label += ", " + std::string(protoName(*r.forced_proto)) + " forced";
+  return label;
+}
+
+}  // namespace
+
+std::string perSizeMarkdown(const std::vector<HeldOut>& heldOut) {
+  struct Curve {
+    std::string label;
+    std::map<std::uint64_t, double> error;              // by size
+    std::vector<std::pair<std::uint64_t, Cell>> cells;  // where NCCL chose: the model's cell by size
+    bool forced = false;
+  };
+  std::vector<Curve> curves;
+  std::map<std::string, size_t> byLabel;
+  std::set<std::uint64_t> sizes;
+  for (const HeldOut& h : heldOut) {
+    for (const Comparison& c : h.comparisons) {
+      for (const CompareRow& r : c.rows) {
+        const std::string label = curveLabel(h.name, c, r);
+        auto [it, added] = byLabel.emplace(label, curves.size());
+        if (added) curves.push_back({label, {}, {}, r.forced_algo || r.forced_proto});
+        Curve& curve = curves[it->second];
+        curve.error[r.bytes] = r.error();
+        if (!curve.forced) curve.cells.emplace_back(r.bytes, r.cell);
+        sizes.insert(r.bytes);
+      }
+    }
+  }
+  std::ostringstream out;
+  out << "| held out |";
+  for (std::uint64_t b : sizes) out << " " << formatBytes(b) << " |";
+  out << "\n|---|";
+  for (size_t i = 0; i < sizes.size(); ++i) out << "---:|";
+  out << "\n";
+  char buf[32];
+  for (const Curve& curve : curves) {
+    out << "| " << curve.label << " |";
+    for (std::uint64_t b : sizes) {
+      auto it = curve.error.find(b);
+      if (it == curve.error.end()) {
+        out << " |";
+        continue;
+      }
+      std::snprintf(buf, sizeof buf, " %+.1f |", it->second * 100);
+      out << buf;
+    }
+    out << "\n";
+  }
+  out << "\nThe model's cells where NCCL chose (sizes as above):\n\n";
+  for (const Curve& curve : curves) {
+    if (curve.forced) continue;
+    out << "- " << curve.label << ":";
+    for (size_t i = 0; i < curve.cells.size();) {
+      size_t j = i;
+      while (j + 1 < curve.cells.size() && curve.cells[j + 1].second == curve.cells[i].second) ++j;
+      out << (i == 0 ? " " : ", ") << cellName(curve.cells[i].second) << " "
+          << formatBytes(curve.cells[i].first);
+      if (j > i) out << "-" << formatBytes(curve.cells[j].first);
+      i = j + 1;
+    }
+    out << "\n";
   }
   return out.str();
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace poolrun::tuner {
@@ -47,6 +48,7 @@ struct Cell {
 std::string_view collName(Coll c);
 std::string_view algoName(Algo a);
 std::string_view protoName(Proto p);
+std::string cellName(Cell c);  // "Ring/LL128"
 
 // Case-insensitive parsing. Collectives accept `allreduce`, `all_reduce` and NCCL's `AllReduce`;
 // algorithms accept the NCCL_ALGO tokens and the example tuner's `collnet_direct`, `nvls_tree`.

@@ -53,4 +53,9 @@ std::vector<HeldOut> leaveOneOut(const std::vector<Table>& tables, std::uint64_t
 // Per table: the fit used, the error at every size and the worst from 64 KiB and from 256 MiB.
 std::string validationReport(const std::vector<HeldOut>& heldOut);
 
+// The same errors as one Markdown table, a row per curve (a table's collective and shape, and each
+// cell a run forced) and a column per size, then the cells the model ran on each curve where NCCL
+// chose: what nccl_tuner/README.md shows under "Every size, held out".
+std::string perSizeMarkdown(const std::vector<HeldOut>& heldOut);
+
 }  // namespace poolrun::tuner
