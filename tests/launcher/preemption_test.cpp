@@ -343,7 +343,9 @@ TEST_P(PreemptionSimTest, APytorchJobResumesFromItsCheckpointWhenItsLeaseGrows) 
   poolrun::test::ProcessResult reference = poolrun::test::runShell(
       env() + "timeout 90 " + POOLRUN_BINARY + " --pool " + pool_ + " -n 2 --job-dir " +
       (tmp_.path() / "plain-job").string() + " " + train + plain.string() + " --checkpoint ''");
-  ASSERT_EQ(reference.status, 0) << reference.err;
+  // Where a run that never ends stopped (once in CI, 2026-12-02, it ran past the 90 s; 10 runs alone
+  // took 12-14 s each): the steps it logged and what the job said.
+  ASSERT_EQ(reference.status, 0) << reference.err << reference.out << "steps logged:\n" << slurp(plain);
   std::istringstream again(slurp(plain));
   size_t i = 0;
   for (std::string line; std::getline(again, line) && i < lines.size(); ++i) {
