@@ -164,7 +164,8 @@ DashboardData captureDashboard(const PoolState& state, TimePoint now) {
       d.mem_total_mib.push_back(mib(memTotal));
       d.temp_c.push_back(sample ? sample->temperature_c : std::nullopt);
       d.power_w.push_back(sample ? sample->power_w : std::nullopt);
-      // Notes are few: why a GPU failed (and when), or the processes that make it foreign.
+      // Notes are few: why a GPU failed (and when), the processes that make it foreign, or what its
+      // sample could not read (a GPU NVML no longer lists).
       std::string note;
       if (st == GpuState::kFailed) {
         auto f = n->failures.find(i);
@@ -175,6 +176,7 @@ DashboardData captureDashboard(const PoolState& state, TimePoint now) {
         auto f = n->live.foreign.find(i);
         if (f != n->live.foreign.end()) note = foreignNote(f->second);
       }
+      if (note.empty() && sample && !sample->error.empty()) note = sample->error;
       if (!note.empty()) d.notes.emplace_back(d.gpu_states.size() - 1, std::move(note));
     }
   }

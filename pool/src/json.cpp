@@ -471,6 +471,7 @@ json toJson(const NodeInfo& n) {
     j["memory_total_bytes"] = g.memory_total_bytes ? json(*g.memory_total_bytes) : json(g.memory_bytes);
     j["temperature_c"] = g.temperature_c ? json(*g.temperature_c) : json(nullptr);
     j["power_w"] = g.power_w ? json(*g.power_w) : json(nullptr);
+    j["sample_error"] = g.sample_error.empty() ? json(nullptr) : json(g.sample_error);
     if (!g.foreign_processes.empty()) {
       json procs = json::array();
       for (const topo::GpuProcess& p : g.foreign_processes)
@@ -552,6 +553,7 @@ NodeInfo nodeInfoFromJson(const json& doc) {
     gi.memory_total_bytes = bytes("memory_total_bytes");
     gi.temperature_c = number("temperature_c");
     gi.power_w = number("power_w");
+    gi.sample_error = textOr(g, "sample_error", 0, Text::kStored);
     const json& procs = g.optionalArray("foreign_processes");
     for (size_t k = 0; k < procs.size(); ++k) {
       JsonFields p = g.child(procs[k], g.element("foreign_processes", k));

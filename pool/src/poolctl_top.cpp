@@ -89,6 +89,8 @@ std::string gpuNote(const GpuInfo& g, Clock::time_point now) {
     note += (note.empty() ? "" : "; ") + (g.failed_reason.empty() ? std::string("failed") : g.failed_reason);
     if (g.failed_at) note += " at " + formatLocalTime(*g.failed_at, now);
   }
+  // A GPU NVML no longer lists (or one with counters it could not read): its agent's words.
+  if (!g.sample_error.empty()) note += (note.empty() ? "" : "; ") + g.sample_error;
   if (!g.foreign_processes.empty()) {
     if (!note.empty()) note += "; ";
     note += g.foreign_processes.size() == 1 ? "pid " : "pids ";

@@ -1632,6 +1632,7 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
         gi.memory_total_bytes = sample.memory_total_bytes;
         gi.temperature_c = sample.temperature_c;
         gi.power_w = sample.power_w;
+        gi.sample_error = sample.error;
         if (gi.uuid.empty()) gi.uuid = sample.uuid;
       }
       if (auto f = node->live.foreign.find(i); f != node->live.foreign.end())

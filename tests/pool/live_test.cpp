@@ -222,6 +222,33 @@ TEST_P(GpuFailureTest, FailsTheGpuWithItsReason) {
 INSTANTIATE_TEST_SUITE_P(LivePool, GpuFailureTest, ::testing::ValuesIn(kFailureCases),
                          [](const auto& p) { return test::testName(p.param.name); });
 
+// A GPU NVML no longer lists: its sample carries the agent's error and no reading. poold keeps
+// the GPU as it was (it fails it on the XID 79 the driver reports) and shows the error with it,
+// in the node's view and its JSON, until a sample without one.
+TEST(LivePool, AGpuNvmlNoLongerListsShowsTheAgentsError) {
+  PoolState state = livePool("n01/gpu[0-3]");
+  Heartbeat hb = beat(state, "n01");
+  const std::string lost =
+      "NVML does not list the GPU at 0000:53:00.0: it may have fallen off the bus (see `nvidia-smi` and "
+      "the kernel log for XID 79)";
+  hb.gpus[2] = topo::GpuSample{};
+  hb.gpus[2].index = 2;
+  hb.gpus[2].error = lost;
+  state.heartbeat(hb, t0() + seconds(5));
+  NodeInfo info = state.nodeInfos().at(0);
+  EXPECT_EQ(info.gpus[2].sample_error, lost);
+  EXPECT_FALSE(info.gpus[2].utilization);
+  EXPECT_EQ(info.gpus[2].state, GpuState::kFree) << "failed by XID 79, not by a missing sample";
+  EXPECT_EQ(info.gpus[1].sample_error, "");
+  const json doc = toJson(info);
+  EXPECT_EQ(doc["gpus"][2]["sample_error"], lost);
+  EXPECT_TRUE(doc["gpus"][1]["sample_error"].is_null());
+  EXPECT_EQ(nodeInfoFromJson(doc).gpus[2].sample_error, lost);
+
+  state.heartbeat(beat(state, "n01"), t0() + seconds(10));
+  EXPECT_EQ(state.nodeInfos().at(0).gpus[2].sample_error, "") << "it answers again";
+}
+
 TEST(LivePool, XidCountsAreBoundedPerGpu) {
   PoolState state = livePool("n01/gpu[0-7]");
   for (int round = 0; round < 4; ++round) {

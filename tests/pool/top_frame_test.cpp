@@ -281,6 +281,21 @@ TEST(PoolctlTables, NodesShowStateAgentHeartbeatAndEveryGpuReading) {
   EXPECT_EQ(lines.size(), 9u) << text;  // n03's free GPUs: no line
 }
 
+// A free GPU its agent's NVML no longer lists: shown with the agent's words, though nothing holds it.
+TEST(PoolctlTables, AGpuNvmlNoLongerListsShowsItsError) {
+  const Clock::time_point now = noon();
+  GpuInfo lost = gpu(1, GpuState::kFree);
+  lost.sample_error = "NVML does not list the GPU at 0000:53:00.0";
+  std::vector<std::string> lines =
+      nodeTable({node("n01", "poold-agent 0.1.0", now - seconds(3),
+                      {withReadings(gpu(0, GpuState::kFree), 0, 1, 30, 60), lost})},
+                now);
+  ASSERT_EQ(lines.size(), 5u) << joined(lines);
+  EXPECT_EQ(lines[4],
+            "  1    free   -     -/80.0    -     -      -      NVML does not list the GPU at 0000:53:00.0")
+      << joined(lines);
+}
+
 TEST(PoolctlTables, LeasesShowIdleTimeReclaimAndNodesAtRisk) {
   const Clock::time_point now = noon();
   std::vector<Lease> leases = compactPool(now).leases;

@@ -55,6 +55,7 @@ struct GpuInfo {
   std::optional<uint64_t> memory_total_bytes;
   std::optional<double> temperature_c;
   std::optional<double> power_w;
+  std::string sample_error;  // what the sample could not read: NVML's error (a GPU it no longer lists)
   std::vector<topo::GpuProcess> foreign_processes;  // kForeign: the processes of no lease
   std::vector<MigInstanceInfo> mig_instances;       // kMig: its compute instances, by unit
   std::vector<std::string> mig_layout;              // a MIG layout asked for (poolctl mig) and not made yet
