@@ -385,12 +385,13 @@ std::vector<std::string> headerLines(const TopView& view, Clock::time_point now,
   // In the order they matter: what is cut is the pool's name (the user named it) and the hint.
   std::vector<std::string> parts{formatLocalTime(now, now)};
   if (view.snapshot) {
+    // Each node in its administrator's state, and those whose agent went quiet counted again as
+    // unreachable: as `poolctl status` counts them.
     int up = 0, unreachable = 0, draining = 0, down = 0;
-    for (const NodeInfo& n : view.snapshot->nodes)
-      (n.unreachable                     ? unreachable
-       : n.state == NodeState::kUp       ? up
-       : n.state == NodeState::kDraining ? draining
-                                         : down)++;
+    for (const NodeInfo& n : view.snapshot->nodes) {
+      (n.state == NodeState::kUp ? up : n.state == NodeState::kDraining ? draining : down)++;
+      if (n.unreachable) ++unreachable;
+    }
     std::string nodes =
         "nodes " + std::to_string(up) + " up, " + std::to_string(unreachable) + " unreachable";
     if (draining > 0) nodes += ", " + std::to_string(draining) + " draining";

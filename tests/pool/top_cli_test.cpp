@@ -208,7 +208,7 @@ TEST_F(LivePool, StatusNodesLeasesAndTopShowWhatTheAgentsSaid) {
   test::ProcessResult top = run(kAlice, "top --once");
   EXPECT_EQ(top.status, 0) << top.err;
   EXPECT_EQ(top.out.find('\x1b'), std::string::npos) << top.out;
-  EXPECT_NE(lineWith(top.out, {"nodes 2 up, 1 unreachable",
+  EXPECT_NE(lineWith(top.out, {"nodes 3 up, 1 unreachable",
                                "GPUs 21 free, 1 leased, 1 failed, 1 foreign; 8 unreachable",
                                "leases 1, queue 1", poold_->uri()}),
             "")

@@ -141,7 +141,7 @@ TEST(TopFrame, ShowsTheCompactPoolAt80Columns) {
   expectFits(frame, 80, 40);
   const std::string text = joined(frame);
   // Each part of the header on the first line it fits.
-  EXPECT_EQ(frame[0], "12:00:00  nodes 2 up, 1 unreachable | leases 1, queue 1 | http://127.0.0.1:7450")
+  EXPECT_EQ(frame[0], "12:00:00  nodes 3 up, 1 unreachable | leases 1, queue 1 | http://127.0.0.1:7450")
       << text;
   EXPECT_EQ(frame[1], "GPUs 2 free, 2 leased, 1 failed, 1 foreign; 2 unreachable") << text;
   EXPECT_EQ(lineWith(frame, {"n01"}),
@@ -182,7 +182,7 @@ TEST(TopFrame, ShowsEverythingOnOneLineEachAt200Columns) {
   const std::string text = joined(frame);
   EXPECT_EQ(
       frame[0],
-      "12:00:00  nodes 2 up, 1 unreachable | GPUs 2 free, 2 leased, 1 failed, 1 foreign; 2 unreachable | "
+      "12:00:00  nodes 3 up, 1 unreachable | GPUs 2 free, 2 leased, 1 failed, 1 foreign; 2 unreachable | "
       "leases 1, queue 1 | http://127.0.0.1:7450 (every 2s, q quits)")
       << text;
   EXPECT_NE(lineWith(frame, {"failed", "XID 79 (fallen off the bus) at 11:59:00"}), "") << text;
@@ -192,12 +192,23 @@ TEST(TopFrame, ShowsEverythingOnOneLineEachAt200Columns) {
   EXPECT_NE(lineWith(frame, {"[" + std::string(24, '#') + ".87%]"}), "") << text;
 }
 
+// A drained node whose agent went quiet is draining and unreachable, as poolctl status counts it.
+TEST(TopFrame, CountsEachNodeInItsAdministratorsStateAndTheUnreachableAgain) {
+  const Clock::time_point now = noon();
+  TopView v = view(now);
+  v.snapshot->nodes[1].state = NodeState::kDraining;
+  v.snapshot->nodes[2].state = NodeState::kDown;
+  std::vector<std::string> frame = renderTopFrame(v, now, 200, 40);
+  EXPECT_EQ(frame[0].rfind("12:00:00  nodes 1 up, 1 unreachable, 1 draining, 1 down | ", 0), 0u)
+      << joined(frame);
+}
+
 TEST(TopFrame, FitsATinyTerminal) {
   const Clock::time_point now = noon();
   std::vector<std::string> frame = renderTopFrame(view(now), now, 20, 5);
   expectFits(frame, 20, 5);
   ASSERT_EQ(frame.size(), 5u) << joined(frame);
-  EXPECT_EQ(frame[0], "12:00:00  nodes 2 up") << joined(frame);
+  EXPECT_EQ(frame[0], "12:00:00  nodes 3 up") << joined(frame);
   EXPECT_NE(lineWith(frame, {"... "}), "") << joined(frame);
   expectFits(renderTopFrame(view(now), now, 0, 0), 1, 1);
 }
