@@ -58,8 +58,8 @@ std::string usage() {
          d.host + ":" + n(d.port) +
          "; port 0 picks a free port and prints it)\n"
          "  --state DIR         the pool's state (DIR/pool.sqlite, WAL); one poold per directory\n"
-         "  --token-file FILE   one `TOKEN OWNER ROLE` line per token (ROLE user or admin, # comments);\n"
-         "                      re-read when it changes\n"
+         "  --token-file FILE   one `TOKEN OWNER ROLE` line per token (ROLE user, admin, or node for\n"
+         "                      an agent, OWNER its node; # comments); re-read when it changes\n"
          "  --cluster FILE      register the nodes of a cluster file at start (keeps their state)\n"
          "  --sync normal|full  SQLite synchronous mode: normal (default) survives a crash of poold,\n"
          "                      full also a power loss (an fsync per group commit)\n"

@@ -416,7 +416,8 @@ struct PoolServer::Impl {
       }
       if (found == nullptr) {
         if (pathKnown) throw HttpError{405, "method " + req.method + " is not allowed here", "bad_request"};
-        throw HttpError{404, "no such API path (see pool/README.md for the routes)", "not_found"};
+        throw HttpError{404, "no such API path (the routes are listed in docs/pool.md, \"HTTP API\")",
+                        "not_found"};
       }
       label = found->label;
       if (label == "/healthz") {
