@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
@@ -68,6 +69,12 @@ HttpReply failureReply(beast::error_code ec, const HttpServerOptions& options) {
     r.body =
         errorBody("request headers over the limit of " + std::to_string(options.max_header_bytes) + " bytes",
                   "bad_request");
+  } else if (ec == http::error::bad_content_length) {
+    r.status = 400;
+    r.body = errorBody(
+        "malformed HTTP request: bad Content-Length (one decimal number, given once, and not with "
+        "Transfer-Encoding)",
+        "bad_request");
   } else {
     r.status = 400;
     r.body = errorBody("malformed HTTP request: " + ec.message(), "bad_request");
@@ -77,6 +84,31 @@ HttpReply failureReply(beast::error_code ec, const HttpServerOptions& options) {
 
 bool takeRequest(Parser& parser, const std::string& peer, HttpRequest& req, HttpReply& error) {
   auto& msg = parser.get();
+  // A body framed by anything but Content-Length or a lone `chunked` coding: the parser would frame
+  // it by one of them and what is left would read as the next request (request smuggling, where
+  // a proxy in front frames it the other way). Refused, and the connection closed.
+  if (auto te = msg.find(http::field::transfer_encoding); te != msg.end()) {
+    const std::string value(te->value());
+    const std::string coding = common::lower(common::trim(value));
+    error.close = true;
+    if (coding != "chunked") {
+      error.status = 501;
+      error.body = errorBody("Transfer-Encoding '" + topo::printable(value) +
+                                 "' is not supported: send the body with Content-Length, or "
+                                 "Transfer-Encoding: chunked alone",
+                             "bad_request");
+      return false;
+    }
+    if (msg.count(http::field::transfer_encoding) > 1 || msg.count(http::field::content_length) > 0) {
+      error.status = 400;
+      error.body = errorBody(
+          "a request with both Transfer-Encoding and Content-Length (or Transfer-Encoding twice): "
+          "frame the body one way",
+          "bad_request");
+      return false;
+    }
+    error.close = false;
+  }
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
   req.authorization = std::string(msg[http::field::authorization]);

@@ -224,7 +224,8 @@ struct HttpServer::Impl {
       HttpReply bad;
       if (!takeRequest(*parser_, peer_, req, bad)) {
         ++server_.n_bad;
-        return write(std::move(bad), keepAlive, version);
+        const bool close = bad.close;
+        return write(std::move(bad), keepAlive && !close, version);
       }
       QuickAnswer answer;
       if (server_.quick) {

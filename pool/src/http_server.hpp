@@ -55,6 +55,9 @@ struct HttpReply {
   std::string content_type = "application/json";
   // Headers beyond Server, Content-Type, Content-Length and Connection ("WWW-Authenticate").
   std::vector<std::pair<std::string, std::string>> headers = {};
+  // Closes the connection after the reply: where the request's framing cannot be trusted, what
+  // follows it on the connection is no request.
+  bool close = false;
 };
 
 // Counters of what the connection layer refused or cut, for /metrics.

@@ -297,6 +297,35 @@ TEST_F(Hostile, ChunkedBodiesAreLimitedLikeAnyOther) {
   EXPECT_EQ(statusOf(replies[0]), 200) << replies[0];
 }
 
+// A body framed by a coding poold does not take, or framed two ways, is refused and the connection
+// closed: what follows it is never read as a request of its own (request smuggling).
+TEST_F(Hostile, BodiesFramedAnyOtherWayAreRefusedAndNothingBehindThemRuns) {
+  start();
+  const std::string auth = "Host: x\r\nAuthorization: Bearer tok-alice-0123456789\r\n";
+  const std::string smuggled = request("POST", "/v1/leases", json{{"gpus", 1}, {"wait_s", 0}}.dump());
+  struct Case {
+    std::string headers;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"Transfer-Encoding: gzip\r\n", 501},
+      {"Transfer-Encoding: identity\r\nContent-Length: " + std::to_string(smuggled.size()) + "\r\n", 501},
+      {"Transfer-Encoding: gzip, chunked\r\n", 501},
+      {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", 400},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.headers);
+    Raw conn(port_);
+    std::string body = c.headers.find("chunked") != std::string::npos ? "0\r\n\r\n" : "";
+    conn.send("POST /v1/leases HTTP/1.1\r\n" + auth + c.headers + "\r\n" + body + smuggled);
+    std::string reply = conn.readUntilClosed(5s);
+    EXPECT_EQ(statusOf(reply), c.status) << reply;
+    EXPECT_NE(reply.find("Transfer-Encoding"), std::string::npos) << "says which header: " << reply;
+    EXPECT_EQ(reply.find("HTTP/1.1 200"), std::string::npos) << "the request behind it ran: " << reply;
+  }
+  EXPECT_EQ(leased(), 0);
+}
+
 TEST_F(Hostile, PipelinedRequestsAreAllAnsweredInOrder) {
   start();
   Raw c(port_);
