@@ -229,6 +229,16 @@ TEST(HostileFiles, HwlocXmlNested100000DeepIsRefused) {
              p.string() + ": XML nests deeper than 128 levels at line 131");
 }
 
+// A DOCTYPE without a system id crashed hwloc 2.9's libxml2 import (a segfault in every program
+// that reads topology files); hwloc's own parser refuses the file with an error naming it.
+TEST(HostileFiles, HwlocXmlWithABareDoctypeIsRefusedNotACrash) {
+  test::TempDir tmp;
+  std::filesystem::path p = tmp.write("doctype.xml",
+                                      "<?xml version=\"1.0\"?><!DOCTYPE t><topology version=\"2.0\">"
+                                      "<object type=\"Machine\" os_index=\"0\"></object></topology>");
+  EXPECT_HAS(errorOf([&] { readTopologyFile(p); }), p.string() + ": hwloc could not import this XML");
+}
+
 TEST(HostileFiles, NcclXmlNested100000DeepIsRefused) {
   test::TempDir tmp;
   std::filesystem::path p = tmp.write(

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <pugixml.hpp>
 #include <string_view>
 
@@ -392,7 +394,17 @@ class Converter {
   std::map<hwloc_obj_t, size_t> hostBridges_, switches_, osdevToGpu_, pciToGpu_;
 };
 
+// hwloc's XML import through libxml2 crashes on some documents that are well-formed XML (hwloc
+// 2.9's, on a `<!DOCTYPE topology>` without a system id: a segfault in every program that reads
+// topology files); its own minimal parser refuses them and reads every export hwloc writes. hwloc
+// reads the choice from the environment once, at its first import: set before that.
+void useHwlocsOwnXmlParser() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("HWLOC_LIBXML_IMPORT", "0", 1); });
+}
+
 HwlocTopology newTopology() {
+  useHwlocsOwnXmlParser();
   hwloc_topology_t t = nullptr;
   if (hwloc_topology_init(&t) != 0) throw Error(ErrorCode::kInternal, "hwloc_topology_init failed");
   HwlocTopology topo(t);
@@ -470,7 +482,8 @@ NodeTopology readHwlocXmlString(const std::string& xml, const std::string& name)
   if (hwloc_topology_set_xmlbuffer(topo.get(), xml.data(), static_cast<int>(xml.size()) + 1) != 0 ||
       hwloc_topology_load(topo.get()) != 0) {
     throw badInput(name + ": hwloc could not import this XML (" + std::strerror(errno) +
-                   "); check it loads with `lstopo-no-graphics -i " + name + "`");
+                   "); check it loads with `HWLOC_LIBXML_IMPORT=0 lstopo-no-graphics -i " + name +
+                   "`, or export it again with `lstopo --of xml`");
   }
   return detail::convertHwloc(topo.get(), "hwloc-xml:" + name);
 }
