@@ -104,6 +104,8 @@ class HttpPool : public PoolControl, public AgentLink {
         slice = std::min(slice, left);
       }
       json p;
+      const auto asked = Steady::now();
+      const int before = position;
       try {
         p = call("GET",
                  path + "?wait_ms=" + std::to_string(slice.count()) + "&position=" + std::to_string(position),
@@ -115,6 +117,9 @@ class HttpPool : public PoolControl, public AgentLink {
         if (e.code() != ErrorCode::kNotFound || moves_ == movesAtSubmit) throw;
         return acquire(request, queued);
       }
+      // A poll answered at once with nothing new, where it asked to wait: poold had no long poll to
+      // spare (its workers are for renewals and acquires first); the next one a little later.
+      const bool atOnce = slice > milliseconds(0) && Steady::now() - asked < milliseconds(100);
       slice = milliseconds(1000);
       std::string status = p.value("status", "");
       if (status == "granted") return keepUnlessInterrupted(leaseFromJson(p.at("lease")));
@@ -131,6 +136,7 @@ class HttpPool : public PoolControl, public AgentLink {
       } catch (const Error&) {  // a time out of range: no planned start to tell
       }
       if (queued && pacer.due(progress, Steady::now())) queued(progress);
+      if (atOnce && position == before) std::this_thread::sleep_for(milliseconds(250));
     }
   }
 

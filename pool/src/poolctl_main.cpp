@@ -429,11 +429,15 @@ int eventsCommand(const std::string& uri, const std::string& token, const std::v
         next = last > 10 ? last - 10 : 0;
         started = true;
       }
+      const auto asked = std::chrono::steady_clock::now();
       json page = eventsPage(connection, uri, next, 1000, 1000);
       if (down) std::cerr << "poolctl: poold at " << uri << " answers again\n";
       down = false;
       backoff = std::chrono::milliseconds(250);
-      take(page);
+      // Nothing new, at once: poold had no long poll to spare (its workers are for renewals and
+      // acquires first); ask again a little later rather than at once.
+      if (!take(page) && std::chrono::steady_clock::now() - asked < std::chrono::milliseconds(100))
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
     } catch (const HttpFailed& e) {
       if (!down)
         std::cerr << "poolctl: poold at " << uri << " does not answer (" << e.what() << "); trying again\n";

@@ -203,6 +203,47 @@ struct PoolServer::Impl {
   std::string snapshot;
   Steady::time_point snapshot_at;
 
+  // Long polls (queue tickets, the event log) hold a worker while they wait. At most a quarter of
+  // the workers wait at once, and at most a quarter of those for one owner; a poll past either
+  // answers at once, as with wait_ms=0 (its client asks again), so that waiting clients cannot
+  // take the workers that renewals, acquires and releases need.
+  std::mutex long_poll_mu;
+  int long_polls = 0;
+  std::map<std::string, int> long_polls_by_owner;
+  class LongPollSlot {
+   public:
+    LongPollSlot(Impl& impl, const std::string& owner) : impl_(impl), owner_(owner) {
+      const int most = std::max(1, impl_.opt.threads / 4), mostPerOwner = std::max(1, most / 4);
+      std::lock_guard<std::mutex> lock(impl_.long_poll_mu);
+      int& mine = impl_.long_polls_by_owner[owner_];
+      held_ = impl_.long_polls < most && mine < mostPerOwner;
+      if (held_) {
+        ++impl_.long_polls;
+        ++mine;
+      } else if (mine == 0) {
+        impl_.long_polls_by_owner.erase(owner_);
+      }
+    }
+    ~LongPollSlot() {
+      if (!held_) return;
+      std::lock_guard<std::mutex> lock(impl_.long_poll_mu);
+      --impl_.long_polls;
+      if (--impl_.long_polls_by_owner[owner_] == 0) impl_.long_polls_by_owner.erase(owner_);
+    }
+    LongPollSlot(const LongPollSlot&) = delete;
+    LongPollSlot& operator=(const LongPollSlot&) = delete;
+    // How long the poll may wait: what it asked, up to 5 s, where it holds a slot; else not at all.
+    std::chrono::milliseconds wait(int64_t askedMs) const {
+      return std::chrono::milliseconds(held_ ? std::min<int64_t>(askedMs, kLongestPollMs) : 0);
+    }
+
+   private:
+    static constexpr int64_t kLongestPollMs = 5000;
+    Impl& impl_;
+    std::string owner_;
+    bool held_ = false;
+  };
+
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   bool stopping = false;
@@ -739,7 +780,8 @@ struct PoolServer::Impl {
       };
       int64_t waitMs = param("wait_ms", 0, 0, 3'600'000);
       int64_t known = param("position", -1, -1, INT32_MAX);
-      auto deadline = Clock::now() + std::chrono::milliseconds(std::min<int64_t>(waitMs, 5000));
+      const LongPollSlot slot(*this, c.who.owner);
+      auto deadline = Clock::now() + slot.wait(waitMs);
       return pool->waitFor(deadline, [&](PoolState& s, TimePoint now, bool last) -> std::optional<json> {
         auto q = s.queueMap().find(ticket);
         if (q != s.queueMap().end() && q->second.request.owner != c.who.owner && !c.who.admin)
@@ -778,8 +820,8 @@ struct PoolServer::Impl {
       auto since = static_cast<uint64_t>(param("since", 0, 0, INT64_MAX));
       int64_t waitMs = param("wait_ms", 0, 0, 3'600'000);
       auto limit = static_cast<size_t>(param("limit", 1000, 1, 1000));
-      EventLog::Page page = events->read(
-          since, limit, Steady::now() + std::chrono::milliseconds(std::min<int64_t>(waitMs, 5000)));
+      const LongPollSlot slot(*this, c.who.owner);
+      EventLog::Page page = events->read(since, limit, Steady::now() + slot.wait(waitMs));
       return json{{"events", std::move(page.events)}, {"last", page.last}, {"oldest", page.oldest}};
     });
     // The dashboard's data: every GPU in columns, and the history of the pool's use.

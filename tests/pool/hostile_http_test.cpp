@@ -326,6 +326,45 @@ TEST_F(Hostile, BodiesFramedAnyOtherWayAreRefusedAndNothingBehindThemRuns) {
   EXPECT_EQ(leased(), 0);
 }
 
+// Long polls hold a worker while they wait: one owner's many polls of the event log (nothing new
+// in it, so each would wait its 5 s) take at most a quarter of the workers, and another client's
+// request is answered while the polls that got a worker still wait. Before, eight polls held all
+// eight workers, and a renewal behind them waited until its lease had expired.
+TEST_F(Hostile, LongPollsLeaveWorkersForEveryoneElse) {
+  ServerOptions o;
+  o.threads = 8;  // a quarter may wait at once (2), a quarter of those for one owner (1)
+  start(o);
+  const std::string first = ask(port_, request("GET", "/v1/events?since=0&limit=1"));
+  ASSERT_EQ(statusOf(first), 200) << first;
+  const std::string last = std::to_string(json::parse(bodyOf(first))["last"].get<uint64_t>());
+  std::vector<std::unique_ptr<Raw>> polls;
+  for (int i = 0; i < 8; ++i) {
+    polls.push_back(std::make_unique<Raw>(port_));
+    ASSERT_TRUE(polls.back()->send(
+        request("GET", "/v1/events?since=" + last + "&wait_ms=5000", "", "tok-alice-0123456789")));
+  }
+  std::this_thread::sleep_for(200ms);  // the polls first (a late one only makes this pass)
+  std::string status = ask(port_, request("GET", "/v1/status"));
+  EXPECT_EQ(statusOf(status), 200) << status;
+  // Answered while alice's poll that holds a worker still waits: one connection has no reply yet.
+  std::vector<std::string> replies(polls.size());
+  for (size_t i = 0; i < polls.size(); ++i)
+    if (auto r = polls[i]->readReplies(1, 1ms); !r.empty()) replies[i] = r[0];
+  EXPECT_LT(std::count_if(replies.begin(), replies.end(), [](const std::string& r) { return !r.empty(); }),
+            static_cast<std::ptrdiff_t>(polls.size()))
+      << "every poll had ended before the status was answered";
+  // Every poll gets its page, empty: those without a worker to wait on at once.
+  for (size_t i = 0; i < polls.size(); ++i) {
+    if (replies[i].empty()) {
+      auto r = polls[i]->readReplies(1, 10s);
+      ASSERT_EQ(r.size(), 1u);
+      replies[i] = r[0];
+    }
+    EXPECT_EQ(statusOf(replies[i]), 200) << replies[i];
+    EXPECT_TRUE(json::parse(bodyOf(replies[i]))["events"].empty()) << replies[i];
+  }
+}
+
 TEST_F(Hostile, PipelinedRequestsAreAllAnsweredInOrder) {
   start();
   Raw c(port_);
