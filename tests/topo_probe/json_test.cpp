@@ -77,6 +77,31 @@ NodeTopology withMig() {
 }
 
 // MIG round-trips; a GPU without MIG is null; a /1 document (no MIG) still reads.
+// More GPUs or NICs than a node may have: refused naming the count, before anything is built
+// from them (the path matrix grows with the square of the count).
+TEST(TopologyJsonTest, MoreDevicesThanANodeHasAreRefused) {
+  json doc = json::parse(toJson(shipped()).dump());
+  for (const char* key : {"gpus", "nics"}) {
+    SCOPED_TRACE(key);
+    json many = doc;
+    const json one = many[key][0];
+    many[key] = json::array();
+    for (int i = 0; i < 256; ++i) many[key].push_back(one);
+    const NodeTopology t = fromJson(many, "t.json");
+    EXPECT_EQ(std::string(key) == "gpus" ? t.gpus.size() : t.nics.size(), 256u);
+    many[key].push_back(one);
+    try {
+      fromJson(many, "many.json");
+      FAIL() << "257 " << key << " read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("many.json: field '" + std::string(key) +
+                                           "': 257 entries, more than a node may have (at most 256)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(TopologyJsonTest, MigRoundTripsAndVersionOneStillReads) {
   NodeTopology t = withMig();
   json doc = json::parse(toJson(t).dump());

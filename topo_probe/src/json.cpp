@@ -86,6 +86,11 @@ std::string tooMany(size_t n) {
   return std::to_string(n) + " entries (at most " + std::to_string(kMaxMigEntries) + ")";
 }
 
+// No node has more GPUs or NICs than this (the largest hosts have 16 GPUs and about as many NIC
+// ports). The bound is what keeps a node's GPU-and-NIC path matrix, which grows with the square of
+// the count, small: a registration of 2,000 GPUs cost poold 12 s and 500 MiB.
+constexpr size_t kMaxNodeDevices = 256;
+
 // Reading: common::JsonFields with the defaults of this format (an absent or null field is 0, "",
 // false or kNone: a source that does not know a value leaves it out) and its own types.
 class Fields {
@@ -330,6 +335,11 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     top.fail("schema is \"" + schema + "\", expected \"" + kTopologySchema + "\" (or \"" + kTopologySchemaV1 +
              "\")");
   }
+  auto checkDeviceCount = [&top](const char* key, size_t n) {
+    if (n > kMaxNodeDevices)
+      top.failField(key, std::to_string(n) + " entries, more than a node may have (at most " +
+                             std::to_string(kMaxNodeDevices) + ")");
+  };
   NodeTopology t;
   t.hostname = top.str("hostname");
   t.source = "json:" + name;
@@ -393,6 +403,7 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     t.switches.push_back(s);
   }
   const json& gpus = top.array("gpus");
+  checkDeviceCount("gpus", gpus.size());
   for (size_t i = 0; i < gpus.size(); ++i) {
     Fields f(gpus[i], at("gpus", i), name);
     Gpu g;
@@ -432,6 +443,7 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     t.gpus.push_back(std::move(g));
   }
   const json& nics = top.array("nics");
+  checkDeviceCount("nics", nics.size());
   for (size_t i = 0; i < nics.size(); ++i) {
     Fields f(nics[i], at("nics", i), name);
     Nic n;
