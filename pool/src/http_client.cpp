@@ -73,12 +73,18 @@ class HttpPool : public PoolControl, public AgentLink {
     // The request id makes a retried POST (its reply lost on a reused connection) idempotent.
     json body = toJson(request);
     body["request_id"] = newLeaseId();
-    json reply = call("POST", "/v1/leases", body);
+    json reply;
+    try {
+      reply = call("POST", "/v1/leases", body);
+    } catch (const PoolError& e) {  // 409 not_now: wait_s 0 and it does not fit now
+      if (e.failure() == PoolFailure::kTimeout) throw queueTimeout(request, e.position(), uri_);
+      throw;
+    }
     if (reply.contains("lease")) return keepUnlessInterrupted(leaseFromJson(reply["lease"]));
     int64_t ticket = reply.value("ticket", int64_t{0});
     const uint64_t movesAtSubmit = moves_;
     int position = reply.value("position", 0);
-    if (ticket == 0) throw queueTimeout(request, position, uri_);
+    if (ticket == 0) throw queueTimeout(request, position, uri_);  // a poold before 409 not_now
     const std::string path = "/v1/queue/" + segment(std::to_string(ticket));
     ProgressPacer pacer;
     // The first poll answers at once, so that the caller hears the reason and planned start; the
@@ -364,6 +370,15 @@ class HttpPool : public PoolControl, public AgentLink {
       case 404:
         throw PoolError(member("reason") == "gone" ? PoolFailure::kGone : PoolFailure::kOther,
                         ErrorCode::kNotFound, where + msg);
+      case 409:
+        if (member("reason") == "not_now") {
+          const int position =
+              doc.is_object() && doc.contains("position") && doc["position"].is_number_integer()
+                  ? doc["position"].get<int>()
+                  : 0;
+          throw PoolError(PoolFailure::kTimeout, ErrorCode::kIo, where + msg, position);
+        }
+        throw PoolError(PoolFailure::kOther, ErrorCode::kIo, where + msg);
       case 413:
         throw PoolError(PoolFailure::kOther, ErrorCode::kBadInput, where + "request body too large");
       case 422:

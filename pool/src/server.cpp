@@ -735,6 +735,16 @@ struct PoolServer::Impl {
           }
         }
         SubmitResult sub = s.submit(r, now, queue);
+        if (!sub.lease && sub.ticket == 0) {  // wait_s 0: it does not fit now, and was not queued
+          c.status = 409;
+          return json{
+              {"error", "a request for " + std::to_string(r.gpus) +
+                            " GPUs does not fit now (it would be number " + std::to_string(sub.position) +
+                            " in the queue) and was not queued, as wait_s is 0: give a wait_s "
+                            "to wait in the queue, or ask for fewer"},
+              {"reason", "not_now"},
+              {"position", sub.position}};
+        }
         json out = sub.lease ? json{{"lease", toJson(*sub.lease)}}
                              : json{{"ticket", sub.ticket}, {"position", sub.position}};
         c.status = sub.lease ? 200 : 202;

@@ -365,6 +365,22 @@ TEST_F(Hostile, LongPollsLeaveWorkersForEveryoneElse) {
   }
 }
 
+// wait_s 0 and the pool full: 409 saying so, nothing queued (it was 202 with ticket 0, which a
+// client other than poolctl read as queued and polled in vain).
+TEST_F(Hostile, ARequestThatMayNotWaitAndDoesNotFitNowIsA409) {
+  start();
+  std::string all = ask(port_, request("POST", "/v1/leases", json{{"gpus", 128}, {"wait_s", 0}}.dump()));
+  ASSERT_EQ(statusOf(all), 200) << all;
+  std::string reply = ask(port_, request("POST", "/v1/leases", json{{"gpus", 8}, {"wait_s", 0}}.dump()));
+  EXPECT_EQ(statusOf(reply), 409) << reply;
+  const json doc = json::parse(bodyOf(reply));
+  EXPECT_EQ(doc["reason"], "not_now") << doc;
+  EXPECT_EQ(doc["position"], 1) << doc;
+  EXPECT_NE(doc["error"].get<std::string>().find("a request for 8 GPUs does not fit now"), std::string::npos)
+      << doc;
+  EXPECT_EQ(json::parse(bodyOf(ask(port_, request("GET", "/v1/queue")))).size(), 0u) << "nothing queued";
+}
+
 TEST_F(Hostile, PipelinedRequestsAreAllAnsweredInOrder) {
   start();
   Raw c(port_);
