@@ -12,6 +12,7 @@
 #include <charconv>
 #include <deque>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <variant>
 
@@ -135,11 +136,38 @@ json parseBody(const std::string& body) {
   if (auto at = topo::jsonTooDeepAt(body, topo::kMaxJsonDepth))
     throw badRequest("request body nests deeper than " + std::to_string(topo::kMaxJsonDepth) +
                      " levels (at byte " + std::to_string(*at) + ")");
+  // A key given twice in one object is refused, as the heartbeat reader refuses it: the parser
+  // would keep the last, and a client (or a proxy) reading the first would disagree with poold.
+  std::vector<std::set<std::string>> keys;
+  auto once = [&keys](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) {
+      throw badRequest("field '" + topo::printable(parsed.get<std::string>()) +
+                       "' given twice in one object: send each field once");
+    }
+    return true;
+  };
   try {
-    return json::parse(body);
+    return json::parse(body, once);
   } catch (const json::parse_error& e) {
     throw badRequest(std::string("malformed JSON: ") + e.what());
+  } catch (const json::out_of_range& e) {  // a number past a double ("1e400")
+    throw badRequest(std::string("malformed JSON: a number out of range: ") + e.what());
   }
+}
+
+// The body of a request that takes no fields (renew, shrink, drain, resume, fail): none, or an
+// empty JSON object. Anything else is refused rather than ignored: a field the client thinks counts
+// (a ttl_s on a renewal) would silently not.
+void takesNoFields(const std::string& body) {
+  if (body.empty()) return;
+  const json doc = parseBody(body);
+  if (!doc.is_object() || !doc.empty())
+    throw badRequest("this request takes no fields: send no body, or {} (got " +
+                     topo::printable(body.substr(0, 80)) + (body.size() > 80 ? "..." : "") + ")");
 }
 
 // Raises the soft limit on open files to the hard one, and keeps the connection limit within it
@@ -646,6 +674,7 @@ struct PoolServer::Impl {
     for (const char* action : {"drain", "resume"}) {
       std::string verb = action;
       route("POST", "/v1/nodes/*/" + verb, true, verb + " nodes", [this, verb](Context& c) {
+        takesNoFields(c.req.body);
         const std::string& name = c.params[0];
         return mutate([&](PoolState& s, TimePoint now) {
           const NodeState target = verb == "drain" ? NodeState::kDraining : NodeState::kUp;
@@ -662,6 +691,7 @@ struct PoolServer::Impl {
       });
     }
     route("POST", "/v1/nodes/*/gpus/*/fail", true, "mark GPUs failed", [this](Context& c) {
+      takesNoFields(c.req.body);
       const std::string& name = c.params[0];
       size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));
       return mutate([&](PoolState& s, TimePoint now) {
@@ -673,6 +703,7 @@ struct PoolServer::Impl {
     // Every GPU of a node: what an administrator does with a node that must not take a lease again
     // before someone has looked at it (poolctl fail NODE, the dashboard's "Fail node").
     route("POST", "/v1/nodes/*/fail", true, "mark GPUs failed", [this](Context& c) {
+      takesNoFields(c.req.body);
       const std::string& name = c.params[0];
       return mutate([&](PoolState& s, TimePoint now) {
         auto node = s.nodeMap().find(name);
@@ -754,11 +785,13 @@ struct PoolServer::Impl {
       });
     });
     route("POST", "/v1/leases/*/renew", false, "", [this](Context& c) {
+      takesNoFields(c.req.body);
       return mutate([&](PoolState& s, TimePoint now) {
         return json{{"lease", toJson(s.renew(c.params[0], c.who.owner, c.who.admin, now))}};
       });
     });
     route("POST", "/v1/leases/*/shrink", false, "", [this](Context& c) {
+      takesNoFields(c.req.body);
       return mutate([&](PoolState& s, TimePoint now) {
         return json{{"lease", toJson(s.shrink(c.params[0], c.who.owner, c.who.admin, now))}};
       });

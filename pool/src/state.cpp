@@ -1488,6 +1488,10 @@ Lease PoolState::renew(const std::string& id, const std::string& owner, bool adm
 }
 
 Lease PoolState::shrink(const std::string& id, const std::string& owner, bool admin, TimePoint now) {
+  if (auto it = leases_.find(id); it != leases_.end() && it->second.owner != owner && !admin)
+    throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
+                    "owner " + owner + " may not shrink lease " + id + " of " + it->second.owner +
+                        " (only its owner or an administrator may)");
   Lease lease = renew(id, owner, admin, now);  // the same checks, and a holder that shrinks is alive
   Lease& held = leases_.at(id);
   if (!held.shrink_at) return lease;

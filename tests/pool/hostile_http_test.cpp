@@ -381,6 +381,40 @@ TEST_F(Hostile, ARequestThatMayNotWaitAndDoesNotFitNowIsA409) {
   EXPECT_EQ(json::parse(bodyOf(ask(port_, request("GET", "/v1/queue")))).size(), 0u) << "nothing queued";
 }
 
+// A field given twice is refused, not read as the last one; a request that takes no fields refuses
+// a body with some (or one that is no JSON) rather than ignoring it; a number past a double says so.
+TEST_F(Hostile, BodiesAreReadStrictlyOnEveryRoute) {
+  start();
+  std::string twice = ask(port_, request("POST", "/v1/leases", R"({"gpus": 1, "gpus": 3, "wait_s": 0})"));
+  EXPECT_EQ(statusOf(twice), 400) << twice;
+  EXPECT_NE(twice.find("field 'gpus' given twice"), std::string::npos) << twice;
+  std::string nested = ask(
+      port_, request("POST", "/v1/nodes/hgx01/gpus/0/mig", R"({"profiles": ["1g.10gb"], "profiles": []})"));
+  EXPECT_EQ(statusOf(nested), 400) << nested;
+  EXPECT_NE(nested.find("given twice"), std::string::npos) << nested;
+  std::string huge = ask(port_, request("POST", "/v1/leases", R"({"gpus": 1e400})"));
+  EXPECT_EQ(statusOf(huge), 400) << huge;
+  EXPECT_NE(huge.find("a number out of range"), std::string::npos) << huge;
+  EXPECT_EQ(leased(), 0);
+
+  std::string granted = ask(port_, request("POST", "/v1/leases", json{{"gpus", 1}, {"wait_s", 0}}.dump()));
+  ASSERT_EQ(statusOf(granted), 200) << granted;
+  const std::string id = json::parse(bodyOf(granted))["lease"]["id"];
+  for (const std::string& body :
+       {std::string(R"({"ttl_s": 99999})"), std::string("garbage"), std::string("[]"), std::string("\xff")}) {
+    std::string reply = ask(port_, request("POST", "/v1/leases/" + id + "/renew", body));
+    EXPECT_EQ(statusOf(reply), 400) << body << ": " << reply;
+  }
+  EXPECT_EQ(statusOf(ask(port_, request("POST", "/v1/leases/" + id + "/renew", "{}"))), 200);
+  std::string drain = ask(port_, request("POST", "/v1/nodes/hgx01/drain", R"({"reason": "x"})"));
+  EXPECT_EQ(statusOf(drain), 400) << drain;
+  EXPECT_NE(drain.find("takes no fields"), std::string::npos) << drain;
+  std::string theirs =
+      ask(port_, request("POST", "/v1/leases/" + id + "/shrink", "{}", "tok-alice-0123456789"));
+  EXPECT_EQ(statusOf(theirs), 403) << theirs;
+  EXPECT_NE(theirs.find("may not shrink"), std::string::npos) << theirs;
+}
+
 TEST_F(Hostile, PipelinedRequestsAreAllAnsweredInOrder) {
   start();
   Raw c(port_);
