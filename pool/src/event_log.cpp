@@ -91,22 +91,23 @@ class LineReader {
 
 // The line that ends at `end` (just past its '\n', or the end of the file for a last line without
 // one): where it starts, and its text without the '\n'.
+// A line longer than any event (one is a few hundred bytes) is not read: its text comes back empty.
 std::pair<uint64_t, std::string> lineBefore(int fd, uint64_t end, bool endsWithNewline) {
-  uint64_t textEnd = endsWithNewline ? end - 1 : end;
-  uint64_t start = textEnd;
-  std::string text;
+  constexpr uint64_t kLongestEvent = uint64_t{1} << 20;
+  const uint64_t textEnd = endsWithNewline ? end - 1 : end;
+  uint64_t start = textEnd;  // found by reading back block by block, keeping nothing
   while (start > 0) {
-    uint64_t from = start > kBlock ? start - kBlock : 0;
-    std::string block = readAt(fd, from, static_cast<size_t>(start - from));
-    size_t nl = block.rfind('\n');
+    const uint64_t from = start > kBlock ? start - kBlock : 0;
+    const std::string block = readAt(fd, from, static_cast<size_t>(start - from));
+    const size_t nl = block.rfind('\n');
     if (nl != std::string::npos) {
-      text.insert(0, block, nl + 1, std::string::npos);
-      return {from + nl + 1, text};
+      start = from + nl + 1;
+      break;
     }
-    text.insert(0, block);
     start = from;
   }
-  return {0, text};
+  if (textEnd - start > kLongestEvent) return {start, ""};
+  return {start, readAt(fd, start, static_cast<size_t>(textEnd - start))};
 }
 
 // The last whole event of a file: its seq and the end of its line; 0, 0 where there is none.
@@ -162,6 +163,15 @@ int openLog(const std::filesystem::path& file) {
   if (fd < 0)
     throw Error(ErrorCode::kIo, file.string() + ": cannot open the event log (" + std::strerror(errno) +
                                     "); check that the state directory is writable");
+  // A device or a pipe in its place (a link to /dev/zero, say) would read as no history and take
+  // every new event into it.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    throw Error(ErrorCode::kBadInput, file.string() +
+                                          ": the event log is not a regular file (a device, a pipe or a "
+                                          "socket, or a link to one); move it away and start poold again");
+  }
   return fd;
 }
 
@@ -387,7 +397,13 @@ std::vector<json> EventLog::readFiles(uint64_t since, size_t limit) {
     uint64_t start;
     while (out.size() < limit && reader.next(line, start)) {
       std::optional<uint64_t> seq = eventSeq(line);
-      if (!seq || *seq <= since || (!out.empty() && *seq <= out.back()["seq"].get<uint64_t>())) continue;
+      const bool outOfOrder = seq && !out.empty() && *seq <= out.back()["seq"].get<uint64_t>();
+      if ((!seq || outOfOrder) && warned_lines_.size() < 64 &&
+          warned_lines_.insert((fd == fd_ ? "log@" : "previous@") + std::to_string(start)).second)
+        warn_(opt_.file.string() + (fd == fd_ ? "" : ".1") + ": the line at byte " + std::to_string(start) +
+              (seq ? " repeats or goes back to seq " + std::to_string(*seq) : " is not an event (damaged?)") +
+              "; skipped (the events around it are read on)");
+      if (!seq || *seq <= since || outOfOrder) continue;
       out.push_back(json::parse(line));
     }
   };

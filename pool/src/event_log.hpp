@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -100,7 +101,8 @@ class EventLog {
   bool stopping_ = false;
   bool flush_wanted_ = false;
 
-  std::mutex file_mu_;  // the file, its size and rotation; never taken under mu_
+  std::mutex file_mu_;                  // the file, its size and rotation; never taken under mu_
+  std::set<std::string> warned_lines_;  // under file_mu_: "log@OFFSET" of damaged lines said once
   int fd_ = -1;
   uint64_t size_ = 0;
   bool failing_ = false;
