@@ -120,7 +120,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadClusterFile{
             "[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\n[[group]]\nnodes='a2'\ntopology='node.xml'\n",
             "group 2: node a2 is already in an earlier group"},
-        BadClusterFile{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"}),
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='missing.xml'\n", "missing.xml: no such file"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nswitch=\"leaf\\u001b[2J\"\n",
+                       "group 1: switch 'leaf\\x1b[2J': control character \\x1b at byte 4"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nrail_group=\"a\\u0007\"\n",
+                       "group 1: rail_group 'a\\x07': control character"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nfabric=\"ib\\u0000x\"\n",
+                       "group 1: fabric 'ib\\x00x': control character"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels={rack=\"r\\u001b1\"}\n",
+                       "group 1: label 'rack' 'r\\x1b1': control character"}),
     [](const ::testing::TestParamInfo<BadClusterFile>& p) {
       std::string name = poolrun::test::testName(p.param.message);
       return std::isdigit(static_cast<unsigned char>(name[0])) ? "syntax_error_at_line_" + name : name;

@@ -126,6 +126,13 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
       if (!n->is_string()) throw badInput(where + ": '" + key + "' must be a string");
       return std::string(*n->value<std::string>());
     };
+    // Names the pool stores and shows (switch, rail group, labels): UTF-8 without control
+    // characters, as poold takes them in a registration.
+    auto stored = [&](const char* key) {
+      std::string value = str(key, false);
+      checkText(value, kMaxLabelBytes, where + ": " + key);
+      return value;
+    };
     std::vector<std::string> hosts;
     try {
       hosts = expandHostlist(str("nodes", true));
@@ -144,9 +151,10 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
     ClusterNode proto;
     proto.topology = it->second;
     proto.topology_file = topoFile;
-    proto.switch_name = str("switch", false);
-    proto.rail_group = str("rail_group", false);
+    proto.switch_name = stored("switch");
+    proto.rail_group = stored("rail_group");
     if (std::string f = str("fabric", false); !f.empty()) {
+      checkText(f, kMaxLabelBytes, where + ": fabric");
       try {
         proto.fabric = fabricFromString(f);
       } catch (const Error& e) {
@@ -158,7 +166,10 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
       if (t == nullptr) throw badInput(where + ": 'labels' must be a table, e.g. labels = { rack = \"r1\" }");
       for (auto&& [k, v] : *t) {
         if (!v.is_string()) throw badInput(where + ": label '" + std::string(k.str()) + "' must be a string");
-        proto.labels[std::string(k.str())] = std::string(*v.value<std::string>());
+        const std::string key(k.str()), value(*v.value<std::string>());
+        checkText(key, kMaxLabelBytes, where + ": a label's name");
+        checkText(value, kMaxLabelBytes, where + ": label '" + printable(key) + "'");
+        proto.labels[key] = value;
       }
     }
     for (std::string& host : hosts) {
