@@ -64,6 +64,13 @@ class HttpPool : public PoolControl, public AgentLink {
  public:
   HttpPool(std::string uri, std::vector<HttpAddress> replicas, const ClientOptions& options)
       : uri_(std::move(uri)), token_(options.token), replicas_(std::move(replicas)) {
+    // Sent as it is in a header: a control character or a byte past ASCII would corrupt the
+    // request, and poold knows no token outside these bounds (a --token-file is checked as read).
+    if (!token_.empty() && !validToken(token_))
+      throw badInput("the token for " + uri_ + " (from POOLRUN_TOKEN) must be 8 to 512 printable ASCII " +
+                     "characters, not " + std::to_string(token_.size()) + " bytes" +
+                     (token_.size() >= 8 && token_.size() <= 512 ? " with a character outside them" : "") +
+                     "; set it to the token poold gave you, or use --token-file");
     connect(0);
   }
 

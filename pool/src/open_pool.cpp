@@ -59,6 +59,13 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
   throw badUri(uri, "unknown kind");
 }
 
+bool validToken(const std::string& token) {
+  if (token.size() < 8 || token.size() > 512) return false;
+  for (unsigned char c : token)
+    if (c <= 0x20 || c >= 0x7f) return false;
+  return true;
+}
+
 std::string readClientToken(const std::filesystem::path& file, const std::string& what) {
   std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
   std::string line;
@@ -66,7 +73,16 @@ std::string readClientToken(const std::filesystem::path& file, const std::string
     if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::istringstream words(line);
     std::string token;
-    if (words >> token) return token;
+    if (!(words >> token)) continue;
+    // Sent as it is in a header: a control character or a byte past ASCII would corrupt the
+    // request, and poold knows no token outside these bounds.
+    if (!validToken(token))
+      throw badInput(file.string() + ": " + what +
+                     " must be 8 to 512 printable ASCII characters (its first " + "word is " +
+                     std::to_string(token.size()) + " bytes" +
+                     (token.size() >= 8 && token.size() <= 512 ? ", with a character outside them" : "") +
+                     "); put the token poold gave you on its first line");
+    return token;
   }
   throw badInput(file.string() + ": no token in the file (put " + what + " on its first line)");
 }

@@ -16,13 +16,6 @@ constexpr size_t kPooldTokenFileLimit = size_t{16} << 20;
 
 }  // namespace
 
-bool validToken(const std::string& token) {
-  if (token.size() < 8 || token.size() > 512) return false;
-  for (unsigned char c : token)
-    if (c <= 0x20 || c >= 0x7f) return false;
-  return true;
-}
-
 std::map<std::string, TokenEntry> parseTokenFile(const std::string& text, const std::string& file,
                                                  std::vector<std::string>* warnings) {
   std::map<std::string, TokenEntry> out;

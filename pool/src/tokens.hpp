@@ -18,10 +18,6 @@
 
 namespace poolrun::pool {
 
-// A token is 8 to 512 printable ASCII characters (no space): what the token file and the scrape
-// token file accept.
-bool validToken(const std::string& token);
-
 class TokenStore {
  public:
   using Warn = std::function<void(const std::string&)>;

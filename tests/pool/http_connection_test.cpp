@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "embedded.hpp"
+#include "poolrun/topo/names.hpp"
+#include "support/temp_dir.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -140,11 +142,40 @@ TEST(HttpConnectionTest, BrokenRepliesAreTransferFailures) {
 // The pool's HTTP client puts names, lease ids and GPU indexes into paths percent-encoded: a
 // CR-LF in a lease id cannot start a header line, a '/' cannot add a path step. (The canned server
 // does not read bodies: a POST's "{}" stays in front of the next request.)
+// A token that poold would never know, or that would corrupt the request's header, is refused by
+// the client before anything is sent: from a token file naming the file, from POOLRUN_TOKEN.
+TEST(HttpConnectionTest, TokensOutsideEightToFiveHundredTwelvePrintableCharactersAreRefused) {
+  test::TempDir tmp;
+  for (const std::string& bad :
+       {std::string("abc"), std::string("abc\x01\x7f\xc3(defgh"), std::string(600, 'a')}) {
+    const auto file = tmp.write("token", bad + "\n");
+    try {
+      readClientToken(file, "your token");
+      FAIL() << "read " << topo::printable(bad);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(file.string() + ": your token must be 8 to 512 printable ASCII"),
+                std::string::npos)
+          << e.what();
+    }
+    ClientOptions options;
+    options.token = bad;
+    try {
+      openPoolControl("http://127.0.0.1:1", options);
+      FAIL() << "a pool opened with " << topo::printable(bad);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be 8 to 512 printable ASCII characters"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(readClientToken(tmp.write("good", "# mine\n  tok-0123456789 trailing words\n"), "your token"),
+            "tok-0123456789");
+}
+
 TEST(HttpConnectionTest, ThePoolClientEncodesEveryPathSegment) {
   const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
   CannedServer server({ok, ok, ok, ok, ok});
   ClientOptions options;
-  options.token = "t";
+  options.token = "tok-0123456789";
   auto pool = openHttp("http://127.0.0.1", {{"127.0.0.1", server.port()}}, options);
   pool->release("L1\r\nX-Injected: 1");
   pool->drain("a/b c");

@@ -274,10 +274,13 @@ std::string currentUser();
 // machine without GPUs throws PoolError kNeverFits "no GPUs on this node; use --pool sim:FILE".
 std::unique_ptr<PoolClient> openPool(const std::string& uri, const ClientOptions& options = {});
 
+// A token is 8 to 512 printable ASCII characters (no space): what poold's token files accept, and
+// what a client sends.
+bool validToken(const std::string& token);
 // The token of a client's token file (--token-file): the first word of the first line that has one,
 // `#` starting a comment; a regular file of at most topo::kTokenFileLimit. `what` names the token
 // in the error ("your token", "the node's token"). Throws poolrun::Error (kBadInput, kNotFound)
-// naming the file.
+// naming the file, also for a token that validToken refuses.
 std::string readClientToken(const std::filesystem::path& file, const std::string& what);
 
 // The cluster file of a `sim:FILE` URI (FILE, possibly empty); nullopt for the other kinds.
