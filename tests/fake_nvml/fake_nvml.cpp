@@ -68,6 +68,7 @@ constexpr Return kArgumentVersionMismatch = 25;
 constexpr Return kUnknown = 999;
 
 constexpr size_t kMaxGpus = 256;
+constexpr long long kMaxFileBytes = 64LL << 20;  // a fixture of 256 GPUs with their processes is a few MiB
 constexpr unsigned kMaxLinks = 18;
 constexpr unsigned long long kXidEvent = 0x8;  // nvmlEventTypeXidCriticalError
 constexpr unsigned kNoInstance = 0xFFFFFFFFu;
@@ -807,6 +808,8 @@ Parsed parseFile(const std::string& text) {
     doc = Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw BadFile{"malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what()};
+  } catch (const Json::exception& e) {  // a number past a double ("1e999")
+    throw BadFile{"malformed JSON: " + jsonWhat(e)};
   }
   try {
     allowOnly(doc, "the file", {"gpus"});
@@ -890,6 +893,15 @@ struct Driver {
     FileId now{st.st_dev, st.st_ino,
                static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec, st.st_size};
     if (now == id || now == refused) return id.has_value();
+    // A device, a pipe or a folder in its place would be read without end, block, or read as no
+    // JSON; a file past any fixture's size is refused before it is read.
+    if (!S_ISREG(st.st_mode) || st.st_size > kMaxFileBytes) {
+      say(!S_ISREG(st.st_mode) ? std::string("not a regular file (a folder, device or pipe)")
+                               : std::to_string(st.st_size) + " bytes, more than the fake reads (" +
+                                     std::to_string(kMaxFileBytes) + ")");
+      refused = now;
+      return id.has_value();
+    }
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -217,14 +218,16 @@ TEST_F(TelemetryTest, AMalformedFileFailsNvmlInitWithAMessage) {
   struct Case {
     std::string text, message;
   };
-  for (const Case& c : {Case{"{ \"gpus\": [ {\"pci\": \"0000:4e:00.0\",", "malformed JSON at byte"},
-                        Case{R"({"gpus": [{"pci": "0000:4e:00.0", "temprature_c": 40}]})",
-                             "gpus[0]: unknown key 'temprature_c'"},
-                        Case{R"({"gpus": [{"pci": "4e:00"}]})", "gpus[0].pci: bad PCI address '4e:00'"},
-                        Case{R"({"gpus": [{"pci": "0000:4e:00.0", "power_mw": "lots"}]})",
-                             "gpus[0].power_mw: type must be number, but is string (\"lots\")"},
-                        Case{R"({"gpus": [{"pci": "0000:4e:00.0", "fail": {"*": "broken"}}]})",
-                             "gpus[0].fail.*: unknown error \"broken\""}}) {
+  for (const Case& c :
+       {Case{"{ \"gpus\": [ {\"pci\": \"0000:4e:00.0\",", "malformed JSON at byte"},
+        Case{R"({"gpus": [{"pci": "0000:4e:00.0", "temprature_c": 40}]})",
+             "gpus[0]: unknown key 'temprature_c'"},
+        Case{R"({"gpus": [{"pci": "4e:00"}]})", "gpus[0].pci: bad PCI address '4e:00'"},
+        Case{R"({"gpus": [{"pci": "0000:4e:00.0", "power_mw": "lots"}]})",
+             "gpus[0].power_mw: type must be number, but is string (\"lots\")"},
+        Case{R"({"gpus": [{"pci": "0000:4e:00.0", "fail": {"*": "broken"}}]})",
+             "gpus[0].fail.*: unknown error \"broken\""},
+        Case{R"({"gpus": [{"pci": "0000:4e:00.0", "temperature_c": 1e999}]})", "malformed JSON: "}}) {
     { std::ofstream(file_) << c.text; }
     testing::internal::CaptureStderr();
     TelemetrySampler sampler(topology_);
@@ -240,6 +243,26 @@ TEST_F(TelemetryTest, AMalformedFileFailsNvmlInitWithAMessage) {
       EXPECT_EQ(s.pci, topology_.gpus[s.index].pci.str());
     }
   }
+}
+
+// A folder, a pipe or a device in the file's place: said, and NVML fails to initialise; nothing
+// blocks on the pipe or reads the device without end.
+TEST_F(TelemetryTest, AFileThatIsNoRegularFileFailsNvmlInitWithAMessage) {
+  for (const std::string kind : {"folder", "pipe", "device"}) {
+    SCOPED_TRACE(kind);
+    std::filesystem::remove_all(file_);
+    if (kind == "folder") std::filesystem::create_directory(file_);
+    if (kind == "pipe") {
+      ASSERT_EQ(mkfifo(file_.c_str(), 0600), 0);
+    }
+    if (kind == "device") std::filesystem::create_symlink("/dev/zero", file_);
+    testing::internal::CaptureStderr();
+    TelemetrySampler sampler(topology_);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_FALSE(sampler.nvmlOk());
+    EXPECT_THAT(err, HasSubstr("fake NVML: " + file_.string() + ": not a regular file"));
+  }
+  std::filesystem::remove_all(file_);
 }
 
 TEST_F(TelemetryTest, NicPortsAreReadFromSysfs) {
