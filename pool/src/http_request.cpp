@@ -109,6 +109,11 @@ bool takeRequest(Parser& parser, const std::string& peer, HttpRequest& req, Http
     }
     error.close = false;
   }
+  if (msg.count(http::field::authorization) > 1) {  // which one counts would be a guess
+    error.status = 400;
+    error.body = errorBody("a request with more than one Authorization header: send one", "bad_request");
+    return false;
+  }
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
   req.authorization = std::string(msg[http::field::authorization]);

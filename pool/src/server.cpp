@@ -41,6 +41,7 @@ struct HttpError {
   int status;
   std::string message;
   std::string reason;
+  std::vector<std::pair<std::string, std::string>> headers = {};  // beyond the usual ("Allow")
 };
 
 HttpError badRequest(const std::string& message) {
@@ -95,7 +96,9 @@ HttpReply replyForError(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const HttpError& e) {
-    return errorReply(e.status, e.message, e.reason);
+    HttpReply reply = errorReply(e.status, e.message, e.reason);
+    reply.headers = e.headers;
+    return reply;
   } catch (const PoolError& e) {
     int status;
     const char* reason = "error";
@@ -118,11 +121,15 @@ HttpReply replyForError(std::exception_ptr error) {
         break;
       default:
         status = e.code() == ErrorCode::kBadInput ? 400 : e.code() == ErrorCode::kNotFound ? 404 : 500;
+        reason = status == 400 ? "bad_request" : status == 404 ? "not_found" : "error";
     }
     return errorReply(status, e.what(), reason);
   } catch (const Error& e) {
     int status = e.code() == ErrorCode::kBadInput ? 400 : e.code() == ErrorCode::kNotFound ? 404 : 500;
-    return errorReply(status, e.what(), status == 400 ? "bad_request" : "error");
+    return errorReply(status, e.what(),
+                      status == 400   ? "bad_request"
+                      : status == 404 ? "not_found"
+                                      : "error");
   } catch (const json::exception& e) {
     return errorReply(400, std::string("bad request body: ") + e.what(), "bad_request");
   } catch (const std::exception& e) {
@@ -468,11 +475,11 @@ struct PoolServer::Impl {
     try {
       const Route* found = nullptr;
       std::vector<std::string> params;
-      bool pathKnown = false;
+      std::string allowed;  // the methods of the path, where it is known
       for (const Route& r : routes) {
         auto m = match(req.segments, r.pattern);
         if (!m) continue;
-        pathKnown = true;
+        if (allowed.find(r.method) == std::string::npos) allowed += (allowed.empty() ? "" : ", ") + r.method;
         if (r.method != req.method) continue;
         found = &r;
         params = std::move(*m);
@@ -484,7 +491,12 @@ struct PoolServer::Impl {
         return {observed(req.method, "/ui", std::move(reply), start), nullptr};
       }
       if (found == nullptr) {
-        if (pathKnown) throw HttpError{405, "method " + req.method + " is not allowed here", "bad_request"};
+        if (!allowed.empty())
+          throw HttpError{
+              405,
+              "method " + topo::printable(req.method) + " is not allowed here (" + allowed + " is)",
+              "bad_request",
+              {{"Allow", allowed}}};
         throw HttpError{404, "no such API path (the routes are listed in docs/pool.md, \"HTTP API\")",
                         "not_found"};
       }
@@ -739,6 +751,7 @@ struct PoolServer::Impl {
       json doc = parseBody(c.req.body);
       LeaseRequest r = requestFromJson(doc);
       checkLimits(r, c.who);
+      // A user's token names its owner: an `owner` field (poolrun sends $USER) is the token's.
       if (!c.who.admin || r.owner.empty()) r.owner = c.who.owner;
       bool queue = !(r.wait && r.wait->count() == 0);
       std::string requestId;
@@ -797,6 +810,8 @@ struct PoolServer::Impl {
       });
     });
     route("DELETE", "/v1/leases/*", false, "", [this](Context& c) {
+      if (std::string why = topo::leaseIdProblem(c.params[0]); !why.empty())
+        throw badRequest("'" + topo::printable(c.params[0]) + "' is no lease id: " + why);
       return mutate([&](PoolState& s, TimePoint now) {
         return json{{"id", c.params[0]}, {"released", s.release(c.params[0], c.who.owner, c.who.admin, now)}};
       });
@@ -851,8 +866,9 @@ struct PoolServer::Impl {
           throw HttpError{
               403, "owner " + c.who.owner + " may not withdraw the request of " + q->second.request.owner,
               "forbidden"};
+        const bool queued = s.queueMap().count(ticket) > 0;
         s.cancel(ticket, now);
-        return json{{"ticket", ticket}, {"withdrawn", true}};
+        return json{{"ticket", ticket}, {"withdrawn", queued}};
       });
     });
     route("GET", "/v1/events", false, "", [this](Context& c) {

@@ -415,6 +415,30 @@ TEST_F(Hostile, BodiesAreReadStrictlyOnEveryRoute) {
   EXPECT_NE(theirs.find("may not shrink"), std::string::npos) << theirs;
 }
 
+// The small refusals: a release of what is no lease id, a withdrawal of a ticket never queued,
+// two Authorization headers, a method a known path does not take (with Allow), an unknown node.
+TEST_F(Hostile, SmallRefusalsSayWhatWasWrong) {
+  start();
+  std::string traversal = ask(port_, request("DELETE", "/v1/leases/..%2F..%2Fetc%2Fpasswd"));
+  EXPECT_EQ(statusOf(traversal), 400) << traversal;
+  EXPECT_NE(traversal.find("is no lease id"), std::string::npos) << traversal;
+  std::string never = ask(port_, request("DELETE", "/v1/queue/424242"));
+  EXPECT_EQ(statusOf(never), 200) << never;
+  EXPECT_EQ(json::parse(bodyOf(never))["withdrawn"], false) << never;
+  std::string twice =
+      ask(port_,
+          "GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-root-0123456789\r\n"
+          "Authorization: Bearer tok-alice-0123456789\r\n\r\n");
+  EXPECT_EQ(statusOf(twice), 400) << twice;
+  EXPECT_NE(twice.find("more than one Authorization header"), std::string::npos) << twice;
+  std::string method = ask(port_, request("PUT", "/v1/leases", "{}"));
+  EXPECT_EQ(statusOf(method), 405) << method;
+  EXPECT_NE(method.find("\r\nAllow: GET, POST\r\n"), std::string::npos) << method;
+  std::string unknown = ask(port_, request("POST", "/v1/nodes/nope/drain", "{}"));
+  EXPECT_EQ(statusOf(unknown), 404) << unknown;
+  EXPECT_EQ(json::parse(bodyOf(unknown))["reason"], "not_found") << unknown;
+}
+
 TEST_F(Hostile, PipelinedRequestsAreAllAnsweredInOrder) {
   start();
   Raw c(port_);
