@@ -116,6 +116,12 @@ class Fields {
     constexpr double kInf = std::numeric_limits<double>::infinity();
     return f_.number(key, -kInf, kInf, 0);
   }
+  // A count or a measure that no hardware makes negative or past `max`: refused naming the range
+  // rather than read as unknown (a negative rate) or kept (an SM version of -1, a rate of 1e308).
+  int integerIn(const char* key, int min, int max, int fallback) const {
+    return f_.integer(key, min, max, fallback);
+  }
+  double numberIn(const char* key, double max) const { return f_.number(key, 0, max, 0); }
   uint64_t u64(const char* key) const { return f_.integer<uint64_t>(key, 0, UINT64_MAX, 0); }
   bool boolean(const char* key) const { return f_.boolean(key, false); }
   uint32_t hex(const char* key) const {
@@ -143,9 +149,9 @@ class Fields {
     PciLink l;
     if (!has("link")) return l;
     Fields f(f_.object("link"));
-    l.speed_gts = f.number("speed_gts");
-    l.width = f.integer("width", 0);
-    l.gbyte_s = f.number("gbyte_s");
+    l.speed_gts = f.numberIn("speed_gts", 1000);  // GT/s per lane (PCIe 6 is 64)
+    l.width = f.integerIn("width", 0, 64, 0);
+    l.gbyte_s = f.numberIn("gbyte_s", 1e6);
     return l;
   }
   // A whole number from 0 up.
@@ -413,7 +419,7 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     g.device = static_cast<uint16_t>(f.hex("device_id"));
     g.pci_class = f.hex("class");
     g.model = f.str("model");
-    g.sm = f.integer("sm", 0);
+    g.sm = f.integerIn("sm", 0, 1000, 0);  // 90 for Hopper, 100 for Blackwell
     g.memory_bytes = f.u64("memory_bytes");
     g.uuid = f.str("uuid");
     g.cpus = f.cpus("cpuset");
@@ -427,7 +433,7 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
       Fields lf(links[l], at("gpus", i) + "." + at("nvlinks", l), name);
       NvLinkPeer p;
       p.peer = lf.str("peer");
-      p.count = lf.integer("count", 0);
+      p.count = lf.integerIn("count", 0, 256, 0);
       if (p.peer.starts_with("GPU")) {
         try {
           p.gpu = std::stoul(p.peer.substr(3));  // "-1" wraps: past the end, refused below
@@ -438,7 +444,7 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
       }
       g.nvlinks.push_back(p);
     }
-    g.nvswitch_links = f.integer("nvswitch_links", 0);
+    g.nvswitch_links = f.integerIn("nvswitch_links", 0, 256, 0);
     if (f.has("mig")) g.mig = Fields(f.get("mig"), at("gpus", i) + ".mig", name).mig();
     t.gpus.push_back(std::move(g));
   }
@@ -464,10 +470,10 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     for (size_t p = 0; p < ports.size(); ++p) {
       Fields pf(ports[p], at("nics", i) + "." + at("ports", p), name);
       NicPort port;
-      port.port = pf.integer("port", 1);
+      port.port = pf.integerIn("port", 1, 255, 1);
       port.link_layer = linkLayerFromString(pf.str("link_layer"));
       port.state = portStateFromString(pf.str("state"));
-      port.rate_gbps = pf.number("rate_gbps");
+      port.rate_gbps = pf.numberIn("rate_gbps", 1e6);  // Gb/s (one NIC port: 800 today)
       port.netdev = pf.str("netdev");
       if (pf.has("roce_v2_gid_index")) port.roce_v2_gid_index = pf.integer("roce_v2_gid_index");
       n.ports.push_back(port);
