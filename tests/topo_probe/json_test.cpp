@@ -86,10 +86,14 @@ TEST(TopologyJsonTest, MoreDevicesThanANodeHasAreRefused) {
     json many = doc;
     const json one = many[key][0];
     many[key] = json::array();
-    for (int i = 0; i < 256; ++i) many[key].push_back(one);
+    auto add = [&](int i) {
+      many[key].push_back(one);
+      if (std::string(key) == "gpus") many[key].back()["index"] = i;
+    };
+    for (int i = 0; i < 256; ++i) add(i);
     const NodeTopology t = fromJson(many, "t.json");
     EXPECT_EQ(std::string(key) == "gpus" ? t.gpus.size() : t.nics.size(), 256u);
-    many[key].push_back(one);
+    add(256);
     try {
       fromJson(many, "many.json");
       FAIL() << "257 " << key << " read";
@@ -209,6 +213,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadDocument{"gpu pci", [](json& d) { d["gpus"][1]["pci"] = "nope"; },
                     "field 'gpus[1].pci': \"nope\" is not a PCI address"},
         BadDocument{"gpus type", [](json& d) { d["gpus"] = 3; }, "field 'gpus': 3 is not a list"},
+        BadDocument{"gpu index", [](json& d) { d["gpus"][1]["index"] = 5; },
+                    "field 'gpus[1].index': 5 is not the GPU's place in the list (1)"},
         BadDocument{"negative sm", [](json& d) { d["gpus"][0]["sm"] = -1; },
                     "field 'gpus[0].sm': -1 is out of range (0 to 1000)"},
         BadDocument{"negative rate", [](json& d) { d["nics"][0]["ports"][0]["rate_gbps"] = -400; },

@@ -414,6 +414,12 @@ NodeTopology fromJson(const json& doc, const std::string& name) {
     Fields f(gpus[i], at("gpus", i), name);
     Gpu g;
     g.index = i;
+    // A GPU's index is its place in the list (PCI order): one that says otherwise is a document
+    // edited by hand or damaged, and leases and heartbeats name GPUs by index.
+    if (f.has("index") &&
+        f.integerIn("index", 0, static_cast<int>(kMaxNodeDevices), 0) != static_cast<int>(i))
+      f.failField("index", std::to_string(f.integer("index")) + " is not the GPU's place in the list (" +
+                               std::to_string(i) + "): GPUs are listed in index order");
     g.pci = f.pci("pci");
     g.vendor = static_cast<uint16_t>(f.hex("vendor_id"));
     g.device = static_cast<uint16_t>(f.hex("device_id"));
