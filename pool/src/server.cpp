@@ -928,7 +928,10 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   if (ec) throw Error(ErrorCode::kIo, m.opt.state_dir.string() + ": cannot create (" + ec.message() + ")");
   std::filesystem::path lock = m.opt.state_dir / "poold.lock";
   m.lock_fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (m.lock_fd < 0 || flock(m.lock_fd, LOCK_EX | LOCK_NB) != 0)
+  if (m.lock_fd < 0)
+    throw Error(ErrorCode::kIo, lock.string() + ": cannot open poold's lock file (" + std::strerror(errno) +
+                                    "); it must be a regular file poold may write (is it a folder?)");
+  if (flock(m.lock_fd, LOCK_EX | LOCK_NB) != 0)
     throw Error(
         ErrorCode::kIo,
         lock.string() + ": another poold serves this state directory; stop it or use another --state");

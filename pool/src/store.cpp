@@ -174,6 +174,23 @@ std::filesystem::path Store::generationFile(const std::filesystem::path& file) {
 
 Store::Store(const std::filesystem::path& file, Durability durability, StartCheck check)
     : file_(file), generationFile_(generationFile(file)) {
+  // Each of the state's files, where it exists, is a regular file: a folder or a device in its
+  // place is said as such, not as a damaged or missing database (which would send an operator to
+  // a needless restore).
+  for (const std::filesystem::path& part : {file, std::filesystem::path(file.string() + "-wal"),
+                                            std::filesystem::path(file.string() + "-shm"), generationFile_}) {
+    std::error_code ec;
+    const std::filesystem::file_status st = std::filesystem::status(part, ec);
+    if (ec || st.type() == std::filesystem::file_type::not_found ||
+        st.type() == std::filesystem::file_type::regular)
+      continue;
+    throw Error(
+        ErrorCode::kIo,
+        part.string() + ": not a regular file (" +
+            (st.type() == std::filesystem::file_type::directory ? "a folder" : "a device, pipe or socket") +
+            ") where the pool's state keeps one; nothing was written: move it away " +
+            "(and restore the file from a backup, if one belongs there)");
+  }
   // The record first: it is written after each commit, so the database read after it is never
   // behind it unless commits were lost, whatever other processes commit meanwhile.
   std::optional<uint64_t> recorded;

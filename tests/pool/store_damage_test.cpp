@@ -253,6 +253,34 @@ TEST(DamagedStateFile, ADatabaseAheadOfItsRecordIsACrashBetweenCommitAndRecord) 
       << "the record caught up: " << test::slurp(Store::generationFile(db));
 }
 
+// A folder where one of the state's files belongs: said as such, not as a missing or damaged
+// database (which sent an operator to a needless restore).
+TEST(DamagedStateFile, AFolderInPlaceOfAStateFileIsSaidAsSuch) {
+  test::TempDir dir;
+  const fs::path db = dir.path() / "pool.sqlite";
+  Acknowledged a = cleanPool(db, 3);
+  for (const fs::path& part : {fs::path(db.string() + "-shm"), Store::generationFile(db)}) {
+    SCOPED_TRACE(part.string());
+    const fs::path aside = part.string() + ".aside";
+    if (fs::exists(part)) fs::rename(part, aside);
+    fs::create_directory(part);
+    expectRefused(db, {part.string() + ": not a regular file (a folder)"});
+    fs::remove(part);
+    if (fs::exists(aside)) fs::rename(aside, part);
+  }
+  EXPECT_EQ(leasesIn(db), a.leases);
+  const fs::path empty = dir.path() / "elsewhere" / "pool.sqlite";
+  fs::create_directories(empty);
+  try {
+    Store store(empty);
+    ADD_FAILURE() << "a folder opened as the state";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(empty.string() + ": not a regular file (a folder)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(DamagedStateFile, TruncatedToZeroBytes) {
   test::TempDir dir;
   const fs::path db = dir.path() / "pool.sqlite";
