@@ -138,8 +138,12 @@ struct HttpServer::Impl {
       parser_.emplace();
       setLimits(*parser_, server_.opt);
       if (buffer_.size() > 0) return takeBuffered();
-      // Waiting for a request: the idle deadline; the header deadline starts at its first byte.
-      stream_.expires_after(server_.opt.idle_timeout);
+      // Waiting for a request: the idle deadline on a kept-alive connection; the header deadline
+      // starts at its first byte. A new connection that has sent nothing yet gets the header
+      // deadline (if shorter): a client that connects and says nothing holds a slot of its address
+      // no longer than one that is slow to send its headers.
+      stream_.expires_after(served_ ? server_.opt.idle_timeout
+                                    : std::min(server_.opt.idle_timeout, server_.opt.header_timeout));
       // Room for most requests whole (a heartbeat of 8 GPUs is about 5 KB), so that one read takes
       // them; a connection holds it while it lives (max_connections x 16 KiB at most).
       auto space = buffer_.prepare(std::min<size_t>(16 * 1024, buffer_.max_size() - buffer_.size()));
@@ -218,6 +222,7 @@ struct HttpServer::Impl {
     }
 
     void dispatch() {
+      served_ = true;
       bool keepAlive = parser_->get().keep_alive();
       unsigned version = parser_->get().version();
       HttpRequest req;
@@ -296,6 +301,7 @@ struct HttpServer::Impl {
     beast::flat_buffer buffer_;
     std::optional<Parser> parser_;
     bool closed_ = false;
+    bool served_ = false;  // a request was read on this connection
   };
 
   void accept() {

@@ -439,6 +439,24 @@ TEST_F(Hostile, SmallRefusalsSayWhatWasWrong) {
   EXPECT_EQ(json::parse(bodyOf(unknown))["reason"], "not_found") << unknown;
 }
 
+// A connection that never sends a byte is closed at the header deadline, not the idle one of a
+// kept-alive connection: 1,024 of them held every slot of their address for the idle minute.
+TEST_F(Hostile, AConnectionThatSaysNothingIsClosedAtTheHeaderDeadline) {
+  ServerOptions o;
+  o.header_timeout = std::chrono::milliseconds(300);
+  o.idle_timeout = std::chrono::seconds(120);
+  start(o);
+  Raw silent(port_);
+  ASSERT_TRUE(silent.connected());
+  EXPECT_TRUE(silent.closedByPeer(30s)) << "still open long past the header deadline";
+  // A kept-alive connection after a request still gets the idle deadline: it is open after more
+  // than the header deadline.
+  Raw kept(port_);
+  kept.send(request("GET", "/v1/status"));
+  ASSERT_EQ(kept.readReplies(1, 10s).size(), 1u);
+  EXPECT_FALSE(kept.closedByPeer(1s));
+}
+
 TEST_F(Hostile, PipelinedRequestsAreAllAnsweredInOrder) {
   start();
   Raw c(port_);
