@@ -55,23 +55,11 @@ TEST(DashboardSnapshot, HoldsEveryGpuInColumnsAsThePoolHasIt) {
 TEST(DashboardSnapshot, AGpuNvmlNoLongerListsHasItsErrorAsItsNote) {
   PoolState s;
   test::addInventory(s, "n01/gpu[0-1]", t0());
-  const PoolNode& n = s.nodeMap().at("n01");
-  topo::ClusterNode c;
-  c.name = n.name;
-  c.topology = n.topology;
-  s.registerAgentNode({c, "poold-agent test"}, t0());
-  Heartbeat hb;
-  hb.node = "n01";
-  hb.topology_hash = s.nodeMap().at("n01").topology_hash;
-  for (size_t i = 0; i < 2; ++i) {
-    topo::GpuSample g;
-    g.index = i;
-    if (i == 1)
-      g.error = "NVML does not list the GPU at 0000:53:00.0";
-    else
-      g.sm_utilization = 0.5;
-    hb.gpus.push_back(g);
-  }
+  test::registerAgent(s, "n01", t0());
+  Heartbeat hb = test::heartbeatOf(s, "n01", 0.5);
+  hb.gpus[1] = topo::GpuSample{};
+  hb.gpus[1].index = 1;
+  hb.gpus[1].error = "NVML does not list the GPU at 0000:53:00.0";
   s.heartbeat(hb, t0() + seconds(5));
   json d = json::parse(forViewer(dashboardSnapshot(s, t0() + seconds(5)), TokenEntry{"alice", false}));
   EXPECT_EQ(d["gpus"]["state"], "ff");

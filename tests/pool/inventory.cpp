@@ -285,4 +285,26 @@ std::vector<std::string> leasesUnderNotice(const pool::PoolState& state) {
   return out;
 }
 
+void registerAgent(pool::PoolState& state, const std::string& node, pool::TimePoint now) {
+  topo::ClusterNode c;
+  c.name = node;
+  c.topology = state.nodeMap().at(node).topology;
+  state.registerAgentNode({c, "poold-agent test"}, now);
+}
+
+pool::Heartbeat heartbeatOf(const pool::PoolState& state, const std::string& node, double utilization) {
+  const pool::PoolNode& n = state.nodeMap().at(node);
+  pool::Heartbeat hb;
+  hb.node = node;
+  hb.agent_version = "poold-agent test";
+  hb.topology_hash = n.topology_hash;
+  for (size_t i = 0; i < n.gpuCount(); ++i) {
+    topo::GpuSample g;
+    g.index = i;
+    g.sm_utilization = utilization;
+    hb.gpus.push_back(g);
+  }
+  return hb;
+}
+
 }  // namespace poolrun::test

@@ -43,5 +43,9 @@ std::string gpuList(const std::vector<pool::GpuRef>& gpus);
 pool::PoolState throughStateFile(pool::PoolState& state, const std::filesystem::path& file);
 // The ids of the leases under a preemption notice, sorted.
 std::vector<std::string> leasesUnderNotice(const pool::PoolState& state);
+// Node `node` of `state` registered by an agent ("poold-agent test") at `now`.
+void registerAgent(pool::PoolState& state, const std::string& node, pool::TimePoint now);
+// A heartbeat of agent node `node` with a sample of every GPU at SM utilisation `utilization`.
+pool::Heartbeat heartbeatOf(const pool::PoolState& state, const std::string& node, double utilization);
 
 }  // namespace poolrun::test

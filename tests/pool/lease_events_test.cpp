@@ -86,25 +86,13 @@ TEST(LeaseEvents, AnIdleLeaseReclaimedIsAReleaseSayingWhy) {
   o.reclaim_grace = minutes(5);
   s.setLiveOptions(o);
   test::addInventory(s, "n01/gpu[0-7]", t0());
-  topo::ClusterNode node;
-  node.name = "n01";
-  node.topology = s.nodeMap().at("n01").topology;
-  s.registerAgentNode({node, "poold-agent test"}, t0());
+  test::registerAgent(s, "n01", t0());
   LeaseRequest r = test::parseRequest("8 owner=alice");
   r.ttl = minutes(60);
   Lease a = *s.submit(r, t0()).lease;
   s.takeLeaseEvents();
   for (int m = 0; m <= 40; m += 5) {
-    Heartbeat hb;
-    hb.node = "n01";
-    hb.topology_hash = s.nodeMap().at("n01").topology_hash;
-    for (size_t i = 0; i < 8; ++i) {
-      topo::GpuSample g;
-      g.index = i;
-      g.sm_utilization = 0.0;
-      hb.gpus.push_back(g);
-    }
-    s.heartbeat(hb, t0() + minutes(m));
+    s.heartbeat(test::heartbeatOf(s, "n01", 0.0), t0() + minutes(m));
     s.tick(t0() + minutes(m));
   }
   ASSERT_FALSE(s.leaseMap().count(a.id)) << "reclaimed";
