@@ -51,18 +51,10 @@ PoolState livePool(const std::string& spec, LiveOptions options = {}) {
 
 // A heartbeat of `node` with every GPU at `utilization`.
 Heartbeat beat(const PoolState& state, const std::string& node, double utilization = 0.5) {
-  const PoolNode& n = state.nodeMap().at(node);
-  Heartbeat hb;
-  hb.node = node;
-  hb.agent_version = "poold-agent test";
-  hb.topology_hash = n.topology_hash;
-  for (size_t i = 0; i < n.gpuCount(); ++i) {
-    topo::GpuSample g;
-    g.index = i;
-    g.sm_utilization = utilization;
+  Heartbeat hb = test::heartbeatOf(state, node, utilization);
+  for (topo::GpuSample& g : hb.gpus) {
     g.memory_used_bytes = uint64_t{1} << 30;
     g.memory_total_bytes = uint64_t{80} << 30;
-    hb.gpus.push_back(g);
   }
   return hb;
 }
