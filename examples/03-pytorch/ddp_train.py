@@ -29,6 +29,7 @@ STOP = {"asked": False}
 signal.signal(signal.SIGTERM, lambda *_: STOP.update(asked=True))
 
 import argparse  # noqa: E402
+import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -66,6 +67,23 @@ def load_checkpoint(path: str):
         return state
     except Exception as e:  # torch.load raises many kinds on a damaged file
         raise SystemExit(f"ddp_train.py: error: cannot resume from {path}: {e}; move it away to start afresh")
+
+
+def leave(code: int) -> int:
+    """Ends the process group, every rank together, and the process without the interpreter's
+    teardown. Twice in CI (2026-12-02 and -03, PyTorch 1.13 with gloo, on a loaded machine) a job
+    whose ranks had all printed their results never ended: one rank hung after its last
+    collective. The barrier brings every rank to the end together; should a rank still hang, the
+    stacks of its threads are printed after 60 s and it exits (1) rather than waiting for the
+    launcher's timeout; and os._exit skips the interpreter's teardown, where PyTorch's threads
+    are joined."""
+    faulthandler.dump_traceback_later(60, exit=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main() -> int:
@@ -149,8 +167,9 @@ def main() -> int:
                 save_checkpoint(args.checkpoint, model, optimizer, step, loss.item(), world)
                 print(f"ddp_train.py: stopped at step {step} of {args.steps} (SIGTERM); checkpoint in "
                       f"{args.checkpoint}", flush=True)
-            dist.destroy_process_group()
-            return 0
+            if log:
+                log.close()
+            return leave(0)
     if rank == 0 and args.checkpoint and loss is not None:  # done: a restart after this has nothing to do
         save_checkpoint(args.checkpoint, model, optimizer, step, loss.item(), world)
 
@@ -169,8 +188,9 @@ def main() -> int:
                 json.dump({"ranks": world, "backend": backend, "weights": weights.tolist(),
                            "truth": truth.flatten().tolist(), "same_on_every_rank": same,
                            "steps": step, "resumed_from": first, "restart": restart}, f)
-    dist.destroy_process_group()
-    return 0 if same else 1
+    if log:
+        log.close()
+    return leave(0 if same else 1)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ std::string messageOf(F&& f) {
 const json kDoc = json::parse(R"({
   "gpus": 8, "big": 18446744073709551615, "neg": -3, "float": 1.5, "one": 1.0, "yes": true,
   "name": "h100", "none": null, "list": [1, 2], "obj": {"inner": {"depth": 2}},
-  "items": [{"index": 4294967296}]
+  "items": [{"index": 4294967296}], "digits30": 123456789012345678901234567890
 })");
 
 TEST(JsonFieldsTest, ReadsEachTypeWithinItsRange) {
@@ -66,6 +66,8 @@ TEST(JsonFieldsTest, MessagesNameTheFieldTheValueAndWhatWasExpected) {
             "doc.json: field 'yes': true is not a whole number (0 to 4)");
   EXPECT_EQ(messageOf([&] { f.integer("big", -1, 1); }),
             "doc.json: field 'big': 18446744073709551615 is out of range (-1 to 1)");
+  EXPECT_EQ(messageOf([&] { f.integer("digits30", 1, 4); }),
+            "doc.json: field 'digits30': 1.2345678901234568e+29 is out of range (1 to 4)");
   EXPECT_EQ(messageOf([&] { f.integer<uint32_t>("neg", 0, 9); }),
             "doc.json: field 'neg': -3 is out of range (0 to 9)");
   EXPECT_EQ(messageOf([&] { f.integer("missing", 0, 4); }), "doc.json: missing field 'missing'");

@@ -13,6 +13,7 @@
 // exception (poolrun::Error, tuner::ConfigError) with the message, prefixed as the format wants
 // (with its file, say). Nothing is allocated but the messages of failures and child paths.
 
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -98,6 +99,10 @@ class JsonFields {
  private:
   template <std::integral T>
   T integerValue(const nlohmann::json& v, std::string_view key, T min, T max) const {
+    // A whole number past 64 bits arrives as a double (30 digits: 1.2345678901234568e+29): it is out
+    // of range, not "not whole".
+    if (v.is_number_float() && std::isfinite(v.get<double>()) && std::abs(v.get<double>()) >= 9.2e18)
+      failField(key, shownJson(v) + " is out of range" + rangeText(min, max));
     if (!v.is_number_integer()) failField(key, shownJson(v) + " is not a whole number" + rangeText(min, max));
     auto inRange = [&](auto x) { return std::cmp_greater_equal(x, min) && std::cmp_less_equal(x, max); };
     const bool isUnsigned = v.is_number_unsigned();
