@@ -47,7 +47,7 @@ TEST(InputTest, RequestNumbersAreWholeAndInRange) {
       {"gpus negative", [](json& d) { d["gpus"] = -8; }, "field 'gpus': -8 is out of range"},
       {"gpus missing", [](json& d) { d.erase("gpus"); }, "missing field 'gpus'"},
       {"gpus past 64 bits", [](json& d) { d["gpus"] = json::parse("18446744073709551617"); },
-       "field 'gpus': 1.8446744073709552e+19 is not a whole number"},
+       "field 'gpus': 1.8446744073709552e+19 is out of range (1 to 1000000)"},
       {"gpus_per_node", [](json& d) { d["gpus_per_node"] = 4294967304ULL; },
        "field 'gpus_per_node': 4294967304 is out of range (0 to 1024)"},
       {"priority past 32 bits", [](json& d) { d["priority"] = 99999999999LL; },
