@@ -68,8 +68,7 @@ class HttpPool : public PoolControl, public AgentLink {
     // request, and poold knows no token outside these bounds (a --token-file is checked as read).
     if (!token_.empty() && !validToken(token_))
       throw badInput("the token for " + uri_ + " (from POOLRUN_TOKEN) must be 8 to 512 printable ASCII " +
-                     "characters, not " + std::to_string(token_.size()) + " bytes" +
-                     (token_.size() >= 8 && token_.size() <= 512 ? " with a character outside them" : "") +
+                     "characters, not " + tokenProblem(token_) +
                      "; set it to the token poold gave you, or use --token-file");
     connect(0);
   }

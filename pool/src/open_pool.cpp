@@ -66,6 +66,11 @@ bool validToken(const std::string& token) {
   return true;
 }
 
+std::string tokenProblem(const std::string& token) {
+  return std::to_string(token.size()) + " bytes" +
+         (token.size() >= 8 && token.size() <= 512 ? ", with a character outside them" : "");
+}
+
 std::string readClientToken(const std::filesystem::path& file, const std::string& what) {
   std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
   std::string line;
@@ -78,10 +83,8 @@ std::string readClientToken(const std::filesystem::path& file, const std::string
     // request, and poold knows no token outside these bounds.
     if (!validToken(token))
       throw badInput(file.string() + ": " + what +
-                     " must be 8 to 512 printable ASCII characters (its first " + "word is " +
-                     std::to_string(token.size()) + " bytes" +
-                     (token.size() >= 8 && token.size() <= 512 ? ", with a character outside them" : "") +
-                     "); put the token poold gave you on its first line");
+                     " must be 8 to 512 printable ASCII characters (its first word " + "is " +
+                     tokenProblem(token) + "); put the token poold gave you on its first line");
     return token;
   }
   throw badInput(file.string() + ": no token in the file (put " + what + " on its first line)");

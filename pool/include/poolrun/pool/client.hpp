@@ -277,6 +277,8 @@ std::unique_ptr<PoolClient> openPool(const std::string& uri, const ClientOptions
 // A token is 8 to 512 printable ASCII characters (no space): what poold's token files accept, and
 // what a client sends.
 bool validToken(const std::string& token);
+// What makes `token` invalid, for a message ("3 bytes", "20 bytes, with a character outside them").
+std::string tokenProblem(const std::string& token);
 // The token of a client's token file (--token-file): the first word of the first line that has one,
 // `#` starting a comment; a regular file of at most topo::kTokenFileLimit. `what` names the token
 // in the error ("your token", "the node's token"). Throws poolrun::Error (kBadInput, kNotFound)
