@@ -75,12 +75,35 @@ TEST(NamesTest, LeaseIdsAndOwners) {
   EXPECT_EQ(messageOf([] { checkOwner("-x", "--owner"); }).rfind("--owner '-x': starts with '-'", 0), 0u);
 }
 
+// The UTF-8 form of a code point below U+10000.
+std::string utf8Of(uint32_t cp) {
+  if (cp < 0x80) return std::string(1, static_cast<char>(cp));
+  if (cp < 0x800) return {static_cast<char>(0xc0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3f))};
+  return {static_cast<char>(0xe0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3f)),
+          static_cast<char>(0x80 | (cp & 0x3f))};
+}
+
 TEST(NamesTest, TextIsUtf8WithoutControlCharacters) {
   EXPECT_EQ(textProblem("train résumé 日本 🚀", 256), "");
   EXPECT_EQ(textProblem("", 256), "");
   EXPECT_NE(textProblem("a\nb", 256).find("control character \\x0a at byte 1"), std::string::npos);
   EXPECT_NE(textProblem("a\x7f", 256).find("control character \\x7f"), std::string::npos);
   EXPECT_NE(textProblem("abc", 2).find("3 bytes long (at most 2)"), std::string::npos);
+  // C1 controls and bidirectional embeddings, overrides and isolates: valid UTF-8 that a terminal or a
+  // page shows as something else. Their neighbours stay allowed.
+  for (uint32_t cp : {0x80u, 0x85u, 0x9bu, 0x9fu, 0x202au, 0x202eu, 0x2066u, 0x2069u}) {
+    std::string bad = "a" + utf8Of(cp) + "b";
+    EXPECT_NE(textProblem(bad, 256).find(" at byte 1 (not allowed: C1 controls and bidirectional"),
+              std::string::npos)
+        << cp;
+    EXPECT_EQ(printable(bad).find(utf8Of(cp)), std::string::npos) << cp;  // escaped where shown
+  }
+  for (uint32_t cp : {0xa0u, 0xe9u, 0x2029u, 0x202fu, 0x2065u, 0x206au})
+    EXPECT_EQ(textProblem("a" + utf8Of(cp) + "b", 256), "") << cp;
+  EXPECT_EQ(textProblem("x\u202E", 256),
+            "bidirectional control U+202E at byte 1 (not allowed: C1 controls and bidirectional overrides "
+            "change how a terminal or page shows the text around them)");
+  EXPECT_EQ(printable("x\u202Ey"), "x\\xe2\\x80\\xaey");
   // Latin-1, a lone continuation byte, overlong forms, a surrogate, past U+10FFFF, truncated.
   for (const char* bad :
        {"caf\xe9", "\x80", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe6\x97"}) {

@@ -11,11 +11,15 @@ bool isAsciiAlnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-// The length of the well-formed UTF-8 sequence at text[i], 0 where there is none.
-size_t utf8Length(std::string_view text, size_t i) {
+// The length of the well-formed UTF-8 sequence at text[i], 0 where there is none; its code point
+// in `code` where given.
+size_t utf8Length(std::string_view text, size_t i, uint32_t* code = nullptr) {
   auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
   unsigned char c = byte(i);
-  if (c < 0x80) return 1;
+  if (c < 0x80) {
+    if (code != nullptr) *code = c;
+    return 1;
+  }
   size_t n = 0;
   uint32_t cp = 0;
   if (c >= 0xc2 && c <= 0xdf) {
@@ -37,6 +41,7 @@ size_t utf8Length(std::string_view text, size_t i) {
   }
   if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;  // overlong
   if (cp >= 0xd800 && cp <= 0xdfff) return 0;                                           // a surrogate
+  if (code != nullptr) *code = cp;
   return n;
 }
 
@@ -64,6 +69,21 @@ std::string asciiNameProblem(std::string_view name, size_t max, std::string_view
     if (!ok) return badCharacter(name, i, rule);
   }
   return "";
+}
+
+// C1 controls (U+0080-U+009F: a terminal may read U+009B as CSI) and the bidirectional embeddings,
+// overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder what follows them on screen:
+// valid UTF-8 that shows a name as something else.
+bool isHiddenCodePoint(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+// "U+202E", "C1 control U+009B".
+std::string codePointName(uint32_t cp) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string u = "U+";
+  for (int shift = 12; shift >= 0; shift -= 4) u += hex[(cp >> shift) & 0xf];
+  return cp <= 0x9f ? "C1 control " + u : "bidirectional control " + u;
 }
 
 [[noreturn]] void fail(std::string_view what, std::string_view value, const std::string& problem) {
@@ -99,8 +119,13 @@ std::string textProblem(std::string_view text, size_t max_bytes) {
     unsigned char c = static_cast<unsigned char>(text[i]);
     if (c < 0x20 || c == 0x7f)
       return "control character " + hexByte(c) + " at byte " + std::to_string(i) + " (not allowed)";
-    size_t n = utf8Length(text, i);
+    uint32_t cp = 0;
+    size_t n = utf8Length(text, i, &cp);
     if (n == 0) return "byte " + hexByte(c) + " at byte " + std::to_string(i) + " is not UTF-8";
+    if (isHiddenCodePoint(cp))
+      return codePointName(cp) + " at byte " + std::to_string(i) +
+             " (not allowed: C1 controls and bidirectional overrides change how a terminal or page shows "
+             "the text around them)";
     i += n;
   }
   return "";
@@ -137,10 +162,14 @@ std::string printable(std::string_view text) {
   size_t i = 0;
   while (i < text.size() && i < kShown) {
     unsigned char c = static_cast<unsigned char>(text[i]);
-    size_t n = utf8Length(text, i);
+    uint32_t cp = 0;
+    size_t n = utf8Length(text, i, &cp);
     if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\' || n == 0) {
       out += hexByte(c);
       ++i;
+    } else if (isHiddenCodePoint(cp)) {
+      for (size_t k = 0; k < n; ++k) out += hexByte(static_cast<unsigned char>(text[i + k]));
+      i += n;
     } else {
       out.append(text.substr(i, n));
       i += n;
