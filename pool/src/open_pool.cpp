@@ -1,4 +1,9 @@
+#include <errno.h>
+
 #include <charconv>
+#include <iostream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "embedded.hpp"
@@ -72,7 +77,16 @@ std::string tokenProblem(const std::string& token) {
 }
 
 std::string readClientToken(const std::filesystem::path& file, const std::string& what) {
-  std::istringstream in(topo::readRegularFile(file, topo::kTokenFileLimit, "token files"));
+  std::string readable;
+  std::istringstream in(topo::readSecretFile(file, topo::kTokenFileLimit, "token files", nullptr, &readable));
+  if (!readable.empty()) {
+    // Once per file and process: an agent reads its token again at every new connection.
+    static std::mutex mu;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(file.string()).second)
+      std::cerr << program_invocation_short_name << ": warning: " << readable << "\n";
+  }
   std::string line;
   while (std::getline(in, line)) {
     if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);

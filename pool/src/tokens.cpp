@@ -66,9 +66,10 @@ TokenStore::TokenStore(std::filesystem::path file, Warn warn)
 
 void TokenStore::reload(bool initial) {
   std::optional<std::string> text;
+  std::string readable;  // a warning where others may read the file
   if (initial) {
     topo::FileIdentity identity;
-    text = topo::readRegularFile(file_, kPooldTokenFileLimit, "poold's token files", &identity);
+    text = topo::readSecretFile(file_, kPooldTokenFileLimit, "poold's token files", &identity, &readable);
     watch_ = topo::FileWatch(identity);
   } else {
     // Looked at once per kLookEvery, not at every request (a stat each: 2,500 heartbeats a second).
@@ -76,8 +77,8 @@ void TokenStore::reload(bool initial) {
     if (now - looked_ < kLookEvery) return;
     looked_ = now;
     try {
-      text = watch_.readIfChanged(file_, [this] {
-        return topo::readRegularFile(file_, kPooldTokenFileLimit, "poold's token files");
+      text = watch_.readIfChanged(file_, [this, &readable] {
+        return topo::readSecretFile(file_, kPooldTokenFileLimit, "poold's token files", nullptr, &readable);
       });
     } catch (const Error& e) {
       warn_(std::string("keeping the previous tokens: ") + e.what());
@@ -85,6 +86,9 @@ void TokenStore::reload(bool initial) {
     }
     if (!text) return;  // unchanged, being written, or gone for now: keep what we have
   }
+  // Said once for as long as the file stays readable by others, not at every change.
+  if (!readable.empty() && !warned_readable_) warn_(readable);
+  warned_readable_ = !readable.empty();
   std::vector<std::string> warnings;
   tokens_ = parseTokenFile(*text, file_.string(), &warnings);
   for (const std::string& w : warnings) warn_(w);

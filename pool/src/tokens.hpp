@@ -1,9 +1,11 @@
 #pragma once
 
 // poold's bearer tokens: the token file, read at start and again whenever it changes (its size,
-// inode or modification time). A malformed line is named and skipped with a warning, so that one
-// typo never locks every user out nor stops poold; a file that cannot be read at all (or is not a
-// regular file, or is over 16 MiB) keeps the tokens read before.
+// inode, modification time, owner or mode). A file another user owns (neither root nor poold's),
+// or that its group or others may write, is refused as topo::readSecretFile says (at start poold
+// does not start; later the tokens read before stay); one others may read is warned of once. A malformed line
+// is named and skipped with a warning, so that one typo never locks every user out nor stops poold; a file
+// that cannot be read at all (or is not a regular file, or is over 16 MiB) keeps the tokens read before.
 
 #include <chrono>
 #include <filesystem>
@@ -41,6 +43,7 @@ class TokenStore {
   std::mutex mu_;
   std::map<std::string, TokenEntry> tokens_;
   topo::FileWatch watch_;
+  bool warned_readable_ = false;  // whether the file's being readable by others was said
 };
 
 }  // namespace poolrun::pool

@@ -78,7 +78,7 @@ int countLines(const std::string& text, const std::string& needle) {
 
 TEST(AgentCommandLine, ABadOptionExitsWith2NamingTheValue) {
   TempDir dir;
-  std::string token = dir.write("token", "tok-node-0123456789\n").string();
+  std::string token = dir.writeSecret("token", "tok-node-0123456789\n").string();
   const std::string ok = " --pool http://127.0.0.1:1 --token-file " + token;
   struct Case {
     std::string args, message;
@@ -114,7 +114,7 @@ TEST(AgentCommandLine, HelpAndVersion) {
 
 TEST(AgentProcess, KeepsRunningWhilePooldIsDownSaysSoOnceAndStopsOnSigterm) {
   TempDir dir;
-  std::string token = dir.write("token", "tok-node-0123456789\n").string();
+  std::string token = dir.writeSecret("token", "tok-node-0123456789\n").string();
   std::filesystem::path err = dir.path() / "err";
   AgentRun agent("--pool http://127.0.0.1:" + std::to_string(closedPort()) + " --token-file " + token +
                      " --node n01 --interval 1 --from " + fixtureTopology(),
@@ -131,7 +131,7 @@ TEST(AgentProcess, KeepsRunningWhilePooldIsDownSaysSoOnceAndStopsOnSigterm) {
 // agent ends within its grace of 0.8 s, with status 0, not at the call's timeout.
 TEST(AgentProcess, StopsWithinASecondWhileACallToPooldHangs) {
   TempDir dir;
-  std::string token = dir.write("token", "tok-node-0123456789\n").string();
+  std::string token = dir.writeSecret("token", "tok-node-0123456789\n").string();
   std::filesystem::path err = dir.path() / "err";
   SilentPort silent;
   AgentRun agent("--pool http://127.0.0.1:" + std::to_string(silent.port()) + " --token-file " + token +
@@ -149,9 +149,9 @@ TEST(AgentProcess, StopsWithinASecondWhileACallToPooldHangs) {
 struct LivePool {
   TempDir dir;
   std::filesystem::path tokens =
-      dir.write("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
-  std::string token = dir.write("token", "tok-node-n01-0123456789\n").string();
-  std::string admin = dir.write("admin", "tok-root-0123456789\n").string();
+      dir.writeSecret("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
+  std::string token = dir.writeSecret("token", "tok-node-n01-0123456789\n").string();
+  std::string admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
   std::filesystem::path err = dir.path() / "err";
   std::filesystem::path mapping = dir.path() / "dcgm";
   std::filesystem::path proc = dir.path() / "proc";

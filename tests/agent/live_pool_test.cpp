@@ -67,14 +67,14 @@ class LivePoolTest : public ::testing::Test {
     std::string lines = std::string(kTokens);
     for (const char* n : kNodes) {
       lines += std::string("tok-node-") + n + "-0123456789 " + n + " node\n";
-      dir.write(std::string("token-") + n, std::string("tok-node-") + n + "-0123456789\n");
+      dir.writeSecret(std::string("token-") + n, std::string("tok-node-") + n + "-0123456789\n");
       std::filesystem::create_directories(dir.path() / (std::string("proc-") + n));
       nvml[n] = fakeNvmlFor(topo::readTopologyFile(fixtureTopology()));
       for (json& g : nvml[n]["gpus"]) g["utilization"] = {{"gpu", 60}, {"memory", 30}};  // busy
       writeFakeNvml(nvmlFile(n), nvml[n]);
     }
-    tokens = dir.write("tokens", lines);
-    admin = dir.write("admin", "tok-root-0123456789\n").string();
+    tokens = dir.writeSecret("tokens", lines);
+    admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
     poold = std::make_unique<PooldProcess>(
         dir.path() / "state", tokens,
         std::vector<std::string>{"--heartbeat-interval", "1", "--node-timeout", "3", "--idle-after", "4",

@@ -53,10 +53,10 @@ class MigPoolTest : public ::testing::Test {
   std::string admin;
 
   void SetUp() override {
-    dir.write("token-n01", "tok-node-n01-0123456789\n");
+    dir.writeSecret("token-n01", "tok-node-n01-0123456789\n");
     std::filesystem::path tokens =
-        dir.write("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
-    admin = dir.write("admin", "tok-root-0123456789\n").string();
+        dir.writeSecret("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
+    admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
     std::filesystem::create_directories(dir.path() / "proc");
     nvml = fakeNvmlFor(topo::readTopologyFile(hgxNodeTopology()));
     setLayout(sevenSlices(7));

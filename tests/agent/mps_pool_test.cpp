@@ -35,10 +35,10 @@ class MpsPoolTest : public ::testing::Test {
   std::string admin;
 
   void start(const std::string& agentEnv = "") {
-    dir.write("token-n01", "tok-node-n01-0123456789\n");
+    dir.writeSecret("token-n01", "tok-node-n01-0123456789\n");
     std::filesystem::path tokens =
-        dir.write("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
-    admin = dir.write("admin", "tok-root-0123456789\n").string();
+        dir.writeSecret("tokens", std::string(kTokens) + "tok-node-n01-0123456789 n01 node\n");
+    admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
     std::filesystem::create_directories(dir.path() / "proc");
     writeFakeNvml(dir.path() / "nvml.json", fakeNvmlFor(topo::readTopologyFile(hgxNodeTopology())));
     poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,

@@ -1,6 +1,10 @@
 // poold-agent's command line, read in the process (the binary's exit status: agent_process_test).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
 
 #include "poolrun/agent/options.hpp"
 #include "poolrun/topo/error.hpp"
@@ -89,6 +93,39 @@ TEST(AgentOptions, TheTokenIsTheFirstWordOfTheFirstLineThatHasOne) {
     EXPECT_NE(std::string(e.what()).find("no token in the file"), std::string::npos) << e.what();
   }
   EXPECT_THROW(agent::readTokenFile(dir.path() / "missing"), Error);
+}
+
+// A node's token file someone else could change is refused (its owner could make the agent report
+// as another node, or take its token); one others can read works and is warned of once a process.
+TEST(AgentOptions, ATokenFileOthersCanChangeIsRefused) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const fs::path file = dir.write("node-token", "tok-n01-0123456789\n");
+  fs::permissions(file, fs::perms(0622));
+  try {
+    agent::readTokenFile(file);
+    FAIL() << "a token file others can write was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), file.string() +
+                                         " is writable by every user (mode 0622): anyone who can write it "
+                                         "could add a token; run `chmod go-w " +
+                                         file.string() + "`");
+  }
+  if (geteuid() == 0) {
+    fs::permissions(file, fs::perms(0600));
+    ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0);
+    EXPECT_THROW(agent::readTokenFile(file), Error);
+    ASSERT_EQ(chown(file.c_str(), 0, 0), 0);
+  }
+  fs::permissions(file, fs::perms(0644));
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(agent::readTokenFile(file), "tok-n01-0123456789");
+  EXPECT_EQ(agent::readTokenFile(file), "tok-n01-0123456789");
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said, std::string(program_invocation_short_name) + ": warning: " + file.string() +
+                      " is readable by every user (mode 0644): they can use its tokens; run `chmod 600 " +
+                      file.string() + "`\n")
+      << "once, not at every read";
 }
 
 }  // namespace

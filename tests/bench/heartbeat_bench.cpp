@@ -340,7 +340,7 @@ void heartbeatSenders(int port, const Options& o, const std::vector<Beat>& beats
 
 int run(const Options& o) {
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   const std::string interval = std::to_string(o.interval_s);
   // The node timeout is long enough that phase A (no heartbeats) keeps every node up.
   test::PooldProcess poold(dir.path() / "state", tokens,

@@ -296,7 +296,7 @@ void BM_PooldAcquireRelease(benchmark::State& state) {
   const bool full = state.range(0) == 1;
   const int clients = static_cast<int>(state.range(1));
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   std::string cluster = (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
   test::PooldProcess poold(dir.path() / "state", tokens,
                            {"--cluster", cluster, "--sync", full ? "full" : "normal"});
@@ -396,7 +396,7 @@ void BM_PooldEtcdAgainstSqlite(benchmark::State& state) {
   }
   const int clients = 16;
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   std::string cluster = (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
   test::EtcdCluster etcd(3);
   for (auto _ : state) {

@@ -87,7 +87,7 @@ TEST(CliInputTest, PoolctlNamesNeverReachAUrl) {
 
 TEST(CliInputTest, PooldOptionValues) {
   test::TempDir dir;
-  std::filesystem::path tokens = dir.write("tokens", "tok-root-0123456789 root admin\n");
+  std::filesystem::path tokens = dir.writeSecret("tokens", "tok-root-0123456789 root admin\n");
   // Everything poold needs to start is there: only the value under test can stop it.
   const std::string poold = std::string("timeout 10 ") + POOLD_BINARY + " --listen 127.0.0.1:0 --state " +
                             (dir.path() / "state").string() + " --token-file " + tokens.string() + " ";

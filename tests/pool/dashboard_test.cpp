@@ -110,7 +110,7 @@ class DashboardServed : public ::testing::Test {
   DashboardServed() {
     ServerOptions o;
     o.state_dir = dir_.path() / "state";
-    o.token_file = dir_.write("tokens", "tok-alice-0123456789 alice user\n");
+    o.token_file = dir_.writeSecret("tokens", "tok-alice-0123456789 alice user\n");
     server_ = std::make_unique<PoolServer>(o);
   }
   HttpReply ask(const std::string& method, const std::string& path, const std::string& authorization = "") {

@@ -25,7 +25,7 @@ NodeInfo nodeNamed(const std::string& uri, const std::string& name) {
 
 TEST(HeartbeatCommit, GpuFailedByAHeartbeatOutlivesKill9AndSamplesDoNot) {
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   auto topology = std::make_shared<const topo::NodeTopology>(test::synthetic({}));
   Heartbeat hb;
   hb.node = "hb01";

@@ -156,7 +156,7 @@ class Hostile : public ::testing::Test {
     thread_ = std::thread([this] { server_->run(); });
   }
   virtual std::string tokens() const { return kTokens; }
-  std::filesystem::path tokenFile() { return dir_.write("tokens", tokens()); }
+  std::filesystem::path tokenFile() { return dir_.writeSecret("tokens", tokens()); }
   void TearDown() override {
     if (server_) server_->stop();
     if (thread_.joinable()) thread_.join();
@@ -578,7 +578,7 @@ TEST_F(HostileTokens, BadLinesAreSkippedAndNothingInTheFileStopsPoold) {
   // The file is read again when it changes; a bad rewrite keeps poold serving.
   std::filesystem::path file = dir_.path() / "tokens";
   std::this_thread::sleep_for(20ms);
-  dir_.write("tokens", std::string("\xff\xfe garbage\n") + "tok-alice-0123456789 alice user\n");
+  dir_.writeSecret("tokens", std::string("\xff\xfe garbage\n") + "tok-alice-0123456789 alice user\n");
   int root = 0;  // read once whole (topo::FileWatch), not at the first look
   for (int i = 0; i < 100 && (root = statusOf(ask(port_, request("GET", "/v1/status")))) != 401; ++i)
     std::this_thread::sleep_for(50ms);

@@ -121,7 +121,7 @@ std::optional<double> sample(const std::string& metrics, const std::string& name
 
 class Operations : public ::testing::Test {
  protected:
-  Operations() : tokens_(dir_.write("tokens", test::kTokens)), scrape_(dir_.write("scrape", kScrape)) {}
+  Operations() : tokens_(dir_.writeSecret("tokens", test::kTokens)), scrape_(dir_.write("scrape", kScrape)) {}
 
   void start(const std::vector<std::string>& extra = {}, int port = 0) {
     std::vector<std::string> args{"--cluster", test::hgxCluster()};

@@ -52,7 +52,7 @@ class QueuedClient : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     if (GetParam().http) {
-      tokens_ = dir_.write("tokens", test::kTokens);
+      tokens_ = dir_.writeSecret("tokens", test::kTokens);
       poold_ = std::make_unique<test::PooldProcess>(
           dir_.path() / "poold", tokens_, std::vector<std::string>{"--cluster", test::hgxCluster()});
       uri_ = poold_->uri();

@@ -21,7 +21,7 @@ using nlohmann::json;
 class Security : public ::testing::Test {
  protected:
   Security()
-      : tokens_(dir_.write("tokens", test::kTokens)),
+      : tokens_(dir_.writeSecret("tokens", test::kTokens)),
         poold_(dir_.path() / "state", tokens_, {"--cluster", test::hgxCluster(), "--max-body", "65536"}),
         http_("127.0.0.1", poold_.port()) {}
 
@@ -139,7 +139,7 @@ TEST_F(Security, PoolctlExitStatusesAndJson) {
   EXPECT_EQ(test::runProgram(with({"acquire", "-n", "128", "--wait", "1"}), &out, alice), 3)
       << "not within --wait";
   EXPECT_EQ(test::runProgram(with({"drain", "hgx01"}), &out, alice), 4) << "users may not drain";
-  std::filesystem::path rootToken = dir_.write("root-token", "tok-root-0123456789\n");
+  std::filesystem::path rootToken = dir_.writeSecret("root-token", "tok-root-0123456789\n");
   EXPECT_EQ(test::runProgram(with({"--token-file", rootToken.string(), "drain", "hgx01"}), &out), 0);
   EXPECT_EQ(test::runProgram(with({"release", lease["id"]}), &out, alice), 0);
   EXPECT_EQ(test::runProgram(with({"renew", lease["id"]}), &out, alice), 5) << "gone";

@@ -403,7 +403,7 @@ TEST(DamagedStateFile, TheEmbeddedPoolsRefuseToo) {
 
 class PooldState {
  public:
-  PooldState() : tokens_(dir_.write("tokens", test::kTokens)) {}
+  PooldState() : tokens_(dir_.writeSecret("tokens", test::kTokens)) {}
   fs::path db() const { return dir_.path() / "state" / "pool.sqlite"; }
   std::vector<std::string> args() const { return {"--cluster", cluster()}; }
   static std::string cluster() { return (test::sourceDir() / "clusters" / "hgx-h100.toml").string(); }

@@ -234,7 +234,7 @@ using Crash = PooldStore;
 
 TEST_P(PooldConcurrency, ManyProcessesShareAPoold) {
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   const int port = test::freePort();
   test::PooldProcess poold(dir.path() / "state", tokens, options(port), port);
   ASSERT_TRUE(poold.waitServing());
@@ -254,7 +254,7 @@ TEST_P(PooldConcurrency, ManyProcessesShareAPoold) {
 
 TEST_P(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   const auto state = dir.path() / "state";
   const int clients = 8;
   // The same store after the restart (etcd: the same prefix; the new poold leads once the killed
@@ -441,7 +441,7 @@ void waitForALease(PoolControl& pool) {
 // ids are in the store, not in the process.
 TEST_P(Crash, ARetriedAcquireGetsItsFirstLeaseAfterARestart) {
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   const int port = test::freePort();
   const std::vector<std::string> opts = options(port);
   const std::string body = R"({"gpus": 8, "ttl_s": 120, "request_id": "Rretry-0001"})";
@@ -485,7 +485,7 @@ TEST_P(Crash, ARetriedAcquireGetsItsFirstLeaseAfterARestart) {
 TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   test::EtcdCluster etcd(3);
   Replicas replicas(etcd, 3, dir, tokens);
   const int clients = 16, rounds = 5;
@@ -532,7 +532,7 @@ TEST(Failover, ALeaderKilledUnderLoadLosesNothingAndAStandbyLeadsWithin10s) {
 TEST(Failover, AJobRunsThroughAFailoverAndItsRenewalsSayOneLine) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   test::EtcdCluster etcd(3);
   Replicas replicas(etcd, 2, dir, tokens);
   auto pool = rootOf(replicas.uri());
@@ -554,7 +554,7 @@ TEST(Failover, AJobRunsThroughAFailoverAndItsRenewalsSayOneLine) {
 TEST(Failover, APartitionedLeaderChangesNothingWhenItResumes) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   test::EtcdCluster etcd(3);
   Replicas replicas(etcd, 2, dir, tokens);
   const int old = replicas.leader(std::chrono::seconds(10));
@@ -603,7 +603,7 @@ TEST(Failover, APartitionedLeaderChangesNothingWhenItResumes) {
 TEST(Failover, EtcdLosingOneMemberServesAndLosingTwoRefusesChangesUntilTheyReturn) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   test::EtcdCluster etcd(3);
   Replicas replicas(etcd, 2, dir, tokens);
   auto pool = rootOf(replicas.uri());
@@ -656,7 +656,7 @@ TEST(Failover, EtcdLosingOneMemberServesAndLosingTwoRefusesChangesUntilTheyRetur
 TEST(Failover, PoolctlStatusAndMetricsShowTheReplicasAndEtcdsMembers) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   test::EtcdCluster etcd(3);
   Replicas replicas(etcd, 2, dir, tokens);
   const int leader = replicas.leader(std::chrono::seconds(10));

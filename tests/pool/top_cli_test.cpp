@@ -44,7 +44,7 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 class LivePool : public ::testing::Test {
  protected:
   void SetUp() override {
-    tokens_ = dir_.write("tokens", test::kTokens);
+    tokens_ = dir_.writeSecret("tokens", test::kTokens);
     poold_ = std::make_unique<test::PooldProcess>(
         dir_.path() / "state", tokens_,
         std::vector<std::string>{"--heartbeat-interval", "1", "--node-timeout", "2", "--idle-after", "1"});

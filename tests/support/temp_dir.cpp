@@ -27,4 +27,12 @@ std::filesystem::path TempDir::write(const std::filesystem::path& relative,
   return full;
 }
 
+std::filesystem::path TempDir::writeSecret(const std::filesystem::path& relative,
+                                           const std::string& content) const {
+  std::filesystem::path full = write(relative, content);
+  std::filesystem::permissions(full,
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return full;
+}
+
 }  // namespace poolrun::test

@@ -6,6 +6,7 @@
 // plugin, which links nothing of topo_probe (its only run-time dependency is libc), shares it.
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -33,16 +35,20 @@ inline constexpr size_t kSysfsFileLimit = size_t{64} << 10;     // one /sys or /
 
 // What identifies one version of a file: a cache keyed by it reads again a file that was replaced
 // (another inode) or rewritten (another size or modification time).
+// Its owner and mode are part of it: a token file made writable by others is looked at again.
 struct FileIdentity {
   dev_t device = 0;
   ino_t inode = 0;
   off_t size = 0;
   int64_t mtime_ns = 0;
+  uid_t owner = 0;
+  mode_t mode = 0;
   bool operator==(const FileIdentity&) const = default;
 };
 
 inline FileIdentity identityOf(const struct stat& st) {
-  return {st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+  return {st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec,
+          st.st_uid, st.st_mode};
 }
 
 // When a watcher (poold's token, scrape token and quotas files) reads again a file that changed.
@@ -209,6 +215,59 @@ inline std::string readRegularFile(const std::filesystem::path& file, size_t lim
 inline std::string readRegularFileHead(const std::filesystem::path& file, size_t limit,
                                        std::string_view kind) {
   return detail::readRegular(file, limit, kind, nullptr, true);
+}
+
+// "alice (uid 1000)", or "uid 1000" for a user the system cannot name.
+inline std::string userText(uid_t uid) {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  char buffer[4096];
+  if (getpwuid_r(uid, &pw, buffer, sizeof buffer, &found) == 0 && found != nullptr)
+    return std::string(found->pw_name) + " (uid " + std::to_string(uid) + ")";
+  return "uid " + std::to_string(uid);
+}
+
+// "0640": a file's permission bits as chmod takes them.
+inline std::string modeText(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// Whether a file of secrets (a bearer token file) as `id` describes it may hold what its reader
+// trusts, as ssh asks of a private key: it belongs to root or to the reader (the effective user),
+// and nobody but its owner may write it. Returns "" where it may, else what is wrong and what to
+// do ("FILE is writable by every user (mode 0666): ..."). `readable` (where given) is set to a
+// warning where its group or others may read it, else cleared.
+inline std::string secretFileProblem(const std::filesystem::path& file, const FileIdentity& id,
+                                     std::string* readable = nullptr) {
+  const std::string name = file.string();
+  if (readable != nullptr) readable->clear();
+  const uid_t me = ::geteuid();
+  if (id.owner != 0 && id.owner != me)
+    return name + " belongs to " + userText(id.owner) + ", not to root or to you (" + userText(me) +
+           "): its owner could put any token in it; `chown " + std::to_string(me) + " " + name +
+           "` or use a file of your own";
+  if ((id.mode & (S_IWGRP | S_IWOTH)) != 0)
+    return name + " is writable by " + ((id.mode & S_IWOTH) != 0 ? "every user" : "its group") + " (mode " +
+           modeText(id.mode) + "): anyone who can write it could add a token; run `chmod go-w " + name + "`";
+  if (readable != nullptr && (id.mode & (S_IRGRP | S_IROTH)) != 0)
+    *readable = name + " is readable by " + ((id.mode & S_IROTH) != 0 ? "every user" : "its group") +
+                " (mode " + modeText(id.mode) + "): they can use its tokens; run `chmod 600 " + name + "`";
+  return "";
+}
+
+// readRegularFile for a file of secrets: refused (poolrun::Error kBadInput) where
+// secretFileProblem says it is not safe, checked on the descriptor that was read. `readable` as
+// secretFileProblem's.
+inline std::string readSecretFile(const std::filesystem::path& file, size_t limit, std::string_view kind,
+                                  FileIdentity* identity = nullptr, std::string* readable = nullptr) {
+  FileIdentity read;
+  std::string text = detail::readRegular(file, limit, kind, &read, false);
+  if (std::string problem = secretFileProblem(file, read, readable); !problem.empty())
+    throw badInput(problem);
+  if (identity != nullptr) *identity = read;
+  return text;
 }
 
 // A kernel attribute file (/sys, /proc): its text without the white space around it, or nullopt
