@@ -27,7 +27,7 @@ constexpr const char* kPlanEnvironment =
     "  POOLRUN_POOL       sim:CLUSTER_FILE: that cluster file when neither --cluster nor --from is given\n"
     "  POOLRUN_FIXTURES   where cluster files' shared/fixtures/ topologies are\n"
     "  CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, NCCL_SOCKET_IFNAME, ... (the variables a plan sets)\n"
-    "                     set: yours wins over the plan's (as -x VAR=VALUE does)\n";
+    "                     set: not used, the plan's are (poolrun says which); -x VAR=VALUE wins\n";
 
 }  // namespace
 
@@ -71,10 +71,8 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     if (fabric != "auto") request.fabric = topo::fabricFromString(fabric);
     request.gdr = gdrModeFromString(gdr);
     if (vm.count("roce-tc")) request.roce_tc = roceTc;
-    // What the user set in the environment or with -x wins over the plan.
-    for (const std::string& var : plannedVariables()) {
-      if (const char* v = std::getenv(var.c_str())) request.user_env[var] = v;
-    }
+    // What the user sets with -x wins over the plan; the shell's values do not (as poolrun runs it).
+    const auto shell = shellPlannedVariables(exports);
     for (const std::string& x : exports) {
       size_t eq = x.find('=');
       if (eq == std::string::npos || eq == 0) throw badInput("-x '" + x + "': expected VAR=VALUE");
@@ -83,6 +81,8 @@ int planCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     topo::Cluster cluster =
         clusterFile.empty() ? topo::singleNodeCluster(from) : topo::readClusterFile(clusterFile);
     JobPlan plan = planOnCluster(cluster, request);
+    if (std::string note = ignoredShellVariablesNote(plan, shell); !note.empty())
+      err << "poolrun: note: " << note << "\n";
     if (!outDir.empty()) JobDirectory(outDir, Durability::kSynced).writePlan(plan);
     if (vm.count("json")) {
       out << planToJson(plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

@@ -27,6 +27,7 @@
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
+#include "poolrun/topo/hostlist.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "run_options.hpp"
@@ -67,8 +68,12 @@ MpiInstall detectMpiCached(const std::string& mpirun, std::optional<MpiFlavor> f
     return {mpirun, flavor == "ompi5" ? MpiFlavor::kOmpi5 : MpiFlavor::kOmpi4, version};
   }
   MpiInstall found = detectMpi(mpirun, forced);
-  std::filesystem::create_directories(cache.parent_path(), ec);
-  std::ofstream(cache) << key << "\n" << toString(found.flavor) << "\n" << found.version << "\n";
+  try {  // a cache: where the state directory is not the user's own or not writable, asked again next time
+    makeOwnDirectory(cache.parent_path(), "state directory");
+    writeFileAtomically(cache, key + "\n" + toString(found.flavor) + "\n" + found.version + "\n",
+                        std::nullopt, Durability::kSameBoot);
+  } catch (const Error&) {
+  }
   return found;
 }
 
@@ -298,6 +303,11 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   lr.mig_or_larger = o.mig_or_larger;
   lr.share_percent = o.share_percent;
   lr.share_memory_bytes = o.share_memory_bytes;
+  lr.whole_nodes = o.placement.whole_nodes;
+  lr.gpu_model = o.placement.gpu_model;
+  lr.min_memory_bytes = o.placement.min_memory_bytes;
+  lr.labels = o.placement.labels;
+  lr.one_switch = o.placement.one_switch;
   lr.owner = pool::currentUser();
   lr.job_name = o.job_name;
   lr.wait = o.wait;
@@ -398,6 +408,23 @@ std::optional<nlohmann::ordered_json> jobTuner(const JobPlan& plan, const RunOpt
   err << "poolrun: note: no NIC of the " << toString(plan.fabric)
       << " fabric is known on the leased nodes, so the tuner has no network to model: NCCL tunes itself\n";
   return std::nullopt;
+}
+
+// The one line that says which node mpirun could not start the job on, and what to do.
+std::string unreachableLine(const DaemonFailure& f, const JobPlan& plan, const JobSite& where) {
+  std::vector<std::string> nodes;
+  for (const NodePlan& n : plan.nodes) nodes.push_back(n.name);
+  std::string line = "mpirun could not start the job on " +
+                     (f.node.empty() ? "one of the leased nodes (" + topo::compressHostlist(nodes) + ")"
+                                     : "node " + f.node) +
+                     " (" + f.reason + ")";
+  if (where.site == pool::RankSite::kRemoteNodes)
+    return line +
+           ": the ranks on a poold pool's nodes are started from here over ssh, so every leased node " +
+           "must take ssh from this machine without a password (and have poolrun and Open MPI at the same " +
+           "paths); on one machine, run the pool's nodes here with --simulate. Exit status " +
+           std::to_string(kExitRefused);
+  return line + "; exit status " + std::to_string(kExitRefused);
 }
 
 // The job directory's file a preemption's deadline is written to (Unix seconds), and how often a
@@ -549,6 +576,7 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
       pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7), std::chrono::minutes(60));
   };
   SuperviseResult r = supervise(so, err);
+  if (r.unreachable) err << "poolrun: error: " << unreachableLine(*r.unreachable, plan, where) << "\n";
   // A preempted or resized job's ranks ended by the signal were sent it: no failure to report.
   bool expected = (r.preempted || r.resized) && r.failure && r.failure->signal != 0;
   if (r.failure && !expected && r.failure->rank >= 0 &&
@@ -607,6 +635,18 @@ std::optional<pool::Lease> giveBack(pool::PoolClient& pool, const pool::Lease& l
   }
 }
 
+// Before any lease: the directories the job's files go to are the user's own (checkOwnDirectory),
+// the state directory and its jobs/ made where missing. A --job-dir that does not exist yet is
+// made and checked with the job's files.
+void checkJobDirectories(const RunOptions& options) {
+  if (options.job_dir.empty()) {
+    makeOwnDirectory(stateDir(), "state directory");
+    makeOwnDirectory(stateDir() / "jobs", "job directories' folder");
+  } else if (std::error_code ec; std::filesystem::exists(options.job_dir, ec)) {
+    checkOwnDirectory(options.job_dir, "job directory");
+  }
+}
+
 // One run of the job: a lease, the plan, the doctor, the job directory, the launch, the release.
 // An elastic lease's job is started again on the lease's GPUs each time it changes size, under the
 // same lease. `dir_path`: the job directory, chosen by the first run (the first lease's) and kept by
@@ -622,16 +662,30 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
         << options.request.ranks << " to " << options.max_ranks << ")\n";
   for (;;) {
     const std::vector<topo::ClusterNode> nodes = leasedNodes(pool, lease, where, options, err);
-    const JobPlan plan = planJob(nodes, lease, where, options.request, err);
+    PlanRequest request = options.request;
+    if (options.placement.whole_nodes && lease.gpus.size() != static_cast<size_t>(request.ranks)) {
+      // Whole nodes: a rank on every GPU they have, as many as -n asked for at least.
+      if (restart == 0)
+        err << "poolrun: note: --whole-nodes: the lease holds " << lease.gpus.size() << " GPUs on "
+            << nodes.size() << (nodes.size() == 1 ? " node" : " nodes") << " for -n " << request.ranks
+            << ": starting a rank on each\n";
+      request.ranks = static_cast<int>(lease.gpus.size());
+    }
+    const JobPlan plan = planJob(nodes, lease, where, request, err);
+    if (!where.slurm()) checkUserGpusWithinPlan(plan, "lease " + lease.id);  // Slurm numbers them its own way
+    if (restart == 0)
+      if (std::string note = ignoredShellVariablesNote(plan, options.shell_env); !note.empty())
+        err << "poolrun: note: " << note << "\n";
     if (options.doctor && !doctorPasses(plan, where, err)) return kExitRefused;
     if (restart == 0 && std::find(plan.notes.begin(), plan.notes.end(), migNcclNote()) != plan.notes.end())
       err << "poolrun: note: " << migNcclNote() << "\n";
 
+    const bool own_dir = options.job_dir.empty();  // poolrun's, under the state directory: marked, pruned
     if (dir_path.empty())
-      dir_path =
-          options.job_dir.empty() ? stateDir() / "jobs" / lease.id : std::filesystem::path(options.job_dir);
+      dir_path = own_dir ? stateDir() / "jobs" / lease.id : std::filesystem::path(options.job_dir);
     // A dry run's directory is its product, synced; a launch's is read back by mpirun (job_directory.hpp).
     const JobDirectory dir(dir_path, options.dry_run ? Durability::kSynced : Durability::kSameBoot);
+    if (own_dir) dir.write(kJobMarkerFile, dir_path.filename().string() + "\n");
     std::error_code ec;
     std::filesystem::remove(dir.file(kDeadlineFile), ec);  // an earlier run's notice is not this run's
     const Launch launch = prepareLaunch(plan, lease, where, options, dir, restart, err);
@@ -668,6 +722,7 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   RunOptions options;
   if (std::optional<int> status = parseRunOptions(args, options, out, err)) return *status;
   try {
+    checkJobDirectories(options);
     std::unique_ptr<pool::PoolClient> pool = openJobPool(options);
     const JobSite where = jobSite(*pool, options);
     std::filesystem::path dir;
@@ -677,6 +732,9 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     for (int restart = 0, requeues = 0;; ++restart, ++requeues) {
       bool preempted = false;
       int status = runJob(*pool, where, options, restart, dir, preempted, out, err);
+      if (preempted && !options.requeue)
+        err << "poolrun: the job was preempted and has ended; exit status " << status
+            << " (try again later: rerun it, or give --requeue to have poolrun queue it again itself)\n";
       if (!preempted || !options.requeue) return status;
       if (requeues == kMaxRestarts) {
         err << "poolrun: not requeued: the job has been restarted " << kMaxRestarts

@@ -44,7 +44,8 @@ constexpr const char* kRunHelpTail =
     "  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_IB_GID_INDEX,\n"
     "  NCCL_IB_TC, NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ, NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, RANK,\n"
     "  WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE\n"
-    "                      set: yours wins over the plan's for every rank (as -x VAR=VALUE does)\n"
+    "                      the plan sets these for each rank; your shell's are not used (poolrun\n"
+    "                      says which); -x VAR=VALUE overrides the plan (-x VAR passes your value)\n"
     "  SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_STEP_GPUS, SLURM_MPI_TYPE, ...\n"
     "                      --pool slurm: the allocation poolrun runs in\n"
     "\n"
@@ -108,9 +109,9 @@ void checkValues(const po::variables_map& vm, const std::string& tuner, const st
     o.mpi_flavor = MpiFlavor::kOmpi5;
   else if (mpiFlavor != "auto")
     throw badInput("--mpi-flavor '" + mpiFlavor + "': use auto, ompi4 or ompi5");
-  for (const std::string& var : plannedVariables()) {
-    if (const char* v = std::getenv(var.c_str())) o.request.user_env[var] = v;
-  }
+  // The shell's values of what the plan sets never override it (a stray WORLD_SIZE=1 or
+  // CUDA_VISIBLE_DEVICES=3); only -x does. They are named once the plan is made.
+  o.shell_env = shellPlannedVariables(o.exports);
   for (const std::string& x : o.exports) {
     size_t eq = x.find('=');
     std::string var = x.substr(0, eq);
@@ -172,7 +173,8 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
-  std::string ranks, mig, share, gpuMemory;
+  std::string ranks, mig, share, gpuMemory, model, minMemory;
+  std::vector<std::string> labels;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
   o.pool = defaultPool();
@@ -187,6 +189,11 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
        "local (default, or $POOLRUN_POOL), http://HOST:PORT (or several replicas: http://A:PORT,http://B:PORT), "
        "sim:CLUSTER_FILE, slurm, slurm:PARTITION")
       ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
+      ("whole-nodes", "whole nodes only: every GPU of each node the lease takes")
+      ("model", po::value(&model)->value_name("TEXT"), "only GPUs whose model contains TEXT (H100, A100-SXM4-80GB)")
+      ("min-memory-gib", po::value(&minMemory)->value_name("G"), "only GPUs with at least G GiB of memory")
+      ("label", po::value(&labels)->value_name("KEY=VALUE"), "only nodes with that label (repeatable)")
+      ("one-switch", "only nodes under one leaf switch")
       ("mig", po::value(&mig)->value_name("PROFILE"),
        "one MIG instance of PROFILE (1g.10gb, 3g.40gb; PROFILE+: that or larger) per rank instead of a GPU, "
        "packed onto as few GPUs as possible (docs/mig.md)")
@@ -287,6 +294,12 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
                        "': not an absolute path; give the directory poold-agent's --mps-dir names");
       o.request.mps_dir = dir;
     }
+    // The same options, names and errors as poolctl acquire's (pool/client.hpp).
+    o.placement.whole_nodes = vm.count("whole-nodes") > 0;
+    o.placement.one_switch = vm.count("one-switch") > 0;
+    if (vm.count("model")) pool::setGpuModel(o.placement, model, "--model");
+    if (vm.count("min-memory-gib")) pool::setMinMemoryGib(o.placement, minMemory, "--min-memory-gib");
+    for (const std::string& label : labels) pool::addLabel(o.placement, label, "--label");
     if (fabric != "auto") o.request.fabric = topo::fabricFromString(fabric);
     o.request.gdr = gdrModeFromString(gdr);
     if (vm.count("roce-tc")) o.request.roce_tc = vm["roce-tc"].as<int>();

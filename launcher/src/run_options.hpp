@@ -20,6 +20,10 @@ struct RunOptions {
   std::vector<std::string> program;  // PROGRAM [ARGS...]
   PlanRequest request;               // -n, --gpus-per-node, --fabric, --gdr, --roce-tc, the user's variables
   std::string pool;                  // --pool, else $POOLRUN_POOL, else local
+  // Where the GPUs may be, as poolctl acquire takes it: only whole_nodes, gpu_model,
+  // min_memory_bytes, labels and one_switch are read from it (--whole-nodes, --model,
+  // --min-memory-gib, --label, --one-switch).
+  pool::LeaseRequest placement;
   std::string token_file;
   int priority = 0;
   bool no_reclaim = false;       // --no-reclaim: the lease is never ended as idle (administrators only)
@@ -43,10 +47,12 @@ struct RunOptions {
   bool tuner = true;
   std::optional<MpiFlavor> mpi_flavor;  // nullopt: detected
   std::string mpirun = "mpirun";
-  std::string job_dir;                                   // --job-dir; empty: under the state directory
-  std::string topology_file;                             // Slurm pools: --topology
-  bool srun = false;                                     // --launcher srun
-  std::vector<std::string> exports;                      // -x VAR[=VALUE], as given
+  std::string job_dir;               // --job-dir; empty: under the state directory
+  std::string topology_file;         // Slurm pools: --topology
+  bool srun = false;                 // --launcher srun
+  std::vector<std::string> exports;  // -x VAR[=VALUE], as given
+  // Planned variables of poolrun's environment that -x does not name: not used (shellPlannedVariables).
+  std::vector<std::pair<std::string, std::string>> shell_env;
   std::vector<std::pair<std::string, std::string>> mca;  // --mca KEY VALUE
   std::vector<std::string> mpirun_args;                  // --mpirun-arg ARG
   bool tag_output = false;

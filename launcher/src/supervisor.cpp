@@ -210,6 +210,43 @@ std::vector<pid_t> ranksHere() {
   return ranks;
 }
 
+// The rank whose environment `pid` has (OMPI_COMM_WORLD_RANK), or -1.
+int rankOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  constexpr std::string_view kVar = "OMPI_COMM_WORLD_RANK=";
+  for (std::string entry; std::getline(in, entry, '\0');)
+    if (entry.starts_with(kVar)) return common::digitsValue(std::string_view(entry).substr(kVar.size()));
+  return -1;
+}
+
+// "pid 4242 (sleep, left by rank 1)": a process of the job as a line names it.
+std::string processText(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  const int rank = rankOf(pid);
+  return "pid " + std::to_string(pid) + " (" + (comm.empty() ? "?" : comm) +
+         (rank >= 0 ? ", left by rank " + std::to_string(rank) : "") + ")";
+}
+
+// Where every rank of the job on this machine has ended and only what they started remains (given
+// to this process, their subreaper: `orphans`), the line that says so, naming them; "" otherwise.
+// mpirun waits for every copy of a rank's output to close, so a `sleep &` of a rank that exited
+// keeps the job "running" after its ranks are gone.
+std::string leftBehindLine(const std::set<pid_t>& orphans, const std::vector<pid_t>& ranks) {
+  std::vector<pid_t> left;
+  for (pid_t r : ranks) {
+    if (!orphans.contains(r)) return "";  // a rank still runs under mpirun's daemon
+    left.push_back(r);
+  }
+  if (left.empty()) return "";
+  std::string named;
+  for (size_t i = 0; i < left.size() && i < 3; ++i) named += (i > 0 ? ", " : "") + processText(left[i]);
+  if (left.size() > 3) named += " and " + std::to_string(left.size() - 3) + " more";
+  return "the job's ranks have ended, but what they started has not: " + named +
+         (left.size() == 1 ? " still holds" : " still hold") + " the job's output open";
+}
+
 // "SIGTERM"; "signal 40" where the C library has no name.
 std::string signalAbbrev(int sig) {
   const char* a = sigabbrev_np(sig);
@@ -358,6 +395,33 @@ std::optional<RankFailure> parseMpiFailure(const std::string& text) {
   if (auto f = exitFailure(text, false)) return f;
   if (auto f = exitFailure(text, true)) return f;
   return srunFailure(text);
+}
+
+std::optional<DaemonFailure> parseDaemonFailure(const std::string& text) {
+  std::optional<DaemonFailure> banner;
+  std::string_view all = text;
+  while (!all.empty()) {
+    const size_t end = all.find('\n');
+    std::string_view line = all.substr(0, end);
+    all = end == std::string_view::npos ? std::string_view() : all.substr(end + 1);
+    std::string_view rest = line;
+    auto named = [&](std::string_view node) {
+      return DaemonFailure{std::string(node), std::string(common::trim(line))};
+    };
+    // ssh's own lines: "ssh: Could not resolve hostname N: ...", "ssh: connect to host N port 22: ...".
+    if (takePrefix(rest, "ssh: Could not resolve hostname ") || takePrefix(rest, "ssh: connect to host "))
+      return named(rest.substr(0, std::min(rest.find(':'), rest.find(' '))));
+    // "user@N: Permission denied (publickey,password)."
+    if (size_t at = line.find(": Permission denied ("); at != std::string_view::npos) {
+      std::string_view who = line.substr(0, at);
+      if (who.find(' ') == std::string_view::npos) return named(who.substr(who.find('@') + 1));
+    }
+    if (line.starts_with("Host key verification failed")) return named("");
+    if (!banner && (line.find("was unable to reliably start one or more daemons") != std::string_view::npos ||
+                    line.find("has lost communication with a remote daemon") != std::string_view::npos))
+      banner = DaemonFailure{"", std::string(common::trim(line))};
+  }
+  return banner;
 }
 
 SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
@@ -527,8 +591,11 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     now = Clock::now();
     if (options.timeout && now >= timeoutAt() && !result.timed_out) {
       result.timed_out = true;
+      std::set<pid_t> orphans = childProcesses();
+      orphans.erase(child);
+      const std::string left = leftBehindLine(orphans, ranksHere());
       terminate("the job ran past --timeout " + std::to_string(options.timeout->count() / 1000) +
-                " s: ending it");
+                " s: ending it" + (left.empty() ? "" : " (" + left + ")"));
     }
     if (lease != nullptr) {
       LeaseKeeper::News news = lease->take(now);
@@ -541,8 +608,14 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     }
     if (killAt && now >= *killAt) {
       if (preemptKill) {
-        err << "poolrun: the " << (result.resized ? "resized" : "preempted")
-            << " job had not ended by its deadline: killing it (SIGKILL)\n";
+        std::set<pid_t> orphans = childProcesses();
+        orphans.erase(child);
+        if (std::string left = leftBehindLine(orphans, ranksHere()); !left.empty())
+          err << "poolrun: " << left << " at the " << (result.resized ? "resize's" : "preemption's")
+              << " deadline: killing it (SIGKILL)\n";
+        else
+          err << "poolrun: the " << (result.resized ? "resized" : "preempted")
+              << " job had not ended by its deadline: killing it (SIGKILL)\n";
         // The ranks here at once (each leads a process group of its own under Open MPI's daemons),
         // rather than when the daemons notice that mpirun has gone.
         if (options.preempt_ranks_here)
@@ -564,7 +637,10 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
 
   // Which rank failed, and how, from mpirun's (or srun's) report; a clean exit has none to look
   // for (and compiling the patterns would cost every job about a millisecond).
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result.failure = parseMpiFailure(errText);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    result.failure = parseMpiFailure(errText);
+    if (!result.failure) result.unreachable = parseDaemonFailure(errText);
+  }
   // A job stopped for its lease's change of size is restarted only where nothing else ended it:
   // the user's signal, --timeout or the lease's loss win.
   if (result.resized && (result.forwarded_signal != 0 || result.timed_out || result.lease_lost))
@@ -575,6 +651,8 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
     result.exit_status = kExitTimeout;
   } else if (result.lease_lost) {
     result.exit_status = kExitLeaseLost;
+  } else if (result.unreachable) {
+    result.exit_status = kExitRefused;  // no rank ran: the job could not start
   } else if (result.failure) {
     result.exit_status = result.failure->signal != 0
                              ? 128 + std::min(result.failure->signal, 127)  // a status is a byte

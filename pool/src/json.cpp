@@ -11,6 +11,7 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/names.hpp"
+#include "poolrun/topo/options.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/writers.hpp"
 
@@ -792,6 +793,26 @@ void setMigProfile(LeaseRequest& request, std::string_view text, const std::stri
         "larger one); `poolrun topo` lists the profiles a GPU offers");
   request.mig_profile = std::string(profile);
   request.mig_or_larger = larger;
+}
+
+void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option) {
+  topo::checkText(text, topo::kMaxLabelBytes, option);
+  request.gpu_model = std::string(text);
+}
+
+void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option) {
+  request.min_memory_bytes = topo::parseOption<uint64_t>(option, text, 0, kMinMemoryBytesRange.max >> 30)
+                             << 30;
+}
+
+void addLabel(LeaseRequest& request, std::string_view text, const std::string& option) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    throw badInput(option + " '" + topo::printable(text) +
+                   "': expected KEY=VALUE (a node label, as the cluster " +
+                   "file or the node's registration gives it)");
+  topo::checkText(text, 2 * topo::kMaxLabelBytes, option);
+  request.labels[std::string(text.substr(0, eq))] = std::string(text.substr(eq + 1));
 }
 
 void setSharePercent(LeaseRequest& request, std::string_view text, const std::string& option) {

@@ -774,8 +774,7 @@ int run(int argc, char** argv) {
         r.job_name = value();
         topo::checkText(r.job_name, topo::kMaxJobNameBytes, a);
       } else if (a == "--model") {
-        r.gpu_model = value();
-        topo::checkText(r.gpu_model, topo::kMaxLabelBytes, a);
+        setGpuModel(r, value(), a);
       } else if (a == "--mig") {
         setMigProfile(r, value(), a);
       } else if (a == "--share") {
@@ -783,7 +782,7 @@ int run(int argc, char** argv) {
       } else if (a == "--gpu-memory") {
         setShareMemory(r, value(), a);
       } else if (a == "--min-memory-gib")
-        r.min_memory_bytes = number(a, value(), Range<uint64_t>{0, kMinMemoryBytesRange.max >> 30}) << 30;
+        setMinMemoryGib(r, value(), a);
       else if (a == "--fabric")
         r.fabric = topo::fabricFromString(value());
       else if (a == "--one-switch")
@@ -792,14 +791,9 @@ int run(int argc, char** argv) {
         r.no_reclaim = true;
       else if (a == "--preemptible")
         r.preemptible = true;
-      else if (a == "--label") {
-        std::string kv = value();
-        size_t eq = kv.find('=');
-        if (eq == std::string::npos)
-          throw badInput("--label '" + topo::printable(kv) + "': expected KEY=VALUE");
-        topo::checkText(kv, 2 * topo::kMaxLabelBytes, "--label");
-        r.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
-      } else
+      else if (a == "--label")
+        addLabel(r, value(), a);
+      else
         throw badInput("acquire: unknown option '" + a + "'");
     }
     if (r.gpus <= 0) throw badInput("acquire needs -n N (N >= 1)");

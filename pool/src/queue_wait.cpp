@@ -60,8 +60,11 @@ QueueInterruption::QueueInterruption() {
   sa.sa_flags = SA_RESTART;
   for (size_t i = 0; i < std::size(kSignals); ++i) {
     sigaction(kSignals[i], nullptr, &g_previous[i]);
-    // A signal the process was started ignoring (`nohup`, a shell's background job) stays ignored.
-    if (g_previous[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &sa, nullptr);
+    // SIGINT and SIGTERM withdraw the request whatever the process inherited: a script's `poolrun
+    // ... &` starts with SIGINT ignored, and its Ctrl-C or kill must not leave a request queued to
+    // start minutes later (the running phase forwards them alike). SIGHUP ignored stays ignored:
+    // that is nohup's very purpose.
+    if (kSignals[i] != SIGHUP || g_previous[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &sa, nullptr);
   }
 }
 

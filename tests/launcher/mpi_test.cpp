@@ -231,6 +231,36 @@ TEST(MpiFailureTest, ParsesOpenMpiMessages) {
   EXPECT_EQ(huge->signal, INT_MAX);
 }
 
+// mpirun that could not start its daemons: the remote shell's line naming the node where there is
+// one (Open MPI 4.1's output with ssh, captured here), else the banner of ORTE or PRRTE.
+TEST(MpiFailureTest, ParsesDaemonsThatCouldNotStart) {
+  const std::string banner =
+      "--------------------------------------------------------------------------\n"
+      "ORTE was unable to reliably start one or more daemons.\nThis usually is caused by:\n\n"
+      "* not finding the required libraries and/or binaries on\n";
+  auto resolve =
+      parseDaemonFailure("ssh: Could not resolve hostname dgx-07: Name or service not known\n" + banner);
+  ASSERT_TRUE(resolve);
+  EXPECT_EQ(resolve->node, "dgx-07");
+  EXPECT_EQ(resolve->reason, "ssh: Could not resolve hostname dgx-07: Name or service not known");
+  auto refused = parseDaemonFailure(banner + "ssh: connect to host n2 port 22: Connection refused\r\n");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->node, "n2");
+  EXPECT_EQ(refused->reason, "ssh: connect to host n2 port 22: Connection refused");
+  auto denied = parseDaemonFailure("alice@gpu-a3: Permission denied (publickey,password).\n" + banner);
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->node, "gpu-a3");
+  auto onlyBanner = parseDaemonFailure(banner);
+  ASSERT_TRUE(onlyBanner);
+  EXPECT_EQ(onlyBanner->node, "");
+  EXPECT_EQ(onlyBanner->reason, "ORTE was unable to reliably start one or more daemons.");
+  auto prrte = parseDaemonFailure("PRTE has lost communication with a remote daemon.\n");
+  ASSERT_TRUE(prrte);
+  EXPECT_EQ(prrte->node, "");
+  EXPECT_FALSE(parseDaemonFailure("all good\nrank 0: Permission denied (no such file) in my program\n"));
+  EXPECT_FALSE(parseDaemonFailure(""));
+}
+
 // The first failing rank in each form mpirun and srun write it: a signal before an exit code
 // wherever they are, the exit code on a later line than the process name, the node as one word.
 TEST(MpiFailureTest, ParsesEveryFormOfTheMessages) {

@@ -141,6 +141,56 @@ TEST(OptionsTest, PlanRefusesWhatARunRefuses) {
   }
 }
 
+// --whole-nodes, --model, --min-memory-gib, --label and --one-switch are poolctl acquire's: the same
+// errors, word for word, whether the option or the pool refuses; and what they ask is what the
+// lease gets.
+TEST(OptionsTest, PlacementOptionsAreThoseOfPoolctlAcquire) {
+  poolrun::test::TempDir tmp;
+  const std::string cluster = (poolrun::test::sourceDir() / "clusters" / "hgx-h100.toml").string();
+  const std::string env = "POOLRUN_STATE_DIR=" + (tmp.path() / "state").string() + " timeout 60 ";
+  auto after = [](const std::string& text, const std::string& prefix) {
+    const std::string line = firstLine(text);
+    return line.starts_with(prefix) ? line.substr(prefix.size()) : "(no '" + prefix + "' in) " + line;
+  };
+  for (const std::string& args : std::vector<std::string>{
+           "--label rack", "--label =r1", "--min-memory-gib 17179869184", "--min-memory-gib 1.5",
+           "--model \"$(printf 'a\\033b')\"", "--whole-nodes --gpus-per-node 4", "--model A100",
+           "--min-memory-gib 4096"}) {
+    auto run = poolrun::test::runShell(env + POOLRUN_BINARY + " --pool sim:" + cluster + " -n 16 --dry-run " + args +
+                                       " /bin/true");
+    auto acquire =
+        poolrun::test::runShell(env + POOLCTL_BINARY + " --pool sim:" + cluster + " acquire -n 16 " + args);
+    EXPECT_NE(run.status, 0) << args;
+    EXPECT_NE(acquire.status, 0) << args;
+    EXPECT_EQ(after(run.err, "poolrun: error: "), after(acquire.err, "poolctl: error: ")) << args;
+  }
+  auto nodesOf = [&](const std::string& args) {
+    auto r = poolrun::test::runShell(env + POOLRUN_BINARY + " --pool sim:" + cluster + " --dry-run " + args +
+                                     " /bin/true");
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.err;
+    std::set<std::string> nodes;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::string rank, node;
+      if (words >> rank >> node && node.starts_with("hgx")) nodes.insert(node);
+    }
+    return nodes;
+  };
+  for (const std::string& n : nodesOf("-n 16 --label rack=r2")) EXPECT_GE(n, "hgx09") << n;
+  EXPECT_EQ(nodesOf("-n 16 --label rack=r2").size(), 2u);
+  EXPECT_EQ(nodesOf("-n 12 --label gpu=h100 --one-switch --gpus-per-node 4").size(), 3u);
+  // Whole nodes: a rank on every GPU of each, and a note where -n asked for fewer.
+  auto whole = poolrun::test::runShell(env + POOLRUN_BINARY + " --pool sim:" + cluster +
+                                       " --dry-run -n 4 --whole-nodes /bin/true");
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  EXPECT_NE(whole.out.find("8 ranks on 1 node"), std::string::npos) << whole.out;
+  EXPECT_NE(whole.err.find("poolrun: note: --whole-nodes: the lease holds 8 GPUs on 1 node for -n 4: starting a "
+                           "rank on each"),
+            std::string::npos)
+      << whole.err;
+}
+
 }  // namespace
 
 namespace {

@@ -50,13 +50,27 @@ TEST(PlanCommandTest, JsonAndJobDirectory) {
   EXPECT_TRUE(std::filesystem::exists(tmp.path() / "job/topo-hgx06.xml"));
 }
 
-TEST(PlanCommandTest, UserEnvironmentWins) {
-  Result r = run("plan --from " + src("topologies/hgx-h100-8gpu-8nic.xml") + " -n 2 --json -x NCCL_IB_TC=41",
-                 "NCCL_IB_HCA=mlx5_3");
+// -x VAR=VALUE wins over the plan; the shell's value of a planned variable does not, and is named.
+TEST(PlanCommandTest, ExportsWinAndTheShellDoesNot) {
+  Result r =
+      run("plan --from " + src("topologies/hgx-h100-8gpu-8nic.xml") + " -n 2 --json -x NCCL_IB_HCA=mlx5_3",
+          "WORLD_SIZE=1 CUDA_VISIBLE_DEVICES=3");
   ASSERT_EQ(r.status, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["ranks"][0]["env"]["NCCL_IB_HCA"], "mlx5_3");
   EXPECT_EQ(doc["ranks"][0]["user_won"]["NCCL_IB_HCA"]["planned"], "=mlx5_0:1");
+  EXPECT_EQ(doc["ranks"][1]["env"]["WORLD_SIZE"], "2");
+  EXPECT_EQ(doc["ranks"][1]["env"]["CUDA_VISIBLE_DEVICES"], "1");
+  EXPECT_FALSE(doc["ranks"][1]["user_won"].contains("CUDA_VISIBLE_DEVICES"));
+  EXPECT_NE(
+      r.err.find("poolrun: note: your shell's CUDA_VISIBLE_DEVICES=3, WORLD_SIZE=1 not used: the plan sets "
+                 "these for each rank"),
+      std::string::npos)
+      << r.err;
+  Result shell =
+      run("plan --from " + src("topologies/hgx-h100-8gpu-8nic.xml") + " -n 2 --json", "NCCL_IB_HCA=mlx5_3");
+  ASSERT_EQ(shell.status, 0) << shell.err;
+  EXPECT_EQ(nlohmann::json::parse(shell.out)["ranks"][0]["env"]["NCCL_IB_HCA"], "=mlx5_0:1");
 }
 
 TEST(PlanCommandTest, RoceTrafficClass) {

@@ -321,6 +321,7 @@ TEST(JobDirs, PruneKeepsTheNewestAndAnythingRecent) {
   auto make = [&](const std::string& name, std::chrono::hours age) {
     fs::create_directories(tmp.path() / name / "sub");
     std::ofstream(tmp.path() / name / "plan.json") << "{}";
+    std::ofstream(tmp.path() / name / kJobMarkerFile) << name << "\n";  // as poolrun marks its own
     fs::last_write_time(tmp.path() / name, now - age);
   };
   for (int i = 0; i < 3; ++i) make("new" + std::to_string(i), std::chrono::hours(i));
@@ -350,6 +351,7 @@ TEST(JobDirs, PruneLooksAtMostEveryInterval) {
   const auto now = fs::file_time_type::clock::now();
   auto make = [&](const std::string& name, std::chrono::hours age) {
     fs::create_directories(tmp.path() / name);
+    std::ofstream(tmp.path() / name / kJobMarkerFile) << name << "\n";
     fs::last_write_time(tmp.path() / name, now - age);
   };
   make("new", std::chrono::hours(0));

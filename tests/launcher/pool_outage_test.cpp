@@ -24,7 +24,7 @@ using poolrun::test::slurp;
 
 TEST(PoolOutageTest, AJobOutlivesARestartOfPoold) {
   poolrun::test::TempDir tmp;
-  std::filesystem::path tokens = tmp.write("tokens", poolrun::test::kTokens);
+  std::filesystem::path tokens = tmp.writeSecret("tokens", poolrun::test::kTokens);
   std::filesystem::path state = tmp.path() / "poold";
   std::filesystem::create_directories(tmp.path() / "reports");
   const std::vector<std::string> cluster{"--cluster",
@@ -79,7 +79,7 @@ TEST(PoolOutageTest, AJobOutlivesARestartOfPoold) {
 // -x POOLRUN_REAP=0 wins.
 TEST(PoolOutageTest, RanksOnAPoolsNodesGetAReaper) {
   poolrun::test::TempDir tmp;
-  std::filesystem::path tokens = tmp.write("tokens", poolrun::test::kTokens);
+  std::filesystem::path tokens = tmp.writeSecret("tokens", poolrun::test::kTokens);
   PooldProcess poold(tmp.path() / "poold", tokens,
                      {"--cluster", (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string()});
   auto dryRun = [&](const std::string& extra) {
@@ -99,6 +99,44 @@ TEST(PoolOutageTest, RanksOnAPoolsNodesGetAReaper) {
   ASSERT_EQ(off.status, 0) << off.err;
   EXPECT_EQ(off.out.find("POOLRUN_REAP=1"), std::string::npos) << off.out;
   EXPECT_NE(off.out.find("-x POOLRUN_REAP=0"), std::string::npos) << off.out;
+}
+
+// `poolrun -n 2 PROGRAM` on a poold pool's nodes without --simulate, where the remote shell cannot
+// reach them (here a stand-in for ssh that answers as ssh does for a host that refuses): one line
+// names the node and what to do, and poolrun exits 125 with the lease given back.
+TEST(PoolOutageTest, ANodeTheRemoteShellCannotReachIsNamed) {
+  poolrun::test::TempDir tmp;
+  std::filesystem::path tokens = tmp.writeSecret("tokens", poolrun::test::kTokens);
+  PooldProcess poold(tmp.path() / "poold", tokens,
+                     {"--cluster", (poolrun::test::sourceDir() / "clusters/sim-ib.toml").string()});
+  // Open MPI runs AGENT [options] HOST orted ...: the first word that is no option is the host.
+  const std::filesystem::path ssh =
+      tmp.write("bin/ssh",
+                "#!/bin/sh\nfor a; do case $a in -*) ;; *) host=$a; break;; esac; done\n"
+                "echo \"ssh: connect to host $host port 22: Connection refused\" >&2\nexit 255\n");
+  std::filesystem::permissions(ssh, std::filesystem::perms(0755));
+  auto r = poolrun::test::runShell(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=" + ssh.string() +
+      " POOLRUN_TOKEN=tok-alice-0123456789 POOLRUN_STATE_DIR=" + (tmp.path() / "state").string() +
+      " timeout 120 " + POOLRUN_BINARY + " --pool " + poold.uri() +
+      " -n 2 --gpus-per-node 1 --no-doctor hostname");
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("poolrun: error: mpirun could not start the job on node "), std::string::npos)
+      << r.err;
+  EXPECT_NE(
+      r.err.find(" port 22: Connection refused): the ranks on a poold pool's nodes are started from here "
+                 "over ssh"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("run the pool's nodes here with --simulate. Exit status 125\n"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(poolrun::test::occurrences(r.err, "poolrun: error:"), 1u) << r.err;
+  std::string out;
+  ASSERT_EQ(poolrun::test::runProgram({POOLCTL_BINARY, "--pool", poold.uri(), "status", "--json"}, &out,
+                                      {"POOLRUN_TOKEN=tok-root-0123456789"}),
+            0)
+      << out;
+  EXPECT_EQ(json::parse(out)["leases"], 0) << out;
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ class PreemptionTest : public ::testing::TestWithParam<PoolKind> {
     std::vector<std::string> args{"--cluster", cluster_, "--preempt-grace", "4", "--min-runtime", "0"};
     if (!quotas_.empty()) args.insert(args.end(), {"--quotas", quotas_.string()});
     poold_ = std::make_unique<poolrun::test::PooldProcess>(
-        tmp_.path() / "poold", tmp_.write("tokens", poolrun::test::kTokens), args);
+        tmp_.path() / "poold", tmp_.writeSecret("tokens", poolrun::test::kTokens), args);
     pool_ = poold_->uri() + " --simulate";
   }
 
@@ -228,6 +228,12 @@ TEST_P(PreemptionTest, AJobThatIgnoresTheSignalIsKilledAtTheDeadline) {
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("requeued"), std::string::npos) << "no --requeue\n" << text;
+  EXPECT_NE(
+      text.find("poolrun: the job was preempted and has ended; exit status 75 (try again later: rerun it, "
+                "or give --requeue to have poolrun queue it again itself)\n"),
+      std::string::npos)
+      << "the closing line\n"
+      << text;
   EXPECT_EQ(text.find("could not release"), std::string::npos) << text;
   EXPECT_EQ(text.find("poolrun: rank "), std::string::npos) << "the killed ranks are no failure\n" << text;
   json held = leases();
@@ -383,6 +389,7 @@ TEST_P(PreemptionSimTest, AJobThatExits75ItselfIsNotRequeued) {
       " -n 2 --preemptible --requeue --job-dir " + job().string() + " sh -c 'exit 75'");
   EXPECT_EQ(r.status, 75) << r.err;
   EXPECT_EQ(r.err.find("requeued"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("was preempted"), std::string::npos) << "it exited 75 itself\n" << r.err;
 }
 
 // The embedded pools' settings from the environment: a bad one is named with its value.

@@ -170,18 +170,34 @@ TEST_F(RunTest, OldJobDirectoriesArePruned) {
   // 100 recent job directories and one from ten days ago: the next job's start removes the old one.
   namespace fs = std::filesystem;
   fs::path jobs = tmp_.path() / "state/jobs";
-  for (int i = 0; i < 100; ++i) fs::create_directories(jobs / ("Lrecent" + std::to_string(i)));
-  fs::create_directories(jobs / "Lold");
+  auto make = [&](const std::string& id) {  // as poolrun makes them: named by the lease, marked
+    fs::create_directories(jobs / id);
+    std::ofstream(jobs / id / ".poolrun-job") << id << "\n";
+  };
+  for (int i = 0; i < 100; ++i) make("Lrecent" + std::to_string(i));
+  make("Lold");
   fs::last_write_time(jobs / "Lold", fs::file_time_type::clock::now() - std::chrono::hours(24 * 10));
+  // An old folder poolrun did not make stays.
+  fs::create_directories(jobs / "experiment-2026-10");
+  fs::last_write_time(jobs / "experiment-2026-10",
+                      fs::file_time_type::clock::now() - std::chrono::hours(24 * 40));
   Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 1 true");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_FALSE(fs::exists(jobs / "Lold"));
   EXPECT_TRUE(fs::exists(jobs / "Lrecent0"));
+  EXPECT_TRUE(fs::exists(jobs / "experiment-2026-10"));
   size_t left = 0;
   for (const auto& e : fs::directory_iterator(jobs)) left += e.is_directory() ? 1 : 0;
-  EXPECT_EQ(left, 101u) << "the 100 recent ones and this job's";
+  EXPECT_EQ(left, 102u) << "the 100 recent ones, the experiment's and this job's";
+  // This job's directory is marked as poolrun's.
+  size_t marked = 0;
+  for (const auto& e : fs::directory_iterator(jobs))
+    if (fs::exists(e.path() / ".poolrun-job") &&
+        slurp(e.path() / ".poolrun-job") == e.path().filename().string() + "\n")
+      ++marked;
+  EXPECT_EQ(marked, 101u);
   // The next job within the hour does not look again.
-  fs::create_directories(jobs / "Lold2");
+  make("Lold2");
   fs::last_write_time(jobs / "Lold2", fs::file_time_type::clock::now() - std::chrono::hours(24 * 10));
   r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 1 true");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -542,6 +558,72 @@ TEST_F(RunTest, AJobFileThatCannotBeWrittenStopsTheLaunch) {
   EXPECT_FALSE(std::filesystem::exists(job / "command")) << "nothing after it is";
   for (const auto& e : std::filesystem::directory_iterator(job))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  EXPECT_TRUE(leases(cluster).empty()) << "the lease was given back";
+}
+
+// A CUDA_VISIBLE_DEVICES or WORLD_SIZE left in the shell never overrides the plan: every rank gets
+// its own GPU and the job's size, and poolrun names what it did not use.
+TEST_F(RunTest, TheShellsVariablesNeverOverrideThePlan) {
+  Result r = poolrun::test::runShell(
+      env() + "CUDA_VISIBLE_DEVICES=3 WORLD_SIZE=1 NCCL_IB_HCA=mlx5_9 timeout 120 " + POOLRUN_BINARY +
+      " --pool sim:" + src("clusters/sim-ib.toml") + " -n 2 --gpus-per-node 2 " + RANK_REPORT);
+  ASSERT_EQ(r.status, 0) << r.err;
+  checkAgainstPlan(2);
+  EXPECT_EQ(report(1)["env"]["WORLD_SIZE"], "2");
+  EXPECT_NE(report(1)["env"]["CUDA_VISIBLE_DEVICES"], "3");
+  EXPECT_NE(
+      r.err.find("poolrun: note: your shell's CUDA_VISIBLE_DEVICES=3, NCCL_IB_HCA=mlx5_9, WORLD_SIZE=1 not "
+                 "used: the plan sets these for each rank"),
+      std::string::npos)
+      << r.err;
+  // Said once, not per rank or per node.
+  EXPECT_EQ(r.err.find("your shell's"), r.err.rfind("your shell's")) << r.err;
+}
+
+// -x CUDA_VISIBLE_DEVICES=VALUE overrides the plan, but not to a GPU outside the lease: refused
+// before anything starts, the lease given back. Within the lease it is taken.
+TEST_F(RunTest, AnExportOfAGpuOutsideTheLeaseIsRefused) {
+  const std::string cluster = src("clusters/sim-ib.toml");
+  Result r =
+      poolrun("--pool sim:" + cluster + " -n 2 --gpus-per-node 2 -x CUDA_VISIBLE_DEVICES=7 " + RANK_REPORT);
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("poolrun: error: -x CUDA_VISIBLE_DEVICES=7 puts rank 0 on node "), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" on GPU 7, which lease "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" does not hold (it holds 0,1 there"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path() / "reports" / "rank-0.json")) << "ranks were started";
+  EXPECT_TRUE(leases(cluster).empty()) << "the lease was given back";
+
+  Result within =
+      poolrun("--pool sim:" + cluster + " -n 2 --gpus-per-node 2 -x CUDA_VISIBLE_DEVICES=1 " + RANK_REPORT);
+  ASSERT_EQ(within.status, 0) << within.err;
+  EXPECT_EQ(report(0)["env"]["CUDA_VISIBLE_DEVICES"], "1");
+}
+
+// A state directory another user owns, or that others may write, is refused before any lease.
+TEST_F(RunTest, AStateDirectoryOthersCanChangeIsRefused) {
+  namespace fs = std::filesystem;
+  const std::string cluster = src("clusters/sim-ib.toml");
+  fs::permissions(tmp_.path() / "state", fs::perms::all);
+  Result r = poolrun("--pool sim:" + cluster + " -n 1 " + RANK_REPORT);
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_NE(r.err.find("poolrun: error: state directory " + (tmp_.path() / "state").string() +
+                       " is writable by every user (mode 0777, no sticky bit)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(tmp_.path() / "reports" / "rank-0.json"));
+  fs::permissions(tmp_.path() / "state", fs::perms(0755));
+  if (geteuid() == 0) {
+    const fs::path theirs = tmp_.path() / "theirs";
+    fs::create_directories(theirs);
+    ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+    Result job = poolrun("--pool sim:" + cluster + " -n 1 --job-dir " + theirs.string() + " " + RANK_REPORT);
+    EXPECT_EQ(job.status, 125) << job.err;
+    EXPECT_NE(job.err.find("poolrun: error: job directory " + theirs.string() + " belongs to "),
+              std::string::npos)
+        << job.err;
+    EXPECT_TRUE(fs::is_empty(theirs));
+  }
   EXPECT_TRUE(leases(cluster).empty()) << "the lease was given back";
 }
 

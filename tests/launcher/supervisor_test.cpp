@@ -352,6 +352,47 @@ TEST(SupervisorTest, AJobThatIgnoresThePreemptionIsKilledAtTheDeadline) {
   EXPECT_FALSE(alive(child)) << "the job's processes are gone";
 }
 
+// A rank that exited and left a process holding its output (mpirun waits for every copy of it to
+// close): at the deadline poolrun names that process and the rank that left it, not a job that
+// "had not ended", and kills it. Here mpirun is a shell that runs on, as mpirun would.
+TEST(SupervisorTest, WhatAnEndedRankLeftBehindIsNamedAtTheDeadline) {
+  test::TempDir tmp;
+  std::ostringstream err;
+  const std::string pidFile = (tmp.path() / "left.pid").string();
+  SuperviseOptions o =
+      shell("trap '' TERM USR1; OMPI_COMM_WORLD_RANK=3 sh -c 'trap \"\" TERM; sleep 300 & echo $! > " +
+            pidFile + "'; while true; do sleep 0.02; done");
+  o.preempt_ranks_here = true;
+  LeaseKeeper keeper("L8", 10s, 50ms, preemptedAtSecondRenewal(std::chrono::system_clock::now() + 2s));
+  o.lease = &keeper;
+  SuperviseResult r = supervise(o, err);
+  EXPECT_EQ(r.exit_status, kExitPreempted) << err.str();
+  const pid_t left = readPid(pidFile);
+  ASSERT_GT(left, 0);
+  EXPECT_NE(err.str().find("poolrun: the job's ranks have ended, but what they started has not: pid " +
+                           std::to_string(left) +
+                           " (sleep, left by rank 3) still holds the job's output open at the preemption's "
+                           "deadline: killing it (SIGKILL)\n"),
+            std::string::npos)
+      << err.str();
+  EXPECT_EQ(err.str().find("had not ended by its deadline"), std::string::npos) << err.str();
+  EXPECT_FALSE(alive(left));
+
+  // The same at --timeout.
+  std::ostringstream timeoutErr;
+  SuperviseOptions t = shell("OMPI_COMM_WORLD_RANK=0 sh -c 'sleep 300 & echo $! > " + pidFile +
+                             "'; while true; do sleep 0.02; done");
+  t.timeout = std::chrono::milliseconds(1000);
+  SuperviseResult tr = supervise(t, timeoutErr);
+  EXPECT_EQ(tr.exit_status, kExitTimeout) << timeoutErr.str();
+  EXPECT_NE(
+      timeoutErr.str().find("poolrun: the job ran past --timeout 1 s: ending it (the job's ranks have ended, "
+                            "but what they started has not: pid " +
+                            std::to_string(readPid(pidFile)) + " (sleep, left by rank 0) still holds"),
+      std::string::npos)
+      << timeoutErr.str();
+}
+
 // Ranks on this machine get the signal themselves, mpirun (here a shell that waits for its "rank")
 // does not; what a rank started (it inherits the rank's variables) is the rank's to tell.
 TEST(SupervisorTest, RanksHereAreSignalledThemselvesNotMpirun) {

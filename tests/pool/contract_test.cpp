@@ -46,7 +46,7 @@ class SimHarness : public Harness {
 class HttpHarness : public Harness {
  public:
   explicit HttpHarness(const std::string& store, int port = test::freePort())
-      : tokens_(dir_.write("tokens", test::kTokens)),
+      : tokens_(dir_.writeSecret("tokens", test::kTokens)),
         poold_(dir_.path() / "state", tokens_, withCluster(test::storeOptions(store, port)), port) {
     EXPECT_TRUE(poold_.waitServing()) << store;
   }
@@ -347,6 +347,58 @@ TEST_P(Contract, InterruptedAsTheLeaseIsGrantedReleasesIt) {
   }
   EXPECT_TRUE(bob->leases().empty());
   EXPECT_EQ(bob->status().gpus_free, 128);
+}
+
+// A shell that starts a command in the background (`poolrun ... &` in a script) starts it with
+// SIGINT ignored: the queued request is withdrawn on SIGINT all the same. SIGHUP ignored as nohup
+// leaves it stays ignored: the request waits on, here until its --wait runs out.
+TEST_P(Contract, InterruptedWhileQueuedWhateverTheInheritedDisposition) {
+  auto alice = harness_->client("alice");
+  auto bob = harness_->client("bob");
+  Lease all = alice->acquire(request(128));
+  struct sigaction ignore {
+  }, oldInt{}, oldHup{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ignore, &oldInt);
+  sigaction(SIGHUP, &ignore, &oldHup);
+  LeaseRequest r = request(16);
+  r.wait = std::chrono::seconds(3);  // without the handler, the request would wait this long, not hang
+  std::string what;
+  {
+    QueueInterruption interruption;
+    try {
+      bob->acquire(r, [&](const QueueProgress&) { raise(SIGINT); });
+      ADD_FAILURE() << "acquire returned after the signal";
+    } catch (const PoolError& e) {
+      EXPECT_EQ(e.failure(), PoolFailure::kInterrupted) << e.what();
+      EXPECT_EQ(e.signal(), SIGINT);
+      what = e.what();
+    }
+  }
+  EXPECT_NE(what.find("withdrew the queued request (ticket "), std::string::npos) << what;
+  EXPECT_TRUE(alice->queue().empty());
+  {
+    QueueInterruption interruption;
+    bool raised = false;
+    r.wait = std::chrono::seconds(1);
+    try {
+      bob->acquire(r, [&](const QueueProgress&) {
+        if (!raised) raise(SIGHUP);
+        raised = true;
+      });
+      ADD_FAILURE() << "acquire returned with alice holding every GPU";
+    } catch (const PoolError& e) {
+      EXPECT_NE(e.failure(), PoolFailure::kInterrupted) << "SIGHUP under nohup withdrew it: " << e.what();
+    } catch (const Error&) {  // the wait ran out
+    }
+    EXPECT_TRUE(raised);
+  }
+  struct sigaction now {};
+  sigaction(SIGINT, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_IGN) << "the inherited disposition comes back";
+  sigaction(SIGINT, &oldInt, nullptr);
+  sigaction(SIGHUP, &oldHup, nullptr);
+  alice->release(all.id);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pool, Contract, ::testing::Values("sim", "http", "http_etcd"),

@@ -22,10 +22,26 @@ namespace poolrun::launcher {
 
 struct JobPlan;
 
-// Opens `path` for writing as open(2) with O_WRONLY | O_CREAT | O_TRUNC does, with `mode`; returns a
-// descriptor, or -1 with errno set. The seam through which tests make writes fail (/dev/full).
+// Creates `path` and opens it for writing as open(2) with O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
+// does, with `mode`; returns a descriptor, or -1 with errno set (EEXIST where anything, a planted
+// symbolic link too, has the name). The seam through which tests make writes fail (/dev/full).
 using OpenForWrite = std::function<int(const std::filesystem::path& path, mode_t mode)>;
 int openForWrite(const std::filesystem::path& path, mode_t mode);
+
+// Checks that `dir` (`what`: "job directory", "state directory") is a directory nobody but the
+// user can change: owned by the effective user and not writable by its group or others, unless
+// it has the sticky bit (as /tmp). Another user who can write there could plant links under the
+// names poolrun writes, or rewrite the run.sh the user is told to run. Throws poolrun::Error
+// (kBadInput) naming the directory, its owner and mode and what to do; kIo where it cannot be
+// examined.
+void checkOwnDirectory(const std::filesystem::path& dir, std::string_view what);
+
+// Creates `dir` and its missing parents (mode 0755 less the umask), then checkOwnDirectory.
+void makeOwnDirectory(const std::filesystem::path& dir, std::string_view what);
+
+// The file poolrun writes in each job directory it makes under its state directory, holding the
+// lease id the directory is named after: pruneJobDirs removes no directory without it.
+inline constexpr std::string_view kJobMarkerFile = ".poolrun-job";
 
 // Whether a written file is also synced (fsync) before its rename, so that it is whole after a crash
 // too. On this project's VM (ext4) the ten files of a job cost 60-140 ms synced, against under 1 ms
@@ -45,7 +61,8 @@ void writeFileAtomically(const std::filesystem::path& file, std::string_view tex
 
 class JobDirectory {
  public:
-  // Creates `dir` and its parents where missing. Throws poolrun::Error (kIo) naming it.
+  // Creates `dir` and its parents where missing, and checks that it is the user's own
+  // (checkOwnDirectory). Throws poolrun::Error naming it.
   JobDirectory(std::filesystem::path dir, Durability durability, OpenForWrite open = openForWrite);
 
   const std::filesystem::path& path() const { return dir_; }
@@ -68,6 +85,10 @@ class JobDirectory {
 // directory is touched at every lease renewal, so it never looks old. With `every` above zero it
 // looks at most that often (the time of `jobs/.pruned` says when it last did); zero looks every
 // time. Best effort: what cannot be read or removed stays. Returns how many were removed.
+// Only what poolrun made is a job directory here: one named as a lease id, owned by the user, on
+// the file system of `jobs`, holding a kJobMarkerFile that names it. Nothing is removed where
+// `jobs` is a symbolic link or not the user's own; nothing is followed through a link, and nothing
+// on another file system (a mount inside a job directory) is entered.
 size_t pruneJobDirs(const std::filesystem::path& jobs, size_t keep, std::chrono::hours max_age,
                     std::chrono::minutes every = std::chrono::minutes(0));
 

@@ -143,4 +143,20 @@ std::string migNcclNote();
 // The variables the planner may set (so that callers can tell which user variables matter).
 const std::vector<std::string>& plannedVariables();
 
+// The planned variables poolrun's own environment (the user's shell) has and that `exports` (-x
+// VAR or VAR=VALUE, as given) does not name, with their values. They never override the plan: a
+// CUDA_VISIBLE_DEVICES=3 left in a shell would put every rank on a GPU the lease does not hold.
+std::vector<std::pair<std::string, std::string>> shellPlannedVariables(
+    const std::vector<std::string>& exports);
+
+// "the plan sets ...; your shell's ... are not used ...": the note poolrun prints once for the
+// variables of `shell` that the plan sets for some rank to another value; "" where there is none.
+std::string ignoredShellVariablesNote(const JobPlan& plan,
+                                      const std::vector<std::pair<std::string, std::string>>& shell);
+
+// Throws poolrun::Error (kBadInput) where the user's CUDA_VISIBLE_DEVICES (-x) names, for a rank, a
+// GPU that is not among those the plan gives the ranks of its node (the lease's): by CUDA index,
+// GPU UUID or MIG instance UUID. `what` names the grant in the message ("lease L12").
+void checkUserGpusWithinPlan(const JobPlan& plan, const std::string& what);
+
 }  // namespace poolrun::launcher

@@ -47,6 +47,16 @@ struct RankFailure {
 // What mpirun's (Open MPI 4.x or 5.x) error text says about the first failing rank.
 std::optional<RankFailure> parseMpiFailure(const std::string& text);
 
+// mpirun could not start its daemon on a node: its remote shell (ssh) failed there, or ORTE/PRRTE
+// said it could not start (or lost) its daemons. `node` where a line names it, else empty;
+// `reason` the remote shell's line ("ssh: Could not resolve hostname dgx01: Name or service not
+// known"), or Open MPI's first line.
+struct DaemonFailure {
+  std::string node;
+  std::string reason;
+};
+std::optional<DaemonFailure> parseDaemonFailure(const std::string& text);
+
 struct SuperviseOptions {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
@@ -76,6 +86,8 @@ struct SuperviseResult {
   bool lease_lost = false;
   bool preempted = false;  // the pool preempted the lease and the job was ended for it
   bool resized = false;    // the elastic lease changed size and the job was ended to restart on it
+  // mpirun could not start the job on a node (its exit status is then kExitRefused).
+  std::optional<DaemonFailure> unreachable;
 };
 
 // The file execvp would run for `name`: `name` itself where it has a slash, else the first

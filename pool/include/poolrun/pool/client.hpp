@@ -174,6 +174,14 @@ void setSharePercent(LeaseRequest& request, std::string_view text, const std::st
 // number with a binary unit: "512M", "10G", "10GiB", "1T" (at most 1 PiB). Throws kBadInput.
 void setShareMemory(LeaseRequest& request, std::string_view text, const std::string& option);
 
+// The placement options poolctl acquire and poolrun share, with one wording of their errors
+// (kBadInput naming `option` and the text): --model TEXT (a substring of the GPU model, text as
+// the name rules take it), --min-memory-gib G (whole GiB, at most kMinMemoryBytesRange), --label
+// KEY=VALUE (repeatable; a key given twice takes the last).
+void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option);
+void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option);
+void addLabel(LeaseRequest& request, std::string_view text, const std::string& option);
+
 // The error a client raises when `request` did not fit within its --wait; `pool` names the pool.
 PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool);
 
@@ -203,8 +211,9 @@ std::string formatLocalTime(std::chrono::system_clock::time_point t,
 // While one is in scope, SIGINT, SIGTERM and SIGHUP end a queued PoolClient::acquire rather than
 // the process: the handler only records the signal; acquire sees it within a second (one poll),
 // withdraws its queued request, releases a lease granted meanwhile, and throws PoolError
-// kInterrupted with the signal and what it did ("withdrew the queued request (ticket 18)"). The
-// previous dispositions come back when it goes (a signal ignored when it came stays ignored); a
+// kInterrupted with the signal and what it did ("withdrew the queued request (ticket 18)"), also
+// where the process started with SIGINT or SIGTERM ignored (a script's background job); SIGHUP
+// ignored (nohup) stays ignored. The previous dispositions come back when it goes; a
 // signal it caught that no acquire acted on is raised again then, so that none is lost. One at a
 // time per process; made and destroyed on the main thread.
 class QueueInterruption {
@@ -282,7 +291,9 @@ std::string tokenProblem(const std::string& token);
 // The token of a client's token file (--token-file): the first word of the first line that has one,
 // `#` starting a comment; a regular file of at most topo::kTokenFileLimit. `what` names the token
 // in the error ("your token", "the node's token"). Throws poolrun::Error (kBadInput, kNotFound)
-// naming the file, also for a token that validToken refuses.
+// naming the file, also for a token that validToken refuses and for a file that someone else could
+// change (topo::readSecretFile: owned by neither root nor the user, or writable by its group or
+// others). A file its group or others may read is warned of on standard error, once per process.
 std::string readClientToken(const std::filesystem::path& file, const std::string& what);
 
 // The cluster file of a `sim:FILE` URI (FILE, possibly empty); nullopt for the other kinds.
