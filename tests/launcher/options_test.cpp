@@ -152,12 +152,12 @@ TEST(OptionsTest, PlacementOptionsAreThoseOfPoolctlAcquire) {
     const std::string line = firstLine(text);
     return line.starts_with(prefix) ? line.substr(prefix.size()) : "(no '" + prefix + "' in) " + line;
   };
-  for (const std::string& args : std::vector<std::string>{
-           "--label rack", "--label =r1", "--min-memory-gib 17179869184", "--min-memory-gib 1.5",
-           "--model \"$(printf 'a\\033b')\"", "--whole-nodes --gpus-per-node 4", "--model A100",
-           "--min-memory-gib 4096"}) {
-    auto run = poolrun::test::runShell(env + POOLRUN_BINARY + " --pool sim:" + cluster + " -n 16 --dry-run " + args +
-                                       " /bin/true");
+  for (const std::string& args :
+       std::vector<std::string>{"--label rack", "--label =r1", "--min-memory-gib 17179869184",
+                                "--min-memory-gib 1.5", "--model \"$(printf 'a\\033b')\"",
+                                "--whole-nodes --gpus-per-node 4", "--model A100", "--min-memory-gib 4096"}) {
+    auto run = poolrun::test::runShell(env + POOLRUN_BINARY + " --pool sim:" + cluster + " -n 16 --dry-run " +
+                                       args + " /bin/true");
     auto acquire =
         poolrun::test::runShell(env + POOLCTL_BINARY + " --pool sim:" + cluster + " acquire -n 16 " + args);
     EXPECT_NE(run.status, 0) << args;
@@ -185,9 +185,10 @@ TEST(OptionsTest, PlacementOptionsAreThoseOfPoolctlAcquire) {
                                        " --dry-run -n 4 --whole-nodes /bin/true");
   ASSERT_EQ(whole.status, 0) << whole.err;
   EXPECT_NE(whole.out.find("8 ranks on 1 node"), std::string::npos) << whole.out;
-  EXPECT_NE(whole.err.find("poolrun: note: --whole-nodes: the lease holds 8 GPUs on 1 node for -n 4: starting a "
-                           "rank on each"),
-            std::string::npos)
+  EXPECT_NE(
+      whole.err.find("poolrun: note: --whole-nodes: the lease holds 8 GPUs on 1 node for -n 4: starting a "
+                     "rank on each"),
+      std::string::npos)
       << whole.err;
 }
 
