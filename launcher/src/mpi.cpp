@@ -202,6 +202,10 @@ std::vector<std::pair<std::string, std::string>> rendezvousVariables(
   if (!user_env.contains("MASTER_ADDR"))
     vars.emplace_back("MASTER_ADDR", simulated ? "127.0.0.1" : plan.nodes.front().name);
   if (!user_env.contains("MASTER_PORT")) vars.emplace_back("MASTER_PORT", std::to_string(port));
+  // gloo looks the simulated node's name up, finds nothing and falls back to loopback with a warning
+  // from every rank: loopback it is, said (a value of the user's, -x or the shell's, stays).
+  if (simulated && !user_env.contains("GLOO_SOCKET_IFNAME") && std::getenv("GLOO_SOCKET_IFNAME") == nullptr)
+    vars.emplace_back("GLOO_SOCKET_IFNAME", "lo");
   return vars;
 }
 

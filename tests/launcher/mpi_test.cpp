@@ -53,6 +53,23 @@ LaunchSpec spec(const JobPlan& plan, bool sim) {
   return s;
 }
 
+// torch.distributed's rendezvous: the first node and one port; a simulated job's gloo on loopback
+// (it would look the node's name up, fail and say so from every rank); the user's values win.
+TEST(MpiCommandTest, RendezvousVariables) {
+  Fixture f(2, 4);
+  using Vars = std::vector<std::pair<std::string, std::string>>;
+  unsetenv("GLOO_SOCKET_IFNAME");
+  EXPECT_EQ(rendezvousVariables(f.plan, false, 29500, {}),
+            (Vars{{"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}}));
+  EXPECT_EQ(rendezvousVariables(f.plan, true, 29500, {}),
+            (Vars{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}, {"GLOO_SOCKET_IFNAME", "lo"}}));
+  EXPECT_EQ(rendezvousVariables(f.plan, true, 29500, {{"GLOO_SOCKET_IFNAME", "eth9"}, {"MASTER_PORT", "1"}}),
+            (Vars{{"MASTER_ADDR", "127.0.0.1"}}));
+  setenv("GLOO_SOCKET_IFNAME", "eth3", 1);
+  EXPECT_EQ(rendezvousVariables(f.plan, true, 29500, {}).size(), 2u) << "the shell's value stays";
+  unsetenv("GLOO_SOCKET_IFNAME");
+}
+
 TEST(MpiCommandTest, OpenMpi4Syntax) {
   Fixture f(2, 16);
   MpiCommand c = buildMpiCommand(spec(f.plan, false), {"mpirun", MpiFlavor::kOmpi4, "4.1.4"});

@@ -295,6 +295,30 @@ while true; do sleep 0.1; done
   EXPECT_EQ(poolctl("release " + held[0].value("id", "")).status, 0);
 }
 
+// The elastic DDP example of docs/examples.md and docs/elastic.md runs as written there
+// (examples/03-pytorch/elastic_demo.sh) and shows a resize: 2 ranks, the lease grown to 4, a
+// checkpoint at the signal, the job resumed on 4 from that step.
+TEST(ElasticDemo, RunsAsTheDocsShowIt) {
+  POOLRUN_TEST_TORCH_PYTHON(python);
+  if (python != "/usr/bin/python3") GTEST_SKIP() << "the demo runs /usr/bin/python3, which has no torch here";
+  poolrun::test::TempDir tmp;
+  const std::filesystem::path build = std::filesystem::path(POOLRUN_BINARY).parent_path().parent_path();
+  poolrun::test::ProcessResult r = poolrun::test::runShell(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_STATE_DIR=" +
+      tmp.path().string() + " timeout 180 " +
+      (poolrun::test::sourceDir() / "examples/03-pytorch/elastic_demo.sh").string() + " " + build.string());
+  const std::string all = r.out + r.err;
+  ASSERT_EQ(r.status, 0) << all;
+  for (const char* line :
+       {"poolrun: elastic lease L", ": 2 GPUs (2 to 4)\n",
+        " changes size (it holds 4 GPUs now): sent SIGTERM to the job, to restart it at the new size",
+        "ddp_train.py: stopped at step ", "poolrun: restarting the job on 4 GPUs (",
+        "ddp_train.py: resumed from ", "; 4 ranks now, restart 1\n", "ddp_train.py: 4 ranks, backend gloo, ",
+        "same weights on every rank: True\n"})
+    EXPECT_NE(all.find(line), std::string::npos) << line << "\n" << all;
+  EXPECT_EQ(all.find("Unable to resolve hostname"), std::string::npos) << "gloo is told loopback\n" << all;
+}
+
 // PyTorch as a real elastic client: examples/03-pytorch/ddp_train.py (gloo on the CPU) starts on 2
 // ranks, writes its checkpoint in the job directory at the signal when the lease grows to 4, is
 // started again on 4 and trains to the end from the checkpoint. A step is full-batch descent

@@ -67,7 +67,8 @@ std::string encodeRankEnv(const JobPlan& plan, bool simulated);
 
 // The rendezvous torch.distributed's env:// initialisation needs, the same for every rank of the job:
 // MASTER_ADDR (rank 0's node; 127.0.0.1 on a simulated cluster, whose nodes all run on this machine)
-// and MASTER_PORT (`port`). A variable in `user_env` (the user's -x) wins and is left out.
+// and MASTER_PORT (`port`), and for a simulated job GLOO_SOCKET_IFNAME=lo (where poolrun's
+// environment has none). A variable in `user_env` (the user's -x) wins and is left out.
 std::vector<std::pair<std::string, std::string>> rendezvousVariables(
     const JobPlan& plan, bool simulated, int port, const std::map<std::string, std::string>& user_env);
 // A TCP port the kernel reports free on this machine now (bound to port 0, then closed), picked once
