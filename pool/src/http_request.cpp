@@ -129,7 +129,13 @@ bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, 
   }
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
+  if (msg.count(http::field::host) > 1) {  // which name the client meant would be a guess
+    error.status = 400;
+    error.body = errorBody("a request with more than one Host header: send one", "bad_request");
+    return false;
+  }
   req.authorization = std::string(msg[http::field::authorization]);
+  req.host = std::string(msg[http::field::host]);
   req.body = std::move(msg.body());
   req.peer = peer;
   if (parseTarget(req.target, req.segments, req.query)) return true;

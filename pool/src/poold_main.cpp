@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/version.hpp"
 #include "server_metrics.hpp"
@@ -49,7 +51,8 @@ std::string usage() {
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
-         "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
+         "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]] [--metrics-host "
+         "NAME[,...]]\n"
          "             [--history-interval SECONDS]\n"
          "             [--store sqlite|etcd://HOST:PORT[,HOST:PORT...] --advertise http://THIS:PORT\n"
          "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS] [--etcd-max-txn-ops N]]\n"
@@ -124,6 +127,9 @@ std::string usage() {
          "                                re-read when it changes\n"
          "  --metrics-allow ADDR[,ADDR...]  clients from these addresses or prefixes read /metrics\n"
          "                                without a token (10.0.0.0/8, 127.0.0.1/32, ::1/128; repeatable)\n"
+         "  --metrics-host NAME[,NAME...]  a name such a client may scrape poold by, besides an IP\n"
+         "                                address, localhost, the --listen host and this machine's name\n"
+         "                                (any other Host is refused: DNS rebinding; repeatable)\n"
          "  --history-interval SECONDS    between samples of the dashboard's history charts (default " +
          n(d.history_interval.count()) + "; the last " + n(d.history_samples) +
          " are kept)\n"
@@ -283,6 +289,18 @@ int main(int argc, char** argv) {
         std::string v = value();
         pool::parseAddressRanges(v, a);
         opt.metrics_allow.push_back(v);
+      } else if (a == "--metrics-host") {
+        const std::string v = value();
+        for (size_t start = 0; start <= v.size();) {
+          const size_t end = std::min(v.find(',', start), v.size());
+          const std::string name = v.substr(start, end - start);
+          if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                     "0123456789.-_") != std::string::npos)
+            throw badInput("--metrics-host '" + topo::printable(v) + "': '" + topo::printable(name) +
+                           "' is not a host name (letters, digits, '.', '-', '_'; several: a,b)");
+          opt.metrics_hosts.push_back(name);
+          start = end + 1;
+        }
       } else if (a == "--store") {
         store = value();
         if (store != "sqlite") pool::parseEtcdUri(store);
@@ -292,7 +310,7 @@ int main(int argc, char** argv) {
           throw badInput("--etcd-prefix '" + etcdPrefix + "': expected a key prefix such as /poolrun");
       } else if (a == "--advertise") {
         advertise = value();
-        pool::parseHttpUri(advertise);
+        opt.metrics_hosts.push_back(pool::parseHttpUri(advertise).host);
         if (!advertise.starts_with("http://"))
           throw badInput("--advertise '" + advertise + "': expected http://HOST:PORT");
       } else if (a == "--etcd-max-txn-ops") {

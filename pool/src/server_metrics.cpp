@@ -2,11 +2,13 @@
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <iomanip>
 #include <sstream>
 
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/version.hpp"
 #include "tokens.hpp"
@@ -316,8 +318,32 @@ std::string readScrapeToken(const std::filesystem::path& file) {
   return readClientToken(file, "the scrape token");  // checked as a client's token
 }
 
-MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed, Warn warn)
+namespace {
+
+// A host name as compared: lower case, without the trailing dot of a fully qualified name.
+std::string hostKey(std::string name) {
+  name = common::lower(name);
+  while (!name.empty() && name.back() == '.') name.pop_back();
+  return name;
+}
+
+}  // namespace
+
+std::vector<std::string> metricsHostNames(const std::string& listen_host, std::vector<std::string> more) {
+  more.push_back(listen_host);
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') {
+    more.emplace_back(name);
+    more.push_back(std::string(name).substr(0, std::string(name).find('.')));
+  }
+  return more;
+}
+
+MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed,
+                             std::vector<std::string> names, Warn warn)
     : file_(std::move(token_file)), allowed_(std::move(allowed)), warn_(std::move(warn)) {
+  for (const std::string& n : names)
+    if (!n.empty()) names_.push_back(hostKey(n));
   if (file_.empty()) return;
   struct stat st {};
   const bool stated = stat(file_.c_str(), &st) == 0;
@@ -328,6 +354,28 @@ MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<Addre
 bool MetricsAccess::allowsPeer(const std::string& peer) const {
   for (const AddressRange& r : allowed_)
     if (addressIn(peer, r)) return true;
+  return false;
+}
+
+bool MetricsAccess::allowsHost(const std::string& host) const {
+  if (host.empty()) return true;  // HTTP/1.0 without one; a browser always sends it
+  std::string name = host;
+  if (name.front() == '[') {  // [v6]:port
+    const size_t close = name.find(']');
+    if (close == std::string::npos) return false;
+    const std::string rest = name.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return false;
+    name = name.substr(1, close - 1);
+    in6_addr a6{};
+    return inet_pton(AF_INET6, name.c_str(), &a6) == 1;
+  }
+  if (const size_t colon = name.find(':'); colon != std::string::npos) name.resize(colon);
+  in_addr a4{};
+  if (inet_pton(AF_INET, name.c_str(), &a4) == 1) return true;
+  name = hostKey(name);
+  if (name == "localhost") return true;
+  for (const std::string& n : names_)
+    if (n == name) return true;
   return false;
 }
 

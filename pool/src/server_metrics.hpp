@@ -92,19 +92,32 @@ bool addressIn(const std::string& peer, const AddressRange& range);
 // not 8 to 512 printable characters.
 std::string readScrapeToken(const std::filesystem::path& file);
 
-// Who may read /metrics without a user's token: a peer in the allowed ranges, or a request with the
-// scrape token (the file is read again when it changes; a file that cannot be read keeps the token
-// read before, with a warning).
+// The names MetricsAccess takes as a request's Host besides IP addresses and localhost: `listen_host`
+// (poold --listen), this machine's name (gethostname's, and its first label), and `more`.
+std::vector<std::string> metricsHostNames(const std::string& listen_host, std::vector<std::string> more);
+
+// Who may read /metrics without a user's token: a peer in the allowed ranges that names this poold
+// in its Host header, or a request with the scrape token (the file is read again when it changes; a
+// file that cannot be read keeps the token read before, with a warning).
 class MetricsAccess {
  public:
   using Warn = std::function<void(const std::string&)>;
-  MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed, Warn warn);
+  // `names`: the host names a request from an allowed peer may send as its Host besides an IP
+  // address and localhost (poold's --listen host, this machine's name, --advertise's host and
+  // --metrics-host), compared without case.
+  MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed,
+                std::vector<std::string> names, Warn warn);
   bool allowsPeer(const std::string& peer) const;
+  // Whether `host` (a Host header: "head:7450", "[::1]:7450", empty where none was sent) names this
+  // poold. A page of another site that a browser on an allowed address loads, its name rebound to
+  // poold's address (DNS rebinding), sends its own name: its scripts may not read /metrics.
+  bool allowsHost(const std::string& host) const;
   bool isScrapeToken(const std::string& token);
 
  private:
   std::filesystem::path file_;
   std::vector<AddressRange> allowed_;
+  std::vector<std::string> names_;  // lower case, no trailing dot
   Warn warn_;
   std::mutex mu_;
   std::string token_;

@@ -470,6 +470,25 @@ TEST_F(Hostile, ATrailersFieldsAreDiscarded) {
   EXPECT_EQ(parsed.body, "{}");
 }
 
+// /metrics without a token from an allowed address, through the server: only where the Host names
+// poold (DNS rebinding), and a request with two Host headers is refused.
+TEST_F(Hostile, MetricsFromAnAllowedAddressNeedAHostThatNamesPoold) {
+  ServerOptions o;
+  o.metrics_allow = {"127.0.0.1/32"};
+  start(o);
+  auto scrape = [&](const std::string& hosts) {
+    return ask(port_, "GET /metrics HTTP/1.1\r\n" + hosts + "\r\n");
+  };
+  std::string ours = scrape("Host: 127.0.0.1:" + std::to_string(port_) + "\r\n");
+  EXPECT_EQ(statusOf(ours), 200) << ours.substr(0, 300);
+  std::string rebound = scrape("Host: rebound.attacker.example:" + std::to_string(port_) + "\r\n");
+  EXPECT_EQ(statusOf(rebound), 403) << rebound;
+  EXPECT_EQ(rebound.find("poolrun_gpus"), std::string::npos) << rebound;
+  std::string twice = scrape("Host: 127.0.0.1\r\nHost: rebound.attacker.example\r\n");
+  EXPECT_EQ(statusOf(twice), 400) << twice;
+  EXPECT_NE(twice.find("more than one Host header"), std::string::npos) << twice;
+}
+
 // A connection that never sends a byte is closed at the header deadline, not the idle one of a
 // kept-alive connection: 1,024 of them held every slot of their address for the idle minute.
 TEST_F(Hostile, AConnectionThatSaysNothingIsClosedAtTheHeaderDeadline) {
