@@ -800,7 +800,7 @@ async function refresh() {
     showError(null);
   } catch (e) {
     if (e.status === 401) {
-      signOut(`poold refused the token: ${e.message}. Sign in with a token of poold's token file.`);
+      signOut(`poold refused the token: ${e.message}. Sign in with your token: the first word of your line in poold's token file.`);
       return;
     }
     const since = view.lastGood ? `; what is shown is from ${new Date(view.lastGood).toLocaleTimeString()}` : '';
