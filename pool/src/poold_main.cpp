@@ -25,6 +25,7 @@
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/version.hpp"
 #include "server_metrics.hpp"
+#include "tokens.hpp"
 
 namespace {
 
@@ -176,6 +177,8 @@ poolrun::pool::HttpReply standbyReply(const poolrun::pool::HttpRequest& req, con
 
 // A standby's server of redirects, stopped (and its thread joined) however main ends.
 struct StandbyServer {
+  std::unique_ptr<poolrun::pool::TokenStore> tokens;  // for /metrics
+  std::unique_ptr<poolrun::pool::MetricsAccess> access;
   std::unique_ptr<poolrun::pool::HttpServer> server;
   std::thread thread;
   void stop() {
@@ -341,13 +344,17 @@ int main(int argc, char** argv) {
     std::unique_ptr<pool::EtcdLeadership> leadership;
     std::atomic<pool::PoolServer*> running{nullptr};
     std::atomic<bool> stopRequested{false};
-    std::shared_ptr<pool::EtcdClient> client;
+    std::shared_ptr<pool::EtcdClient> client, metricsEtcd;
+    const pool::ServerMetrics processMetrics;  // a standby's start time and version
     if (store != "sqlite") {
       if (advertise.empty())
         throw badInput("--store " + store +
                        " needs --advertise http://HOST:PORT (the URL clients reach this "
                        "replica at, given to them by the other replicas)");
       client = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
+      // /metrics asks every member for its status: on connections of its own, so that a member that
+      // does not answer holds up a scrape, never the campaign or a commit.
+      metricsEtcd = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
       leadership = std::make_unique<pool::EtcdLeadership>(client, etcdPrefix, advertise, etcdTtl);
     }
     std::thread([&, stopSignals] {
@@ -369,7 +376,21 @@ int main(int argc, char** argv) {
       h.workers = 4;
       h.max_connections = std::min(opt.max_connections, 1024);
       h.idle_timeout = std::chrono::milliseconds(5000);
+      // A standby answers /metrics itself (its own series, poolrun_leader 0), with the leader's access
+      // rules: Prometheus scrapes every replica, and a redirect stored the leader's series under each.
+      auto warn = [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; };
+      standby.tokens = std::make_unique<pool::TokenStore>(opt.token_file, warn);
+      std::vector<pool::AddressRange> allowed;
+      for (const std::string& list : opt.metrics_allow)
+        for (pool::AddressRange& r : pool::parseAddressRanges(list, "--metrics-allow")) allowed.push_back(r);
+      standby.access =
+          std::make_unique<pool::MetricsAccess>(opt.metrics_token_file, std::move(allowed),
+                                                pool::metricsHostNames(opt.host, opt.metrics_hosts), warn);
       standby.server = std::make_unique<pool::HttpServer>(h, [&](const pool::HttpRequest& req) {
+        if (req.segments == std::vector<std::string>{"metrics"})
+          return pool::standbyMetricsReply(req, *standby.access, *standby.tokens, [&] {
+            return pool::replicaSeries(false, metricsEtcd->status()) + processMetrics.renderProcess();
+          });
         std::lock_guard<std::mutex> lock(leaderMu);
         return standbyReply(req, leaderNow, etcdProblem);
       });
@@ -434,10 +455,9 @@ int main(int argc, char** argv) {
         std::cerr << "poold: warning: " << e.what() << "\n";
       }
       const auto since = std::chrono::system_clock::now();
-      opt.more_metrics = [elections, since] {
+      opt.more_metrics = [elections, since, metricsEtcd] {
         const double t = std::chrono::duration<double>(since.time_since_epoch()).count();
-        return "# HELP poolrun_leader Whether this poold replica leads the pool (standbys redirect /metrics "
-               "to the leader).\n# TYPE poolrun_leader gauge\npoolrun_leader 1\n"
+        return pool::replicaSeries(true, metricsEtcd->status()) +
                "# HELP poolrun_leader_since_seconds When this replica took the lead (Unix time).\n"
                "# TYPE poolrun_leader_since_seconds gauge\npoolrun_leader_since_seconds " +
                std::to_string(t) +

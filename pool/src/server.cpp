@@ -325,15 +325,7 @@ struct PoolServer::Impl {
     const bool scrape = r.label == "/metrics";
     if (scrape && metrics_access->allowsPeer(req.peer)) {
       if (metrics_access->allowsHost(req.host)) return {};
-      if (req.authorization.empty())
-        throw HttpError{403,
-                        "/metrics without a token answers a --metrics-allow address only where the request's "
-                        "Host names this poold (an IP address, localhost, its --listen host, this machine's "
-                        "name or a --metrics-host), not '" +
-                            topo::printable(req.host.substr(0, 200)) +
-                            "' (a page of another site could read it so): scrape by one of those, or add the "
-                            "name with poold --metrics-host",
-                        "forbidden"};
+      if (req.authorization.empty()) throw HttpError{403, hostNotPooldMessage(req.host), "forbidden"};
     }
     const std::string prefix = "Bearer ";
     if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())

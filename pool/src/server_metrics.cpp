@@ -8,6 +8,9 @@
 #include <iomanip>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "etcd_client.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/version.hpp"
@@ -243,11 +246,69 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
         "GPU-seconds held by each owner's leases since poold started, those still held included.", "counter");
   for (const auto& [owner, ms] : gpuMillis)
     out << "poolrun_gpu_seconds_total{owner=\"" << labelValue(owner) << "\"} " << millisText(ms) << "\n";
+  return out.str() + renderProcess();
+}
+
+std::string ServerMetrics::renderProcess() const {
+  std::ostringstream out;
   gauge(out, "poolrun_build_info", "poold's version; the value is 1.", "gauge");
   out << "poolrun_build_info{version=\"" << labelValue(version_) << "\"} 1\n";
   gauge(out, "process_start_time_seconds", "When poold started, in seconds since the Unix epoch.", "gauge");
   out << "process_start_time_seconds " << millisText(millisOf(start_)) << "\n";
   return out.str();
+}
+
+std::string replicaSeries(bool leading, const std::vector<EtcdMemberStatus>& etcd) {
+  std::ostringstream out;
+  gauge(out, "poolrun_leader",
+        "Whether this poold replica leads the pool: 1 on the leader, 0 on a standby (which exports only "
+        "its own series; the pool's are the leader's).",
+        "gauge");
+  out << "poolrun_leader " << (leading ? 1 : 0) << "\n";
+  gauge(out, "poolrun_etcd_member_up", "Whether the etcd member answered this replica's status request.",
+        "gauge");
+  for (const EtcdMemberStatus& m : etcd)
+    out << "poolrun_etcd_member_up{endpoint=\"" << labelValue(m.endpoint) << "\"} " << (m.reachable ? 1 : 0)
+        << "\n";
+  gauge(out, "poolrun_etcd_db_size_bytes", "The etcd member's database size, as it reports it.", "gauge");
+  for (const EtcdMemberStatus& m : etcd)
+    if (m.reachable)
+      out << "poolrun_etcd_db_size_bytes{endpoint=\"" << labelValue(m.endpoint) << "\"} " << m.db_size
+          << "\n";
+  return out.str();
+}
+
+std::string hostNotPooldMessage(const std::string& host) {
+  return "/metrics without a token answers a --metrics-allow address only where the request's Host names "
+         "this poold (an IP address, localhost, its --listen host, this machine's name or a --metrics-host), "
+         "not '" +
+         topo::printable(host.substr(0, 200)) +
+         "' (a page of another site could read it so): scrape by one of those, or add the name with poold "
+         "--metrics-host";
+}
+
+HttpReply standbyMetricsReply(const HttpRequest& req, MetricsAccess& access, TokenStore& tokens,
+                              const std::function<std::string()>& series) {
+  auto refuse = [](int status, const std::string& message, const char* reason) {
+    HttpReply r{status, nlohmann::json{{"error", message}, {"reason", reason}}.dump(
+                            -1, ' ', false, nlohmann::json::error_handler_t::replace)};
+    if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"poold\"");
+    return r;
+  };
+  if (req.method != "GET")
+    return refuse(405, "/metrics takes GET, not " + topo::printable(req.method), "method_not_allowed");
+  bool allowed = access.allowsPeer(req.peer) && access.allowsHost(req.host);
+  if (!allowed && access.allowsPeer(req.peer) && req.authorization.empty())
+    return refuse(403, hostNotPooldMessage(req.host), "forbidden");
+  const std::string prefix = "Bearer ";
+  if (!allowed) {
+    if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
+      return refuse(401, "no bearer token (send `Authorization: Bearer TOKEN`)", "unauthorized");
+    const std::string token = req.authorization.substr(prefix.size());
+    if (!tokens.find(token) && !access.isScrapeToken(token))
+      return refuse(401, "the token sent is not in poold's token file", "unauthorized");
+  }
+  return {200, series(), "text/plain; version=0.0.4"};
 }
 
 AddressRange parseAddressRange(const std::string& text, const std::string& option) {

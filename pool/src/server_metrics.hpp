@@ -56,6 +56,9 @@ class ServerMetrics {
   std::map<std::string, int64_t> gpuMillis(const std::map<std::string, Lease>& held, TimePoint now);
   std::string render(const PoolStatus& pool, const HttpServerStats& http,
                      const std::map<std::string, int64_t>& gpu_millis) const;
+  // The process's series alone (poolrun_build_info, process_start_time_seconds), which render()
+  // ends with: all a standby has of its own besides replicaSeries().
+  std::string renderProcess() const;
 
  private:
   int64_t sinceStart(const Lease& lease, TimePoint now) const;  // its GPU-ms since poold started
@@ -71,6 +74,14 @@ class ServerMetrics {
   std::map<std::string, int64_t> ended_millis_;  // GPU-ms of ended leases, by owner
   std::map<std::string, int64_t> shown_millis_;  // the last gpuMillis() answer, by owner
 };
+
+struct EtcdMemberStatus;
+class TokenStore;
+
+// A replica's own series with --store etcd://, the same on the leader and a standby (Prometheus
+// scrapes each, and tells them apart by `instance`): poolrun_leader (1 or 0) and what this replica
+// sees of etcd's members (poolrun_etcd_member_up, poolrun_etcd_db_size_bytes by endpoint).
+std::string replicaSeries(bool leading, const std::vector<EtcdMemberStatus>& etcd);
 
 // An IPv4 or IPv6 prefix: "10.0.0.0/8", "::1/128", or one address ("127.0.0.1").
 struct AddressRange {
@@ -123,5 +134,15 @@ class MetricsAccess {
   std::string token_;
   topo::FileWatch watch_;
 };
+
+// The 403's message where an allowed address sends a Host that does not name this poold.
+std::string hostNotPooldMessage(const std::string& host);
+
+// GET /metrics on a standby, which has no PoolServer: the leader's access rules (a user's or
+// administrator's token of `tokens`, the scrape token, an allowed peer whose Host names poold; 401
+// or 403 otherwise, as the leader says them) and `series` (the standby's own: no pool series,
+// which are the leader's alone) for those it lets in.
+HttpReply standbyMetricsReply(const HttpRequest& req, MetricsAccess& access, TokenStore& tokens,
+                              const std::function<std::string()>& series);
 
 }  // namespace poolrun::pool

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include "etcd_client.hpp"
 #include "http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "server_metrics.hpp"
 #include "support/temp_dir.hpp"
+#include "tokens.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -213,6 +215,47 @@ TEST(MetricsAllow, TheHostMustNamePoold) {
             std::string::npos);
   EXPECT_EQ(scrape("rebound.attacker.example", "Bearer tok-alice-0123456789").status, 200) << "a token";
   EXPECT_EQ(scrape("127.0.0.1", "", "10.0.0.1").status, 401) << "not an allowed address";
+}
+
+// A standby's /metrics (it has no PoolServer): the leader's access rules, and its own series.
+TEST(StandbyMetrics, TakesTheLeadersAccessRulesAndServesItsOwnSeries) {
+  test::TempDir dir;
+  TokenStore tokens(dir.write("tokens", "tok-alice-0123456789 alice user\n"), [](const std::string&) {});
+  MetricsAccess access(dir.write("scrape", "scrape-0123456789\n"), parseAddressRanges("10.0.0.0/8", "x"),
+                       {"head"}, [](const std::string&) {});
+  EtcdMemberStatus up, down;
+  up.endpoint = "e1:2379";
+  up.reachable = true;
+  up.db_size = 4096;
+  down.endpoint = "e2:2379";
+  const std::string series = replicaSeries(false, {up, down});
+  EXPECT_NE(series.find("\npoolrun_leader 0\n"), std::string::npos) << series;
+  EXPECT_NE(series.find("\npoolrun_etcd_member_up{endpoint=\"e1:2379\"} 1\n"), std::string::npos) << series;
+  EXPECT_NE(series.find("\npoolrun_etcd_member_up{endpoint=\"e2:2379\"} 0\n"), std::string::npos) << series;
+  EXPECT_NE(series.find("\npoolrun_etcd_db_size_bytes{endpoint=\"e1:2379\"} 4096\n"), std::string::npos);
+  EXPECT_EQ(series.find("poolrun_etcd_db_size_bytes{endpoint=\"e2:2379\"}"), std::string::npos);
+  auto scrape = [&](const std::string& peer, const std::string& host, const std::string& authorization,
+                    const std::string& method = "GET") {
+    HttpRequest r;
+    r.method = method;
+    r.target = "/metrics";
+    r.segments = {"metrics"};
+    r.peer = peer;
+    r.host = host;
+    r.authorization = authorization;
+    return standbyMetricsReply(r, access, tokens, [] { return std::string("poolrun_leader 0\n"); });
+  };
+  EXPECT_EQ(scrape("10.1.2.3", "head:7450", "").status, 200);
+  EXPECT_EQ(scrape("10.1.2.3", "head:7450", "").body, "poolrun_leader 0\n");
+  EXPECT_EQ(scrape("10.1.2.3", "rebound.attacker.example", "").status, 403);
+  EXPECT_EQ(scrape("192.0.2.1", "head", "Bearer scrape-0123456789").status, 200);
+  EXPECT_EQ(scrape("192.0.2.1", "head", "Bearer tok-alice-0123456789").status, 200);
+  HttpReply none = scrape("192.0.2.1", "head", "");
+  EXPECT_EQ(none.status, 401);
+  ASSERT_EQ(none.headers.size(), 1u);
+  EXPECT_EQ(none.headers[0].second, "Bearer realm=\"poold\"");
+  EXPECT_EQ(scrape("192.0.2.1", "head", "Bearer tok-nobody-0123456789").status, 401);
+  EXPECT_EQ(scrape("10.1.2.3", "head", "", "POST").status, 405);
 }
 
 }  // namespace
