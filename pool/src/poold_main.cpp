@@ -352,8 +352,8 @@ int main(int argc, char** argv) {
                        " needs --advertise http://HOST:PORT (the URL clients reach this "
                        "replica at, given to them by the other replicas)");
       client = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
-      // /metrics asks every member for its status: on connections of its own, so that a member that
-      // does not answer holds up a scrape, never the campaign or a commit.
+      // /metrics and /v1/replicas ask every member for its status: on connections of their own, so
+      // that a member that does not answer holds up a scrape, never the campaign or a commit.
       metricsEtcd = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
       leadership = std::make_unique<pool::EtcdLeadership>(client, etcdPrefix, advertise, etcdTtl);
     }
@@ -431,7 +431,7 @@ int main(int argc, char** argv) {
         return std::make_unique<pool::EtcdStore>(client, etcdPrefix, *fence, etcdMaxTxnOps);
       };
       opt.serving = [l = leadership.get()] { return l->leading(); };
-      opt.replicas = [client, l = leadership.get(), advertise, store, etcdPrefix] {
+      opt.replicas = [metricsEtcd, l = leadership.get(), advertise, store, etcdPrefix] {
         nlohmann::json out = {{"store", store + " (prefix " + etcdPrefix + ")"},
                               {"replicas", nlohmann::json::array()},
                               {"etcd", nlohmann::json::array()}};
@@ -440,7 +440,7 @@ int main(int argc, char** argv) {
             out["replicas"].push_back({{"url", url}, {"leader", url == advertise}});
         } catch (const Error&) {  // etcd's members below say why
         }
-        for (const pool::EtcdMemberStatus& m : client->status())
+        for (const pool::EtcdMemberStatus& m : metricsEtcd->status())
           out["etcd"].push_back({{"endpoint", m.endpoint},
                                  {"reachable", m.reachable},
                                  {"leader", m.reachable && m.member_id == m.leader_id},

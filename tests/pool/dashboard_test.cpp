@@ -175,7 +175,7 @@ TEST_F(DashboardServed, UnknownAndHostilePathsGet404NamingWhatIsServed) {
     EXPECT_EQ(r.status, 404) << path << ": " << r.body;
     json body = json::parse(r.body);
     EXPECT_NE(body["error"].get<std::string>().find(
-                  "index.html, app.js, style.css under /ui/; open / for the dashboard"),
+                  "index.html, app.js, replicas.js, style.css under /ui/; open / for the dashboard"),
               std::string::npos)
         << body;
   }
