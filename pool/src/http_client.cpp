@@ -267,6 +267,7 @@ class HttpPool : public PoolControl, public AgentLink {
     connection_ = std::make_unique<HttpConnection>(replicas_[replica].host, replicas_[replica].port, token_);
   }
 
+  // The index of `a` among the replicas known; replicas_.size() where it is none of them.
   size_t known(const HttpAddress& a) const {
     for (size_t i = 0; i < replicas_.size(); ++i)
       if (replicas_[i].host == a.host && replicas_[i].port == a.port) return i;
@@ -279,7 +280,8 @@ class HttpPool : public PoolControl, public AgentLink {
   // send the token anywhere).
   size_t replicaOf(const std::string& location, const std::string& at, const std::string& method,
                    const std::string& path) {
-    if (location.starts_with("/")) return current_;  // the same origin
+    // A path alone is the same origin; "//host/..." is another host's.
+    if (location.starts_with("/") && !location.starts_with("//")) return current_;
     const size_t slash = location.find("//") == std::string::npos
                              ? std::string::npos
                              : location.find('/', location.find("//") + 2);

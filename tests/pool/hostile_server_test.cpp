@@ -80,7 +80,14 @@ TEST(RedirectedClient, NeverSendsItsTokenToAnotherOrigin) {
     EXPECT_NE(what.find("name it in --pool"), std::string::npos) << what;
   }
   EXPECT_TRUE(elsewhere.seen().empty()) << "a request reached the other origin";
-  // Nor to one a URL that is no http:// origin names.
+  // Nor to another host named without a scheme ("//host:port/path"), nor to a URL that is no
+  // http:// origin.
+  const std::string elsewhereHost = elsewhere.url().substr(std::string("http:").size());
+  FakeServer schemeless([&](const HttpRequest& req) {
+    return HttpReply{307, "{}", "application/json", {{"Location", elsewhereHost + req.target}}};
+  });
+  EXPECT_THROW(client(schemeless.url())->leases(), PoolError);
+  EXPECT_TRUE(elsewhere.seen().empty()) << "a request reached the other origin";
   FakeServer odd([](const HttpRequest&) {
     return HttpReply{307, "{}", "application/json", {{"Location", "ftp://x/"}}};
   });
