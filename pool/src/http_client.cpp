@@ -2,6 +2,7 @@
 
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "embedded.hpp"
@@ -9,6 +10,7 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/state.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/nesting.hpp"
 #include "queue_wait.hpp"
 
@@ -59,11 +61,14 @@ std::string originOf(const HttpAddress& a) {
 // Both a pool client and a node agent's link: one connection, one way to call poold. With several
 // replicas, the connection is to the one that last answered as the leader; a call that finds it
 // gone (no connection, 503 not_leader or no_leader) tries the next, and follows a standby's
-// redirect (307) to the leader.
+// redirect (307) to the leader where that is a replica it knows.
 class HttpPool : public PoolControl, public AgentLink {
  public:
   HttpPool(std::string uri, std::vector<HttpAddress> replicas, const ClientOptions& options)
-      : uri_(std::move(uri)), token_(options.token), replicas_(std::move(replicas)) {
+      : uri_(std::move(uri)),
+        token_(options.token),
+        replicas_(std::move(replicas)),
+        named_(replicas_.size()) {
     // Sent as it is in a header: a control character or a byte past ASCII would corrupt the
     // request, and poold knows no token outside these bounds (a --token-file is checked as read).
     if (!token_.empty() && !validToken(token_))
@@ -262,14 +267,61 @@ class HttpPool : public PoolControl, public AgentLink {
     connection_ = std::make_unique<HttpConnection>(replicas_[replica].host, replicas_[replica].port, token_);
   }
 
-  // The replica a redirect names (added to those known where it is new).
-  size_t replicaOf(const std::string& location) {
-    std::string origin = location.substr(0, location.find('/', location.find("//") + 2));
-    HttpAddress a = parseHttpUri(origin);
+  // The index of `a` among the replicas known; replicas_.size() where it is none of them.
+  size_t known(const HttpAddress& a) const {
     for (size_t i = 0; i < replicas_.size(); ++i)
       if (replicas_[i].host == a.host && replicas_[i].port == a.port) return i;
-    replicas_.push_back(a);
-    return replicas_.size() - 1;
+    return replicas_.size();
+  }
+
+  // The replica a redirect from `at` names. The token goes only to the replicas the user named and
+  // to those a named replica that leads lists (GET /v1/replicas) for the same pool: a redirect to any
+  // other origin is refused, never followed (a standby, or anything in its place, could otherwise
+  // send the token anywhere).
+  size_t replicaOf(const std::string& location, const std::string& at, const std::string& method,
+                   const std::string& path) {
+    // A path alone is the same origin; "//host/..." is another host's.
+    if (location.starts_with("/") && !location.starts_with("//")) return current_;
+    const size_t slash = location.find("//") == std::string::npos
+                             ? std::string::npos
+                             : location.find('/', location.find("//") + 2);
+    const std::string origin = location.substr(0, slash);
+    std::optional<HttpAddress> a;
+    try {
+      if (origin.starts_with("http://")) a = parseHttpUri(origin);
+    } catch (const Error&) {
+    }
+    if (a && known(*a) < replicas_.size()) return known(*a);
+    if (a && listedByALeader(*a)) {
+      replicas_.push_back(*a);
+      return replicas_.size() - 1;
+    }
+    throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
+                    at + " redirected " + method + " " + path.substr(0, path.find('?')) + " to '" +
+                        topo::printable(location.substr(0, 200)) + "', which is no replica named in " + uri_ +
+                        " nor one the pool's leader lists: not followed, so that the token is not sent "
+                        "there; if it is a replica of this pool, name it in --pool (or POOLRUN_POOL) "
+                        "with the others");
+  }
+
+  // Whether a named replica that leads (it answers GET /v1/replicas itself; a standby redirects)
+  // lists `a` among the replicas of its pool.
+  bool listedByALeader(const HttpAddress& a) {
+    for (size_t i = 0; i < named_; ++i) {
+      try {
+        HttpConnection c(replicas_[i].host, replicas_[i].port, token_);
+        c.connect_timeout = milliseconds(2000);
+        c.io_timeout = milliseconds(5000);
+        HttpResponse r = c.request("GET", "/v1/replicas", "");
+        if (r.status != 200) continue;
+        for (const json& replica : json::parse(r.body).value("replicas", json::array())) {
+          HttpAddress listed = parseHttpUri(replica.value("url", ""));
+          if (listed.host == a.host && listed.port == a.port) return true;
+        }
+      } catch (const std::exception&) {  // unreachable, not JSON, a bad URL: no list from it
+      }
+    }
+    return false;
   }
 
   // Every call is safe to repeat: reads, release, renew and the admin commands are idempotent,
@@ -278,7 +330,11 @@ class HttpPool : public PoolControl, public AgentLink {
     std::lock_guard<std::mutex> lock(mu_);
     std::string text = body.is_null() ? std::string() : body.dump();
     const bool several = replicas_.size() > 1;
-    const auto deadline = Steady::now() + std::max(timeouts.io, kFailoverBudget);
+    // The budget is the whole call's, whatever one attempt's timeout: a failover is waited for up to
+    // kFailoverBudget (docs/ha.md), not up to the 30 s an attempt may take.
+    const auto deadline = Steady::now() + kFailoverBudget;
+    const std::string budget =
+        std::to_string(std::chrono::duration_cast<seconds>(kFailoverBudget).count()) + " s";
     const size_t from = current_;
     std::string why;      // why the call left the replica it started on
     std::string refusal;  // what the last replica that answered 503 said
@@ -294,12 +350,9 @@ class HttpPool : public PoolControl, public AgentLink {
         // A kept-alive connection can fail once where a fresh one succeeds.
         if (attempt == 0 && e.kind() == HttpFailed::Kind::kTransfer) continue;
         if (several && Steady::now() >= deadline && !refusal.empty())
-          throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
-                          "no replica of the pool at " + uri_ + " could answer within " +
-                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                 std::max(timeouts.io, kFailoverBudget))
-                                                 .count()) +
-                              " s: " + refusal);
+          throw PoolError(
+              PoolFailure::kOther, ErrorCode::kIo,
+              "no replica of the pool at " + uri_ + " could answer within " + budget + ": " + refusal);
         if (!several || Steady::now() >= deadline)
           throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
                           "cannot reach poold at " + (several ? uri_ + " (last " + at + ")" : uri_) + " (" +
@@ -314,7 +367,7 @@ class HttpPool : public PoolControl, public AgentLink {
       // A standby names the leader: 307 to it, or 503 while there is none.
       if ((reply.status == 307 || reply.status == 308) && !reply.location.empty() && ++redirects <= 5 &&
           Steady::now() < deadline) {
-        connect(replicaOf(reply.location));
+        connect(replicaOf(reply.location, at, method, path));
         continue;
       }
       // 503 from a replica: no_leader (an election is under way: wait for it, even with one URL),
@@ -337,6 +390,11 @@ class HttpPool : public PoolControl, public AgentLink {
           continue;
         }
       }
+      // Refused to the end of the budget: by every replica (or the one, with no leader).
+      if (reply.status == 503 && !refusal.empty() && Steady::now() >= deadline)
+        throw PoolError(
+            PoolFailure::kOther, ErrorCode::kIo,
+            "no replica of the pool at " + uri_ + " could answer within " + budget + ": " + refusal);
       break;
     }
     // One line when the pool's leader moved under a client that had one (a renewal across a
@@ -397,7 +455,8 @@ class HttpPool : public PoolControl, public AgentLink {
   std::string uri_;
   std::string token_;
   std::mutex mu_;
-  std::vector<HttpAddress> replicas_;
+  std::vector<HttpAddress> replicas_;  // the named ones first, then those their leader listed
+  size_t named_ = 0;
   size_t current_ = 0;
   bool answered_ = false;  // a call got a reply: a later move to another replica is a failover
   uint64_t moves_ = 0;     // calls that left their replica for another

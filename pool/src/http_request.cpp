@@ -1,5 +1,6 @@
 #include "http_request.hpp"
 
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -52,9 +53,16 @@ std::string errorBody(const std::string& message, const char* reason) {
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void setLimits(Parser& parser, const HttpServerOptions& options) {
+void HeaderEnd::operator()(std::uint64_t, beast::string_view, beast::error_code&) {
+  if (fields == std::numeric_limits<size_t>::max())
+    fields = static_cast<size_t>(std::distance(parser->get().begin(), parser->get().end()));
+}
+
+void setLimits(Parser& parser, const HttpServerOptions& options, HeaderEnd& end) {
   parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
   parser.body_limit(options.max_body_bytes);
+  end = HeaderEnd{&parser};
+  parser.on_chunk_header(end);
 }
 
 HttpReply failureReply(beast::error_code ec, const HttpServerOptions& options) {
@@ -82,8 +90,13 @@ HttpReply failureReply(beast::error_code ec, const HttpServerOptions& options) {
   return r;
 }
 
-bool takeRequest(Parser& parser, const std::string& peer, HttpRequest& req, HttpReply& error) {
+bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, HttpRequest& req,
+                 HttpReply& error) {
   auto& msg = parser.get();
+  // A trailer's fields (after the last chunk) are not the header's: discarded, whatever they say.
+  size_t kept = 0;
+  for (auto field = msg.begin(); field != msg.end();)
+    field = kept < end.fields ? (++kept, std::next(field)) : msg.erase(field);
   // A body framed by anything but Content-Length or a lone `chunked` coding: the parser would frame
   // it by one of them and what is left would read as the next request (request smuggling, where
   // a proxy in front frames it the other way). Refused, and the connection closed.
@@ -116,7 +129,13 @@ bool takeRequest(Parser& parser, const std::string& peer, HttpRequest& req, Http
   }
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
+  if (msg.count(http::field::host) > 1) {  // which name the client meant would be a guess
+    error.status = 400;
+    error.body = errorBody("a request with more than one Host header: send one", "bad_request");
+    return false;
+  }
   req.authorization = std::string(msg[http::field::authorization]);
+  req.host = std::string(msg[http::field::host]);
   req.body = std::move(msg.body());
   req.peer = peer;
   if (parseTarget(req.target, req.segments, req.query)) return true;
@@ -174,7 +193,8 @@ bool parseTarget(const std::string& target, std::vector<std::string>& segments,
 bool parseRequest(const std::string& bytes, const HttpServerOptions& options, HttpRequest& out,
                   HttpReply& error) {
   Parser parser;
-  setLimits(parser, options);
+  HeaderEnd end;
+  setLimits(parser, options, end);
   beast::error_code ec;
   size_t used = 0;
   while (!parser.is_done() && used < bytes.size()) {
@@ -195,7 +215,7 @@ bool parseRequest(const std::string& bytes, const HttpServerOptions& options, Ht
     error = failureReply(ec, options);
     return false;
   }
-  return takeRequest(parser, "fuzz", out, error);
+  return takeRequest(parser, end, "fuzz", out, error);
 }
 
 }  // namespace poolrun::pool

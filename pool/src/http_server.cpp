@@ -136,7 +136,7 @@ struct HttpServer::Impl {
     void readRequest() {
       if (closed_) return;
       parser_.emplace();
-      setLimits(*parser_, server_.opt);
+      setLimits(*parser_, server_.opt, headerEnd_);
       if (buffer_.size() > 0) return takeBuffered();
       // Waiting for a request: the idle deadline on a kept-alive connection; the header deadline
       // starts at its first byte. A new connection that has sent nothing yet gets the header
@@ -227,7 +227,7 @@ struct HttpServer::Impl {
       unsigned version = parser_->get().version();
       HttpRequest req;
       HttpReply bad;
-      if (!takeRequest(*parser_, peer_, req, bad)) {
+      if (!takeRequest(*parser_, headerEnd_, peer_, req, bad)) {
         ++server_.n_bad;
         const bool close = bad.close;
         return write(std::move(bad), keepAlive && !close, version);
@@ -300,6 +300,7 @@ struct HttpServer::Impl {
     std::string peer_;
     beast::flat_buffer buffer_;
     std::optional<Parser> parser_;
+    HeaderEnd headerEnd_;  // of parser_'s request
     bool closed_ = false;
     bool served_ = false;  // a request was read on this connection
   };

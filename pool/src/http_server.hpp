@@ -43,6 +43,7 @@ struct HttpRequest {
   std::vector<std::string> segments;         // the path's segments, percent-decoded
   std::map<std::string, std::string> query;  // percent-decoded; the last of repeated names
   std::string authorization;                 // the Authorization header, empty where absent
+  std::string host;                          // the Host header as sent ("head:7450"), empty where absent
   std::string body;
   // The client's IP address as the socket reports it ("10.1.2.3", "::1"; an IPv4 client of a
   // dual-stack socket as "::ffff:10.1.2.3"): what per-address limits and /metrics access go by.

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstring>
@@ -20,9 +21,11 @@
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/version.hpp"
 #include "server_metrics.hpp"
+#include "tokens.hpp"
 
 namespace {
 
@@ -50,7 +53,7 @@ std::string usage() {
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
-         "             [--history-interval SECONDS]\n"
+         "             [--metrics-host NAME[,NAME...]] [--history-interval SECONDS]\n"
          "             [--store sqlite|etcd://HOST:PORT[,HOST:PORT...] --advertise http://THIS:PORT\n"
          "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS] [--etcd-max-txn-ops N]]\n"
          "       poold --help | --version\n"
@@ -124,6 +127,9 @@ std::string usage() {
          "                                re-read when it changes\n"
          "  --metrics-allow ADDR[,ADDR...]  clients from these addresses or prefixes read /metrics\n"
          "                                without a token (10.0.0.0/8, 127.0.0.1/32, ::1/128; repeatable)\n"
+         "  --metrics-host NAME[,NAME...]  a name such a client may scrape poold by, besides an IP\n"
+         "                                address, localhost, the --listen host and this machine's name\n"
+         "                                (any other Host is refused: DNS rebinding; repeatable)\n"
          "  --history-interval SECONDS    between samples of the dashboard's history charts (default " +
          n(d.history_interval.count()) + "; the last " + n(d.history_samples) +
          " are kept)\n"
@@ -170,6 +176,8 @@ poolrun::pool::HttpReply standbyReply(const poolrun::pool::HttpRequest& req, con
 
 // A standby's server of redirects, stopped (and its thread joined) however main ends.
 struct StandbyServer {
+  std::unique_ptr<poolrun::pool::TokenStore> tokens;  // for /metrics
+  std::unique_ptr<poolrun::pool::MetricsAccess> access;
   std::unique_ptr<poolrun::pool::HttpServer> server;
   std::thread thread;
   void stop() {
@@ -283,6 +291,18 @@ int main(int argc, char** argv) {
         std::string v = value();
         pool::parseAddressRanges(v, a);
         opt.metrics_allow.push_back(v);
+      } else if (a == "--metrics-host") {
+        const std::string v = value();
+        for (size_t start = 0; start <= v.size();) {
+          const size_t end = std::min(v.find(',', start), v.size());
+          const std::string name = v.substr(start, end - start);
+          if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                     "0123456789.-_") != std::string::npos)
+            throw badInput("--metrics-host '" + topo::printable(v) + "': '" + topo::printable(name) +
+                           "' is not a host name (letters, digits, '.', '-', '_'; several: a,b)");
+          opt.metrics_hosts.push_back(name);
+          start = end + 1;
+        }
       } else if (a == "--store") {
         store = value();
         if (store != "sqlite") pool::parseEtcdUri(store);
@@ -292,7 +312,7 @@ int main(int argc, char** argv) {
           throw badInput("--etcd-prefix '" + etcdPrefix + "': expected a key prefix such as /poolrun");
       } else if (a == "--advertise") {
         advertise = value();
-        pool::parseHttpUri(advertise);
+        opt.metrics_hosts.push_back(pool::parseHttpUri(advertise).host);
         if (!advertise.starts_with("http://"))
           throw badInput("--advertise '" + advertise + "': expected http://HOST:PORT");
       } else if (a == "--etcd-max-txn-ops") {
@@ -323,13 +343,17 @@ int main(int argc, char** argv) {
     std::unique_ptr<pool::EtcdLeadership> leadership;
     std::atomic<pool::PoolServer*> running{nullptr};
     std::atomic<bool> stopRequested{false};
-    std::shared_ptr<pool::EtcdClient> client;
+    std::shared_ptr<pool::EtcdClient> client, metricsEtcd;
+    const pool::ServerMetrics processMetrics;  // a standby's start time and version
     if (store != "sqlite") {
       if (advertise.empty())
         throw badInput("--store " + store +
                        " needs --advertise http://HOST:PORT (the URL clients reach this "
                        "replica at, given to them by the other replicas)");
       client = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
+      // /metrics and /v1/replicas ask every member for its status: on connections of their own, so
+      // that a member that does not answer holds up a scrape, never the campaign or a commit.
+      metricsEtcd = std::make_shared<pool::EtcdClient>(pool::parseEtcdUri(store));
       leadership = std::make_unique<pool::EtcdLeadership>(client, etcdPrefix, advertise, etcdTtl);
     }
     std::thread([&, stopSignals] {
@@ -351,7 +375,21 @@ int main(int argc, char** argv) {
       h.workers = 4;
       h.max_connections = std::min(opt.max_connections, 1024);
       h.idle_timeout = std::chrono::milliseconds(5000);
+      // A standby answers /metrics itself (its own series, poolrun_leader 0), with the leader's access
+      // rules: Prometheus scrapes every replica, and a redirect stored the leader's series under each.
+      auto warn = [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; };
+      standby.tokens = std::make_unique<pool::TokenStore>(opt.token_file, warn);
+      std::vector<pool::AddressRange> allowed;
+      for (const std::string& list : opt.metrics_allow)
+        for (pool::AddressRange& r : pool::parseAddressRanges(list, "--metrics-allow")) allowed.push_back(r);
+      standby.access =
+          std::make_unique<pool::MetricsAccess>(opt.metrics_token_file, std::move(allowed),
+                                                pool::metricsHostNames(opt.host, opt.metrics_hosts), warn);
       standby.server = std::make_unique<pool::HttpServer>(h, [&](const pool::HttpRequest& req) {
+        if (req.segments == std::vector<std::string>{"metrics"})
+          return pool::standbyMetricsReply(req, *standby.access, *standby.tokens, [&] {
+            return pool::replicaSeries(false, metricsEtcd->status()) + processMetrics.renderProcess();
+          });
         std::lock_guard<std::mutex> lock(leaderMu);
         return standbyReply(req, leaderNow, etcdProblem);
       });
@@ -392,7 +430,7 @@ int main(int argc, char** argv) {
         return std::make_unique<pool::EtcdStore>(client, etcdPrefix, *fence, etcdMaxTxnOps);
       };
       opt.serving = [l = leadership.get()] { return l->leading(); };
-      opt.replicas = [client, l = leadership.get(), advertise, store, etcdPrefix] {
+      opt.replicas = [metricsEtcd, l = leadership.get(), advertise, store, etcdPrefix] {
         nlohmann::json out = {{"store", store + " (prefix " + etcdPrefix + ")"},
                               {"replicas", nlohmann::json::array()},
                               {"etcd", nlohmann::json::array()}};
@@ -401,7 +439,7 @@ int main(int argc, char** argv) {
             out["replicas"].push_back({{"url", url}, {"leader", url == advertise}});
         } catch (const Error&) {  // etcd's members below say why
         }
-        for (const pool::EtcdMemberStatus& m : client->status())
+        for (const pool::EtcdMemberStatus& m : metricsEtcd->status())
           out["etcd"].push_back({{"endpoint", m.endpoint},
                                  {"reachable", m.reachable},
                                  {"leader", m.reachable && m.member_id == m.leader_id},
@@ -416,10 +454,9 @@ int main(int argc, char** argv) {
         std::cerr << "poold: warning: " << e.what() << "\n";
       }
       const auto since = std::chrono::system_clock::now();
-      opt.more_metrics = [elections, since] {
+      opt.more_metrics = [elections, since, metricsEtcd] {
         const double t = std::chrono::duration<double>(since.time_since_epoch()).count();
-        return "# HELP poolrun_leader Whether this poold replica leads the pool (standbys redirect /metrics "
-               "to the leader).\n# TYPE poolrun_leader gauge\npoolrun_leader 1\n"
+        return pool::replicaSeries(true, metricsEtcd->status()) +
                "# HELP poolrun_leader_since_seconds When this replica took the lead (Unix time).\n"
                "# TYPE poolrun_leader_since_seconds gauge\npoolrun_leader_since_seconds " +
                std::to_string(t) +

@@ -323,7 +323,10 @@ struct PoolServer::Impl {
   // is nobody (an empty owner). A refused token is never echoed, not even in part.
   TokenEntry authenticate(const HttpRequest& req, const Route& r) {
     const bool scrape = r.label == "/metrics";
-    if (scrape && metrics_access->allowsPeer(req.peer)) return {};
+    if (scrape && metrics_access->allowsPeer(req.peer)) {
+      if (metrics_access->allowsHost(req.host)) return {};
+      if (req.authorization.empty()) throw HttpError{403, hostNotPooldMessage(req.host), "forbidden"};
+    }
     const std::string prefix = "Bearer ";
     if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
       throw HttpError{401, "no bearer token (send `Authorization: Bearer TOKEN`)", "unauthorized"};
@@ -941,7 +944,8 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   std::vector<AddressRange> allowed;
   for (const std::string& list : m.opt.metrics_allow)
     for (AddressRange& r : parseAddressRanges(list, "--metrics-allow")) allowed.push_back(std::move(r));
-  m.metrics_access = std::make_unique<MetricsAccess>(m.opt.metrics_token_file, std::move(allowed), warn);
+  m.metrics_access = std::make_unique<MetricsAccess>(m.opt.metrics_token_file, std::move(allowed),
+                                                     metricsHostNames(m.opt.host, m.opt.metrics_hosts), warn);
   m.pool = std::make_unique<CommittedState>(
       m.opt.open_store ? m.opt.open_store()
                        : std::make_unique<Store>(m.opt.state_dir / "pool.sqlite", m.opt.durability));

@@ -2,11 +2,16 @@
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <iomanip>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "etcd_client.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/version.hpp"
 #include "tokens.hpp"
@@ -241,11 +246,69 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
         "GPU-seconds held by each owner's leases since poold started, those still held included.", "counter");
   for (const auto& [owner, ms] : gpuMillis)
     out << "poolrun_gpu_seconds_total{owner=\"" << labelValue(owner) << "\"} " << millisText(ms) << "\n";
+  return out.str() + renderProcess();
+}
+
+std::string ServerMetrics::renderProcess() const {
+  std::ostringstream out;
   gauge(out, "poolrun_build_info", "poold's version; the value is 1.", "gauge");
   out << "poolrun_build_info{version=\"" << labelValue(version_) << "\"} 1\n";
   gauge(out, "process_start_time_seconds", "When poold started, in seconds since the Unix epoch.", "gauge");
   out << "process_start_time_seconds " << millisText(millisOf(start_)) << "\n";
   return out.str();
+}
+
+std::string replicaSeries(bool leading, const std::vector<EtcdMemberStatus>& etcd) {
+  std::ostringstream out;
+  gauge(out, "poolrun_leader",
+        "Whether this poold replica leads the pool: 1 on the leader, 0 on a standby (which exports only "
+        "its own series; the pool's are the leader's).",
+        "gauge");
+  out << "poolrun_leader " << (leading ? 1 : 0) << "\n";
+  gauge(out, "poolrun_etcd_member_up", "Whether the etcd member answered this replica's status request.",
+        "gauge");
+  for (const EtcdMemberStatus& m : etcd)
+    out << "poolrun_etcd_member_up{endpoint=\"" << labelValue(m.endpoint) << "\"} " << (m.reachable ? 1 : 0)
+        << "\n";
+  gauge(out, "poolrun_etcd_db_size_bytes", "The etcd member's database size, as it reports it.", "gauge");
+  for (const EtcdMemberStatus& m : etcd)
+    if (m.reachable)
+      out << "poolrun_etcd_db_size_bytes{endpoint=\"" << labelValue(m.endpoint) << "\"} " << m.db_size
+          << "\n";
+  return out.str();
+}
+
+std::string hostNotPooldMessage(const std::string& host) {
+  return "/metrics without a token answers a --metrics-allow address only where the request's Host names "
+         "this poold (an IP address, localhost, its --listen host, this machine's name or a --metrics-host), "
+         "not '" +
+         topo::printable(host.substr(0, 200)) +
+         "' (a page of another site could read it so): scrape by one of those, or add the name with poold "
+         "--metrics-host";
+}
+
+HttpReply standbyMetricsReply(const HttpRequest& req, MetricsAccess& access, TokenStore& tokens,
+                              const std::function<std::string()>& series) {
+  auto refuse = [](int status, const std::string& message, const char* reason) {
+    HttpReply r{status, nlohmann::json{{"error", message}, {"reason", reason}}.dump(
+                            -1, ' ', false, nlohmann::json::error_handler_t::replace)};
+    if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"poold\"");
+    return r;
+  };
+  if (req.method != "GET")
+    return refuse(405, "/metrics takes GET, not " + topo::printable(req.method), "method_not_allowed");
+  bool allowed = access.allowsPeer(req.peer) && access.allowsHost(req.host);
+  if (!allowed && access.allowsPeer(req.peer) && req.authorization.empty())
+    return refuse(403, hostNotPooldMessage(req.host), "forbidden");
+  const std::string prefix = "Bearer ";
+  if (!allowed) {
+    if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
+      return refuse(401, "no bearer token (send `Authorization: Bearer TOKEN`)", "unauthorized");
+    const std::string token = req.authorization.substr(prefix.size());
+    if (!tokens.find(token) && !access.isScrapeToken(token))
+      return refuse(401, "the token sent is not in poold's token file", "unauthorized");
+  }
+  return {200, series(), "text/plain; version=0.0.4"};
 }
 
 AddressRange parseAddressRange(const std::string& text, const std::string& option) {
@@ -316,8 +379,32 @@ std::string readScrapeToken(const std::filesystem::path& file) {
   return readClientToken(file, "the scrape token");  // checked as a client's token
 }
 
-MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed, Warn warn)
+namespace {
+
+// A host name as compared: lower case, without the trailing dot of a fully qualified name.
+std::string hostKey(std::string name) {
+  name = common::lower(name);
+  while (!name.empty() && name.back() == '.') name.pop_back();
+  return name;
+}
+
+}  // namespace
+
+std::vector<std::string> metricsHostNames(const std::string& listen_host, std::vector<std::string> more) {
+  more.push_back(listen_host);
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') {
+    more.emplace_back(name);
+    more.push_back(std::string(name).substr(0, std::string(name).find('.')));
+  }
+  return more;
+}
+
+MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed,
+                             std::vector<std::string> names, Warn warn)
     : file_(std::move(token_file)), allowed_(std::move(allowed)), warn_(std::move(warn)) {
+  for (const std::string& n : names)
+    if (!n.empty()) names_.push_back(hostKey(n));
   if (file_.empty()) return;
   struct stat st {};
   const bool stated = stat(file_.c_str(), &st) == 0;
@@ -328,6 +415,28 @@ MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<Addre
 bool MetricsAccess::allowsPeer(const std::string& peer) const {
   for (const AddressRange& r : allowed_)
     if (addressIn(peer, r)) return true;
+  return false;
+}
+
+bool MetricsAccess::allowsHost(const std::string& host) const {
+  if (host.empty()) return true;  // HTTP/1.0 without one; a browser always sends it
+  std::string name = host;
+  if (name.front() == '[') {  // [v6]:port
+    const size_t close = name.find(']');
+    if (close == std::string::npos) return false;
+    const std::string rest = name.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return false;
+    name = name.substr(1, close - 1);
+    in6_addr a6{};
+    return inet_pton(AF_INET6, name.c_str(), &a6) == 1;
+  }
+  if (const size_t colon = name.find(':'); colon != std::string::npos) name.resize(colon);
+  in_addr a4{};
+  if (inet_pton(AF_INET, name.c_str(), &a4) == 1) return true;
+  name = hostKey(name);
+  if (name == "localhost") return true;
+  for (const std::string& n : names_)
+    if (n == name) return true;
   return false;
 }
 

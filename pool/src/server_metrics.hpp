@@ -56,6 +56,9 @@ class ServerMetrics {
   std::map<std::string, int64_t> gpuMillis(const std::map<std::string, Lease>& held, TimePoint now);
   std::string render(const PoolStatus& pool, const HttpServerStats& http,
                      const std::map<std::string, int64_t>& gpu_millis) const;
+  // The process's series alone (poolrun_build_info, process_start_time_seconds), which render()
+  // ends with: all a standby has of its own besides replicaSeries().
+  std::string renderProcess() const;
 
  private:
   int64_t sinceStart(const Lease& lease, TimePoint now) const;  // its GPU-ms since poold started
@@ -71,6 +74,14 @@ class ServerMetrics {
   std::map<std::string, int64_t> ended_millis_;  // GPU-ms of ended leases, by owner
   std::map<std::string, int64_t> shown_millis_;  // the last gpuMillis() answer, by owner
 };
+
+struct EtcdMemberStatus;
+class TokenStore;
+
+// A replica's own series with --store etcd://, the same on the leader and a standby (Prometheus
+// scrapes each, and tells them apart by `instance`): poolrun_leader (1 or 0) and what this replica
+// sees of etcd's members (poolrun_etcd_member_up, poolrun_etcd_db_size_bytes by endpoint).
+std::string replicaSeries(bool leading, const std::vector<EtcdMemberStatus>& etcd);
 
 // An IPv4 or IPv6 prefix: "10.0.0.0/8", "::1/128", or one address ("127.0.0.1").
 struct AddressRange {
@@ -92,23 +103,46 @@ bool addressIn(const std::string& peer, const AddressRange& range);
 // not 8 to 512 printable characters.
 std::string readScrapeToken(const std::filesystem::path& file);
 
-// Who may read /metrics without a user's token: a peer in the allowed ranges, or a request with the
-// scrape token (the file is read again when it changes; a file that cannot be read keeps the token
-// read before, with a warning).
+// The names MetricsAccess takes as a request's Host besides IP addresses and localhost: `listen_host`
+// (poold --listen), this machine's name (gethostname's, and its first label), and `more`.
+std::vector<std::string> metricsHostNames(const std::string& listen_host, std::vector<std::string> more);
+
+// Who may read /metrics without a user's token: a peer in the allowed ranges that names this poold
+// in its Host header, or a request with the scrape token (the file is read again when it changes; a
+// file that cannot be read keeps the token read before, with a warning).
 class MetricsAccess {
  public:
   using Warn = std::function<void(const std::string&)>;
-  MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed, Warn warn);
+  // `names`: the host names a request from an allowed peer may send as its Host besides an IP
+  // address and localhost (poold's --listen host, this machine's name, --advertise's host and
+  // --metrics-host), compared without case.
+  MetricsAccess(std::filesystem::path token_file, std::vector<AddressRange> allowed,
+                std::vector<std::string> names, Warn warn);
   bool allowsPeer(const std::string& peer) const;
+  // Whether `host` (a Host header: "head:7450", "[::1]:7450", empty where none was sent) names this
+  // poold. A page of another site that a browser on an allowed address loads, its name rebound to
+  // poold's address (DNS rebinding), sends its own name: its scripts may not read /metrics.
+  bool allowsHost(const std::string& host) const;
   bool isScrapeToken(const std::string& token);
 
  private:
   std::filesystem::path file_;
   std::vector<AddressRange> allowed_;
+  std::vector<std::string> names_;  // lower case, no trailing dot
   Warn warn_;
   std::mutex mu_;
   std::string token_;
   topo::FileWatch watch_;
 };
+
+// The 403's message where an allowed address sends a Host that does not name this poold.
+std::string hostNotPooldMessage(const std::string& host);
+
+// GET /metrics on a standby, which has no PoolServer: the leader's access rules (a user's or
+// administrator's token of `tokens`, the scrape token, an allowed peer whose Host names poold; 401
+// or 403 otherwise, as the leader says them) and `series` (the standby's own: no pool series,
+// which are the leader's alone) for those it lets in.
+HttpReply standbyMetricsReply(const HttpRequest& req, MetricsAccess& access, TokenStore& tokens,
+                              const std::function<std::string()>& series);
 
 }  // namespace poolrun::pool

@@ -6,8 +6,11 @@
 // element per GPU would not paint 100,000 GPUs in 2 s. A switch's canvas is redrawn only when what
 // it shows changed, and only while it is on the screen (or near it): the others when scrolled to.
 
+import { leaderGone, otherReplicas, strandedMessage } from '/ui/replicas.js';
+
 const POLL_MS = 1000;
 const HISTORY_MS = 10000;
+const REPLICAS_MS = 60000;  // a replica's list changes at a failover, and the leader asks etcd for it
 const TOKEN_KEY = 'poolrun.token';
 
 const $ = (id) => document.getElementById(id);
@@ -38,15 +41,17 @@ const view = {
   snap: null, prev: null, queue: [], history: null,
   nodeOfGpu: null, nodeIndex: new Map(), groups: [], groupKey: '',
   selected: -1, pinned: false, colour: 'state', running: false, lastGood: 0,
+  replicas: [],  // the pool's other replicas, as the leader last listed them (replicas.js)
 };
 window.poolrunPerf = { firstRenderMs: null, updates: [] };
 
 // ---- poold's API ----
 
 class ApiError extends Error {
-  constructor(status, message) {
+  constructor(status, message, reason) {
     super(message);
     this.status = status;
+    this.reason = reason || '';
   }
 }
 
@@ -59,12 +64,13 @@ async function request(method, path) {
   }
   const text = await r.text();
   if (!r.ok) {
-    let message = `${r.status} ${r.statusText}`;
+    let message = `${r.status} ${r.statusText}`, reason = '';
     try {
       const body = JSON.parse(text);
       if (body.error) message = body.error;
+      if (typeof body.reason === 'string') reason = body.reason;
     } catch (e) { /* not JSON: the status line says it */ }
-    throw new ApiError(r.status, message);
+    throw new ApiError(r.status, message, reason);
   }
   return text;
 }
@@ -800,11 +806,13 @@ async function refresh() {
     showError(null);
   } catch (e) {
     if (e.status === 401) {
-      signOut(`poold refused the token: ${e.message}. Sign in with a token of poold's token file.`);
+      signOut(`poold refused the token: ${e.message}. Sign in with your token: the first word of your line in poold's token file.`);
       return;
     }
     const since = view.lastGood ? `; what is shown is from ${new Date(view.lastGood).toLocaleTimeString()}` : '';
-    showError(`${e.status ? `poold answered ${e.status}: ` : ''}${e.message}. Trying again every ${POLL_MS / 1000} s${since}.`);
+    const stranded = leaderGone(e.status, e.reason) && strandedMessage(location.origin, e.message, view.replicas);
+    if (stranded) showError(stranded.text, stranded.links);
+    else showError(`${e.status ? `poold answered ${e.status}: ` : ''}${e.message}. Trying again every ${POLL_MS / 1000} s${since}.`);
   }
   timer = setTimeout(refresh, POLL_MS);
 }
@@ -820,10 +828,27 @@ async function refreshHistory() {
   setTimeout(refreshHistory, every);
 }
 
-function showError(text) {
+// `links`: URLs (replicas.js checked them: http or https) shown after the text, one link each.
+function showError(text, links = []) {
   const box = $('error');
   box.hidden = !text;
   box.textContent = text || '';
+  if (text && links.length) {
+    box.append(' ');
+    links.forEach((url, i) => box.append(i ? ', ' : '', el('a', { href: url + '/', rel: 'noreferrer' }, url)));
+  }
+}
+
+// The pool's other replicas, while this poold leads (404: one poold, no replicas). Kept as they
+// were when it stops answering: then they are what the page can name.
+async function refreshReplicas() {
+  if (!view.token) return;
+  try {
+    view.replicas = otherReplicas(JSON.parse(await request('GET', '/v1/replicas')), location.origin);
+  } catch (e) {
+    if (e.status === 404) view.replicas = [];
+  }
+  setTimeout(refreshReplicas, REPLICAS_MS);
 }
 
 function signOut(message) {
@@ -845,6 +870,7 @@ function start() {
   renderLegend();
   refresh();
   refreshHistory();
+  refreshReplicas();
 }
 
 $('signin-form').addEventListener('submit', (e) => {

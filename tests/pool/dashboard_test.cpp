@@ -156,6 +156,18 @@ TEST_F(DashboardServed, FilesAreServedWithoutATokenUnderAStrictPolicy) {
   EXPECT_EQ(index.body.find("style=\""), std::string::npos) << "no inline style";
 }
 
+// The sign-in says what to paste: the token alone, the first word of a line of the token file (a
+// whole line, owner and role too, was what "a line of poold's token file" asked for).
+TEST_F(DashboardServed, TheSignInSaysWhatToPaste) {
+  const std::string index = ask("GET", "/").body;
+  const size_t label = index.find("<label for=\"token\">");
+  ASSERT_NE(label, std::string::npos) << index;
+  const std::string text = index.substr(label, index.find("</label>", label) - label);
+  EXPECT_NE(text.find("the first word of your line in poold's token file"), std::string::npos) << text;
+  EXPECT_NE(text.find("POOLRUN_TOKEN"), std::string::npos) << text;
+  EXPECT_EQ(text.find("a line of poold's token file"), std::string::npos) << text;
+}
+
 TEST_F(DashboardServed, UnknownAndHostilePathsGet404NamingWhatIsServed) {
   for (const char* path : {"/ui/", "/ui", "/ui/nope.js", "/ui/..", "/ui/%2e%2e%2fpoold.lock", "/ui/app.js/x",
                            "/ui/.%2e/state/pool.sqlite", "/ui/%2Fetc%2Fpasswd", "/ui/APP.JS"}) {
@@ -163,7 +175,7 @@ TEST_F(DashboardServed, UnknownAndHostilePathsGet404NamingWhatIsServed) {
     EXPECT_EQ(r.status, 404) << path << ": " << r.body;
     json body = json::parse(r.body);
     EXPECT_NE(body["error"].get<std::string>().find(
-                  "index.html, app.js, style.css under /ui/; open / for the dashboard"),
+                  "index.html, app.js, replicas.js, style.css under /ui/; open / for the dashboard"),
               std::string::npos)
         << body;
   }

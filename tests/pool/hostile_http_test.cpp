@@ -439,6 +439,56 @@ TEST_F(Hostile, SmallRefusalsSayWhatWasWrong) {
   EXPECT_EQ(json::parse(bodyOf(unknown))["reason"], "not_found") << unknown;
 }
 
+// The fields of a chunked body's trailer are not the request's headers: an Authorization there
+// authenticated an administrator's drain with no token in the header. Whole in one read, and with
+// the body read after the header, a trailer's token counts for nothing.
+TEST_F(Hostile, ATrailersFieldsAreDiscarded) {
+  start();
+  const std::string head = "POST /v1/nodes/hgx01/drain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n";
+  const std::string body = "2\r\n{}\r\n0\r\nAuthorization: Bearer tok-root-0123456789\r\n\r\n";
+  std::string whole = ask(port_, head + "\r\n" + body);
+  EXPECT_EQ(statusOf(whole), 401) << whole;
+  Raw split(port_);
+  ASSERT_TRUE(split.send(head + "\r\n"));
+  std::this_thread::sleep_for(100ms);  // the header read alone; the body by the body's read
+  ASSERT_TRUE(split.send(body));
+  auto replies = split.readReplies(1, 10s);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(statusOf(replies[0]), 401) << replies[0];
+  // A user's token in the header and an administrator's in the trailer: the user's alone counts.
+  std::string user = ask(port_, head + "Authorization: Bearer tok-alice-0123456789\r\n\r\n" + body);
+  EXPECT_EQ(statusOf(user), 403) << user;
+  std::string nodes = bodyOf(ask(port_, request("GET", "/v1/nodes")));
+  EXPECT_EQ(nodes.find("draining"), std::string::npos) << nodes;
+
+  HttpRequest parsed;
+  HttpReply error;
+  ASSERT_TRUE(parseRequest(head + "Authorization: Bearer tok-alice-0123456789\r\n\r\n" + body,
+                           HttpServerOptions{}, parsed, error))
+      << error.body;
+  EXPECT_EQ(parsed.authorization, "Bearer tok-alice-0123456789");
+  EXPECT_EQ(parsed.body, "{}");
+}
+
+// /metrics without a token from an allowed address, through the server: only where the Host names
+// poold (DNS rebinding), and a request with two Host headers is refused.
+TEST_F(Hostile, MetricsFromAnAllowedAddressNeedAHostThatNamesPoold) {
+  ServerOptions o;
+  o.metrics_allow = {"127.0.0.1/32"};
+  start(o);
+  auto scrape = [&](const std::string& hosts) {
+    return ask(port_, "GET /metrics HTTP/1.1\r\n" + hosts + "\r\n");
+  };
+  std::string ours = scrape("Host: 127.0.0.1:" + std::to_string(port_) + "\r\n");
+  EXPECT_EQ(statusOf(ours), 200) << ours.substr(0, 300);
+  std::string rebound = scrape("Host: rebound.attacker.example:" + std::to_string(port_) + "\r\n");
+  EXPECT_EQ(statusOf(rebound), 403) << rebound;
+  EXPECT_EQ(rebound.find("poolrun_gpus"), std::string::npos) << rebound;
+  std::string twice = scrape("Host: 127.0.0.1\r\nHost: rebound.attacker.example\r\n");
+  EXPECT_EQ(statusOf(twice), 400) << twice;
+  EXPECT_NE(twice.find("more than one Host header"), std::string::npos) << twice;
+}
+
 // A connection that never sends a byte is closed at the header deadline, not the idle one of a
 // kept-alive connection: 1,024 of them held every slot of their address for the idle minute.
 TEST_F(Hostile, AConnectionThatSaysNothingIsClosedAtTheHeaderDeadline) {

@@ -261,6 +261,11 @@ TEST_F(Operations, PooldRefusesBadMetricsOptionsNamingTheValue) {
     EXPECT_EQ(r.status, 2) << r.err;
     EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
   }
+  for (const std::string bad : {"head,,node", "a b", "evil/x"}) {
+    test::ProcessResult r = test::runShell(base + "--metrics-host '" + bad + "'");
+    EXPECT_EQ(r.status, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("--metrics-host '" + bad + "'"), std::string::npos) << r.err;
+  }
   EXPECT_FALSE(std::filesystem::exists(state() / "pool.sqlite")) << "refused before the state was touched";
 }
 

@@ -2,12 +2,16 @@
 // --metrics-allow, the scrape token file, the lease counters and GPU-seconds per owner, /healthz
 // and the 401 a refused token gets (PoolServer::handle).
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include "etcd_client.hpp"
 #include "http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "server_metrics.hpp"
 #include "support/temp_dir.hpp"
+#include "tokens.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -168,6 +172,90 @@ TEST_F(Served, A401CarriesWwwAuthenticateAndNoPartOfTheToken) {
   EXPECT_NE(get("/v1/status", "Bearer " + token).body.find("the token sent is not in poold's token file"),
             std::string::npos);
   EXPECT_TRUE(get("/v1/status", "Bearer tok-alice-0123456789").headers.empty());
+}
+
+// An allowed address reads /metrics without a token only where its Host names this poold: a page
+// of another site, its name rebound to poold's address (DNS rebinding), sends its own name. A token
+// reads it whatever the Host.
+TEST(MetricsAllow, TheHostMustNamePoold) {
+  test::TempDir dir;
+  ServerOptions o;
+  o.state_dir = dir.path() / "state";
+  o.token_file = dir.write("tokens", "tok-alice-0123456789 alice user\n");
+  o.metrics_allow = {"127.0.0.1/32,::1/128"};
+  o.metrics_hosts = {"Head.Example.Org"};
+  PoolServer server(o);
+  auto scrape = [&](const std::string& host, const std::string& authorization = "",
+                    const std::string& peer = "127.0.0.1") {
+    HttpRequest r;
+    r.method = "GET";
+    r.target = "/metrics";
+    std::map<std::string, std::string> query;
+    parseTarget(r.target, r.segments, query);
+    r.host = host;
+    r.authorization = authorization;
+    r.peer = peer;
+    return server.handle(r);
+  };
+  for (const std::string host : {"127.0.0.1:7450", "127.0.0.1", "localhost:7450", "LOCALHOST", "[::1]:7450",
+                                 "10.1.2.3:7450", "head.example.org:7450", "head.example.org.", ""}) {
+    HttpReply r = scrape(host);
+    EXPECT_EQ(r.status, 200) << host << ": " << r.body;
+  }
+  char name[256] = {};
+  ASSERT_EQ(gethostname(name, sizeof name - 1), 0);
+  EXPECT_EQ(scrape(std::string(name) + ":7450").status, 200) << "this machine's name: " << name;
+  for (const std::string host : {"rebound.attacker.example:7450", "rebound.attacker.example", "head.example",
+                                 "[::1", "127.0.0.1.attacker.example", "localhost.attacker.example"}) {
+    HttpReply r = scrape(host);
+    EXPECT_EQ(r.status, 403) << host << ": " << r.body;
+    EXPECT_NE(r.body.find("--metrics-host"), std::string::npos) << r.body;
+  }
+  EXPECT_NE(scrape("rebound.attacker.example:7450").body.find("'rebound.attacker.example:7450'"),
+            std::string::npos);
+  EXPECT_EQ(scrape("rebound.attacker.example", "Bearer tok-alice-0123456789").status, 200) << "a token";
+  EXPECT_EQ(scrape("127.0.0.1", "", "10.0.0.1").status, 401) << "not an allowed address";
+}
+
+// A standby's /metrics (it has no PoolServer): the leader's access rules, and its own series.
+TEST(StandbyMetrics, TakesTheLeadersAccessRulesAndServesItsOwnSeries) {
+  test::TempDir dir;
+  TokenStore tokens(dir.write("tokens", "tok-alice-0123456789 alice user\n"), [](const std::string&) {});
+  MetricsAccess access(dir.write("scrape", "scrape-0123456789\n"), parseAddressRanges("10.0.0.0/8", "x"),
+                       {"head"}, [](const std::string&) {});
+  EtcdMemberStatus up, down;
+  up.endpoint = "e1:2379";
+  up.reachable = true;
+  up.db_size = 4096;
+  down.endpoint = "e2:2379";
+  const std::string series = replicaSeries(false, {up, down});
+  EXPECT_NE(series.find("\npoolrun_leader 0\n"), std::string::npos) << series;
+  EXPECT_NE(series.find("\npoolrun_etcd_member_up{endpoint=\"e1:2379\"} 1\n"), std::string::npos) << series;
+  EXPECT_NE(series.find("\npoolrun_etcd_member_up{endpoint=\"e2:2379\"} 0\n"), std::string::npos) << series;
+  EXPECT_NE(series.find("\npoolrun_etcd_db_size_bytes{endpoint=\"e1:2379\"} 4096\n"), std::string::npos);
+  EXPECT_EQ(series.find("poolrun_etcd_db_size_bytes{endpoint=\"e2:2379\"}"), std::string::npos);
+  auto scrape = [&](const std::string& peer, const std::string& host, const std::string& authorization,
+                    const std::string& method = "GET") {
+    HttpRequest r;
+    r.method = method;
+    r.target = "/metrics";
+    r.segments = {"metrics"};
+    r.peer = peer;
+    r.host = host;
+    r.authorization = authorization;
+    return standbyMetricsReply(r, access, tokens, [] { return std::string("poolrun_leader 0\n"); });
+  };
+  EXPECT_EQ(scrape("10.1.2.3", "head:7450", "").status, 200);
+  EXPECT_EQ(scrape("10.1.2.3", "head:7450", "").body, "poolrun_leader 0\n");
+  EXPECT_EQ(scrape("10.1.2.3", "rebound.attacker.example", "").status, 403);
+  EXPECT_EQ(scrape("192.0.2.1", "head", "Bearer scrape-0123456789").status, 200);
+  EXPECT_EQ(scrape("192.0.2.1", "head", "Bearer tok-alice-0123456789").status, 200);
+  HttpReply none = scrape("192.0.2.1", "head", "");
+  EXPECT_EQ(none.status, 401);
+  ASSERT_EQ(none.headers.size(), 1u);
+  EXPECT_EQ(none.headers[0].second, "Bearer realm=\"poold\"");
+  EXPECT_EQ(scrape("192.0.2.1", "head", "Bearer tok-nobody-0123456789").status, 401);
+  EXPECT_EQ(scrape("10.1.2.3", "head", "", "POST").status, 405);
 }
 
 }  // namespace

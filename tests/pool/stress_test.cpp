@@ -700,6 +700,65 @@ TEST(Failover, PoolctlStatusAndMetricsShowTheReplicasAndEtcdsMembers) {
       << out;
 }
 
+// Prometheus scrapes every replica. A standby answers /metrics itself, with the leader's access
+// rules: poolrun_leader 0, its own process and etcd series, none of the pool's (before, it
+// redirected to the leader, whose series were then stored under both and the GPU total doubled).
+TEST(Failover, AStandbyServesItsOwnMetricsAndNoneOfThePools) {
+  POOLRUN_TEST_REQUIRE_ETCD();
+  test::TempDir dir;
+  auto tokens = dir.write("tokens", test::kTokens);
+  test::EtcdCluster etcd(3);
+  Replicas replicas(etcd, 2, dir, tokens);
+  const int leader = replicas.leader(std::chrono::seconds(10));
+  ASSERT_GE(leader, 0);
+  const int standby = 1 - leader;
+  auto get = [&](int i, const std::string& path, const std::string& token) {
+    httplib::Client c("127.0.0.1", replicas.port(i));
+    c.set_follow_location(false);
+    httplib::Headers headers;
+    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+    return c.Get(path, headers);
+  };
+  auto lead = get(leader, "/metrics", "tok-root-0123456789");
+  ASSERT_TRUE(lead);
+  ASSERT_EQ(lead->status, 200) << lead->body;
+  EXPECT_NE(lead->body.find("\npoolrun_leader 1\n"), std::string::npos) << lead->body;
+  EXPECT_NE(lead->body.find("\npoolrun_gpus{state=\"free\"} "), std::string::npos) << lead->body;
+  auto own = get(standby, "/metrics", "tok-alice-0123456789");
+  ASSERT_TRUE(own);
+  ASSERT_EQ(own->status, 200) << own->status << " " << own->get_header_value("Location") << own->body;
+  const std::string& m = own->body;
+  EXPECT_NE(m.find("\npoolrun_leader 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nprocess_start_time_seconds "), std::string::npos) << m;
+  EXPECT_NE(m.find("\npoolrun_build_info{version="), std::string::npos) << m;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NE(m.find("\npoolrun_etcd_member_up{endpoint=\"127.0.0.1:" + std::to_string(etcd.clientPort(i)) +
+                     "\"} 1\n"),
+              std::string::npos)
+        << m;
+  for (const char* pools : {"poolrun_gpus", "poolrun_nodes", "poolrun_leases", "poolrun_queue",
+                            "poolrun_leader_elections_total", "poolrun_request_duration_seconds"})
+    EXPECT_EQ(m.find(pools), std::string::npos) << pools << " is the leader's alone: " << m;
+  if (test::runShell("command -v promtool").status == 0) {
+    test::ProcessResult r =
+        test::runShell("promtool check metrics < " + dir.write("standby.txt", m).string());
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+  }
+  // The leader's access rules: no token, or one poold does not know, gets 401.
+  auto none = get(standby, "/metrics", "");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401) << none->body;
+  EXPECT_EQ(none->get_header_value("WWW-Authenticate"), "Bearer realm=\"poold\"");
+  auto unknown = get(standby, "/metrics", "tok-nobody-0123456789");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 401) << unknown->body;
+  EXPECT_EQ(unknown->body.find("poolrun_leader"), std::string::npos);
+  // Every other path still goes to the leader.
+  auto status = get(standby, "/v1/status", "tok-alice-0123456789");
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->status, 307);
+}
+
 auto storeName = [](const auto& info) { return info.param; };
 INSTANTIATE_TEST_SUITE_P(Sqlite, PooldConcurrency, ::testing::Values("sqlite"), storeName);
 INSTANTIATE_TEST_SUITE_P(Etcd, PooldConcurrency, ::testing::Values("etcd"), storeName);

@@ -54,6 +54,10 @@ struct ServerOptions {
   // ("10.0.0.0/8", "127.0.0.1/32", "::1/128") without a token. A bad one throws kBadInput.
   std::filesystem::path metrics_token_file;
   std::vector<std::string> metrics_allow;
+  // The names a client from a --metrics-allow address may send as its Host to read /metrics without
+  // a token, besides an IP address, localhost, `host` and this machine's name (poold --metrics-host
+  // and --advertise's host): a page of another site rebound to poold's address sends its own.
+  std::vector<std::string> metrics_hosts;
 
   // The dashboard's history charts (GET /v1/history): a sample of the pool's use every
   // history_interval, the last history_samples kept in memory (56 bytes each: 6 hours at 10 s in
