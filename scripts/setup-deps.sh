@@ -17,7 +17,7 @@ packages=(
   slurm-wlm munge
   prometheus
   python3-torch
-  chromium chromium-driver python3-selenium
+  chromium chromium-driver python3-selenium nodejs
   etcd-server etcd-client
 )
 
@@ -42,6 +42,8 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # files 32 MB, the driver 9 MB, Selenium 0.1 MB) and some 370 MB installed, plus their libraries
 # (GTK and the like, most already here for other packages); on this machine they installed in 41 s
 # together with two small packages (measured 2026-12-02, from /var/log/apt/history.log).
+# nodejs runs the dashboard's failover logic outside the browser (pool/ui/replicas.js,
+# tests/pool/dashboard/replicas_test.mjs); already installed on this project's machines (2026-12-05).
 # etcd-server and etcd-client (etcd 3.4: two static Go binaries, about 40 MB installed, no other
 # package) run the tests of poold's etcd store and its replicas (docs/ha.md); the Debian service
 # they enable is not needed and is disabled below.
