@@ -8,6 +8,7 @@
 
 #include "command_options.hpp"
 #include "poolrun/launcher/commands.hpp"
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/sysfs.hpp"
@@ -113,10 +114,16 @@ int topoCommand(const std::vector<std::string>& args, std::ostream& out, std::os
     if (output.empty()) {
       out << text;
     } else {
-      std::ofstream file(output, std::ios::binary);
-      file << text;
-      if (!file)
-        throw Error(ErrorCode::kIo, output + ": cannot write (check the folder exists and is writable)");
+      std::error_code ec;
+      const auto type = std::filesystem::status(output, ec).type();
+      if (type == std::filesystem::file_type::character || type == std::filesystem::file_type::fifo) {
+        std::ofstream file(output, std::ios::binary);  // /dev/stdout, a pipe: written to, not replaced
+        file << text;
+        if (!file) throw Error(ErrorCode::kIo, output + ": cannot write to it");
+      } else {
+        // Whole or not at all, and never through a link planted at the name (job_directory.hpp).
+        writeFileAtomically(output, text, std::nullopt, Durability::kSynced);
+      }
     }
     return 0;
   } catch (const std::exception& e) {

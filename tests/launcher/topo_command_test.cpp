@@ -86,6 +86,23 @@ TEST(TopoCommandTest, NcclXmlDotAndSvg) {
   }
 }
 
+// -o FILE replaces the file whole: a link planted at the name is replaced, never written through
+// (the file it points at keeps its text); a device such as /dev/null is written to, not replaced.
+TEST(TopoCommandTest, OutputIsNeverWrittenThroughALink) {
+  TempDir tmp;
+  const std::filesystem::path victim = tmp.write("victim", "the victim's own text\n");
+  const std::filesystem::path out = tmp.path() / "topo.json";
+  std::filesystem::create_symlink(victim, out);
+  Result r = poolrun("topo --from " + shipped() + " --format json -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(poolrun::test::slurp(victim), "the victim's own text\n");
+  EXPECT_FALSE(std::filesystem::is_symlink(out));
+  EXPECT_TRUE(nlohmann::json::accept(poolrun::test::slurp(out)));
+  Result devnull = poolrun("topo --from " + shipped() + " --format json -o /dev/null");
+  ASSERT_EQ(devnull.status, 0) << devnull.err;
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}
+
 TEST(TopoCommandTest, ThisMachine) {
   Result r = poolrun("topo --format json");
   ASSERT_EQ(r.status, 0) << r.err;
