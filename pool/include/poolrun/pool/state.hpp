@@ -43,6 +43,8 @@ struct NodeLive {
   std::vector<topo::NicPortSample> nics;
   std::map<size_t, std::vector<topo::GpuProcess>> foreign;     // GPUs running processes of no lease
   std::map<std::pair<size_t, uint64_t>, uint64_t> xid_counts;  // (GPU, XID): events since poold started
+  // The GPUs the last heartbeat's reply asked MPS daemons for (nullopt: no reply since poold started).
+  std::optional<std::set<size_t>> mps_asked;
 };
 
 struct PoolNode {
@@ -474,6 +476,9 @@ class PoolState {
   TimePoint last_pass_{};  // when the last one ran
 
   // The live pool.
+  // Throws kBadInput for a heartbeat that names a GPU the node does not have (a sample, an MPS
+  // error), or an MPS error for a GPU poold never asked a daemon for (without shares).
+  void checkHeartbeat(const PoolNode& node, const Heartbeat& hb) const;
   void updateLiveness(TimePoint now);
   void reclaimIdle(TimePoint now);
   Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
