@@ -669,6 +669,11 @@ std::string PoolState::checkInvariants() const {
       if (!ids || std::find(ids->begin(), ids->end(), id) == ids->end())
         return "lease " + id + "'s share of " + g.node + ":" + std::to_string(g.index) + " is not counted";
     }
+  std::unordered_map<std::string, size_t> queued;
+  for (const auto& [ticket, e] : queue_) ++queued[e.request.owner];
+  if (queued != queued_by_owner_)
+    return "the count of queued requests per owner (" + std::to_string(queued_by_owner_.size()) +
+           " owners) does not match the queue's entries (" + std::to_string(queued.size()) + " owners)";
   const SlotCache& c = slot_cache_;
   if (c.stale) return "";
   if (c.slots.size() != nodes_.size())
@@ -1356,13 +1361,13 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   entry.enqueued = now;
   entry.heartbeat = now;
   const int64_t ticket = entry.ticket;
-  queue_[ticket] = std::move(entry);
+  enqueue(std::move(entry));
   dirty_.counters = true;
   schedule(now);
 
   QueueEntry& e = queue_.at(ticket);
   if (e.status == QueueEntry::Status::kFailed) {
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.erase(ticket);
     size_t usable = 0;
     for (const NodeView& v : request.shared()
@@ -1398,7 +1403,7 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   SubmitResult result;
   if (e.status == QueueEntry::Status::kGranted) {
     result.lease = leases_.at(e.lease_id);
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.erase(ticket);
     return result;
   }
@@ -1406,7 +1411,7 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   for (size_t i = 0; i < order.size(); ++i)
     if (order[i]->ticket == ticket) result.position = static_cast<int>(i + 1);
   if (!queue) {
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.erase(ticket);
     replan_ = true;  // what the pass promised it no longer holds
     return result;
@@ -1448,7 +1453,7 @@ PollResult PoolState::poll(int64_t ticket, TimePoint now) {
   } else {
     r.reason = e.reason;
   }
-  queue_.erase(it);
+  dequeue(it);
   dirty_.queue.insert(ticket);
   return r;
 }
@@ -1458,7 +1463,7 @@ void PoolState::cancel(int64_t ticket, TimePoint now) {
   if (it == queue_.end()) return;
   if (it->second.status == QueueEntry::Status::kGranted)
     dropLease(it->second.lease_id, LeaseEvent::Kind::kReleased, "its queued request was withdrawn");
-  queue_.erase(it);
+  dequeue(it);
   dirty_.queue.insert(ticket);
   schedule(now);
 }
@@ -1541,7 +1546,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
   for (int64_t ticket : stale) {
     if (queue_.at(ticket).status == QueueEntry::Status::kGranted)
       dropLease(queue_.at(ticket).lease_id, LeaseEvent::Kind::kExpired, "its queued client stopped polling");
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.insert(ticket);
     replan_ = true;
   }
@@ -1735,8 +1740,25 @@ void PoolState::loadLease(Lease lease) {
 }
 
 void PoolState::loadQueueEntry(QueueEntry entry) {
-  int64_t t = entry.ticket;
-  queue_[t] = std::move(entry);
+  if (auto known = queue_.find(entry.ticket); known != queue_.end()) dequeue(known);
+  enqueue(std::move(entry));
+}
+
+void PoolState::enqueue(QueueEntry entry) {
+  ++queued_by_owner_[entry.request.owner];
+  const int64_t ticket = entry.ticket;
+  queue_[ticket] = std::move(entry);
+}
+
+void PoolState::dequeue(std::map<int64_t, QueueEntry>::iterator it) {
+  auto owner = queued_by_owner_.find(it->second.request.owner);
+  if (owner != queued_by_owner_.end() && --owner->second == 0) queued_by_owner_.erase(owner);
+  queue_.erase(it);
+}
+
+size_t PoolState::queuedBy(const std::string& owner) const {
+  auto it = queued_by_owner_.find(owner);
+  return it == queued_by_owner_.end() ? 0 : it->second;
 }
 
 void PoolState::loadCounters(uint64_t leases_granted, int64_t next_ticket) {
@@ -1788,6 +1810,7 @@ void PoolState::clear() {
   leases_.clear();
   elastic_leases_.clear();
   queue_.clear();
+  queued_by_owner_.clear();
   requests_.clear();
   requests_by_time_.clear();
   leases_granted_ = 0;

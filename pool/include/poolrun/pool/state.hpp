@@ -250,6 +250,10 @@ class PoolState {
   const std::map<std::string, PoolNode>& nodeMap() const { return nodes_; }
   const std::map<std::string, Lease>& leaseMap() const { return leases_; }
   const std::map<int64_t, QueueEntry>& queueMap() const { return queue_; }
+  // How many entries of the queue are `owner`'s (waiting, or granted or failed and not yet
+  // collected by a poll): what poold's --max-queued-per-owner limits. Kept as the queue changes
+  // (and rebuilt by loadQueueEntry after a restart): a lookup, not a walk over the queue.
+  size_t queuedBy(const std::string& owner) const;
   std::vector<const PoolNode*> nodesInOrder() const;
   GpuState gpuState(const std::string& node, size_t index) const;
   const std::string* holder(const std::string& node, size_t index) const;  // lease id or null
@@ -460,6 +464,10 @@ class PoolState {
   std::map<std::string, Lease> leases_;
   std::set<std::string> elastic_leases_;  // the ids of leases_ that are elastic (growElastic's)
   std::map<int64_t, QueueEntry> queue_;
+  std::unordered_map<std::string, size_t> queued_by_owner_;  // queuedBy(): entries of queue_ per owner
+  // Every change to queue_'s entries goes through these two, which keep queued_by_owner_.
+  void enqueue(QueueEntry entry);
+  void dequeue(std::map<int64_t, QueueEntry>::iterator it);
   std::map<std::string, RememberedRequest> requests_;
   std::set<std::pair<TimePoint, std::string>> requests_by_time_;  // the same, oldest first
   void forgetRequests(TimePoint now);  // those past kRequestMemory, and the oldest beyond the most
