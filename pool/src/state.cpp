@@ -1853,8 +1853,15 @@ std::string PoolState::waitReason(int64_t ticket) const {
            (ahead.empty() ? std::string() : "; behind ticket " + std::to_string(ahead.front()));
   }
   int free = 0;
+  std::vector<std::string_view> draining;  // nodes that would match, but take no new lease
   for (const Slot& slot : slots()) {
     const PoolNode& node = *slot.node;
+    if (node.state == NodeState::kDraining && nodeMatches(node, r, true))
+      for (size_t i = 0; i < node.unitCount(); ++i)
+        if (unitMatches(node, i, r)) {
+          draining.push_back(node.name);
+          break;
+        }
     auto isFree = unheld(0, slot);
     int n = 0;
     for (size_t i = 0; i < node.unitCount(); ++i)
@@ -1864,24 +1871,39 @@ std::string PoolState::waitReason(int64_t ticket) const {
   const bool constrained = !r.gpu_model.empty() || r.min_memory_bytes > 0 || r.fabric || !r.labels.empty();
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
                      ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
+  // A request its quota's limit holds back is not about to start, whatever is free.
+  const std::string limit = quotas_.empty() ? std::string() : overLimit(r, quotaBook());
   if (free >= r.gpus) {
     if (!place(nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld), r))
       text += ", not in that shape";
-    else if (ahead.empty())
+    else if (ahead.empty() && limit.empty())
       text += ", about to start";
-    else
+    else if (!ahead.empty())
       text += std::string(", held for the requests ahead") +
               (r.max_duration ? " (it would not end before they start)"
                               : " (with a maximum duration it could start in a gap)");
   }
-  if (!quotas_.empty())
-    if (std::string limit = overLimit(r, quotaBook()); !limit.empty()) text += "; over its quota: " + limit;
-  size_t victims = 0;
+  if (!draining.empty()) {
+    text += draining.size() == 1 ? " (node " : " (nodes ";
+    for (size_t i = 0; i < draining.size() && i < 3; ++i)
+      text += (i == 0 ? "" : ", ") + std::string(draining[i]);
+    if (draining.size() > 3) text += " and " + std::to_string(draining.size() - 3) + " more";
+    text += draining.size() == 1 ? " is draining: no new lease there)" : " are draining: no new lease there)";
+  }
+  if (!limit.empty()) text += "; over its quota: " + limit;
+  // Victims of lower priority, and leases of equal or higher priority reclaimed because they were
+  // borrowed beyond their quota's guarantee.
+  size_t lower = 0, borrowed = 0;
   for (const auto& [id, lease] : leases_)
-    victims += lease.preempt_at && lease.preempted_for == ticket ? 1 : 0;
-  if (victims > 0)
-    text += "; preempting " + std::to_string(victims) + (victims == 1 ? " lease" : " leases") +
-            " of lower priority (ending within the grace period)";
+    if (lease.preempt_at && lease.preempted_for == ticket) ++(lease.priority < r.priority ? lower : borrowed);
+  auto leases = [](size_t n) { return std::to_string(n) + (n == 1 ? " lease" : " leases"); };
+  if (lower + borrowed > 0)
+    text += "; preempting " + (lower > 0 ? leases(lower) + " of lower priority" : std::string()) +
+            (lower > 0 && borrowed > 0 ? " and " : "") +
+            (borrowed > 0 ? leases(borrowed) + " borrowed beyond " + (borrowed == 1 ? "its" : "their") +
+                                " quota's guarantee"
+                          : std::string()) +
+            " (ending within the grace period)";
   if (!ahead.empty()) {
     text += ahead.size() == 1 ? "; behind ticket " : "; behind tickets ";
     const size_t shown = std::min<size_t>(ahead.size(), 3);
