@@ -619,6 +619,7 @@ std::vector<NodeView> PoolState::shareViews(const LeaseRequest& r, FreeGpu freeG
 }
 
 void PoolState::heldChanged(const std::string& node, bool held) {
+  ++plan_epoch_;  // what the kept plan holds is no longer what the leases hold
   SlotCache& c = slot_cache_;
   if (c.stale) return;  // counted afresh when rebuilt
   auto it = c.index.find(node);
@@ -671,6 +672,13 @@ std::string PoolState::checkInvariants() const {
     }
   std::unordered_map<std::string, size_t> queued;
   for (const auto& [ticket, e] : queue_) ++queued[e.request.owner];
+  const size_t waitingNow =
+      static_cast<size_t>(std::count_if(queue_.begin(), queue_.end(), [](const auto& q) {
+        return q.second.status == QueueEntry::Status::kWaiting;
+      }));
+  if (waitingNow != waiting_count_)
+    return "the count of waiting requests is " + std::to_string(waiting_count_) + ", the queue has " +
+           std::to_string(waitingNow);
   if (queued != queued_by_owner_)
     return "the count of queued requests per owner (" + std::to_string(queued_by_owner_.size()) +
            " owners) does not match the queue's entries (" + std::to_string(queued.size()) + " owners)";
@@ -830,6 +838,7 @@ Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>&
   Lease lease = grant(entry.request, gpus, now);
   planned_[entry.ticket] = now;
   QueueEntry& e = queue_.at(entry.ticket);
+  if (e.status == QueueEntry::Status::kWaiting) --waiting_count_;
   e.status = QueueEntry::Status::kGranted;
   e.lease_id = lease.id;
   dirty_.queue.insert(e.ticket);
@@ -1128,24 +1137,81 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
   return !chosen.empty();
 }
 
+struct PoolState::PassPlan {
+  // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
+  // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
+  std::optional<Timeline> timeline;
+  // Preemption, once some request has to wait: the leases that may be victims (the smallest
+  // first, then the youngest), the elastic ones, and the requests whose victims are still ending.
+  std::vector<const Lease*> victims, elastic;
+  std::set<int64_t> awaitingVictims;
+  std::vector<signed char> plainNodeOk;  // per slot, for requests without node constraints
+  QuotaBook book;                        // kept up to date as the pass grants
+  // Kept for an enqueue (keptPlanFor): when the pass ran, the first end of a lease after it (the
+  // timeline frees its GPUs then, a tick drops it later), the lowest priority and the latest
+  // enqueue time of the requests it planned, and plan_epoch_ as it left it.
+  TimePoint at{}, valid_until = kNever, latest_enqueued{};
+  int lowest_priority = 0;
+  uint64_t epoch = 0;
+};
+
+PoolState::KeptPlan::KeptPlan() = default;
+PoolState::KeptPlan::~KeptPlan() = default;
+PoolState::KeptPlan::KeptPlan(const KeptPlan&) {}
+PoolState::KeptPlan& PoolState::KeptPlan::operator=(const KeptPlan&) {
+  plan.reset();
+  return *this;
+}
+PoolState::KeptPlan::KeptPlan(KeptPlan&&) noexcept {}
+PoolState::KeptPlan& PoolState::KeptPlan::operator=(KeptPlan&&) noexcept {
+  plan.reset();
+  return *this;
+}
+
 void PoolState::schedule(TimePoint now) {
+  ++passes_;
   replan_ = false;
   last_pass_ = now;
+  kept_plan_.plan.reset();
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
-  QuotaBook book = quotaBook();             // kept up to date as this pass grants
+  auto plan = std::make_unique<PassPlan>();
+  plan->book = quotaBook();
   std::optional<int> waiting;               // the highest priority of a request left waiting that may start
   std::vector<std::string> grantedElastic;  // granted their minimum in this pass
-  scheduleQueue(order, book, waiting, grantedElastic, now);
+  scheduleQueue(order, *plan, waiting, grantedElastic, now);
+  plan->epoch = plan_epoch_;  // what the growth below changes, the plan does not know
   // As large as the free GPUs let them, unless a request of equal or higher priority still waits
   // (behind them in the queue too): part of the grant, not a change of size.
+  QuotaBook& book = plan->book;
   for (const std::string& id : grantedElastic)
     if (auto l = leases_.find(id); l != leases_.end() && !(waiting && *waiting >= l->second.priority))
       growNow(l->second, book, now, false);
   growElastic(now, waiting, book);
+  if (!plan->timeline || plan->epoch != plan_epoch_) return;
+  plan->at = now;
+  plan->lowest_priority = order.back()->request.priority;  // `order` is by priority, highest first
+  for (const QueueEntry* e : order) plan->latest_enqueued = std::max(plan->latest_enqueued, e->enqueued);
+  for (const auto& [id, lease] : leases_) {
+    plan->valid_until = std::min(plan->valid_until, leaseEnd(lease, preempt_));
+    if (lease.shrink_at) plan->valid_until = std::min(plan->valid_until, shrinkEnd(lease, preempt_));
+  }
+  kept_plan_.plan = std::move(plan);
 }
 
-void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, QuotaBook& book,
+PoolState::PassPlan* PoolState::keptPlanFor(const LeaseRequest& request, TimePoint now) {
+  PassPlan* plan = kept_plan_.plan.get();
+  // A request that sorts behind every waiting one (a priority no higher than theirs, enqueued
+  // last) changes no plan ahead of it. An elastic one grows once granted: a pass's work.
+  if (plan == nullptr || replan_ || slow_scheduling_ || plan->epoch != plan_epoch_ || request.elastic())
+    return nullptr;
+  if (now < plan->at || now < plan->latest_enqueued || now >= plan->valid_until ||
+      now - plan->at >= kReplanEvery)
+    return nullptr;
+  return request.priority <= plan->lowest_priority ? plan : nullptr;
+}
+
+void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, PassPlan& pass,
                               std::optional<int>& waiting, std::vector<std::string>& grantedElastic,
                               TimePoint now) {
   if (order.empty()) return;
@@ -1155,19 +1221,18 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
   // leases hold their GPUs until their maximum end (forever without one); a request starts now
   // only when its start is now, so it never delays anyone ahead of it.
   const std::vector<Slot>& inOrder = slots();
-  // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
-  // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
-  std::optional<Timeline> timeline;
-  // Preemption, once some request has to wait: the leases that may be victims (the smallest
-  // first, then the youngest), and the requests whose victims are still ending.
-  std::vector<const Lease*> victims, elastic;
-  std::set<int64_t> awaitingVictims;
-  std::vector<signed char> plainNodeOk;  // per slot, for requests without node constraints (below)
+  std::optional<Timeline>& timeline = pass.timeline;
+  std::vector<const Lease*>& victims = pass.victims;
+  std::vector<const Lease*>& elastic = pass.elastic;
+  std::set<int64_t>& awaitingVictims = pass.awaitingVictims;
+  std::vector<signed char>& plainNodeOk = pass.plainNodeOk;
+  QuotaBook& book = pass.book;
   auto granted = [&](const Lease& lease) {
     if (const Quota* q = quotas_.of(lease.owner)) book.used[q] += static_cast<int>(lease.gpus.size());
   };
   auto failNow = [&](const QueueEntry& entry) {
     QueueEntry& e = queue_.at(entry.ticket);
+    if (e.status == QueueEntry::Status::kWaiting) --waiting_count_;
     e.status = QueueEntry::Status::kFailed;
     e.reason = "the pool can no longer satisfy a request for " + unitsText(entry.request) +
                " (GPUs failed or nodes went down)";
@@ -1363,7 +1428,24 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   const int64_t ticket = entry.ticket;
   enqueue(std::move(entry));
   dirty_.counters = true;
-  schedule(now);
+  bool last = false;  // planned behind every waiting request, against the last pass's plan
+  if (PassPlan* plan = keptPlanFor(request, now)) {
+    const uint64_t preempted = leases_preempted_, resized = leases_resized_;
+    std::optional<int> waiting;
+    std::vector<std::string> grantedElastic;
+    plan->plainNodeOk.clear();  // nodes may have changed state since
+    scheduleQueue({&queue_.at(ticket)}, *plan, waiting, grantedElastic, now);
+    if (queue_.at(ticket).status == QueueEntry::Status::kWaiting && preempted == leases_preempted_ &&
+        resized == leases_resized_) {
+      plan->latest_enqueued = now;
+      plan->lowest_priority = std::min(plan->lowest_priority, request.priority);
+      last = true;
+    } else {
+      kept_plan_.plan.reset();  // a grant or a preemption: lease ends the plan does not track
+    }
+  } else {
+    schedule(now);
+  }
 
   QueueEntry& e = queue_.at(ticket);
   if (e.status == QueueEntry::Status::kFailed) {
@@ -1407,9 +1489,13 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
     dirty_.queue.erase(ticket);
     return result;
   }
-  std::vector<const QueueEntry*> order = waitingInOrder();
-  for (size_t i = 0; i < order.size(); ++i)
-    if (order[i]->ticket == ticket) result.position = static_cast<int>(i + 1);
+  if (last) {
+    result.position = static_cast<int>(waiting_count_);
+  } else {
+    std::vector<const QueueEntry*> order = waitingInOrder();
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i]->ticket == ticket) result.position = static_cast<int>(i + 1);
+  }
   if (!queue) {
     dequeue(queue_.find(ticket));
     dirty_.queue.erase(ticket);
@@ -1746,6 +1832,7 @@ void PoolState::loadQueueEntry(QueueEntry entry) {
 
 void PoolState::enqueue(QueueEntry entry) {
   ++queued_by_owner_[entry.request.owner];
+  if (entry.status == QueueEntry::Status::kWaiting) ++waiting_count_;
   const int64_t ticket = entry.ticket;
   queue_[ticket] = std::move(entry);
 }
@@ -1753,6 +1840,7 @@ void PoolState::enqueue(QueueEntry entry) {
 void PoolState::dequeue(std::map<int64_t, QueueEntry>::iterator it) {
   auto owner = queued_by_owner_.find(it->second.request.owner);
   if (owner != queued_by_owner_.end() && --owner->second == 0) queued_by_owner_.erase(owner);
+  if (it->second.status == QueueEntry::Status::kWaiting) --waiting_count_;
   queue_.erase(it);
 }
 
@@ -1811,6 +1899,8 @@ void PoolState::clear() {
   elastic_leases_.clear();
   queue_.clear();
   queued_by_owner_.clear();
+  waiting_count_ = 0;
+  kept_plan_.plan.reset();
   requests_.clear();
   requests_by_time_.clear();
   leases_granted_ = 0;
