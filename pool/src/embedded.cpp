@@ -107,6 +107,7 @@ class EmbeddedPool : public PoolControl {
     if (sub.lease) return keepUnlessInterrupted(*sub.lease);
     if (sub.ticket == 0) throw queueTimeout(r, sub.position, description_);
     int position = sub.position;
+    std::string reason;  // the last wait reason heard: what a --wait that runs out says
     ProgressPacer pacer;
     milliseconds interval(0);
     for (;;) {
@@ -127,13 +128,14 @@ class EmbeddedPool : public PoolControl {
       if (p.status == QueueEntry::Status::kFailed)
         throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, p.reason);
       position = p.position;
+      reason = p.wait_reason;
       auto now = std::chrono::steady_clock::now();
       QueueProgress progress{sub.ticket, position, std::chrono::duration_cast<seconds>(now - start),
                              p.wait_reason, p.planned_start};
       if (queued && pacer.due(progress, now)) queued(progress);
       if (r.wait && now - start >= *r.wait) {
         withdraw(sub.ticket);
-        throw queueTimeout(r, position, description_);
+        throw queueTimeout(r, position, description_, reason);
       }
     }
   }

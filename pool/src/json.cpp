@@ -765,12 +765,13 @@ std::string formatGpus(const std::vector<GpuRef>& gpus) {
   return out;
 }
 
-PoolError queueTimeout(const LeaseRequest& r, int position, const std::string& pool) {
+PoolError queueTimeout(const LeaseRequest& r, int position, const std::string& pool,
+                       const std::string& reason) {
   return PoolError(PoolFailure::kTimeout, ErrorCode::kIo,
                    "a request for " + std::to_string(r.gpus) + " GPUs did not fit within --wait " +
                        std::to_string(r.wait ? r.wait->count() : 0) + "s (it was number " +
                        std::to_string(position) + " in the queue of " + pool +
-                       "); wait longer or ask for fewer",
+                       (reason.empty() ? std::string() : ": " + reason) + "); wait longer or ask for fewer",
                    position);
 }
 

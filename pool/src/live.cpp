@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "poolrun/pool/state.hpp"
+#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -59,8 +60,9 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
     reply.register_again = true;
     return reply;
   }
-  view_time_ = std::max(view_time_, now);
   PoolNode& node = it->second;
+  checkHeartbeat(node, hb);  // before anything changes: a heartbeat is taken whole or refused whole
+  view_time_ = std::max(view_time_, now);
   bool freed = node.live.unreachable;  // an unreachable node coming back may start queued requests
   if (node.live.unreachable) node_events_.push_back({NodeEvent::Kind::kReachable, node.name, 0, ""});
   node.live.last_heartbeat = now;
@@ -87,7 +89,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   // MPS control daemons the agent could not start: no share works there (CUDA runs a client
   // without MPS, and without its limits, where it finds no daemon).
   for (const auto& [gpu, error] : hb.mps_errors) {
-    if (gpu >= node.gpuCount() || error.empty() || node.failed.count(gpu)) continue;
+    if (error.empty() || node.failed.count(gpu)) continue;
     std::string why = "MPS control daemon not started: " + error;
     node.failed.insert(gpu);
     node.failures[gpu] = {why, now};
@@ -98,7 +100,6 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   const Occupancy& held = occupancy(node.name);
   for (const topo::GpuSample& sample : hb.gpus) {
     size_t i = sample.index;
-    if (i >= node.gpuCount()) continue;
     node.live.gpus[i] = sample;
     for (const topo::XidEvent& e : sample.xid_events) {
       // Counted per (GPU, XID), at most kMaxXidSeriesPerGpu different ones per GPU: a broken or
@@ -165,11 +166,46 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   for (size_t i = 0; i < held.holder.size() && i < node.gpuCount(); ++i)
     if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
   for (const auto& [gpu, ids] : held.sharers) reply.mps_gpus.insert(gpu);
+  node.live.mps_asked = reply.mps_gpus;
   if (freed && planNow)
     schedule(now);
   else if (freed)
     replan_ = true;  // the next tick plans
   return reply;
+}
+
+void PoolState::checkHeartbeat(const PoolNode& node, const Heartbeat& hb) const {
+  const std::string count = std::to_string(node.gpuCount()) + " GPUs" +
+                            (node.gpuCount() > 0 ? ", 0-" + std::to_string(node.gpuCount() - 1) : "");
+  const std::string fix =
+      "; restart poold-agent on " + node.name +
+      " (it registers the node again), and check that poold and poold-agent are of one version";
+  for (const topo::GpuSample& sample : hb.gpus)
+    if (sample.index >= node.gpuCount())
+      throw badInput("the heartbeat of node " + node.name + " has a sample of GPU " +
+                     std::to_string(sample.index) + ", which the node does not have (it registered " + count +
+                     ")" + fix);
+  if (hb.mps_errors.empty()) return;
+  const Occupancy* held = nullptr;
+  if (auto o = occupancy_.find(node.name); o != occupancy_.end()) held = &o->second;
+  std::string asked;
+  if (node.live.mps_asked)
+    for (size_t gpu : *node.live.mps_asked) asked += (asked.empty() ? "" : ",") + std::to_string(gpu);
+  for (const auto& [gpu, error] : hb.mps_errors) {
+    if (gpu >= node.gpuCount())
+      throw badInput("the heartbeat of node " + node.name + " reports an MPS error for GPU " +
+                     std::to_string(gpu) + ", which the node does not have (it registered " + count + ")" +
+                     fix);
+    // An agent starts a daemon only for a GPU poold's last reply listed (whose shares may have
+    // ended since). Before poold's first reply to the node (after a restart) what was asked is
+    // not known, and the error is taken as it comes: the agent sends it until a heartbeat is taken.
+    const bool shared = held && held->sharers.count(gpu);
+    if (!shared && node.live.mps_asked && !node.live.mps_asked->count(gpu))
+      throw badInput("the heartbeat of node " + node.name + " reports an MPS error for GPU " +
+                     std::to_string(gpu) + " (\"" + topo::printable(error) +
+                     "\"), which has no MPS shares (poold asked for MPS daemons on " +
+                     (asked.empty() ? "no GPU of the node" : "GPUs " + asked) + ")" + fix);
+  }
 }
 
 void PoolState::updateLiveness(TimePoint now) {

@@ -49,6 +49,7 @@ std::string usage() {
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
+         "             [--max-queued-per-owner N]\n"
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
@@ -95,6 +96,10 @@ std::string usage() {
          "                                any from " +
          n(poolrun::pool::kPriorityRange.min) + " to " + n(poolrun::pool::kPriorityRange.max) + " (default " +
          n(d.max_user_priority) +
+         ")\n"
+         "  --max-queued-per-owner N      requests one owner may have in the queue; one more that does\n"
+         "                                not fit now gets 429 (default " +
+         n(d.max_queued_per_owner) + ", 1 to " + n(poolrun::pool::kMaxQueuedPerOwnerRange.max) +
          ")\n"
          "  --heartbeat-interval SECONDS  how often node agents send heartbeats (default " +
          n(d.live.heartbeat_interval.count()) +
@@ -255,6 +260,8 @@ int main(int argc, char** argv) {
         opt.max_ttl = std::chrono::seconds(number(a, value(), pool::kTtlSecondsRange));
       } else if (a == "--max-user-priority") {
         opt.max_user_priority = number(a, value(), pool::kPriorityRange);
+      } else if (a == "--max-queued-per-owner") {
+        opt.max_queued_per_owner = number(a, value(), pool::kMaxQueuedPerOwnerRange);
       } else if (a == "--heartbeat-interval") {
         opt.live.heartbeat_interval = std::chrono::seconds(number(a, value(), kIntervalRange));
       } else if (a == "--history-interval") {

@@ -781,7 +781,25 @@ struct PoolServer::Impl {
             return json{{"ticket", seen->ticket}, {"position", position}};
           }
         }
-        SubmitResult sub = s.submit(r, now, queue);
+        // An owner at its limit may still take what is free now, but queues nothing more.
+        const size_t queued = s.queuedBy(r.owner);
+        const bool full = queue && queued >= opt.max_queued_per_owner;
+        SubmitResult sub = s.submit(r, now, queue && !full);
+        if (!sub.lease && full) {
+          c.status = 429;
+          return json{{"error", "owner " + r.owner + " already has " + std::to_string(queued) +
+                                    " requests in the queue, the most poold allows one owner (its "
+                                    "--max-queued-per-owner is " +
+                                    std::to_string(opt.max_queued_per_owner) +
+                                    "); this one does not fit now and was not queued: end some of "
+                                    "the owner's waiting clients (`poolctl queue` lists their "
+                                    "requests; one whose client stops leaves the queue within " +
+                                    std::to_string(opt.stale_after.count()) +
+                                    " s) or wait until some start, then ask again"},
+                      {"reason", "too_many_queued"},
+                      {"queued", queued},
+                      {"limit", opt.max_queued_per_owner}};
+        }
         if (!sub.lease && sub.ticket == 0) {  // wait_s 0: it does not fit now, and was not queued
           c.status = 409;
           return json{

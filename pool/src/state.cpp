@@ -619,6 +619,7 @@ std::vector<NodeView> PoolState::shareViews(const LeaseRequest& r, FreeGpu freeG
 }
 
 void PoolState::heldChanged(const std::string& node, bool held) {
+  ++plan_epoch_;  // what the kept plan holds is no longer what the leases hold
   SlotCache& c = slot_cache_;
   if (c.stale) return;  // counted afresh when rebuilt
   auto it = c.index.find(node);
@@ -669,6 +670,18 @@ std::string PoolState::checkInvariants() const {
       if (!ids || std::find(ids->begin(), ids->end(), id) == ids->end())
         return "lease " + id + "'s share of " + g.node + ":" + std::to_string(g.index) + " is not counted";
     }
+  std::unordered_map<std::string, size_t> queued;
+  for (const auto& [ticket, e] : queue_) ++queued[e.request.owner];
+  const size_t waitingNow =
+      static_cast<size_t>(std::count_if(queue_.begin(), queue_.end(), [](const auto& q) {
+        return q.second.status == QueueEntry::Status::kWaiting;
+      }));
+  if (waitingNow != waiting_count_)
+    return "the count of waiting requests is " + std::to_string(waiting_count_) + ", the queue has " +
+           std::to_string(waitingNow);
+  if (queued != queued_by_owner_)
+    return "the count of queued requests per owner (" + std::to_string(queued_by_owner_.size()) +
+           " owners) does not match the queue's entries (" + std::to_string(queued.size()) + " owners)";
   const SlotCache& c = slot_cache_;
   if (c.stale) return "";
   if (c.slots.size() != nodes_.size())
@@ -825,6 +838,7 @@ Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>&
   Lease lease = grant(entry.request, gpus, now);
   planned_[entry.ticket] = now;
   QueueEntry& e = queue_.at(entry.ticket);
+  if (e.status == QueueEntry::Status::kWaiting) --waiting_count_;
   e.status = QueueEntry::Status::kGranted;
   e.lease_id = lease.id;
   dirty_.queue.insert(e.ticket);
@@ -1123,24 +1137,81 @@ bool PoolState::preemptFor(const QueueEntry& entry, Timeline& timeline, const st
   return !chosen.empty();
 }
 
+struct PoolState::PassPlan {
+  // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
+  // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
+  std::optional<Timeline> timeline;
+  // Preemption, once some request has to wait: the leases that may be victims (the smallest
+  // first, then the youngest), the elastic ones, and the requests whose victims are still ending.
+  std::vector<const Lease*> victims, elastic;
+  std::set<int64_t> awaitingVictims;
+  std::vector<signed char> plainNodeOk;  // per slot, for requests without node constraints
+  QuotaBook book;                        // kept up to date as the pass grants
+  // Kept for an enqueue (keptPlanFor): when the pass ran, the first end of a lease after it (the
+  // timeline frees its GPUs then, a tick drops it later), the lowest priority and the latest
+  // enqueue time of the requests it planned, and plan_epoch_ as it left it.
+  TimePoint at{}, valid_until = kNever, latest_enqueued{};
+  int lowest_priority = 0;
+  uint64_t epoch = 0;
+};
+
+PoolState::KeptPlan::KeptPlan() = default;
+PoolState::KeptPlan::~KeptPlan() = default;
+PoolState::KeptPlan::KeptPlan(const KeptPlan&) {}
+PoolState::KeptPlan& PoolState::KeptPlan::operator=(const KeptPlan&) {
+  plan.reset();
+  return *this;
+}
+PoolState::KeptPlan::KeptPlan(KeptPlan&&) noexcept {}
+PoolState::KeptPlan& PoolState::KeptPlan::operator=(KeptPlan&&) noexcept {
+  plan.reset();
+  return *this;
+}
+
 void PoolState::schedule(TimePoint now) {
+  ++passes_;
   replan_ = false;
   last_pass_ = now;
+  kept_plan_.plan.reset();
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
-  QuotaBook book = quotaBook();             // kept up to date as this pass grants
+  auto plan = std::make_unique<PassPlan>();
+  plan->book = quotaBook();
   std::optional<int> waiting;               // the highest priority of a request left waiting that may start
   std::vector<std::string> grantedElastic;  // granted their minimum in this pass
-  scheduleQueue(order, book, waiting, grantedElastic, now);
+  scheduleQueue(order, *plan, waiting, grantedElastic, now);
+  plan->epoch = plan_epoch_;  // what the growth below changes, the plan does not know
   // As large as the free GPUs let them, unless a request of equal or higher priority still waits
   // (behind them in the queue too): part of the grant, not a change of size.
+  QuotaBook& book = plan->book;
   for (const std::string& id : grantedElastic)
     if (auto l = leases_.find(id); l != leases_.end() && !(waiting && *waiting >= l->second.priority))
       growNow(l->second, book, now, false);
   growElastic(now, waiting, book);
+  if (!plan->timeline || plan->epoch != plan_epoch_) return;
+  plan->at = now;
+  plan->lowest_priority = order.back()->request.priority;  // `order` is by priority, highest first
+  for (const QueueEntry* e : order) plan->latest_enqueued = std::max(plan->latest_enqueued, e->enqueued);
+  for (const auto& [id, lease] : leases_) {
+    plan->valid_until = std::min(plan->valid_until, leaseEnd(lease, preempt_));
+    if (lease.shrink_at) plan->valid_until = std::min(plan->valid_until, shrinkEnd(lease, preempt_));
+  }
+  kept_plan_.plan = std::move(plan);
 }
 
-void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, QuotaBook& book,
+PoolState::PassPlan* PoolState::keptPlanFor(const LeaseRequest& request, TimePoint now) {
+  PassPlan* plan = kept_plan_.plan.get();
+  // A request that sorts behind every waiting one (a priority no higher than theirs, enqueued
+  // last) changes no plan ahead of it. An elastic one grows once granted: a pass's work.
+  if (plan == nullptr || replan_ || slow_scheduling_ || plan->epoch != plan_epoch_ || request.elastic())
+    return nullptr;
+  if (now < plan->at || now < plan->latest_enqueued || now >= plan->valid_until ||
+      now - plan->at >= kReplanEvery)
+    return nullptr;
+  return request.priority <= plan->lowest_priority ? plan : nullptr;
+}
+
+void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, PassPlan& pass,
                               std::optional<int>& waiting, std::vector<std::string>& grantedElastic,
                               TimePoint now) {
   if (order.empty()) return;
@@ -1150,19 +1221,18 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, Quota
   // leases hold their GPUs until their maximum end (forever without one); a request starts now
   // only when its start is now, so it never delays anyone ahead of it.
   const std::vector<Slot>& inOrder = slots();
-  // Until some request has to wait, nothing is promised: GPUs free now are simply those no lease
-  // holds, and the timeline of lease ends is not needed (the common case, and the fast one).
-  std::optional<Timeline> timeline;
-  // Preemption, once some request has to wait: the leases that may be victims (the smallest
-  // first, then the youngest), and the requests whose victims are still ending.
-  std::vector<const Lease*> victims, elastic;
-  std::set<int64_t> awaitingVictims;
-  std::vector<signed char> plainNodeOk;  // per slot, for requests without node constraints (below)
+  std::optional<Timeline>& timeline = pass.timeline;
+  std::vector<const Lease*>& victims = pass.victims;
+  std::vector<const Lease*>& elastic = pass.elastic;
+  std::set<int64_t>& awaitingVictims = pass.awaitingVictims;
+  std::vector<signed char>& plainNodeOk = pass.plainNodeOk;
+  QuotaBook& book = pass.book;
   auto granted = [&](const Lease& lease) {
     if (const Quota* q = quotas_.of(lease.owner)) book.used[q] += static_cast<int>(lease.gpus.size());
   };
   auto failNow = [&](const QueueEntry& entry) {
     QueueEntry& e = queue_.at(entry.ticket);
+    if (e.status == QueueEntry::Status::kWaiting) --waiting_count_;
     e.status = QueueEntry::Status::kFailed;
     e.reason = "the pool can no longer satisfy a request for " + unitsText(entry.request) +
                " (GPUs failed or nodes went down)";
@@ -1356,13 +1426,30 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   entry.enqueued = now;
   entry.heartbeat = now;
   const int64_t ticket = entry.ticket;
-  queue_[ticket] = std::move(entry);
+  enqueue(std::move(entry));
   dirty_.counters = true;
-  schedule(now);
+  bool last = false;  // planned behind every waiting request, against the last pass's plan
+  if (PassPlan* plan = keptPlanFor(request, now)) {
+    const uint64_t preempted = leases_preempted_, resized = leases_resized_;
+    std::optional<int> waiting;
+    std::vector<std::string> grantedElastic;
+    plan->plainNodeOk.clear();  // nodes may have changed state since
+    scheduleQueue({&queue_.at(ticket)}, *plan, waiting, grantedElastic, now);
+    if (queue_.at(ticket).status == QueueEntry::Status::kWaiting && preempted == leases_preempted_ &&
+        resized == leases_resized_) {
+      plan->latest_enqueued = now;
+      plan->lowest_priority = std::min(plan->lowest_priority, request.priority);
+      last = true;
+    } else {
+      kept_plan_.plan.reset();  // a grant or a preemption: lease ends the plan does not track
+    }
+  } else {
+    schedule(now);
+  }
 
   QueueEntry& e = queue_.at(ticket);
   if (e.status == QueueEntry::Status::kFailed) {
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.erase(ticket);
     size_t usable = 0;
     for (const NodeView& v : request.shared()
@@ -1398,15 +1485,19 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
   SubmitResult result;
   if (e.status == QueueEntry::Status::kGranted) {
     result.lease = leases_.at(e.lease_id);
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.erase(ticket);
     return result;
   }
-  std::vector<const QueueEntry*> order = waitingInOrder();
-  for (size_t i = 0; i < order.size(); ++i)
-    if (order[i]->ticket == ticket) result.position = static_cast<int>(i + 1);
+  if (last) {
+    result.position = static_cast<int>(waiting_count_);
+  } else {
+    std::vector<const QueueEntry*> order = waitingInOrder();
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i]->ticket == ticket) result.position = static_cast<int>(i + 1);
+  }
   if (!queue) {
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.erase(ticket);
     replan_ = true;  // what the pass promised it no longer holds
     return result;
@@ -1448,7 +1539,7 @@ PollResult PoolState::poll(int64_t ticket, TimePoint now) {
   } else {
     r.reason = e.reason;
   }
-  queue_.erase(it);
+  dequeue(it);
   dirty_.queue.insert(ticket);
   return r;
 }
@@ -1458,7 +1549,7 @@ void PoolState::cancel(int64_t ticket, TimePoint now) {
   if (it == queue_.end()) return;
   if (it->second.status == QueueEntry::Status::kGranted)
     dropLease(it->second.lease_id, LeaseEvent::Kind::kReleased, "its queued request was withdrawn");
-  queue_.erase(it);
+  dequeue(it);
   dirty_.queue.insert(ticket);
   schedule(now);
 }
@@ -1541,7 +1632,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
   for (int64_t ticket : stale) {
     if (queue_.at(ticket).status == QueueEntry::Status::kGranted)
       dropLease(queue_.at(ticket).lease_id, LeaseEvent::Kind::kExpired, "its queued client stopped polling");
-    queue_.erase(ticket);
+    dequeue(queue_.find(ticket));
     dirty_.queue.insert(ticket);
     replan_ = true;
   }
@@ -1735,8 +1826,27 @@ void PoolState::loadLease(Lease lease) {
 }
 
 void PoolState::loadQueueEntry(QueueEntry entry) {
-  int64_t t = entry.ticket;
-  queue_[t] = std::move(entry);
+  if (auto known = queue_.find(entry.ticket); known != queue_.end()) dequeue(known);
+  enqueue(std::move(entry));
+}
+
+void PoolState::enqueue(QueueEntry entry) {
+  ++queued_by_owner_[entry.request.owner];
+  if (entry.status == QueueEntry::Status::kWaiting) ++waiting_count_;
+  const int64_t ticket = entry.ticket;
+  queue_[ticket] = std::move(entry);
+}
+
+void PoolState::dequeue(std::map<int64_t, QueueEntry>::iterator it) {
+  auto owner = queued_by_owner_.find(it->second.request.owner);
+  if (owner != queued_by_owner_.end() && --owner->second == 0) queued_by_owner_.erase(owner);
+  if (it->second.status == QueueEntry::Status::kWaiting) --waiting_count_;
+  queue_.erase(it);
+}
+
+size_t PoolState::queuedBy(const std::string& owner) const {
+  auto it = queued_by_owner_.find(owner);
+  return it == queued_by_owner_.end() ? 0 : it->second;
 }
 
 void PoolState::loadCounters(uint64_t leases_granted, int64_t next_ticket) {
@@ -1788,6 +1898,9 @@ void PoolState::clear() {
   leases_.clear();
   elastic_leases_.clear();
   queue_.clear();
+  queued_by_owner_.clear();
+  waiting_count_ = 0;
+  kept_plan_.plan.reset();
   requests_.clear();
   requests_by_time_.clear();
   leases_granted_ = 0;
@@ -1830,8 +1943,15 @@ std::string PoolState::waitReason(int64_t ticket) const {
            (ahead.empty() ? std::string() : "; behind ticket " + std::to_string(ahead.front()));
   }
   int free = 0;
+  std::vector<std::string_view> draining;  // nodes that would match, but take no new lease
   for (const Slot& slot : slots()) {
     const PoolNode& node = *slot.node;
+    if (node.state == NodeState::kDraining && nodeMatches(node, r, true))
+      for (size_t i = 0; i < node.unitCount(); ++i)
+        if (unitMatches(node, i, r)) {
+          draining.push_back(node.name);
+          break;
+        }
     auto isFree = unheld(0, slot);
     int n = 0;
     for (size_t i = 0; i < node.unitCount(); ++i)
@@ -1841,24 +1961,39 @@ std::string PoolState::waitReason(int64_t ticket) const {
   const bool constrained = !r.gpu_model.empty() || r.min_memory_bytes > 0 || r.fabric || !r.labels.empty();
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
                      ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
+  // A request its quota's limit holds back is not about to start, whatever is free.
+  const std::string limit = quotas_.empty() ? std::string() : overLimit(r, quotaBook());
   if (free >= r.gpus) {
     if (!place(nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld), r))
       text += ", not in that shape";
-    else if (ahead.empty())
+    else if (ahead.empty() && limit.empty())
       text += ", about to start";
-    else
+    else if (!ahead.empty())
       text += std::string(", held for the requests ahead") +
               (r.max_duration ? " (it would not end before they start)"
                               : " (with a maximum duration it could start in a gap)");
   }
-  if (!quotas_.empty())
-    if (std::string limit = overLimit(r, quotaBook()); !limit.empty()) text += "; over its quota: " + limit;
-  size_t victims = 0;
+  if (!draining.empty()) {
+    text += draining.size() == 1 ? " (node " : " (nodes ";
+    for (size_t i = 0; i < draining.size() && i < 3; ++i)
+      text += (i == 0 ? "" : ", ") + std::string(draining[i]);
+    if (draining.size() > 3) text += " and " + std::to_string(draining.size() - 3) + " more";
+    text += draining.size() == 1 ? " is draining: no new lease there)" : " are draining: no new lease there)";
+  }
+  if (!limit.empty()) text += "; over its quota: " + limit;
+  // Victims of lower priority, and leases of equal or higher priority reclaimed because they were
+  // borrowed beyond their quota's guarantee.
+  size_t lower = 0, borrowed = 0;
   for (const auto& [id, lease] : leases_)
-    victims += lease.preempt_at && lease.preempted_for == ticket ? 1 : 0;
-  if (victims > 0)
-    text += "; preempting " + std::to_string(victims) + (victims == 1 ? " lease" : " leases") +
-            " of lower priority (ending within the grace period)";
+    if (lease.preempt_at && lease.preempted_for == ticket) ++(lease.priority < r.priority ? lower : borrowed);
+  auto leases = [](size_t n) { return std::to_string(n) + (n == 1 ? " lease" : " leases"); };
+  if (lower + borrowed > 0)
+    text += "; preempting " + (lower > 0 ? leases(lower) + " of lower priority" : std::string()) +
+            (lower > 0 && borrowed > 0 ? " and " : "") +
+            (borrowed > 0 ? leases(borrowed) + " borrowed beyond " + (borrowed == 1 ? "its" : "their") +
+                                " quota's guarantee"
+                          : std::string()) +
+            " (ending within the grace period)";
   if (!ahead.empty()) {
     text += ahead.size() == 1 ? "; behind ticket " : "; behind tickets ";
     const size_t shown = std::min<size_t>(ahead.size(), 3);

@@ -11,13 +11,16 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <vector>
 
 #include "poolrun/pool/json.hpp"
+#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "stored_docs.hpp"
 
@@ -514,20 +517,85 @@ void Store::load(PoolState& state) {
       state.loadNode(std::move(n));
     }
   }
+  // A change made inside a document passes SQLite's integrity check (the page is whole): each
+  // document is checked against its row's key, and a lease's GPUs against its lease_gpus rows (the
+  // table whose key keeps a GPU in one lease), before anything of it is taken. A GPU the two
+  // disagree on would be free in one and held in the other.
+  auto gpuText = [](const std::set<std::pair<std::string, int64_t>>& gpus) {
+    std::string out;
+    for (const auto& [node, index] : gpus)
+      out += (out.empty() ? "" : ", ") + node + ":" + std::to_string(index);
+    return out.empty() ? std::string("none") : out;
+  };
+  std::map<std::string, std::set<std::pair<std::string, int64_t>>> rows;  // lease_gpus, per lease
   {
-    sqlite3_stmt* st = prepare("SELECT doc FROM leases");
+    sqlite3_stmt* st = prepare("SELECT node, idx, lease FROM lease_gpus");
     Step s(db_, st);
-    while (s.row()) state.loadLease(leaseFromJson(json::parse(text(st, 0))));
+    while (s.row()) rows[text(st, 2)].emplace(text(st, 0), sqlite3_column_int64(st, 1));
   }
   {
-    sqlite3_stmt* st = prepare("SELECT doc FROM queue");
+    sqlite3_stmt* st = prepare("SELECT id, doc FROM leases");
     Step s(db_, st);
-    while (s.row()) state.loadQueueEntry(queueFromDoc(json::parse(text(st, 0))));
+    while (s.row()) {
+      const std::string id = text(st, 0);
+      const std::string what = "lease " + topo::printable(id);
+      Lease lease;
+      try {
+        lease = leaseFromJson(json::parse(text(st, 1)));
+      } catch (const std::exception& e) {
+        throw refusal(file_, what + ": its stored document is broken (" + e.what() + ")");
+      }
+      if (lease.id != id)
+        throw refusal(file_, what + ": its stored document names lease '" + topo::printable(lease.id) + "'");
+      std::set<std::pair<std::string, int64_t>> held;
+      for (const GpuRef& g : lease.gpus)
+        if (!g.share) held.emplace(g.node, static_cast<int64_t>(g.index));
+      auto row = rows.find(id);
+      const std::set<std::pair<std::string, int64_t>> listed =
+          row == rows.end() ? decltype(held){} : row->second;
+      if (held != listed)
+        throw refusal(file_, what + ": its stored document holds GPUs " + gpuText(held) +
+                                 ", its lease_gpus rows " + gpuText(listed) +
+                                 " (the file was changed outside poold)");
+      if (row != rows.end()) rows.erase(row);
+      state.loadLease(std::move(lease));
+    }
+  }
+  if (!rows.empty())
+    throw refusal(file_, "lease_gpus rows hold GPUs " + gpuText(rows.begin()->second) + " for lease " +
+                             topo::printable(rows.begin()->first) +
+                             ", which has no stored document (the file was changed outside poold)");
+  {
+    sqlite3_stmt* st = prepare("SELECT ticket, doc FROM queue");
+    Step s(db_, st);
+    while (s.row()) {
+      const int64_t ticket = sqlite3_column_int64(st, 0);
+      const std::string what = "queue ticket " + std::to_string(ticket);
+      QueueEntry entry;
+      try {
+        entry = queueFromDoc(json::parse(text(st, 1)));
+      } catch (const std::exception& e) {
+        throw refusal(file_, what + ": its stored document is broken (" + e.what() + ")");
+      }
+      if (entry.ticket != ticket)
+        throw refusal(file_, what + ": its stored document names ticket " + std::to_string(entry.ticket));
+      state.loadQueueEntry(std::move(entry));
+    }
   }
   {
     sqlite3_stmt* st = prepare("SELECT id, doc FROM requests");
     Step s(db_, st);
-    while (s.row()) state.loadRequest(text(st, 0), requestFromDoc(json::parse(text(st, 1))));
+    while (s.row()) {
+      const std::string id = text(st, 0);
+      RememberedRequest request;
+      try {
+        request = requestFromDoc(json::parse(text(st, 1)));
+      } catch (const std::exception& e) {
+        throw refusal(file_, "acquire request " + topo::printable(id) + ": its stored document is broken (" +
+                                 e.what() + ")");
+      }
+      state.loadRequest(id, std::move(request));
+    }
   }
   uint64_t granted = 0;
   int64_t next = 1;

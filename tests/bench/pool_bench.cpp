@@ -291,6 +291,33 @@ void BM_SchedulingPass(benchmark::State& state) {
 }
 BENCHMARK(BM_SchedulingPass)->Arg(10)->Arg(100)->Arg(1000)->Iterations(30)->Unit(benchmark::kMillisecond);
 
+// One owner's flood of requests that cannot start now (every GPU of a 128-GPU pool, one GPU held
+// without an end): the cost of each enqueue (PoolState::submit, as poold runs it under its state
+// lock) as the queue grows to Arg requests, and another owner's acquire of 1 GPU behind them.
+// An enqueue behind every waiting request is planned against the last pass's plan (before, each
+// ran a scheduling pass over the whole queue: the flood cost O(queue^2), 12.3 s for 2,000).
+void BM_EnqueueFlood(benchmark::State& state) {
+  const int flood = static_cast<int>(state.range(0));
+  const TimePoint now = std::chrono::system_clock::now();
+  double floodMs = 0, otherUs = 0;
+  for (auto _ : state) {
+    PoolState pool;
+    test::addInventory(pool, "n[01-16]/gpu[0-7]@leaf1; n01 leased 0", now);
+    pool.takeDirty();
+    const LeaseRequest all = test::parseRequest("128 owner=mallory");
+    auto t = std::chrono::steady_clock::now();
+    for (int i = 0; i < flood; ++i) pool.submit(all, now);
+    floodMs += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    t = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(pool.submit(test::parseRequest("1 owner=alice"), now));
+    otherUs += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
+  }
+  state.counters["flood_ms"] = floodMs / static_cast<double>(state.iterations());
+  state.counters["other_acquire_us"] = otherUs / static_cast<double>(state.iterations());
+  state.SetLabel(std::to_string(flood) + " queued requests of one owner, 128 GPUs");
+}
+BENCHMARK(BM_EnqueueFlood)->Arg(100)->Arg(1000)->Arg(2000)->Iterations(1)->Unit(benchmark::kMillisecond);
+
 // acquire+release pairs per second: 16 client threads, each with its own connection.
 void BM_PooldAcquireRelease(benchmark::State& state) {
   const bool full = state.range(0) == 1;

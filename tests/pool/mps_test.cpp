@@ -221,6 +221,56 @@ TEST(Mps, TheAgentIsToldWhichGpusHaveShares) {
             "MPS control daemon not started: nvidia-cuda-mps-control -d exited with status 1");
 }
 
+// What a heartbeat may not say: an MPS error for a GPU poold asked no daemon for, or anything of a
+// GPU past the node's count. Refused whole (kBadInput: 400), before anything of it is taken.
+TEST(Mps, AHeartbeatOfGpusWithoutSharesOrPastTheNodeIsRefused) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-3]", t0());
+  NodeRegistration reg;
+  reg.node.name = "n01";
+  reg.node.topology = state.nodeMap().at("n01").topology;
+  reg.agent_version = "test";
+  state.registerAgentNode(reg, t0());
+  ASSERT_TRUE(state.submit(parseRequest("1 share=0.5"), t0(), false).lease);  // a share of GPU 0
+  Heartbeat hb;
+  hb.node = "n01";
+  hb.topology_hash = state.nodeMap().at("n01").topology_hash;
+  ASSERT_EQ(state.heartbeat(hb, t0()).mps_gpus, (std::set<size_t>{0}));
+  auto refused = [&](const Heartbeat& h) -> std::string {
+    try {
+      state.heartbeat(h, t0());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput) << e.what();
+      return e.what();
+    }
+    return "taken";
+  };
+  Heartbeat mps = hb;
+  mps.mps_errors[2] = "nvidia-cuda-mps-control -d exited with status 1";
+  EXPECT_EQ(
+      refused(mps),
+      "the heartbeat of node n01 reports an MPS error for GPU 2 (\"nvidia-cuda-mps-control -d exited with "
+      "status 1\"), which has no MPS shares (poold asked for MPS daemons on GPUs 0); restart poold-agent on "
+      "n01 (it registers the node again), and check that poold and poold-agent are of one version");
+  mps.mps_errors = {{4, "no such GPU"}};
+  EXPECT_NE(refused(mps).find("reports an MPS error for GPU 4, which the node does not have (it registered "
+                              "4 GPUs, 0-3)"),
+            std::string::npos);
+  Heartbeat past = hb;
+  past.gpus.resize(1);
+  past.gpus[0].index = 7;
+  past.gpus[0].sm_utilization = 0.5;
+  EXPECT_NE(
+      refused(past).find("has a sample of GPU 7, which the node does not have (it registered 4 GPUs, 0-3)"),
+      std::string::npos);
+  EXPECT_EQ(state.gpuState("n01", 2), GpuState::kFree) << "nothing of a refused heartbeat is acted on";
+  EXPECT_TRUE(state.nodeMap().at("n01").failures.empty());
+  // The GPU with shares reports its error: taken, and the GPU failed.
+  mps.mps_errors = {{0, "nvidia-cuda-mps-control -d exited with status 1"}};
+  EXPECT_EQ(refused(mps), "taken");
+  EXPECT_EQ(state.gpuState("n01", 0), GpuState::kFailed);
+}
+
 TEST(Mps, SharesOutliveAReloadFromTheStateFileAndTravelInTheLeaseDocument) {
   test::TempDir dir;
   PoolState state;

@@ -372,6 +372,74 @@ TEST(DamagedStateFile, ADamagedRecord) {
   EXPECT_EQ(test::slurp(record), good);
 }
 
+// Runs `sql` on `db` with SQLite itself, as an editor of the file would (the pages stay whole: the
+// integrity check passes); column 0 of its first row.
+std::string edit(const fs::path& db, const std::string& sql) {
+  sqlite3* c = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &c, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(c, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(c);
+  const int rc = sqlite3_step(st);
+  EXPECT_TRUE(rc == SQLITE_ROW || rc == SQLITE_DONE) << sqlite3_errmsg(c);
+  std::string out = rc == SQLITE_ROW && sqlite3_column_text(st, 0)
+                        ? reinterpret_cast<const char*>(sqlite3_column_text(st, 0))
+                        : "";
+  sqlite3_finalize(st);
+  sqlite3_close(c);
+  return out;
+}
+
+// Loading `db` throws poolrun::Error naming it and each of `found`, and changes none of its files.
+void expectLoadRefused(const fs::path& db, const std::vector<std::string>& found) {
+  std::string before = fingerprint(db);
+  try {
+    Store store(db);
+    PoolState state;
+    store.load(state);
+    ADD_FAILURE() << db << " loaded";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_EQ(what.rfind(db.string() + ": ", 0), 0u) << what;
+    for (const std::string& f : found)
+      EXPECT_NE(what.find(f), std::string::npos) << "'" << f << "' in: " << what;
+    EXPECT_NE(what.find("nothing was written"), std::string::npos) << what;
+    EXPECT_NE(what.find("restore"), std::string::npos) << what;
+  }
+  EXPECT_EQ(fingerprint(db), before) << "a refused file was changed";
+}
+
+// One byte changed inside a lease's document (the node of its GPU) leaves every page whole: the
+// document is checked against the lease's lease_gpus rows, or the GPU it really holds would look
+// free (and the one it names held).
+TEST(DamagedStateFile, ALeaseDocumentThatDisagreesWithItsRowsIsRefusedNamingBoth) {
+  test::TempDir dir;
+  const fs::path db = dir.path() / "pool.sqlite";
+  cleanPool(db, 5);
+  const std::string id = edit(db, "SELECT id FROM leases ORDER BY id LIMIT 1");
+  const std::string index = edit(db, "SELECT idx FROM lease_gpus WHERE lease = '" + id + "'");
+  ASSERT_EQ(edit(db, "SELECT node FROM lease_gpus WHERE lease = '" + id + "'"), "n01");
+  edit(db, "UPDATE leases SET doc = replace(doc, '\"n01\"', '\"n03\"') WHERE id = '" + id + "'");
+  expectLoadRefused(db, {"lease " + id + ": its stored document holds GPUs n03:" + index +
+                         ", its lease_gpus rows n01:" + index + " (the file was changed outside poold)"});
+
+  // A document cut by a byte is named by its lease, not by the parser alone.
+  edit(db, "UPDATE leases SET doc = replace(doc, '\"n03\"', '\"n01\"') WHERE id = '" + id + "'");
+  EXPECT_EQ(leasesIn(db).size(), 5u) << "put back, it loads";
+  edit(db, "UPDATE leases SET doc = substr(doc, 1, length(doc) - 1) WHERE id = '" + id + "'");
+  expectLoadRefused(db, {"lease " + id + ": its stored document is broken ("});
+
+  // Rows of a lease without a document; a document under another lease's key.
+  edit(db, "UPDATE leases SET doc = substr(doc, 1) || '}' WHERE id = '" + id + "'");
+  edit(db, "INSERT INTO lease_gpus(node, idx, lease) VALUES('n04', 7, 'L00000000000000ff')");
+  expectLoadRefused(
+      db, {"lease_gpus rows hold GPUs n04:7 for lease L00000000000000ff, which has no stored document"});
+  edit(db, "DELETE FROM lease_gpus WHERE lease = 'L00000000000000ff'");
+  EXPECT_EQ(leasesIn(db).size(), 5u);
+  edit(db, "INSERT INTO queue(ticket, doc) VALUES(7, '{\"ticket\": 8')");
+  expectLoadRefused(db, {"queue ticket 7: its stored document is broken ("});
+}
+
 TEST(DamagedStateFile, TheEmbeddedPoolsRefuseToo) {
   test::TempDir dir;
   ClientOptions o;

@@ -706,7 +706,7 @@ TEST(Failover, PoolctlStatusAndMetricsShowTheReplicasAndEtcdsMembers) {
 TEST(Failover, AStandbyServesItsOwnMetricsAndNoneOfThePools) {
   POOLRUN_TEST_REQUIRE_ETCD();
   test::TempDir dir;
-  auto tokens = dir.write("tokens", test::kTokens);
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
   test::EtcdCluster etcd(3);
   Replicas replicas(etcd, 2, dir, tokens);
   const int leader = replicas.leader(std::chrono::seconds(10));
@@ -759,11 +759,59 @@ TEST(Failover, AStandbyServesItsOwnMetricsAndNoneOfThePools) {
   EXPECT_EQ(status->status, 307);
 }
 
+// poold --max-queued-per-owner: past it one owner's request that does not fit now gets 429, saying
+// the limit and what to do, while another owner still queues; the count is the stored queue's, so
+// it holds after a restart.
+using QueueLimit = PooldStore;
+TEST_P(QueueLimit, AnOwnersQueuedRequestsStopAtTheLimitAcrossARestart) {
+  test::TempDir dir;
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
+  const auto state = dir.path() / "state";
+  const int port = test::freePort();
+  std::vector<std::string> opts = options(port);
+  opts.insert(opts.end(), {"--max-queued-per-owner", "3"});
+  auto post = [&](const std::string& token, const std::string& body) {
+    httplib::Client http("127.0.0.1", port);
+    auto r = http.Post("/v1/leases", {{"Authorization", "Bearer " + token}}, body, "application/json");
+    return r ? std::pair(r->status, r->body) : std::pair(-1, std::string("no reply"));
+  };
+  const std::string alice = "tok-alice-0123456789", bob = "tok-bob-0123456789";
+  const std::string all = R"({"gpus": 128, "ttl_s": 60, "wait_s": 600})";  // waits while a GPU is held
+  {
+    test::PooldProcess poold(state, tokens, opts, port);
+    ASSERT_TRUE(poold.waitServing());
+    ASSERT_EQ(post("tok-root-0123456789", R"({"gpus": 1, "ttl_s": 3600})").first, 200);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(post(alice, all).first, 202) << i;
+    auto [status, body] = post(alice, all);
+    EXPECT_EQ(status, 429) << body;
+    const nlohmann::json reply = nlohmann::json::parse(body);
+    EXPECT_EQ(reply["reason"], "too_many_queued") << body;
+    EXPECT_EQ(reply["limit"], 3) << body;
+    EXPECT_NE(body.find("owner alice already has 3 requests in the queue"), std::string::npos) << body;
+    EXPECT_NE(body.find("--max-queued-per-owner is 3"), std::string::npos) << body;
+    EXPECT_EQ(post(bob, all).first, 202) << "another owner still queues";
+
+    // poolctl says it in one line and fails.
+    test::ProcessResult r = test::runShell("POOLRUN_TOKEN=" + alice + " timeout 20 " + POOLCTL_BINARY +
+                                           " --pool " + poold.uri() + " acquire -n 128 --wait 600");
+    EXPECT_EQ(r.status, 1) << r.out << r.err;
+    EXPECT_NE(r.err.find("(429): owner alice already has 3 requests in the queue"), std::string::npos)
+        << r.err;
+    poold.stop();
+  }
+  test::PooldProcess poold(state, tokens, opts, port);
+  ASSERT_TRUE(poold.waitServing());
+  auto [status, body] = post(alice, all);
+  EXPECT_EQ(status, 429) << "the count came back with the stored queue: " << body;
+}
+
 auto storeName = [](const auto& info) { return info.param; };
 INSTANTIATE_TEST_SUITE_P(Sqlite, PooldConcurrency, ::testing::Values("sqlite"), storeName);
 INSTANTIATE_TEST_SUITE_P(Etcd, PooldConcurrency, ::testing::Values("etcd"), storeName);
 INSTANTIATE_TEST_SUITE_P(Sqlite, Crash, ::testing::Values("sqlite"), storeName);
 INSTANTIATE_TEST_SUITE_P(Etcd, Crash, ::testing::Values("etcd"), storeName);
+INSTANTIATE_TEST_SUITE_P(Sqlite, QueueLimit, ::testing::Values("sqlite"), storeName);
+INSTANTIATE_TEST_SUITE_P(Etcd, QueueLimit, ::testing::Values("etcd"), storeName);
 
 }  // namespace
 }  // namespace poolrun::pool

@@ -182,8 +182,10 @@ void setGpuModel(LeaseRequest& request, std::string_view text, const std::string
 void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option);
 void addLabel(LeaseRequest& request, std::string_view text, const std::string& option);
 
-// The error a client raises when `request` did not fit within its --wait; `pool` names the pool.
-PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool);
+// The error a client raises when `request` did not fit within its --wait; `pool` names the pool,
+// `reason` why it was still waiting (the last PollResult::wait_reason; "" where none was heard).
+PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool,
+                       const std::string& reason = {});
 
 // Where a queued request stands, as its client tells its caller while it waits.
 struct QueueProgress {

@@ -44,5 +44,7 @@ inline constexpr Range<uint64_t> kMinMemoryBytesRange{0, uint64_t{1} << 50};  //
 // from 1 s: a victim's holder must be able to hear of it before its lease ends.
 inline constexpr Range<int64_t> kPreemptSecondsRange{0, 30 * 86'400};
 inline constexpr Range<int64_t> kPreemptGraceRange{1, 30 * 86'400};
+// poold's --max-queued-per-owner: requests one owner may have in the queue.
+inline constexpr Range<size_t> kMaxQueuedPerOwnerRange{1, 1'000'000};
 
 }  // namespace poolrun::pool

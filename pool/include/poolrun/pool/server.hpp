@@ -41,6 +41,10 @@ struct ServerOptions {
   // for the `user` role (administrators may use any priority in the request's range).
   std::chrono::seconds max_ttl{3600};
   int max_user_priority = 100;
+  // Entries one owner may have in the queue (PoolState::queuedBy): a request that would be queued
+  // past it gets 429 (one that starts at once is granted). Counted from the stored queue, so a
+  // restart or a failover keeps it.
+  size_t max_queued_per_owner = 1000;
 
   // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
   LiveOptions live;

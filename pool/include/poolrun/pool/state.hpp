@@ -43,6 +43,8 @@ struct NodeLive {
   std::vector<topo::NicPortSample> nics;
   std::map<size_t, std::vector<topo::GpuProcess>> foreign;     // GPUs running processes of no lease
   std::map<std::pair<size_t, uint64_t>, uint64_t> xid_counts;  // (GPU, XID): events since poold started
+  // The GPUs the last heartbeat's reply asked MPS daemons for (nullopt: no reply since poold started).
+  std::optional<std::set<size_t>> mps_asked;
 };
 
 struct PoolNode {
@@ -241,13 +243,22 @@ class PoolState {
   // A whole scheduling pass now, whether or not anything changed (pool_bench measures it).
   void replan(TimePoint now) { schedule(now); }
   // Tests: plan every request by walking the pool, as requests with a maximum duration are, rather
-  // than through the timeline's index of when GPUs are free for good (the two must agree).
+  // than through the timeline's index of when GPUs are free for good, and every enqueue by a whole
+  // pass rather than against the last pass's plan (each pair must agree).
   void setSlowScheduling(bool slow) { slow_scheduling_ = slow; }
+  // Whole scheduling passes since the state was made. An enqueue that sorts behind every waiting
+  // request runs none where the last pass's plan still holds: a flood of requests that cannot
+  // start costs each a placement, not a pass over the queue.
+  uint64_t schedulingPasses() const { return passes_; }
 
   // --- views
   const std::map<std::string, PoolNode>& nodeMap() const { return nodes_; }
   const std::map<std::string, Lease>& leaseMap() const { return leases_; }
   const std::map<int64_t, QueueEntry>& queueMap() const { return queue_; }
+  // How many entries of the queue are `owner`'s (waiting, or granted or failed and not yet
+  // collected by a poll): what poold's --max-queued-per-owner limits. Kept as the queue changes
+  // (and rebuilt by loadQueueEntry after a restart): a lookup, not a walk over the queue.
+  size_t queuedBy(const std::string& owner) const;
   std::vector<const PoolNode*> nodesInOrder() const;
   GpuState gpuState(const std::string& node, size_t index) const;
   const std::string* holder(const std::string& node, size_t index) const;  // lease id or null
@@ -371,6 +382,28 @@ class PoolState {
   void addSharer(const std::string& node, size_t gpu, const std::string& id);
   void removeSharer(const std::string& node, size_t gpu, const std::string& id);
   void schedule(TimePoint now);
+  // What the last scheduling pass planned (state.cpp): its timeline of promises, victims and quota
+  // book, kept so that an enqueue of a request that sorts behind every waiting one plans that
+  // request alone against it instead of the whole queue again (a flood of requests that cannot
+  // start cost a pass over the queue each). Dropped by every change it does not know of:
+  // plan_epoch_ (a GPU taken or given back, a node added), replan_, time past its first lease end.
+  struct PassPlan;
+  struct KeptPlan {
+    std::unique_ptr<PassPlan> plan;
+    KeptPlan();
+    ~KeptPlan();
+    // A copy of the state has leases of its own: nothing the plan points at.
+    KeptPlan(const KeptPlan&);
+    KeptPlan& operator=(const KeptPlan&);
+    KeptPlan(KeptPlan&&) noexcept;
+    KeptPlan& operator=(KeptPlan&&) noexcept;
+  };
+  KeptPlan kept_plan_;
+  uint64_t plan_epoch_ = 0;
+  uint64_t passes_ = 0;
+  size_t waiting_count_ = 0;  // entries of queue_ that wait
+  // The kept plan, where `request` (enqueued now, ticket the newest) may be planned against it.
+  PassPlan* keptPlanFor(const LeaseRequest& request, TimePoint now);
   std::vector<const QueueEntry*> waitingInOrder() const;
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
   // A waiting request's lease, granted now: the entry marked granted, its wait kept for metrics.
@@ -397,8 +430,9 @@ class PoolState {
                   const std::vector<const Lease*>& elastic, const QuotaBook& book, TimePoint now);
   // The queue's part of a scheduling pass; `waiting`: the highest priority of a request it left
   // waiting (held back by a quota's limit aside); `grantedElastic`: the elastic leases it granted.
-  void scheduleQueue(const std::vector<const QueueEntry*>& order, QuotaBook& book,
-                     std::optional<int>& waiting, std::vector<std::string>& grantedElastic, TimePoint now);
+  // `plan`: the pass's (its timeline made once some request waits), or the kept one for an enqueue.
+  void scheduleQueue(const std::vector<const QueueEntry*>& order, PassPlan& plan, std::optional<int>& waiting,
+                     std::vector<std::string>& grantedElastic, TimePoint now);
   // Elastic leases (elastic.cpp): each grown towards its maximum where GPUs are free, its resize
   // interval has passed and nobody of equal or higher priority waits (`waiting`, above).
   void growElastic(TimePoint now, std::optional<int> waiting, QuotaBook& book);
@@ -448,7 +482,10 @@ class PoolState {
     }
   };
   const std::vector<Slot>& slots() const;
-  void slotsChanged() { slot_cache_.stale = true; }
+  void slotsChanged() {
+    slot_cache_.stale = true;
+    ++plan_epoch_;
+  }
   void heldChanged(const std::string& node, bool held);  // one GPU of `node` taken or given back
   static uint32_t freeCount(const Occupancy& o);         // GPUs no lease holds
   mutable SlotCache slot_cache_;
@@ -458,6 +495,10 @@ class PoolState {
   std::map<std::string, Lease> leases_;
   std::set<std::string> elastic_leases_;  // the ids of leases_ that are elastic (growElastic's)
   std::map<int64_t, QueueEntry> queue_;
+  std::unordered_map<std::string, size_t> queued_by_owner_;  // queuedBy(): entries of queue_ per owner
+  // Every change to queue_'s entries goes through these two, which keep queued_by_owner_.
+  void enqueue(QueueEntry entry);
+  void dequeue(std::map<int64_t, QueueEntry>::iterator it);
   std::map<std::string, RememberedRequest> requests_;
   std::set<std::pair<TimePoint, std::string>> requests_by_time_;  // the same, oldest first
   void forgetRequests(TimePoint now);  // those past kRequestMemory, and the oldest beyond the most
@@ -474,6 +515,9 @@ class PoolState {
   TimePoint last_pass_{};  // when the last one ran
 
   // The live pool.
+  // Throws kBadInput for a heartbeat that names a GPU the node does not have (a sample, an MPS
+  // error), or an MPS error for a GPU poold never asked a daemon for (without shares).
+  void checkHeartbeat(const PoolNode& node, const Heartbeat& hb) const;
   void updateLiveness(TimePoint now);
   void reclaimIdle(TimePoint now);
   Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
