@@ -101,6 +101,7 @@ class HttpPool : public PoolControl, public AgentLink {
     // The first poll answers at once, so that the caller hears the reason and planned start; the
     // next ones wait up to a second for a change, so that a signal is seen within about a second.
     milliseconds slice(0);
+    std::string reason;  // the last poll's: a --wait that runs out says why it waited
     for (;;) {
       if (pendingInterrupt() != 0) {
         std::string did = "withdrew the queued request (ticket " + std::to_string(ticket) + ")";
@@ -116,7 +117,7 @@ class HttpPool : public PoolControl, public AgentLink {
         auto left = std::chrono::duration_cast<milliseconds>(*request.wait - (Steady::now() - start));
         if (left <= milliseconds(0)) {
           call("DELETE", path, nullptr);
-          throw queueTimeout(request, position, uri_);
+          throw queueTimeout(request, position, uri_, reason);
         }
         slice = std::min(slice, left);
       }
@@ -152,6 +153,7 @@ class HttpPool : public PoolControl, public AgentLink {
           progress.planned_start = fromMillis(p["planned_start_ms"].get<int64_t>());
       } catch (const Error&) {  // a time out of range: no planned start to tell
       }
+      reason = progress.reason;
       if (queued && pacer.due(progress, Steady::now())) queued(progress);
       if (atOnce && position == before) std::this_thread::sleep_for(milliseconds(250));
     }

@@ -156,12 +156,10 @@ TEST_P(Contract, GangWaitsWholeAndTimesOut) {
                                    "the queue of "),
         std::string::npos)
         << e.what();
-    // The reason it waited is kept (the embedded pools; poold's client: see http_client.cpp).
-    if (GetParam() == "sim") {
-      EXPECT_NE(std::string(e.what()).find(": needs 16 GPUs, 8 free); wait longer or ask for fewer"),
-                std::string::npos)
-          << e.what();
-    }
+    // The reason it waited is kept, by every pool.
+    EXPECT_NE(std::string(e.what()).find(": needs 16 GPUs, 8 free); wait longer or ask for fewer"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_GE(positions, 1);
   EXPECT_EQ(alice->status().gpus_leased, 120) << "a waiting request holds nothing";
