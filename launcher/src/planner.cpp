@@ -585,7 +585,9 @@ std::vector<std::pair<std::string, std::string>> shellPlannedVariables(
 std::string ignoredShellVariablesNote(const JobPlan& plan,
                                       const std::vector<std::pair<std::string, std::string>>& shell) {
   std::string ignored;
-  for (const auto& [name, value] : shell) {
+  for (const auto& variable : shell) {
+    const std::string& name = variable.first;
+    const std::string& value = variable.second;
     bool differs = std::any_of(plan.ranks.begin(), plan.ranks.end(), [&](const RankPlan& r) {
       return std::any_of(r.env.begin(), r.env.end(),
                          [&](const auto& e) { return e.first == name && e.second != value; });
