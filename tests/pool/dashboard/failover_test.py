@@ -120,7 +120,16 @@ def run(b, a, other, procs, out):
     # The link opens the other replica: the leader once it has taken over (until then, a standby
     # that redirects, or refuses while there is no leader: the test reloads until it leads).
     other.wait_for("poold: listening on ", timeout=20)
-    box.find_element("css selector", "a").click()
+
+    def open_other():  # found afresh at each try: the page redraws the box as it keeps asking
+        if b.current_url.startswith(other.url):
+            return True  # a click that went through as its element went stale
+        link = b.find_element("id", "error").find_element("css selector", "a")
+        if link.get_attribute("href") != other.url + "/":
+            return False
+        link.click()
+        return True
+    wait_until(open_other, "a click on the other replica's link")
     wait_until(lambda: b.current_url.startswith(other.url), "the other replica's page")
     sign_in = wait_until(lambda: b.find_element("id", "token").is_displayed() and b.find_element("id", "token"),
                          "the sign-in on the new leader's page")[0]
