@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -107,6 +108,17 @@ TEST(DoctorTest, HealthyIbNodePassesEverything) {
   }
   EXPECT_EQ(passes["gpu.nvlink"], 2);
   EXPECT_EQ(passes.count("roce.gid"), 0u);  // IB ports have no RoCE checks
+}
+
+// The hwloc line names the library's release (pkg-config's 2.9.0), not only its API version (2.8.0
+// for hwloc 2.8 and 2.9), which named an older library than the one installed.
+TEST(DoctorTest, HwlocLineNamesTheLibrarysRelease) {
+  Harness h(FakeNode::Fabric::kIb);
+  Report r = h.run();
+  auto hwloc =
+      std::find_if(r.checks.begin(), r.checks.end(), [](const Check& c) { return c.id == "host.hwloc"; });
+  ASSERT_NE(hwloc, r.checks.end()) << describe(r);
+  EXPECT_THAT(hwloc->evidence, HasSubstr(std::string("library ") + POOLRUN_HWLOC_RELEASE + " (API "));
 }
 
 TEST(DoctorTest, HealthyRoceNodePassesEverything) {
