@@ -96,13 +96,14 @@ void checkHugePages(const Roots& roots, Report& report) {
 
 // hwloc's release ("2.9.0"): the API version moves only when the API does (2.8.0 for 2.8 to 2.9
 // and later), so it would name an older library than the one loaded. The library writes its
-// release into the root object's "hwlocVersion" when it loads a topology (a minimal one here).
+// release into the root object's "hwlocVersion" when it discovers this machine (a minimal
+// topology here); one read from a file (HWLOC_XMLFILE) carries its exporter's instead: unknown.
 std::string hwlocRelease() {
   hwloc_topology_t topology = nullptr;
   if (hwloc_topology_init(&topology) != 0) return "";
   hwloc_topology_set_all_types_filter(topology, HWLOC_TYPE_FILTER_KEEP_NONE);
   std::string release;
-  if (hwloc_topology_load(topology) == 0) {
+  if (hwloc_topology_load(topology) == 0 && hwloc_topology_is_thissystem(topology)) {
     const char* v = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topology), "hwlocVersion");
     if (v != nullptr) release = v;
   }
@@ -117,8 +118,9 @@ void checkHwloc(Report& report) {
   Check c{"host.hwloc",
           Status::kPass,
           "hwloc",
-          "library " + (release.empty() ? std::string("of unknown release") : release) + " (API " + api(v) +
-              "; built against " + HWLOC_VERSION + ", API " + api(HWLOC_API_VERSION) + ")",
+          "library " + (release.empty() ? std::string("of unknown release (HWLOC_XMLFILE set?)") : release) +
+              " (API " + api(v) + "; built against " + HWLOC_VERSION + ", API " + api(HWLOC_API_VERSION) +
+              ")",
           "",
           ""};
   if ((v >> 16) != (HWLOC_API_VERSION >> 16)) {
