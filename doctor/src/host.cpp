@@ -94,15 +94,32 @@ void checkHugePages(const Roots& roots, Report& report) {
   report.add(c);
 }
 
+// hwloc's release ("2.9.0"): the API version moves only when the API does (2.8.0 for 2.8 to 2.9
+// and later), so it would name an older library than the one loaded. The library writes its
+// release into the root object's "hwlocVersion" when it discovers this machine (a minimal
+// topology here); one read from a file (HWLOC_XMLFILE) carries its exporter's instead: unknown.
+std::string hwlocRelease() {
+  hwloc_topology_t topology = nullptr;
+  if (hwloc_topology_init(&topology) != 0) return "";
+  hwloc_topology_set_all_types_filter(topology, HWLOC_TYPE_FILTER_KEEP_NONE);
+  std::string release;
+  if (hwloc_topology_load(topology) == 0 && hwloc_topology_is_thissystem(topology)) {
+    const char* v = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topology), "hwlocVersion");
+    if (v != nullptr) release = v;
+  }
+  hwloc_topology_destroy(topology);
+  return release;
+}
+
 void checkHwloc(Report& report) {
   unsigned v = hwloc_get_api_version();
-  std::string version = fmt::format("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff);
+  auto api = [](unsigned x) { return fmt::format("{}.{}.{}", x >> 16, (x >> 8) & 0xff, x & 0xff); };
+  std::string release = hwlocRelease();
   Check c{"host.hwloc",
           Status::kPass,
           "hwloc",
-          "library " + version + " (built against " +
-              fmt::format("{}.{}.{}", HWLOC_API_VERSION >> 16, (HWLOC_API_VERSION >> 8) & 0xff,
-                          HWLOC_API_VERSION & 0xff) +
+          "library " + (release.empty() ? std::string("of unknown release (HWLOC_XMLFILE set?)") : release) +
+              " (API " + api(v) + "; built against " + HWLOC_VERSION + ", API " + api(HWLOC_API_VERSION) +
               ")",
           "",
           ""};

@@ -189,28 +189,32 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       nodeCpus = pool::slurm::parseNodeCpus(o.out);
     }
     // A job with part of a node's CPUs is probed within its own CPUs (what hwloc sees in the
-    // step), so that ranks are bound inside them; such a view is not cached.
+    // step), so that ranks are bound inside them; that view is cached under the node's hardware
+    // and those CPUs (CPU_IDs), which every later job given the same CPUs sees alike.
     std::map<std::string, int> jobCpus;
+    std::map<std::string, std::string> jobCpuIds;
     std::string job = pool::slurm::jobOfLease(lease.id);
     pool::slurm::SlurmSystem::Output jo = slurm->run({"scontrol", "show", "job", "-d", job});
     if (jo.status == 0) {
       try {
-        jobCpus = pool::slurm::parseJobDetail(jo.out).cpus;
+        pool::slurm::JobDetail detail = pool::slurm::parseJobDetail(jo.out);
+        jobCpus = detail.cpus;
+        jobCpuIds = detail.cpu_ids;
       } catch (const Error&) {  // no CPU counts: treat every node as whole
       }
     }
     std::error_code ec;
     std::filesystem::create_directories(options.cache_dir, ec);
     std::vector<std::string> missing;
+    std::set<std::string> partial;
     for (const std::string& n : toProbe) {
       bool whole = !jobCpus.count(n) || !nodeCpus.count(n) || jobCpus[n] <= 0 || jobCpus[n] >= nodeCpus[n];
-      if (!whole) {
-        err << "poolrun: note: node " << n << ": the job holds " << jobCpus[n] << " of its " << nodeCpus[n]
-            << " CPUs; probing it within them (not cached), so that ranks are bound to the job's CPUs\n";
-      }
+      if (!whole) partial.insert(n);
       auto hw = hardware.find(n);
-      if (hw != hardware.end() && whole) {
-        cacheFile[n] = options.cache_dir / (n + "-" + topo::fnv1aHex(hw->second).substr(0, 12) + ".json");
+      // Part of a node: cached only where Slurm names the CPUs (without them, no key tells views apart).
+      if (hw != hardware.end() && (whole || !jobCpuIds[n].empty())) {
+        std::string key = whole ? hw->second : hw->second + " CPU_IDs=" + jobCpuIds[n];
+        cacheFile[n] = options.cache_dir / (n + "-" + topo::fnv1aHex(key).substr(0, 12) + ".json");
         if (std::filesystem::exists(cacheFile[n])) {
           try {
             topo::ClusterNode c;
@@ -224,6 +228,10 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
                 << e.what() << "); probing " << n << " again\n";
           }
         }
+      }
+      if (!whole) {
+        err << "poolrun: note: node " << n << ": the job holds " << jobCpus[n] << " of its " << nodeCpus[n]
+            << " CPUs; probing it within them, so that ranks are bound to the job's CPUs\n";
       }
       missing.push_back(n);
     }
@@ -248,7 +256,10 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
                                                    std::string(e.what()).substr(0, 200) +
                                                    "); give its topology with --topology FILE");
         }
-        bool complete = !nodeCpus.count(n) || t.allCpus().size() >= static_cast<size_t>(nodeCpus[n]);
+        // A whole node's probe that saw fewer CPUs than the node has (the step was confined) is
+        // not the node's view; a part's is the view of those CPUs, whatever it counts.
+        bool complete =
+            partial.count(n) || !nodeCpus.count(n) || t.allCpus().size() >= static_cast<size_t>(nodeCpus[n]);
         if (cacheFile.count(n) && complete) {
           std::filesystem::path tmp = cacheFile[n];
           tmp += ".tmp" + std::to_string(getpid());

@@ -157,6 +157,14 @@ ParsedLog parseNcclTestsLog(std::string_view text, const std::string& source, co
       if (w.size() >= 9 && w[0] == "Rank" && w[2] == "Group") {
         long long rank = 0;
         if (parseInteger(w[1], &rank)) ranks.insert(rank);
+        // poolrun-allreduce-bench's MPI backend names no GPU but "host memory": its times are
+        // MPI's over host buffers, which would teach the tuner nothing true about NCCL's.
+        if (common::trim(trimmed).ends_with("host memory")) {
+          throw ConfigError(where + ": rank " + w[1] +
+                            " ran on host memory (CPU buffers, MPI), not on a GPU, so its times say "
+                            "nothing of NCCL's; calibrate with a run on GPUs (poolrun-allreduce-bench "
+                            "--backend nccl, or nccl-tests' *_perf)");
+        }
         for (size_t i = 3; i + 1 < w.size(); ++i) {
           if (w[i] == "on") {
             hosts.insert(w[i + 1]);

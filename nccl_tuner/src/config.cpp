@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <initializer_list>
+#include <set>
 #include <sstream>
 
 #include "poolrun/common/json_fields.hpp"
@@ -24,6 +25,16 @@ using Fields = common::JsonFields;
 
 std::string shown(const json& v) {
   return common::shownJson(v);
+}
+
+// A key as messages show it (as JsonFields shows it): as it is where it is printable ASCII, else with
+// JSON's escapes, so that a message stays one printable line.
+std::string keyText(const std::string& key) {
+  bool plain = true;
+  for (char c : key) plain = plain && c >= 0x20 && c < 0x7f && c != '\'' && c != '\\';
+  if (plain) return key;
+  std::string quoted = json(key).dump(-1, ' ', false, json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
 }
 
 // The "comment" and "x-..." keys of any object are the user's own.
@@ -173,9 +184,54 @@ TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
     fail(origin, "JSON nests deeper than " + std::to_string(kMaxConfigDepth) + " levels at byte " +
                      std::to_string(*at) + " (a tuner configuration nests 3; is it the right file?)");
   }
+  // A key given twice in one object is refused, as poold refuses it in a request body: the parser
+  // would keep the last, and a reader of the file (or another tool) taking the first would disagree
+  // with the plugin about which rule or figure counts.
+  struct Level {
+    std::string path;  // as messages name fields: "", "gpu", "rules[2]"
+    bool array = false;
+    size_t index = 0;
+    std::string key;
+    std::set<std::string> keys;
+  };
+  std::vector<Level> levels;
+  auto childPath = [&levels]() -> std::string {
+    if (levels.empty()) return "";
+    const Level& up = levels.back();
+    if (up.array) return up.path + "[" + std::to_string(up.index) + "]";
+    return up.path.empty() ? keyText(up.key) : up.path + "." + keyText(up.key);
+  };
+  auto once = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        levels.push_back({childPath(), event == json::parse_event_t::array_start, 0, {}, {}});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        levels.pop_back();
+        if (!levels.empty() && levels.back().array) ++levels.back().index;
+        break;
+      case json::parse_event_t::key: {
+        Level& here = levels.back();
+        here.key = parsed.get<std::string>();
+        if (!here.keys.insert(here.key).second) {
+          std::string name = here.path.empty() ? keyText(here.key) : here.path + "." + keyText(here.key);
+          fail(origin, "field '" + name +
+                           "' given twice in one object (the parser would keep only the last); give each "
+                           "field once");
+        }
+        break;
+      }
+      case json::parse_event_t::value:
+        if (!levels.empty() && levels.back().array) ++levels.back().index;
+        break;
+    }
+    return true;
+  };
   json doc;
   try {
-    doc = json::parse(jsonText);
+    doc = json::parse(jsonText, once);
   } catch (const json::parse_error& e) {
     fail(origin, std::string("not valid JSON at byte ") + std::to_string(e.byte) +
                      " (check quotes, commas and braces there)");

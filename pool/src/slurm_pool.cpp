@@ -334,11 +334,18 @@ class RealSlurm : public SlurmSystem {
   }
 
   Allocation allocate(const std::vector<std::string>& sallocArgs) override {
-    int out[2];
+    int out[2], keep[2];
     if (pipe2(out, O_CLOEXEC) != 0) throw Error(ErrorCode::kIo, "pipe: " + std::string(std::strerror(errno)));
-    // The command salloc runs: report the allocation's variables, then live as long as poolrun.
-    std::string helper = "env -0; printf '@poolrun-ready %s\\0' \"$$\"; while kill -0 " +
-                         std::to_string(getpid()) + " 2>/dev/null; do sleep 1; done";
+    if (pipe2(keep, O_CLOEXEC) != 0) {
+      close(out[0]), close(out[1]);
+      throw Error(ErrorCode::kIo, "pipe: " + std::string(std::strerror(errno)));
+    }
+    // The command salloc runs: report the allocation's variables, then read its standard input, a
+    // pipe only poolrun writes to, until poolrun closes it (release) or dies (the kernel closes it).
+    // It then exits 0, so that salloc ends the job as COMPLETED and Slurm starts the next one at
+    // once; a signal or scancel would record it as cancelled and leave the node to the next
+    // scheduling pass.
+    std::string helper = "env -0; printf '@poolrun-ready %s\\0' \"$$\"; read -r line; exit 0";
     std::vector<std::string> argv = sallocArgs;
     argv.insert(argv.end(), {"/bin/sh", "-c", helper});
     pid_t parent = getpid();
@@ -350,13 +357,13 @@ class RealSlurm : public SlurmSystem {
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != parent) _exit(1);
       dup2(out[1], 1);
-      int devnull = open("/dev/null", O_RDONLY);  // no terminal: salloc must not take it over
-      if (devnull >= 0) dup2(devnull, 0);
+      dup2(keep[0], 0);  // no terminal: salloc must not take it over
       execOrDie(argv);
     }
     close(out[1]);
+    close(keep[0]);
     if (pid < 0) {
-      close(out[0]);
+      close(out[0]), close(keep[1]);
       throw Error(ErrorCode::kIo, "fork: " + std::string(std::strerror(errno)));
     }
     std::string data;
@@ -369,6 +376,7 @@ class RealSlurm : public SlurmSystem {
       if (poll(&ready, 1, 200) == 0 || (ready.revents & (POLLIN | POLLHUP)) == 0) {
         if (pendingInterrupt() == 0) continue;
         close(out[0]);
+        close(keep[1]);
         kill(pid, SIGTERM);
         if (!waitFor(pid, std::chrono::seconds(10), nullptr)) {
           kill(pid, SIGKILL);
@@ -391,6 +399,7 @@ class RealSlurm : public SlurmSystem {
     }
     close(out[0]);
     if (helperPid <= 0) {
+      close(keep[1]);
       int status = -1;
       waitFor(pid, std::chrono::seconds(10), &status);
       throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
@@ -408,7 +417,7 @@ class RealSlurm : public SlurmSystem {
       if (eq != std::string::npos && kv.starts_with("SLURM_")) a.env[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     a.job_id = a.env.count("SLURM_JOB_ID") ? a.env["SLURM_JOB_ID"] : a.env["SLURM_JOBID"];
-    running_[a.job_id] = {pid, helperPid};
+    running_[a.job_id] = {pid, keep[1]};
     if (a.job_id.empty()) {
       stop("", running_[a.job_id]);
       running_.erase(a.job_id);
@@ -427,19 +436,22 @@ class RealSlurm : public SlurmSystem {
  private:
   struct Salloc {
     pid_t salloc = 0;
-    pid_t helper = 0;
+    int keep = -1;  // the write end of the command's standard input: open while the allocation is held
   };
 
-  // Ends the helper so that salloc gives the allocation back itself; scancel as well, so that the
-  // job is gone even where salloc could not say so.
+  // Closes the command's input, so that it exits 0 and salloc completes the job itself. scancel
+  // only where salloc did not end well (it could not tell the controller, or hangs), so that the
+  // job is gone all the same.
   void stop(const std::string& job, const Salloc& s) {
-    if (s.helper > 0) kill(s.helper, SIGTERM);
-    if (!waitFor(s.salloc, std::chrono::seconds(10), nullptr)) {
+    if (s.keep >= 0) close(s.keep);
+    int status = -1;
+    if (!waitFor(s.salloc, std::chrono::seconds(10), &status)) {
       if (!job.empty()) run({"scancel", job});
       kill(s.salloc, SIGKILL);
       waitFor(s.salloc, std::chrono::seconds(5), nullptr);
+    } else if (status != 0 && !job.empty()) {
+      run({"scancel", "--quiet", job});
     }
-    if (!job.empty()) run({"scancel", "--quiet", job});
   }
 
   std::map<std::string, Salloc> running_;
@@ -518,6 +530,7 @@ JobDetail parseJobDetail(std::string_view text) {
       for (const std::string& n : topo::expandHostlist(f["Nodes"])) {
         perNode[n] = gpus;
         d.cpus[n] = cpus;
+        if (f.count("CPU_IDs")) d.cpu_ids[n] = f["CPU_IDs"];
       }
     }
   }

@@ -7,11 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "fake_node.hpp"
+#include "support/temp_dir.hpp"
 
 namespace poolrun::doctor {
 namespace {
@@ -107,6 +109,46 @@ TEST(DoctorTest, HealthyIbNodePassesEverything) {
   }
   EXPECT_EQ(passes["gpu.nvlink"], 2);
   EXPECT_EQ(passes.count("roce.gid"), 0u);  // IB ports have no RoCE checks
+}
+
+// The hwloc line names the library's release (pkg-config's 2.9.0), not only its API version (2.8.0
+// for hwloc 2.8 and 2.9), which named an older library than the one installed.
+TEST(DoctorTest, HwlocLineNamesTheLibrarysRelease) {
+  Harness h(FakeNode::Fabric::kIb);
+  Report r = h.run();
+  auto hwloc =
+      std::find_if(r.checks.begin(), r.checks.end(), [](const Check& c) { return c.id == "host.hwloc"; });
+  ASSERT_NE(hwloc, r.checks.end()) << describe(r);
+  EXPECT_THAT(hwloc->evidence, HasSubstr(std::string("library ") + POOLRUN_HWLOC_RELEASE + " (API "));
+}
+
+// A topology read from a file (HWLOC_XMLFILE) carries the release of the hwloc that wrote it, which
+// is not the library's: the line says the release is unknown rather than name the file's.
+TEST(DoctorTest, HwlocLineNamesNoReleaseFromAnXmlFile) {
+  poolrun::test::TempDir tmp;
+  const char* set = R"( cpuset="0x1" complete_cpuset="0x1" nodeset="0x1" complete_nodeset="0x1")";
+  std::string xml = std::string(R"(<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE topology SYSTEM "hwloc2.dtd">
+<topology version="2.0">
+  <object type="Machine" os_index="0" gp_index="1")") +
+                    set + R"( allowed_cpuset="0x1" allowed_nodeset="0x1">
+    <info name="hwlocVersion" value="1.2.3"/>
+    <object type="NUMANode" os_index="0" gp_index="2")" +
+                    set + R"(/>
+    <object type="PU" os_index="0" gp_index="3")" +
+                    set + R"(/>
+  </object>
+</topology>
+)";
+  setenv("HWLOC_XMLFILE", tmp.write("old.xml", xml).c_str(), 1);
+  Harness h(FakeNode::Fabric::kIb);
+  Report r = h.run();
+  unsetenv("HWLOC_XMLFILE");
+  auto hwloc =
+      std::find_if(r.checks.begin(), r.checks.end(), [](const Check& c) { return c.id == "host.hwloc"; });
+  ASSERT_NE(hwloc, r.checks.end()) << describe(r);
+  EXPECT_THAT(hwloc->evidence, HasSubstr("library of unknown release"));
+  EXPECT_THAT(hwloc->evidence, ::testing::Not(HasSubstr("1.2.3")));
 }
 
 TEST(DoctorTest, HealthyRoceNodePassesEverything) {

@@ -112,14 +112,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{with("\"fabric\"", "\"fabirc\""), "fabirc"},
                       Bad{with("\"sharp\": false", "\"sharp\": false, \"shrap\": true"), "net.shrap"},
                       Bad{with("\"algo\": \"tree\"", "\"algo\": \"Rign\""), "Rign"},
-                      Bad{with("\"algo\": \"tree\", \"proto\": \"LL\"", "\"nnodes\": 1"),
-                          "neither algo nor proto"},
+                      Bad{with("\"algo\": \"tree\", \"proto\": \"LL\", ", ""), "neither algo nor proto"},
                       Bad{with("\"algo\": \"tree\"", "\"algo\": \"NVLS\""), "Simple"},
                       Bad{with("\"max_bytes\": 65536", "\"min_bytes\": 9, \"max_bytes\": 8"), "min_bytes 9"},
                       Bad{with("\"max_bytes\": 65536", "\"max_bytes\": -5"), "max_bytes"},
                       Bad{with("\"time_us\": 40.5", "\"time_us\": 0"), "time_us"},
                       Bad{with("\"coll\": \"allgather\"", "\"coll\": \"alltoall\""), "alltoall"},
-                      Bad{with("\"rules\": [", "\"rules\": 5, \"x-ignored\": ["), "rules must be an array"}),
+                      Bad{with("\"rules\": [", "\"rules\": 5, \"x-ignored\": ["), "rules must be an array"},
+                      // A key twice in one object: refused wherever it is, not the last one kept.
+                      Bad{with("\"nodes\": 2", "\"nodes\": 2, \"nodes\": 4"), "field 'nodes' given twice"},
+                      Bad{with("\"sm\": 90", "\"sm\": 90, \"sm\": 80"), "field 'gpu.sm' given twice"},
+                      Bad{with("\"proto\": \"LL\"", "\"proto\": \"LL\", \"proto\": \"Simple\""),
+                          "field 'rules[0].proto' given twice"},
+                      Bad{with("\"source\": \"ag.log\"", "\"source\": \"ag.log\", \"x-a\": 1, \"x-a\": 2"),
+                          "field 'calibration[0].x-a' given twice"}),
     [](const ::testing::TestParamInfo<Bad>& p) { return poolrun::test::testName(p.param.mentions); });
 
 TEST(ExampleCsvTest, ReadsTheExampleTunersFormat) {
@@ -215,6 +221,30 @@ TEST(NcclTestsLogTest, OlderOutputWithoutTheProgramName) {
   EXPECT_EQ(collOf("  1024  128  float  none  -1  10.0  0.1  0.1  0  10.0  0.1  0.1  0\n"), Coll::kAllGather);
   EXPECT_EQ(collOf("  1024  256  float  none  0  10.0  0.1  0.1  0  10.0  0.1  0.1  0\n"), Coll::kBroadcast);
   EXPECT_EQ(collOf("  1024  256  float  sum  0  10.0  0.1  0.1  0  10.0  0.1  0.1  0\n"), Coll::kReduce);
+}
+
+// poolrun-allreduce-bench on its MPI backend: host buffers, no GPU. Its times are MPI's, refused
+// in one line that names the rank line and says what to calibrate with, even with --nranks/--nnodes.
+TEST(NcclTestsLogTest, HostMemoryRunsAreRefused) {
+  const std::string log =
+      "# Collective test starting: all_reduce_perf\n# Using devices\n"
+      "#  Rank  0 Group  0 Pid   4242 on       sn01 device -1 host memory\n"
+      "#  Rank  1 Group  0 Pid   4243 on       sn01 device -1 host memory\n"
+      "  1024  256  float  sum  -1  10.0  0.1  0.1  0  10.0  0.1  0.1  0\n";
+  LogOverrides shape;
+  shape.nranks = 2;
+  shape.nnodes = 1;
+  for (const LogOverrides& o : {LogOverrides{}, shape}) {
+    try {
+      parseNcclTestsLog(log, "mpi.txt", o);
+      FAIL() << "a log of host-memory runs was read";
+    } catch (const ConfigError& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find("mpi.txt:3: rank 0 ran on host memory"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("--backend nccl"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
 }
 
 TEST(NcclTestsLogTest, Errors) {

@@ -81,11 +81,11 @@ constexpr const char* kJob = R"(JobId=42 JobName=train
    Partition=gpu AllocNode:Sid=login1:123
    NodeList=dgx[01-03]
    BatchHost=dgx01
-   NumNodes=3 NumCPUs=48 NumTasks=24 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
-   TRES=cpu=48,node=3,billing=48,gres/gpu=20
+   NumNodes=3 NumCPUs=40 NumTasks=24 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=40,node=3,billing=40,gres/gpu=20
    JOB_GRES=gpu:a100:20
      Nodes=dgx[01-02] CPU_IDs=0-15 Mem=0 GRES=gpu:a100:8(IDX:0-7)
-     Nodes=dgx03 CPU_IDs=0-15 Mem=0 GRES=gpu:a100:4(IDX:0,2-3,6)
+     Nodes=dgx03 CPU_IDs=0-3,8-11 Mem=0 GRES=gpu:a100:4(IDX:0,2-3,6)
    MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0
 )";
 
@@ -101,6 +101,10 @@ TEST(SlurmJobDetail, NodesAndTheirGpus) {
   EXPECT_EQ(d.nodes[2].first, "dgx03");
   EXPECT_EQ(d.nodes[2].second, (Ints{0, 2, 3, 6}));
   EXPECT_EQ(d.cpus["dgx02"], 16);
+  EXPECT_EQ(d.cpus["dgx03"], 8);
+  // Which CPUs, as the key of a part of a node's cached topology.
+  EXPECT_EQ(d.cpu_ids["dgx02"], "0-15");
+  EXPECT_EQ(d.cpu_ids["dgx03"], "0-3,8-11");
 }
 
 TEST(SlurmJobDetail, PendingAndNotAJob) {

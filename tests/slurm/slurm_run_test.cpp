@@ -156,6 +156,35 @@ TEST_F(SlurmTest, InsideSbatchTopologyProbedOnceThenCached) {
   EXPECT_TRUE(queueEmpty());
 }
 
+// A job holding part of a node's CPUs has the node probed within them, and that view cached for
+// those CPUs: the second poolrun of the same job (the same CPUs) probes no more. (On a one-CPU
+// machine the job holds the whole node, which is cached as well.)
+TEST_F(SlurmTest, PartOfANodeProbedOnceThenCached) {
+  std::string run = std::string(POOLRUN_BINARY) + " --pool slurm -n 1 " + kLoopback + RANK_REPORT;
+  std::string script = tmp_.write("job.sh", "#!/bin/sh\n" + run + " 2>" + (tmp_.path() / "first").string() +
+                                                "\n" + run + " 2>" + (tmp_.path() / "second").string() + "\n")
+                           .string();
+  Result r = sh("sbatch --wait --quiet -N1 --gpus-per-node=1 --ntasks-per-node=1 -o " +
+                (tmp_.path() / "out").string() + " " + script);
+  ASSERT_EQ(r.status, 0) << r.err << slurp(tmp_.path() / "out") << slurp(tmp_.path() / "first")
+                         << slurp(tmp_.path() / "second");
+  checkRanks(1);
+  std::string first = slurp(tmp_.path() / "first");
+  EXPECT_NE(first.find("probing the topology of sn01"), std::string::npos) << first;
+  if (sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+    EXPECT_NE(first.find("the job holds 1 of its"), std::string::npos)
+        << "probed as part of a node: " << first;
+  }
+  EXPECT_EQ(slurp(tmp_.path() / "second").find("probing the topology"), std::string::npos)
+      << slurp(tmp_.path() / "second");
+  int cached = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator(tmp_.path() / "state/slurm-topology"))
+    ++cached;
+  EXPECT_EQ(cached, 1);
+  EXPECT_TRUE(queueEmpty());
+}
+
 // A node whose topology is given (--topology): 2 GPUs and 2 InfiniBand NICs on one PCIe switch,
 // on this machine's CPUs, so that the ranks get NIC variables from the plan.
 std::string topologyWithNics() {
@@ -232,6 +261,42 @@ TEST_F(SlurmTest, OutsideSuccessGivesTheAllocationBack) {
   ASSERT_EQ(r.status, 0) << r.err;
   checkRanks(2);
   EXPECT_TRUE(queueEmpty());
+}
+
+// What slurmctld's log says of how job `job` ended: its "_job_complete" and kill-request lines
+// (this Slurm keeps no accounting, and forgets a finished job after MinJobAge).
+std::string jobEnding(const std::string& job) {
+  std::string ending;
+  std::istringstream log(slurp(kCluster / "log/slurmctld.log"));
+  for (std::string line; std::getline(log, line);) {
+    if (line.ends_with(" JobId=" + job + " done")) continue;
+    if (line.find("_job_complete: JobId=" + job + " ") != std::string::npos ||
+        line.find("REQUEST_KILL_JOB JobId=" + job + " ") != std::string::npos)
+      ending += line.substr(line.find("] ") + 2) + "\n";
+  }
+  return ending;
+}
+
+// The allocation ends as a completed job: salloc's command exits 0 and nothing signals or cancels
+// it, so Slurm records COMPLETED (not a job killed by SIGTERM, then scancelled) and starts its next
+// job at once. Also when the job itself failed: the allocation did what was asked of it.
+TEST_F(SlurmTest, OutsideTheAllocationEndsAsACompletedJob) {
+  for (const char* exit : {"", " --exit 1 7"}) {
+    std::filesystem::remove_all(tmp_.path() / "state/jobs");
+    Result r =
+        poolrun("--pool slurm:debug -n 2 --gpus-per-node 2 " + std::string(kLoopback) + RANK_REPORT + exit);
+    EXPECT_EQ(r.status, *exit ? 7 : 0) << r.err;
+    // The job directory is named after the lease: slurm-JOB-PID.
+    std::string lease = jobDir().filename().string();
+    ASSERT_TRUE(lease.starts_with("slurm-")) << lease;
+    std::string job = lease.substr(6, lease.find('-', 6) - 6);
+    EXPECT_TRUE(queueEmpty());
+    std::string ending;
+    auto end = std::chrono::steady_clock::now() + 10s;
+    while ((ending = jobEnding(job)).empty() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(ending, "_job_complete: JobId=" + job + " WEXITSTATUS 0\n") << r.err;
+  }
 }
 
 TEST_F(SlurmTest, OutsideFailureGivesTheAllocationBack) {

@@ -46,7 +46,8 @@ struct JobDetail {
   // Per node, in NodeList order: the GPU indexes the job holds there (from the "Nodes=... GRES="
   // lines, hostlists expanded).
   std::vector<std::pair<std::string, std::vector<size_t>>> nodes;
-  std::map<std::string, int> cpus;  // per node: how many CPUs (CPU_IDs) the job holds there
+  std::map<std::string, int> cpus;             // per node: how many CPUs (CPU_IDs) the job holds there
+  std::map<std::string, std::string> cpu_ids;  // per node: those CPUs as Slurm writes them ("0-3,8")
 };
 // Throws poolrun::Error (kBadInput) when the text is not a job record.
 JobDetail parseJobDetail(std::string_view text);
@@ -90,8 +91,9 @@ class SlurmSystem {
 };
 
 // The real one: getenv, fork/exec, and salloc with a small shell command that reports the
-// allocation's variables and then waits for this process to end (so that a `kill -9` of poolrun
-// still gives the allocation back within a second).
+// allocation's variables and then reads a pipe from this process until relinquish() closes it or
+// this process ends (so that a `kill -9` of poolrun still gives the allocation back at once). The
+// command then exits 0: Slurm records the job as COMPLETED and starts its next job at once.
 std::unique_ptr<SlurmSystem> realSlurmSystem();
 
 // `uri` is "slurm" or "slurm:PARTITION". Throws poolrun::Error (kBadInput) naming the URI.
