@@ -11,6 +11,7 @@
 #include <set>
 
 #include "poolrun/common/text.hpp"
+#include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/slurm.hpp"
@@ -203,8 +204,14 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       } catch (const Error&) {  // no CPU counts: treat every node as whole
       }
     }
-    std::error_code ec;
-    std::filesystem::create_directories(options.cache_dir, ec);
+    // A cache others could write would hand poolrun their topology: used only where it is the user's.
+    bool cached = true;
+    try {
+      makeOwnDirectory(options.cache_dir, "topology cache");
+    } catch (const Error& e) {
+      err << "poolrun: warning: not using the topology cache: " << e.what() << "\n";
+      cached = false;
+    }
     std::vector<std::string> missing;
     std::set<std::string> partial;
     for (const std::string& n : toProbe) {
@@ -212,7 +219,7 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       if (!whole) partial.insert(n);
       auto hw = hardware.find(n);
       // Part of a node: cached only where Slurm names the CPUs (without them, no key tells views apart).
-      if (hw != hardware.end() && (whole || !jobCpuIds[n].empty())) {
+      if (cached && hw != hardware.end() && (whole || !jobCpuIds[n].empty())) {
         std::string key = whole ? hw->second : hw->second + " CPU_IDs=" + jobCpuIds[n];
         cacheFile[n] = options.cache_dir / (n + "-" + topo::fnv1aHex(key).substr(0, 12) + ".json");
         if (std::filesystem::exists(cacheFile[n])) {
@@ -261,10 +268,11 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
         bool complete =
             partial.count(n) || !nodeCpus.count(n) || t.allCpus().size() >= static_cast<size_t>(nodeCpus[n]);
         if (cacheFile.count(n) && complete) {
-          std::filesystem::path tmp = cacheFile[n];
-          tmp += ".tmp" + std::to_string(getpid());
-          std::ofstream(tmp) << p->second;
-          std::filesystem::rename(tmp, cacheFile[n], ec);
+          try {  // a cache: where it cannot be written, the node is probed again next time
+            writeFileAtomically(cacheFile[n], p->second, std::nullopt, Durability::kSameBoot);
+          } catch (const Error& e) {
+            err << "poolrun: warning: " << e.what() << "\n";
+          }
         }
         topo::ClusterNode c;
         c.name = n;
