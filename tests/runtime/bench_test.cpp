@@ -208,7 +208,7 @@ TEST(BenchTableTest, OutputReadsAsNcclTestsOutput) {
   std::vector<runtime::RankDevice> devices{{101, 0, "[0000:07:00] NVIDIA H100 80GB HBM3"},
                                            {102, 1, "[0000:0f:00] NVIDIA H100 80GB HBM3"},
                                            {201, 0, "[0000:07:00] NVIDIA H100 80GB HBM3"},
-                                           {202, -1, "host memory"}};
+                                           {202, 1, "[0000:0f:00] NVIDIA H100 80GB HBM3"}};
   std::string text = preamble(o, "nccl", nodes, devices) + tableHeader();
   for (size_t bytes : sizes(o)) {
     Row row;
@@ -236,6 +236,19 @@ TEST(BenchTableTest, OutputReadsAsNcclTestsOutput) {
   EXPECT_EQ(log.measurements[1].bytes, 1048576u);
   EXPECT_NEAR(log.measurements[1].time_us, 49.0 + 1048576 / 1e4, 0.01)
       << "(printed to 0.01 us) the faster of out-of-place and in-place";
+
+  // A rank on host memory (the MPI backend) makes the log no measure of NCCL: refused, naming the
+  // line and the rank.
+  devices[3] = {202, -1, "host memory"};
+  const std::string cpu = preamble(o, "nccl", nodes, devices) + tableHeader();
+  try {
+    tuner::parseNcclTestsLog(cpu, "bench.txt", {});
+    ADD_FAILURE() << "a log of a rank on host memory was taken";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(": rank 3 ran on host memory (CPU buffers, MPI), not on a GPU"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

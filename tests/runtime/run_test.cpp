@@ -176,11 +176,25 @@ TEST_F(RuntimeRunTest, AllreduceBenchOutputAndJson) {
   EXPECT_EQ(sizes, (std::vector<size_t>{8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288})) << r.out;
   EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("# Avg bus bandwidth    : "), std::string::npos) << r.out;
-  // What tools that read nccl-tests output make of it: `poolrun tuner calibrate` takes every row,
-  // with the 4 ranks and 2 nodes of its "# Using devices" lines.
+  // What tools that read nccl-tests output make of it. `poolrun tuner calibrate` refuses this run
+  // (its ranks ran on host memory: MPI's times teach nothing of NCCL's) and leaves the
+  // configuration as it was; the same output as a run on GPUs names its devices is taken whole,
+  // every row with the 4 ranks and 2 nodes of its "# Using devices" lines.
   std::ofstream(path("bench.txt")) << r.out;
   std::filesystem::copy_file(poolrun::test::sourceDir() / "tests/nccl_tuner/data/h100-ib-4node.json",
                              path("tuner.json"));
+  const std::string before = slurp(path("tuner.json"));
+  auto refused = poolrun::test::runShell(std::string(POOLRUN_BINARY) + " tuner calibrate --config " +
+                                         path("tuner.json").string() + " " + path("bench.txt").string());
+  EXPECT_EQ(refused.status, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("bench.txt:"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find(" ran on host memory (CPU buffers, MPI), not on a GPU"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(slurp(path("tuner.json")), before);
+  std::string onGpus = r.out;
+  for (size_t at = onGpus.find("host memory"); at != std::string::npos; at = onGpus.find("host memory", at))
+    onGpus.replace(at, 11, "[0000:07:00] NVIDIA H100 80GB HBM3");
+  std::ofstream(path("bench.txt"), std::ios::trunc) << onGpus;
   auto cal = poolrun::test::runShell(std::string(POOLRUN_BINARY) + " tuner calibrate --config " +
                                      path("tuner.json").string() + " " + path("bench.txt").string());
   ASSERT_EQ(cal.status, 0) << cal.out << cal.err;
