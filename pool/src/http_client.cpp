@@ -8,6 +8,7 @@
 #include "embedded.hpp"
 #include "http_connection.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/state.hpp"
 #include "poolrun/topo/names.hpp"
@@ -425,32 +426,22 @@ class HttpPool : public PoolControl, public AgentLink {
     std::string msg = member("error").empty() ? res->body : member("error");
     std::string where = originOf(replicas_[current_]) + " refused " + method + " " +
                         path.substr(0, path.find('?')) + " (" + std::to_string(res->status) + "): ";
-    switch (res->status) {
-      case 400:
-        throw PoolError(PoolFailure::kOther, ErrorCode::kBadInput, where + msg);
-      case 401:
-        throw PoolError(PoolFailure::kUnauthorized, ErrorCode::kBadInput,
+    const HttpFailure& f = failureOfReply(res->status, member("reason"));
+    switch (f.failure) {
+      case PoolFailure::kUnauthorized:
+        throw PoolError(f.failure, f.code,
                         where + msg + "; set POOLRUN_TOKEN or --token-file to a token poold knows");
-      case 403:
-        throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput, where + msg);
-      case 404:
-        throw PoolError(member("reason") == "gone" ? PoolFailure::kGone : PoolFailure::kOther,
-                        ErrorCode::kNotFound, where + msg);
-      case 409:
-        if (member("reason") == "not_now") {
-          const int position =
-              doc.is_object() && doc.contains("position") && doc["position"].is_number_integer()
-                  ? doc["position"].get<int>()
-                  : 0;
-          throw PoolError(PoolFailure::kTimeout, ErrorCode::kIo, where + msg, position);
-        }
-        throw PoolError(PoolFailure::kOther, ErrorCode::kIo, where + msg);
-      case 413:
-        throw PoolError(PoolFailure::kOther, ErrorCode::kBadInput, where + "request body too large");
-      case 422:
-        throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, msg);
+      case PoolFailure::kNeverFits:
+        throw PoolError(f.failure, f.code, msg);  // poold's own words: what the request can never get
+      case PoolFailure::kTimeout: {               // 409 not_now: where it would have stood
+        const int position =
+            doc.is_object() && doc.contains("position") && doc["position"].is_number_integer()
+                ? doc["position"].get<int>()
+                : 0;
+        throw PoolError(f.failure, f.code, where + msg, position);
+      }
       default:
-        throw PoolError(PoolFailure::kOther, ErrorCode::kIo, where + msg);
+        throw PoolError(f.failure, f.code, where + (f.status == 413 ? "request body too large" : msg));
     }
   }
 

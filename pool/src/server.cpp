@@ -23,6 +23,7 @@
 #include "http_server.hpp"
 #include "live_metrics.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/nesting.hpp"
@@ -100,36 +101,11 @@ HttpReply replyForError(std::exception_ptr error) {
     reply.headers = e.headers;
     return reply;
   } catch (const PoolError& e) {
-    int status;
-    const char* reason = "error";
-    switch (e.failure()) {
-      case PoolFailure::kForbidden:
-        status = 403;
-        reason = "forbidden";
-        break;
-      case PoolFailure::kUnauthorized:
-        status = 401;
-        reason = "unauthorized";
-        break;
-      case PoolFailure::kGone:
-        status = 404;
-        reason = "gone";
-        break;
-      case PoolFailure::kNeverFits:
-        status = 422;
-        reason = "never_fits";
-        break;
-      default:
-        status = e.code() == ErrorCode::kBadInput ? 400 : e.code() == ErrorCode::kNotFound ? 404 : 500;
-        reason = status == 400 ? "bad_request" : status == 404 ? "not_found" : "error";
-    }
-    return errorReply(status, e.what(), reason);
+    const HttpFailure& f = httpFailureFor(e.failure(), e.code());
+    return errorReply(f.status, e.what(), std::string(f.reason));
   } catch (const Error& e) {
-    int status = e.code() == ErrorCode::kBadInput ? 400 : e.code() == ErrorCode::kNotFound ? 404 : 500;
-    return errorReply(status, e.what(),
-                      status == 400   ? "bad_request"
-                      : status == 404 ? "not_found"
-                                      : "error");
+    const HttpFailure& f = httpFailureFor(PoolFailure::kOther, e.code());
+    return errorReply(f.status, e.what(), std::string(f.reason));
   } catch (const json::exception& e) {
     return errorReply(400, std::string("bad request body: ") + e.what(), "bad_request");
   } catch (const std::exception& e) {
