@@ -2,7 +2,8 @@
 // Acquires 1-8 GPUs, holds them briefly, releases them, ITERATIONS times. After every
 // acknowledged change it appends a line to OUTFILE (flushed), with CLOCK_MONOTONIC nanoseconds:
 //   A LEASE T_AFTER_ACQUIRE NODE:INDEX...   the lease was granted (held from T on)
-//   r LEASE                                 a release is about to be sent (its fate is unknown until R)
+//   r LEASE T_BEFORE_RELEASE                a release is about to be sent (held until T at least; whether
+//                                           it was released is unknown until R)
 //   R LEASE T_BEFORE_RELEASE                the release was acknowledged (held until T at least)
 //   E MESSAGE                               a call failed; the client stops
 
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(
           std::chrono::microseconds(std::uniform_int_distribution<int>(0, 2000)(rng)));
       auto before = now();
-      out << "r " << l.id << std::endl;
+      out << "r " << l.id << " " << before << std::endl;
       pool->release(l.id);
       out << "R " << l.id << " " << before << std::endl;
     }
