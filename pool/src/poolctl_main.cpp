@@ -530,6 +530,302 @@ int migCommand(const std::function<PoolControl&()>& pool, const std::vector<std:
   }
 }
 
+// One command's call: its name, its arguments, --json, and the pool, opened at the first use (once
+// the command's arguments are known to be good).
+struct Command {
+  std::string name;
+  std::vector<std::string> args;
+  bool json = false;
+  const ClientOptions& options;
+  std::function<PoolControl&()> pool;
+
+  // The only argument, naming `what` where there is none or more.
+  const std::string& one(const std::string& what) const {
+    if (args.size() != 1) throw badInput(name + " needs exactly one " + what);
+    return args[0];
+  }
+};
+
+// A list as a JSON array of toJson's documents, printed.
+template <typename T>
+void printJsonList(const std::vector<T>& items) {
+  json out = json::array();
+  for (const T& item : items) out.push_back(toJson(item));
+  std::cout << out.dump(2) << "\n";
+}
+
+int statusCommand(const Command& c) {
+  PoolStatus s = c.pool().status();
+  std::optional<PoolReplicas> replicas = c.pool().replicas();
+  if (!c.json) {
+    std::cout << statusLine(c.pool().describe(), s) << "\n";
+    if (replicas) std::cout << replicaLines(*replicas);
+    return 0;
+  }
+  json out = toJson(s);
+  if (replicas) {
+    out["replicas"] = json::array();
+    for (const auto& r : replicas->replicas)
+      out["replicas"].push_back({{"url", r.url}, {"leader", r.leader}});
+    out["etcd"] = json::array();
+    for (const auto& m : replicas->etcd)
+      out["etcd"].push_back({{"endpoint", m.endpoint},
+                             {"reachable", m.reachable},
+                             {"leader", m.leader},
+                             {"version", m.version},
+                             {"error", m.error}});
+  }
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+int nodesCommand(const Command& c) {
+  std::vector<NodeInfo> nodes = c.pool().nodes();
+  if (c.json) {
+    printJsonList(nodes);
+  } else {
+    for (const std::string& line : nodeTable(nodes, std::chrono::system_clock::now()))
+      std::cout << line << "\n";
+  }
+  return 0;
+}
+
+int leasesCommand(const Command& c) {
+  std::vector<Lease> leases = c.pool().leases();
+  if (c.json) {
+    printJsonList(leases);
+  } else if (leases.empty()) {
+    std::cout << "no leases\n";
+  } else {
+    for (const std::string& line : leaseTable(leases, std::chrono::system_clock::now()))
+      std::cout << line << "\n";
+  }
+  return 0;
+}
+
+int queueCommand(const Command& c) {
+  std::vector<QueueInfo> queue = c.pool().queue();
+  if (c.json)
+    printJsonList(queue);
+  else if (queue.empty())
+    std::cout << "queue empty\n";
+  else
+    printQueueTable(queue, std::chrono::system_clock::now());
+  return 0;
+}
+
+int quotaCommand(const Command& c) {
+  if (!c.args.empty()) throw badInput("quota takes no arguments");
+  std::vector<QuotaUse> quotas = c.pool().quotas();
+  if (c.json)
+    printJsonList(quotas);
+  else if (quotas.empty())
+    std::cout << "no quotas (poold --quotas FILE sets them)\n";
+  else
+    printQuotaTable(quotas);
+  return 0;
+}
+
+int registerCommand(const Command& c) {
+  std::vector<topo::ClusterNode> nodes;
+  if (c.args.size() == 2 && c.args[0] == "--cluster") {
+    nodes = topo::readClusterFile(c.args[1]).nodes;
+  } else if (c.args.empty()) {
+    topo::ClusterNode node;
+    auto t = std::make_shared<topo::NodeTopology>(topo::probeLive());
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    node.name = t->hostname.empty() ? host : t->hostname;
+    node.topology = std::move(t);
+    nodes.push_back(std::move(node));
+  } else {
+    throw badInput("register takes [--cluster FILE]");
+  }
+  c.pool().registerNodes(nodes);
+  if (c.json)
+    std::cout << json{{"registered", nodes.size()}}.dump() << "\n";
+  else
+    std::cout << "registered " << nodes.size() << " node(s) in " << c.pool().describe() << "\n";
+  return 0;
+}
+
+// drain NODE, resume NODE.
+int drainOrResumeCommand(const Command& c) {
+  const std::string& node = c.one("NODE");
+  topo::checkNodeName(node);
+  c.name == "drain" ? c.pool().drain(node) : c.pool().resume(node);
+  if (!c.json) std::cout << node << ": " << (c.name == "drain" ? "draining" : "up") << "\n";
+  return 0;
+}
+
+// fail NODE:GPU, or fail NODE: every GPU of the node.
+int failCommand(const Command& c) {
+  const std::string& spec = c.one("NODE:GPU (or NODE)");
+  size_t colon = spec.rfind(':');
+  if (colon == std::string::npos) {
+    topo::checkNodeName(spec, "fail");
+    const std::vector<NodeInfo> nodes = c.pool().nodes();
+    auto n = std::find_if(nodes.begin(), nodes.end(), [&](const NodeInfo& i) { return i.name == spec; });
+    if (n == nodes.end())
+      throw Error(ErrorCode::kNotFound, "no node '" + spec + "' in the pool (see `poolctl nodes`)");
+    for (const GpuInfo& g : n->gpus) c.pool().failGpu(spec, g.index);
+    if (!c.json) std::cout << spec << ": " << n->gpus.size() << " GPUs failed\n";
+    return 0;
+  }
+  std::string node = spec.substr(0, colon);
+  topo::checkNodeName(node);
+  size_t index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
+  c.pool().failGpu(node, index);
+  if (!c.json) std::cout << spec << ": failed\n";
+  return 0;
+}
+
+// renew LEASE, shrink LEASE, release LEASE.
+int leaseCommand(const Command& c) {
+  const std::string& id = c.one("LEASE");
+  topo::checkLeaseId(id);
+  if (c.name != "release") {
+    Lease l = c.name == "renew" ? c.pool().renew(id) : c.pool().shrink(id);
+    if (c.json)
+      std::cout << toJson(l).dump(2) << "\n";
+    else
+      printLease(l);
+    return 0;
+  }
+  // Idempotent: a lease that is gone already is not an error (exit 0), but it is said.
+  bool held = c.pool().release(id);
+  if (c.json)
+    std::cout << json{{"id", id}, {"released", held}}.dump() << "\n";
+  else if (held)
+    std::cout << id << ": released\n";
+  else
+    std::cerr << "poolctl: lease " << id << " was not held (already released, expired, or never granted)\n";
+  return 0;
+}
+
+// acquire's options as a request (the placement ones through the setters poolrun shares).
+LeaseRequest acquireRequest(const std::vector<std::string>& args) {
+  LeaseRequest r;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw badInput(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "-n" || a == "--gpus") {
+      const std::string v = value();
+      const size_t colon = v.find(':');
+      if (colon != std::string::npos && (colon == 0 || colon + 1 == v.size()))
+        throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX needs both numbers (4:16, say)");
+      r.gpus = number(a, v.substr(0, colon), kGpusRange);
+      if (colon != std::string::npos) {
+        r.max_gpus = number(a, v.substr(colon + 1), kGpusRange);
+        if (r.max_gpus < r.gpus)
+          throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX with MAX at least MIN");
+      }
+    } else if (a == "--resize-interval") {
+      r.resize_interval = std::chrono::seconds(number(a, value(), kResizeIntervalSecondsRange));
+    } else if (a == "--gpus-per-node") {
+      r.gpus_per_node = number(a, value(), kGpusPerNodeRange);
+    } else if (a == "--whole-nodes") {
+      r.whole_nodes = true;
+    } else if (a == "--ttl") {
+      r.ttl = std::chrono::seconds(number(a, value(), kTtlSecondsRange));
+    } else if (a == "--wait") {
+      r.wait = std::chrono::seconds(number(a, value(), kWaitSecondsRange));
+    } else if (a == "--max-duration") {
+      r.max_duration = std::chrono::seconds(number(a, value(), kMaxDurationSecondsRange));
+    } else if (a == "--priority") {
+      r.priority = number(a, value(), kPriorityRange);
+    } else if (a == "--job") {
+      r.job_name = value();
+      topo::checkText(r.job_name, topo::kMaxJobNameBytes, a);
+    } else if (a == "--model") {
+      setGpuModel(r, value(), a);
+    } else if (a == "--mig") {
+      setMigProfile(r, value(), a);
+    } else if (a == "--share") {
+      setSharePercent(r, value(), a);
+    } else if (a == "--gpu-memory") {
+      setShareMemory(r, value(), a);
+    } else if (a == "--min-memory-gib") {
+      setMinMemoryGib(r, value(), a);
+    } else if (a == "--fabric") {
+      r.fabric = topo::fabricFromString(value());
+    } else if (a == "--one-switch") {
+      r.one_switch = true;
+    } else if (a == "--no-reclaim") {
+      r.no_reclaim = true;
+    } else if (a == "--preemptible") {
+      r.preemptible = true;
+    } else if (a == "--label") {
+      addLabel(r, value(), a);
+    } else {
+      throw badInput("acquire: unknown option '" + a + "'");
+    }
+  }
+  if (r.gpus <= 0) throw badInput("acquire needs -n N (N >= 1)");
+  return r;
+}
+
+int acquireCommand(const Command& c) {
+  LeaseRequest r = acquireRequest(c.args);
+  r.owner = c.options.owner;
+  PoolControl& p = c.pool();
+  Lease l;
+  {
+    // Ctrl-C (or SIGTERM, SIGHUP) while queued withdraws the request: main() says so.
+    QueueInterruption interruption;
+    try {
+      l = p.acquire(r, [&](const QueueProgress& progress) {
+        if (!c.json)
+          std::cerr << "poolctl: " << formatQueueProgress(progress, std::chrono::system_clock::now()) << "\n";
+      });
+    } catch (const PoolError& e) {
+      // poold names the field; the user typed the option.
+      if (e.failure() != PoolFailure::kForbidden || !r.no_reclaim) throw;
+      throw PoolError(e.failure(), e.code(),
+                      "--no-reclaim is for administrators (an administrator's token may set it): " +
+                          std::string(e.what()));
+    }
+  }
+  if (c.json)
+    std::cout << toJson(l).dump(2) << "\n";
+  else
+    printLease(l);
+  return 0;
+}
+
+int topCommandOf(const Command& c) {
+  if (c.json) throw badInput("top draws text; for JSON use status, nodes, leases and queue with --json");
+  TopOptions options = parseTopOptions(c.args);
+  return topCommand(options, c.pool());
+}
+
+int migCommandOf(const Command& c) {
+  return migCommand(c.pool, c.args, c.json);
+}
+
+// Every command but `events` (which reads poold's event log over a connection of its own).
+const std::map<std::string, int (*)(const Command&)>& commands() {
+  static const std::map<std::string, int (*)(const Command&)> table{{"status", statusCommand},
+                                                                    {"nodes", nodesCommand},
+                                                                    {"leases", leasesCommand},
+                                                                    {"queue", queueCommand},
+                                                                    {"quota", quotaCommand},
+                                                                    {"register", registerCommand},
+                                                                    {"drain", drainOrResumeCommand},
+                                                                    {"resume", drainOrResumeCommand},
+                                                                    {"fail", failCommand},
+                                                                    {"renew", leaseCommand},
+                                                                    {"release", leaseCommand},
+                                                                    {"shrink", leaseCommand},
+                                                                    {"acquire", acquireCommand},
+                                                                    {"top", topCommandOf},
+                                                                    {"mig", migCommandOf}};
+  return table;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   ClientOptions copt;
@@ -581,248 +877,15 @@ int run(int argc, char** argv) {
 
   const std::string cmd = rest[0];
   std::vector<std::string> cargs(rest.begin() + 1, rest.end());
-  auto one = [&](const std::string& what) {
-    if (cargs.size() != 1) throw badInput(cmd + " needs exactly one " + what);
-    return cargs[0];
-  };
-  static const std::set<std::string> known{"status", "nodes", "leases",  "queue", "register", "drain",
-                                           "resume", "fail",  "acquire", "renew", "release",  "events",
-                                           "top",    "quota", "shrink",  "mig"};
-  if (!known.count(cmd)) throw badInput("unknown command '" + cmd + "'");
   if (cmd == "events") return eventsCommand(uri, copt.token, cargs, asJson);
-
-  // Opened once the command's arguments are known to be good.
+  auto handler = commands().find(cmd);
+  if (handler == commands().end()) throw badInput("unknown command '" + cmd + "'");
   std::unique_ptr<PoolControl> opened;
-  auto pool = [&]() -> PoolControl& {
-    if (!opened) opened = openPoolControl(uri, copt);
-    return *opened;
-  };
-
-  if (cmd == "top") {
-    if (asJson) throw badInput("top draws text; for JSON use status, nodes, leases and queue with --json");
-    TopOptions options = parseTopOptions(cargs);
-    return topCommand(options, pool());
-  }
-  if (cmd == "status") {
-    PoolStatus s = pool().status();
-    std::optional<PoolReplicas> replicas = pool().replicas();
-    if (asJson) {
-      json out = toJson(s);
-      if (replicas) {
-        out["replicas"] = json::array();
-        for (const auto& r : replicas->replicas)
-          out["replicas"].push_back({{"url", r.url}, {"leader", r.leader}});
-        out["etcd"] = json::array();
-        for (const auto& m : replicas->etcd)
-          out["etcd"].push_back({{"endpoint", m.endpoint},
-                                 {"reachable", m.reachable},
-                                 {"leader", m.leader},
-                                 {"version", m.version},
-                                 {"error", m.error}});
-      }
-      std::cout << out.dump(2) << "\n";
-    } else {
-      std::cout << statusLine(pool().describe(), s) << "\n";
-      if (replicas) std::cout << replicaLines(*replicas);
-    }
-  } else if (cmd == "nodes") {
-    std::vector<NodeInfo> nodes = pool().nodes();
-    if (asJson) {
-      json out = json::array();
-      for (const NodeInfo& n : nodes) out.push_back(toJson(n));
-      std::cout << out.dump(2) << "\n";
-    } else {
-      for (const std::string& line : nodeTable(nodes, std::chrono::system_clock::now()))
-        std::cout << line << "\n";
-    }
-  } else if (cmd == "leases") {
-    std::vector<Lease> leases = pool().leases();
-    if (asJson) {
-      json out = json::array();
-      for (const Lease& l : leases) out.push_back(toJson(l));
-      std::cout << out.dump(2) << "\n";
-    } else {
-      if (leases.empty())
-        std::cout << "no leases\n";
-      else
-        for (const std::string& line : leaseTable(leases, std::chrono::system_clock::now()))
-          std::cout << line << "\n";
-    }
-  } else if (cmd == "queue") {
-    std::vector<QueueInfo> queue = pool().queue();
-    if (asJson) {
-      json out = json::array();
-      for (const QueueInfo& q : queue) out.push_back(toJson(q));
-      std::cout << out.dump(2) << "\n";
-    } else {
-      if (queue.empty())
-        std::cout << "queue empty\n";
-      else
-        printQueueTable(queue, std::chrono::system_clock::now());
-    }
-  } else if (cmd == "quota") {
-    if (!cargs.empty()) throw badInput("quota takes no arguments");
-    std::vector<QuotaUse> quotas = pool().quotas();
-    if (asJson) {
-      json out = json::array();
-      for (const QuotaUse& q : quotas) out.push_back(toJson(q));
-      std::cout << out.dump(2) << "\n";
-    } else if (quotas.empty()) {
-      std::cout << "no quotas (poold --quotas FILE sets them)\n";
-    } else {
-      printQuotaTable(quotas);
-    }
-  } else if (cmd == "register") {
-    std::vector<topo::ClusterNode> nodes;
-    if (cargs.size() == 2 && cargs[0] == "--cluster") {
-      nodes = topo::readClusterFile(cargs[1]).nodes;
-    } else if (cargs.empty()) {
-      topo::ClusterNode node;
-      auto t = std::make_shared<topo::NodeTopology>(topo::probeLive());
-      char host[256] = {};
-      gethostname(host, sizeof host - 1);
-      node.name = t->hostname.empty() ? host : t->hostname;
-      node.topology = std::move(t);
-      nodes.push_back(std::move(node));
-    } else {
-      throw badInput("register takes [--cluster FILE]");
-    }
-    pool().registerNodes(nodes);
-    if (asJson)
-      std::cout << json{{"registered", nodes.size()}}.dump() << "\n";
-    else
-      std::cout << "registered " << nodes.size() << " node(s) in " << pool().describe() << "\n";
-  } else if (cmd == "drain" || cmd == "resume") {
-    std::string node = one("NODE");
-    topo::checkNodeName(node);
-    cmd == "drain" ? pool().drain(node) : pool().resume(node);
-    if (!asJson) std::cout << node << ": " << (cmd == "drain" ? "draining" : "up") << "\n";
-  } else if (cmd == "mig") {
-    return migCommand(pool, cargs, asJson);
-  } else if (cmd == "fail") {
-    std::string spec = one("NODE:GPU (or NODE)");
-    size_t colon = spec.rfind(':');
-    if (colon == std::string::npos) {  // every GPU of the node
-      topo::checkNodeName(spec, "fail");
-      const std::vector<NodeInfo> nodes = pool().nodes();
-      auto n = std::find_if(nodes.begin(), nodes.end(), [&](const NodeInfo& i) { return i.name == spec; });
-      if (n == nodes.end())
-        throw Error(ErrorCode::kNotFound, "no node '" + spec + "' in the pool (see `poolctl nodes`)");
-      for (const GpuInfo& g : n->gpus) pool().failGpu(spec, g.index);
-      if (!asJson) std::cout << spec << ": " << n->gpus.size() << " GPUs failed\n";
-      return 0;
-    }
-    std::string node = spec.substr(0, colon);
-    topo::checkNodeName(node);
-    size_t index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
-    pool().failGpu(node, index);
-    if (!asJson) std::cout << spec << ": failed\n";
-  } else if (cmd == "renew" || cmd == "release" || cmd == "shrink") {
-    std::string id = one("LEASE");
-    topo::checkLeaseId(id);
-    if (cmd != "release") {
-      Lease l = cmd == "renew" ? pool().renew(id) : pool().shrink(id);
-      if (asJson)
-        std::cout << toJson(l).dump(2) << "\n";
-      else
-        printLease(l);
-    } else {
-      // Idempotent: a lease that is gone already is not an error (exit 0), but it is said.
-      bool held = pool().release(id);
-      if (asJson)
-        std::cout << json{{"id", id}, {"released", held}}.dump() << "\n";
-      else if (held)
-        std::cout << id << ": released\n";
-      else
-        std::cerr << "poolctl: lease " << id
-                  << " was not held (already released, expired, or never granted)\n";
-    }
-  } else if (cmd == "acquire") {
-    LeaseRequest r;
-    for (size_t i = 0; i < cargs.size(); ++i) {
-      const std::string& a = cargs[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= cargs.size()) throw badInput(a + " needs a value");
-        return cargs[++i];
-      };
-      if (a == "-n" || a == "--gpus") {
-        const std::string v = value();
-        const size_t colon = v.find(':');
-        if (colon != std::string::npos && (colon == 0 || colon + 1 == v.size()))
-          throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX needs both numbers (4:16, say)");
-        r.gpus = number(a, v.substr(0, colon), kGpusRange);
-        if (colon != std::string::npos) {
-          r.max_gpus = number(a, v.substr(colon + 1), kGpusRange);
-          if (r.max_gpus < r.gpus)
-            throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX with MAX at least MIN");
-        }
-      } else if (a == "--resize-interval")
-        r.resize_interval = std::chrono::seconds(number(a, value(), kResizeIntervalSecondsRange));
-      else if (a == "--gpus-per-node")
-        r.gpus_per_node = number(a, value(), kGpusPerNodeRange);
-      else if (a == "--whole-nodes")
-        r.whole_nodes = true;
-      else if (a == "--ttl")
-        r.ttl = std::chrono::seconds(number(a, value(), kTtlSecondsRange));
-      else if (a == "--wait")
-        r.wait = std::chrono::seconds(number(a, value(), kWaitSecondsRange));
-      else if (a == "--max-duration")
-        r.max_duration = std::chrono::seconds(number(a, value(), kMaxDurationSecondsRange));
-      else if (a == "--priority")
-        r.priority = number(a, value(), kPriorityRange);
-      else if (a == "--job") {
-        r.job_name = value();
-        topo::checkText(r.job_name, topo::kMaxJobNameBytes, a);
-      } else if (a == "--model") {
-        setGpuModel(r, value(), a);
-      } else if (a == "--mig") {
-        setMigProfile(r, value(), a);
-      } else if (a == "--share") {
-        setSharePercent(r, value(), a);
-      } else if (a == "--gpu-memory") {
-        setShareMemory(r, value(), a);
-      } else if (a == "--min-memory-gib")
-        setMinMemoryGib(r, value(), a);
-      else if (a == "--fabric")
-        r.fabric = topo::fabricFromString(value());
-      else if (a == "--one-switch")
-        r.one_switch = true;
-      else if (a == "--no-reclaim")
-        r.no_reclaim = true;
-      else if (a == "--preemptible")
-        r.preemptible = true;
-      else if (a == "--label")
-        addLabel(r, value(), a);
-      else
-        throw badInput("acquire: unknown option '" + a + "'");
-    }
-    if (r.gpus <= 0) throw badInput("acquire needs -n N (N >= 1)");
-    r.owner = copt.owner;
-    PoolControl& p = pool();
-    Lease l;
-    {
-      // Ctrl-C (or SIGTERM, SIGHUP) while queued withdraws the request: main() says so.
-      QueueInterruption interruption;
-      try {
-        l = p.acquire(r, [&](const QueueProgress& progress) {
-          if (!asJson)
-            std::cerr << "poolctl: " << formatQueueProgress(progress, std::chrono::system_clock::now())
-                      << "\n";
-        });
-      } catch (const PoolError& e) {
-        // poold names the field; the user typed the option.
-        if (e.failure() != PoolFailure::kForbidden || !r.no_reclaim) throw;
-        throw PoolError(e.failure(), e.code(),
-                        "--no-reclaim is for administrators (an administrator's token may set it): " +
-                            std::string(e.what()));
-      }
-    }
-    if (asJson)
-      std::cout << toJson(l).dump(2) << "\n";
-    else
-      printLease(l);
-  }
-  return 0;
+  Command command{cmd, std::move(cargs), asJson, copt, [&]() -> PoolControl& {
+                    if (!opened) opened = openPoolControl(uri, copt);
+                    return *opened;
+                  }};
+  return handler->second(command);
 }
 
 }  // namespace
