@@ -303,15 +303,25 @@ TEST(SupervisorTest, APreemptionDuringAResizeTellsTheEarlierDeadline) {
     std::ostringstream err;
     SuperviseOptions o = shell("trap '' TERM; while true; do sleep 0.02; done");
     std::vector<PreemptNotice> called;
-    o.preempted = [&](const PreemptNotice& n) { called.push_back(n); };
+    auto told =
+        std::make_shared<std::atomic<int>>(0);  // notices the job was told of (the supervisor's thread)
+    o.preempted = [&, told](const PreemptNotice& n) {
+      called.push_back(n);
+      ++*told;
+    };
     const auto now = std::chrono::system_clock::now();
     const auto soon = now + 2s, late = now + 60s;
     auto renewals = std::make_shared<std::atomic<int>>(0);
-    LeaseKeeper keeper("L7", 10s, 50ms, [&, renewals] {
+    // From the second renewal the resize's notice, and once the job was told of it (the job is then
+    // ending for it), the preemption's: on a loaded machine two renewals can come before the
+    // supervisor takes the first, and the preemption alone would be all it saw.
+    LeaseKeeper keeper("L7", 10s, 50ms, [&, renewals, told] {
       RenewReply r{RenewReply::Kind::kRenewed, 10s, ""};
       const int n = ++*renewals;
-      if (n == 2) r.preempted = PreemptNotice{preemptionFirst ? late : soon, "it holds 4 GPUs now", true};
-      if (n >= 3) r.preempted = PreemptNotice{preemptionFirst ? soon : late, "preempted for ticket 9 of bob"};
+      if (n >= 2 && *told == 0)
+        r.preempted = PreemptNotice{preemptionFirst ? late : soon, "it holds 4 GPUs now", true};
+      else if (n >= 3)
+        r.preempted = PreemptNotice{preemptionFirst ? soon : late, "preempted for ticket 9 of bob"};
       return r;
     });
     o.lease = &keeper;
