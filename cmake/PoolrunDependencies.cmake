@@ -11,7 +11,7 @@ find_package(pugixml REQUIRED)  # pugixml::static
 find_package(fmt REQUIRED)      # fmt::fmt-header-only
 set(Boost_USE_STATIC_LIBS ON)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
-# poold's heartbeat reader (pool/src/heartbeat_reader.cpp). Debian ships it shared only, so only
+# poold's heartbeat reader (pool/server/src/heartbeat_reader.cpp). Debian ships it shared only, so only
 # poold links it: the launch path stays free of shared C++ libraries.
 find_package(simdjson 3.0 REQUIRED)
 find_path(POOLRUN_TOMLPP_INCLUDE toml++/toml.h REQUIRED)

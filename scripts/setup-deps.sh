@@ -42,7 +42,7 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # files 32 MB, the driver 9 MB, Selenium 0.1 MB) and some 370 MB installed, plus their libraries
 # (GTK and the like, most already here for other packages); on this machine they installed in 41 s
 # together with two small packages (measured 2026-12-02, from /var/log/apt/history.log).
-# nodejs runs the dashboard's failover logic outside the browser (pool/ui/replicas.js,
+# nodejs runs the dashboard's failover logic outside the browser (pool/dashboard/ui/replicas.js,
 # tests/pool/dashboard/replicas_test.mjs); already installed on this project's machines (2026-12-05).
 # etcd-server and etcd-client (etcd 3.4: two static Go binaries, about 40 MB installed, no other
 # package) run the tests of poold's etcd store and its replicas (docs/ha.md); the Debian service

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/topo/error.hpp"
 

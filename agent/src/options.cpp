@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"

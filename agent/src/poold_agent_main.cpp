@@ -12,6 +12,7 @@
 
 #include "poolrun/agent/agent.hpp"
 #include "poolrun/agent/options.hpp"
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/sources.hpp"

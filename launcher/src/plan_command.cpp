@@ -9,6 +9,7 @@
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "poolrun/topo/error.hpp"
 
 namespace po = boost::program_options;

@@ -26,6 +26,7 @@
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "poolrun/topo/regular_file.hpp"

@@ -11,6 +11,7 @@
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/request_options.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/options.hpp"

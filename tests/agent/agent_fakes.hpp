@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "poolrun/agent/agent.hpp"
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 
 namespace poolrun::test {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/topo/sources.hpp"
 

@@ -45,8 +45,10 @@
 #include <vector>
 
 #include "poold_process.hpp"
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "sample_heartbeat.hpp"
 #include "support/loopback.hpp"
 #include "support/synthetic.hpp"

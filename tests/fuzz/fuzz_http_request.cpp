@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "http_server.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
 

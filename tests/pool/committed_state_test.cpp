@@ -9,7 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "committed_state.hpp"
+#include "poolrun/pool/committed_state.hpp"
 #include "inventory.hpp"
 
 namespace poolrun::pool {

@@ -11,6 +11,7 @@
 
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "support/etcd_cluster.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dashboard.hpp"
-#include "http_server.hpp"
+#include "poolrun/pool/dashboard.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "inventory.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/server.hpp"
@@ -25,7 +25,7 @@ TEST(DashboardSnapshot, HoldsEveryGpuInColumnsAsThePoolHasIt) {
   test::addInventory(s, "n[01-02]/gpu[0-3]@leaf1; n03/gpu[0-1]@leaf2; n02 failed 1; n03 draining", t0());
   Lease a = *s.submit(test::parseRequest("2 ppn=2 owner=alice"), t0()).lease;
   ASSERT_GT(s.submit(test::parseRequest("9 owner=bob"), t0()).ticket, 0);
-  json d = json::parse(forViewer(dashboardSnapshot(s, t0()), TokenEntry{"alice", false}));
+  json d = json::parse(forViewer(dashboardSnapshot(s, t0()), Caller{"alice", false}));
   EXPECT_EQ(d["schema"], "poolrun.dashboard/1");
   EXPECT_EQ(d["you"], (json{{"owner", "alice"}, {"role", "user"}}));
   EXPECT_EQ(d["nodes"]["name"], (json{"n01", "n02", "n03"}));
@@ -47,7 +47,7 @@ TEST(DashboardSnapshot, HoldsEveryGpuInColumnsAsThePoolHasIt) {
   EXPECT_TRUE(d["gpus"]["util_pct"][0].is_null()) << "no agent, no reading";
   EXPECT_NE(d["notes"]["5"].get<std::string>().find("failed"), std::string::npos) << d["notes"];
   EXPECT_EQ(d["status"]["queued"], 1);
-  EXPECT_EQ(json::parse(forViewer(dashboardSnapshot(s, t0()), TokenEntry{"root", true}))["you"]["role"],
+  EXPECT_EQ(json::parse(forViewer(dashboardSnapshot(s, t0()), Caller{"root", true}))["you"]["role"],
             "admin");
 }
 
@@ -61,7 +61,7 @@ TEST(DashboardSnapshot, AGpuNvmlNoLongerListsHasItsErrorAsItsNote) {
   hb.gpus[1].index = 1;
   hb.gpus[1].error = "NVML does not list the GPU at 0000:53:00.0";
   s.heartbeat(hb, t0() + seconds(5));
-  json d = json::parse(forViewer(dashboardSnapshot(s, t0() + seconds(5)), TokenEntry{"alice", false}));
+  json d = json::parse(forViewer(dashboardSnapshot(s, t0() + seconds(5)), Caller{"alice", false}));
   EXPECT_EQ(d["gpus"]["state"], "ff");
   EXPECT_EQ(d["notes"]["1"], "NVML does not list the GPU at 0000:53:00.0") << d["notes"];
   EXPECT_FALSE(d["notes"].contains("0")) << d["notes"];
@@ -73,7 +73,7 @@ TEST(DashboardSnapshot, TextThatIsNotUtf8IsReplacedNotEchoed) {
   LeaseRequest r = test::parseRequest("1 owner=alice");
   r.job_name = "caf\xe9";
   ASSERT_TRUE(s.submit(r, t0()).lease);
-  std::string text = forViewer(dashboardSnapshot(s, t0()), TokenEntry{"alice", false});
+  std::string text = forViewer(dashboardSnapshot(s, t0()), Caller{"alice", false});
   EXPECT_TRUE(json::accept(text)) << text;
   EXPECT_EQ(text.find('\xe9'), std::string::npos);
 }

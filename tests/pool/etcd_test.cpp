@@ -7,8 +7,8 @@
 
 #include <thread>
 
-#include "etcd_client.hpp"
-#include "etcd_leader.hpp"
+#include "poolrun/pool/etcd_client.hpp"
+#include "poolrun/pool/etcd_leader.hpp"
 #include "inventory.hpp"
 #include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/json.hpp"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "event_log.hpp"
+#include "poolrun/pool/event_log.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "poold_process.hpp"
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
 

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "http_server.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/regular_file.hpp"

@@ -11,8 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "http_server.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/open_pool.hpp"
 
 namespace poolrun::pool {
 namespace {

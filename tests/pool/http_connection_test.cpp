@@ -2,7 +2,7 @@
 // each request with a canned reply: lengths, chunks, keep-alive and close, and replies that are
 // broken or hostile.
 
-#include "http_connection.hpp"
+#include "poolrun/common/http_connection.hpp"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -14,7 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "embedded.hpp"
+#include "poolrun/pool/http_pool.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "poolrun/topo/names.hpp"
 #include "support/temp_dir.hpp"
 
@@ -176,7 +177,7 @@ TEST(HttpConnectionTest, ThePoolClientEncodesEveryPathSegment) {
   CannedServer server({ok, ok, ok, ok, ok});
   ClientOptions options;
   options.token = "tok-0123456789";
-  auto pool = openHttp("http://127.0.0.1", {{"127.0.0.1", server.port()}}, options);
+  auto pool = openHttpPool("http://127.0.0.1", {{"127.0.0.1", server.port()}}, options);
   pool->release("L1\r\nX-Injected: 1");
   pool->drain("a/b c");
   pool->resume("..");

@@ -14,8 +14,8 @@
 
 #include <chrono>
 
-#include "http_connection.hpp"
-#include "http_server.hpp"
+#include "poolrun/common/http_connection.hpp"
+#include "poolrun/pool/http_server.hpp"
 
 namespace poolrun::pool {
 namespace {

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "poolrun/pool/request_options.hpp"
 #include "poolrun/pool/store.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "support/synthetic.hpp"

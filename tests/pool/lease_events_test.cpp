@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "event_log.hpp"
+#include "poolrun/pool/event_log.hpp"
 #include "inventory.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 

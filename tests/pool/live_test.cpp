@@ -1,4 +1,4 @@
-// The live pool's rules (pool/src/live.cpp) on a fake clock: heartbeats and unreachable nodes,
+// The live pool's rules (pool/core/src/live.cpp) on a fake clock: heartbeats and unreachable nodes,
 // GPUs failed by what their agent reports, foreign processes, idle leases and their reclaim; and
 // the agent protocol's documents, read as strictly as every client document.
 
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "heartbeat_reader.hpp"
+#include "poolrun/pool/heartbeat_reader.hpp"
 #include "inventory.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"

@@ -8,6 +8,7 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/placement.hpp"
+#include "poolrun/pool/request_options.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
 

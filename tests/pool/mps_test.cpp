@@ -8,6 +8,7 @@
 #include "inventory.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/request_options.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::pool {

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "inventory.hpp"
-#include "queue_wait.hpp"
+#include "poolrun/pool/queue_wait.hpp"
 #include "support/test_names.hpp"
 
 namespace poolrun::pool {

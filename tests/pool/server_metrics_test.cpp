@@ -6,12 +6,12 @@
 
 #include <gtest/gtest.h>
 
-#include "etcd_client.hpp"
-#include "http_server.hpp"
+#include "poolrun/pool/etcd_client.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
-#include "server_metrics.hpp"
+#include "poolrun/pool/server_metrics.hpp"
 #include "support/temp_dir.hpp"
-#include "tokens.hpp"
+#include "poolrun/pool/tokens.hpp"
 
 namespace poolrun::pool {
 namespace {

@@ -18,6 +18,7 @@
 #include "inventory.hpp"
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/store.hpp"
 #include "poolrun/topo/hash.hpp"
 #include "support/fixtures.hpp"

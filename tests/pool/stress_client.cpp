@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/open_pool.hpp"
 
 int main(int argc, char** argv) {
   using namespace poolrun::pool;

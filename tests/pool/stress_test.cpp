@@ -16,10 +16,11 @@
 #include <httplib.h>
 
 #include <future>
-#include "etcd_client.hpp"
+#include "poolrun/pool/etcd_client.hpp"
 
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "support/etcd_cluster.hpp"
 #include "support/fixtures.hpp"
 #include "support/process.hpp"

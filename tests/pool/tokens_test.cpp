@@ -14,7 +14,7 @@
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "support/temp_dir.hpp"
-#include "tokens.hpp"
+#include "poolrun/pool/tokens.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -38,7 +38,7 @@ TEST(TokenFileReload, AChangeIsSeenWithinTheLookIntervalOnceWhole) {
   std::this_thread::sleep_for(TokenStore::kLookEvery + std::chrono::milliseconds(5));
   rewriteSettled(dir, "tok-bob-0123456789 bob admin\n");
   std::this_thread::sleep_for(TokenStore::kLookEvery + std::chrono::milliseconds(5));
-  std::optional<TokenEntry> bob = store.find("tok-bob-0123456789");
+  std::optional<Caller> bob = store.find("tok-bob-0123456789");
   ASSERT_TRUE(bob);
   EXPECT_EQ(bob->owner, "bob");
   EXPECT_TRUE(bob->admin);

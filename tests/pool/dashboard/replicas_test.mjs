@@ -1,4 +1,4 @@
-// The dashboard after a failover (pool/ui/replicas.js), in Node.js: which replicas the page names
+// The dashboard after a failover (pool/dashboard/ui/replicas.js), in Node.js: which replicas the page names
 // when its poold stops answering as the leader, and when it says so. Run by ctest
 // (pool_dashboard_replicas): node replicas_test.mjs PATH/TO/replicas.js. Exit 0 when every check
 // holds, 1 naming the first that does not.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/telemetry.hpp"

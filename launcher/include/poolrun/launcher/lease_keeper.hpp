@@ -7,7 +7,7 @@
 // gone (or not ours), or when the expiry passes without a renewal.
 //
 // Renewals run on a thread of their own: a pool that does not answer holds that thread (for at
-// most the HTTP client's renewal timeouts, pool/src/http_client.cpp), never the supervisor's loop,
+// most the HTTP client's renewal timeouts, pool/client/src/http_client.cpp), never the supervisor's loop,
 // which keeps forwarding signals meanwhile. The thread only renews; what it finds reaches the loop
 // through a descriptor (fd()) and take(), and the loop prints it, so that nothing the thread writes
 // interleaves with mpirun's output.

@@ -1,0 +1,27 @@
+#pragma once
+
+// The agent's side of the agent protocol (agent_protocol.hpp), over a poold's HTTP API: what
+// poold-agent links, and nothing of the pools' engine.
+
+#include <memory>
+#include <string>
+
+#include "poolrun/pool/types.hpp"
+
+namespace poolrun::pool {
+
+// The agent's side of the protocol, over a poold's HTTP API. Errors are poolrun::Error: kIo where
+// poold cannot be reached (the agent retries), PoolError kUnauthorized/kForbidden for a token poold
+// refuses, kBadInput for a document it refuses.
+class AgentLink {
+ public:
+  virtual ~AgentLink() = default;
+  virtual void registerNode(const NodeRegistration& registration) = 0;
+  virtual HeartbeatReply heartbeat(const Heartbeat& heartbeat) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// `uri` is http://HOST:PORT. Throws kBadInput for another kind of pool.
+std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token);
+
+}  // namespace poolrun::pool

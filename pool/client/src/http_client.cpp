@@ -1,0 +1,475 @@
+// PoolClient for a poold: JSON over HTTP with a bearer token.
+
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "poolrun/pool/agent_link.hpp"
+#include "poolrun/pool/http_pool.hpp"
+#include "poolrun/common/http_connection.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/http_failures.hpp"
+#include "poolrun/pool/json.hpp"
+#include "poolrun/pool/state.hpp"
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/nesting.hpp"
+#include "poolrun/pool/queue_wait.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+using Steady = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// A path segment as RFC 3986 lets it through unchanged: unreserved characters as they are, every
+// other byte %XX. Names and lease ids are checked before they get here, but a segment must never be
+// able to end the path, start a query or a header line ("L1\r\nX-Injected: 1").
+std::string segment(std::string_view text) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (char c : text) {
+    bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '.' || c == '_' || c == '~';
+    if (unreserved) {
+      out += c;
+    } else {
+      unsigned char b = static_cast<unsigned char>(c);
+      out += '%';
+      out += hex[b >> 4];
+      out += hex[b & 0xf];
+    }
+  }
+  // "." and ".." are path steps, not names.
+  if (out == ".") return "%2E";
+  if (out == "..") return "%2E%2E";
+  return out;
+}
+
+struct Timeouts {
+  milliseconds connect{5000}, io{30000};  // HttpConnection's defaults
+};
+
+// How long a call keeps trying the replicas of a pool that has several (poold --store etcd):
+// longer than a failover takes (the leader's etcd lease, 5 s by default, and the standby's poll).
+constexpr milliseconds kFailoverBudget(15000);
+
+std::string originOf(const HttpAddress& a) {
+  return "http://" + a.host + ":" + std::to_string(a.port);
+}
+
+// Both a pool client and a node agent's link: one connection, one way to call poold. With several
+// replicas, the connection is to the one that last answered as the leader; a call that finds it
+// gone (no connection, 503 not_leader or no_leader) tries the next, and follows a standby's
+// redirect (307) to the leader where that is a replica it knows.
+class HttpPool : public PoolControl, public AgentLink {
+ public:
+  HttpPool(std::string uri, std::vector<HttpAddress> replicas, const ClientOptions& options)
+      : uri_(std::move(uri)),
+        token_(options.token),
+        replicas_(std::move(replicas)),
+        named_(replicas_.size()) {
+    // Sent as it is in a header: a control character or a byte past ASCII would corrupt the
+    // request, and poold knows no token outside these bounds (a --token-file is checked as read).
+    if (!token_.empty() && !validToken(token_))
+      throw badInput("the token for " + uri_ + " (from POOLRUN_TOKEN) must be 8 to 512 printable ASCII " +
+                     "characters, not " + tokenProblem(token_) +
+                     "; set it to the token poold gave you, or use --token-file");
+    connect(0);
+  }
+
+  Lease acquire(const LeaseRequest& request,
+                const std::function<void(const QueueProgress&)>& queued) override {
+    const auto start = Steady::now();
+    // The request id makes a retried POST (its reply lost on a reused connection) idempotent.
+    json body = toJson(request);
+    body["request_id"] = newLeaseId();
+    json reply;
+    try {
+      reply = call("POST", "/v1/leases", body);
+    } catch (const PoolError& e) {  // 409 not_now: wait_s 0 and it does not fit now
+      if (e.failure() == PoolFailure::kTimeout) throw queueTimeout(request, e.position(), uri_);
+      throw;
+    }
+    if (reply.contains("lease")) return keepUnlessInterrupted(leaseFromJson(reply["lease"]));
+    int64_t ticket = reply.value("ticket", int64_t{0});
+    const uint64_t movesAtSubmit = moves_;
+    int position = reply.value("position", 0);
+    if (ticket == 0) throw queueTimeout(request, position, uri_);  // a poold before 409 not_now
+    const std::string path = "/v1/queue/" + segment(std::to_string(ticket));
+    ProgressPacer pacer;
+    // The first poll answers at once, so that the caller hears the reason and planned start; the
+    // next ones wait up to a second for a change, so that a signal is seen within about a second.
+    milliseconds slice(0);
+    std::string reason;  // the last poll's: a --wait that runs out says why it waited
+    for (;;) {
+      if (pendingInterrupt() != 0) {
+        std::string did = "withdrew the queued request (ticket " + std::to_string(ticket) + ")";
+        try {
+          call("DELETE", path, nullptr);
+        } catch (const Error& e) {
+          did = "could not withdraw the queued request (ticket " + std::to_string(ticket) + ": " + e.what() +
+                "; poold drops it 30 s after its last poll)";
+        }
+        throw interrupted(did);
+      }
+      if (request.wait) {
+        auto left = std::chrono::duration_cast<milliseconds>(*request.wait - (Steady::now() - start));
+        if (left <= milliseconds(0)) {
+          call("DELETE", path, nullptr);
+          throw queueTimeout(request, position, uri_, reason);
+        }
+        slice = std::min(slice, left);
+      }
+      json p;
+      const auto asked = Steady::now();
+      const int before = position;
+      try {
+        p = call("GET",
+                 path + "?wait_ms=" + std::to_string(slice.count()) + "&position=" + std::to_string(position),
+                 nullptr);
+      } catch (const PoolError& e) {
+        // The leader that granted the ticket, and removed it as the grant was polled, died before
+        // its reply came: the new leader knows no such ticket. The request starts again (the lease
+        // granted then, which nobody holds, expires at its TTL).
+        if (e.code() != ErrorCode::kNotFound || moves_ == movesAtSubmit) throw;
+        return acquire(request, queued);
+      }
+      // A poll answered at once with nothing new, where it asked to wait: poold had no long poll to
+      // spare (its workers are for renewals and acquires first); the next one a little later.
+      const bool atOnce = slice > milliseconds(0) && Steady::now() - asked < milliseconds(100);
+      slice = milliseconds(1000);
+      std::string status = p.value("status", "");
+      if (status == "granted") return keepUnlessInterrupted(leaseFromJson(p.at("lease")));
+      if (status == "failed")
+        throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported, p.value("error", "request failed"));
+      position = p.value("position", position);
+      QueueProgress progress{
+          ticket, position, std::chrono::duration_cast<seconds>(Steady::now() - start),
+          p.contains("reason") && p["reason"].is_string() ? p["reason"].get<std::string>() : "",
+          std::nullopt};
+      try {
+        if (p.contains("planned_start_ms") && p["planned_start_ms"].is_number_integer())
+          progress.planned_start = fromMillis(p["planned_start_ms"].get<int64_t>());
+      } catch (const Error&) {  // a time out of range: no planned start to tell
+      }
+      reason = progress.reason;
+      if (queued && pacer.due(progress, Steady::now())) queued(progress);
+      if (atOnce && position == before) std::this_thread::sleep_for(milliseconds(250));
+    }
+  }
+
+  // A launcher retries a renewal that does not get through until the lease expires (README, poolrun
+  // step 4): an attempt is kept short, so that the next one comes while the lease still holds.
+  Lease renew(const std::string& id) override {
+    return leaseFromJson(call("POST", "/v1/leases/" + segment(id) + "/renew", json::object(),
+                              {milliseconds(2000), milliseconds(5000)})
+                             .at("lease"));
+  }
+  Lease shrink(const std::string& id) override {
+    return leaseFromJson(call("POST", "/v1/leases/" + segment(id) + "/shrink", json::object(),
+                              {milliseconds(2000), milliseconds(5000)})
+                             .at("lease"));
+  }
+  bool release(const std::string& id) override {
+    json reply = call("DELETE", "/v1/leases/" + segment(id), nullptr);
+    // An older poold's reply may lack "released": then the lease counts as held.
+    return !(reply.is_object() && reply.contains("released") && reply["released"].is_boolean()) ||
+           reply["released"].get<bool>();
+  }
+  topo::ClusterNode node(const std::string& name) override {
+    return clusterNodeFromJson(call("GET", "/v1/nodes/" + segment(name), nullptr));
+  }
+  std::string describe() const override { return uri_; }
+  RankSite rankSite() const override { return RankSite::kRemoteNodes; }
+
+  PoolStatus status() override { return statusFromJson(call("GET", "/v1/status", nullptr)); }
+  std::vector<NodeInfo> nodes() override {
+    std::vector<NodeInfo> out;
+    for (const json& n : call("GET", "/v1/nodes", nullptr)) out.push_back(nodeInfoFromJson(n));
+    return out;
+  }
+  std::vector<Lease> leases() override {
+    std::vector<Lease> out;
+    for (const json& l : call("GET", "/v1/leases", nullptr)) out.push_back(leaseFromJson(l));
+    return out;
+  }
+  std::vector<QueueInfo> queue() override {
+    std::vector<QueueInfo> out;
+    for (const json& q : call("GET", "/v1/queue", nullptr)) out.push_back(queueInfoFromJson(q));
+    return out;
+  }
+  std::vector<QuotaUse> quotas() override {
+    std::vector<QuotaUse> out;
+    for (const json& q : call("GET", "/v1/quotas", nullptr)) out.push_back(quotaUseFromJson(q));
+    return out;
+  }
+  void registerNodes(const std::vector<topo::ClusterNode>& nodes) override {
+    // One node per request keeps every body far below poold's size limit.
+    for (const topo::ClusterNode& n : nodes)
+      call("POST", "/v1/nodes", json{{"nodes", json::array({toJson(n)})}});
+  }
+  void drain(const std::string& node) override {
+    call("POST", "/v1/nodes/" + segment(node) + "/drain", json::object());
+  }
+  void resume(const std::string& node) override {
+    call("POST", "/v1/nodes/" + segment(node) + "/resume", json::object());
+  }
+  std::optional<PoolReplicas> replicas() override {
+    json doc;
+    try {
+      doc = call("GET", "/v1/replicas", nullptr);
+    } catch (const PoolError& e) {
+      if (e.code() == ErrorCode::kNotFound) return std::nullopt;  // one server
+      throw;
+    }
+    PoolReplicas out;
+    out.store = doc.value("store", "");
+    for (const json& r : doc.value("replicas", json::array()))
+      out.replicas.push_back({r.value("url", ""), r.value("leader", false)});
+    for (const json& m : doc.value("etcd", json::array()))
+      out.etcd.push_back({m.value("endpoint", ""), m.value("reachable", false), m.value("leader", false),
+                          m.value("version", ""), m.value("error", "")});
+    return out;
+  }
+  void failGpu(const std::string& node, size_t index) override {
+    call("POST", "/v1/nodes/" + segment(node) + "/gpus/" + segment(std::to_string(index)) + "/fail",
+         json::object());
+  }
+  void setMigLayout(const std::string& node, size_t gpu, const std::vector<std::string>& profiles) override {
+    call("POST", "/v1/nodes/" + segment(node) + "/gpus/" + segment(std::to_string(gpu)) + "/mig",
+         json{{"profiles", profiles}});
+  }
+
+  // A node agent retries what does not get through, at its own pace: an attempt is kept short.
+  void registerNode(const NodeRegistration& registration) override {
+    call("POST", "/v1/nodes/" + segment(registration.node.name) + "/register", toJson(registration),
+         {milliseconds(2000), milliseconds(10000)});
+  }
+  HeartbeatReply heartbeat(const Heartbeat& heartbeat) override {
+    return heartbeatReplyFromJson(call("POST", "/v1/nodes/" + segment(heartbeat.node) + "/heartbeat",
+                                       toJson(heartbeat), {milliseconds(2000), milliseconds(5000)}));
+  }
+
+ private:
+  // A lease granted as a signal came is given back at once.
+  Lease keepUnlessInterrupted(const Lease& lease) {
+    if (pendingInterrupt() == 0) return lease;
+    try {
+      release(lease.id);
+    } catch (const Error& e) {
+      throw interrupted("could not release lease " + lease.id + ", granted as the wait was interrupted (" +
+                        e.what() + "; it expires at the end of its ttl)");
+    }
+    throw interrupted("released lease " + lease.id + " (granted as the wait was interrupted)");
+  }
+
+  void connect(size_t replica) {
+    current_ = replica;
+    connection_ = std::make_unique<HttpConnection>(replicas_[replica].host, replicas_[replica].port, token_);
+  }
+
+  // The index of `a` among the replicas known; replicas_.size() where it is none of them.
+  size_t known(const HttpAddress& a) const {
+    for (size_t i = 0; i < replicas_.size(); ++i)
+      if (replicas_[i].host == a.host && replicas_[i].port == a.port) return i;
+    return replicas_.size();
+  }
+
+  // The replica a redirect from `at` names. The token goes only to the replicas the user named and
+  // to those a named replica that leads lists (GET /v1/replicas) for the same pool: a redirect to any
+  // other origin is refused, never followed (a standby, or anything in its place, could otherwise
+  // send the token anywhere).
+  size_t replicaOf(const std::string& location, const std::string& at, const std::string& method,
+                   const std::string& path) {
+    // A path alone is the same origin; "//host/..." is another host's.
+    if (location.starts_with("/") && !location.starts_with("//")) return current_;
+    const size_t slash = location.find("//") == std::string::npos
+                             ? std::string::npos
+                             : location.find('/', location.find("//") + 2);
+    const std::string origin = location.substr(0, slash);
+    std::optional<HttpAddress> a;
+    try {
+      if (origin.starts_with("http://")) a = parseHttpUri(origin);
+    } catch (const Error&) {
+    }
+    if (a && known(*a) < replicas_.size()) return known(*a);
+    if (a && listedByALeader(*a)) {
+      replicas_.push_back(*a);
+      return replicas_.size() - 1;
+    }
+    throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
+                    at + " redirected " + method + " " + path.substr(0, path.find('?')) + " to '" +
+                        topo::printable(location.substr(0, 200)) + "', which is no replica named in " + uri_ +
+                        " nor one the pool's leader lists: not followed, so that the token is not sent "
+                        "there; if it is a replica of this pool, name it in --pool (or POOLRUN_POOL) "
+                        "with the others");
+  }
+
+  // Whether a named replica that leads (it answers GET /v1/replicas itself; a standby redirects)
+  // lists `a` among the replicas of its pool.
+  bool listedByALeader(const HttpAddress& a) {
+    for (size_t i = 0; i < named_; ++i) {
+      try {
+        HttpConnection c(replicas_[i].host, replicas_[i].port, token_);
+        c.connect_timeout = milliseconds(2000);
+        c.io_timeout = milliseconds(5000);
+        HttpResponse r = c.request("GET", "/v1/replicas", "");
+        if (r.status != 200) continue;
+        for (const json& replica : json::parse(r.body).value("replicas", json::array())) {
+          HttpAddress listed = parseHttpUri(replica.value("url", ""));
+          if (listed.host == a.host && listed.port == a.port) return true;
+        }
+      } catch (const std::exception&) {  // unreachable, not JSON, a bad URL: no list from it
+      }
+    }
+    return false;
+  }
+
+  // Every call is safe to repeat: reads, release, renew and the admin commands are idempotent,
+  // acquire carries a request id that poold answers again with the same lease.
+  json call(const std::string& method, const std::string& path, const json& body, Timeouts timeouts = {}) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string text = body.is_null() ? std::string() : body.dump();
+    const bool several = replicas_.size() > 1;
+    // The budget is the whole call's, whatever one attempt's timeout: a failover is waited for up to
+    // kFailoverBudget (docs/ha.md), not up to the 30 s an attempt may take.
+    const auto deadline = Steady::now() + kFailoverBudget;
+    const std::string budget =
+        std::to_string(std::chrono::duration_cast<seconds>(kFailoverBudget).count()) + " s";
+    const size_t from = current_;
+    std::string why;      // why the call left the replica it started on
+    std::string refusal;  // what the last replica that answered 503 said
+    HttpResponse reply;
+    int redirects = 0;
+    for (int attempt = 0, round = 0;; ++attempt) {
+      connection_->connect_timeout = timeouts.connect;
+      connection_->io_timeout = timeouts.io;
+      const std::string at = originOf(replicas_[current_]);
+      try {
+        reply = connection_->request(method, path, text);
+      } catch (const HttpFailed& e) {
+        // A kept-alive connection can fail once where a fresh one succeeds.
+        if (attempt == 0 && e.kind() == HttpFailed::Kind::kTransfer) continue;
+        if (several && Steady::now() >= deadline && !refusal.empty())
+          throw PoolError(
+              PoolFailure::kOther, ErrorCode::kIo,
+              "no replica of the pool at " + uri_ + " could answer within " + budget + ": " + refusal);
+        if (!several || Steady::now() >= deadline)
+          throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
+                          "cannot reach poold at " + (several ? uri_ + " (last " + at + ")" : uri_) + " (" +
+                              e.what() + "); is it running and listening there?");
+        if (why.empty()) why = at + ": " + e.what();
+        if ((++round) % replicas_.size() == 0) std::this_thread::sleep_for(milliseconds(200));
+        // A standby may redirect to a leader that just died (its key outlives it by the TTL).
+        redirects = 0;
+        connect((current_ + 1) % replicas_.size());
+        continue;
+      }
+      // A standby names the leader: 307 to it, or 503 while there is none.
+      if ((reply.status == 307 || reply.status == 308) && !reply.location.empty() && ++redirects <= 5 &&
+          Steady::now() < deadline) {
+        connect(replicaOf(reply.location, at, method, path));
+        continue;
+      }
+      // 503 from a replica: no_leader (an election is under way: wait for it, even with one URL),
+      // not_leader (a leader whose etcd lease lapsed) and etcd_unavailable (a standby that cannot
+      // reach etcd): try the other replicas.
+      if (reply.status == 503 && Steady::now() < deadline) {
+        std::string reason;
+        try {
+          json doc = json::parse(reply.body);
+          reason = doc.value("reason", "");
+          if (reason == "no_leader" || reason == "not_leader" || reason == "etcd_unavailable")
+            refusal = at + ": " + doc.value("error", "");
+        } catch (const json::exception&) {
+        }
+        if (reason == "no_leader" || (several && (reason == "not_leader" || reason == "etcd_unavailable"))) {
+          if (why.empty()) why = at + ": " + reason;
+          if (reason == "no_leader" || (++round) % replicas_.size() == 0)
+            std::this_thread::sleep_for(milliseconds(200));
+          connect((current_ + 1) % replicas_.size());
+          continue;
+        }
+      }
+      // Refused to the end of the budget: by every replica (or the one, with no leader).
+      if (reply.status == 503 && !refusal.empty() && Steady::now() >= deadline)
+        throw PoolError(
+            PoolFailure::kOther, ErrorCode::kIo,
+            "no replica of the pool at " + uri_ + " could answer within " + budget + ": " + refusal);
+      break;
+    }
+    // One line when the pool's leader moved under a client that had one (a renewal across a
+    // failover), not when a first call finds the leader.
+    if (current_ != from && !why.empty()) ++moves_;
+    if (current_ != from && answered_ && !why.empty())
+      std::cerr << "poolrun: the pool's leader is now " << originOf(replicas_[current_]) << " (" << why
+                << ")\n";
+    answered_ = true;
+    const HttpResponse* res = &reply;
+    json doc;
+    try {
+      // A reply nested past any the API sends is not read as JSON (nor dumped, which recurses).
+      if (topo::jsonTooDeepAt(res->body, topo::kMaxJsonDepth))
+        doc =
+            json{{"error", "a reply nested deeper than " + std::to_string(topo::kMaxJsonDepth) + " levels"}};
+      else
+        doc = res->body.empty() ? json(nullptr) : json::parse(res->body);
+    } catch (const json::exception&) {
+      doc = json{{"error", res->body}};
+    }
+    if (res->status >= 200 && res->status < 300) return doc;
+    auto member = [&](const char* key) {
+      return doc.is_object() && doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "";
+    };
+    std::string msg = member("error").empty() ? res->body : member("error");
+    std::string where = originOf(replicas_[current_]) + " refused " + method + " " +
+                        path.substr(0, path.find('?')) + " (" + std::to_string(res->status) + "): ";
+    const HttpFailure& f = failureOfReply(res->status, member("reason"));
+    switch (f.failure) {
+      case PoolFailure::kUnauthorized:
+        throw PoolError(f.failure, f.code,
+                        where + msg + "; set POOLRUN_TOKEN or --token-file to a token poold knows");
+      case PoolFailure::kNeverFits:
+        throw PoolError(f.failure, f.code, msg);  // poold's own words: what the request can never get
+      case PoolFailure::kTimeout: {               // 409 not_now: where it would have stood
+        const int position =
+            doc.is_object() && doc.contains("position") && doc["position"].is_number_integer()
+                ? doc["position"].get<int>()
+                : 0;
+        throw PoolError(f.failure, f.code, where + msg, position);
+      }
+      default:
+        throw PoolError(f.failure, f.code, where + (f.status == 413 ? "request body too large" : msg));
+    }
+  }
+
+  std::string uri_;
+  std::string token_;
+  std::mutex mu_;
+  std::vector<HttpAddress> replicas_;  // the named ones first, then those their leader listed
+  size_t named_ = 0;
+  size_t current_ = 0;
+  bool answered_ = false;  // a call got a reply: a later move to another replica is a failover
+  uint64_t moves_ = 0;     // calls that left their replica for another
+  std::unique_ptr<HttpConnection> connection_;
+};
+
+}  // namespace
+
+std::unique_ptr<PoolControl> openHttpPool(const std::string& uri, std::vector<HttpAddress> replicas,
+                                      const ClientOptions& options) {
+  return std::make_unique<HttpPool>(uri, std::move(replicas), options);
+}
+
+std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token) {
+  if (!uri.starts_with("http://"))
+    throw badInput("pool URI '" + uri + "': a node agent reports to a poold (http://HOST:PORT)");
+  ClientOptions options;
+  options.token = token;
+  return std::make_unique<HttpPool>(uri, parseHttpReplicas(uri), options);  // several: replicas on etcd
+}
+
+}  // namespace poolrun::pool

@@ -1,0 +1,46 @@
+// The pool URI's of poold: "http://HOST:PORT", or several replicas of one pool.
+
+#include <algorithm>
+#include <charconv>
+
+#include "poolrun/pool/http_pool.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+Error badUri(const std::string& uri, const std::string& why) {
+  return badInput("bad pool URI '" + uri + "': " + why +
+                  " (use local, sim:FILE, http://HOST:PORT, slurm or slurm:PARTITION)");
+}
+
+}  // namespace
+
+HttpAddress parseHttpUri(const std::string& uri) {
+  std::string rest = uri.substr(uri.rfind("http://", 0) == 0 ? 7 : 0);
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw badUri(uri, "expected http://HOST:PORT");
+  std::string host = rest.substr(0, colon);
+  std::string portText = rest.substr(colon + 1);
+  int port = 0;
+  auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+  if (ec != std::errc() || p != portText.data() + portText.size() || port < 1 || port > 65535)
+    throw badUri(uri, "port '" + portText + "' is not a number from 1 to 65535");
+  if (host.find('/') != std::string::npos) throw badUri(uri, "a path after HOST:PORT");
+  return {host, port};
+}
+
+std::vector<HttpAddress> parseHttpReplicas(const std::string& uri) {
+  std::vector<HttpAddress> out;
+  for (size_t start = 0; start <= uri.size();) {
+    size_t end = std::min(uri.find(',', start), uri.size());
+    std::string part = uri.substr(start, end - start);
+    if (!part.starts_with("http://"))
+      throw badUri(uri, "'" + part + "' is not http://HOST:PORT (replicas: http://A:PORT,http://B:PORT)");
+    out.push_back(parseHttpUri(part));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace poolrun::pool

@@ -1,0 +1,48 @@
+#pragma once
+
+// What crosses between a node agent (poold-agent) and poold: the registration of a node and its
+// heartbeats, each a JSON document with a `schema`, and poold's reply to a heartbeat. Neither side
+// reaches into the other: this header is the whole contract.
+//
+//   POST /v1/nodes/NAME/register   poolrun.node-registration/1   -> {"registered": NAME, ...}
+//   POST /v1/nodes/NAME/heartbeat  poolrun.heartbeat/1           -> poolrun.heartbeat-reply/1
+//
+// A token of role `node` may send both for the node its token file names (the OWNER column), and
+// nothing else; an administrator's token may send them for any node. Readers are strict, as for
+// every client document (pool/json.hpp): an unknown field, a number out of range or a string that
+// is not UTF-8 is refused naming the field.
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/types.hpp"
+
+namespace poolrun::pool {
+
+inline constexpr const char* kRegistrationSchema = "poolrun.node-registration/1";
+inline constexpr const char* kHeartbeatSchema = "poolrun.heartbeat/1";
+inline constexpr const char* kHeartbeatReplySchema = "poolrun.heartbeat-reply/1";
+
+
+
+
+nlohmann::json toJson(const NodeRegistration& registration);
+NodeRegistration nodeRegistrationFromJson(const nlohmann::json& doc);
+nlohmann::json toJson(const Heartbeat& heartbeat);
+// (poold reads heartbeats with heartbeatFromText, pool/src/heartbeat_reader.hpp.)
+nlohmann::json toJson(const HeartbeatReply& reply);
+// The same document as JSON text, written directly (poold writes one per heartbeat; the fields in
+// another order than toJson(reply).dump()).
+std::string heartbeatReplyText(const HeartbeatReply& reply);
+HeartbeatReply heartbeatReplyFromJson(const nlohmann::json& doc);
+
+
+}  // namespace poolrun::pool

@@ -1,0 +1,118 @@
+#pragma once
+
+// poold's engine: the pool for many nodes behind an HTTP/JSON API (see pool/README.md for the
+// routes). State lives in memory and in DIR/pool.sqlite; every change is committed (group commit:
+// the changes of concurrent requests share one transaction) before any reply that depends on it.
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "poolrun/pool/state.hpp"
+#include "poolrun/pool/state_store.hpp"
+#include "poolrun/pool/store.hpp"
+
+namespace poolrun::pool {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 7450;  // 0: any free port (bind() returns it)
+  std::filesystem::path state_dir;
+  std::filesystem::path token_file;
+  Durability durability = Durability::kNormal;
+  size_t max_body_bytes = size_t{1} << 20;  // however the body is framed (Content-Length or chunked)
+  // Workers that run requests. Idle and slow connections hold none; a queued client's long poll
+  // holds one for up to a second, so there are enough for many waiting clients and the renewals.
+  int threads = 64;
+  std::chrono::seconds stale_after{30};
+
+  // Limits against hostile or broken clients. A connection past either count is closed at once.
+  int max_connections = 4096;                       // open at once, in total
+  int max_connections_per_peer = 1024;              // open at once from one IP address
+  std::chrono::milliseconds header_timeout{10000};  // from a request's first byte to its last header
+  std::chrono::milliseconds body_timeout{30000};    // for the whole body, once the headers are in
+  std::chrono::seconds idle_timeout{60};            // a kept-alive connection with no request
+
+  // What a client may ask for: longer TTLs get 400; priorities above max_user_priority are refused
+  // for the `user` role (administrators may use any priority in the request's range).
+  std::chrono::seconds max_ttl{3600};
+  int max_user_priority = 100;
+  // Entries one owner may have in the queue (PoolState::queuedBy): a request that would be queued
+  // past it gets 429 (one that starts at once is granted). Counted from the stored queue, so a
+  // restart or a failover keeps it.
+  size_t max_queued_per_owner = 1000;
+
+  // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
+  LiveOptions live;
+  PreemptOptions preempt;
+  // Quotas (poolrun/pool/quotas.hpp): read at start (a bad file stops poold from starting) and
+  // again whenever it changes (a bad version is named and the quotas before it kept). Empty: none.
+  std::filesystem::path quotas_file;
+
+  // Who may read /metrics besides users and administrators: whoever sends the token of this file
+  // (one token, which reads /metrics only), and clients from these addresses or prefixes
+  // ("10.0.0.0/8", "127.0.0.1/32", "::1/128") without a token. A bad one throws kBadInput.
+  std::filesystem::path metrics_token_file;
+  std::vector<std::string> metrics_allow;
+  // The names a client from a --metrics-allow address may send as its Host to read /metrics without
+  // a token, besides an IP address, localhost, `host` and this machine's name (poold --metrics-host
+  // and --advertise's host): a page of another site rebound to poold's address sends its own.
+  std::vector<std::string> metrics_hosts;
+
+  // The dashboard's history charts (GET /v1/history): a sample of the pool's use every
+  // history_interval, the last history_samples kept in memory (56 bytes each: 6 hours at 10 s in
+  // about 120 KiB).
+  std::chrono::seconds history_interval{10};
+  size_t history_samples = 2160;
+  // Where the pool's state lives: empty, DIR/pool.sqlite (with `durability`); else the store this
+  // opens (poold --store etcd://: an EtcdStore fenced on this replica's leadership).
+  std::function<std::unique_ptr<StateStore>()> open_store;
+  // Whether this replica may answer now (etcd: it leads and its lease is current); empty: always.
+  // While it may not, every request but GET /healthz gets 503 saying so: a replica that lost its
+  // leadership serves nothing stale.
+  std::function<bool()> serving;
+  // More of /metrics (Prometheus text, whole lines with their HELP and TYPE): the replica's.
+  std::function<std::string()> more_metrics;
+  // GET /v1/replicas: {"store", "replicas": [{"url", "leader"}], "etcd": [{"endpoint", "reachable",
+  // "leader", "version", "error"}]}; empty: 404 (one server, no replicas).
+  std::function<std::string()> replicas;
+};
+
+// Parses a token file: one `TOKEN OWNER ROLE` line per token, ROLE user, admin or node, `#`
+// comments. TOKEN is 8 to 512 printable ASCII characters; OWNER letters, digits, '.', '_', '-'
+// and '@' (role node: a node name).
+// A malformed line is described as "FILE:LINE: what" in `warnings` and skipped; without
+// `warnings`, it throws poolrun::Error (kBadInput) with that text instead.
+std::map<std::string, Caller> parseTokenFile(const std::string& text, const std::string& file,
+                                                 std::vector<std::string>* warnings = nullptr);
+
+struct HttpRequest;
+struct HttpReply;
+
+class PoolServer {
+ public:
+  // Takes DIR/poold.lock (one poold per state directory), opens and loads the state, reads the
+  // token file. Throws poolrun::Error naming what is wrong.
+  explicit PoolServer(ServerOptions options);
+  ~PoolServer();
+  PoolServer(const PoolServer&) = delete;
+  PoolServer& operator=(const PoolServer&) = delete;
+
+  void registerNodes(const std::vector<topo::ClusterNode>& nodes);
+  int bind();  // binds host:port; returns the port. Throws kIo when it cannot.
+  void run();  // serves until stop()
+  void stop();
+
+  // Answers one request as the server would, without the network (tests and the fuzz target).
+  HttpReply handle(const HttpRequest& request);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace poolrun::pool
