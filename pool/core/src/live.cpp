@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
 #include "poolrun/pool/state.hpp"
 #include "poolrun/topo/names.hpp"
@@ -38,6 +39,20 @@ bool busy(const topo::GpuSample& g, double threshold) {
   return !g.sm_utilization || *g.sm_utilization >= threshold;
 }
 
+// Counts a sample's XIDs per (GPU, XID), at most kMaxXidSeriesPerGpu different ones per GPU: a
+// broken or hostile agent naming ever new XIDs must not grow poold's memory or its metrics without
+// bound.
+void countXids(NodeLive& live, size_t i, const std::vector<topo::XidEvent>& events) {
+  for (const topo::XidEvent& e : events) {
+    auto seen = live.xid_counts.find({i, e.xid});
+    if (seen != live.xid_counts.end())
+      ++seen->second;
+    else if (std::distance(live.xid_counts.lower_bound({i, 0}), live.xid_counts.lower_bound({i + 1, 0})) <
+             static_cast<std::ptrdiff_t>(kMaxXidSeriesPerGpu))
+      live.xid_counts[{i, e.xid}] = 1;
+  }
+}
+
 }  // namespace
 
 void PoolState::registerAgentNode(const NodeRegistration& registration, TimePoint now) {
@@ -64,12 +79,40 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   PoolNode& node = it->second;
   checkHeartbeat(node, hb);  // before anything changes: a heartbeat is taken whole or refused whole
   view_time_ = std::max(view_time_, now);
-  bool freed = node.live.unreachable;  // an unreachable node coming back may start queued requests
+  const bool cameBack = node.live.unreachable;  // an unreachable node coming back may start queued requests
   if (node.live.unreachable) node_events_.push_back({NodeEvent::Kind::kReachable, node.name, 0, ""});
   node.live.last_heartbeat = now;
   node.live.unreachable = false;
   node.live.gpus.resize(node.gpuCount());
   node.live.nics = hb.nics;
+  bool freed = takeAgentResults(node, hb, now) || cameBack;
+  const Occupancy& held = occupancy(node.name);
+  for (const topo::GpuSample& sample : hb.gpus) freed |= takeSample(node, held, hb, sample, now);
+  // The layouts whose GPU no lease holds any more (itself or one of its instances): the agent makes
+  // them now.
+  for (const auto& [gpu, profiles] : node.mig_layouts) {
+    bool inUse = (gpu < held.holder.size() && !held.holder[gpu].empty()) || held.sharers.count(gpu);
+    for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size() && !inUse; ++u)
+      inUse = node.gpuOf(u) == gpu && !held.holder[u].empty();
+    if (!inUse) reply.mig_layouts[gpu] = profiles;
+  }
+  // Whole GPUs only: dcgm-exporter's job-mapping files name GPUs by index (a MIG lease's
+  // utilisation is not reported per instance either).
+  for (size_t i = 0; i < held.holder.size() && i < node.gpuCount(); ++i)
+    if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
+  for (const auto& [gpu, ids] : held.sharers) reply.mps_gpus.insert(gpu);
+  node.live.mps_asked = reply.mps_gpus;
+  if (freed && planNow)
+    schedule(now);
+  else if (freed)
+    replan_ = true;  // the next tick plans
+  return reply;
+}
+
+// The layouts the agent made or failed to make, and the MPS daemons it could not start; whether GPUs
+// may have been freed for queued requests.
+bool PoolState::takeAgentResults(PoolNode& node, const Heartbeat& hb, TimePoint now) {
+  bool freed = false;
   // The layouts the agent made or failed to make (a result for a GPU without a request is old news).
   for (const auto& [gpu, error] : hb.mig_results) {
     auto asked = node.mig_layouts.find(gpu);
@@ -98,81 +141,57 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
     dirty_.nodes.insert(node.name);
     replan_ = true;
   }
-  const Occupancy& held = occupancy(node.name);
-  for (const topo::GpuSample& sample : hb.gpus) {
-    size_t i = sample.index;
-    node.live.gpus[i] = sample;
-    for (const topo::XidEvent& e : sample.xid_events) {
-      // Counted per (GPU, XID), at most kMaxXidSeriesPerGpu different ones per GPU: a broken or
-      // hostile agent naming ever new XIDs must not grow poold's memory or its metrics without bound.
-      auto seen = node.live.xid_counts.find({i, e.xid});
-      if (seen != node.live.xid_counts.end())
-        ++seen->second;
-      else if (std::distance(node.live.xid_counts.lower_bound({i, 0}),
-                             node.live.xid_counts.lower_bound({i + 1, 0})) <
-               static_cast<std::ptrdiff_t>(kMaxXidSeriesPerGpu))
-        node.live.xid_counts[{i, e.xid}] = 1;
-    }
-    auto acknowledged = node.ecc_acknowledged.find(i);
-    std::string why =
-        failureIn(sample, acknowledged == node.ecc_acknowledged.end() ? 0 : acknowledged->second);
-    if (!why.empty() && !node.failed.count(i)) {
-      node.failed.insert(i);
-      node.failures[i] = {why, now};
-      dirty_.nodes.insert(node.name);
-      node_events_.push_back({NodeEvent::Kind::kGpuFailed, node.name, i, why});
-      replan_ = true;  // capacity gone: what was promised on it is planned again
-    }
-    // Processes that are not of the lease holding this GPU, or of the leases holding its MIG
-    // instances (or of any lease), make it foreign.
-    const std::string& holder = held.holder[i];
-    std::set<std::string_view> holders;
-    if (!holder.empty()) holders.insert(holder);
-    for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size(); ++u)
-      if (node.gpuOf(u) == i && !held.holder[u].empty()) holders.insert(held.holder[u]);
-    const auto sharers = held.sharers.find(i);
-    if (sharers != held.sharers.end()) holders.insert(sharers->second.begin(), sharers->second.end());
-    std::vector<topo::GpuProcess> outside;
-    for (const topo::GpuProcess& p : sample.processes) {
-      auto owner = hb.process_leases.find(p.pid);
-      if (owner == hb.process_leases.end() || !holders.count(owner->second)) outside.push_back(p);
-    }
-    if (outside.empty()) {
-      freed |= node.live.foreign.erase(i) > 0;
-    } else {
-      replan_ |= !node.live.foreign.count(i);
-      node.live.foreign[i] = std::move(outside);
-    }
-    // The leases the GPU's utilisation tells of: its holder, or every share of it (NVML does not
-    // tell it per MPS client; nor for a GPU in MIG mode, so not for its instances).
-    std::vector<std::string> measured;
-    if (!holder.empty()) measured.push_back(holder);
-    if (sharers != held.sharers.end())
-      measured.insert(measured.end(), sharers->second.begin(), sharers->second.end());
-    for (const std::string& lease : measured) {
-      auto [last, fresh] = last_busy_.try_emplace(lease, now);
-      if (!fresh && busy(sample, live_.idle_utilization)) last->second = now;
-    }
+  return freed;
+}
+
+// One GPU's sample: its XIDs, a failure it tells of, foreign processes, and the utilisation of the
+// leases on it; whether it may have freed GPUs for queued requests.
+bool PoolState::takeSample(PoolNode& node, const Occupancy& held, const Heartbeat& hb,
+                           const topo::GpuSample& sample, TimePoint now) {
+  bool freed = false;
+  size_t i = sample.index;
+  node.live.gpus[i] = sample;
+  countXids(node.live, i, sample.xid_events);
+  auto acknowledged = node.ecc_acknowledged.find(i);
+  std::string why = failureIn(sample, acknowledged == node.ecc_acknowledged.end() ? 0 : acknowledged->second);
+  if (!why.empty() && !node.failed.count(i)) {
+    node.failed.insert(i);
+    node.failures[i] = {why, now};
+    dirty_.nodes.insert(node.name);
+    node_events_.push_back({NodeEvent::Kind::kGpuFailed, node.name, i, why});
+    replan_ = true;  // capacity gone: what was promised on it is planned again
   }
-  // The layouts whose GPU no lease holds any more (itself or one of its instances): the agent makes
-  // them now.
-  for (const auto& [gpu, profiles] : node.mig_layouts) {
-    bool inUse = (gpu < held.holder.size() && !held.holder[gpu].empty()) || held.sharers.count(gpu);
-    for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size() && !inUse; ++u)
-      inUse = node.gpuOf(u) == gpu && !held.holder[u].empty();
-    if (!inUse) reply.mig_layouts[gpu] = profiles;
+  // Processes that are not of the lease holding this GPU, or of the leases holding its MIG
+  // instances (or of any lease), make it foreign.
+  const std::string& holder = held.holder[i];
+  std::set<std::string_view> holders;
+  if (!holder.empty()) holders.insert(holder);
+  for (size_t u = node.gpuCount(); u < node.unitCount() && u < held.holder.size(); ++u)
+    if (node.gpuOf(u) == i && !held.holder[u].empty()) holders.insert(held.holder[u]);
+  const auto sharers = held.sharers.find(i);
+  if (sharers != held.sharers.end()) holders.insert(sharers->second.begin(), sharers->second.end());
+  std::vector<topo::GpuProcess> outside;
+  for (const topo::GpuProcess& p : sample.processes) {
+    auto owner = hb.process_leases.find(p.pid);
+    if (owner == hb.process_leases.end() || !holders.count(owner->second)) outside.push_back(p);
   }
-  // Whole GPUs only: dcgm-exporter's job-mapping files name GPUs by index (a MIG lease's
-  // utilisation is not reported per instance either).
-  for (size_t i = 0; i < held.holder.size() && i < node.gpuCount(); ++i)
-    if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
-  for (const auto& [gpu, ids] : held.sharers) reply.mps_gpus.insert(gpu);
-  node.live.mps_asked = reply.mps_gpus;
-  if (freed && planNow)
-    schedule(now);
-  else if (freed)
-    replan_ = true;  // the next tick plans
-  return reply;
+  if (outside.empty()) {
+    freed = node.live.foreign.erase(i) > 0;
+  } else {
+    replan_ |= !node.live.foreign.count(i);
+    node.live.foreign[i] = std::move(outside);
+  }
+  // The leases the GPU's utilisation tells of: its holder, or every share of it (NVML does not
+  // tell it per MPS client; nor for a GPU in MIG mode, so not for its instances).
+  std::vector<std::string> measured;
+  if (!holder.empty()) measured.push_back(holder);
+  if (sharers != held.sharers.end())
+    measured.insert(measured.end(), sharers->second.begin(), sharers->second.end());
+  for (const std::string& lease : measured) {
+    auto [last, fresh] = last_busy_.try_emplace(lease, now);
+    if (!fresh && busy(sample, live_.idle_utilization)) last->second = now;
+  }
+  return freed;
 }
 
 void PoolState::checkHeartbeat(const PoolNode& node, const Heartbeat& hb) const {

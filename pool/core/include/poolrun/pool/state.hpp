@@ -198,7 +198,7 @@ struct PollResult {
 };
 
 struct NodeView;  // placement.hpp
-class Timeline;   // the scheduler's plan of when GPUs are busy (state.cpp)
+class Timeline;   // the scheduler's plan of when GPUs are busy (src/scheduler/timeline.hpp)
 
 class PoolState {
  public:
@@ -369,7 +369,7 @@ class PoolState {
     TimePoint end = TimePoint::min();    // the latest end of their leases
   };
   ShareUse shareUse(const Occupancy& held, size_t gpu) const;
-  // The nodes that could take one share of `request` per GPU (PoolState::shareViews in state.cpp).
+  // The nodes that could take one share of `request` per GPU (defined in src/node_views.hpp).
   template <class FreeGpu>
   std::vector<NodeView> shareViews(const LeaseRequest& request, FreeGpu freeGpu, bool everUsable,
                                    std::optional<TimePoint> endBy) const;
@@ -377,11 +377,11 @@ class PoolState {
   void addSharer(const std::string& node, size_t gpu, const std::string& id);
   void removeSharer(const std::string& node, size_t gpu, const std::string& id);
   void schedule(TimePoint now);
-  // What the last scheduling pass planned (state.cpp): its timeline of promises, victims and quota
-  // book, kept so that an enqueue of a request that sorts behind every waiting one plans that
-  // request alone against it instead of the whole queue again (a flood of requests that cannot
-  // start cost a pass over the queue each). Dropped by every change it does not know of:
-  // plan_epoch_ (a GPU taken or given back, a node added), replan_, time past its first lease end.
+  // What the last scheduling pass planned (scheduler/schedule.cpp): its timeline of promises, victims and
+  // quota book, kept so that an enqueue of a request that sorts behind every waiting one plans that request
+  // alone against it instead of the whole queue again (a flood of requests that cannot start cost a pass over
+  // the queue each). Dropped by every change it does not know of: plan_epoch_ (a GPU taken or given back, a
+  // node added), replan_, time past its first lease end.
   struct PassPlan;
   struct KeptPlan {
     std::unique_ptr<PassPlan> plan;
@@ -428,6 +428,18 @@ class PoolState {
   // `plan`: the pass's (its timeline made once some request waits), or the kept one for an enqueue.
   void scheduleQueue(const std::vector<const QueueEntry*>& order, PassPlan& plan, std::optional<int>& waiting,
                      std::vector<std::string>& grantedElastic, TimePoint now);
+  // scheduleQueue's steps (scheduler/schedule.cpp): an MPS share, started now or left waiting; the
+  // pass's timeline, victims and elastic leases, made once some request has to wait; a request
+  // planned on the timeline (started now, promised GPUs later, or preempting for it); a request the
+  // pool can no longer satisfy; a grant counted in the quota book.
+  void scheduleShare(const QueueEntry& entry, PassPlan& plan, std::optional<int>& waiting, TimePoint now);
+  void startTimeline(PassPlan& plan, TimePoint now);
+  void scheduleOnTimeline(const QueueEntry& entry, PassPlan& plan, std::optional<int>& waiting,
+                          TimePoint now);
+  void failQueued(const QueueEntry& entry);
+  void countGranted(const Lease& lease, QuotaBook& book) const;
+  class EarliestStart;  // where and when a request fits on the timeline (scheduler/schedule.cpp)
+  class Preemption;     // preemptFor's choice of victims for one request (scheduler/preemption.cpp)
   // Elastic leases (elastic.cpp): each grown towards its maximum where GPUs are free, its resize
   // interval has passed and nobody of equal or higher priority waits (`waiting`, above).
   void growElastic(TimePoint now, std::optional<int> waiting, QuotaBook& book);
@@ -513,6 +525,11 @@ class PoolState {
   // Throws kBadInput for a heartbeat that names a GPU the node does not have (a sample, an MPS
   // error), or an MPS error for a GPU poold never asked a daemon for (without shares).
   void checkHeartbeat(const PoolNode& node, const Heartbeat& hb) const;
+  // A heartbeat's parts (live.cpp): the agent's MIG layouts and MPS daemons, and one GPU's sample;
+  // each says whether GPUs may have been freed for queued requests.
+  bool takeAgentResults(PoolNode& node, const Heartbeat& hb, TimePoint now);
+  bool takeSample(PoolNode& node, const Occupancy& held, const Heartbeat& hb, const topo::GpuSample& sample,
+                  TimePoint now);
   void updateLiveness(TimePoint now);
   void reclaimIdle(TimePoint now);
   Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
