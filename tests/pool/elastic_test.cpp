@@ -330,7 +330,7 @@ TEST(Elastic, ARequestThatCannotBeValidIsRefusedWithTheField) {
   refused("8 upto=4", "elastic 8:4: the most (max_gpus) must be at least the least");
   refused("8 ppn=4 upto=10", "max_gpus 10 is not a multiple of gpus_per_node 4");
   refused("8 whole upto=16", "ask for gpus_per_node");
-  refused("2 upto=4 every=-1", "resize_interval -1s");
+  refused("2 upto=4 every=-1", "field 'resize_interval_s': -1 is out of range (0 to 2592000)");
   EXPECT_NO_THROW(validateRequest(parseRequest("8 ppn=4 upto=16 every=0")));
 }
 

@@ -97,7 +97,9 @@ TEST(Mps, RequestsThatCannotBeSharesAreRefusedWithWhatToDo) {
   }
   LeaseRequest r = parseRequest("1");
   r.share_percent = 101;
-  EXPECT_NE(mpsErrorOf([&] { state.submit(r, t0(), false); }).find("share_percent 101 (1 to 100"),
+  EXPECT_NE(mpsErrorOf([&] {
+              state.submit(r, t0(), false);
+            }).find("field 'share_percent': 101 is out of range (0 to 100)"),
             std::string::npos);
   // Never: the message says what the pool has.
   std::string never = mpsErrorOf([&] { state.submit(parseRequest("9 share=0.25"), t0(), false); });

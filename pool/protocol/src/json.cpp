@@ -1,7 +1,7 @@
 #include "poolrun/pool/json.hpp"
 
-#include "poolrun/pool/json_read.hpp"
 #include "poolrun/common/time_text.hpp"
+#include "poolrun/pool/json_read.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
+#include "poolrun/pool/state.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/writers.hpp"
@@ -56,7 +57,7 @@ std::string text(const JsonFields& f, std::string_view key, size_t maxBytes, Tex
   std::string s = f.string(key);
   if (mode == Text::kClient)
     topo::checkText(s, maxBytes, "field '" + f.name(key) + "'");
-  else
+  else if (mode == Text::kStored)
     checkUtf8(s, f.name(key));
   return s;
 }
@@ -75,7 +76,7 @@ std::map<std::string, std::string> labelsOr(const JsonFields& f, std::string_vie
   for (const auto& [label, value] : v.items()) {
     if (mode == Text::kClient)
       topo::checkText(label, topo::kMaxLabelBytes, "a key of field '" + f.name(key) + "'");
-    else
+    else if (mode == Text::kStored)
       checkUtf8(label, f.name(key));
     out[label] = text(labels, label, topo::kMaxLabelBytes, mode);
   }
@@ -305,6 +306,15 @@ json toJson(const LeaseRequest& r) {
   return doc;
 }
 
+// A request's number is read as a whole number in the range core's one check gives its field
+// (requestFieldRange, limits.hpp), so that a value past the field's type is refused in the client's
+// own digits; its names and texts are judged by validateRequest, and the fields together at submit.
+template <typename T>
+Range<T> requestRange(std::string_view field) {
+  const Range<int64_t> r = requestFieldRange(field);
+  return {static_cast<T>(r.min), static_cast<T>(r.max)};
+}
+
 LeaseRequest requestFromJson(const json& doc) {
   JsonFields f = clientFields(doc,
                               {"gpus",
@@ -332,11 +342,12 @@ LeaseRequest requestFromJson(const json& doc) {
                                "request_id"},
                               "the lease request");
   LeaseRequest r;
-  r.gpus = integer(f, "gpus", kGpusRange);
-  r.gpus_per_node = integerOr(f, "gpus_per_node", kGpusPerNodeRange, 0);
+  r.gpus = integer(f, "gpus", requestRange<int>("gpus"));
+  r.gpus_per_node = integerOr(f, "gpus_per_node", requestRange<int>("gpus_per_node"), 0);
   r.whole_nodes = f.boolean("whole_nodes", false);
-  r.gpu_model = textOr(f, "gpu_model", topo::kMaxLabelBytes, Text::kClient);
-  r.min_memory_bytes = integerOr(f, "min_memory_bytes", kMinMemoryBytesRange, uint64_t{0});
+  r.gpu_model = textOr(f, "gpu_model", 0, Text::kAny);
+  r.min_memory_bytes =
+      integerOr(f, "min_memory_bytes", requestRange<uint64_t>("min_memory_bytes"), uint64_t{0});
   if (f.has("fabric")) {
     std::string fabric = text(f, "fabric", topo::kMaxLabelBytes, Text::kClient);
     try {
@@ -345,25 +356,27 @@ LeaseRequest requestFromJson(const json& doc) {
       throw badInput("field 'fabric': " + std::string(e.what()));
     }
   }
-  r.labels = labelsOr(f, "labels", Text::kClient);
+  r.labels = labelsOr(f, "labels", Text::kAny);
   r.one_switch = f.boolean("one_switch", false);
-  r.priority = integerOr(f, "priority", kPriorityRange, 0);
-  r.owner = textOr(f, "owner", topo::kMaxOwnerBytes, Text::kClient);
-  if (!r.owner.empty()) topo::checkOwner(r.owner, "field 'owner'");
-  r.job_name = textOr(f, "job_name", topo::kMaxJobNameBytes, Text::kClient);
-  r.wait = secondsOr(f, "wait_s", kWaitSecondsRange);
-  r.ttl = secondsOr(f, "ttl_s", kTtlSecondsRange).value_or(seconds(60));
-  r.max_duration = secondsOr(f, "max_duration_s", kMaxDurationSecondsRange);
+  r.priority = integerOr(f, "priority", requestRange<int>("priority"), 0);
+  r.owner = textOr(f, "owner", 0, Text::kAny);
+  r.job_name = textOr(f, "job_name", 0, Text::kAny);
+  r.wait = secondsOr(f, "wait_s", requestRange<int64_t>("wait_s"));
+  r.ttl = secondsOr(f, "ttl_s", requestRange<int64_t>("ttl_s")).value_or(seconds(60));
+  r.max_duration = secondsOr(f, "max_duration_s", requestRange<int64_t>("max_duration_s"));
   r.no_reclaim = f.boolean("no_reclaim", false);
   r.preemptible = f.boolean("preemptible", false);
-  r.max_gpus = integerOr(f, "max_gpus", kMaxGpusRange, 0);
-  r.resize_interval = secondsOr(f, "resize_interval_s", kResizeIntervalSecondsRange).value_or(seconds(600));
-  r.mig_profile = textOr(f, "mig_profile", kMaxMigProfileBytes, Text::kClient);
+  r.max_gpus = integerOr(f, "max_gpus", requestRange<int>("max_gpus"), 0);
+  r.resize_interval =
+      secondsOr(f, "resize_interval_s", requestRange<int64_t>("resize_interval_s")).value_or(seconds(600));
+  r.mig_profile = textOr(f, "mig_profile", 0, Text::kAny);
   r.mig_or_larger = f.boolean("mig_or_larger", false);
-  r.share_percent = integerOr(f, "share_percent", kSharePercentRange, 0);
-  r.share_memory_bytes = integerOr(f, "share_memory_bytes", kShareMemoryBytesRange, uint64_t{0});
+  r.share_percent = integerOr(f, "share_percent", requestRange<int>("share_percent"), 0);
+  r.share_memory_bytes =
+      integerOr(f, "share_memory_bytes", requestRange<uint64_t>("share_memory_bytes"), uint64_t{0});
   // Read by poold (a retried acquire gets the first answer); checked here with the rest.
   if (f.has("request_id")) leaseId(f, "request_id");
+  validateRequest(r, RequestCheck::kFieldsAlone);  // core's one check of its numbers and names
   return r;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace poolrun::pool {
 
@@ -40,13 +41,17 @@ inline constexpr Range<int64_t> kWaitSecondsRange{0, 31'536'000};  // 365 days; 
 // 366 days: poolrun's --timeout (up to 365 days) plus a TTL (up to a day) fits.
 inline constexpr Range<int64_t> kMaxDurationSecondsRange{1, 31'622'400};
 inline constexpr Range<uint64_t> kMinMemoryBytesRange{0, uint64_t{1} << 50};  // 1 PiB
+// The range of a lease request's number by the name the API gives its field ("gpus", "ttl_s",
+// "share_memory_bytes"): the table validateRequest (state.hpp) judges a request by, and a reader of
+// a request's JSON reads each number against (a value past the field's type is out of it too).
+// Throws std::logic_error for a name that is not a request's number.
+Range<int64_t> requestFieldRange(std::string_view field);
 // poold's --min-runtime (POOLRUN_MIN_RUNTIME): 0 to 30 days; --preempt-grace (POOLRUN_PREEMPT_GRACE)
 // from 1 s: a victim's holder must be able to hear of it before its lease ends.
 inline constexpr Range<int64_t> kPreemptSecondsRange{0, 30 * 86'400};
 inline constexpr Range<int64_t> kPreemptGraceRange{1, 30 * 86'400};
 // poold's --max-queued-per-owner: requests one owner may have in the queue.
 inline constexpr Range<size_t> kMaxQueuedPerOwnerRange{1, 1'000'000};
-
 
 // Bounds of a heartbeat, against a broken or hostile agent.
 inline constexpr size_t kMaxProcessesPerGpu = 4096;

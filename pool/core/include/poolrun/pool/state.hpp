@@ -548,7 +548,18 @@ class PoolState {
   void endedByPool(const std::string& id, std::string why);
 };
 
-// Throws kBadInput naming the field of a request that cannot be valid.
-void validateRequest(const LeaseRequest& request);
+// What validateRequest judges: kWhole, the request a pool is asked (at submit); kFieldsAlone, each
+// field of a client's request body alone (poold's reader: the owner comes later, from its token, and
+// the fields together are judged at submit).
+enum class RequestCheck { kWhole, kFieldsAlone };
+// The one check of a request's numbers and names: throws kBadInput for a request that cannot be
+// valid, naming the field as the API names it ("field 'ttl_s': 0 is out of range (1 to 86400)"),
+// its value and what it may be. Every number against its range in limits.hpp (requestFieldRange);
+// the MIG profile's text; with kFieldsAlone (a client's body) also the TTL's most (a day), the
+// owner, job name, GPU model and labels as topo/names.hpp's rules take them; with kWhole the
+// owner given and the fields together (gpus a multiple of gpus_per_node, MIG and MPS shapes,
+// elastic bounds). A request made in its pool's own process (an embedded pool's caller checked
+// its options) may hold a longer lease, and a text from elsewhere that the views replace.
+void validateRequest(const LeaseRequest& request, RequestCheck check = RequestCheck::kWhole);
 
 }  // namespace poolrun::pool

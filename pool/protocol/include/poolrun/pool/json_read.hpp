@@ -68,7 +68,9 @@ std::optional<std::chrono::seconds> storedSecondsOr(const JsonFields& f, std::st
 // How strictly a string is read: what a client sends may hold no control characters and has a
 // length limit; what the pool itself wrote (replies, stored rows) need only be UTF-8, so that
 // writing it out again cannot throw.
-enum class Text { kClient, kStored };
+// kClient: a client's text, checked as topo/names.hpp says; kStored: the pool's own, UTF-8 only;
+// kAny: any string, judged by the caller (a request's texts by validateRequest).
+enum class Text { kClient, kStored, kAny };
 
 void checkUtf8(const std::string& s, const std::string& name);
 std::string text(const JsonFields& f, std::string_view key, size_t maxBytes, Text mode);
