@@ -60,17 +60,49 @@ std::string EtcdStore::topologyHash(const std::shared_ptr<const topo::NodeTopolo
   return hash;
 }
 
+Error EtcdStore::damaged(const std::string& key, const std::string& why) const {
+  return Error(ErrorCode::kIo, where() + ": key " + key + " is damaged (" + why +
+                                   "); nothing was changed. Put it back from a backup (etcdctl put), or " +
+                                   "remove it (etcdctl del " + key +
+                                   ": a node registers again, a lease removed is lost to its job), then " +
+                                   "start poold again");
+}
+
+PoolNode EtcdStore::nodeFromKey(const EtcdKeyValue& kv, const std::map<std::string, std::string>& topologies,
+                                std::map<std::string, std::shared_ptr<const topo::NodeTopology>>& parsed) {
+  const std::string dir = prefix_ + "/";
+  json doc = json::parse(kv.value);
+  PoolNode n;
+  n.name = doc.at("name").get<std::string>();
+  if (kv.key != nodeKey(n.name)) throw std::runtime_error("it names node '" + n.name + "'");
+  n.order = doc.at("order").get<int64_t>();
+  n.switch_name = doc.at("switch").get<std::string>();
+  n.rail_group = doc.at("rail_group").get<std::string>();
+  if (doc.contains("fabric")) n.fabric = topo::fabricFromString(doc["fabric"].get<std::string>());
+  n.labels = doc.at("labels").get<std::map<std::string, std::string>>();
+  n.state = nodeStateFromString(doc.at("state").get<std::string>());
+  for (size_t i : doc.at("failed")) n.failed.insert(i);
+  healthFromJson(doc.value("health", json::object()), n);
+  std::string hash = doc.at("topology").get<std::string>();
+  auto t = parsed.find(hash);
+  if (t == parsed.end()) {
+    auto found = topologies.find(hash);
+    if (found == topologies.end())
+      throw std::runtime_error("its topology " + hash + " is missing (no key " + dir + "topologies/" + hash +
+                               ")");
+    auto topology =
+        std::make_shared<const topo::NodeTopology>(topo::fromJson(json::parse(found->second), n.name));
+    t = parsed.emplace(hash, topology).first;
+    hashes_[topology.get()] = {topology, hash};
+  }
+  n.topology = t->second;
+  return n;
+}
+
 void EtcdStore::load(PoolState& state) {
   const std::string dir = prefix_ + "/";
   int64_t revision = 0;
   std::vector<EtcdKeyValue> kvs = client_->range(dir, EtcdClient::prefixEnd(dir), &revision);
-  auto damaged = [&](const std::string& key, const std::string& why) {
-    return Error(ErrorCode::kIo, where() + ": key " + key + " is damaged (" + why +
-                                     "); nothing was changed. Put it back from a backup (etcdctl put), or " +
-                                     "remove it (etcdctl del " + key +
-                                     ": a node registers again, a lease removed is lost to its job), then " +
-                                     "start poold again");
-  };
   std::map<std::string, std::string> topologies;  // hash -> doc
   std::vector<const EtcdKeyValue*> nodes, leases, queue, requests;
   const EtcdKeyValue* counters = nullptr;
@@ -98,32 +130,7 @@ void EtcdStore::load(PoolState& state) {
   std::map<std::string, std::shared_ptr<const topo::NodeTopology>> parsed;
   for (const EtcdKeyValue* kv : nodes) {
     try {
-      json doc = json::parse(kv->value);
-      PoolNode n;
-      n.name = doc.at("name").get<std::string>();
-      if (kv->key != nodeKey(n.name)) throw std::runtime_error("it names node '" + n.name + "'");
-      n.order = doc.at("order").get<int64_t>();
-      n.switch_name = doc.at("switch").get<std::string>();
-      n.rail_group = doc.at("rail_group").get<std::string>();
-      if (doc.contains("fabric")) n.fabric = topo::fabricFromString(doc["fabric"].get<std::string>());
-      n.labels = doc.at("labels").get<std::map<std::string, std::string>>();
-      n.state = nodeStateFromString(doc.at("state").get<std::string>());
-      for (size_t i : doc.at("failed")) n.failed.insert(i);
-      healthFromJson(doc.value("health", json::object()), n);
-      std::string hash = doc.at("topology").get<std::string>();
-      auto t = parsed.find(hash);
-      if (t == parsed.end()) {
-        auto found = topologies.find(hash);
-        if (found == topologies.end())
-          throw std::runtime_error("its topology " + hash + " is missing (no key " + dir + "topologies/" +
-                                   hash + ")");
-        auto topology =
-            std::make_shared<const topo::NodeTopology>(topo::fromJson(json::parse(found->second), n.name));
-        t = parsed.emplace(hash, topology).first;
-        hashes_[topology.get()] = {topology, hash};
-      }
-      n.topology = t->second;
-      state.loadNode(std::move(n));
+      state.loadNode(nodeFromKey(*kv, topologies, parsed));
     } catch (const std::exception& e) {
       throw damaged(kv->key, e.what());
     }

@@ -165,23 +165,20 @@ std::vector<std::string> column(sqlite3* db, const char* sql, int& rc, std::stri
   return out;
 }
 
-bool damage(int rc) {
-  return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB;
+// "dgx01:0, dgx01:1" or "none": GPUs as a refusal names them.
+std::string gpuText(const std::set<std::pair<std::string, int64_t>>& gpus) {
+  std::string out;
+  for (const auto& [node, index] : gpus)
+    out += (out.empty() ? "" : ", ") + node + ":" + std::to_string(index);
+  return out.empty() ? std::string("none") : out;
 }
 
-}  // namespace
-
-std::filesystem::path Store::generationFile(const std::filesystem::path& file) {
-  return file.string() + ".generation";
-}
-
-Store::Store(const std::filesystem::path& file, Durability durability, StartCheck check)
-    : file_(file), generationFile_(generationFile(file)) {
-  // Each of the state's files, where it exists, is a regular file: a folder or a device in its
-  // place is said as such, not as a damaged or missing database (which would send an operator to
-  // a needless restore).
+// Each of the state's files, where it exists, is a regular file: a folder or a device in its place is
+// said as such, not as a damaged or missing database (which would send an operator to a needless
+// restore).
+void checkRegularFiles(const std::filesystem::path& file, const std::filesystem::path& generationFile) {
   for (const std::filesystem::path& part : {file, std::filesystem::path(file.string() + "-wal"),
-                                            std::filesystem::path(file.string() + "-shm"), generationFile_}) {
+                                            std::filesystem::path(file.string() + "-shm"), generationFile}) {
     std::error_code ec;
     const std::filesystem::file_status st = std::filesystem::status(part, ec);
     if (ec || st.type() == std::filesystem::file_type::not_found ||
@@ -194,8 +191,20 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
             ") where the pool's state keeps one; nothing was written: move it away " +
             "(and restore the file from a backup, if one belongs there)");
   }
-  // The record first: it is written after each commit, so the database read after it is never
-  // behind it unless commits were lost, whatever other processes commit meanwhile.
+}
+
+bool damage(int rc) {
+  return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB;
+}
+
+}  // namespace
+
+std::filesystem::path Store::generationFile(const std::filesystem::path& file) {
+  return file.string() + ".generation";
+}
+
+// The generation record, where it exists; throws where it is damaged.
+std::optional<uint64_t> Store::readGeneration(const std::filesystem::path& file) {
   std::optional<uint64_t> recorded;
   generationFd_ = open(generationFile_.c_str(), O_RDWR | O_CLOEXEC);
   if (generationFd_ < 0 && errno != ENOENT)
@@ -218,6 +227,12 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
                       "; else " + restoreOrMove(file, file.string()));
     }
   }
+  return recorded;
+}
+
+// Whether the file is new (missing or empty: SQLite creates it); throws where it should not be,
+// its record or write-ahead log telling of commits.
+bool Store::isFresh(const std::filesystem::path& file, std::optional<uint64_t> recorded) {
   std::error_code ec;
   auto fileSize = std::filesystem::file_size(file, ec);
   const bool fresh = ec || fileSize == 0;  // SQLite creates it (its first page is written with WAL mode)
@@ -235,6 +250,16 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
                               std::to_string(walSize) + " bytes");
     }
   }
+  return fresh;
+}
+
+Store::Store(const std::filesystem::path& file, Durability durability, StartCheck check)
+    : file_(file), generationFile_(generationFile(file)) {
+  checkRegularFiles(file, generationFile_);
+  // The record first: it is written after each commit, so the database read after it is never
+  // behind it unless commits were lost, whatever other processes commit meanwhile.
+  const std::optional<uint64_t> recorded = readGeneration(file);
+  const bool fresh = isFresh(file, recorded);
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (fresh ? SQLITE_OPEN_CREATE : 0);
   if (sqlite3_open_v2(file.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
     std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
@@ -484,119 +509,126 @@ std::string Store::topologyHash(const std::shared_ptr<const topo::NodeTopology>&
 
 void Store::load(PoolState& state) {
   state.clear();
-  {
-    const char* select =
-        "SELECT name, ord, switch, rail_group, fabric, labels, state, failed, topology, topology_file, "
-        "health FROM nodes";
-    Step s(db_, prepare(select));
-    sqlite3_stmt* st = prepare(select);
-    while (s.row()) {
-      PoolNode n;
-      n.name = text(st, 0);
-      n.order = sqlite3_column_int64(st, 1);
-      n.switch_name = text(st, 2);
-      n.rail_group = text(st, 3);
-      if (sqlite3_column_type(st, 4) != SQLITE_NULL) n.fabric = topo::fabricFromString(text(st, 4));
-      n.labels = json::parse(text(st, 5)).get<std::map<std::string, std::string>>();
-      n.state = nodeStateFromString(text(st, 6));
-      for (int i : json::parse(text(st, 7))) n.failed.insert(i);
-      healthFromJson(json::parse(text(st, 10)), n);
-      std::string hash = text(st, 8);
-      auto t = topologies_.find(hash);
-      if (t == topologies_.end()) {
-        Step q(db_, prepare("SELECT doc FROM topologies WHERE hash = ?"));
-        q.bind(hash);
-        if (!q.row())
-          throw Error(ErrorCode::kIo, file_.string() + ": node " + n.name + " names a missing topology");
-        auto topology = std::make_shared<const topo::NodeTopology>(topo::fromJson(
-            json::parse(text(prepare("SELECT doc FROM topologies WHERE hash = ?"), 0)), n.name));
-        t = topologies_.emplace(hash, topology).first;
-        hashes_[topology.get()] = {topology, hash};
-      }
-      n.topology = t->second;
-      state.loadNode(std::move(n));
+  loadNodes(state);
+  loadLeases(state);
+  loadQueue(state);
+  loadRequests(state);
+  loadCounters(state);
+  state.takeDirty();
+}
+
+void Store::loadNodes(PoolState& state) {
+  const char* select =
+      "SELECT name, ord, switch, rail_group, fabric, labels, state, failed, topology, topology_file, "
+      "health FROM nodes";
+  Step s(db_, prepare(select));
+  sqlite3_stmt* st = prepare(select);
+  while (s.row()) {
+    PoolNode n;
+    n.name = text(st, 0);
+    n.order = sqlite3_column_int64(st, 1);
+    n.switch_name = text(st, 2);
+    n.rail_group = text(st, 3);
+    if (sqlite3_column_type(st, 4) != SQLITE_NULL) n.fabric = topo::fabricFromString(text(st, 4));
+    n.labels = json::parse(text(st, 5)).get<std::map<std::string, std::string>>();
+    n.state = nodeStateFromString(text(st, 6));
+    for (int i : json::parse(text(st, 7))) n.failed.insert(i);
+    healthFromJson(json::parse(text(st, 10)), n);
+    std::string hash = text(st, 8);
+    auto t = topologies_.find(hash);
+    if (t == topologies_.end()) {
+      Step q(db_, prepare("SELECT doc FROM topologies WHERE hash = ?"));
+      q.bind(hash);
+      if (!q.row())
+        throw Error(ErrorCode::kIo, file_.string() + ": node " + n.name + " names a missing topology");
+      auto topology = std::make_shared<const topo::NodeTopology>(
+          topo::fromJson(json::parse(text(prepare("SELECT doc FROM topologies WHERE hash = ?"), 0)), n.name));
+      t = topologies_.emplace(hash, topology).first;
+      hashes_[topology.get()] = {topology, hash};
     }
+    n.topology = t->second;
+    state.loadNode(std::move(n));
   }
-  // A change made inside a document passes SQLite's integrity check (the page is whole): each
-  // document is checked against its row's key, and a lease's GPUs against its lease_gpus rows (the
-  // table whose key keeps a GPU in one lease), before anything of it is taken. A GPU the two
-  // disagree on would be free in one and held in the other.
-  auto gpuText = [](const std::set<std::pair<std::string, int64_t>>& gpus) {
-    std::string out;
-    for (const auto& [node, index] : gpus)
-      out += (out.empty() ? "" : ", ") + node + ":" + std::to_string(index);
-    return out.empty() ? std::string("none") : out;
-  };
+}
+
+// A change made inside a document passes SQLite's integrity check (the page is whole): each
+// document is checked against its row's key, and a lease's GPUs against its lease_gpus rows (the
+// table whose key keeps a GPU in one lease), before anything of it is taken. A GPU the two
+// disagree on would be free in one and held in the other.
+void Store::loadLeases(PoolState& state) {
   std::map<std::string, std::set<std::pair<std::string, int64_t>>> rows;  // lease_gpus, per lease
   {
     sqlite3_stmt* st = prepare("SELECT node, idx, lease FROM lease_gpus");
     Step s(db_, st);
     while (s.row()) rows[text(st, 2)].emplace(text(st, 0), sqlite3_column_int64(st, 1));
   }
-  {
-    sqlite3_stmt* st = prepare("SELECT id, doc FROM leases");
-    Step s(db_, st);
-    while (s.row()) {
-      const std::string id = text(st, 0);
-      const std::string what = "lease " + topo::printable(id);
-      Lease lease;
-      try {
-        lease = leaseFromJson(json::parse(text(st, 1)));
-      } catch (const std::exception& e) {
-        throw refusal(file_, what + ": its stored document is broken (" + e.what() + ")");
-      }
-      if (lease.id != id)
-        throw refusal(file_, what + ": its stored document names lease '" + topo::printable(lease.id) + "'");
-      std::set<std::pair<std::string, int64_t>> held;
-      for (const GpuRef& g : lease.gpus)
-        if (!g.share) held.emplace(g.node, static_cast<int64_t>(g.index));
-      auto row = rows.find(id);
-      const std::set<std::pair<std::string, int64_t>> listed =
-          row == rows.end() ? decltype(held){} : row->second;
-      if (held != listed)
-        throw refusal(file_, what + ": its stored document holds GPUs " + gpuText(held) +
-                                 ", its lease_gpus rows " + gpuText(listed) +
-                                 " (the file was changed outside poold)");
-      if (row != rows.end()) rows.erase(row);
-      state.loadLease(std::move(lease));
+  sqlite3_stmt* st = prepare("SELECT id, doc FROM leases");
+  Step s(db_, st);
+  while (s.row()) {
+    const std::string id = text(st, 0);
+    const std::string what = "lease " + topo::printable(id);
+    Lease lease;
+    try {
+      lease = leaseFromJson(json::parse(text(st, 1)));
+    } catch (const std::exception& e) {
+      throw refusal(file_, what + ": its stored document is broken (" + e.what() + ")");
     }
+    if (lease.id != id)
+      throw refusal(file_, what + ": its stored document names lease '" + topo::printable(lease.id) + "'");
+    std::set<std::pair<std::string, int64_t>> held;
+    for (const GpuRef& g : lease.gpus)
+      if (!g.share) held.emplace(g.node, static_cast<int64_t>(g.index));
+    auto row = rows.find(id);
+    const std::set<std::pair<std::string, int64_t>> listed =
+        row == rows.end() ? decltype(held){} : row->second;
+    if (held != listed)
+      throw refusal(file_, what + ": its stored document holds GPUs " + gpuText(held) +
+                               ", its lease_gpus rows " + gpuText(listed) +
+                               " (the file was changed outside poold)");
+    if (row != rows.end()) rows.erase(row);
+    state.loadLease(std::move(lease));
   }
   if (!rows.empty())
     throw refusal(file_, "lease_gpus rows hold GPUs " + gpuText(rows.begin()->second) + " for lease " +
                              topo::printable(rows.begin()->first) +
                              ", which has no stored document (the file was changed outside poold)");
-  {
-    sqlite3_stmt* st = prepare("SELECT ticket, doc FROM queue");
-    Step s(db_, st);
-    while (s.row()) {
-      const int64_t ticket = sqlite3_column_int64(st, 0);
-      const std::string what = "queue ticket " + std::to_string(ticket);
-      QueueEntry entry;
-      try {
-        entry = queueFromDoc(json::parse(text(st, 1)));
-      } catch (const std::exception& e) {
-        throw refusal(file_, what + ": its stored document is broken (" + e.what() + ")");
-      }
-      if (entry.ticket != ticket)
-        throw refusal(file_, what + ": its stored document names ticket " + std::to_string(entry.ticket));
-      state.loadQueueEntry(std::move(entry));
+}
+
+void Store::loadQueue(PoolState& state) {
+  sqlite3_stmt* st = prepare("SELECT ticket, doc FROM queue");
+  Step s(db_, st);
+  while (s.row()) {
+    const int64_t ticket = sqlite3_column_int64(st, 0);
+    const std::string what = "queue ticket " + std::to_string(ticket);
+    QueueEntry entry;
+    try {
+      entry = queueFromDoc(json::parse(text(st, 1)));
+    } catch (const std::exception& e) {
+      throw refusal(file_, what + ": its stored document is broken (" + e.what() + ")");
     }
+    if (entry.ticket != ticket)
+      throw refusal(file_, what + ": its stored document names ticket " + std::to_string(entry.ticket));
+    state.loadQueueEntry(std::move(entry));
   }
-  {
-    sqlite3_stmt* st = prepare("SELECT id, doc FROM requests");
-    Step s(db_, st);
-    while (s.row()) {
-      const std::string id = text(st, 0);
-      RememberedRequest request;
-      try {
-        request = requestFromDoc(json::parse(text(st, 1)));
-      } catch (const std::exception& e) {
-        throw refusal(file_, "acquire request " + topo::printable(id) + ": its stored document is broken (" +
-                                 e.what() + ")");
-      }
-      state.loadRequest(id, std::move(request));
+}
+
+void Store::loadRequests(PoolState& state) {
+  sqlite3_stmt* st = prepare("SELECT id, doc FROM requests");
+  Step s(db_, st);
+  while (s.row()) {
+    const std::string id = text(st, 0);
+    RememberedRequest request;
+    try {
+      request = requestFromDoc(json::parse(text(st, 1)));
+    } catch (const std::exception& e) {
+      throw refusal(file_, "acquire request " + topo::printable(id) + ": its stored document is broken (" +
+                               e.what() + ")");
     }
+    state.loadRequest(id, std::move(request));
   }
+}
+
+void Store::loadCounters(PoolState& state) {
   uint64_t granted = 0;
   int64_t next = 1;
   {
@@ -609,7 +641,6 @@ void Store::load(PoolState& state) {
     }
   }
   state.loadCounters(granted, next);
-  state.takeDirty();
 }
 
 void Store::write(const PoolState& state, const Dirty& dirty) {

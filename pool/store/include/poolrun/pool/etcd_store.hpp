@@ -37,6 +37,7 @@
 namespace poolrun::pool {
 
 class EtcdClient;
+struct EtcdKeyValue;
 struct EtcdOp;
 
 // What makes this replica's writes valid: the leader key as this replica created it. An empty key
@@ -70,6 +71,12 @@ class EtcdStore final : public StateStore {
 
  private:
   std::string topologyHash(const std::shared_ptr<const topo::NodeTopology>& topology);
+  // load()'s refusal of a key whose document is damaged, saying what to do.
+  Error damaged(const std::string& key, const std::string& why) const;
+  // A node's key as load() reads it, its topology found among `topologies` (hash: document) and
+  // parsed once into `parsed`; throws std::exception for a document that is not a node's.
+  PoolNode nodeFromKey(const EtcdKeyValue& kv, const std::map<std::string, std::string>& topologies,
+                       std::map<std::string, std::shared_ptr<const topo::NodeTopology>>& parsed);
   std::string nodeKey(const std::string& name) const { return prefix_ + "/nodes/" + name; }
   std::string leaseKey(const std::string& id) const { return prefix_ + "/leases/" + id; }
   std::string queueKey(int64_t ticket) const;

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "poolrun/pool/state.hpp"
@@ -84,8 +85,17 @@ class Store final : public StateStore {
   sqlite3_stmt* prepare(const char* sql);
   void exec(const char* sql);
   void verify(StartCheck check, uint64_t recorded);
+  // The constructor's steps before SQLite opens the file (store.cpp says what each refuses).
+  std::optional<uint64_t> readGeneration(const std::filesystem::path& file);
+  bool isFresh(const std::filesystem::path& file, std::optional<uint64_t> recorded);
   void record(uint64_t generation);
   std::string topologyHash(const std::shared_ptr<const topo::NodeTopology>& topology);
+  // load()'s parts, table by table: each document checked against its row's key before it is taken.
+  void loadNodes(PoolState& state);
+  void loadLeases(PoolState& state);
+  void loadQueue(PoolState& state);
+  void loadRequests(PoolState& state);
+  void loadCounters(PoolState& state);
 
   std::filesystem::path file_;
   sqlite3* db_ = nullptr;
