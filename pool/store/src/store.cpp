@@ -150,18 +150,18 @@ Error refusal(const std::filesystem::path& file, const std::string& found) {
 // Column 0 of every row `sql` returns, as text; SQLite's error code in `rc`, its message in `why`.
 std::vector<std::string> column(sqlite3* db, const char* sql, int& rc, std::string& why) {
   std::vector<std::string> out;
-  sqlite3_stmt* st = nullptr;
-  rc = sqlite3_prepare_v2(db, sql, -1, &st, nullptr);
+  sqlite3_stmt* prepared = nullptr;
+  rc = sqlite3_prepare_v2(db, sql, -1, &prepared, nullptr);
+  const std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)> st(prepared, &sqlite3_finalize);
   while (rc == SQLITE_OK) {
-    int step = sqlite3_step(st);
+    int step = sqlite3_step(st.get());
     if (step == SQLITE_DONE) break;
     if (step != SQLITE_ROW)
       rc = step;
     else
-      out.push_back(text(st, 0));
+      out.push_back(text(st.get(), 0));
   }
   if (rc != SQLITE_OK) why = sqlite3_errmsg(db);
-  sqlite3_finalize(st);
   return out;
 }
 
@@ -261,27 +261,26 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
   const std::optional<uint64_t> recorded = readGeneration(file);
   const bool fresh = isFresh(file, recorded);
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (fresh ? SQLITE_OPEN_CREATE : 0);
-  if (sqlite3_open_v2(file.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
-    std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
+  sqlite3* opened = nullptr;
+  const int rc = sqlite3_open_v2(file.c_str(), &opened, flags, nullptr);
+  db_.reset(opened);  // closed by db_ however the constructor leaves, opened or not
+  if (rc != SQLITE_OK) {
+    std::string why = db_ ? sqlite3_errmsg(db_.get()) : "out of memory";
     if (generationFd_ >= 0) close(generationFd_);
     throw Error(ErrorCode::kIo, file.string() + ": cannot open the pool state (" + why +
                                     "); check the state directory's permissions");
   }
-  sqlite3_busy_timeout(db_, 30000);
+  sqlite3_busy_timeout(db_.get(), 30000);
   // Short-lived clients (every poolrun) open and close the file once each: keeping the WAL file
   // and leaving checkpoints to SQLite's automatic ones spares each of them a checkpoint, two
   // fsyncs and re-creating the WAL (milliseconds per launch). Commits are as durable as before.
   // Also: closing a file that failed its checks writes nothing to it.
   int one = 1;
-  sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &one);
-  sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+  sqlite3_file_control(db_.get(), "main", SQLITE_FCNTL_PERSIST_WAL, &one);
+  sqlite3_db_config(db_.get(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   try {
     if (!fresh) verify(check, recorded.value_or(0));
   } catch (...) {
-    sqlite3_close(db_);
-    db_ = nullptr;
     if (generationFd_ >= 0) close(generationFd_);
     throw;
   }
@@ -289,7 +288,7 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
     exec("PRAGMA journal_mode=WAL");
     // SQLite's automatic checkpoint, with the log's length kept for checkpoint().
     sqlite3_wal_hook(
-        db_,
+        db_.get(),
         [](void* self, sqlite3* db, const char* name, int frames) {
           static_cast<Store*>(self)->walFrames_ = frames;
           if (frames >= kAutoCheckpointFrames)
@@ -304,7 +303,7 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
     sqlite3_stmt* version = prepare("PRAGMA user_version");
     int64_t found = 0;
     {
-      Step s(db_, version);
+      Step s(db_.get(), version);
       if (s.row()) found = sqlite3_column_int64(version, 0);
     }
     if (found != kSchemaVersion) {
@@ -315,11 +314,7 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
     commit();
     record(generation_);
   } catch (...) {
-    // The statements prepared so far first: SQLite keeps a connection open while any is left.
-    for (auto& [sql, st] : statements_) sqlite3_finalize(st);
-    statements_.clear();
-    sqlite3_close(db_);
-    db_ = nullptr;
+    // The statements prepared so far and the connection are closed by statements_ and db_.
     if (generationFd_ >= 0) close(generationFd_);
     try {
       throw;
@@ -333,9 +328,15 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
 }
 
 Store::~Store() {
-  for (auto& [sql, st] : statements_) sqlite3_finalize(st);
-  sqlite3_close(db_);
   if (generationFd_ >= 0) close(generationFd_);
+}
+
+void Store::CloseConnection::operator()(sqlite3* db) const noexcept {
+  sqlite3_close(db);
+}
+
+void Store::FinalizeStatement::operator()(sqlite3_stmt* st) const noexcept {
+  sqlite3_finalize(st);
 }
 
 // Reads only: a write now would start the log again after its last good frame, over the
@@ -347,7 +348,7 @@ void Store::verify(StartCheck check, uint64_t recorded) {
     if (damage(rc)) return refusal(file_, what + ": " + why);
     return Error(ErrorCode::kIo, file_.string() + ": cannot read the pool state (" + why + ")");
   };
-  std::vector<std::string> pageSize = column(db_, "PRAGMA page_size", rc, why);
+  std::vector<std::string> pageSize = column(db_.get(), "PRAGMA page_size", rc, why);
   if (rc != SQLITE_OK || pageSize.empty())
     throw unreadable("not a pool state file (its first page is damaged?)");
   std::error_code ec;
@@ -358,7 +359,8 @@ void Store::verify(StartCheck check, uint64_t recorded) {
                              std::to_string(page) + "-byte pages");
   // Three problems say enough; the check stops at the fourth.
   std::vector<std::string> rows = column(
-      db_, check == StartCheck::kIntegrity ? "PRAGMA integrity_check(4)" : "PRAGMA quick_check(4)", rc, why);
+      db_.get(), check == StartCheck::kIntegrity ? "PRAGMA integrity_check(4)" : "PRAGMA quick_check(4)", rc,
+      why);
   if (rc != SQLITE_OK) throw unreadable("integrity check");
   if (rows.size() != 1 || rows[0] != "ok") {
     std::vector<std::string> problems;
@@ -372,11 +374,11 @@ void Store::verify(StartCheck check, uint64_t recorded) {
     throw refusal(file_, "integrity check: " + list + (problems.size() > 3 ? "; and more" : ""));
   }
   std::vector<std::string> meta =
-      column(db_, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'meta'", rc, why);
+      column(db_.get(), "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'meta'", rc, why);
   if (rc != SQLITE_OK) throw unreadable("its schema");
   std::vector<std::string> g;
   if (!meta.empty() && meta[0] != "0") {
-    g = column(db_, "SELECT value FROM meta WHERE key = 'generation'", rc, why);
+    g = column(db_.get(), "SELECT value FROM meta WHERE key = 'generation'", rc, why);
     if (rc != SQLITE_OK) throw unreadable("its generation");
     generation_ = g.empty() ? 0 : std::stoull(g[0]);
   }
@@ -439,8 +441,8 @@ void Store::record(uint64_t generation) {
 
 void Store::exec(const char* sql) {
   char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string why = err ? err : sqlite3_errmsg(db_);
+  if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string why = err ? err : sqlite3_errmsg(db_.get());
     sqlite3_free(err);
     throw Error(ErrorCode::kIo, file_.string() + ": " + why);
   }
@@ -448,26 +450,26 @@ void Store::exec(const char* sql) {
 
 sqlite3_stmt* Store::prepare(const char* sql) {
   auto it = statements_.find(sql);
-  if (it != statements_.end()) return it->second;
+  if (it != statements_.end()) return it->second.get();
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK)
-    throw Error(ErrorCode::kIo, file_.string() + ": " + sqlite3_errmsg(db_));
-  statements_[sql] = st;
+  if (sqlite3_prepare_v3(db_.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK)
+    throw Error(ErrorCode::kIo, file_.string() + ": " + sqlite3_errmsg(db_.get()));
+  statements_[sql].reset(st);
   return st;
 }
 
 void Store::begin() {
   exec("BEGIN IMMEDIATE");
-  changesAtBegin_ = sqlite3_total_changes64(db_);
+  changesAtBegin_ = sqlite3_total_changes64(db_.get());
 }
 
 void Store::commit() {
   uint64_t next = 0;
-  if (sqlite3_total_changes64(db_) != changesAtBegin_) {
+  if (sqlite3_total_changes64(db_.get()) != changesAtBegin_) {
     sqlite3_stmt* st = prepare(
         "INSERT INTO meta(key, value) VALUES('generation', 1) "
         "ON CONFLICT(key) DO UPDATE SET value = value + 1 RETURNING value");
-    Step s(db_, st);
+    Step s(db_.get(), st);
     if (s.row()) next = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
     s.run();
   }
@@ -477,12 +479,12 @@ void Store::commit() {
   record(next);
 }
 void Store::rollback() noexcept {
-  if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  if (!sqlite3_get_autocommit(db_.get())) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
 }
 
 int64_t Store::dataVersion() {
   sqlite3_stmt* st = prepare("PRAGMA data_version");
-  Step s(db_, st);
+  Step s(db_.get(), st);
   return s.row() ? sqlite3_column_int64(st, 0) : 0;
 }
 
@@ -491,7 +493,7 @@ void Store::checkpoint(int frames) {
   int log = 0, copied = 0;
   // PASSIVE: neither waits for nor blocks other connections; a reader still on old pages leaves
   // the rest for the next checkpoint.
-  if (sqlite3_wal_checkpoint_v2(db_, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &copied) == SQLITE_OK &&
+  if (sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, &log, &copied) == SQLITE_OK &&
       log == copied)
     walFrames_ = 0;
 }
@@ -501,7 +503,10 @@ std::string Store::topologyHash(const std::shared_ptr<const topo::NodeTopology>&
   if (it != hashes_.end()) return it->second.second;
   std::string doc = topo::toJson(*topology).dump();
   std::string hash = topo::fnv1aHex(doc);
-  Step(db_, prepare("INSERT OR IGNORE INTO topologies(hash, doc) VALUES(?, ?)")).bind(hash).bind(doc).run();
+  Step(db_.get(), prepare("INSERT OR IGNORE INTO topologies(hash, doc) VALUES(?, ?)"))
+      .bind(hash)
+      .bind(doc)
+      .run();
   hashes_[topology.get()] = {topology, hash};
   topologies_[hash] = topology;
   return hash;
@@ -521,7 +526,7 @@ void Store::loadNodes(PoolState& state) {
   const char* select =
       "SELECT name, ord, switch, rail_group, fabric, labels, state, failed, topology, topology_file, "
       "health FROM nodes";
-  Step s(db_, prepare(select));
+  Step s(db_.get(), prepare(select));
   sqlite3_stmt* st = prepare(select);
   while (s.row()) {
     PoolNode n;
@@ -537,7 +542,7 @@ void Store::loadNodes(PoolState& state) {
     std::string hash = text(st, 8);
     auto t = topologies_.find(hash);
     if (t == topologies_.end()) {
-      Step q(db_, prepare("SELECT doc FROM topologies WHERE hash = ?"));
+      Step q(db_.get(), prepare("SELECT doc FROM topologies WHERE hash = ?"));
       q.bind(hash);
       if (!q.row())
         throw Error(ErrorCode::kIo, file_.string() + ": node " + n.name + " names a missing topology");
@@ -559,11 +564,11 @@ void Store::loadLeases(PoolState& state) {
   std::map<std::string, std::set<std::pair<std::string, int64_t>>> rows;  // lease_gpus, per lease
   {
     sqlite3_stmt* st = prepare("SELECT node, idx, lease FROM lease_gpus");
-    Step s(db_, st);
+    Step s(db_.get(), st);
     while (s.row()) rows[text(st, 2)].emplace(text(st, 0), sqlite3_column_int64(st, 1));
   }
   sqlite3_stmt* st = prepare("SELECT id, doc FROM leases");
-  Step s(db_, st);
+  Step s(db_.get(), st);
   while (s.row()) {
     const std::string id = text(st, 0);
     const std::string what = "lease " + topo::printable(id);
@@ -596,7 +601,7 @@ void Store::loadLeases(PoolState& state) {
 
 void Store::loadQueue(PoolState& state) {
   sqlite3_stmt* st = prepare("SELECT ticket, doc FROM queue");
-  Step s(db_, st);
+  Step s(db_.get(), st);
   while (s.row()) {
     const int64_t ticket = sqlite3_column_int64(st, 0);
     const std::string what = "queue ticket " + std::to_string(ticket);
@@ -614,7 +619,7 @@ void Store::loadQueue(PoolState& state) {
 
 void Store::loadRequests(PoolState& state) {
   sqlite3_stmt* st = prepare("SELECT id, doc FROM requests");
-  Step s(db_, st);
+  Step s(db_.get(), st);
   while (s.row()) {
     const std::string id = text(st, 0);
     RememberedRequest request;
@@ -633,7 +638,7 @@ void Store::loadCounters(PoolState& state) {
   int64_t next = 1;
   {
     sqlite3_stmt* st = prepare("SELECT key, value FROM meta");
-    Step s(db_, st);
+    Step s(db_.get(), st);
     while (s.row()) {
       std::string key = text(st, 0);
       if (key == "leases_granted") granted = static_cast<uint64_t>(sqlite3_column_int64(st, 1));
@@ -647,12 +652,13 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
   for (const std::string& name : dirty.nodes) {
     auto it = state.nodeMap().find(name);
     if (it == state.nodeMap().end()) {
-      Step(db_, prepare("DELETE FROM nodes WHERE name = ?")).bind(name).run();
+      Step(db_.get(), prepare("DELETE FROM nodes WHERE name = ?")).bind(name).run();
       continue;
     }
     const PoolNode& n = it->second;
-    Step s(db_, prepare("INSERT OR REPLACE INTO nodes(name, ord, switch, rail_group, fabric, labels, state, "
-                        "failed, topology, topology_file, health) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    Step s(db_.get(),
+           prepare("INSERT OR REPLACE INTO nodes(name, ord, switch, rail_group, fabric, labels, state, "
+                   "failed, topology, topology_file, health) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
     s.bind(n.name).bind(n.order).bind(n.switch_name).bind(n.rail_group);
     if (n.fabric)
       s.bind(topo::toString(*n.fabric));
@@ -670,14 +676,14 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
   // a resized lease's GPUs are written again.
   for (const std::string& id : dirty.leases) {
     const bool gone = !state.leaseMap().count(id);
-    if (gone) Step(db_, prepare("DELETE FROM leases WHERE id = ?")).bind(id).run();
+    if (gone) Step(db_.get(), prepare("DELETE FROM leases WHERE id = ?")).bind(id).run();
     if (gone || dirty.resized.count(id))
-      Step(db_, prepare("DELETE FROM lease_gpus WHERE lease = ?")).bind(id).run();
+      Step(db_.get(), prepare("DELETE FROM lease_gpus WHERE lease = ?")).bind(id).run();
   }
   for (const std::string& id : dirty.leases) {
     auto it = state.leaseMap().find(id);
     if (it == state.leaseMap().end()) continue;
-    Step(db_, prepare("INSERT OR REPLACE INTO leases(id, doc) VALUES(?, ?)"))
+    Step(db_.get(), prepare("INSERT OR REPLACE INTO leases(id, doc) VALUES(?, ?)"))
         .bind(id)
         .bind(toJson(it->second).dump())
         .run();
@@ -686,7 +692,7 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
     if (dirty.new_leases.count(id) || dirty.resized.count(id))
       for (const GpuRef& g : it->second.gpus)
         if (!g.share)
-          Step(db_, prepare("INSERT INTO lease_gpus(node, idx, lease) VALUES(?, ?, ?)"))
+          Step(db_.get(), prepare("INSERT INTO lease_gpus(node, idx, lease) VALUES(?, ?, ?)"))
               .bind(g.node)
               .bind(g.index)
               .bind(id)
@@ -695,10 +701,10 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
   for (int64_t ticket : dirty.queue) {
     auto it = state.queueMap().find(ticket);
     if (it == state.queueMap().end()) {
-      Step(db_, prepare("DELETE FROM queue WHERE ticket = ?")).bind(ticket).run();
+      Step(db_.get(), prepare("DELETE FROM queue WHERE ticket = ?")).bind(ticket).run();
       continue;
     }
-    Step(db_, prepare("INSERT OR REPLACE INTO queue(ticket, doc) VALUES(?, ?)"))
+    Step(db_.get(), prepare("INSERT OR REPLACE INTO queue(ticket, doc) VALUES(?, ?)"))
         .bind(ticket)
         .bind(queueDoc(it->second).dump())
         .run();
@@ -706,19 +712,19 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
   for (const std::string& id : dirty.requests) {
     const RememberedRequest* r = state.rememberedRequest(id);
     if (r == nullptr) {
-      Step(db_, prepare("DELETE FROM requests WHERE id = ?")).bind(id).run();
+      Step(db_.get(), prepare("DELETE FROM requests WHERE id = ?")).bind(id).run();
       continue;
     }
-    Step(db_, prepare("INSERT OR REPLACE INTO requests(id, doc) VALUES(?, ?)"))
+    Step(db_.get(), prepare("INSERT OR REPLACE INTO requests(id, doc) VALUES(?, ?)"))
         .bind(id)
         .bind(requestDoc(*r).dump())
         .run();
   }
   if (dirty.counters) {
-    Step(db_, prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leases_granted', ?)"))
+    Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leases_granted', ?)"))
         .bind(static_cast<int64_t>(state.leasesGranted()))
         .run();
-    Step(db_, prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('next_ticket', ?)"))
+    Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('next_ticket', ?)"))
         .bind(state.nextTicket())
         .run();
   }

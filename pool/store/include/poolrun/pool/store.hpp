@@ -98,14 +98,23 @@ class Store final : public StateStore {
   void loadCounters(PoolState& state);
 
   std::filesystem::path file_;
-  sqlite3* db_ = nullptr;
+  // SQLite's handles, each closed by its owner however the constructor or the destructor leaves:
+  // statements_ is declared after db_, so the statements are finalized first (SQLite keeps a
+  // connection open while a statement of it is left).
+  struct CloseConnection {
+    void operator()(sqlite3* db) const noexcept;
+  };
+  struct FinalizeStatement {
+    void operator()(sqlite3_stmt* st) const noexcept;
+  };
+  std::unique_ptr<sqlite3, CloseConnection> db_;
   std::filesystem::path generationFile_;
   int generationFd_ = -1;  // FILE.generation, once it exists
   bool recordWarned_ = false;
   uint64_t generation_ = 0;
   int64_t changesAtBegin_ = 0;
   int walFrames_ = 0;  // pages in the write-ahead log after this connection's last commit
-  std::map<std::string, sqlite3_stmt*> statements_;
+  std::map<std::string, std::unique_ptr<sqlite3_stmt, FinalizeStatement>> statements_;
   std::map<std::string, std::shared_ptr<const topo::NodeTopology>> topologies_;  // by hash
   std::map<const topo::NodeTopology*, std::pair<std::shared_ptr<const topo::NodeTopology>, std::string>>
       hashes_;
