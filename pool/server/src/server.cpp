@@ -16,19 +16,20 @@
 #include <sstream>
 #include <variant>
 
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/committed_state.hpp"
 #include "poolrun/pool/dashboard.hpp"
 #include "poolrun/pool/event_log.hpp"
 #include "poolrun/pool/heartbeat_reader.hpp"
-#include "poolrun/pool/http_server.hpp"
-#include "poolrun/pool/live_metrics.hpp"
-#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/http_failures.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/pool/live_metrics.hpp"
+#include "poolrun/pool/server_metrics.hpp"
+#include "poolrun/pool/service.hpp"
+#include "poolrun/pool/tokens.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/nesting.hpp"
-#include "poolrun/pool/server_metrics.hpp"
-#include "poolrun/pool/tokens.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -501,10 +502,7 @@ struct PoolServer::Impl {
                         "the token of node " + who.owner + " (role node) may not speak for node " +
                             topo::printable(params.at(0)),
                         "forbidden"};
-      if (found->admin_only && !who.admin)
-        throw HttpError{
-            403, "owner " + who.owner + " (role user) may not " + found->what + "; an administrator may",
-            "forbidden"};
+      if (found->admin_only) PoolService(who).requireAdmin(found->what);
       Context ctx{req, who, params};
       if (!networkThread) {
         reply = replyOf(*found, ctx.status, found->handler(ctx));
@@ -585,19 +583,6 @@ struct PoolServer::Impl {
                        " for users (poold --max-user-priority); an administrator may set more");
   }
 
-  topo::ClusterNode clusterNode(const PoolState& s, const std::string& name) const {
-    auto it = s.nodeMap().find(name);
-    if (it == s.nodeMap().end()) throw HttpError{404, "no node '" + name + "' in the pool", "not_found"};
-    topo::ClusterNode c;
-    c.name = it->second.name;
-    c.topology = it->second.topology;
-    c.switch_name = it->second.switch_name;
-    c.rail_group = it->second.rail_group;
-    c.fabric = it->second.fabric;
-    c.labels = it->second.labels;
-    return c;
-  }
-
   // The node agent's side (poolrun/pool/agent_protocol.hpp).
   void addAgentRoutes() {
     route("POST", "/v1/nodes/*/register", false, "register a node", [this](Context& c) {
@@ -652,7 +637,8 @@ struct PoolServer::Impl {
       });
     });
     route("GET", "/v1/nodes/*", false, "", [this](Context& c) {
-      return pool->read([&](const PoolState& s) { return toJson(clusterNode(s, c.params[0])); });
+      return pool->read(
+          [&](const PoolState& s) { return toJson(PoolService::clusterNode(s, c.params[0], "the pool")); });
     });
     route("POST", "/v1/nodes", true, "register nodes", [this](Context& c) {
       std::vector<topo::ClusterNode> nodes = registrationFromJson(parseBody(c.req.body));
@@ -671,8 +657,7 @@ struct PoolServer::Impl {
           const NodeState target = verb == "drain" ? NodeState::kDraining : NodeState::kUp;
           auto node = s.nodeMap().find(name);
           const bool changes = node != s.nodeMap().end() && node->second.state != target;
-          s.setNodeState(name, target);
-          if (verb == "resume") s.clearGpuFailures(name);  // an administrator has looked
+          PoolService::setNodeState(s, name, target);
           if (changes)
             events->record("node_state", {{"node", name}, {"state", toString(target)}, {"by", c.who.owner}},
                            now);
@@ -731,31 +716,23 @@ struct PoolServer::Impl {
       LeaseRequest r = requestFromJson(doc);
       checkLimits(r, c.who);
       // A user's token names its owner: an `owner` field (poolrun sends $USER) is the token's.
-      if (!c.who.admin || r.owner.empty()) r.owner = c.who.owner;
+      r.owner = PoolService(c.who).ownerOf(r.owner);
       bool queue = !(r.wait && r.wait->count() == 0);
       std::string requestId;
       if (doc.is_object() && doc.contains("request_id")) {
         const json& id = doc["request_id"];
         if (!id.is_string() || id.get_ref<const std::string&>().size() > 128)
           throw badRequest("field 'request_id': expected a string of at most 128 characters");
-        requestId = r.owner + "/" + id.get<std::string>();
+        requestId = PoolService::requestKey(r.owner, id.get<std::string>());
       }
       return mutate([&](PoolState& s, TimePoint now) {
         // A retry (the reply to the first lost, poold restarted, or another replica leads now):
         // the first answer, as the state has it now. One whose lease or ticket has ended since is
         // answered as a new request.
-        if (const RememberedRequest* seen = requestId.empty() ? nullptr : s.rememberedRequest(requestId)) {
-          if (auto l = s.leaseMap().find(seen->lease); !seen->lease.empty() && l != s.leaseMap().end()) {
-            c.status = 200;
-            return json{{"lease", toJson(l->second)}};
-          }
-          if (seen->ticket > 0 && s.queueMap().count(seen->ticket)) {
-            int position = 0;
-            for (const QueueInfo& q : s.queueList())
-              if (q.ticket == seen->ticket) position = q.position;
-            c.status = 202;
-            return json{{"ticket", seen->ticket}, {"position", position}};
-          }
+        if (std::optional<SubmitResult> first = PoolService::retried(s, requestId)) {
+          c.status = first->lease ? 200 : 202;
+          return first->lease ? json{{"lease", toJson(*first->lease)}}
+                              : json{{"ticket", first->ticket}, {"position", first->position}};
         }
         // An owner at its limit may still take what is free now, but queues nothing more.
         const size_t queued = s.queuedBy(r.owner);
@@ -789,28 +766,27 @@ struct PoolServer::Impl {
         json out = sub.lease ? json{{"lease", toJson(*sub.lease)}}
                              : json{{"ticket", sub.ticket}, {"position", sub.position}};
         c.status = sub.lease ? 200 : 202;
-        if (!requestId.empty() && (sub.lease || sub.ticket > 0))
-          s.rememberRequest(requestId, {sub.lease ? sub.lease->id : "", sub.ticket, now});
+        PoolService::remember(s, requestId, sub, now);
         return out;
       });
     });
     route("POST", "/v1/leases/*/renew", false, "", [this](Context& c) {
       takesNoFields(c.req.body);
       return mutate([&](PoolState& s, TimePoint now) {
-        return json{{"lease", toJson(s.renew(c.params[0], c.who.owner, c.who.admin, now))}};
+        return json{{"lease", toJson(PoolService(c.who).renew(s, c.params[0], now))}};
       });
     });
     route("POST", "/v1/leases/*/shrink", false, "", [this](Context& c) {
       takesNoFields(c.req.body);
       return mutate([&](PoolState& s, TimePoint now) {
-        return json{{"lease", toJson(s.shrink(c.params[0], c.who.owner, c.who.admin, now))}};
+        return json{{"lease", toJson(PoolService(c.who).shrink(s, c.params[0], now))}};
       });
     });
     route("DELETE", "/v1/leases/*", false, "", [this](Context& c) {
       if (std::string why = topo::leaseIdProblem(c.params[0]); !why.empty())
         throw badRequest("'" + topo::printable(c.params[0]) + "' is no lease id: " + why);
       return mutate([&](PoolState& s, TimePoint now) {
-        return json{{"id", c.params[0]}, {"released", s.release(c.params[0], c.who.owner, c.who.admin, now)}};
+        return json{{"id", c.params[0]}, {"released", PoolService(c.who).release(s, c.params[0], now)}};
       });
     });
     route("GET", "/v1/quotas", false, "", [this](Context&) {
@@ -838,11 +814,7 @@ struct PoolServer::Impl {
       const LongPollSlot slot(*this, c.who.owner);
       auto deadline = Clock::now() + slot.wait(waitMs);
       return pool->waitFor(deadline, [&](PoolState& s, TimePoint now, bool last) -> std::optional<json> {
-        auto q = s.queueMap().find(ticket);
-        if (q != s.queueMap().end() && q->second.request.owner != c.who.owner && !c.who.admin)
-          throw HttpError{
-              403, "owner " + c.who.owner + " may not poll the queue ticket of " + q->second.request.owner,
-              "forbidden"};
+        PoolService(c.who).requireTicketOwner(s, ticket, "poll the queue ticket");
         PollResult p = s.poll(ticket, now);
         if (p.status == QueueEntry::Status::kGranted)
           return json{{"status", "granted"}, {"lease", toJson(*p.lease)}};
@@ -858,11 +830,7 @@ struct PoolServer::Impl {
     route("DELETE", "/v1/queue/*", false, "", [this](Context& c) {
       int64_t ticket = integerIn(c.params[0], "ticket", 1, INT64_MAX);
       return mutate([&](PoolState& s, TimePoint now) {
-        auto q = s.queueMap().find(ticket);
-        if (q != s.queueMap().end() && q->second.request.owner != c.who.owner && !c.who.admin)
-          throw HttpError{
-              403, "owner " + c.who.owner + " may not withdraw the request of " + q->second.request.owner,
-              "forbidden"};
+        PoolService(c.who).requireTicketOwner(s, ticket, "withdraw the request");
         const bool queued = s.queueMap().count(ticket) > 0;
         s.cancel(ticket, now);
         return json{{"ticket", ticket}, {"withdrawn", queued}};
