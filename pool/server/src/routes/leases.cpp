@@ -44,13 +44,15 @@ json tooManyQueued(const ServerOptions& opt, const std::string& owner, size_t qu
       {"limit", opt.max_queued_per_owner}};
 }
 
-json notNow(const LeaseRequest& r, int position) {
-  return json{{"error", "a request for " + std::to_string(r.gpus) +
-                            " GPUs does not fit now (it would be number " + std::to_string(position) +
-                            " in the queue) and was not queued, as wait_s is 0: give a wait_s "
-                            "to wait in the queue, or ask for fewer"},
-              {"reason", "not_now"},
-              {"position", position}};
+// wait_s 0 and it does not fit now: 409 not_now (http_failures.hpp), with where it would have stood.
+PoolError notNow(const LeaseRequest& r, int position) {
+  return PoolError(
+      PoolFailure::kTimeout, ErrorCode::kIo,
+      "a request for " + std::to_string(r.gpus) + " GPUs does not fit now (it would be number " +
+          std::to_string(position) +
+          " in the queue) and was not queued, as wait_s is 0: give a wait_s to wait in the queue, "
+          "or ask for fewer",
+      position);
 }
 
 json submitted(const SubmitResult& sub) {
@@ -80,10 +82,7 @@ json acquireLease(ServerCore& m, Context& c) {
       c.status = 429;
       return tooManyQueued(m.opt, r.owner, queued);
     }
-    if (!sub.lease && sub.ticket == 0) {  // wait_s 0: it does not fit now, and was not queued
-      c.status = 409;
-      return notNow(r, sub.position);
-    }
+    if (!sub.lease && sub.ticket == 0) throw notNow(r, sub.position);
     c.status = sub.lease ? 200 : 202;
     PoolService::remember(s, requestKey, sub, now);
     return submitted(sub);

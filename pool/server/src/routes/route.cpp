@@ -45,7 +45,9 @@ HttpReply replyForError(std::exception_ptr error) {
     return reply;
   } catch (const PoolError& e) {
     const HttpFailure& f = httpFailureFor(e.failure(), e.code());
-    return errorReply(f.status, e.what(), std::string(f.reason));
+    json body{{"error", e.what()}, {"reason", f.reason}};
+    if (e.failure() == PoolFailure::kTimeout) body["position"] = e.position();  // where it would have stood
+    return {f.status, dumpReply(body), "application/json"};
   } catch (const Error& e) {
     const HttpFailure& f = httpFailureFor(PoolFailure::kOther, e.code());
     return errorReply(f.status, e.what(), std::string(f.reason));
