@@ -17,27 +17,6 @@ HttpReply replyOf(const Route& r, int status, const json& body) {
   return {status, dumpReply(body), "application/json"};
 }
 
-// GET / and /ui/NAME: the dashboard's files, built into poold; no token (they hold no data: the
-// page asks for one). Nothing is read from disk, so no path a client sends reaches a file.
-HttpReply dashboardFileReply(const HttpRequest& req) {
-  std::optional<DashboardFile> file = dashboardFile(req.segments);
-  if (!file) {
-    std::string path;
-    for (const std::string& s : req.segments) path += "/" + s;
-    if (path.size() > 120) path = path.substr(0, 120) + "...";
-    return errorReply(404,
-                      "no dashboard file '" + topo::printable(path) + "': poold serves " +
-                          dashboardFileNames() + " under /ui/; open / for the dashboard",
-                      "not_found");
-  }
-  if (req.method != "GET")
-    return errorReply(405, "method " + req.method + " is not allowed on the dashboard's files (GET them)",
-                      "bad_request");
-  HttpReply reply{200, std::string(file->body), file->content_type};
-  reply.headers = dashboardHeaders();
-  return reply;
-}
-
 // The route of the request's method and path, and what its * stood for; `allowed` gets the methods
 // of the path, where it is known.
 const Route* findRoute(const std::vector<Route>& routes, const HttpRequest& req,
@@ -47,7 +26,7 @@ const Route* findRoute(const std::vector<Route>& routes, const HttpRequest& req,
     if (!m) continue;
     if (allowed.find(r.spec.method) == std::string::npos)
       allowed += (allowed.empty() ? "" : ", ") + std::string(r.spec.method);
-    if (r.spec.method != req.method) continue;
+    if (r.spec.method != req.method && r.spec.method != "*") continue;
     params = std::move(*m);
     return &r;
   }
@@ -55,6 +34,13 @@ const Route* findRoute(const std::vector<Route>& routes, const HttpRequest& req,
 }
 
 }  // namespace
+
+// What the route answers, on a worker.
+HttpReply ServerCore::replyTo(const Route& r, Context& c) {
+  if (r.spec.replies) return r.spec.replies(*this, c);
+  json body = r.spec.handler(*this, c);
+  return replyOf(r, c.status, body);
+}
 
 // A scrape of /metrics from an allowed address or with the scrape token is nobody (an empty
 // owner). A refused token is never echoed, not even in part.
@@ -116,8 +102,6 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
     std::string allowed;
     const Route* found = findRoute(routes, req, params, allowed);
     if (networkThread && (found == nullptr || !found->spec.quick)) return {};
-    if (found == nullptr && (req.segments.empty() || req.segments[0] == "ui"))
-      return {observed(req.method, "/ui", dashboardFileReply(req), start), nullptr};
     if (found == nullptr) {
       if (!allowed.empty())
         throw HttpError{405,
@@ -128,7 +112,11 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
                       "not_found"};
     }
     label = found->label;
-    if (found->spec.role == Role::kAnyone) return {observed(req.method, label, health(), start), nullptr};
+    if (found->spec.role == Role::kAnyone) {
+      const Caller nobody;
+      Context ctx{req, nobody, params};
+      return {observed(req.method, label, replyTo(*found, ctx), start), nullptr};
+    }
     if (opt.serving && !opt.serving())
       throw HttpError{503,
                       "this poold replica no longer leads the pool (its etcd lease lapsed); retry on another",
@@ -137,7 +125,7 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
     authorize(who, *found, params);
     Context ctx{req, who, params};
     if (!networkThread) {
-      reply = replyOf(*found, ctx.status, found->spec.handler(*this, ctx));
+      reply = replyTo(*found, ctx);
     } else {
       QuickBody body = found->spec.quick(*this, ctx);
       if (std::holds_alternative<std::monostate>(body)) return {};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ha/etcd_replica.hpp"
+#include "poolrun/pool/dashboard_routes.hpp"
 #include "poolrun/pool/poold_options.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -62,8 +63,7 @@ int runPoold(PooldOptions o) {
 int main(int argc, char** argv) {
   using namespace poolrun;
   try {
-    const pool::PooldOptions options =
-        pool::parsePooldOptions(std::vector<std::string>(argv + 1, argv + argc));
+    pool::PooldOptions options = pool::parsePooldOptions(std::vector<std::string>(argv + 1, argv + argc));
     if (options.action == pool::PooldOptions::Action::kHelp) {
       std::cout << pool::pooldUsage();
       return 0;
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
       std::cout << topo::versionText("poold");
       return 0;
     }
+    pool::addDashboard(options.server);  // the page and its data, over the server's seam
     return pool::runPoold(options);
   } catch (const Error& e) {
     std::cerr << "poold: error: " << e.what() << "\n";

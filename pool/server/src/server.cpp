@@ -38,6 +38,16 @@ int connectionsWithinFileLimit(int wanted) {
   return allowed;
 }
 
+// A route of ServerOptions::routes as a row of the dispatcher's table.
+RouteSpec routeOf(const ServerRoute& extra) {
+  RouteSpec spec{extra.method, extra.pattern, extra.needs_token ? Role::kUser : Role::kAnyone, "", nullptr};
+  spec.replies = [handler = extra.handler](ServerCore& m, Context& c) {
+    return handler(c.req, c.who, m.reader());
+  };
+  spec.label = extra.label;
+  return spec;
+}
+
 }  // namespace
 
 struct PoolServer::Impl : ServerCore {
@@ -86,9 +96,10 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     s.setQuotas(std::move(quotas));
     return 0;
   });
-  for (const auto& table : {statusRoutes(), nodeRoutes(), agentRoutes(), leaseRoutes(), queueRoutes(),
-                            eventRoutes(), dashboardRoutes()})
+  for (const auto& table :
+       {statusRoutes(), nodeRoutes(), agentRoutes(), leaseRoutes(), queueRoutes(), eventRoutes()})
     for (const RouteSpec& spec : table) m.routes.emplace_back(spec);
+  for (const ServerRoute& extra : m.opt.routes) m.routes.emplace_back(routeOf(extra));
 }
 
 PoolServer::~PoolServer() {
@@ -145,7 +156,7 @@ void PoolServer::run() {
         return 0;
       });
       m.metrics.observeWaits(m.pool->takeWaitSeconds());
-      m.sampleHistory();
+      m.runTickHooks();
       lock.lock();
     }
   });

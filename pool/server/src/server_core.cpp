@@ -29,10 +29,7 @@ LongPolls::Slot::~Slot() {
   if (--polls_.by_owner_[owner_] == 0) polls_.by_owner_.erase(owner_);
 }
 
-ServerCore::ServerCore(ServerOptions o)
-    : opt(std::move(o)),
-      long_polls(opt.threads),
-      history(opt.history_interval, std::max<size_t>(1, opt.history_samples)) {}
+ServerCore::ServerCore(ServerOptions o) : opt(std::move(o)), long_polls(opt.threads) {}
 
 ServerCore::~ServerCore() {
   http.reset();
@@ -58,9 +55,19 @@ void ServerCore::reloadQuotas() {
   }
 }
 
-void ServerCore::sampleHistory() {
-  const TimePoint now = std::chrono::system_clock::now();
-  if (history.due(now)) history.add(pool->read([&](const PoolState& s) { return historySample(s, now); }));
+void ServerCore::runTickHooks() {
+  if (opt.on_tick.empty()) return;
+  const StateReader read = reader();
+  for (const auto& hook : opt.on_tick) hook(read);
+}
+
+StateReader ServerCore::reader() {
+  return [this](const std::function<void(const PoolState&)>& fn) {
+    pool->read([&fn](const PoolState& s) {
+      fn(s);
+      return 0;
+    });
+  };
 }
 
 HttpReply ServerCore::health() {

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "poolrun/pool/committed_state.hpp"
-#include "poolrun/pool/dashboard.hpp"
 #include "poolrun/pool/event_log.hpp"
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
@@ -74,10 +73,6 @@ struct ServerCore {
   std::vector<Route> routes;
   std::unique_ptr<HttpServer> http;
   LongPolls long_polls;
-  PoolHistory history;
-  std::mutex snapshot_mu;  // the last GET /v1/dashboard, shared by the requests of half a second
-  std::string snapshot;
-  std::chrono::steady_clock::time_point snapshot_at;
 
   std::mutex stop_mu;
   std::condition_variable stop_cv;
@@ -87,7 +82,10 @@ struct ServerCore {
 
   // Reads the quotas file again when it changed; keeps the quotas before it when it cannot.
   void reloadQuotas();
-  void sampleHistory();
+  // What ServerOptions::on_tick asks of each tick.
+  void runTickHooks();
+  // Runs a function on the state under its lock, for the routes and hooks of ServerOptions.
+  StateReader reader();
   // GET /healthz: 200 while poold serves and its state answers, 503 once it stops.
   HttpReply health();
   // The request's fields that the server limits beyond their JSON range.
@@ -169,6 +167,7 @@ struct ServerCore {
   // Who sends the request (dispatch.cpp).
   Caller authenticate(const HttpRequest& req, const Route& r);
   void authorize(const Caller& who, const Route& r, const std::vector<std::string>& params) const;
+  HttpReply replyTo(const Route& r, Context& c);
   HttpReply observed(const std::string& sent, const std::string& label, HttpReply reply,
                      std::chrono::steady_clock::time_point start);
 };

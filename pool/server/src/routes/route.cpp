@@ -98,19 +98,23 @@ void takesNoFields(const std::string& body) {
 }
 
 Route::Route(RouteSpec s) : spec(std::move(s)) {
-  const std::string p = spec.pattern;
-  for (size_t start = 1; start <= p.size();) {
+  const std::string& p = spec.pattern;
+  for (size_t start = 1; start < p.size();) {
     size_t end = std::min(p.find('/', start), p.size());
     pattern.push_back(p.substr(start, end - start));
     start = end + 1;
   }
-  label = "/" + pattern[0] + (pattern.size() > 1 ? "/" + pattern[1] : "");
+  label = !spec.label.empty() ? spec.label
+          : pattern.empty()   ? "/"
+                              : "/" + pattern[0] + (pattern.size() > 1 ? "/" + pattern[1] : "");
 }
 
 std::optional<std::vector<std::string>> Route::match(const std::vector<std::string>& segments) const {
-  if (segments.size() != pattern.size()) return std::nullopt;
+  const bool anyRest = !pattern.empty() && pattern.back() == "**";
+  const size_t fixed = anyRest ? pattern.size() - 1 : pattern.size();
+  if (anyRest ? segments.size() < fixed : segments.size() != fixed) return std::nullopt;
   std::vector<std::string> params;
-  for (size_t i = 0; i < pattern.size(); ++i) {
+  for (size_t i = 0; i < fixed; ++i) {
     if (pattern[i] == "*")
       params.push_back(segments[i]);
     else if (pattern[i] != segments[i])

@@ -46,7 +46,7 @@ HttpReply replyForError(std::exception_ptr error);
 
 // Who may call a route.
 enum class Role {
-  kAnyone,  // no token, served while the replica does not lead (GET /healthz)
+  kAnyone,  // no token, served while the replica does not lead (GET /healthz, the dashboard's files)
   kUser,    // any user's or administrator's token
   kAdmin,   // an administrator's token
   kAgent,   // the token of the node the path names (or an administrator's)
@@ -67,8 +67,8 @@ using QuickBody = std::variant<std::monostate, nlohmann::json, std::function<nlo
 
 // One row of a route table.
 struct RouteSpec {
-  const char* method;
-  const char* pattern;  // "/v1/leases/*/renew": * is any one segment
+  std::string method;   // "*": any
+  std::string pattern;  // "/v1/leases/*/renew": * is any one segment; "/" the root; "/ui/**" any rest
   Role role;
   const char* what;  // what a user may not do, for the 403 of kAdmin and kAgent
   std::function<nlohmann::json(ServerCore&, Context&)> handler;
@@ -77,6 +77,9 @@ struct RouteSpec {
   const char* written = nullptr;
   // Where set, what the network thread may do with the request (see dispatch.cpp).
   std::function<QuickBody(ServerCore&, Context&)> quick = nullptr;
+  // Where set, the whole reply, instead of `handler`'s body (the routes of ServerOptions::routes).
+  std::function<HttpReply(ServerCore&, Context&)> replies = nullptr;
+  std::string label = {};  // for metrics; empty: the pattern's first two segments
 };
 
 // A route as the dispatcher matches it.
@@ -84,7 +87,7 @@ struct Route {
   explicit Route(RouteSpec spec);
   RouteSpec spec;
   std::vector<std::string> pattern;
-  std::string label;  // for metrics: the pattern with its first two segments
+  std::string label;  // for metrics: the spec's, else the pattern with its first two segments
   // Where the request's path matches the pattern, the segments that * stood for.
   std::optional<std::vector<std::string>> match(const std::vector<std::string>& segments) const;
 };

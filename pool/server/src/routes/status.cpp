@@ -48,7 +48,8 @@ json prometheusText(ServerCore& m, Context&) {
 
 std::vector<RouteSpec> statusRoutes() {
   return {
-      {"GET", "/healthz", Role::kAnyone, "", nullptr},  // answered by ServerCore::health()
+      {"GET", "/healthz", Role::kAnyone, "", nullptr, nullptr, nullptr,
+       [](ServerCore& m, Context&) { return m.health(); }},
       {"GET", "/v1/status", Role::kUser, "", poolStatus},
       {"GET", "/v1/quotas", Role::kUser, "", quotaList},
       {"GET", "/v1/replicas", Role::kUser, "", replicaList},
