@@ -1,7 +1,7 @@
 #include "poolrun/pool/json.hpp"
 
-#include "poolrun/pool/json_read.hpp"
 #include "poolrun/common/time_text.hpp"
+#include "poolrun/pool/json_read.hpp"
 
 #include <algorithm>
 #include <cmath>
