@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "poolrun/pool/dashboard_routes.hpp"
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -29,6 +30,7 @@ poolrun::pool::PoolServer& server() {
     o.state_dir = root / "state";
     o.token_file = root / "tokens";
     o.max_body_bytes = 65536;
+    poolrun::pool::addDashboard(o);  // as poold's main does
     auto* created = new poolrun::pool::PoolServer(o);
     created->registerNodes(
         poolrun::topo::readClusterFile(POOLRUN_SOURCE_DIR "/clusters/hgx-h100.toml").nodes);

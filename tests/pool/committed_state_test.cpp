@@ -9,8 +9,8 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "poolrun/pool/committed_state.hpp"
 #include "inventory.hpp"
+#include "poolrun/pool/committed_state.hpp"
 
 namespace poolrun::pool {
 namespace {

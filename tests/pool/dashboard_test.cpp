@@ -6,9 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "poolrun/pool/dashboard.hpp"
-#include "poolrun/pool/http_server.hpp"
 #include "inventory.hpp"
+#include "poolrun/pool/dashboard.hpp"
+#include "poolrun/pool/dashboard_routes.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/server.hpp"
 #include "support/temp_dir.hpp"
@@ -47,8 +48,7 @@ TEST(DashboardSnapshot, HoldsEveryGpuInColumnsAsThePoolHasIt) {
   EXPECT_TRUE(d["gpus"]["util_pct"][0].is_null()) << "no agent, no reading";
   EXPECT_NE(d["notes"]["5"].get<std::string>().find("failed"), std::string::npos) << d["notes"];
   EXPECT_EQ(d["status"]["queued"], 1);
-  EXPECT_EQ(json::parse(forViewer(dashboardSnapshot(s, t0()), Caller{"root", true}))["you"]["role"],
-            "admin");
+  EXPECT_EQ(json::parse(forViewer(dashboardSnapshot(s, t0()), Caller{"root", true}))["you"]["role"], "admin");
 }
 
 // A GPU its agent's NVML no longer lists: the agent's error is the GPU's note, though it is free.
@@ -111,6 +111,7 @@ class DashboardServed : public ::testing::Test {
     ServerOptions o;
     o.state_dir = dir_.path() / "state";
     o.token_file = dir_.writeSecret("tokens", "tok-alice-0123456789 alice user\n");
+    addDashboard(o);  // as poold's main does
     server_ = std::make_unique<PoolServer>(o);
   }
   HttpReply ask(const std::string& method, const std::string& path, const std::string& authorization = "") {

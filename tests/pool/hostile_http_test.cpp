@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "poolrun/pool/dashboard_routes.hpp"
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -149,6 +150,7 @@ class Hostile : public ::testing::Test {
     o.port = 0;
     o.state_dir = dir_.path() / "state";
     o.token_file = tokenFile();
+    addDashboard(o);  // as poold's main does
     server_ = std::make_unique<PoolServer>(o);
     server_->registerNodes(
         topo::readClusterFile((test::sourceDir() / "clusters" / "hgx-h100.toml").string()).nodes);

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/open_pool.hpp"
 
 namespace poolrun::pool {

@@ -75,5 +75,31 @@ TEST(HttpFailures, PooldsRepliesAndTheClientsErrors) {
   }
 }
 
+// What a client throws for a reply: the row's failure, its wording and the queue position.
+TEST(HttpFailures, AClientsErrorIsWordedByItsRow) {
+  const std::string where = "http://h:1 refused POST /v1/leases (";
+  struct Case {
+    int status;
+    std::string_view reason;
+    int position;
+    PoolFailure failure;
+    std::string message;
+  };
+  for (const Case& c : {
+           Case{401, "", 0, PoolFailure::kUnauthorized,
+                where + "401): no token; set POOLRUN_TOKEN or --token-file to a token poold knows"},
+           Case{422, "never_fits", 0, PoolFailure::kNeverFits, "no token"},
+           Case{409, "not_now", 3, PoolFailure::kTimeout, where + "409): no token"},
+           Case{413, "", 0, PoolFailure::kOther, where + "413): request body too large"},
+           Case{403, "forbidden", 0, PoolFailure::kForbidden, where + "403): no token"},
+       }) {
+    const PoolError e =
+        errorOfReply(c.status, c.reason, where + std::to_string(c.status) + "): ", "no token", c.position);
+    EXPECT_EQ(e.failure(), c.failure) << c.status;
+    EXPECT_EQ(e.what(), c.message);
+    EXPECT_EQ(e.position(), c.position);
+  }
+}
+
 }  // namespace
 }  // namespace poolrun::pool

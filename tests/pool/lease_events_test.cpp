@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include "poolrun/pool/event_log.hpp"
 #include "inventory.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/event_log.hpp"
 
 namespace poolrun::pool {
 namespace {

@@ -10,8 +10,8 @@
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/pool/server_metrics.hpp"
-#include "support/temp_dir.hpp"
 #include "poolrun/pool/tokens.hpp"
+#include "support/temp_dir.hpp"
 
 namespace poolrun::pool {
 namespace {

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include "poolrun/pool/tokens.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/regular_file.hpp"
 #include "support/temp_dir.hpp"
-#include "poolrun/pool/tokens.hpp"
 
 namespace poolrun::pool {
 namespace {

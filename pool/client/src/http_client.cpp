@@ -5,16 +5,16 @@
 #include <optional>
 #include <thread>
 
-#include "poolrun/pool/agent_link.hpp"
-#include "poolrun/pool/http_pool.hpp"
 #include "poolrun/common/http_connection.hpp"
+#include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/http_failures.hpp"
+#include "poolrun/pool/http_pool.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/state.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/nesting.hpp"
-#include "poolrun/pool/queue_wait.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -332,7 +332,14 @@ class HttpPool : public PoolControl, public AgentLink {
   // acquire carries a request id that poold answers again with the same lease.
   json call(const std::string& method, const std::string& path, const json& body, Timeouts timeouts = {}) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string text = body.is_null() ? std::string() : body.dump();
+    const HttpResponse reply = send(method, path, body.is_null() ? std::string() : body.dump(), timeouts);
+    return readReply(method, path, reply);
+  }
+
+  // The request to the replica that answers it (mu_ held): across a failover, a standby's redirect,
+  // an election, for up to kFailoverBudget.
+  HttpResponse send(const std::string& method, const std::string& path, const std::string& text,
+                    Timeouts timeouts) {
     const bool several = replicas_.size() > 1;
     // The budget is the whole call's, whatever one attempt's timeout: a failover is waited for up to
     // kFailoverBudget (docs/ha.md), not up to the 30 s an attempt may take.
@@ -408,42 +415,34 @@ class HttpPool : public PoolControl, public AgentLink {
       std::cerr << "poolrun: the pool's leader is now " << originOf(replicas_[current_]) << " (" << why
                 << ")\n";
     answered_ = true;
-    const HttpResponse* res = &reply;
+    return reply;
+  }
+
+  // The reply's JSON document where its status is 2xx; else the PoolError of its row of the table of
+  // failures (http_failures.hpp), as poold sent it.
+  json readReply(const std::string& method, const std::string& path, const HttpResponse& reply) const {
     json doc;
     try {
       // A reply nested past any the API sends is not read as JSON (nor dumped, which recurses).
-      if (topo::jsonTooDeepAt(res->body, topo::kMaxJsonDepth))
+      if (topo::jsonTooDeepAt(reply.body, topo::kMaxJsonDepth))
         doc =
             json{{"error", "a reply nested deeper than " + std::to_string(topo::kMaxJsonDepth) + " levels"}};
       else
-        doc = res->body.empty() ? json(nullptr) : json::parse(res->body);
+        doc = reply.body.empty() ? json(nullptr) : json::parse(reply.body);
     } catch (const json::exception&) {
-      doc = json{{"error", res->body}};
+      doc = json{{"error", reply.body}};
     }
-    if (res->status >= 200 && res->status < 300) return doc;
+    if (reply.status >= 200 && reply.status < 300) return doc;
     auto member = [&](const char* key) {
       return doc.is_object() && doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "";
     };
-    std::string msg = member("error").empty() ? res->body : member("error");
-    std::string where = originOf(replicas_[current_]) + " refused " + method + " " +
-                        path.substr(0, path.find('?')) + " (" + std::to_string(res->status) + "): ";
-    const HttpFailure& f = failureOfReply(res->status, member("reason"));
-    switch (f.failure) {
-      case PoolFailure::kUnauthorized:
-        throw PoolError(f.failure, f.code,
-                        where + msg + "; set POOLRUN_TOKEN or --token-file to a token poold knows");
-      case PoolFailure::kNeverFits:
-        throw PoolError(f.failure, f.code, msg);  // poold's own words: what the request can never get
-      case PoolFailure::kTimeout: {               // 409 not_now: where it would have stood
-        const int position =
-            doc.is_object() && doc.contains("position") && doc["position"].is_number_integer()
-                ? doc["position"].get<int>()
-                : 0;
-        throw PoolError(f.failure, f.code, where + msg, position);
-      }
-      default:
-        throw PoolError(f.failure, f.code, where + (f.status == 413 ? "request body too large" : msg));
-    }
+    const int position = doc.is_object() && doc.contains("position") && doc["position"].is_number_integer()
+                             ? doc["position"].get<int>()
+                             : 0;
+    const std::string where = originOf(replicas_[current_]) + " refused " + method + " " +
+                              path.substr(0, path.find('?')) + " (" + std::to_string(reply.status) + "): ";
+    throw errorOfReply(reply.status, member("reason"), where,
+                       member("error").empty() ? reply.body : member("error"), position);
   }
 
   std::string uri_;
@@ -460,7 +459,7 @@ class HttpPool : public PoolControl, public AgentLink {
 }  // namespace
 
 std::unique_ptr<PoolControl> openHttpPool(const std::string& uri, std::vector<HttpAddress> replicas,
-                                      const ClientOptions& options) {
+                                          const ClientOptions& options) {
   return std::make_unique<HttpPool>(uri, std::move(replicas), options);
 }
 

@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/hostlist.hpp"
 #include "poolrun/pool/queue_wait.hpp"
+#include "poolrun/topo/hostlist.hpp"
 
 namespace poolrun::pool::slurm {
 namespace {

@@ -8,9 +8,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "poolrun/pool/json_write.hpp"
 #include "poolrun/common/time_text.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/pool/json_write.hpp"
 
 namespace poolrun::pool {
 

@@ -12,11 +12,12 @@
 
 #include "embedded.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/queue_wait.hpp"
+#include "poolrun/pool/service.hpp"
 #include "poolrun/pool/store.hpp"
 #include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/options.hpp"
 #include "poolrun/topo/sources.hpp"
-#include "poolrun/pool/queue_wait.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -63,8 +64,7 @@ class EmbeddedPool : public PoolControl {
         // garbage over a page breaks; the full check also compares each index with its table,
         // at twice the cost (pool/README.md).
         store_(db, Durability::kNormal, StartCheck::kQuick),
-        owner_(options.owner.empty() ? currentUser() : options.owner),
-        admin_(options.role != "user"),
+        service_(Caller{options.owner.empty() ? currentUser() : options.owner, options.role != "user"}),
         local_(local) {
     if (options.role != "user" && options.role != "admin")
       throw badInput("bad role '" + options.role + "' (use user or admin)");
@@ -92,7 +92,7 @@ class EmbeddedPool : public PoolControl {
   Lease acquire(const LeaseRequest& request,
                 const std::function<void(const QueueProgress&)>& queued) override {
     LeaseRequest r = request;
-    if (r.owner.empty() || !admin_) r.owner = owner_;
+    r.owner = service_.ownerOf(r.owner);
     if (local_) {
       int gpus = transact([](PoolState& s, TimePoint) {
         return s.status().gpus_free + s.status().gpus_leased + s.status().gpus_failed + s.status().gpus_mig;
@@ -141,15 +141,15 @@ class EmbeddedPool : public PoolControl {
   }
 
   Lease renew(const std::string& id) override {
-    return transact([&](PoolState& s, TimePoint now) { return s.renew(id, owner_, admin_, now); });
+    return transact([&](PoolState& s, TimePoint now) { return service_.renew(s, id, now); });
   }
 
   Lease shrink(const std::string& id) override {
-    return transact([&](PoolState& s, TimePoint now) { return s.shrink(id, owner_, admin_, now); });
+    return transact([&](PoolState& s, TimePoint now) { return service_.shrink(s, id, now); });
   }
 
   bool release(const std::string& id) override {
-    return transact([&](PoolState& s, TimePoint now) { return s.release(id, owner_, admin_, now); });
+    return transact([&](PoolState& s, TimePoint now) { return service_.release(s, id, now); });
   }
 
   void idle() override {
@@ -158,21 +158,7 @@ class EmbeddedPool : public PoolControl {
   }
 
   topo::ClusterNode node(const std::string& name) override {
-    return transact([&](PoolState& s, TimePoint) {
-      auto it = s.nodeMap().find(name);
-      if (it == s.nodeMap().end())
-        throw Error(ErrorCode::kNotFound,
-                    "no node '" + name + "' in " + description_ + " (see `poolctl nodes`)");
-      const PoolNode& n = it->second;
-      topo::ClusterNode c;
-      c.name = n.name;
-      c.topology = n.topology;
-      c.switch_name = n.switch_name;
-      c.rail_group = n.rail_group;
-      c.fabric = n.fabric;
-      c.labels = n.labels;
-      return c;
-    });
+    return transact([&](PoolState& s, TimePoint) { return PoolService::clusterNode(s, name, description_); });
   }
 
   std::string describe() const override { return description_; }
@@ -237,17 +223,12 @@ class EmbeddedPool : public PoolControl {
     throw interrupted("released lease " + lease.id + " (granted as the wait was interrupted)");
   }
 
-  void requireAdmin(const std::string& what) const {
-    if (!admin_)
-      throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
-                      "owner " + owner_ + " (role user) may not " + what + "; an administrator may");
-  }
+  void requireAdmin(const std::string& what) const { service_.requireAdmin(what); }
 
   void setState(const std::string& node, NodeState state, const std::string& what) {
     requireAdmin(what + " nodes");
     transact([&](PoolState& s, TimePoint now) {
-      s.setNodeState(node, state);
-      if (state == NodeState::kUp) s.clearGpuFailures(node);  // resume: an administrator looked
+      PoolService::setNodeState(s, node, state);
       s.tick(now);
       return 0;
     });
@@ -284,8 +265,7 @@ class EmbeddedPool : public PoolControl {
   PoolState state_;
   bool loaded_ = false;
   int64_t version_ = 0;
-  std::string owner_;
-  bool admin_;
+  PoolService service_;  // who this pool acts for
   bool local_;
 };
 

@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "poolrun/pool/json.hpp"
 #include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/json_write.hpp"
-#include "poolrun/pool/json.hpp"
 #include "poolrun/pool/request_options.hpp"
 #include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/names.hpp"

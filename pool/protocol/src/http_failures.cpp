@@ -7,14 +7,21 @@ namespace {
 
 // Rows of a failure (failure != kOther) come first: httpFailureFor takes the first of a failure.
 constexpr std::array kFailures = {
-    HttpFailure{401, "unauthorized", PoolFailure::kUnauthorized, ErrorCode::kBadInput, true},
+    HttpFailure{401,
+                "unauthorized",
+                PoolFailure::kUnauthorized,
+                ErrorCode::kBadInput,
+                true,
+                {},
+                false,
+                "; set POOLRUN_TOKEN or --token-file to a token poold knows"},
     HttpFailure{403, "forbidden", PoolFailure::kForbidden, ErrorCode::kBadInput, true},
     HttpFailure{404, "gone", PoolFailure::kGone, ErrorCode::kNotFound, false},
-    HttpFailure{422, "never_fits", PoolFailure::kNeverFits, ErrorCode::kUnsupported, true},
+    HttpFailure{422, "never_fits", PoolFailure::kNeverFits, ErrorCode::kUnsupported, true, {}, true},
     HttpFailure{409, "not_now", PoolFailure::kTimeout, ErrorCode::kIo, false},
     HttpFailure{400, "bad_request", PoolFailure::kOther, ErrorCode::kBadInput, true},
     HttpFailure{404, "not_found", PoolFailure::kOther, ErrorCode::kNotFound, true},
-    HttpFailure{413, "too_large", PoolFailure::kOther, ErrorCode::kBadInput, true},
+    HttpFailure{413, "too_large", PoolFailure::kOther, ErrorCode::kBadInput, true, "request body too large"},
     HttpFailure{429, "too_many_queued", PoolFailure::kOther, ErrorCode::kIo, false},
     HttpFailure{500, "error", PoolFailure::kOther, ErrorCode::kIo, false},
 };
@@ -46,6 +53,13 @@ const HttpFailure& failureOfReply(int status, std::string_view reason) {
   for (const HttpFailure& f : kFailures)
     if (f.status == status && f.by_status) return f;
   return kFailures.back();
+}
+
+PoolError errorOfReply(int status, std::string_view reason, const std::string& where,
+                       const std::string& message, int position) {
+  const HttpFailure& f = failureOfReply(status, reason);
+  const std::string said = f.message.empty() ? message : std::string(f.message);
+  return PoolError(f.failure, f.code, (f.alone ? said : where + said) + std::string(f.hint), position);
 }
 
 }  // namespace poolrun::pool

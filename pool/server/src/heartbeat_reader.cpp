@@ -9,8 +9,8 @@
 #include <sstream>
 #include <utility>
 
-#include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/topo/error.hpp"
 #include "poolrun/topo/names.hpp"

@@ -1,5 +1,5 @@
-#include "poolrun/pool/client.hpp"
 #include "poolrun/pool/server_metrics.hpp"
+#include "poolrun/pool/client.hpp"
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/common/text.hpp"
+#include "poolrun/pool/etcd_client.hpp"
+#include "poolrun/pool/tokens.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/version.hpp"
-#include "poolrun/pool/tokens.hpp"
 
 namespace poolrun::pool {
 namespace {

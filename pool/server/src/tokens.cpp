@@ -1,5 +1,5 @@
-#include "poolrun/pool/client.hpp"
 #include "poolrun/pool/tokens.hpp"
+#include "poolrun/pool/client.hpp"
 
 #include <sys/stat.h>
 
@@ -18,7 +18,7 @@ constexpr size_t kPooldTokenFileLimit = size_t{16} << 20;
 }  // namespace
 
 std::map<std::string, Caller> parseTokenFile(const std::string& text, const std::string& file,
-                                                 std::vector<std::string>* warnings) {
+                                             std::vector<std::string>* warnings) {
   std::map<std::string, Caller> out;
   std::istringstream in(text);
   std::string line;

@@ -24,8 +24,6 @@
 
 namespace poolrun::pool {
 
-
-
 // The error a client raises when `request` did not fit within its --wait; `pool` names the pool,
 // `reason` why it was still waiting (the last PollResult::wait_reason; "" where none was heard).
 PoolError queueTimeout(const LeaseRequest& request, int position, const std::string& pool,
@@ -124,7 +122,6 @@ struct ClientOptions {
 // database's name for this uid, else "uidN".
 std::string currentUser();
 
-
 // A token is 8 to 512 printable ASCII characters (no space): what poold's token files accept, and
 // what a client sends.
 bool validToken(const std::string& token);
@@ -137,6 +134,5 @@ std::string tokenProblem(const std::string& token);
 // change (topo::readSecretFile: owned by neither root nor the user, or writable by its group or
 // others). A file its group or others may read is warned of on standard error, once per process.
 std::string readClientToken(const std::filesystem::path& file, const std::string& what);
-
 
 }  // namespace poolrun::pool

@@ -14,7 +14,6 @@
 
 namespace poolrun::pool {
 
-
 class PoolControl : public PoolClient {
  public:
   virtual PoolStatus status() = 0;
@@ -35,6 +34,5 @@ class PoolControl : public PoolClient {
   // The replicas and etcd's health; nullopt for a pool of one server (SQLite, the embedded pools).
   virtual std::optional<PoolReplicas> replicas() { return std::nullopt; }
 };
-
 
 }  // namespace poolrun::pool

@@ -31,9 +31,6 @@ inline constexpr const char* kRegistrationSchema = "poolrun.node-registration/1"
 inline constexpr const char* kHeartbeatSchema = "poolrun.heartbeat/1";
 inline constexpr const char* kHeartbeatReplySchema = "poolrun.heartbeat-reply/1";
 
-
-
-
 nlohmann::json toJson(const NodeRegistration& registration);
 NodeRegistration nodeRegistrationFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const Heartbeat& heartbeat);
@@ -43,6 +40,5 @@ nlohmann::json toJson(const HeartbeatReply& reply);
 // another order than toJson(reply).dump()).
 std::string heartbeatReplyText(const HeartbeatReply& reply);
 HeartbeatReply heartbeatReplyFromJson(const nlohmann::json& doc);
-
 
 }  // namespace poolrun::pool

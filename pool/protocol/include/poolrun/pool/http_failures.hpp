@@ -20,6 +20,12 @@ struct HttpFailure {
   // Whether a client reads any reply of this status as this row when its reason is not one of the
   // table's (an older poold, a proxy's 401): the one row per status that stands for it.
   bool by_status;
+  // How a client words the PoolError of this row: by default where it was refused and poold's
+  // message; `message` instead of poold's, poold's words alone (`alone`: they say what the request
+  // can never get), and what to do (`hint`, after the message).
+  std::string_view message = {};
+  bool alone = false;
+  std::string_view hint = {};
 };
 
 // Every row, once.
@@ -32,5 +38,11 @@ const HttpFailure& httpFailureFor(PoolFailure failure, ErrorCode code);
 // What a client makes of an error reply: the row of (status, reason), else the status's by_status
 // row, else kOther with kIo (5xx, 409 and 429 of a reason it does not know).
 const HttpFailure& failureOfReply(int status, std::string_view reason);
+
+// The PoolError a client throws for an error reply of `status` with `reason`: its row's failure and
+// code, the message as the row words it from `where` ("http://H:P refused POST /v1/leases (409): ")
+// and poold's `message`, and `position` (a 409 not_now's place in the queue; else 0).
+PoolError errorOfReply(int status, std::string_view reason, const std::string& where,
+                       const std::string& message, int position);
 
 }  // namespace poolrun::pool

@@ -12,11 +12,27 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/state.hpp"
 #include "poolrun/pool/state_store.hpp"
 #include "poolrun/pool/store.hpp"
 
 namespace poolrun::pool {
+
+// Runs `fn` on the pool's state under its lock (a read: fn must not keep the reference).
+using StateReader = std::function<void(const std::function<void(const PoolState&)>& fn)>;
+
+// A route that whoever builds the server adds to poold's API (the dashboard's: pool/dashboard):
+// tried after poold's own, with the same token and role checks where `needs_token`.
+struct ServerRoute {
+  std::string method;       // "GET", ...; "*": any (the handler answers a method it does not take)
+  std::string pattern;      // "/v1/history": a * is any one segment; "/" the root; "/ui/**": any rest
+  bool needs_token = true;  // false: anyone's, served without a token, also while a replica does not lead
+  std::string label;        // for metrics; empty: the pattern's first two segments
+  // The reply to `req` from `who` (nobody, without a token). Throws as a route does (poolrun::Error
+  // by its code: http_failures.hpp).
+  std::function<HttpReply(const HttpRequest& req, const Caller& who, const StateReader& read)> handler;
+};
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -63,9 +79,9 @@ struct ServerOptions {
   // and --advertise's host): a page of another site rebound to poold's address sends its own.
   std::vector<std::string> metrics_hosts;
 
-  // The dashboard's history charts (GET /v1/history): a sample of the pool's use every
-  // history_interval, the last history_samples kept in memory (56 bytes each: 6 hours at 10 s in
-  // about 120 KiB).
+  // The dashboard's history charts (GET /v1/history, added by addDashboard): a sample of the pool's
+  // use every history_interval, the last history_samples kept in memory (56 bytes each: 6 hours at
+  // 10 s in about 120 KiB). Not read by the server itself.
   std::chrono::seconds history_interval{10};
   size_t history_samples = 2160;
   // Where the pool's state lives: empty, DIR/pool.sqlite (with `durability`); else the store this
@@ -80,6 +96,10 @@ struct ServerOptions {
   // GET /v1/replicas: {"store", "replicas": [{"url", "leader"}], "etcd": [{"endpoint", "reachable",
   // "leader", "version", "error"}]}; empty: 404 (one server, no replicas).
   std::function<std::string()> replicas;
+  // More routes (the dashboard's), tried after poold's own, and what its ticker does besides its own
+  // work, every 250 ms (the dashboard's history sampling).
+  std::vector<ServerRoute> routes;
+  std::vector<std::function<void(const StateReader& read)>> on_tick;
 };
 
 // Parses a token file: one `TOKEN OWNER ROLE` line per token, ROLE user, admin or node, `#`
@@ -88,10 +108,7 @@ struct ServerOptions {
 // A malformed line is described as "FILE:LINE: what" in `warnings` and skipped; without
 // `warnings`, it throws poolrun::Error (kBadInput) with that text instead.
 std::map<std::string, Caller> parseTokenFile(const std::string& text, const std::string& file,
-                                                 std::vector<std::string>* warnings = nullptr);
-
-struct HttpRequest;
-struct HttpReply;
+                                             std::vector<std::string>* warnings = nullptr);
 
 class PoolServer {
  public:

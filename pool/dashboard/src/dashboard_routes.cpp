@@ -1,0 +1,93 @@
+#include "poolrun/pool/dashboard_routes.hpp"
+
+#include <memory>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "poolrun/pool/dashboard.hpp"
+#include "poolrun/topo/names.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+HttpReply errorReply(int status, const std::string& message, const std::string& reason) {
+  return {status,
+          nlohmann::json{{"error", message}, {"reason", reason}}.dump(
+              -1, ' ', false, nlohmann::json::error_handler_t::replace),
+          "application/json"};
+}
+
+// GET / and /ui/NAME: the dashboard's files, built into poold; no token (they hold no data: the
+// page asks for one). Nothing is read from disk, so no path a client sends reaches a file.
+HttpReply fileReply(const HttpRequest& req) {
+  std::optional<DashboardFile> file = dashboardFile(req.segments);
+  if (!file) {
+    std::string path;
+    for (const std::string& s : req.segments) path += "/" + s;
+    if (path.size() > 120) path = path.substr(0, 120) + "...";
+    return errorReply(404,
+                      "no dashboard file '" + topo::printable(path) + "': poold serves " +
+                          dashboardFileNames() + " under /ui/; open / for the dashboard",
+                      "not_found");
+  }
+  if (req.method != "GET")
+    return errorReply(405, "method " + req.method + " is not allowed on the dashboard's files (GET them)",
+                      "bad_request");
+  HttpReply reply{200, std::string(file->body), file->content_type};
+  reply.headers = dashboardHeaders();
+  return reply;
+}
+
+// What the dashboard's routes share: the history, and the last snapshot.
+struct Dashboard {
+  Dashboard(std::chrono::seconds interval, size_t samples)
+      : history(interval, std::max<size_t>(1, samples)) {}
+  PoolHistory history;
+  std::mutex snapshot_mu;  // one build at a time, shared for half a second
+  std::string snapshot;
+  Steady::time_point snapshot_at;
+
+  HttpReply data(const Caller& who, const StateReader& read) {
+    std::lock_guard<std::mutex> lock(snapshot_mu);
+    if (snapshot.empty() || Steady::now() - snapshot_at > std::chrono::milliseconds(500)) {
+      // The state's lock for the copy only; the JSON is written after it (DashboardData).
+      DashboardData captured;
+      read([&captured](const PoolState& s) {
+        captured = captureDashboard(s, std::chrono::system_clock::now());
+      });
+      snapshot = dashboardJson(captured);
+      snapshot_at = Steady::now();
+    }
+    return {200, forViewer(snapshot, who), "application/json"};
+  }
+
+  void sample(const StateReader& read) {
+    const TimePoint now = std::chrono::system_clock::now();
+    if (!history.due(now)) return;
+    HistorySample taken;
+    read([&taken, now](const PoolState& s) { taken = historySample(s, now); });
+    history.add(taken);
+  }
+};
+
+}  // namespace
+
+void addDashboard(ServerOptions& options) {
+  auto d = std::make_shared<Dashboard>(options.history_interval, options.history_samples);
+  auto files = [](const HttpRequest& req, const Caller&, const StateReader&) { return fileReply(req); };
+  options.routes.push_back({"*", "/", false, "/ui", files});
+  options.routes.push_back({"*", "/ui/**", false, "/ui", files});
+  options.routes.push_back(
+      {"GET", "/v1/dashboard", true, "",
+       [d](const HttpRequest&, const Caller& who, const StateReader& read) { return d->data(who, read); }});
+  options.routes.push_back(
+      {"GET", "/v1/history", true, "", [d](const HttpRequest&, const Caller&, const StateReader&) {
+         return HttpReply{200, d->history.json(), "application/json"};
+       }});
+  options.on_tick.push_back([d](const StateReader& read) { d->sample(read); });
+}
+
+}  // namespace poolrun::pool

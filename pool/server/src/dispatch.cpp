@@ -1,0 +1,161 @@
+// The dispatcher: a request to its route, through the token's check and the caller's role, to the
+// route's handler, and the reply's metrics. On the network thread only for a heartbeat (quick()).
+
+#include "poolrun/pool/service.hpp"
+#include "poolrun/topo/names.hpp"
+#include "server_core.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+using Steady = std::chrono::steady_clock;
+
+// The reply of a route whose handler returned `body`, with status `status`.
+HttpReply replyOf(const Route& r, int status, const json& body) {
+  if (r.spec.written) return {status, body.get<std::string>(), r.spec.written};
+  return {status, dumpReply(body), "application/json"};
+}
+
+// The route of the request's method and path, and what its * stood for; `allowed` gets the methods
+// of the path, where it is known.
+const Route* findRoute(const std::vector<Route>& routes, const HttpRequest& req,
+                       std::vector<std::string>& params, std::string& allowed) {
+  for (const Route& r : routes) {
+    auto m = r.match(req.segments);
+    if (!m) continue;
+    if (allowed.find(r.spec.method) == std::string::npos)
+      allowed += (allowed.empty() ? "" : ", ") + std::string(r.spec.method);
+    if (r.spec.method != req.method && r.spec.method != "*") continue;
+    params = std::move(*m);
+    return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// What the route answers, on a worker.
+HttpReply ServerCore::replyTo(const Route& r, Context& c) {
+  if (r.spec.replies) return r.spec.replies(*this, c);
+  json body = r.spec.handler(*this, c);
+  return replyOf(r, c.status, body);
+}
+
+// A scrape of /metrics from an allowed address or with the scrape token is nobody (an empty
+// owner). A refused token is never echoed, not even in part.
+Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
+  const bool scrape = r.label == "/metrics";
+  if (scrape && metrics_access->allowsPeer(req.peer)) {
+    if (metrics_access->allowsHost(req.host)) return {};
+    if (req.authorization.empty()) throw HttpError{403, hostNotPooldMessage(req.host), "forbidden"};
+  }
+  const std::string prefix = "Bearer ";
+  if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
+    throw HttpError{401, "no bearer token (send `Authorization: Bearer TOKEN`)", "unauthorized"};
+  std::string token = req.authorization.substr(prefix.size());
+  if (std::optional<Caller> who = tokens->find(token)) return *who;
+  if (metrics_access->isScrapeToken(token)) {
+    if (scrape) return {};
+    throw HttpError{403, "the scrape token (poold --metrics-token-file) may read /metrics only", "forbidden"};
+  }
+  throw HttpError{401, "the token sent is not in poold's token file", "unauthorized"};
+}
+
+// Whether the caller's role may call the route: a node's token its own node's agent routes only.
+void ServerCore::authorize(const Caller& who, const Route& r, const std::vector<std::string>& params) const {
+  const bool agent = r.spec.role == Role::kAgent;
+  if (who.node != agent && !who.admin)
+    throw HttpError{
+        403,
+        who.node ? "the token of node " + who.owner + " (role node) may only register and heartbeat that node"
+                 : "owner " + who.owner + " (role user) may not " + r.spec.what +
+                       "; the node's agent (role node) or an administrator may",
+        "forbidden"};
+  if (agent && who.node && params.at(0) != who.owner)
+    throw HttpError{403,
+                    "the token of node " + who.owner + " (role node) may not speak for node " +
+                        topo::printable(params.at(0)),
+                    "forbidden"};
+  if (r.spec.role == Role::kAdmin) PoolService(who).requireAdmin(r.spec.what);
+}
+
+// On the network thread, where nothing may wait: heartbeats, applied there when the state's lock
+// is free (2,500 a second at 12,500 nodes; each would cost two hand-overs between threads, more
+// than the heartbeat itself). Every other request goes to the workers, and so does a heartbeat of
+// more than kQuickBodyBytes (an 8-GPU node's is about 5 KB): a node's token must not let its
+// holder keep the network thread reading megabytes.
+QuickAnswer ServerCore::quick(const HttpRequest& req) {
+  constexpr size_t kQuickBodyBytes = 64 * 1024;
+  const bool heartbeat = req.method == "POST" && req.segments.size() == 4 && req.segments[0] == "v1" &&
+                         req.segments[1] == "nodes" && req.segments[3] == "heartbeat" &&
+                         req.body.size() <= kQuickBodyBytes;
+  return heartbeat ? answer(req, true) : QuickAnswer{};
+}
+
+QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
+  auto start = Steady::now();
+  HttpReply reply;
+  std::string label = "unmatched";
+  try {
+    std::vector<std::string> params;
+    std::string allowed;
+    const Route* found = findRoute(routes, req, params, allowed);
+    if (networkThread && (found == nullptr || !found->spec.quick)) return {};
+    if (found == nullptr) {
+      if (!allowed.empty())
+        throw HttpError{405,
+                        "method " + topo::printable(req.method) + " is not allowed here (" + allowed + " is)",
+                        "bad_request",
+                        {{"Allow", allowed}}};
+      throw HttpError{404, "no such API path (the routes are listed in docs/pool.md, \"HTTP API\")",
+                      "not_found"};
+    }
+    label = found->label;
+    if (found->spec.role == Role::kAnyone) {
+      const Caller nobody;
+      Context ctx{req, nobody, params};
+      return {observed(req.method, label, replyTo(*found, ctx), start), nullptr};
+    }
+    if (opt.serving && !opt.serving())
+      throw HttpError{503,
+                      "this poold replica no longer leads the pool (its etcd lease lapsed); retry on another",
+                      "not_leader"};
+    Caller who = authenticate(req, *found);
+    authorize(who, *found, params);
+    Context ctx{req, who, params};
+    if (!networkThread) {
+      reply = replyTo(*found, ctx);
+    } else {
+      QuickBody body = found->spec.quick(*this, ctx);
+      if (std::holds_alternative<std::monostate>(body)) return {};
+      if (auto* finish = std::get_if<std::function<json()>>(&body))
+        return {std::nullopt, [this, found, status = ctx.status, method = req.method, label, start,
+                               finish = std::move(*finish)] {
+                  HttpReply r;
+                  try {
+                    r = replyOf(*found, status, finish());
+                  } catch (...) {
+                    r = replyForError(std::current_exception());
+                  }
+                  return observed(method, label, std::move(r), start);
+                }};
+      reply = replyOf(*found, ctx.status, std::get<json>(body));
+    }
+  } catch (...) {
+    reply = replyForError(std::current_exception());
+  }
+  if (reply.status == 401) reply.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"poold\"");
+  return {observed(req.method, label, std::move(reply), start), nullptr};
+}
+
+HttpReply ServerCore::observed(const std::string& sent, const std::string& label, HttpReply reply,
+                               Steady::time_point start) {
+  // Labels are fixed words only: a client's method or path never makes a new series.
+  const std::string method = sent == "GET" || sent == "POST" || sent == "DELETE" ? sent : "other";
+  metrics.observeRequest(method, label, reply.status,
+                         std::chrono::duration<double>(Steady::now() - start).count());
+  return reply;
+}
+
+}  // namespace poolrun::pool

@@ -1,0 +1,126 @@
+// /v1/leases...: list, acquire (queued or not, idempotent by the client's request id), renew,
+// shrink and release.
+
+#include "poolrun/pool/json.hpp"
+#include "poolrun/pool/service.hpp"
+#include "poolrun/topo/names.hpp"
+#include "routes.hpp"
+#include "server_core.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+
+json leaseList(ServerCore& m, Context&) {
+  return m.pool->read([](const PoolState& s) {
+    json out = json::array();
+    for (const Lease& l : s.leaseList()) out.push_back(toJson(l));
+    return out;
+  });
+}
+
+// The key the acquire's client request id (field request_id) is remembered under; empty without one.
+std::string requestKeyOf(const json& doc, const std::string& owner) {
+  if (!doc.is_object() || !doc.contains("request_id")) return "";
+  const json& id = doc["request_id"];
+  if (!id.is_string() || id.get_ref<const std::string&>().size() > 128)
+    throw badRequest("field 'request_id': expected a string of at most 128 characters");
+  return PoolService::requestKey(owner, id.get<std::string>());
+}
+
+json tooManyQueued(const ServerOptions& opt, const std::string& owner, size_t queued) {
+  return json{
+      {"error", "owner " + owner + " already has " + std::to_string(queued) +
+                    " requests in the queue, the most poold allows one owner (its "
+                    "--max-queued-per-owner is " +
+                    std::to_string(opt.max_queued_per_owner) +
+                    "); this one does not fit now and was not queued: end some of "
+                    "the owner's waiting clients (`poolctl queue` lists their "
+                    "requests; one whose client stops leaves the queue within " +
+                    std::to_string(opt.stale_after.count()) + " s) or wait until some start, then ask again"},
+      {"reason", "too_many_queued"},
+      {"queued", queued},
+      {"limit", opt.max_queued_per_owner}};
+}
+
+// wait_s 0 and it does not fit now: 409 not_now (http_failures.hpp), with where it would have stood.
+PoolError notNow(const LeaseRequest& r, int position) {
+  return PoolError(
+      PoolFailure::kTimeout, ErrorCode::kIo,
+      "a request for " + std::to_string(r.gpus) + " GPUs does not fit now (it would be number " +
+          std::to_string(position) +
+          " in the queue) and was not queued, as wait_s is 0: give a wait_s to wait in the queue, "
+          "or ask for fewer",
+      position);
+}
+
+json submitted(const SubmitResult& sub) {
+  return sub.lease ? json{{"lease", toJson(*sub.lease)}}
+                   : json{{"ticket", sub.ticket}, {"position", sub.position}};
+}
+
+json acquireLease(ServerCore& m, Context& c) {
+  json doc = parseBody(c.req.body);
+  LeaseRequest r = requestFromJson(doc);
+  m.checkLimits(r, c.who);
+  // A user's token names its owner: an `owner` field (poolrun sends $USER) is the token's.
+  r.owner = PoolService(c.who).ownerOf(r.owner);
+  const bool queue = !(r.wait && r.wait->count() == 0);
+  const std::string requestKey = requestKeyOf(doc, r.owner);
+  return m.mutate([&](PoolState& s, TimePoint now) {
+    // A retry gets the first answer, as the state has it now.
+    if (std::optional<SubmitResult> first = PoolService::retried(s, requestKey)) {
+      c.status = first->lease ? 200 : 202;
+      return submitted(*first);
+    }
+    // An owner at its limit may still take what is free now, but queues nothing more.
+    const size_t queued = s.queuedBy(r.owner);
+    const bool full = queue && queued >= m.opt.max_queued_per_owner;
+    SubmitResult sub = s.submit(r, now, queue && !full);
+    if (!sub.lease && full) {
+      c.status = 429;
+      return tooManyQueued(m.opt, r.owner, queued);
+    }
+    if (!sub.lease && sub.ticket == 0) throw notNow(r, sub.position);
+    c.status = sub.lease ? 200 : 202;
+    PoolService::remember(s, requestKey, sub, now);
+    return submitted(sub);
+  });
+}
+
+json renewLease(ServerCore& m, Context& c) {
+  takesNoFields(c.req.body);
+  return m.mutate([&](PoolState& s, TimePoint now) {
+    return json{{"lease", toJson(PoolService(c.who).renew(s, c.params[0], now))}};
+  });
+}
+
+json shrinkLease(ServerCore& m, Context& c) {
+  takesNoFields(c.req.body);
+  return m.mutate([&](PoolState& s, TimePoint now) {
+    return json{{"lease", toJson(PoolService(c.who).shrink(s, c.params[0], now))}};
+  });
+}
+
+json releaseLease(ServerCore& m, Context& c) {
+  if (std::string why = topo::leaseIdProblem(c.params[0]); !why.empty())
+    throw badRequest("'" + topo::printable(c.params[0]) + "' is no lease id: " + why);
+  return m.mutate([&](PoolState& s, TimePoint now) {
+    return json{{"id", c.params[0]}, {"released", PoolService(c.who).release(s, c.params[0], now)}};
+  });
+}
+
+}  // namespace
+
+std::vector<RouteSpec> leaseRoutes() {
+  return {
+      {"GET", "/v1/leases", Role::kUser, "", leaseList},
+      {"POST", "/v1/leases", Role::kUser, "", acquireLease},
+      {"POST", "/v1/leases/*/renew", Role::kUser, "", renewLease},
+      {"POST", "/v1/leases/*/shrink", Role::kUser, "", shrinkLease},
+      {"DELETE", "/v1/leases/*", Role::kUser, "", releaseLease},
+  };
+}
+
+}  // namespace poolrun::pool

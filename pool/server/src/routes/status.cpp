@@ -1,0 +1,60 @@
+// GET /healthz, /v1/status, /v1/quotas, /v1/replicas and /metrics: what the pool and poold are.
+
+#include <sstream>
+
+#include "poolrun/pool/json.hpp"
+#include "poolrun/pool/live_metrics.hpp"
+#include "routes.hpp"
+#include "server_core.hpp"
+
+namespace poolrun::pool {
+namespace {
+
+using nlohmann::json;
+
+json poolStatus(ServerCore& m, Context&) {
+  return m.pool->read([](const PoolState& s) { return toJson(s.status()); });
+}
+
+json quotaList(ServerCore& m, Context&) {
+  return m.pool->read([](const PoolState& s) {
+    json out = json::array();
+    for (const QuotaUse& q : s.quotaUse()) out.push_back(toJson(q));
+    return out;
+  });
+}
+
+json replicaList(ServerCore& m, Context&) {
+  if (!m.opt.replicas)
+    throw HttpError{404, "this poold keeps the pool in one SQLite file: it has no replicas", "not_found"};
+  return json::parse(m.opt.replicas());
+}
+
+json prometheusText(ServerCore& m, Context&) {
+  PoolStatus s;
+  std::map<std::string, int64_t> gpuMillis;
+  std::ostringstream live;
+  m.pool->read([&](const PoolState& st) {
+    s = st.status();
+    gpuMillis = m.metrics.gpuMillis(st.leaseMap(), std::chrono::system_clock::now());
+    writeLiveMetrics(live, st, std::chrono::system_clock::now());
+    return 0;
+  });
+  return json(m.metrics.render(s, m.http ? m.http->stats() : HttpServerStats{}, gpuMillis) + live.str() +
+              (m.opt.more_metrics ? m.opt.more_metrics() : std::string()));  // unbound: tests
+}
+
+}  // namespace
+
+std::vector<RouteSpec> statusRoutes() {
+  return {
+      {"GET", "/healthz", Role::kAnyone, "", nullptr, nullptr, nullptr,
+       [](ServerCore& m, Context&) { return m.health(); }},
+      {"GET", "/v1/status", Role::kUser, "", poolStatus},
+      {"GET", "/v1/quotas", Role::kUser, "", quotaList},
+      {"GET", "/v1/replicas", Role::kUser, "", replicaList},
+      {"GET", "/metrics", Role::kUser, "", prometheusText, "text/plain; version=0.0.4"},
+  };
+}
+
+}  // namespace poolrun::pool

@@ -1,0 +1,131 @@
+#include "server_core.hpp"
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include "poolrun/pool/quotas.hpp"
+
+namespace poolrun::pool {
+
+using nlohmann::json;
+
+LongPolls::Slot::Slot(LongPolls& polls, const std::string& owner) : polls_(polls), owner_(owner) {
+  std::lock_guard<std::mutex> lock(polls_.mu_);
+  int& mine = polls_.by_owner_[owner_];
+  held_ = polls_.polls_ < polls_.most_ && mine < polls_.most_per_owner_;
+  if (held_) {
+    ++polls_.polls_;
+    ++mine;
+  } else if (mine == 0) {
+    polls_.by_owner_.erase(owner_);
+  }
+}
+
+LongPolls::Slot::~Slot() {
+  if (!held_) return;
+  std::lock_guard<std::mutex> lock(polls_.mu_);
+  --polls_.polls_;
+  if (--polls_.by_owner_[owner_] == 0) polls_.by_owner_.erase(owner_);
+}
+
+ServerCore::ServerCore(ServerOptions o) : opt(std::move(o)), long_polls(opt.threads) {}
+
+ServerCore::~ServerCore() {
+  http.reset();
+  events.reset();
+  pool.reset();
+  if (lock_fd >= 0) close(lock_fd);
+}
+
+void ServerCore::reloadQuotas() {
+  if (opt.quotas_file.empty()) return;
+  try {
+    std::optional<Quotas> q =
+        quotas_watch.readIfChanged(opt.quotas_file, [this] { return readQuotasFile(opt.quotas_file); });
+    if (!q) return;  // unchanged, or being written: read it at a later tick
+    pool->mutate([&](PoolState& s, TimePoint now) {
+      s.setQuotas(std::move(*q));
+      s.tick(now, opt.stale_after);
+      return 0;
+    });
+    std::cerr << "poold: quotas read again from " << opt.quotas_file.string() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "poold: warning: " << e.what() << "; keeping the quotas read before\n";
+  }
+}
+
+void ServerCore::runTickHooks() {
+  if (opt.on_tick.empty()) return;
+  const StateReader read = reader();
+  for (const auto& hook : opt.on_tick) hook(read);
+}
+
+StateReader ServerCore::reader() {
+  return [this](const std::function<void(const PoolState&)>& fn) {
+    pool->read([&fn](const PoolState& s) {
+      fn(s);
+      return 0;
+    });
+  };
+}
+
+HttpReply ServerCore::health() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu);
+    if (stopping) return {503, "poold is stopping\n", "text/plain; charset=utf-8"};
+  }
+  pool->read([](const PoolState&) { return 0; });  // the state's lock is not held for good
+  return {200, "ok\n", "text/plain; charset=utf-8"};
+}
+
+void ServerCore::checkLimits(const LeaseRequest& r, const Caller& who) const {
+  if (r.ttl > opt.max_ttl)
+    throw badRequest("field 'ttl_s': " + std::to_string(r.ttl.count()) + " is over poold's maximum of " +
+                     std::to_string(opt.max_ttl.count()) +
+                     " s (poold --max-ttl); ask for less, a lease is renewed at a third of its ttl");
+  if (!who.admin && r.no_reclaim)
+    throw HttpError{403,
+                    "owner " + who.owner +
+                        " (role user) may not exempt a lease from idle reclaim (no_reclaim); an "
+                        "administrator may",
+                    "forbidden"};
+  if (!who.admin && r.priority > opt.max_user_priority)
+    throw badRequest("field 'priority': " + std::to_string(r.priority) + " is over the maximum of " +
+                     std::to_string(opt.max_user_priority) +
+                     " for users (poold --max-user-priority); an administrator may set more");
+}
+
+void ServerCore::failByAdmin(PoolState& s, const std::string& name, size_t index, const std::string& by,
+                             TimePoint now) {
+  auto node = s.nodeMap().find(name);
+  const bool changes =
+      node != s.nodeMap().end() && index < node->second.gpuCount() && !node->second.failed.count(index);
+  s.failGpu(name, index, now);
+  if (changes)
+    events->record(
+        "gpu_failed",
+        {{"node", name}, {"index", index}, {"reason", "marked failed by an administrator"}, {"by", by}}, now);
+}
+
+uint64_t ServerCore::recordLeaseEvents(PoolState& s, TimePoint now) {
+  for (const LeaseEvent& e : s.takeLeaseEvents()) {
+    metrics.observeLease(e, now);
+    events->record(leaseEventKind(e.kind), leaseEventFields(e, now), now);
+  }
+  for (const NodeEvent& e : s.takeNodeEvents()) {
+    if (e.kind == NodeEvent::Kind::kGpuFailed)
+      events->record("gpu_failed",
+                     {{"node", e.node}, {"index", e.gpu}, {"reason", e.reason}, {"by", "agent"}}, now);
+    else
+      events->record("node_state",
+                     {{"node", e.node},
+                      {"state", e.kind == NodeEvent::Kind::kUnreachable ? "unreachable" : "up"},
+                      {"by", "heartbeats"},
+                      {"reason", e.reason}},
+                     now);
+  }
+  return events->lastRecorded();
+}
+
+}  // namespace poolrun::pool

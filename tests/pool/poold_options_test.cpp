@@ -1,0 +1,70 @@
+// poold's command line read into PooldOptions: values, defaults and refusals.
+
+#include "poolrun/pool/poold_options.hpp"
+
+#include <gtest/gtest.h>
+
+namespace poolrun::pool {
+namespace {
+
+using std::chrono::seconds;
+
+TEST(PooldOptionsTest, ReadsValuesAndKeepsDefaults) {
+  const PooldOptions o =
+      parsePooldOptions({"--state", "/var/lib/poold", "--token-file", "tokens", "--listen", "0.0.0.0:8080",
+                         "--sync", "full", "--threads", "8", "--heartbeat-interval", "10", "--reclaim-idle",
+                         "--metrics-host", "a.example,b", "--cluster", "c.yaml"});
+  EXPECT_EQ(o.action, PooldOptions::Action::kServe);
+  EXPECT_EQ(o.server.state_dir, "/var/lib/poold");
+  EXPECT_EQ(o.server.token_file, "tokens");
+  EXPECT_EQ(o.server.host, "0.0.0.0");
+  EXPECT_EQ(o.server.port, 8080);
+  EXPECT_EQ(o.server.durability, Durability::kFull);
+  EXPECT_EQ(o.server.threads, 8);
+  EXPECT_TRUE(o.server.live.reclaim_idle);
+  EXPECT_EQ(o.server.metrics_hosts, (std::vector<std::string>{"a.example", "b"}));
+  EXPECT_EQ(o.cluster, "c.yaml");
+  EXPECT_EQ(o.server.live.node_timeout, seconds(30));  // three heartbeat intervals
+  EXPECT_EQ(o.store, "sqlite");
+  EXPECT_EQ(o.etcd_prefix, "/poolrun");
+  EXPECT_EQ(o.etcd_ttl, seconds(5));
+  EXPECT_EQ(o.server.max_ttl, ServerOptions().max_ttl);
+}
+
+TEST(PooldOptionsTest, HelpAndVersionStopTheReading) {
+  EXPECT_EQ(parsePooldOptions({"--help", "--bogus"}).action, PooldOptions::Action::kHelp);
+  EXPECT_EQ(parsePooldOptions({"-h"}).action, PooldOptions::Action::kHelp);
+  EXPECT_EQ(parsePooldOptions({"--version"}).action, PooldOptions::Action::kVersion);
+  EXPECT_NE(pooldUsage().find("usage: poold --state DIR --token-file FILE"), std::string::npos);
+}
+
+struct RefusalCase {
+  std::vector<std::string> args;
+  const char* message;  // a part of the error's text
+};
+
+TEST(PooldOptionsTest, RefusesWhatItCannotServe) {
+  const RefusalCase cases[] = {
+      {{"--bogus"}, "unknown option '--bogus'"},
+      {{"--state"}, "--state needs a value"},
+      {{"--listen", "8080"}, "--listen '8080': expected HOST:PORT"},
+      {{"--sync", "sometimes"}, "--sync 'sometimes' (use normal or full)"},
+      {{"--threads", "0"}, "--threads"},
+      {{"--heartbeat-interval", "10", "--node-timeout", "10"}, "is not longer than the heartbeat interval"},
+      {{"--metrics-host", "a b"}, "is not a host name"},
+      {{"--etcd-prefix", "poolrun"}, "expected a key prefix such as /poolrun"},
+      {{"--advertise", "https://x:1"}, "'https://x:1'"},
+  };
+  for (const RefusalCase& c : cases) {
+    try {
+      parsePooldOptions(c.args);
+      ADD_FAILURE() << c.args[0] << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadInput);
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace poolrun::pool
