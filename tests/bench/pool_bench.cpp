@@ -12,11 +12,11 @@
 #include <random>
 #include <thread>
 
-#include "poolrun/pool/dashboard.hpp"
-#include "poolrun/pool/heartbeat_reader.hpp"
 #include "inventory.hpp"
 #include "poold_process.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/pool/dashboard.hpp"
+#include "poolrun/pool/heartbeat_reader.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/pool/store.hpp"

@@ -7,9 +7,9 @@
 
 #include <thread>
 
+#include "inventory.hpp"
 #include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/pool/etcd_leader.hpp"
-#include "inventory.hpp"
 #include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/json.hpp"
 #include "support/etcd_cluster.hpp"

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "poolrun/pool/heartbeat_reader.hpp"
 #include "inventory.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/heartbeat_reader.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/store.hpp"
 #include "poolrun/topo/names.hpp"

@@ -1,8 +1,9 @@
-// poolctl's views of the live pool without a terminal or a pool (pool/poolctl/include/poolrun/pool/poolctl_top.hpp): the
-// frames of `poolctl top` on a compact pool (an unreachable node, a failed GPU with its reason, a
-// foreign GPU with its processes, an idle lease warned of its reclaim, a queued request) at 80 and
-// 200 columns and on a 20x5 terminal, cut sections, the error header, text from the pool that
-// would move the cursor; and the tables of `poolctl nodes`, `leases` and `status`.
+// poolctl's views of the live pool without a terminal or a pool
+// (pool/poolctl/include/poolrun/pool/poolctl_top.hpp): the frames of `poolctl top` on a compact pool (an
+// unreachable node, a failed GPU with its reason, a foreign GPU with its processes, an idle lease warned of
+// its reclaim, a queued request) at 80 and 200 columns and on a 20x5 terminal, cut sections, the error
+// header, text from the pool that would move the cursor; and the tables of `poolctl nodes`, `leases` and
+// `status`.
 
 #include <gtest/gtest.h>
 

@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "poolrun/pool/types.hpp"
 #include "poolrun/pool/state.hpp"
+#include "poolrun/pool/types.hpp"
 
 namespace poolrun::pool {
 

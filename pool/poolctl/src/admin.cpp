@@ -1,0 +1,153 @@
+// poolctl's administrators' commands: register, drain, resume, fail and mig.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "poolctl.hpp"
+#include "poolrun/pool/request_options.hpp"
+#include "poolrun/topo/names.hpp"
+#include "poolrun/topo/nesting.hpp"
+#include "poolrun/topo/sources.hpp"
+
+namespace poolrun::pool::ctl {
+
+using nlohmann::json;
+
+int registerCommand(const Command& c) {
+  std::vector<topo::ClusterNode> nodes;
+  if (c.args.size() == 2 && c.args[0] == "--cluster") {
+    nodes = topo::readClusterFile(c.args[1]).nodes;
+  } else if (c.args.empty()) {
+    topo::ClusterNode node;
+    auto t = std::make_shared<topo::NodeTopology>(topo::probeLive());
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    node.name = t->hostname.empty() ? host : t->hostname;
+    node.topology = std::move(t);
+    nodes.push_back(std::move(node));
+  } else {
+    throw badInput("register takes [--cluster FILE]");
+  }
+  c.pool().registerNodes(nodes);
+  if (c.json)
+    std::cout << json{{"registered", nodes.size()}}.dump() << "\n";
+  else
+    std::cout << "registered " << nodes.size() << " node(s) in " << c.pool().describe() << "\n";
+  return 0;
+}
+
+// drain NODE, resume NODE.
+int drainOrResumeCommand(const Command& c) {
+  const std::string& node = c.one("NODE");
+  topo::checkNodeName(node);
+  c.name == "drain" ? c.pool().drain(node) : c.pool().resume(node);
+  if (!c.json) std::cout << node << ": " << (c.name == "drain" ? "draining" : "up") << "\n";
+  return 0;
+}
+
+// fail NODE:GPU, or fail NODE: every GPU of the node.
+int failCommand(const Command& c) {
+  const std::string& spec = c.one("NODE:GPU (or NODE)");
+  size_t colon = spec.rfind(':');
+  if (colon == std::string::npos) {
+    topo::checkNodeName(spec, "fail");
+    const std::vector<NodeInfo> nodes = c.pool().nodes();
+    auto n = std::find_if(nodes.begin(), nodes.end(), [&](const NodeInfo& i) { return i.name == spec; });
+    if (n == nodes.end())
+      throw Error(ErrorCode::kNotFound, "no node '" + spec + "' in the pool (see `poolctl nodes`)");
+    for (const GpuInfo& g : n->gpus) c.pool().failGpu(spec, g.index);
+    if (!c.json) std::cout << spec << ": " << n->gpus.size() << " GPUs failed\n";
+    return 0;
+  }
+  std::string node = spec.substr(0, colon);
+  topo::checkNodeName(node);
+  size_t index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
+  c.pool().failGpu(node, index);
+  if (!c.json) std::cout << spec << ": failed\n";
+  return 0;
+}
+
+// poolctl mig NODE:GPU --profiles A,B [--wait SECONDS]: asks for the layout, and with --wait
+// follows it until the agent has made it (0) or failed to, or the time ran out (1).
+int migCommand(const Command& c) {
+  const std::vector<std::string>& args = c.args;
+  std::string spec;
+  std::vector<std::string> profiles;
+  std::optional<std::chrono::seconds> wait;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw badInput(args[i] + " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--profiles") {
+      std::string list = value();
+      topo::checkText(list, 1024, "--profiles");
+      for (size_t at = 0; at <= list.size();) {
+        size_t comma = list.find(',', at);
+        if (comma == std::string::npos) comma = list.size();
+        LeaseRequest named;
+        setMigProfile(named, list.substr(at, comma - at), "--profiles");
+        if (named.mig_or_larger)
+          throw badInput("--profiles '" + topo::printable(list) + "': name each profile (no '+')");
+        profiles.push_back(named.mig_profile);
+        at = comma + 1;
+      }
+    } else if (args[i] == "--wait") {
+      wait = std::chrono::seconds(number("--wait", value(), Range<int64_t>{1, 86'400}));
+    } else if (spec.empty() && !args[i].starts_with("-")) {
+      spec = args[i];
+    } else {
+      throw badInput("mig: unexpected '" + topo::printable(args[i]) + "' (see poolctl help mig)");
+    }
+  }
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos || profiles.empty())
+    throw badInput("mig needs NODE:GPU and --profiles PROFILE[,PROFILE...] (3g.40gb,3g.40gb, say)");
+  const std::string node = spec.substr(0, colon);
+  topo::checkNodeName(node);
+  const size_t gpu = number("mig GPU index", spec.substr(colon + 1), kGpuIndexRange);
+  c.pool().setMigLayout(node, gpu, profiles);
+  std::string layout;
+  for (const std::string& p : profiles) layout += (layout.empty() ? "" : ",") + p;
+  if (!wait) {
+    if (c.json)
+      std::cout << json{{"node", node}, {"index", gpu}, {"mig_layout", profiles}}.dump() << "\n";
+    else
+      std::cout << spec << ": MIG layout " << layout
+                << " asked; the node's agent makes it once no lease holds the GPU or its instances\n";
+    return 0;
+  }
+  const auto end = std::chrono::steady_clock::now() + *wait;
+  for (;;) {
+    for (const NodeInfo& n : c.pool().nodes()) {
+      if (n.name != node || gpu >= n.gpus.size() || !n.gpus[gpu].mig_layout.empty()) continue;
+      const GpuInfo& g = n.gpus[gpu];
+      if (c.json) {
+        std::cout << toJson(n).dump(2) << "\n";
+      } else if (g.state == GpuState::kFailed) {
+        std::cerr << "poolctl: " << spec << ": " << g.failed_reason << "\n";
+      } else {
+        std::cout << spec << ": MIG layout " << layout << " made: " << g.mig_instances.size()
+                  << " instances\n";
+        for (const MigInstanceInfo& m : g.mig_instances)
+          std::cout << "  " << gpu << "/" << m.gpu_instance << "." << m.compute_instance << "  " << m.profile
+                    << "  " << m.uuid << "\n";
+      }
+      return g.state == GpuState::kFailed ? 1 : 0;
+    }
+    if (std::chrono::steady_clock::now() >= end) {
+      std::cerr
+          << "poolctl: " << spec << ": the MIG layout " << layout << " is not made after " << wait->count()
+          << " s (a lease still holds the GPU or one of its instances, or its agent is silent; `poolctl "
+             "nodes` shows which); the request stays\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+}  // namespace poolrun::pool::ctl

@@ -1,0 +1,175 @@
+// poolctl's words: its usage and each command's help (poolctl.hpp).
+
+#include <map>
+#include <string>
+
+#include "poolctl.hpp"
+
+namespace poolrun::pool::ctl {
+
+using nlohmann::json;
+
+const char* const kUsage =
+    "usage: poolctl [--pool URI] [--token-file FILE] [--json] COMMAND [ARGS]\n"
+    "commands:\n"
+    "  status | nodes | leases | queue     look at the pool\n"
+    "  quota                               GPUs used against each quota (poold --quotas)\n"
+    "  top [--interval SECONDS] [--once]   a live view of nodes, GPUs, leases and the queue; q quits\n"
+    "  acquire -n N|MIN:MAX [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
+    "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
+    "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
+    "          [--no-reclaim] [--preemptible] [--resize-interval SECONDS] [--mig PROFILE[+]]\n"
+    "          [--share FRACTION] [--gpu-memory BYTES]\n"
+    "  renew LEASE | release LEASE | shrink LEASE\n"
+    "  register [--cluster FILE]           (admin) add nodes; without --cluster, probe this node\n"
+    "  drain NODE | resume NODE            (admin) stop / restart new leases on a node\n"
+    "  fail NODE:GPU | NODE                (admin) mark a GPU, or every GPU of a node, failed\n"
+    "  mig NODE:GPU --profiles P,P... [--wait SECONDS]\n"
+    "                                      (admin) split a GPU into MIG instances (docs/mig.md)\n"
+    "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
+    "options:\n"
+    "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE or http://HOST:PORT\n"
+    "                    (poold replicas on etcd: http://A:PORT,http://B:PORT)\n"
+    "  --token-file FILE the bearer token for http pools (else $POOLRUN_TOKEN)\n"
+    "  --state DIR       state directory of local and sim: pools (else $POOLRUN_STATE_DIR)\n"
+    "  --owner NAME, --role user|admin   identity in local and sim: pools (default $USER, admin)\n"
+    "  --json            machine-readable output on stdout\n"
+    "defaults: --ttl 60 (a lease not renewed within its ttl expires; poolrun renews every ttl/3),\n"
+    "  --wait: without limit while the pool could ever satisfy the request, fail at once otherwise\n"
+    "exit status: 0 done, 1 error, 2 bad input, 3 did not fit (within --wait, or never),\n"
+    "  4 refused (401 unknown token, 403 not allowed), 5 lease gone (renew, shrink; release of a lease\n"
+    "  not held says so and exits 0), 128+N interrupted by signal N while queued (the request is withdrawn)\n"
+    "environment:\n"
+    "  POOLRUN_POOL       the pool when --pool is not given\n"
+    "  POOLRUN_TOKEN      the bearer token when --token-file is not given\n"
+    "  POOLRUN_STATE_DIR  the state directory when --state is not given (else $XDG_STATE_HOME/poolrun,\n"
+    "                     else $HOME/.local/state/poolrun)\n"
+    "  USER               the owner in local and sim: pools when --owner is not given\n"
+    "  POOLRUN_FIXTURES   where cluster files' shared/fixtures/ topologies are (sim:, register)\n"
+    "  POOLRUN_PREEMPT_GRACE, POOLRUN_MIN_RUNTIME, POOLRUN_QUOTAS  local and sim: pools' preemption\n"
+    "                     grace and minimum runtime (seconds) and quotas file (poold's --preempt-grace,\n"
+    "                     --min-runtime, --quotas)\n"
+    "`poolctl help COMMAND` or `poolctl COMMAND --help`: that command's help; `poolctl --version`.\n";
+
+namespace {
+
+const std::map<std::string, const char*> kHelp = {
+    {"status",
+     "usage: poolctl [--pool URI] [--json] status\n"
+     "The pool in one line: nodes (up, draining, down; of them unreachable: their agent went quiet),\n"
+     "GPUs (free, leased, failed, foreign: busy with processes of no lease; of them on unreachable\n"
+     "nodes), leases, queued.\n"},
+    {"nodes",
+     "usage: poolctl [--pool URI] [--json] nodes\n"
+     "Every node: its state (up, draining, down, unreachable), leaf switch, fabric, agent (or \"no\n"
+     "agent\"), the age of its last heartbeat and its GPUs (free/leased/failed/foreign); under it a line\n"
+     "per GPU: state, utilisation, memory used/total (GiB), temperature, power, lease, and why it\n"
+     "failed (and when) or the processes of no lease that make it foreign. A node without an agent\n"
+     "has no readings: only its leased and failed GPUs get a line.\n"},
+    {"leases",
+     "usage: poolctl [--pool URI] [--json] leases\n"
+     "Every lease held: its id, job, owner, GPUs, age, idle time (where the pool finds its GPUs\n"
+     "unused: poold --idle-after), expiry, end, and a note: when the pool reclaims it as idle (poold\n"
+     "--reclaim-idle), the nodes at risk (unreachable), or that it is never reclaimed (--no-reclaim).\n"},
+    {"queue",
+     "usage: poolctl [--pool URI] [--json] queue\n"
+     "The waiting requests in the order they will be served: position, ticket, GPUs, priority, owner,\n"
+     "job.\n"},
+    {"quota",
+     "usage: poolctl [--pool URI] [--json] quota\n"
+     "Each quota of the pool (poold --quotas, POOLRUN_QUOTAS for the embedded pools): the group or\n"
+     "owner, its members, the GPUs guaranteed, its limit, the GPUs its owners hold, how many of those\n"
+     "are borrowed beyond the guarantee (their youngest leases: preempted first when an owner within\n"
+     "its guarantee needs them), and the GPUs its owners' waiting requests ask for.\n"},
+    {"top",
+     "usage: poolctl [--pool URI] top [--interval SECONDS] [--once]\n"
+     "A live view, redrawn in place every interval: the pool, the time, nodes up and unreachable,\n"
+     "GPUs free, leased, failed and foreign, leases and the queue's length; each node and its GPUs\n"
+     "with utilisation and memory bars; the leases with owner, GPUs, age and idle time; the queue\n"
+     "with positions, waits and reasons. Fits the terminal (lines are cut, not wrapped). q or Ctrl-C\n"
+     "quits (exit 0). Where the pool cannot be read, the header says why and it tries again.\n"
+     "With --once, or when stdout is not a terminal: one frame without escapes ($COLUMNS x $LINES,\n"
+     "else 80x24), exit status 0, or 1 where the pool could not be read.\n"
+     "  --interval SECONDS   between refreshes, 1 to 3600 (default 2)\n"
+     "  --once               print one frame and exit\n"},
+    {"acquire",
+     "usage: poolctl [--pool URI] [--json] acquire -n N [options]\n"
+     "Takes N GPUs (all or nothing) and prints the lease; queues while they are not free.\n"
+     "  -n, --gpus N             GPUs to take\n"
+     "  -n, --gpus MIN:MAX       an elastic lease: MIN GPUs (all or nothing), grown towards MAX while\n"
+     "                           GPUs are free and nobody of equal or higher priority waits, shrunk\n"
+     "                           back towards MIN for a request of higher priority\n"
+     "  --resize-interval SECONDS  an elastic lease grows at most this often (default 600)\n"
+     "  --gpus-per-node K        exactly K on each node\n"
+     "  --whole-nodes            whole nodes only: every GPU of each node it takes\n"
+     "  --ttl SECONDS            the lease expires unless renewed within SECONDS (default 60)\n"
+     "  --wait SECONDS           give up queueing after SECONDS (default: while it could ever fit)\n"
+     "  --max-duration SECONDS   the lease ends after SECONDS however it is renewed\n"
+     "  --priority P             queue priority (higher first)\n"
+     "  --job NAME               the job's name, shown in leases and queue\n"
+     "  --model TEXT             only GPUs whose model contains TEXT\n"
+     "  --mig PROFILE            N MIG instances of that profile (1g.10gb, 3g.40gb) instead of whole\n"
+     "                           GPUs, packed onto as few GPUs as possible; PROFILE+: that or larger\n"
+     "  --share FRACTION         N MPS shares (one per GPU) of 0.25 or 25% of a GPU's SMs (and memory)\n"
+     "  --gpu-memory BYTES       N MPS shares with this much device memory each (512M, 10G)\n"
+     "  --min-memory-gib G       only GPUs with at least G GiB\n"
+     "  --fabric ib|roce|tcp     only nodes with that fabric\n"
+     "  --label KEY=VALUE        only nodes with that label (repeatable)\n"
+     "  --one-switch             only nodes under one leaf switch\n"
+     "  --no-reclaim             (admin) never end the lease as idle (poold --reclaim-idle); a user's\n"
+     "                           token is refused (exit status 4)\n"
+     "  --preemptible            a waiting request of higher priority may preempt the lease (its\n"
+     "                           holder gets the pool's grace period to end the job)\n"
+     "exit status: 3 when it does not fit within --wait (or never can); 128+N when signal N (Ctrl-C:\n"
+     "130) interrupts the wait: the queued request is withdrawn first.\n"},
+    {"renew",
+     "usage: poolctl [--pool URI] [--json] renew LEASE\n"
+     "Extends LEASE by its TTL from now. Exit status 5 when the lease is gone.\n"},
+    {"release",
+     "usage: poolctl [--pool URI] [--json] release LEASE\n"
+     "Gives LEASE's GPUs back to the pool.\n"},
+    {"shrink",
+     "usage: poolctl [--pool URI] [--json] shrink LEASE\n"
+     "An elastic lease under a shrink notice gives the GPUs it names back now (its job has left\n"
+     "them), instead of at the notice's deadline; prints the lease. Exit status 5 when it is gone.\n"},
+    {"register",
+     "usage: poolctl [--pool URI] register [--cluster FILE]\n"
+     "(admin) Adds the nodes of a cluster file, or without --cluster this node, probed.\n"},
+    {"drain",
+     "usage: poolctl [--pool URI] drain NODE\n"
+     "(admin) NODE takes no new lease; its leases run on.\n"},
+    {"resume",
+     "usage: poolctl [--pool URI] resume NODE\n"
+     "(admin) NODE takes new leases again.\n"},
+    {"mig",
+     "usage: poolctl --pool http://HOST:PORT mig NODE:GPU --profiles PROFILE[,PROFILE...] [--wait "
+     "SECONDS]\n"
+     "(admin) Splits the GPU into MIG instances: a GPU instance of each profile, in order, with one\n"
+     "compute instance each (3g.40gb,3g.40gb; 1g.10gb,1g.10gb,2g.20gb,3g.40gb). The GPU and its\n"
+     "instances take no new lease; once none is held, the node's agent makes the layout through NVML\n"
+     "(as root; turning MIG mode on may wait for a GPU reset) and the new instances are leased. A\n"
+     "layout that cannot be made fails the GPU with the reason (poolctl nodes; poolctl resume NODE).\n"
+     "  --wait SECONDS   wait that long for the layout to be made, and say how it went (exit status\n"
+     "                   1 when it failed or the time ran out; the request stays)\n"},
+    {"fail",
+     "usage: poolctl [--pool URI] fail NODE:GPU | NODE\n"
+     "(admin) Marks GPU (its index) of NODE failed, or every GPU of NODE: leased no more until\n"
+     "`poolctl resume NODE`.\n"},
+    {"events",
+     "usage: poolctl --pool http://HOST:PORT [--json] events [--since SEQ] [--follow]\n"
+     "poold's event log, one line per event: grants, releases, expiries, node state changes, GPU\n"
+     "failures (docs/operations.md). Without --since, every event poold keeps; with --follow and\n"
+     "without --since, the last 10, then each new one as it comes, until Ctrl-C (exit 0), waiting for\n"
+     "poold where it is down. --json: each event as its JSON line.\n"
+     "  --since SEQ   only the events after SEQ\n"
+     "  --follow      keep printing events as they come\n"},
+};
+
+}  // namespace
+
+const char* commandHelp(const std::string& command) {
+  auto it = kHelp.find(command);
+  return it == kHelp.end() ? nullptr : it->second;
+}
+
+}  // namespace poolrun::pool::ctl

@@ -1,0 +1,76 @@
+#pragma once
+
+// What poolctl's commands share (one file per group of commands: look.cpp, lease_commands.cpp,
+// admin.cpp, events.cpp; help.cpp for the words, poolctl_main.cpp for the options and the table).
+// Private to poolctl.
+
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "poolrun/pool/control.hpp"
+#include "poolrun/pool/json.hpp"
+#include "poolrun/pool/limits.hpp"
+#include "poolrun/topo/options.hpp"
+
+namespace poolrun::pool::ctl {
+
+// One command's call: its name, its arguments, --json, the pool's URI and the client's options, and
+// the pool, opened at the first use (once the command's arguments are known to be good).
+struct Command {
+  std::string name;
+  std::vector<std::string> args;
+  bool json = false;
+  const std::string& uri;
+  const ClientOptions& options;
+  std::function<PoolControl&()> pool;
+
+  // The only argument, naming `what` where there is none or more.
+  const std::string& one(const std::string& what) const {
+    if (args.size() != 1) throw badInput(name + " needs exactly one " + what);
+    return args[0];
+  }
+};
+
+// The text of `option` as a number within `range`; else kBadInput naming both.
+template <typename T>
+T number(const std::string& option, const std::string& text, Range<T> range) {
+  return topo::parseOption<T>(option, text, range.min, range.max);
+}
+
+// A list as a JSON array of toJson's documents, printed.
+template <typename T>
+void printJsonList(const std::vector<T>& items) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const T& item : items) out.push_back(toJson(item));
+  std::cout << out.dump(2) << "\n";
+}
+
+// help.cpp
+extern const char* const kUsage;
+// `poolctl help COMMAND`, `poolctl COMMAND --help`; nullptr for a command poolctl does not have.
+const char* commandHelp(const std::string& command);
+
+// look.cpp: status, nodes, leases, queue, quota, top.
+int statusCommand(const Command& c);
+int nodesCommand(const Command& c);
+int leasesCommand(const Command& c);
+int queueCommand(const Command& c);
+int quotaCommand(const Command& c);
+int topCommandOf(const Command& c);
+
+// lease_commands.cpp: acquire; renew, shrink, release LEASE.
+int acquireCommand(const Command& c);
+int leaseCommand(const Command& c);
+
+// admin.cpp: register; drain, resume NODE; fail NODE[:GPU]; mig NODE:GPU.
+int registerCommand(const Command& c);
+int drainOrResumeCommand(const Command& c);
+int failCommand(const Command& c);
+int migCommand(const Command& c);
+
+// events.cpp: poold's event log.
+int eventsCommand(const Command& c);
+
+}  // namespace poolrun::pool::ctl
