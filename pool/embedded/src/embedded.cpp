@@ -12,6 +12,7 @@
 
 #include "embedded.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/service.hpp"
 #include "poolrun/pool/store.hpp"
@@ -294,14 +295,18 @@ std::string stateDirectory(const ClientOptions& options) {
 std::unique_ptr<PoolControl> openEmbeddedLocal(const ClientOptions& options) {
   std::filesystem::path db = std::filesystem::path(stateDirectory(options)) / "local.sqlite";
   auto pool = std::make_unique<EmbeddedPool>("local (" + db.string() + ")", db, options, true);
+  pool->seed({thisNode()});
+  return pool;
+}
+
+topo::ClusterNode thisNode() {
   topo::ClusterNode node;
   auto topology = std::make_shared<topo::NodeTopology>(topo::probeLive());
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   node.name = topology->hostname.empty() ? host : topology->hostname;
   node.topology = std::move(topology);
-  pool->seed({node});
-  return pool;
+  return node;
 }
 
 std::unique_ptr<PoolControl> openEmbeddedSim(const std::string& file, const ClientOptions& options) {

@@ -1,13 +1,12 @@
 // poolctl's administrators' commands: register, drain, resume, fail and mig.
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
 
 #include "poolctl.hpp"
+#include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/request_options.hpp"
 #include "poolrun/topo/names.hpp"
 #include "poolrun/topo/nesting.hpp"
@@ -22,13 +21,7 @@ int registerCommand(const Command& c) {
   if (c.args.size() == 2 && c.args[0] == "--cluster") {
     nodes = topo::readClusterFile(c.args[1]).nodes;
   } else if (c.args.empty()) {
-    topo::ClusterNode node;
-    auto t = std::make_shared<topo::NodeTopology>(topo::probeLive());
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    node.name = t->hostname.empty() ? host : t->hostname;
-    node.topology = std::move(t);
-    nodes.push_back(std::move(node));
+    nodes.push_back(thisNode());
   } else {
     throw badInput("register takes [--cluster FILE]");
   }

@@ -9,6 +9,7 @@
 
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/control.hpp"
+#include "poolrun/topo/cluster.hpp"
 
 namespace poolrun::pool {
 
@@ -26,5 +27,9 @@ std::string stateDirectory(const ClientOptions& options);
 
 // The cluster file of a `sim:FILE` URI (FILE, possibly empty); nullopt for the other kinds.
 std::optional<std::string> simClusterFile(const std::string& uri);
+
+// This node as the pool knows it: probed (topo::probeLive) and named by the topology's host name,
+// else gethostname's. What the `local` pool holds and `poolctl register` adds without --cluster.
+topo::ClusterNode thisNode();
 
 }  // namespace poolrun::pool
