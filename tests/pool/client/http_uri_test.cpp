@@ -38,11 +38,13 @@ TEST(HttpUri, RefusesWhatIsNotAPooldWithWhatToWrite) {
   EXPECT_NE(refusal("http://a").find("expected http://HOST:PORT"), std::string::npos);
   EXPECT_NE(refusal("http://:7450").find("expected http://HOST:PORT"), std::string::npos);
   for (const char* port : {"0", "65536", "-1", "99999999999999999999", "7450x", ""})
-    EXPECT_NE(refusal(std::string("http://a:") + port).find("is not a number from 1 to 65535"), std::string::npos)
+    EXPECT_NE(refusal(std::string("http://a:") + port).find("is not a number from 1 to 65535"),
+              std::string::npos)
         << port;
   EXPECT_NE(refusal("http://a/b:7450").find("a path after HOST:PORT"), std::string::npos);
   EXPECT_NE(refusal("http://a:7450,").find("'' is not http://HOST:PORT"), std::string::npos);
-  EXPECT_NE(refusal("http://a:7450,ftp://b:1").find("'ftp://b:1' is not http://HOST:PORT"), std::string::npos);
+  EXPECT_NE(refusal("http://a:7450,ftp://b:1").find("'ftp://b:1' is not http://HOST:PORT"),
+            std::string::npos);
   EXPECT_NE(refusal("http://a b:7450").find("host 'a b' is not a host name or address"), std::string::npos);
   EXPECT_NE(refusal("http://" + std::string(300, 'h') + ":7450").find("is not a host name or address"),
             std::string::npos);
@@ -50,11 +52,13 @@ TEST(HttpUri, RefusesWhatIsNotAPooldWithWhatToWrite) {
 
 TEST(HttpUri, ARefusalShowsNoByteATerminalWouldAct) {
   // A control character, an escape sequence and bytes that are not UTF-8, in the host and the port.
-  for (const std::string& uri : {std::string("http://a\x1b[2Jb:7450"), std::string("http://a:74\n50"),
-                                std::string("http://\xff\xfe:7450"), std::string("http://a:7450,\x07http://b:1")}) {
+  for (const std::string& uri :
+       {std::string("http://a\x1b[2Jb:7450"), std::string("http://a:74\n50"),
+        std::string("http://\xff\xfe:7450"), std::string("http://a:7450,\x07http://b:1")}) {
     const std::string message = refusal(uri);
     EXPECT_NE(message.find("bad pool URI '"), std::string::npos) << message;
-    for (unsigned char c : message) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int(c) << " in " << message;
+    for (unsigned char c : message)
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int(c) << " in " << message;
     EXPECT_NE(message.find("\\x"), std::string::npos) << message;
   }
 }
