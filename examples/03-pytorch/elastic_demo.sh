@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
-export PATH="$build/launcher:$build/pool:$PATH"
+export PATH="$build/launcher:$build/pool/poolctl:$PATH"
 # A pool of its own (a sim: pool keeps its leases in the state directory), unless one is given,
 # whose renewals (a quarter of the preemption grace) notice the growth within a second.
 export POOLRUN_STATE_DIR="${POOLRUN_STATE_DIR:-$(mktemp -d)}"
