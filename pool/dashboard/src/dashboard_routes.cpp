@@ -13,13 +13,6 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 
-HttpReply errorReply(int status, const std::string& message, const std::string& reason) {
-  return {status,
-          nlohmann::json{{"error", message}, {"reason", reason}}.dump(
-              -1, ' ', false, nlohmann::json::error_handler_t::replace),
-          "application/json"};
-}
-
 // GET / and /ui/NAME: the dashboard's files, built into poold; no token (they hold no data: the
 // page asks for one). Nothing is read from disk, so no path a client sends reaches a file.
 HttpReply fileReply(const HttpRequest& req) {
@@ -28,14 +21,12 @@ HttpReply fileReply(const HttpRequest& req) {
     std::string path;
     for (const std::string& s : req.segments) path += "/" + s;
     if (path.size() > 120) path = path.substr(0, 120) + "...";
-    return errorReply(404,
-                      "no dashboard file '" + topo::printable(path) + "': poold serves " +
-                          dashboardFileNames() + " under /ui/; open / for the dashboard",
-                      "not_found");
+    return refusal("not_found", "no dashboard file '" + topo::printable(path) + "': poold serves " +
+                                    dashboardFileNames() + " under /ui/; open / for the dashboard");
   }
   if (req.method != "GET")
-    return errorReply(405, "method " + req.method + " is not allowed on the dashboard's files (GET them)",
-                      "bad_request");
+    return refusal("method_not_allowed", "method " + topo::printable(req.method) +
+                                             " is not allowed on the dashboard's files (GET them)");
   HttpReply reply{200, std::string(file->body), file->content_type};
   reply.headers = dashboardHeaders();
   return reply;

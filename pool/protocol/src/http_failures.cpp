@@ -1,6 +1,8 @@
 #include "poolrun/pool/http_failures.hpp"
 
 #include <array>
+#include <stdexcept>
+#include <string>
 
 namespace poolrun::pool {
 namespace {
@@ -22,8 +24,16 @@ constexpr std::array kFailures = {
     HttpFailure{400, "bad_request", PoolFailure::kOther, ErrorCode::kBadInput, true},
     HttpFailure{404, "not_found", PoolFailure::kOther, ErrorCode::kNotFound, true},
     HttpFailure{413, "too_large", PoolFailure::kOther, ErrorCode::kBadInput, true, "request body too large"},
+    HttpFailure{405, "method_not_allowed", PoolFailure::kOther, ErrorCode::kBadInput, true},
+    HttpFailure{431, "headers_too_large", PoolFailure::kOther, ErrorCode::kBadInput, true},
+    HttpFailure{501, "framing_not_supported", PoolFailure::kOther, ErrorCode::kBadInput, true},
     HttpFailure{429, "too_many_queued", PoolFailure::kOther, ErrorCode::kIo, false},
-    HttpFailure{500, "error", PoolFailure::kOther, ErrorCode::kIo, false},
+    // A replica that does not lead; its clients try the next replica (http_client.cpp).
+    HttpFailure{503, "not_leader", PoolFailure::kOther, ErrorCode::kIo, false},
+    HttpFailure{503, "no_leader", PoolFailure::kOther, ErrorCode::kIo, false},
+    HttpFailure{503, "etcd_unavailable", PoolFailure::kOther, ErrorCode::kIo, false},
+    HttpFailure{500, "internal", PoolFailure::kOther, ErrorCode::kIo, false},  // a bug in poold
+    HttpFailure{500, "error", PoolFailure::kOther, ErrorCode::kIo, false},     // last: what no row is
 };
 
 const HttpFailure& row(int status, std::string_view reason) {
@@ -31,6 +41,15 @@ const HttpFailure& row(int status, std::string_view reason) {
     if (f.status == status && f.reason == reason) return f;
   return kFailures.back();
 }
+
+// The reasons are poold's words for its refusals: each names one row.
+constexpr bool reasonsAreUnique() {
+  for (size_t i = 0; i < kFailures.size(); ++i)
+    for (size_t j = i + 1; j < kFailures.size(); ++j)
+      if (kFailures[i].reason == kFailures[j].reason) return false;
+  return true;
+}
+static_assert(reasonsAreUnique(), "two rows of the failure table share a reason");
 
 }  // namespace
 
@@ -45,6 +64,12 @@ const HttpFailure& httpFailureFor(PoolFailure failure, ErrorCode code) {
   if (code == ErrorCode::kBadInput) return row(400, "bad_request");
   if (code == ErrorCode::kNotFound) return row(404, "not_found");
   return row(500, "error");
+}
+
+const HttpFailure& httpFailureNamed(std::string_view reason) {
+  for (const HttpFailure& f : kFailures)
+    if (f.reason == reason) return f;
+  throw std::logic_error("no row of the failure table has the reason '" + std::string(reason) + "'");
 }
 
 const HttpFailure& failureOfReply(int status, std::string_view reason) {

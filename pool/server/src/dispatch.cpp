@@ -48,35 +48,31 @@ Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
   const bool scrape = r.label == "/metrics";
   if (scrape && metrics_access->allowsPeer(req.peer)) {
     if (metrics_access->allowsHost(req.host)) return {};
-    if (req.authorization.empty()) throw HttpError{403, hostNotPooldMessage(req.host), "forbidden"};
+    if (req.authorization.empty()) throw HttpError("forbidden", hostNotPooldMessage(req.host));
   }
   const std::string prefix = "Bearer ";
   if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
-    throw HttpError{401, "no bearer token (send `Authorization: Bearer TOKEN`)", "unauthorized"};
+    throw HttpError("unauthorized", "no bearer token (send `Authorization: Bearer TOKEN`)");
   std::string token = req.authorization.substr(prefix.size());
   if (std::optional<Caller> who = tokens->find(token)) return *who;
   if (metrics_access->isScrapeToken(token)) {
     if (scrape) return {};
-    throw HttpError{403, "the scrape token (poold --metrics-token-file) may read /metrics only", "forbidden"};
+    throw HttpError("forbidden", "the scrape token (poold --metrics-token-file) may read /metrics only");
   }
-  throw HttpError{401, "the token sent is not in poold's token file", "unauthorized"};
+  throw HttpError("unauthorized", "the token sent is not in poold's token file");
 }
 
 // Whether the caller's role may call the route: a node's token its own node's agent routes only.
 void ServerCore::authorize(const Caller& who, const Route& r, const std::vector<std::string>& params) const {
   const bool agent = r.spec.role == Role::kAgent;
   if (who.node != agent && !who.admin)
-    throw HttpError{
-        403,
-        who.node ? "the token of node " + who.owner + " (role node) may only register and heartbeat that node"
-                 : "owner " + who.owner + " (role user) may not " + r.spec.what +
-                       "; the node's agent (role node) or an administrator may",
-        "forbidden"};
+    throw HttpError("forbidden", who.node ? "the token of node " + who.owner +
+                                                " (role node) may only register and heartbeat that node"
+                                          : "owner " + who.owner + " (role user) may not " + r.spec.what +
+                                                "; the node's agent (role node) or an administrator may");
   if (agent && who.node && params.at(0) != who.owner)
-    throw HttpError{403,
-                    "the token of node " + who.owner + " (role node) may not speak for node " +
-                        topo::printable(params.at(0)),
-                    "forbidden"};
+    throw HttpError("forbidden", "the token of node " + who.owner + " (role node) may not speak for node " +
+                                     topo::printable(params.at(0)));
   if (r.spec.role == Role::kAdmin) PoolService(who).requireAdmin(r.spec.what);
 }
 
@@ -104,12 +100,10 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
     if (networkThread && (found == nullptr || !found->spec.quick)) return {};
     if (found == nullptr) {
       if (!allowed.empty())
-        throw HttpError{405,
+        throw HttpError("method_not_allowed",
                         "method " + topo::printable(req.method) + " is not allowed here (" + allowed + " is)",
-                        "bad_request",
-                        {{"Allow", allowed}}};
-      throw HttpError{404, "no such API path (the routes are listed in docs/pool.md, \"HTTP API\")",
-                      "not_found"};
+                        {{"Allow", allowed}});
+      throw HttpError("not_found", "no such API path (the routes are listed in docs/pool.md, \"HTTP API\")");
     }
     label = found->label;
     if (found->spec.role == Role::kAnyone) {
@@ -118,9 +112,9 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
       return {observed(req.method, label, replyTo(*found, ctx), start), nullptr};
     }
     if (opt.serving && !opt.serving())
-      throw HttpError{503,
-                      "this poold replica no longer leads the pool (its etcd lease lapsed); retry on another",
-                      "not_leader"};
+      throw HttpError(
+          "not_leader",
+          "this poold replica no longer leads the pool (its etcd lease lapsed); retry on another");
     Caller who = authenticate(req, *found);
     authorize(who, *found, params);
     Context ctx{req, who, params};

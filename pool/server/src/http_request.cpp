@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "poolrun/common/text.hpp"
+#include "poolrun/pool/http_failures.hpp"
 #include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
@@ -46,12 +47,14 @@ bool hasControl(const std::string& s) {
 
 }  // namespace
 
-namespace http_request {
-
-std::string errorBody(const std::string& message, const char* reason) {
-  return nlohmann::json{{"error", message}, {"reason", reason}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+HttpReply refusal(std::string_view reason, const std::string& message) {
+  return {httpFailureNamed(reason).status,
+          nlohmann::json{{"error", message}, {"reason", reason}}.dump(
+              -1, ' ', false, nlohmann::json::error_handler_t::replace),
+          "application/json"};
 }
+
+namespace http_request {
 
 void HeaderEnd::operator()(std::uint64_t, beast::string_view, beast::error_code&) {
   if (fields == std::numeric_limits<size_t>::max())
@@ -66,28 +69,17 @@ void setLimits(Parser& parser, const HttpServerOptions& options, HeaderEnd& end)
 }
 
 HttpReply failureReply(beast::error_code ec, const HttpServerOptions& options) {
-  HttpReply r;
-  if (ec == http::error::body_limit) {
-    r.status = 413;
-    r.body = errorBody("request body over the limit of " + std::to_string(options.max_body_bytes) +
-                           " bytes (poold --max-body), however it is framed",
-                       "too_large");
-  } else if (ec == http::error::header_limit) {
-    r.status = 431;
-    r.body =
-        errorBody("request headers over the limit of " + std::to_string(options.max_header_bytes) + " bytes",
-                  "bad_request");
-  } else if (ec == http::error::bad_content_length) {
-    r.status = 400;
-    r.body = errorBody(
-        "malformed HTTP request: bad Content-Length (one decimal number, given once, and not with "
-        "Transfer-Encoding)",
-        "bad_request");
-  } else {
-    r.status = 400;
-    r.body = errorBody("malformed HTTP request: " + ec.message(), "bad_request");
-  }
-  return r;
+  if (ec == http::error::body_limit)
+    return refusal("too_large", "request body over the limit of " + std::to_string(options.max_body_bytes) +
+                                    " bytes (poold --max-body), however it is framed");
+  if (ec == http::error::header_limit)
+    return refusal("headers_too_large", "request headers over the limit of " +
+                                            std::to_string(options.max_header_bytes) + " bytes");
+  if (ec == http::error::bad_content_length)
+    return refusal("bad_request",
+                   "malformed HTTP request: bad Content-Length (one decimal number, given once, and not "
+                   "with Transfer-Encoding)");
+  return refusal("bad_request", "malformed HTTP request: " + ec.message());
 }
 
 bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, HttpRequest& req,
@@ -103,35 +95,29 @@ bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, 
   if (auto te = msg.find(http::field::transfer_encoding); te != msg.end()) {
     const std::string value(te->value());
     const std::string coding = common::lower(common::trim(value));
-    error.close = true;
     if (coding != "chunked") {
-      error.status = 501;
-      error.body = errorBody("Transfer-Encoding '" + topo::printable(value) +
-                                 "' is not supported: send the body with Content-Length, or "
-                                 "Transfer-Encoding: chunked alone",
-                             "bad_request");
+      error = refusal("framing_not_supported", "Transfer-Encoding '" + topo::printable(value) +
+                                                   "' is not supported: send the body with Content-Length, "
+                                                   "or Transfer-Encoding: chunked alone");
+      error.close = true;
       return false;
     }
     if (msg.count(http::field::transfer_encoding) > 1 || msg.count(http::field::content_length) > 0) {
-      error.status = 400;
-      error.body = errorBody(
-          "a request with both Transfer-Encoding and Content-Length (or Transfer-Encoding twice): "
-          "frame the body one way",
-          "bad_request");
+      error = refusal("bad_request",
+                      "a request with both Transfer-Encoding and Content-Length (or Transfer-Encoding "
+                      "twice): frame the body one way");
+      error.close = true;
       return false;
     }
-    error.close = false;
   }
   if (msg.count(http::field::authorization) > 1) {  // which one counts would be a guess
-    error.status = 400;
-    error.body = errorBody("a request with more than one Authorization header: send one", "bad_request");
+    error = refusal("bad_request", "a request with more than one Authorization header: send one");
     return false;
   }
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
   if (msg.count(http::field::host) > 1) {  // which name the client meant would be a guess
-    error.status = 400;
-    error.body = errorBody("a request with more than one Host header: send one", "bad_request");
+    error = refusal("bad_request", "a request with more than one Host header: send one");
     return false;
   }
   req.authorization = std::string(msg[http::field::authorization]);
@@ -139,9 +125,8 @@ bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, 
   req.body = std::move(msg.body());
   req.peer = peer;
   if (parseTarget(req.target, req.segments, req.query)) return true;
-  error.status = 400;
-  error.body = errorBody("malformed request path: a bad %-escape, invalid UTF-8 or a control character",
-                         "bad_request");
+  error =
+      refusal("bad_request", "malformed request path: a bad %-escape, invalid UTF-8 or a control character");
   return false;
 }
 

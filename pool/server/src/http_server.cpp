@@ -29,10 +29,7 @@ using tcp = asio::ip::tcp;
 
 // What a handler that threw answers (its exceptions are its own errors, not the client's).
 HttpReply internalError() {
-  HttpReply reply;
-  reply.status = 500;
-  reply.body = errorBody("internal error", "internal");
-  return reply;
+  return refusal("internal", "internal error");
 }
 
 // A fixed pool of threads that run tasks in arrival order.

@@ -85,11 +85,9 @@ void ServerCore::checkLimits(const LeaseRequest& r, const Caller& who) const {
                      std::to_string(opt.max_ttl.count()) +
                      " s (poold --max-ttl); ask for less, a lease is renewed at a third of its ttl");
   if (!who.admin && r.no_reclaim)
-    throw HttpError{403,
-                    "owner " + who.owner +
-                        " (role user) may not exempt a lease from idle reclaim (no_reclaim); an "
-                        "administrator may",
-                    "forbidden"};
+    throw HttpError("forbidden", "owner " + who.owner +
+                                     " (role user) may not exempt a lease from idle reclaim (no_reclaim); an "
+                                     "administrator may");
   if (!who.admin && r.priority > opt.max_user_priority)
     throw badRequest("field 'priority': " + std::to_string(r.priority) + " is over the maximum of " +
                      std::to_string(opt.max_user_priority) +

@@ -290,24 +290,23 @@ std::string hostNotPooldMessage(const std::string& host) {
 
 HttpReply standbyMetricsReply(const HttpRequest& req, MetricsAccess& access, TokenStore& tokens,
                               const std::function<std::string()>& series) {
-  auto refuse = [](int status, const std::string& message, const char* reason) {
-    HttpReply r{status, nlohmann::json{{"error", message}, {"reason", reason}}.dump(
-                            -1, ' ', false, nlohmann::json::error_handler_t::replace)};
-    if (status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"poold\"");
+  auto refuse = [](std::string_view reason, const std::string& message) {
+    HttpReply r = refusal(reason, message);
+    if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"poold\"");
     return r;
   };
   if (req.method != "GET")
-    return refuse(405, "/metrics takes GET, not " + topo::printable(req.method), "method_not_allowed");
+    return refuse("method_not_allowed", "/metrics takes GET, not " + topo::printable(req.method));
   bool allowed = access.allowsPeer(req.peer) && access.allowsHost(req.host);
   if (!allowed && access.allowsPeer(req.peer) && req.authorization.empty())
-    return refuse(403, hostNotPooldMessage(req.host), "forbidden");
+    return refuse("forbidden", hostNotPooldMessage(req.host));
   const std::string prefix = "Bearer ";
   if (!allowed) {
     if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
-      return refuse(401, "no bearer token (send `Authorization: Bearer TOKEN`)", "unauthorized");
+      return refuse("unauthorized", "no bearer token (send `Authorization: Bearer TOKEN`)");
     const std::string token = req.authorization.substr(prefix.size());
     if (!tokens.find(token) && !access.isScrapeToken(token))
-      return refuse(401, "the token sent is not in poold's token file", "unauthorized");
+      return refuse("unauthorized", "the token sent is not in poold's token file");
   }
   return {200, series(), "text/plain; version=0.0.4"};
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 namespace poolrun::pool {
@@ -28,6 +29,23 @@ TEST(HttpFailures, EveryRowReadsBackAsItWasSent) {
       EXPECT_EQ(&sent, &f) << f.reason;
     }
   }
+}
+
+// poold refuses by reason where no failure was thrown (a bad method, a standby): each reason names
+// its own row, and a reason no row has is a bug in poold, not a 500 on the wire.
+TEST(HttpFailures, EachReasonNamesItsRow) {
+  for (const HttpFailure& f : httpFailures()) EXPECT_EQ(&httpFailureNamed(f.reason), &f) << f.reason;
+  for (auto [reason, status] : {std::pair<std::string_view, int>{"method_not_allowed", 405},
+                                {"headers_too_large", 431},
+                                {"framing_not_supported", 501},
+                                {"not_leader", 503},
+                                {"no_leader", 503},
+                                {"etcd_unavailable", 503},
+                                {"internal", 500}}) {
+    EXPECT_EQ(httpFailureNamed(reason).status, status) << reason;
+  }
+  EXPECT_THROW(httpFailureNamed("bad-request"), std::logic_error);
+  EXPECT_THROW(httpFailureNamed(""), std::logic_error);
 }
 
 // What the two switches did, row by row: poold's replies and the client's errors are unchanged.
@@ -68,6 +86,10 @@ TEST(HttpFailures, PooldsRepliesAndTheClientsErrors) {
                         Read{422, "", PoolFailure::kNeverFits, ErrorCode::kUnsupported},
                         Read{429, "too_many_queued", PoolFailure::kOther, ErrorCode::kIo},
                         Read{502, "", PoolFailure::kOther, ErrorCode::kIo},
+                        Read{503, "not_leader", PoolFailure::kOther, ErrorCode::kIo},
+                        Read{503, "", PoolFailure::kOther, ErrorCode::kIo},
+                        Read{405, "", PoolFailure::kOther, ErrorCode::kBadInput},
+                        Read{500, "internal", PoolFailure::kOther, ErrorCode::kIo},
                         Read{307, "", PoolFailure::kOther, ErrorCode::kIo}}) {
     const HttpFailure& f = failureOfReply(r.status, r.reason);
     EXPECT_EQ(f.failure, r.failure) << r.status << " " << r.reason;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "poolrun/pool/dashboard_routes.hpp"
+#include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -126,6 +127,19 @@ int statusOf(const std::string& reply) {
 std::string bodyOf(const std::string& reply) {
   size_t head = reply.find("\r\n\r\n");
   return head == std::string::npos ? "" : reply.substr(head + 4);
+}
+
+// The reason of an error reply, "" where its body holds none; and whether its status is the one the
+// failure table gives that reason (every error reply poold writes is a row of it).
+std::string reasonOf(const std::string& reply) {
+  json body = json::parse(bodyOf(reply), nullptr, false);
+  return body.is_object() && body.contains("reason") && body["reason"].is_string()
+             ? body["reason"].get<std::string>()
+             : "";
+}
+void expectARowOfTheTable(const std::string& reply, std::string_view reason) {
+  EXPECT_EQ(reasonOf(reply), reason) << reply.substr(0, 300);
+  EXPECT_EQ(statusOf(reply), httpFailureNamed(reason).status) << reply.substr(0, 300);
 }
 
 // One request on a fresh connection; the reply, or "" when none came within 10 s.
@@ -308,12 +322,14 @@ TEST_F(Hostile, BodiesFramedAnyOtherWayAreRefusedAndNothingBehindThemRuns) {
   struct Case {
     std::string headers;
     int status;
+    std::string_view reason;
   };
   const std::vector<Case> cases = {
-      {"Transfer-Encoding: gzip\r\n", 501},
-      {"Transfer-Encoding: identity\r\nContent-Length: " + std::to_string(smuggled.size()) + "\r\n", 501},
-      {"Transfer-Encoding: gzip, chunked\r\n", 501},
-      {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", 400},
+      {"Transfer-Encoding: gzip\r\n", 501, "framing_not_supported"},
+      {"Transfer-Encoding: identity\r\nContent-Length: " + std::to_string(smuggled.size()) + "\r\n", 501,
+       "framing_not_supported"},
+      {"Transfer-Encoding: gzip, chunked\r\n", 501, "framing_not_supported"},
+      {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", 400, "bad_request"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.headers);
@@ -322,6 +338,7 @@ TEST_F(Hostile, BodiesFramedAnyOtherWayAreRefusedAndNothingBehindThemRuns) {
     conn.send("POST /v1/leases HTTP/1.1\r\n" + auth + c.headers + "\r\n" + body + smuggled);
     std::string reply = conn.readUntilClosed(5s);
     EXPECT_EQ(statusOf(reply), c.status) << reply;
+    expectARowOfTheTable(reply, c.reason);
     EXPECT_NE(reply.find("Transfer-Encoding"), std::string::npos) << "says which header: " << reply;
     EXPECT_EQ(reply.find("HTTP/1.1 200"), std::string::npos) << "the request behind it ran: " << reply;
   }
@@ -389,6 +406,7 @@ TEST_F(Hostile, BodiesAreReadStrictlyOnEveryRoute) {
   start();
   std::string twice = ask(port_, request("POST", "/v1/leases", R"({"gpus": 1, "gpus": 3, "wait_s": 0})"));
   EXPECT_EQ(statusOf(twice), 400) << twice;
+  expectARowOfTheTable(twice, "bad_request");
   EXPECT_NE(twice.find("field 'gpus' given twice"), std::string::npos) << twice;
   std::string nested = ask(
       port_, request("POST", "/v1/nodes/hgx01/gpus/0/mig", R"({"profiles": ["1g.10gb"], "profiles": []})"));
@@ -435,9 +453,11 @@ TEST_F(Hostile, SmallRefusalsSayWhatWasWrong) {
   EXPECT_NE(twice.find("more than one Authorization header"), std::string::npos) << twice;
   std::string method = ask(port_, request("PUT", "/v1/leases", "{}"));
   EXPECT_EQ(statusOf(method), 405) << method;
+  expectARowOfTheTable(method, "method_not_allowed");
   EXPECT_NE(method.find("\r\nAllow: GET, POST\r\n"), std::string::npos) << method;
   std::string unknown = ask(port_, request("POST", "/v1/nodes/nope/drain", "{}"));
   EXPECT_EQ(statusOf(unknown), 404) << unknown;
+  expectARowOfTheTable(unknown, "not_found");
   EXPECT_EQ(json::parse(bodyOf(unknown))["reason"], "not_found") << unknown;
 }
 
@@ -591,9 +611,10 @@ TEST_F(Hostile, TheDashboardsPathsRefuseWhatIsNotItsFiles) {
                         Case{"/ui/" + std::string(20000, 'x'), 431}, Case{"/ui/app.js?x=%FF", 400}}) {
     std::string reply = ask(port_, request("GET", c.path, "", ""));
     EXPECT_EQ(statusOf(reply), c.status) << c.path.substr(0, 60) << ": " << reply.substr(0, 300);
-    if (c.status != 431) {
-      EXPECT_TRUE(json::accept(bodyOf(reply))) << "the reply is JSON: " << reply.substr(0, 300);
-    }
+    EXPECT_TRUE(json::accept(bodyOf(reply))) << "the reply is JSON: " << reply.substr(0, 300);
+    expectARowOfTheTable(reply, c.status == 400   ? "bad_request"
+                                : c.status == 404 ? "not_found"
+                                                  : "headers_too_large");
     EXPECT_LT(reply.size(), 1000u) << "a long path is not echoed whole";
   }
   std::string file = ask(port_, request("GET", "/ui/app.js", "", ""));

@@ -5,27 +5,28 @@
 #include <nlohmann/json.hpp>
 
 #include "poolrun/pool/etcd_store.hpp"
+#include "poolrun/pool/http_failures.hpp"
 
 namespace poolrun::pool {
 
 HttpReply standbyReply(const HttpRequest& req, const std::string& leader, const std::string& etcdProblem) {
   using nlohmann::json;
   if (!etcdProblem.empty())
-    return {503, json{{"error", "this poold replica is a standby and no replica can lead: " + etcdProblem +
-                                    "; the pool accepts no change until etcd answers again"},
-                      {"reason", "etcd_unavailable"}}
-                     .dump()};
+    return refusal("etcd_unavailable",
+                   "this poold replica is a standby and no replica can lead: " + etcdProblem +
+                       "; the pool accepts no change until etcd answers again");
   if (leader.empty())
-    return {503, json{{"error",
-                       "this poold replica is a standby and the replicas have no leader yet (one takes over "
-                       "within the etcd lease's TTL); retry in a second"},
-                      {"reason", "no_leader"}}
-                     .dump()};
-  HttpReply r{req.segments == std::vector<std::string>{"healthz"} ? 503 : 307,
+    return refusal("no_leader",
+                   "this poold replica is a standby and the replicas have no leader yet (one takes over "
+                   "within the etcd lease's TTL); retry in a second");
+  // not_leader (503), with where the leader is; a redirect there (307) but for /healthz, whose
+  // prober asks whether this replica serves.
+  const bool health = req.segments == std::vector<std::string>{"healthz"};
+  HttpReply r{health ? httpFailureNamed("not_leader").status : 307,
               json{{"error", "this poold replica is a standby; the leader is " + leader},
                    {"reason", "not_leader"},
                    {"leader", leader}}
-                  .dump()};
+                  .dump(-1, ' ', false, json::error_handler_t::replace)};
   r.headers.push_back({"Location", leader + req.target});
   return r;
 }

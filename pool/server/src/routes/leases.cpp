@@ -1,6 +1,7 @@
 // /v1/leases...: list, acquire (queued or not, idempotent by the client's request id), renew,
 // shrink and release.
 
+#include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/service.hpp"
 #include "poolrun/topo/names.hpp"
@@ -79,7 +80,7 @@ json acquireLease(ServerCore& m, Context& c) {
     const bool full = queue && queued >= m.opt.max_queued_per_owner;
     SubmitResult sub = s.submit(r, now, queue && !full);
     if (!sub.lease && full) {
-      c.status = 429;
+      c.status = httpFailureNamed("too_many_queued").status;
       return tooManyQueued(m.opt, r.owner, queued);
     }
     if (!sub.lease && sub.ticket == 0) throw notNow(r, sub.position);

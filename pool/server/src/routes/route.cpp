@@ -11,8 +11,12 @@ namespace poolrun::pool {
 
 using nlohmann::json;
 
+HttpError::HttpError(std::string_view why, std::string text,
+                     std::vector<std::pair<std::string, std::string>> extra)
+    : reason(httpFailureNamed(why).reason), message(std::move(text)), headers(std::move(extra)) {}
+
 HttpError badRequest(const std::string& message) {
-  return {400, message, "bad_request"};
+  return {"bad_request", message};
 }
 
 std::string dumpReply(const json& body) {
@@ -32,15 +36,11 @@ int64_t Context::query(const char* name, int64_t fallback, int64_t min, int64_t 
   return it == req.query.end() ? fallback : integerIn(it->second, name, min, max);
 }
 
-HttpReply errorReply(int status, const std::string& message, const std::string& reason) {
-  return {status, dumpReply(json{{"error", message}, {"reason", reason}}), "application/json"};
-}
-
 HttpReply replyForError(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const HttpError& e) {
-    HttpReply reply = errorReply(e.status, e.message, e.reason);
+    HttpReply reply = refusal(e.reason, e.message);
     reply.headers = e.headers;
     return reply;
   } catch (const PoolError& e) {
@@ -50,13 +50,13 @@ HttpReply replyForError(std::exception_ptr error) {
     return {f.status, dumpReply(body), "application/json"};
   } catch (const Error& e) {
     const HttpFailure& f = httpFailureFor(PoolFailure::kOther, e.code());
-    return errorReply(f.status, e.what(), std::string(f.reason));
+    return refusal(f.reason, e.what());
   } catch (const json::exception& e) {
-    return errorReply(400, std::string("bad request body: ") + e.what(), "bad_request");
+    return refusal("bad_request", std::string("bad request body: ") + e.what());
   } catch (const std::exception& e) {
-    return errorReply(500, std::string("internal error: ") + e.what(), "internal");
+    return refusal("internal", std::string("internal error: ") + e.what());
   } catch (...) {
-    return errorReply(500, "internal error", "internal");
+    return refusal("internal", "internal error");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -20,12 +21,14 @@ namespace poolrun::pool {
 
 struct ServerCore;
 
-// A request the server refuses, with its HTTP status.
+// A request the server refuses: the row of the failure table (http_failures.hpp) of its reason,
+// which gives the status, and what was wrong.
 struct HttpError {
-  int status;
+  HttpError(std::string_view why, std::string text,
+            std::vector<std::pair<std::string, std::string>> extra = {});
+  std::string_view reason;  // the row's, so it outlives the error
   std::string message;
-  std::string reason;
-  std::vector<std::pair<std::string, std::string>> headers = {};  // beyond the usual ("Allow")
+  std::vector<std::pair<std::string, std::string>> headers;  // beyond the usual ("Allow")
 };
 
 HttpError badRequest(const std::string& message);
@@ -40,7 +43,6 @@ void takesNoFields(const std::string& body);
 
 // Replies never fail to serialise: text a client sent that is not UTF-8 is replaced.
 std::string dumpReply(const nlohmann::json& body);
-HttpReply errorReply(int status, const std::string& message, const std::string& reason);
 // The reply for what a handler threw (a PoolError by the table of http_failures.hpp).
 HttpReply replyForError(std::exception_ptr error);
 

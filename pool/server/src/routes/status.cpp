@@ -26,7 +26,7 @@ json quotaList(ServerCore& m, Context&) {
 
 json replicaList(ServerCore& m, Context&) {
   if (!m.opt.replicas)
-    throw HttpError{404, "this poold keeps the pool in one SQLite file: it has no replicas", "not_found"};
+    throw HttpError("not_found", "this poold keeps the pool in one SQLite file: it has no replicas");
   return json::parse(m.opt.replicas());
 }
 

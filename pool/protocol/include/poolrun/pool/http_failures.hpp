@@ -35,6 +35,11 @@ std::span<const HttpFailure> httpFailures();
 // (kBadInput 400 bad_request, kNotFound 404 not_found, anything else 500 error).
 const HttpFailure& httpFailureFor(PoolFailure failure, ErrorCode code);
 
+// The row of poold's refusal `reason` (each row's reason is its own): where poold refuses a request
+// by a reason rather than by a failure, its status comes from here. std::logic_error for a reason
+// no row has (a typo in poold, which its tests meet).
+const HttpFailure& httpFailureNamed(std::string_view reason);
+
 // What a client makes of an error reply: the row of (status, reason), else the status's by_status
 // row, else kOther with kIo (5xx, 409 and 429 of a reason it does not know).
 const HttpFailure& failureOfReply(int status, std::string_view reason);

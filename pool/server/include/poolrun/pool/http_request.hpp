@@ -39,7 +39,5 @@ HttpReply failureReply(boost::beast::error_code ec, const HttpServerOptions& opt
 // where its framing, its Authorization or its target is bad.
 bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, HttpRequest& req,
                  HttpReply& error);
-// {"error": MESSAGE, "reason": REASON}, as every error reply's body.
-std::string errorBody(const std::string& message, const char* reason);
 
 }  // namespace poolrun::pool::http_request

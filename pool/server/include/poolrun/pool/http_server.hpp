@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,11 @@ struct HttpReply {
   // follows it on the connection is no request.
   bool close = false;
 };
+
+// poold's reply refusing a request for `reason`, a row of the failure table (http_failures.hpp) that
+// gives its status: {"error": MESSAGE, "reason": REASON}, text that is not UTF-8 replaced. Every
+// error reply poold writes is one.
+HttpReply refusal(std::string_view reason, const std::string& message);
 
 // Counters of what the connection layer refused or cut, for /metrics.
 struct HttpServerStats {
