@@ -69,15 +69,16 @@ struct Dashboard {
 void addDashboard(ServerOptions& options) {
   auto d = std::make_shared<Dashboard>(options.history_interval, options.history_samples);
   auto files = [](const HttpRequest& req, const Caller&, const StateReader&) { return fileReply(req); };
-  options.routes.push_back({"*", "/", false, "/ui", files});
-  options.routes.push_back({"*", "/ui/**", false, "/ui", files});
+  options.routes.push_back({"*", "/", false, "/ui", files, StateLock::kNone});
+  options.routes.push_back({"*", "/ui/**", false, "/ui", files, StateLock::kNone});
   options.routes.push_back(
       {"GET", "/v1/dashboard", true, "",
        [d](const HttpRequest&, const Caller& who, const StateReader& read) { return d->data(who, read); }});
-  options.routes.push_back(
-      {"GET", "/v1/history", true, "", [d](const HttpRequest&, const Caller&, const StateReader&) {
-         return HttpReply{200, d->history.json(), "application/json"};
-       }});
+  options.routes.push_back({"GET", "/v1/history", true, "",
+                            [d](const HttpRequest&, const Caller&, const StateReader&) {
+                              return HttpReply{200, d->history.json(), "application/json"};
+                            },
+                            StateLock::kNone});
   options.on_tick.push_back([d](const StateReader& read) { d->sample(read); });
 }
 

@@ -1,6 +1,8 @@
 // The dispatcher: a request to its route, through the token's check and the caller's role, to the
 // route's handler, and the reply's metrics. On the network thread only for a heartbeat (quick()).
 
+#include <stdexcept>
+
 #include "poolrun/pool/service.hpp"
 #include "poolrun/topo/names.hpp"
 #include "server_core.hpp"
@@ -15,6 +17,33 @@ using Steady = std::chrono::steady_clock;
 HttpReply replyOf(const Route& r, int status, const json& body) {
   if (r.spec.written) return {status, body.get<std::string>(), r.spec.written};
   return {status, dumpReply(body), "application/json"};
+}
+
+// The route this thread serves now; none outside a route (ticks, hooks, startup).
+thread_local const Route* serving = nullptr;
+
+// Marks the thread as serving `r` while it lives.
+class Serving {
+ public:
+  explicit Serving(const Route& r) : before_(serving) { serving = &r; }
+  ~Serving() { serving = before_; }
+  Serving(const Serving&) = delete;
+  Serving& operator=(const Serving&) = delete;
+
+ private:
+  const Route* before_;
+};
+
+const char* lockName(StateLock lock) {
+  switch (lock) {
+    case StateLock::kNone:
+      return "kNone";
+    case StateLock::kRead:
+      return "kRead";
+    case StateLock::kChange:
+      return "kChange";
+  }
+  return "?";
 }
 
 // The route of the request's method and path, and what its * stood for; `allowed` gets the methods
@@ -35,8 +64,17 @@ const Route* findRoute(const std::vector<Route>& routes, const HttpRequest& req,
 
 }  // namespace
 
+void ServerCore::requireLock(StateLock needed) {
+  if (serving == nullptr || serving->spec.lock >= needed) return;
+  throw std::logic_error("poold's route " + serving->spec.method + " " + serving->spec.pattern +
+                         " is declared StateLock::" + lockName(serving->spec.lock) + " but its handler " +
+                         (needed == StateLock::kChange ? "changes" : "reads") +
+                         " the pool's state: its row must say StateLock::" + lockName(needed));
+}
+
 // What the route answers, on a worker.
 HttpReply ServerCore::replyTo(const Route& r, Context& c) {
+  const Serving marked(r);
   if (r.spec.replies) return r.spec.replies(*this, c);
   json body = r.spec.handler(*this, c);
   return replyOf(r, c.status, body);
@@ -121,7 +159,10 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
     if (!networkThread) {
       reply = replyTo(*found, ctx);
     } else {
-      QuickBody body = found->spec.quick(*this, ctx);
+      QuickBody body = [&] {
+        const Serving marked(*found);
+        return found->spec.quick(*this, ctx);
+      }();
       if (std::holds_alternative<std::monostate>(body)) return {};
       if (auto* finish = std::get_if<std::function<json()>>(&body))
         return {std::nullopt, [this, found, status = ctx.status, method = req.method, label, start,

@@ -40,7 +40,8 @@ int connectionsWithinFileLimit(int wanted) {
 
 // A route of ServerOptions::routes as a row of the dispatcher's table.
 RouteSpec routeOf(const ServerRoute& extra) {
-  RouteSpec spec{extra.method, extra.pattern, extra.needs_token ? Role::kUser : Role::kAnyone, "", nullptr};
+  RouteSpec spec{extra.method, extra.pattern, extra.needs_token ? Role::kUser : Role::kAnyone, extra.lock,
+                 "",           nullptr};
   spec.replies = [handler = extra.handler](ServerCore& m, Context& c) {
     return handler(c.req, c.who, m.reader());
   };

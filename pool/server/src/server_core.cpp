@@ -63,6 +63,7 @@ void ServerCore::runTickHooks() {
 
 StateReader ServerCore::reader() {
   return [this](const std::function<void(const PoolState&)>& fn) {
+    requireLock(StateLock::kRead);
     pool->read([&fn](const PoolState& s) {
       fn(s);
       return 0;
@@ -75,7 +76,7 @@ HttpReply ServerCore::health() {
     std::lock_guard<std::mutex> lock(stop_mu);
     if (stopping) return {503, "poold is stopping\n", "text/plain; charset=utf-8"};
   }
-  pool->read([](const PoolState&) { return 0; });  // the state's lock is not held for good
+  read([](const PoolState&) { return 0; });  // the state's lock is not held for good
   return {200, "ok\n", "text/plain; charset=utf-8"};
 }
 

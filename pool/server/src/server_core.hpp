@@ -86,6 +86,21 @@ struct ServerCore {
   void runTickHooks();
   // Runs a function on the state under its lock, for the routes and hooks of ServerOptions.
   StateReader reader();
+  // fn on the state under its lock, as CommittedState::read.
+  template <typename F>
+  auto read(F&& fn) {
+    requireLock(StateLock::kRead);
+    return pool->read(std::forward<F>(fn));
+  }
+  // A long poll, as CommittedState::waitFor (a change: the poll is committed as a sign of life).
+  template <typename F>
+  auto waitFor(std::chrono::system_clock::time_point deadline, F&& fn) {
+    requireLock(StateLock::kChange);
+    return pool->waitFor(deadline, std::forward<F>(fn));
+  }
+  // Throws std::logic_error where this thread serves a route whose row declares less than `needed`
+  // (dispatch.cpp sets the route; outside a route, ticks and hooks, anything goes).
+  static void requireLock(StateLock needed);
   // GET /healthz: 200 while poold serves and its state answers, 503 once it stops.
   HttpReply health();
   // The request's fields that the server limits beyond their JSON range.
@@ -135,6 +150,7 @@ struct ServerCore {
   // A change to the state, as CommittedState::mutate, with the events it caused.
   template <typename F>
   auto mutate(F&& fn, CommittedState::Clean clean = CommittedState::Clean::kEarlier) {
+    requireLock(StateLock::kChange);
     Publish publish{*events};
     return pool->mutate(recording(fn, clean, publish.seq), clean);
   }
@@ -157,6 +173,7 @@ struct ServerCore {
   template <typename F>
   auto tryMutate(F&& fn, CommittedState::Clean clean)
       -> std::optional<Applied<decltype(fn(std::declval<PoolState&>(), TimePoint()))>> {
+    requireLock(StateLock::kChange);
     uint64_t publish = 0;
     auto change = pool->tryApply(recording(fn, clean, publish), clean);
     if (!change) return std::nullopt;

@@ -674,6 +674,28 @@ TEST(HostileTokenFile, ADeviceOrFifoIsRefusedAtStartWithItsName) {
   }
 }
 
+// A route's row says what its handler does with the state (StateLock); a handler that takes more is
+// refused as a bug of poold (500 internal, naming the route), and the server serves on.
+TEST_F(Hostile, ARouteThatTakesMoreOfTheStateThanItsRowSaysIsRefused) {
+  ServerOptions o;
+  auto reads = [](const HttpRequest&, const Caller&, const StateReader& read) {
+    int gpus = 0;
+    read([&gpus](const PoolState& s) { gpus = s.status().gpus_free; });
+    return HttpReply{200, json{{"gpus", gpus}}.dump()};
+  };
+  o.routes.push_back({"GET", "/v1/reads-undeclared", true, "", reads, StateLock::kNone});
+  o.routes.push_back({"GET", "/v1/reads-declared", true, "", reads, StateLock::kRead});
+  start(o);
+  const std::string refused = ask(port_, request("GET", "/v1/reads-undeclared"));
+  expectARowOfTheTable(refused, "internal");
+  EXPECT_NE(refused.find("GET /v1/reads-undeclared is declared StateLock::kNone but its handler reads"),
+            std::string::npos)
+      << refused;
+  const std::string served = ask(port_, request("GET", "/v1/reads-declared"));
+  ASSERT_EQ(statusOf(served), 200) << served;
+  EXPECT_GT(json::parse(bodyOf(served))["gpus"].get<int>(), 0) << served;
+}
+
 TEST(TargetParsing, SegmentsAndQueryAreDecodedAndBadOnesRefused) {
   std::vector<std::string> segments;
   std::map<std::string, std::string> query;

@@ -54,9 +54,10 @@ QuickBody quickHeartbeat(ServerCore& m, Context& c) {
 
 std::vector<RouteSpec> agentRoutes() {
   return {
-      {"POST", "/v1/nodes/*/register", Role::kAgent, "register a node", registerAgentNode},
-      {"POST", "/v1/nodes/*/heartbeat", Role::kAgent, "send heartbeats", takeHeartbeat, "application/json",
-       quickHeartbeat},
+      {"POST", "/v1/nodes/*/register", Role::kAgent, StateLock::kChange, "register a node",
+       registerAgentNode},
+      {"POST", "/v1/nodes/*/heartbeat", Role::kAgent, StateLock::kChange, "send heartbeats", takeHeartbeat,
+       "application/json", quickHeartbeat},
   };
 }
 

@@ -20,7 +20,7 @@ json eventPage(ServerCore& m, Context& c) {
 }  // namespace
 
 std::vector<RouteSpec> eventRoutes() {
-  return {{"GET", "/v1/events", Role::kUser, "", eventPage}};
+  return {{"GET", "/v1/events", Role::kUser, StateLock::kNone, "", eventPage}};
 }
 
 }  // namespace poolrun::pool

@@ -14,7 +14,7 @@ namespace {
 using nlohmann::json;
 
 json leaseList(ServerCore& m, Context&) {
-  return m.pool->read([](const PoolState& s) {
+  return m.read([](const PoolState& s) {
     json out = json::array();
     for (const Lease& l : s.leaseList()) out.push_back(toJson(l));
     return out;
@@ -116,11 +116,11 @@ json releaseLease(ServerCore& m, Context& c) {
 
 std::vector<RouteSpec> leaseRoutes() {
   return {
-      {"GET", "/v1/leases", Role::kUser, "", leaseList},
-      {"POST", "/v1/leases", Role::kUser, "", acquireLease},
-      {"POST", "/v1/leases/*/renew", Role::kUser, "", renewLease},
-      {"POST", "/v1/leases/*/shrink", Role::kUser, "", shrinkLease},
-      {"DELETE", "/v1/leases/*", Role::kUser, "", releaseLease},
+      {"GET", "/v1/leases", Role::kUser, StateLock::kRead, "", leaseList},
+      {"POST", "/v1/leases", Role::kUser, StateLock::kChange, "", acquireLease},
+      {"POST", "/v1/leases/*/renew", Role::kUser, StateLock::kChange, "", renewLease},
+      {"POST", "/v1/leases/*/shrink", Role::kUser, StateLock::kChange, "", shrinkLease},
+      {"DELETE", "/v1/leases/*", Role::kUser, StateLock::kChange, "", releaseLease},
   };
 }
 

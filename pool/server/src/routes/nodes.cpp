@@ -13,7 +13,7 @@ namespace {
 using nlohmann::json;
 
 json nodeList(ServerCore& m, Context&) {
-  return m.pool->read([](const PoolState& s) {
+  return m.read([](const PoolState& s) {
     json out = json::array();
     for (const NodeInfo& n : s.nodeInfos()) out.push_back(toJson(n));
     return out;
@@ -21,7 +21,7 @@ json nodeList(ServerCore& m, Context&) {
 }
 
 json nodeView(ServerCore& m, Context& c) {
-  return m.pool->read(
+  return m.read(
       [&](const PoolState& s) { return toJson(PoolService::clusterNode(s, c.params[0], "the pool")); });
 }
 
@@ -100,14 +100,15 @@ json setMigLayout(ServerCore& m, Context& c) {
 
 std::vector<RouteSpec> nodeRoutes() {
   return {
-      {"GET", "/v1/nodes", Role::kUser, "", nodeList},
-      {"GET", "/v1/nodes/*", Role::kUser, "", nodeView},
-      {"POST", "/v1/nodes", Role::kAdmin, "register nodes", registerNodeList},
-      {"POST", "/v1/nodes/*/drain", Role::kAdmin, "drain nodes", drainNode},
-      {"POST", "/v1/nodes/*/resume", Role::kAdmin, "resume nodes", resumeNode},
-      {"POST", "/v1/nodes/*/gpus/*/fail", Role::kAdmin, "mark GPUs failed", failGpu},
-      {"POST", "/v1/nodes/*/fail", Role::kAdmin, "mark GPUs failed", failNode},
-      {"POST", "/v1/nodes/*/gpus/*/mig", Role::kAdmin, "change MIG layouts", setMigLayout},
+      {"GET", "/v1/nodes", Role::kUser, StateLock::kRead, "", nodeList},
+      {"GET", "/v1/nodes/*", Role::kUser, StateLock::kRead, "", nodeView},
+      {"POST", "/v1/nodes", Role::kAdmin, StateLock::kChange, "register nodes", registerNodeList},
+      {"POST", "/v1/nodes/*/drain", Role::kAdmin, StateLock::kChange, "drain nodes", drainNode},
+      {"POST", "/v1/nodes/*/resume", Role::kAdmin, StateLock::kChange, "resume nodes", resumeNode},
+      {"POST", "/v1/nodes/*/gpus/*/fail", Role::kAdmin, StateLock::kChange, "mark GPUs failed", failGpu},
+      {"POST", "/v1/nodes/*/fail", Role::kAdmin, StateLock::kChange, "mark GPUs failed", failNode},
+      {"POST", "/v1/nodes/*/gpus/*/mig", Role::kAdmin, StateLock::kChange, "change MIG layouts",
+       setMigLayout},
   };
 }
 

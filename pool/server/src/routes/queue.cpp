@@ -11,7 +11,7 @@ namespace {
 using nlohmann::json;
 
 json queueList(ServerCore& m, Context&) {
-  return m.pool->read([](const PoolState& s) {
+  return m.read([](const PoolState& s) {
     json out = json::array();
     for (const QueueInfo& q : s.queueList()) out.push_back(toJson(q));
     return out;
@@ -26,7 +26,7 @@ json pollTicket(ServerCore& m, Context& c) {
   int64_t known = c.query("position", -1, -1, INT32_MAX);
   const LongPolls::Slot slot(m.long_polls, c.who.owner);
   auto deadline = std::chrono::system_clock::now() + slot.wait(waitMs);
-  return m.pool->waitFor(deadline, [&](PoolState& s, TimePoint now, bool last) -> std::optional<json> {
+  return m.waitFor(deadline, [&](PoolState& s, TimePoint now, bool last) -> std::optional<json> {
     PoolService(c.who).requireTicketOwner(s, ticket, "poll the queue ticket");
     PollResult p = s.poll(ticket, now);
     if (p.status == QueueEntry::Status::kGranted)
@@ -55,9 +55,9 @@ json withdrawRequest(ServerCore& m, Context& c) {
 
 std::vector<RouteSpec> queueRoutes() {
   return {
-      {"GET", "/v1/queue", Role::kUser, "", queueList},
-      {"GET", "/v1/queue/*", Role::kUser, "", pollTicket},
-      {"DELETE", "/v1/queue/*", Role::kUser, "", withdrawRequest},
+      {"GET", "/v1/queue", Role::kUser, StateLock::kRead, "", queueList},
+      {"GET", "/v1/queue/*", Role::kUser, StateLock::kChange, "", pollTicket},
+      {"DELETE", "/v1/queue/*", Role::kUser, StateLock::kChange, "", withdrawRequest},
   };
 }
 

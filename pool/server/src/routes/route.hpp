@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "poolrun/pool/http_server.hpp"
+#include "poolrun/pool/server.hpp"
 #include "poolrun/pool/types.hpp"
 
 namespace poolrun::pool {
@@ -72,6 +73,7 @@ struct RouteSpec {
   std::string method;   // "*": any
   std::string pattern;  // "/v1/leases/*/renew": * is any one segment; "/" the root; "/ui/**" any rest
   Role role;
+  StateLock lock;    // what the handler does with the state (server.hpp); ServerCore holds it to it
   const char* what;  // what a user may not do, for the 403 of kAdmin and kAgent
   std::function<nlohmann::json(ServerCore&, Context&)> handler;
   // Where set, the handler's result is a JSON string holding the reply's body, already written, of

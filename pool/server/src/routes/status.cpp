@@ -13,11 +13,11 @@ namespace {
 using nlohmann::json;
 
 json poolStatus(ServerCore& m, Context&) {
-  return m.pool->read([](const PoolState& s) { return toJson(s.status()); });
+  return m.read([](const PoolState& s) { return toJson(s.status()); });
 }
 
 json quotaList(ServerCore& m, Context&) {
-  return m.pool->read([](const PoolState& s) {
+  return m.read([](const PoolState& s) {
     json out = json::array();
     for (const QuotaUse& q : s.quotaUse()) out.push_back(toJson(q));
     return out;
@@ -34,7 +34,7 @@ json prometheusText(ServerCore& m, Context&) {
   PoolStatus s;
   std::map<std::string, int64_t> gpuMillis;
   std::ostringstream live;
-  m.pool->read([&](const PoolState& st) {
+  m.read([&](const PoolState& st) {
     s = st.status();
     gpuMillis = m.metrics.gpuMillis(st.leaseMap(), std::chrono::system_clock::now());
     writeLiveMetrics(live, st, std::chrono::system_clock::now());
@@ -48,12 +48,12 @@ json prometheusText(ServerCore& m, Context&) {
 
 std::vector<RouteSpec> statusRoutes() {
   return {
-      {"GET", "/healthz", Role::kAnyone, "", nullptr, nullptr, nullptr,
+      {"GET", "/healthz", Role::kAnyone, StateLock::kRead, "", nullptr, nullptr, nullptr,
        [](ServerCore& m, Context&) { return m.health(); }},
-      {"GET", "/v1/status", Role::kUser, "", poolStatus},
-      {"GET", "/v1/quotas", Role::kUser, "", quotaList},
-      {"GET", "/v1/replicas", Role::kUser, "", replicaList},
-      {"GET", "/metrics", Role::kUser, "", prometheusText, "text/plain; version=0.0.4"},
+      {"GET", "/v1/status", Role::kUser, StateLock::kRead, "", poolStatus},
+      {"GET", "/v1/quotas", Role::kUser, StateLock::kRead, "", quotaList},
+      {"GET", "/v1/replicas", Role::kUser, StateLock::kNone, "", replicaList},
+      {"GET", "/metrics", Role::kUser, StateLock::kRead, "", prometheusText, "text/plain; version=0.0.4"},
   };
 }
 

@@ -22,6 +22,13 @@ namespace poolrun::pool {
 // Runs `fn` on the pool's state under its lock (a read: fn must not keep the reference).
 using StateReader = std::function<void(const std::function<void(const PoolState&)>& fn)>;
 
+// What a route's handler does with the pool's state, as its row of the route table declares: nothing
+// (it takes no lock: the dashboard's files, the event log), reads it under the state's lock, or
+// changes it (under the lock, and its reply waits for the change's commit; a long poll is one: a
+// poll is a sign of life). A handler that takes more than its row says is refused as a bug in poold
+// (500 internal), so the table is what the routes do.
+enum class StateLock { kNone, kRead, kChange };
+
 // A route that whoever builds the server adds to poold's API (the dashboard's: pool/dashboard):
 // tried after poold's own, with the same token and role checks where `needs_token`.
 struct ServerRoute {
@@ -32,6 +39,7 @@ struct ServerRoute {
   // The reply to `req` from `who` (nobody, without a token). Throws as a route does (poolrun::Error
   // by its code: http_failures.hpp).
   std::function<HttpReply(const HttpRequest& req, const Caller& who, const StateReader& read)> handler;
+  StateLock lock = StateLock::kRead;  // kNone where the handler never calls `read`
 };
 
 struct ServerOptions {
