@@ -7,9 +7,9 @@
 #include <mutex>
 #include <random>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/client.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::agent {
 

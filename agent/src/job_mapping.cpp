@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "poolrun/agent/agent.hpp"
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::agent {
 namespace {

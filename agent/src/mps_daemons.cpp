@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "poolrun/agent/agent.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 
 extern char** environ;
 
@@ -106,7 +106,7 @@ Ran run(const std::vector<std::string>& argv, const std::vector<std::string>& en
 std::string firstLine(const std::string& output) {
   std::string line = output.substr(0, output.find('\n'));
   if (line.size() > 200) line = line.substr(0, 200) + "...";
-  return topo::printable(line);
+  return common::printable(line);
 }
 
 class Daemons {
@@ -165,8 +165,8 @@ class Daemons {
   // The PID the daemon wrote in its pipe directory is a process that lives.
   bool running(size_t gpu) const {
     try {
-      const std::string text = topo::readRegularFileHead(pool::mpsPipeDirectory(options_.dir, gpu) / kPidFile,
-                                                         64, "MPS daemon PID files");
+      const std::string text = common::readRegularFileHead(
+          pool::mpsPipeDirectory(options_.dir, gpu) / kPidFile, 64, "MPS daemon PID files");
       size_t used = 0;
       const long pid = std::stol(text, &used);
       return pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);

@@ -4,12 +4,12 @@
 
 #include <sstream>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
-#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::agent {
 
@@ -52,11 +52,11 @@ namespace {
 
 void checkPool(const std::string& uri) {
   if (uri.starts_with("https://"))
-    throw badInput("--pool '" + topo::printable(uri) +
+    throw badInput("--pool '" + common::printable(uri) +
                    "': poold speaks plain HTTP; give http://HOST:PORT (a TLS proxy in front of poold "
                    "needs its own plain-HTTP listener for the agents)");
   if (!uri.starts_with("http://"))
-    throw badInput("--pool '" + topo::printable(uri) +
+    throw badInput("--pool '" + common::printable(uri) +
                    "': a node agent reports to a poold; give http://HOST:PORT");
   try {
     pool::openAgentLink(uri, "");  // checks HOST:PORT; connects to nothing
@@ -88,10 +88,10 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       o.token_file = value();
     } else if (a == "--node") {
       o.node = value();
-      topo::checkNodeName(o.node, "--node");
+      common::checkNodeName(o.node, "--node");
     } else if (a == "--interval") {
       o.interval = std::chrono::seconds(
-          topo::parseOption<int64_t>(a, value(), kIntervalRange.min, kIntervalRange.max));
+          common::parseOption<int64_t>(a, value(), kIntervalRange.min, kIntervalRange.max));
     } else if (a == "--from") {
       o.from = value();
     } else if (a == "--sysfs-root") {
@@ -103,26 +103,26 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
     } else if (a == "--mps-dir") {
       o.mps_dir = value();
       if (!o.mps_dir.is_absolute())
-        throw badInput("--mps-dir '" + topo::printable(o.mps_dir.string()) +
+        throw badInput("--mps-dir '" + common::printable(o.mps_dir.string()) +
                        "': not an absolute path (MPS clients are given it as it is)");
     } else if (a == "--mps-control") {
       o.mps_control = value();
       if (o.mps_control.empty()) throw badInput("--mps-control needs a program");
     } else if (a == "--switch") {
       o.switch_name = value();
-      topo::checkText(o.switch_name, topo::kMaxLabelBytes, "--switch");
+      common::checkText(o.switch_name, common::kMaxLabelBytes, "--switch");
     } else if (a == "--label") {
       std::string v = value();
       size_t eq = v.find('=');
       if (eq == std::string::npos || eq == 0)
-        throw badInput("--label '" + topo::printable(v) + "': expected KEY=VALUE");
+        throw badInput("--label '" + common::printable(v) + "': expected KEY=VALUE");
       std::string key = v.substr(0, eq);
-      topo::checkText(key, topo::kMaxLabelBytes, "--label key");
-      topo::checkText(v.substr(eq + 1), topo::kMaxLabelBytes, "--label " + key + " value");
+      common::checkText(key, common::kMaxLabelBytes, "--label key");
+      common::checkText(v.substr(eq + 1), common::kMaxLabelBytes, "--label " + key + " value");
       if (!o.labels.emplace(key, v.substr(eq + 1)).second)
-        throw badInput("--label " + topo::printable(key) + " is given twice");
+        throw badInput("--label " + common::printable(key) + " is given twice");
     } else {
-      throw badInput("unknown option '" + topo::printable(a) + "' (see --help)");
+      throw badInput("unknown option '" + common::printable(a) + "' (see --help)");
     }
   }
   if (o.pool.empty()) throw badInput("poold-agent needs --pool http://HOST:PORT (the poold to report to)");

@@ -12,9 +12,9 @@
 
 #include "poolrun/agent/agent.hpp"
 #include "poolrun/agent/options.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/agent_link.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/sysfs.hpp"
 #include "poolrun/topo/version.hpp"
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     config.node.name = !o.node.empty()                         ? o.node
                        : o.from.empty() && !t.hostname.empty() ? t.hostname
                                                                : hostName();
-    topo::checkNodeName(config.node.name, "the host name (give --node NAME)");
+    common::checkNodeName(config.node.name, "the host name (give --node NAME)");
     config.node.topology_file = o.from;
     config.node.switch_name = o.switch_name;
     config.node.labels = o.labels;

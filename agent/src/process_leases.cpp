@@ -4,16 +4,16 @@
 #include <string_view>
 
 #include "poolrun/agent/agent.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 
 namespace poolrun::agent {
 
 std::optional<std::string> processLease(const std::filesystem::path& proc_root, uint32_t pid) {
   std::string environ;
   try {
-    environ = topo::readRegularFileHead(proc_root / std::to_string(pid) / "environ", kMaxEnvironBytes,
-                                        "process environments");
+    environ = common::readRegularFileHead(proc_root / std::to_string(pid) / "environ", kMaxEnvironBytes,
+                                          "process environments");
   } catch (const Error&) {
     return std::nullopt;  // gone, or not ours to read: a process of no known lease
   }
@@ -28,7 +28,7 @@ std::optional<std::string> processLease(const std::filesystem::path& proc_root, 
     if (entry.starts_with(kKey)) {
       std::string_view id = entry.substr(kKey.size());
       // As getenv, the first entry counts; an id poold would refuse names no lease.
-      if (!topo::leaseIdProblem(id).empty()) return std::nullopt;
+      if (!common::leaseIdProblem(id).empty()) return std::nullopt;
       return std::string(id);
     }
     if (end == std::string_view::npos) break;
@@ -40,7 +40,7 @@ std::optional<std::string> processLease(const std::filesystem::path& proc_root, 
 bool isMpsServer(const std::filesystem::path& proc_root, uint32_t pid) {
   try {
     const std::string comm =
-        topo::readRegularFileHead(proc_root / std::to_string(pid) / "comm", 64, "process names");
+        common::readRegularFileHead(proc_root / std::to_string(pid) / "comm", 64, "process names");
     return comm.starts_with("nvidia-cuda-mps");
   } catch (const Error&) {
     return false;  // gone, or not ours to read

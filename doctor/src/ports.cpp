@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "checks.hpp"
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/regular_file.hpp"
 
 namespace poolrun::doctor::detail {
 namespace fs = std::filesystem;
@@ -20,12 +20,12 @@ namespace fs = std::filesystem;
 // Kernel files: regular (a FIFO or a device planted in a test's tree must not block), and only their
 // first 64 KiB (/proc/modules of a node with hundreds of modules is a fraction of that).
 std::optional<std::string> readText(const fs::path& file, std::string* why) {
-  return topo::readAttributeFile(file, topo::kSysfsFileLimit, true, why);
+  return common::readAttributeFile(file, common::kSysfsFileLimit, true, why);
 }
 
 std::vector<uint8_t> readBytes(const fs::path& file, size_t limit) {
   try {
-    std::string bytes = topo::readRegularFileHead(file, limit, "PCI configuration files");
+    std::string bytes = common::readRegularFileHead(file, limit, "PCI configuration files");
     return {bytes.begin(), bytes.end()};
   } catch (const Error&) {
     return {};

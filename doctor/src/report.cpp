@@ -1,12 +1,12 @@
 #include "poolrun/doctor/report.hpp"
-#include "poolrun/topo/nesting.hpp"
+#include "poolrun/common/nesting.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::doctor {
 
@@ -58,8 +58,8 @@ std::string toJson(const Report& report) {
 
 Report reportFromJson(const std::string& text) {
   try {
-    if (auto at = topo::jsonTooDeepAt(text, topo::kMaxJsonDepth))
-      throw badInput("the document nests deeper than " + std::to_string(topo::kMaxJsonDepth) +
+    if (auto at = common::jsonTooDeepAt(text, common::kMaxJsonDepth))
+      throw badInput("the document nests deeper than " + std::to_string(common::kMaxJsonDepth) +
                      " levels (at byte " + std::to_string(*at) + "); it is not a doctor report");
     nlohmann::json doc = nlohmann::json::parse(text);
     if (!doc.is_object() || doc.value("schema", "") != "poolrun.doctor/1" || !doc.contains("checks") ||

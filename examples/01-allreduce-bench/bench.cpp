@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::bench {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/options.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/options.hpp"
 
 namespace po = boost::program_options;
 
@@ -18,7 +18,7 @@ void checkRanges(const po::parsed_options& parsed, const std::vector<NumericOpti
     for (const NumericOption& r : ranges) {
       if (o.string_key != r.key) continue;
       std::string name = r.key[0] == '-' ? std::string(r.key) : "--" + std::string(r.key);
-      for (const std::string& v : o.value) topo::parseOption<int64_t>(name, v, r.min, r.max);
+      for (const std::string& v : o.value) common::parseOption<int64_t>(name, v, r.min, r.max);
     }
   }
 }

@@ -2,7 +2,7 @@
 
 // How every poolrun command reads its options and prints its help: one CommandOptions per command,
 // whose parse() checks what Boost.Program_options does not (a value given to every option that
-// takes one, every number read as written and within its range: topo::parseOption, which refuses
+// takes one, every number read as written and within its range: common::parseOption, which refuses
 // "1e3" for a whole number and wraps nothing into range), and answers a bad command line the same
 // way everywhere: "poolrun: error: WHAT", the usage, exit status 2.
 

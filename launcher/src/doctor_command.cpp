@@ -4,10 +4,10 @@
 #include <sstream>
 
 #include "command_options.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/doctor/doctor.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/slurm.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace po = boost::program_options;
 

@@ -16,11 +16,11 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/launcher/plan.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::launcher {
@@ -53,17 +53,18 @@ void checkOwnDirectory(const std::filesystem::path& dir, std::string_view what) 
                                     std::strerror(errno) + "); check the path and its permissions");
   if (!S_ISDIR(st.st_mode))
     throw badInput(std::string(what) + " " + dir.string() + " is " +
-                   std::string(topo::fileTypeName(st.st_mode)) + ", not a directory; name a directory");
+                   std::string(common::fileTypeName(st.st_mode)) + ", not a directory; name a directory");
   const uid_t me = geteuid();
   if (st.st_uid != me)
-    throw badInput(std::string(what) + " " + dir.string() + " belongs to " + topo::userText(st.st_uid) +
-                   ", not to you (" + topo::userText(me) +
+    throw badInput(std::string(what) + " " + dir.string() + " belongs to " + common::userText(st.st_uid) +
+                   ", not to you (" + common::userText(me) +
                    "): its owner could change the plan and run.sh poolrun " +
                    "writes there; use a directory of your own (--job-dir DIR or POOLRUN_STATE_DIR)");
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
     throw badInput(
         std::string(what) + " " + dir.string() + " is writable by " +
-        ((st.st_mode & S_IWOTH) != 0 ? "every user" : "its group") + " (mode " + topo::modeText(st.st_mode) +
+        ((st.st_mode & S_IWOTH) != 0 ? "every user" : "its group") + " (mode " +
+        common::modeText(st.st_mode) +
         ", no sticky bit): another user could replace the files poolrun writes there; run `chmod go-w " +
         dir.string() + "` or use a directory of your own");
 }
@@ -79,7 +80,7 @@ void makeOwnDirectory(const std::filesystem::path& dir, std::string_view what) {
     struct stat st {};
     if (errno == EEXIST && ::stat(made.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) continue;
-      why += ": it is " + std::string(topo::fileTypeName(st.st_mode));
+      why += ": it is " + std::string(common::fileTypeName(st.st_mode));
     }
     throw Error(ErrorCode::kIo, made.string() + ": cannot create the " + std::string(what) + " (" + why +
                                     "); check that its folder exists and is writable");
@@ -188,7 +189,7 @@ bool removeTree(int parent, const char* name, dev_t device, int depth = 0) {
 // made for the user: a lease id's name, a directory (not a link) on the same file system, owned by
 // the user, with a marker that is a regular file holding that name.
 bool isPoolrunJobDir(int jobs, const std::string& entry, dev_t device) {
-  if (!topo::leaseIdProblem(entry).empty()) return false;
+  if (!common::leaseIdProblem(entry).empty()) return false;
   struct stat st {};
   if (::fstatat(jobs, entry.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
       st.st_dev != device || st.st_uid != geteuid())

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::launcher {
 namespace {

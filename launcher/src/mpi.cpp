@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::launcher {
 namespace {

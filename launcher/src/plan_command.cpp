@@ -4,13 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include "command_options.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/open_pool.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace po = boost::program_options;
 

@@ -9,8 +9,8 @@
 #include <set>
 #include <tuple>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/plan.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/fabric.hpp"
 #include "poolrun/topo/hostlist.hpp"
 

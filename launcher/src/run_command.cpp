@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "command_options.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/lease_keeper.hpp"
@@ -27,9 +29,7 @@
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/open_pool.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hostlist.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "run_options.hpp"
 

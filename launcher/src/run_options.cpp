@@ -8,13 +8,13 @@
 #include <filesystem>
 
 #include "command_options.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
 
 namespace po = boost::program_options;
 
@@ -126,7 +126,7 @@ void checkValues(const po::variables_map& vm, const std::string& tuner, const st
   std::optional<int> sig = preemptSignalFromString(preemptSignal);
   if (!sig)
     throw badInput(
-        "--preempt-signal '" + topo::printable(preemptSignal) +
+        "--preempt-signal '" + common::printable(preemptSignal) +
         "': use TERM (the default), INT, HUP, USR1 or USR2, by name (SIGTERM, TERM) or number (15, "
         "2, 1, 10, 12); a job cannot catch KILL or STOP, so it would get no grace");
   o.preempt_signal = *sig;
@@ -137,7 +137,7 @@ void checkValues(const po::variables_map& vm, const std::string& tuner, const st
     throw badInput(std::string(vm.count("tag-output") ? "--tag-output" : "--mpirun-arg") +
                    " is for mpirun, and --launcher srun starts the ranks with srun: use -x and --mca, or "
                    "--launcher mpirun");
-  topo::checkText(o.job_name, topo::kMaxJobNameBytes, "--name");
+  common::checkText(o.job_name, common::kMaxJobNameBytes, "--name");
 }
 
 }  // namespace
@@ -157,14 +157,14 @@ namespace {
 void parseRanks(const std::string& text, RunOptions& o) {
   const size_t colon = text.find(':');
   if (colon != std::string::npos && (colon == 0 || colon + 1 == text.size()))
-    throw badInput("-n '" + topo::printable(text) + "': MIN:MAX needs both numbers (-n 4:16, say)");
+    throw badInput("-n '" + common::printable(text) + "': MIN:MAX needs both numbers (-n 4:16, say)");
   o.request.ranks =
-      topo::parseOption<int>("-n", text.substr(0, colon), pool::kGpusRange.min, pool::kGpusRange.max);
+      common::parseOption<int>("-n", text.substr(0, colon), pool::kGpusRange.min, pool::kGpusRange.max);
   if (colon == std::string::npos) return;
   o.max_ranks =
-      topo::parseOption<int>("-n", text.substr(colon + 1), pool::kGpusRange.min, pool::kGpusRange.max);
+      common::parseOption<int>("-n", text.substr(colon + 1), pool::kGpusRange.min, pool::kGpusRange.max);
   if (o.max_ranks < o.request.ranks)
-    throw badInput("-n '" + topo::printable(text) + "': MIN:MAX with MAX at least MIN");
+    throw badInput("-n '" + common::printable(text) + "': MIN:MAX with MAX at least MIN");
 }
 
 }  // namespace
@@ -291,7 +291,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     }
     if (const char* dir = std::getenv("POOLRUN_MPS_DIR"); dir != nullptr && *dir != '\0') {
       if (*dir != '/')
-        throw badInput("POOLRUN_MPS_DIR '" + topo::printable(dir) +
+        throw badInput("POOLRUN_MPS_DIR '" + common::printable(dir) +
                        "': not an absolute path; give the directory poold-agent's --mps-dir names");
       o.request.mps_dir = dir;
     }

@@ -10,15 +10,15 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/hash.hpp"
+#include "poolrun/common/nesting.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/slurm.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/hostlist.hpp"
-#include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 
@@ -221,7 +221,7 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
       // Part of a node: cached only where Slurm names the CPUs (without them, no key tells views apart).
       if (cached && hw != hardware.end() && (whole || !jobCpuIds[n].empty())) {
         std::string key = whole ? hw->second : hw->second + " CPU_IDs=" + jobCpuIds[n];
-        cacheFile[n] = options.cache_dir / (n + "-" + topo::fnv1aHex(key).substr(0, 12) + ".json");
+        cacheFile[n] = options.cache_dir / (n + "-" + common::fnv1aHex(key).substr(0, 12) + ".json");
         if (std::filesystem::exists(cacheFile[n])) {
           try {
             topo::ClusterNode c;
@@ -255,8 +255,9 @@ std::vector<topo::ClusterNode> slurmNodes(const pool::Lease& lease, const SlurmT
                                                    "with --topology FILE");
         topo::NodeTopology t;
         try {
-          if (topo::jsonTooDeepAt(p->second, topo::kMaxJsonDepth))
-            throw badInput("its output nests deeper than " + std::to_string(topo::kMaxJsonDepth) + " levels");
+          if (common::jsonTooDeepAt(p->second, common::kMaxJsonDepth))
+            throw badInput("its output nests deeper than " + std::to_string(common::kMaxJsonDepth) +
+                           " levels");
           t = topo::fromJson(nlohmann::json::parse(p->second), "slurm-probe:" + n);
         } catch (const std::exception& e) {
           throw Error(ErrorCode::kUnsupported, "the probe of node " + n + " returned no topology (" +

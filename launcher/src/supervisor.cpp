@@ -19,9 +19,9 @@
 #include <sstream>
 #include <string_view>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/pool/client.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::launcher {
 namespace {

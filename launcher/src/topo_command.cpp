@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "command_options.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/launcher/job_directory.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/sysfs.hpp"
 #include "poolrun/topo/writers.hpp"

@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/launcher/plan.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::launcher {
 
@@ -38,7 +38,7 @@ std::string ignoredShellVariablesNote(const JobPlan& plan,
       return std::any_of(r.env.begin(), r.env.end(),
                          [&](const auto& e) { return e.first == name && e.second != value; });
     });
-    if (differs) ignored += (ignored.empty() ? "" : ", ") + name + "=" + topo::printable(value);
+    if (differs) ignored += (ignored.empty() ? "" : ", ") + name + "=" + common::printable(value);
   }
   if (ignored.empty()) return "";
   return "your shell's " + ignored +
@@ -71,9 +71,9 @@ void checkUserGpusWithinPlan(const JobPlan& plan, const std::string& what) {
       list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
       if (entry.empty() || held.contains(entry)) continue;
       throw badInput(
-          "-x CUDA_VISIBLE_DEVICES=" + topo::printable(it->second) + " puts rank " + std::to_string(r.rank) +
-          " on node " + node.name + " on GPU " + topo::printable(entry) + ", which " + what +
-          " does not hold (it holds " + listed +
+          "-x CUDA_VISIBLE_DEVICES=" + common::printable(it->second) + " puts rank " +
+          std::to_string(r.rank) + " on node " + node.name + " on GPU " + common::printable(entry) +
+          ", which " + what + " does not hold (it holds " + listed +
           " there, by CUDA index with CUDA_DEVICE_ORDER=PCI_BUS_ID); drop the -x to use the plan's GPUs");
     }
   }

@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "poolrun/common/json_fields.hpp"
+#include "poolrun/common/nesting.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/nesting.hpp"
-#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::tuner {
 namespace {
@@ -133,16 +133,16 @@ Measurement parseMeasurement(const json& v, size_t index, const std::string& ori
 }
 
 std::string readFile(const std::string& path, const std::string& what, size_t limit,
-                     topo::FileIdentity* identity) {
+                     common::FileIdentity* identity) {
   try {
-    return topo::readRegularFile(path, limit, what + " files", identity);
+    return common::readRegularFile(path, limit, what + " files", identity);
   } catch (const Error& e) {
     throw ConfigError(what + ": " + e.what());
   }
 }
 
 // A configuration file, or the rules of an example-tuner CSV file.
-TunerConfig configFromFile(const std::string& path, bool csv, topo::FileIdentity* identity) {
+TunerConfig configFromFile(const std::string& path, bool csv, common::FileIdentity* identity) {
   if (!csv) return parseConfig(readFile(path, "tuner config", kConfigFileLimit, identity), path);
   TunerConfig c;
   c.has_hardware = false;
@@ -180,7 +180,7 @@ std::string_view cpuVendorName(CpuVendor v) {
 }
 
 TunerConfig parseConfig(std::string_view jsonText, const std::string& origin) {
-  if (std::optional<size_t> at = topo::jsonTooDeepAt(jsonText, kMaxConfigDepth)) {
+  if (std::optional<size_t> at = common::jsonTooDeepAt(jsonText, kMaxConfigDepth)) {
     fail(origin, "JSON nests deeper than " + std::to_string(kMaxConfigDepth) + " levels at byte " +
                      std::to_string(*at) + " (a tuner configuration nests 3; is it the right file?)");
   }
@@ -431,7 +431,7 @@ std::string readConfigFile(const std::string& path, const std::string& what, siz
 }
 
 struct ConfigCache::Entry {
-  topo::FileIdentity identity;  // of the file read; none for JSON text
+  common::FileIdentity identity;  // of the file read; none for JSON text
   std::shared_ptr<const TunerConfig> config;
   std::string error;  // the ConfigError's message where the configuration failed
 };
@@ -459,7 +459,7 @@ std::shared_ptr<const TunerConfig> ConfigCache::get(bool csv, std::string_view v
   if (it != entries_.end()) {
     struct stat st {};
     const bool unchanged = text || (::stat(std::string(body).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-                                    topo::identityOf(st) == it->second->identity);
+                                    common::identityOf(st) == it->second->identity);
     if (!unchanged) {
       entries_.erase(it);
       it = entries_.end();

@@ -2,7 +2,7 @@
 
 #include "core/rank_env.hpp"
 #include "core_adapters.hpp"
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::runtime {
 

@@ -4,7 +4,7 @@
 
 #include "core/rank_info.hpp"
 #include "core_adapters.hpp"
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::runtime {
 

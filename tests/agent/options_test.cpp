@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "poolrun/agent/options.hpp"
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::test {

@@ -2,7 +2,7 @@
 // every check, and each way of breaking one is found by the check meant for it and by no other.
 
 #include "poolrun/doctor/doctor.hpp"
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

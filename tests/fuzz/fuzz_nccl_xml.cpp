@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/runtime/rank_env.hpp"
-#include "poolrun/topo/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/topo/writers.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/plan.hpp"
 #include "poolrun/pool/state.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "support/fixtures.hpp"
 

@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <fstream>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 

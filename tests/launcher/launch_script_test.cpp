@@ -4,10 +4,10 @@
 
 #include <sys/stat.h>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
-#include "poolrun/topo/error.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 

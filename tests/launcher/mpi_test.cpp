@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/runtime/rank_env.hpp"
-#include "poolrun/topo/error.hpp"
 #include "support/synthetic.hpp"
 
 namespace poolrun::launcher {

@@ -11,9 +11,9 @@
 #include <random>
 #include <sstream>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/job_directory.hpp"
 #include "poolrun/launcher/plan.hpp"
-#include "poolrun/topo/error.hpp"
 #include "support/fixtures.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"

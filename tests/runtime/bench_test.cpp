@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "bench.hpp"
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/tuner/calibrate.hpp"
 
 namespace poolrun::bench {

@@ -7,11 +7,11 @@
 #include <memory>
 #include <optional>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/runtime/port_check.hpp"
 #include "poolrun/runtime/rank_env.hpp"
 #include "poolrun/runtime/rank_info.hpp"
-#include "poolrun/topo/error.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
 

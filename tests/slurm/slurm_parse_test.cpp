@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/pool/slurm.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hostlist.hpp"
 
 namespace poolrun::pool::slurm {

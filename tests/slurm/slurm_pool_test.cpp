@@ -5,10 +5,10 @@
 
 #include <sstream>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/slurm.hpp"
-#include "poolrun/topo/error.hpp"
 #include "support/synthetic.hpp"
 
 namespace poolrun::pool::slurm {

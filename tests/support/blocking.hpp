@@ -16,7 +16,7 @@
 #include <future>
 #include <string>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::test {
 

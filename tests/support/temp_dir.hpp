@@ -17,7 +17,7 @@ class TempDir {
   const std::filesystem::path& path() const { return path_; }
   // Writes `content` to path()/relative, creating parent folders; returns the full path.
   std::filesystem::path write(const std::filesystem::path& relative, const std::string& content) const;
-  // As write, mode 0600: a token file as its readers want it (topo::readSecretFile).
+  // As write, mode 0600: a token file as its readers want it (common::readSecretFile).
   std::filesystem::path writeSecret(const std::filesystem::path& relative, const std::string& content) const;
 
  private:

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/topo/cluster.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"

@@ -12,10 +12,10 @@
 #include <future>
 #include <string>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/nesting.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/topo/cluster.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/nesting.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "support/blocking.hpp"
 #include "support/temp_dir.hpp"
@@ -74,7 +74,8 @@ TEST(HostileFiles, TopologyOverTheLimitIsRefusedBeforeItIsRead) {
   std::filesystem::path p = sparseFile(tmp, "big.xml", off_t{70} << 20);
   std::string e = errorOf([&] { readTopologyFile(p); });
   EXPECT_HAS(e, p.string() + " is 70 MiB; topology files are at most 64 MiB");
-  std::filesystem::path over = sparseFile(tmp, "over.xml", static_cast<off_t>(kTopologyFileLimit) + 1);
+  std::filesystem::path over =
+      sparseFile(tmp, "over.xml", static_cast<off_t>(common::kTopologyFileLimit) + 1);
   EXPECT_HAS(errorOf([&] { readTopologyFile(over); }),
              "is 67108865 bytes; topology files are at most 64 MiB");
 }
@@ -85,19 +86,20 @@ TEST(HostileFiles, MissingTopologyIsNamed) {
 }
 
 TEST(HostileFiles, RegularFileReaderReadsProcFilesWhoseSizeIsZero) {
-  FileIdentity id;
-  std::string text = readRegularFile("/proc/self/status", kSysfsFileLimit, "status files", &id);
+  common::FileIdentity id;
+  std::string text =
+      common::readRegularFile("/proc/self/status", common::kSysfsFileLimit, "status files", &id);
   EXPECT_HAS(text, "Name:");
   EXPECT_NE(id.inode, 0u);
   // A file whose size says nothing (0 in /proc) is still cut at the limit.
-  EXPECT_HAS(errorOf([] { readRegularFile("/proc/self/maps", 16, "map files"); }),
+  EXPECT_HAS(errorOf([] { common::readRegularFile("/proc/self/maps", 16, "map files"); }),
              "/proc/self/maps is more than 16 bytes (it grew while read); map files are at most 16 bytes");
 }
 
 // A file written a moment ago may be half written (emptied by `>` and not yet filled): a watcher
 // reads a new version once it has seen it unchanged for kFileSettleTime, or at once where it was
 // modified kFileTrustedAge before.
-struct stat statOfVersion(int64_t inode, off_t size, FileWatch::Wall::time_point mtime) {
+struct stat statOfVersion(int64_t inode, off_t size, common::FileWatch::Wall::time_point mtime) {
   struct stat st {};
   st.st_ino = static_cast<ino_t>(inode);
   st.st_size = size;
@@ -109,16 +111,16 @@ struct stat statOfVersion(int64_t inode, off_t size, FileWatch::Wall::time_point
 
 TEST(HostileFiles, AWatcherReadsAVersionSeenUnchangedForTheSettleTime) {
   using std::chrono::milliseconds;
-  const FileWatch::Steady::time_point t0{std::chrono::hours(1)};
-  const FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
+  const common::FileWatch::Steady::time_point t0{std::chrono::hours(1)};
+  const common::FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
   const struct stat old = statOfVersion(7, 100, wall0 - std::chrono::hours(1));
-  FileWatch watch(identityOf(old));
+  common::FileWatch watch(common::identityOf(old));
   EXPECT_FALSE(watch.due(old, t0, wall0)) << "the version read is not read again";
 
   const struct stat written = statOfVersion(7, 120, wall0);
   EXPECT_FALSE(watch.due(written, t0, wall0));
-  EXPECT_FALSE(watch.due(written, t0 + kFileSettleTime - milliseconds(1), wall0 + milliseconds(199)));
-  EXPECT_TRUE(watch.due(written, t0 + kFileSettleTime, wall0 + kFileSettleTime));
+  EXPECT_FALSE(watch.due(written, t0 + common::kFileSettleTime - milliseconds(1), wall0 + milliseconds(199)));
+  EXPECT_TRUE(watch.due(written, t0 + common::kFileSettleTime, wall0 + common::kFileSettleTime));
 }
 
 // The failure seen on a loaded machine: the file emptied, its writer held off the CPU past the
@@ -127,9 +129,9 @@ TEST(HostileFiles, AWatcherReadsAVersionSeenUnchangedForTheSettleTime) {
 // again when the file is filled.
 TEST(HostileFiles, AFileEmptiedLongerThanTheSettleTimeIsNotReadAtTheFirstLook) {
   using std::chrono::milliseconds;
-  const FileWatch::Steady::time_point t0{std::chrono::hours(1)};
-  const FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
-  FileWatch watch(identityOf(statOfVersion(7, 100, wall0 - std::chrono::hours(1))));
+  const common::FileWatch::Steady::time_point t0{std::chrono::hours(1)};
+  const common::FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
+  common::FileWatch watch(common::identityOf(statOfVersion(7, 100, wall0 - std::chrono::hours(1))));
   const struct stat emptied = statOfVersion(7, 0, wall0 - milliseconds(900));
   EXPECT_FALSE(watch.due(emptied, t0, wall0)) << "an empty file dated 900 ms ago was read at first sight";
   const struct stat filled = statOfVersion(7, 26, wall0 + milliseconds(150));
@@ -140,17 +142,17 @@ TEST(HostileFiles, AFileEmptiedLongerThanTheSettleTimeIsNotReadAtTheFirstLook) {
 }
 
 TEST(HostileFiles, AWatcherReadsAtOnceAVersionWrittenLongBefore) {
-  const FileWatch::Steady::time_point t0{std::chrono::hours(1)};
-  const FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
-  FileWatch watch(identityOf(statOfVersion(7, 100, wall0 - std::chrono::hours(1))));
-  EXPECT_TRUE(watch.due(statOfVersion(8, 100, wall0 - kFileTrustedAge), t0, wall0))
+  const common::FileWatch::Steady::time_point t0{std::chrono::hours(1)};
+  const common::FileWatch::Wall::time_point wall0{std::chrono::seconds(1'800'000'000)};
+  common::FileWatch watch(common::identityOf(statOfVersion(7, 100, wall0 - std::chrono::hours(1))));
+  EXPECT_TRUE(watch.due(statOfVersion(8, 100, wall0 - common::kFileTrustedAge), t0, wall0))
       << "a file replaced while nobody looked";
-  EXPECT_FALSE(
-      watch.due(statOfVersion(9, 100, wall0 - kFileTrustedAge + std::chrono::milliseconds(1)), t0, wall0));
+  EXPECT_FALSE(watch.due(
+      statOfVersion(9, 100, wall0 - common::kFileTrustedAge + std::chrono::milliseconds(1)), t0, wall0));
   // A time far ahead (another machine's clock, on a network file system) is waited for by sight.
   const struct stat ahead = statOfVersion(10, 100, wall0 + std::chrono::hours(1));
   EXPECT_FALSE(watch.due(ahead, t0, wall0));
-  EXPECT_TRUE(watch.due(ahead, t0 + kFileSettleTime, wall0 + kFileSettleTime));
+  EXPECT_TRUE(watch.due(ahead, t0 + common::kFileSettleTime, wall0 + common::kFileSettleTime));
 }
 
 // Through the file system: a version is read once, an error once per version, and a version that
@@ -159,15 +161,15 @@ TEST(HostileFiles, AWatchedFileIsReadOncePerVersion) {
   test::TempDir tmp;
   const std::filesystem::path file = tmp.write("watched", "one\n");
   auto setBack = [&] {
-    std::filesystem::last_write_time(
-        file, std::filesystem::file_time_type::clock::now() - kFileTrustedAge - std::chrono::seconds(1));
+    std::filesystem::last_write_time(file, std::filesystem::file_time_type::clock::now() -
+                                               common::kFileTrustedAge - std::chrono::seconds(1));
   };
   setBack();
-  FileWatch watch;
+  common::FileWatch watch;
   int reads = 0;
   auto read = [&] {
     ++reads;
-    return readRegularFile(file, 64, "watched files");
+    return common::readRegularFile(file, 64, "watched files");
   };
   EXPECT_EQ(watch.readIfChanged(file, read), std::optional<std::string>("one\n"));
   EXPECT_EQ(watch.readIfChanged(file, read), std::nullopt);
@@ -214,9 +216,9 @@ TEST(HostileFiles, NumberBeyondADoubleIsBadInput) {
 }
 
 TEST(HostileFiles, NestingScannerSkipsStrings) {
-  EXPECT_EQ(jsonTooDeepAt(R"({"a":"[[[[[[","b":["\"[[[["]})", 2), std::nullopt);
-  EXPECT_EQ(jsonTooDeepAt(R"({"a":[[1]]})", 2), std::optional<size_t>(6));
-  EXPECT_EQ(jsonTooDeepAt("]]]]{}", 1), std::nullopt);
+  EXPECT_EQ(common::jsonTooDeepAt(R"({"a":"[[[[[[","b":["\"[[[["]})", 2), std::nullopt);
+  EXPECT_EQ(common::jsonTooDeepAt(R"({"a":[[1]]})", 2), std::optional<size_t>(6));
+  EXPECT_EQ(common::jsonTooDeepAt("]]]]{}", 1), std::nullopt);
 }
 
 TEST(HostileFiles, HwlocXmlNested100000DeepIsRefused) {

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "support/hwloc_xml.hpp"
 

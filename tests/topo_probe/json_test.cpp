@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "support/fixtures.hpp"

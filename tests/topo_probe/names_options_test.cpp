@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
 #include "poolrun/topo/cluster.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
 #include "support/blocking.hpp"
 #include "support/fixtures.hpp"
 
@@ -49,12 +49,12 @@ TEST(NamesTest, NodeNames) {
       {std::string("a\0b", 3), false, "'\\x00' at byte 1"},
   };
   for (const NameCase& c : cases) {
-    std::string problem = nodeNameProblem(c.value);
-    EXPECT_EQ(problem.empty(), c.valid) << printable(c.value) << ": " << problem;
+    std::string problem = common::nodeNameProblem(c.value);
+    EXPECT_EQ(problem.empty(), c.valid) << common::printable(c.value) << ": " << problem;
     if (!c.valid) {
-      EXPECT_NE(problem.find(c.problem), std::string::npos) << printable(c.value) << ": " << problem;
-      std::string msg = messageOf([&] { checkNodeName(c.value); });
-      EXPECT_EQ(msg.rfind("node name '" + printable(c.value) + "': ", 0), 0u) << msg;
+      EXPECT_NE(problem.find(c.problem), std::string::npos) << common::printable(c.value) << ": " << problem;
+      std::string msg = messageOf([&] { common::checkNodeName(c.value); });
+      EXPECT_EQ(msg.rfind("node name '" + common::printable(c.value) + "': ", 0), 0u) << msg;
       EXPECT_NE(msg.find("letters, digits, '-', '_' and '.'"), std::string::npos) << msg;
     }
   }
@@ -62,17 +62,18 @@ TEST(NamesTest, NodeNames) {
 
 TEST(NamesTest, LeaseIdsAndOwners) {
   for (const char* id : {"L0123456789abcdef", "slurm-4242-1777-1", "123_4", "123+0"})
-    EXPECT_EQ(leaseIdProblem(id), "") << id;
+    EXPECT_EQ(common::leaseIdProblem(id), "") << id;
   for (const char* id : {"", "L1\r\nX-Injected: 1", "../../etc", "L 1", "L%2F"})
-    EXPECT_NE(leaseIdProblem(id), "") << id;
-  EXPECT_NE(leaseIdProblem(std::string(129, 'a')), "");
+    EXPECT_NE(common::leaseIdProblem(id), "") << id;
+  EXPECT_NE(common::leaseIdProblem(std::string(129, 'a')), "");
 
   for (const char* owner : {"alice", "bob.smith", "svc_ci-2", "alice@EXAMPLE.ORG", "uid1000"})
-    EXPECT_EQ(ownerProblem(owner), "") << owner;
+    EXPECT_EQ(common::ownerProblem(owner), "") << owner;
   for (const char* owner : {"", "-alice", "al ice", "alice\n", "r\xe9mi", "a/b", "a:b"})
-    EXPECT_NE(ownerProblem(owner), "") << printable(owner);
-  EXPECT_NE(ownerProblem(std::string(65, 'a')), "");
-  EXPECT_EQ(messageOf([] { checkOwner("-x", "--owner"); }).rfind("--owner '-x': starts with '-'", 0), 0u);
+    EXPECT_NE(common::ownerProblem(owner), "") << common::printable(owner);
+  EXPECT_NE(common::ownerProblem(std::string(65, 'a')), "");
+  EXPECT_EQ(messageOf([] { common::checkOwner("-x", "--owner"); }).rfind("--owner '-x': starts with '-'", 0),
+            0u);
 }
 
 // The UTF-8 form of a code point below U+10000.
@@ -84,44 +85,45 @@ std::string utf8Of(uint32_t cp) {
 }
 
 TEST(NamesTest, TextIsUtf8WithoutControlCharacters) {
-  EXPECT_EQ(textProblem("train résumé 日本 🚀", 256), "");
-  EXPECT_EQ(textProblem("", 256), "");
-  EXPECT_NE(textProblem("a\nb", 256).find("control character \\x0a at byte 1"), std::string::npos);
-  EXPECT_NE(textProblem("a\x7f", 256).find("control character \\x7f"), std::string::npos);
-  EXPECT_NE(textProblem("abc", 2).find("3 bytes long (at most 2)"), std::string::npos);
+  EXPECT_EQ(common::textProblem("train résumé 日本 🚀", 256), "");
+  EXPECT_EQ(common::textProblem("", 256), "");
+  EXPECT_NE(common::textProblem("a\nb", 256).find("control character \\x0a at byte 1"), std::string::npos);
+  EXPECT_NE(common::textProblem("a\x7f", 256).find("control character \\x7f"), std::string::npos);
+  EXPECT_NE(common::textProblem("abc", 2).find("3 bytes long (at most 2)"), std::string::npos);
   // C1 controls and bidirectional embeddings, overrides and isolates: valid UTF-8 that a terminal or a
   // page shows as something else. Their neighbours stay allowed.
   for (uint32_t cp : {0x80u, 0x85u, 0x9bu, 0x9fu, 0x202au, 0x202eu, 0x2066u, 0x2069u}) {
     std::string bad = "a" + utf8Of(cp) + "b";
-    EXPECT_NE(textProblem(bad, 256).find(" at byte 1 (not allowed: C1 controls and bidirectional"),
+    EXPECT_NE(common::textProblem(bad, 256).find(" at byte 1 (not allowed: C1 controls and bidirectional"),
               std::string::npos)
         << cp;
-    EXPECT_EQ(printable(bad).find(utf8Of(cp)), std::string::npos) << cp;  // escaped where shown
+    EXPECT_EQ(common::printable(bad).find(utf8Of(cp)), std::string::npos) << cp;  // escaped where shown
   }
   for (uint32_t cp : {0xa0u, 0xe9u, 0x2029u, 0x202fu, 0x2065u, 0x206au})
-    EXPECT_EQ(textProblem("a" + utf8Of(cp) + "b", 256), "") << cp;
-  EXPECT_EQ(textProblem("x\u202E", 256),
+    EXPECT_EQ(common::textProblem("a" + utf8Of(cp) + "b", 256), "") << cp;
+  EXPECT_EQ(common::textProblem("x\u202E", 256),
             "bidirectional control U+202E at byte 1 (not allowed: C1 controls and bidirectional overrides "
             "change how a terminal or page shows the text around them)");
-  EXPECT_EQ(printable("x\u202Ey"), "x\\xe2\\x80\\xaey");
+  EXPECT_EQ(common::printable("x\u202Ey"), "x\\xe2\\x80\\xaey");
   // Latin-1, a lone continuation byte, overlong forms, a surrogate, past U+10FFFF, truncated.
   for (const char* bad :
        {"caf\xe9", "\x80", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe6\x97"}) {
-    EXPECT_NE(textProblem(bad, 256).find("is not UTF-8"), std::string::npos) << printable(bad);
-    EXPECT_LT(utf8ErrorOffset(bad), std::string_view(bad).size()) << printable(bad);
+    EXPECT_NE(common::textProblem(bad, 256).find("is not UTF-8"), std::string::npos)
+        << common::printable(bad);
+    EXPECT_LT(common::utf8ErrorOffset(bad), std::string_view(bad).size()) << common::printable(bad);
   }
-  EXPECT_EQ(utf8ErrorOffset("caf\xc3\xa9"), 5u);
-  EXPECT_EQ(utf8ErrorOffset("ab\xff"), 2u);
-  std::string msg = messageOf([] { checkText("a\xffz", 256, "field 'job_name'"); });
+  EXPECT_EQ(common::utf8ErrorOffset("caf\xc3\xa9"), 5u);
+  EXPECT_EQ(common::utf8ErrorOffset("ab\xff"), 2u);
+  std::string msg = messageOf([] { common::checkText("a\xffz", 256, "field 'job_name'"); });
   EXPECT_EQ(msg, "field 'job_name' 'a\\xffz': byte \\xff at byte 1 is not UTF-8") << msg;
 }
 
 TEST(NamesTest, PrintableEscapesWhatATerminalWouldInterpret) {
-  EXPECT_EQ(printable("dgx01"), "dgx01");
-  EXPECT_EQ(printable("日本"), "日本");
-  EXPECT_EQ(printable("a\r\nb\x1b[2J'\\"), "a\\x0d\\x0ab\\x1b[2J\\x27\\x5c");
-  EXPECT_EQ(printable("\xe9t\xe9"), "\\xe9t\\xe9");
-  EXPECT_EQ(printable(std::string(100, 'x')), std::string(80, 'x') + "...");
+  EXPECT_EQ(common::printable("dgx01"), "dgx01");
+  EXPECT_EQ(common::printable("日本"), "日本");
+  EXPECT_EQ(common::printable("a\r\nb\x1b[2J'\\"), "a\\x0d\\x0ab\\x1b[2J\\x27\\x5c");
+  EXPECT_EQ(common::printable("\xe9t\xe9"), "\\xe9t\\xe9");
+  EXPECT_EQ(common::printable(std::string(100, 'x')), std::string(80, 'x') + "...");
 }
 
 TEST(NamesTest, ClusterFilesRefuseBadNodeNames) {
@@ -165,8 +167,8 @@ TEST(OptionsTest, SignedValues) {
   for (const OptionCase& c : cases) {
     std::string got;
     try {
-      got =
-          std::to_string(parseOption<int>("--opt", c.text, static_cast<int>(c.min), static_cast<int>(c.max)));
+      got = std::to_string(
+          common::parseOption<int>("--opt", c.text, static_cast<int>(c.min), static_cast<int>(c.max)));
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kBadInput);
       got = e.what();
@@ -176,20 +178,21 @@ TEST(OptionsTest, SignedValues) {
 }
 
 TEST(OptionsTest, UnsignedAndWideValues) {
-  EXPECT_EQ(parseOption<uint64_t>("--max-body", "18446744073709551615", 0, UINT64_MAX), UINT64_MAX);
-  EXPECT_EQ(messageOf([] { parseOption<uint64_t>("--max-body", "18446744073709551616", 0, UINT64_MAX); }),
-            "--max-body 18446744073709551616: out of range (0 to 18446744073709551615)");
-  EXPECT_EQ(messageOf([] { parseOption<size_t>("--max-body", "-1", 1024, 1 << 30); }),
+  EXPECT_EQ(common::parseOption<uint64_t>("--max-body", "18446744073709551615", 0, UINT64_MAX), UINT64_MAX);
+  EXPECT_EQ(
+      messageOf([] { common::parseOption<uint64_t>("--max-body", "18446744073709551616", 0, UINT64_MAX); }),
+      "--max-body 18446744073709551616: out of range (0 to 18446744073709551615)");
+  EXPECT_EQ(messageOf([] { common::parseOption<size_t>("--max-body", "-1", 1024, 1 << 30); }),
             "--max-body -1: out of range (1024 to 1073741824)");
-  EXPECT_EQ(messageOf([] { parseOption<size_t>("--max-body", "abc", 1024, 1 << 30); }),
+  EXPECT_EQ(messageOf([] { common::parseOption<size_t>("--max-body", "abc", 1024, 1 << 30); }),
             "--max-body abc: not a whole number (1024 to 1073741824)");
-  EXPECT_EQ(parseOption<int64_t>("--x", "-9223372036854775808", INT64_MIN, INT64_MAX), INT64_MIN);
-  EXPECT_EQ(parseOption<int64_t>("--x", "9223372036854775807", INT64_MIN, INT64_MAX), INT64_MAX);
-  EXPECT_EQ(messageOf([] { parseOption<int64_t>("--x", "9223372036854775808", 0, INT64_MAX); }),
+  EXPECT_EQ(common::parseOption<int64_t>("--x", "-9223372036854775808", INT64_MIN, INT64_MAX), INT64_MIN);
+  EXPECT_EQ(common::parseOption<int64_t>("--x", "9223372036854775807", INT64_MIN, INT64_MAX), INT64_MAX);
+  EXPECT_EQ(messageOf([] { common::parseOption<int64_t>("--x", "9223372036854775808", 0, INT64_MAX); }),
             "--x 9223372036854775808: out of range (0 to 9223372036854775807)");
-  EXPECT_EQ(messageOf([] { parseOption<int>("--threads", "-4", 1, 1024); }),
+  EXPECT_EQ(messageOf([] { common::parseOption<int>("--threads", "-4", 1, 1024); }),
             "--threads -4: out of range (1 to 1024)");
-  EXPECT_EQ(parseOption<unsigned>("--port", "0", 0u, 65535u), 0u);
+  EXPECT_EQ(common::parseOption<unsigned>("--port", "0", 0u, 65535u), 0u);
 }
 
 }  // namespace

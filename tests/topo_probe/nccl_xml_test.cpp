@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "support/test_names.hpp"

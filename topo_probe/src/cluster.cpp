@@ -6,10 +6,10 @@
 #include <set>
 
 #include "file_util.hpp"
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/topo/hostlist.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::topo {
@@ -130,7 +130,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
     // characters, as poold takes them in a registration.
     auto stored = [&](const char* key) {
       std::string value = str(key, false);
-      checkText(value, kMaxLabelBytes, where + ": " + key);
+      common::checkText(value, common::kMaxLabelBytes, where + ": " + key);
       return value;
     };
     std::vector<std::string> hosts;
@@ -154,7 +154,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
     proto.switch_name = stored("switch");
     proto.rail_group = stored("rail_group");
     if (std::string f = str("fabric", false); !f.empty()) {
-      checkText(f, kMaxLabelBytes, where + ": fabric");
+      common::checkText(f, common::kMaxLabelBytes, where + ": fabric");
       try {
         proto.fabric = fabricFromString(f);
       } catch (const Error& e) {
@@ -167,13 +167,13 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
       for (auto&& [k, v] : *t) {
         if (!v.is_string()) throw badInput(where + ": label '" + std::string(k.str()) + "' must be a string");
         const std::string key(k.str()), value(*v.value<std::string>());
-        checkText(key, kMaxLabelBytes, where + ": a label's name");
-        checkText(value, kMaxLabelBytes, where + ": label '" + printable(key) + "'");
+        common::checkText(key, common::kMaxLabelBytes, where + ": a label's name");
+        common::checkText(value, common::kMaxLabelBytes, where + ": label '" + common::printable(key) + "'");
         proto.labels[key] = value;
       }
     }
     for (std::string& host : hosts) {
-      checkNodeName(host, where + ": node name");
+      common::checkNodeName(host, where + ": node name");
       if (!seen.insert(host).second)
         throw badInput(where + ": node " + host + " is already in an earlier group");
       ClusterNode node = proto;
@@ -185,7 +185,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
 }
 
 Cluster readClusterFile(const std::filesystem::path& file) {
-  return readClusterString(readRegularFile(file, kClusterFileLimit, "cluster files"), file);
+  return readClusterString(common::readRegularFile(file, common::kClusterFileLimit, "cluster files"), file);
 }
 
 Cluster singleNodeCluster(const std::filesystem::path& topologyFile) {

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <iterator>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/topo/cpu_list.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::topo {
 namespace {

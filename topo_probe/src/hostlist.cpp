@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::topo {
 namespace {

@@ -14,10 +14,10 @@
 
 #include "file_util.hpp"
 #include "hwloc_source.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/nesting.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/nesting.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::topo {
@@ -456,9 +456,9 @@ void validateHwlocXml(const std::string& xml, const std::string& name) {
   if (root.child("object").empty()) {
     throw badInput(name + ": hwloc XML has no <object> (an empty or truncated export)");
   }
-  if (pugi::xml_node deep = tooDeep(root, kMaxXmlDepth); !deep.empty()) {
-    throw badInput(name + ": XML nests deeper than " + std::to_string(kMaxXmlDepth) + " levels at line " +
-                   std::to_string(detail::lineOf(xml, deep.offset_debug())) +
+  if (pugi::xml_node deep = tooDeep(root, common::kMaxXmlDepth); !deep.empty()) {
+    throw badInput(name + ": XML nests deeper than " + std::to_string(common::kMaxXmlDepth) +
+                   " levels at line " + std::to_string(detail::lineOf(xml, deep.offset_debug())) +
                    " (hwloc exports of real machines nest about 15; is it the right file?)");
   }
 }
@@ -489,7 +489,8 @@ NodeTopology readHwlocXmlString(const std::string& xml, const std::string& name)
 }
 
 NodeTopology readHwlocXml(const std::filesystem::path& file) {
-  return readHwlocXmlString(readRegularFile(file, kTopologyFileLimit, "topology files"), file.string());
+  return readHwlocXmlString(common::readRegularFile(file, common::kTopologyFileLimit, "topology files"),
+                            file.string());
 }
 
 namespace detail {

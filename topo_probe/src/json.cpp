@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/json_fields.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::topo {

@@ -8,10 +8,10 @@
 #include "file_util.hpp"
 #include "hwloc_source.hpp"
 #include "nvml.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/nesting.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/nesting.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/sysfs.hpp"
 #include "poolrun/topo/writers.hpp"
@@ -63,9 +63,10 @@ FileFormat detectFormatOf(const std::string& text, const std::string& name) {
 }
 
 NodeTopology readJsonText(const std::string& text, const std::string& name) {
-  if (std::optional<size_t> at = jsonTooDeepAt(text, kMaxJsonDepth)) {
-    throw badInput(name + ": JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels at byte " +
-                   std::to_string(*at) + " (a poolrun topology nests 4; is it the right file?)");
+  if (std::optional<size_t> at = common::jsonTooDeepAt(text, common::kMaxJsonDepth)) {
+    throw badInput(name + ": JSON nests deeper than " + std::to_string(common::kMaxJsonDepth) +
+                   " levels at byte " + std::to_string(*at) +
+                   " (a poolrun topology nests 4; is it the right file?)");
   }
   nlohmann::json doc;
   try {
@@ -107,11 +108,12 @@ class LiveSource final : public TopologySource {
 }  // namespace
 
 FileFormat detectFormat(const std::filesystem::path& file) {
-  return detectFormatOf(readRegularFile(file, kTopologyFileLimit, "topology files"), file.string());
+  return detectFormatOf(common::readRegularFile(file, common::kTopologyFileLimit, "topology files"),
+                        file.string());
 }
 
 NodeTopology readTopologyFile(const std::filesystem::path& file) {
-  std::string text = readRegularFile(file, kTopologyFileLimit, "topology files");
+  std::string text = common::readRegularFile(file, common::kTopologyFileLimit, "topology files");
   std::string name = file.string();
   switch (detectFormatOf(text, name)) {
     case FileFormat::kHwlocXml:
@@ -130,14 +132,16 @@ CpuCount countLocalCpus(const std::filesystem::path& sysfs_root) {
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   count.threads = count.cores = static_cast<int>(std::max(online, 1L));
   try {
-    CpuSet cpus = CpuSet::parseList(readRegularFile(cpuDir / "online", kSysfsFileLimit, "sysfs attributes"));
+    CpuSet cpus = CpuSet::parseList(
+        common::readRegularFile(cpuDir / "online", common::kSysfsFileLimit, "sysfs attributes"));
     std::set<std::string> cores;
     for (unsigned cpu : cpus.cpus()) {
       std::filesystem::path topology = cpuDir / ("cpu" + std::to_string(cpu)) / "topology";
       std::error_code ec;
       std::filesystem::path siblings = topology / "core_cpus_list";
       if (!std::filesystem::exists(siblings, ec)) siblings = topology / "thread_siblings_list";
-      cores.insert(std::string(common::trim(readRegularFile(siblings, kSysfsFileLimit, "sysfs attributes"))));
+      cores.insert(std::string(
+          common::trim(common::readRegularFile(siblings, common::kSysfsFileLimit, "sysfs attributes"))));
     }
     if (!cpus.empty() && !cores.empty()) {
       count.threads = static_cast<int>(cpus.size());

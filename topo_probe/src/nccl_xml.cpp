@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "file_util.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 
@@ -586,7 +586,8 @@ NodeTopology readNcclXmlString(const std::string& xml, const std::string& name) 
 }
 
 NodeTopology readNcclXml(const std::filesystem::path& file) {
-  return readNcclXmlString(readRegularFile(file, kTopologyFileLimit, "topology files"), file.string());
+  return readNcclXmlString(common::readRegularFile(file, common::kTopologyFileLimit, "topology files"),
+                           file.string());
 }
 
 std::string toNcclXml(const NodeTopology& topo) {

@@ -11,9 +11,9 @@
 #include <tuple>
 #include <type_traits>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::topo {
 namespace fs = std::filesystem;
@@ -45,14 +45,14 @@ void warn(Warnings& warnings, const fs::path& path, const std::string& what) {
 // in a tree would block or never end), and at most kMaxAttributeBytes are read.
 std::optional<std::string> requiredAttribute(const fs::path& file, Warnings& warnings) {
   std::string error;
-  std::optional<std::string> text = readAttributeFile(file, kMaxAttributeBytes, false, &error);
+  std::optional<std::string> text = common::readAttributeFile(file, kMaxAttributeBytes, false, &error);
   if (!text) warnings.push_back(error);
   return text;
 }
 
 // An attribute that is often absent for good reasons (GID slots, dev_port): no warning.
 std::optional<std::string> optionalAttribute(const fs::path& file) {
-  return readAttributeFile(file, kMaxAttributeBytes, false);
+  return common::readAttributeFile(file, kMaxAttributeBytes, false);
 }
 
 bool isFolder(const fs::path& path) {

@@ -5,8 +5,8 @@
 #include <map>
 
 #include "nvml.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/topo/nvml_session.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/sysfs.hpp"
 
 namespace poolrun::topo {
@@ -302,9 +302,9 @@ std::vector<NicPortSample> TelemetrySampler::nics() const {
       s.port = port;
       s.time = now;
       std::filesystem::path dir = classDir / nic.name / "ports" / std::to_string(port);
-      if (auto state = readAttributeFile(dir / "state", kSysfsFileLimit, false))
+      if (auto state = common::readAttributeFile(dir / "state", common::kSysfsFileLimit, false))
         s.state = portStateFromString(*state);
-      if (auto rate = readAttributeFile(dir / "rate", kSysfsFileLimit, false))
+      if (auto rate = common::readAttributeFile(dir / "rate", common::kSysfsFileLimit, false))
         s.rate_gbps = parseRateGbps(*rate);
       out.push_back(std::move(s));
     }

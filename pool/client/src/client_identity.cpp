@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/client.hpp"
-#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 
@@ -35,7 +35,8 @@ std::string tokenProblem(const std::string& token) {
 
 std::string readClientToken(const std::filesystem::path& file, const std::string& what) {
   std::string readable;
-  std::istringstream in(topo::readSecretFile(file, topo::kTokenFileLimit, "token files", nullptr, &readable));
+  std::istringstream in(
+      common::readSecretFile(file, common::kTokenFileLimit, "token files", nullptr, &readable));
   if (!readable.empty()) {
     // Once per file and process: an agent reads its token again at every new connection.
     static std::mutex mu;

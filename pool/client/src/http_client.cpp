@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "poolrun/common/http_connection.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/nesting.hpp"
 #include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/http_failures.hpp"
@@ -13,8 +15,6 @@
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/state.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/nesting.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -302,7 +302,8 @@ class HttpPool : public PoolControl, public AgentLink {
     }
     throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
                     at + " redirected " + method + " " + path.substr(0, path.find('?')) + " to '" +
-                        topo::printable(location.substr(0, 200)) + "', which is no replica named in " + uri_ +
+                        common::printable(location.substr(0, 200)) + "', which is no replica named in " +
+                        uri_ +
                         " nor one the pool's leader lists: not followed, so that the token is not sent "
                         "there; if it is a replica of this pool, name it in --pool (or POOLRUN_POOL) "
                         "with the others");
@@ -424,9 +425,9 @@ class HttpPool : public PoolControl, public AgentLink {
     json doc;
     try {
       // A reply nested past any the API sends is not read as JSON (nor dumped, which recurses).
-      if (topo::jsonTooDeepAt(reply.body, topo::kMaxJsonDepth))
-        doc =
-            json{{"error", "a reply nested deeper than " + std::to_string(topo::kMaxJsonDepth) + " levels"}};
+      if (common::jsonTooDeepAt(reply.body, common::kMaxJsonDepth))
+        doc = json{
+            {"error", "a reply nested deeper than " + std::to_string(common::kMaxJsonDepth) + " levels"}};
       else
         doc = reply.body.empty() ? json(nullptr) : json::parse(reply.body);
     } catch (const json::exception&) {

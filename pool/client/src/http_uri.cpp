@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <charconv>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/http_pool.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
 
 Error badUri(const std::string& uri, const std::string& why) {
-  return badInput("bad pool URI '" + topo::printable(uri) + "': " + why +
+  return badInput("bad pool URI '" + common::printable(uri) + "': " + why +
                   " (use local, sim:FILE, http://HOST:PORT, slurm or slurm:PARTITION)");
 }
 
@@ -26,7 +26,7 @@ HttpAddress parseHttpUri(const std::string& uri) {
   int port = 0;
   auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
   if (ec != std::errc() || p != portText.data() + portText.size() || port < 1 || port > 65535)
-    throw badUri(uri, "port '" + topo::printable(portText) + "' is not a number from 1 to 65535");
+    throw badUri(uri, "port '" + common::printable(portText) + "' is not a number from 1 to 65535");
   if (host.find('/') != std::string::npos) throw badUri(uri, "a path after HOST:PORT");
   // A host name, an IPv4 address or a bracketed IPv6 one: nothing a resolver would take otherwise.
   auto hostCharacter = [](char c) {
@@ -34,7 +34,7 @@ HttpAddress parseHttpUri(const std::string& uri) {
            c == '-' || c == '_' || c == ':' || c == '[' || c == ']';
   };
   if (host.size() > 253 || !std::all_of(host.begin(), host.end(), hostCharacter))
-    throw badUri(uri, "host '" + topo::printable(host) + "' is not a host name or address");
+    throw badUri(uri, "host '" + common::printable(host) + "' is not a host name or address");
   return {host, port};
 }
 
@@ -44,7 +44,7 @@ std::vector<HttpAddress> parseHttpReplicas(const std::string& uri) {
     size_t end = std::min(uri.find(',', start), uri.size());
     std::string part = uri.substr(start, end - start);
     if (!part.starts_with("http://"))
-      throw badUri(uri, "'" + topo::printable(part) +
+      throw badUri(uri, "'" + common::printable(part) +
                             "' is not http://HOST:PORT (replicas: http://A:PORT,http://B:PORT)");
     out.push_back(parseHttpUri(part));
     start = end + 1;

@@ -7,10 +7,10 @@
 #include <set>
 #include <utility>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
 #include "poolrun/pool/state.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -222,7 +222,7 @@ void PoolState::checkHeartbeat(const PoolNode& node, const Heartbeat& hb) const 
     const bool shared = held && held->sharers.count(gpu);
     if (!shared && node.live.mps_asked && !node.live.mps_asked->count(gpu))
       throw badInput("the heartbeat of node " + node.name + " reports an MPS error for GPU " +
-                     std::to_string(gpu) + " (\"" + topo::printable(error) +
+                     std::to_string(gpu) + " (\"" + common::printable(error) +
                      "\"), which has no MPS shares (poold asked for MPS daemons on " +
                      (asked.empty() ? "no GPU of the node" : "GPUs " + asked) + ")" + fix);
   }

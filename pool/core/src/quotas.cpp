@@ -2,11 +2,11 @@
 
 #include <set>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/limits.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
-#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -90,14 +90,14 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
       if (w.size() < 2 || w[1].find('=') != std::string_view::npos)
         throw bad("`" + std::string(w[0]) + "` needs a NAME");
       q.name = std::string(w[1]);
-      if (std::string problem = topo::ownerProblem(q.name); !problem.empty())
-        throw bad("name '" + topo::printable(q.name) + "': " + problem);
+      if (std::string problem = common::ownerProblem(q.name); !problem.empty())
+        throw bad("name '" + common::printable(q.name) + "': " + problem);
       next = 2;
     } else if (w[0] == "default") {
       q.kind = Quota::Kind::kDefault;
       q.name = "default";
     } else {
-      throw bad("unknown kind '" + topo::printable(std::string(w[0])) + "'");
+      throw bad("unknown kind '" + common::printable(std::string(w[0])) + "'");
     }
     bool haveGuarantee = false;
     std::set<std::string> keys;
@@ -105,13 +105,13 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
       std::string_view word = w[i];
       size_t eq = word.find('=');
       if (eq == std::string_view::npos)
-        throw bad("'" + topo::printable(std::string(word)) + "' is not KEY=VALUE");
+        throw bad("'" + common::printable(std::string(word)) + "' is not KEY=VALUE");
       std::string key(word.substr(0, eq));
-      if (!keys.insert(key).second) throw bad(topo::printable(key) + "= is given twice");
+      if (!keys.insert(key).second) throw bad(common::printable(key) + "= is given twice");
       std::string_view value = word.substr(eq + 1);
       auto gpus = [&]() {
         try {
-          return topo::parseOption<int>(key, value, 0, kGpusRange.max);
+          return common::parseOption<int>(key, value, 0, kGpusRange.max);
         } catch (const Error& e) {
           throw badInput(where + ": " + e.what());
         }
@@ -128,8 +128,8 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
           if (comma == std::string_view::npos) comma = value.size();
           std::string member(value.substr(p, comma - p));
           p = comma + 1;
-          if (std::string problem = topo::ownerProblem(member); !problem.empty())
-            throw bad("member '" + topo::printable(member) + "': " + problem);
+          if (std::string problem = common::ownerProblem(member); !problem.empty())
+            throw bad("member '" + common::printable(member) + "': " + problem);
           if (auto [it, fresh] = groupOf.emplace(member, q.name); !fresh)
             throw bad("owner " + member + " is in group " + it->second +
                       " already (an owner is in one group at most)");
@@ -139,7 +139,7 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
           if (comma == value.size()) break;
         }
       } else {
-        throw bad("unknown key '" + topo::printable(key) + "'");
+        throw bad("unknown key '" + common::printable(key) + "'");
       }
     }
     if (!haveGuarantee) throw bad("no guaranteed=N");
@@ -160,7 +160,7 @@ Quotas parseQuotas(std::string_view text, const std::string& file) {
 }
 
 Quotas readQuotasFile(const std::filesystem::path& file) {
-  return parseQuotas(topo::readRegularFile(file, kQuotasFileLimit, "quotas file"), file.string());
+  return parseQuotas(common::readRegularFile(file, kQuotasFileLimit, "quotas file"), file.string());
 }
 
 }  // namespace poolrun::pool

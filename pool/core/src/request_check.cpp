@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/state.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 
@@ -84,20 +84,20 @@ void checkNumbers(const LeaseRequest& r, RequestCheck check) {
 // shown: only its owner and MIG profile are judged there.
 void checkNames(const LeaseRequest& r, RequestCheck check) {
   const std::string field = "bad lease request: field '";
-  if (r.mig()) topo::checkText(r.mig_profile, kMaxMigProfileBytes, field + "mig_profile'");
+  if (r.mig()) common::checkText(r.mig_profile, kMaxMigProfileBytes, field + "mig_profile'");
   if (check == RequestCheck::kWhole) {
     if (r.owner.empty()) bad("no owner");
     return;
   }
   if (!r.owner.empty()) {
-    topo::checkText(r.owner, topo::kMaxOwnerBytes, field + "owner'");
-    topo::checkOwner(r.owner, field + "owner'");
+    common::checkText(r.owner, common::kMaxOwnerBytes, field + "owner'");
+    common::checkOwner(r.owner, field + "owner'");
   }
-  topo::checkText(r.job_name, topo::kMaxJobNameBytes, field + "job_name'");
-  topo::checkText(r.gpu_model, topo::kMaxLabelBytes, field + "gpu_model'");
+  common::checkText(r.job_name, common::kMaxJobNameBytes, field + "job_name'");
+  common::checkText(r.gpu_model, common::kMaxLabelBytes, field + "gpu_model'");
   for (const auto& [key, value] : r.labels) {
-    topo::checkText(key, topo::kMaxLabelBytes, "bad lease request: a key of field 'labels'");
-    topo::checkText(value, topo::kMaxLabelBytes, field + "labels." + key + "'");
+    common::checkText(key, common::kMaxLabelBytes, "bad lease request: a key of field 'labels'");
+    common::checkText(value, common::kMaxLabelBytes, field + "labels." + key + "'");
   }
 }
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <string_view>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
 #include "poolrun/pool/limits.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
 
 namespace poolrun::pool {
 
@@ -29,7 +29,7 @@ void setMigProfile(LeaseRequest& request, std::string_view text, const std::stri
   }
   if (!ok)
     throw badInput(
-        option + " '" + topo::printable(std::string(text)) +
+        option + " '" + common::printable(std::string(text)) +
         "': expected a MIG profile as nvidia-smi names it (1g.10gb, 3g.40gb; PROFILE+ for that or a "
         "larger one); `poolrun topo` lists the profiles a GPU offers");
   request.mig_profile = std::string(profile);
@@ -37,28 +37,28 @@ void setMigProfile(LeaseRequest& request, std::string_view text, const std::stri
 }
 
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option) {
-  topo::checkText(text, topo::kMaxLabelBytes, option);
+  common::checkText(text, common::kMaxLabelBytes, option);
   request.gpu_model = std::string(text);
 }
 
 void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option) {
-  request.min_memory_bytes = topo::parseOption<uint64_t>(option, text, 0, kMinMemoryBytesRange.max >> 30)
+  request.min_memory_bytes = common::parseOption<uint64_t>(option, text, 0, kMinMemoryBytesRange.max >> 30)
                              << 30;
 }
 
 void addLabel(LeaseRequest& request, std::string_view text, const std::string& option) {
   const size_t eq = text.find('=');
   if (eq == std::string_view::npos || eq == 0)
-    throw badInput(option + " '" + topo::printable(text) +
+    throw badInput(option + " '" + common::printable(text) +
                    "': expected KEY=VALUE (a node label, as the cluster " +
                    "file or the node's registration gives it)");
-  topo::checkText(text, 2 * topo::kMaxLabelBytes, option);
+  common::checkText(text, 2 * common::kMaxLabelBytes, option);
   request.labels[std::string(text.substr(0, eq))] = std::string(text.substr(eq + 1));
 }
 
 void setSharePercent(LeaseRequest& request, std::string_view text, const std::string& option) {
   auto refuse = [&](const std::string& why) -> void {
-    throw badInput(option + " '" + topo::printable(std::string(text)) + "': " + why +
+    throw badInput(option + " '" + common::printable(std::string(text)) + "': " + why +
                    "; give a fraction of a GPU (0.25) or a percentage (25%), from 1% to 1");
   };
   std::string_view number = text;
@@ -87,7 +87,7 @@ void setShareMemory(LeaseRequest& request, std::string_view text, const std::str
   if (unit == "M" || unit == "MiB") shift = 20;
   if (unit == "G" || unit == "GiB") shift = 30;
   if (unit == "T" || unit == "TiB") shift = 40;
-  const std::string shown = option + " '" + topo::printable(std::string(text)) + "'";
+  const std::string shown = option + " '" + common::printable(std::string(text)) + "'";
   if (n == 0 || n > 16 || shift < 0)
     throw badInput(shown + ": not a byte count; give bytes or a whole number with a unit (512M, 10G, 10GiB)");
   const uint64_t value = std::stoull(std::string(text.substr(0, n)));

@@ -3,8 +3,8 @@
 
 #include <string>
 
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/types.hpp"
-#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 
@@ -14,7 +14,7 @@ inline std::string unitsText(const LeaseRequest& r) {
   if (r.shared())
     return std::to_string(r.gpus) + " MPS share" + (r.gpus == 1 ? "" : "s") + " of " +
            (r.share_percent > 0 ? std::to_string(r.share_percent) + "% of a GPU" : "a GPU") +
-           (r.share_memory_bytes > 0 ? " and " + topo::byteSizeText(r.share_memory_bytes) : "");
+           (r.share_memory_bytes > 0 ? " and " + common::byteSizeText(r.share_memory_bytes) : "");
   if (!r.mig()) return std::to_string(r.gpus) + " GPUs";
   return std::to_string(r.gpus) + " MIG instance" + (r.gpus == 1 ? " " : "s ") + r.mig_profile +
          (r.mig_or_larger ? " or larger" : "");

@@ -9,9 +9,9 @@
 
 #include "lease_times.hpp"
 #include "node_views.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/placement.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "scheduler/pass_plan.hpp"
 
 namespace poolrun::pool {
@@ -46,7 +46,7 @@ PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
 
 void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances) {
   if (cn.name.empty()) throw badInput("cannot register a node without a name");
-  topo::checkNodeName(cn.name, "cannot register node");  // the last guard, whatever the entry point
+  common::checkNodeName(cn.name, "cannot register node");  // the last guard, whatever the entry point
   if (!cn.topology) throw badInput("cannot register node " + cn.name + " without a topology");
   const size_t count = cn.topology->gpus.size();
   std::vector<topo::MigUnit> units = topo::migUnits(*cn.topology);

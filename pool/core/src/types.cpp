@@ -5,9 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "poolrun/topo/hash.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/hash.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::pool {
@@ -25,7 +25,7 @@ std::string formatGpus(const std::vector<GpuRef>& gpus) {
                 (g.share ? std::to_string(g.index) + "(" +
                                (g.share_percent > 0 ? std::to_string(g.share_percent) + "%" : "") +
                                (g.share_percent > 0 && g.share_memory > 0 ? " " : "") +
-                               (g.share_memory > 0 ? topo::byteSizeText(g.share_memory) : "") + ")"
+                               (g.share_memory > 0 ? common::byteSizeText(g.share_memory) : "") + ")"
                          : g.mig);
         first = false;
         ++j;
@@ -95,7 +95,7 @@ std::string topologyHash(const topo::NodeTopology& topology) {
   nlohmann::ordered_json doc = topo::toJson(topology);
   doc.erase("source");
   doc.erase("warnings");
-  return topo::fnv1aHex(doc.dump());
+  return common::fnv1aHex(doc.dump());
 }
 
 std::string newLeaseId() {

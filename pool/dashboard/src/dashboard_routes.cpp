@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/dashboard.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -21,11 +21,11 @@ HttpReply fileReply(const HttpRequest& req) {
     std::string path;
     for (const std::string& s : req.segments) path += "/" + s;
     if (path.size() > 120) path = path.substr(0, 120) + "...";
-    return refusal("not_found", "no dashboard file '" + topo::printable(path) + "': poold serves " +
+    return refusal("not_found", "no dashboard file '" + common::printable(path) + "': poold serves " +
                                     dashboardFileNames() + " under /ui/; open / for the dashboard");
   }
   if (req.method != "GET")
-    return refusal("method_not_allowed", "method " + topo::printable(req.method) +
+    return refusal("method_not_allowed", "method " + common::printable(req.method) +
                                              " is not allowed on the dashboard's files (GET them)");
   HttpReply reply{200, std::string(file->body), file->content_type};
   reply.headers = dashboardHeaders();

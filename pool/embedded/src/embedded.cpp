@@ -11,13 +11,13 @@
 #include <thread>
 
 #include "embedded.hpp"
+#include "poolrun/common/hash.hpp"
+#include "poolrun/common/options.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/service.hpp"
 #include "poolrun/pool/store.hpp"
-#include "poolrun/topo/hash.hpp"
-#include "poolrun/topo/options.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::pool {
@@ -49,7 +49,7 @@ PreemptOptions preemptOptionsFromEnvironment() {
   auto read = [](const char* name, Range<int64_t> range, seconds& into) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') return;
-    into = seconds(topo::parseOption<int64_t>(name, v, range.min, range.max));
+    into = seconds(common::parseOption<int64_t>(name, v, range.min, range.max));
   };
   read("POOLRUN_PREEMPT_GRACE", kPreemptGraceRange, o.grace);
   read("POOLRUN_MIN_RUNTIME", kPreemptSecondsRange, o.min_runtime);
@@ -317,7 +317,7 @@ std::unique_ptr<PoolControl> openEmbeddedSim(const std::string& file, const Clie
   topo::Cluster cluster = topo::readClusterFile(abs);
   std::filesystem::path db =
       std::filesystem::path(stateDirectory(options)) /
-      ("sim-" + abs.stem().string() + "-" + topo::fnv1aHex(abs.string(), 8) + ".sqlite");
+      ("sim-" + abs.stem().string() + "-" + common::fnv1aHex(abs.string(), 8) + ".sqlite");
   auto pool = std::make_unique<EmbeddedPool>("sim:" + file, db, options, false);
   pool->seed(cluster.nodes);
   return pool;

@@ -6,10 +6,10 @@
 #include <thread>
 
 #include "poolctl.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/nesting.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/request_options.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/nesting.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::pool::ctl {
@@ -36,7 +36,7 @@ int registerCommand(const Command& c) {
 // drain NODE, resume NODE.
 int drainOrResumeCommand(const Command& c) {
   const std::string& node = c.one("NODE");
-  topo::checkNodeName(node);
+  common::checkNodeName(node);
   c.name == "drain" ? c.pool().drain(node) : c.pool().resume(node);
   if (!c.json) std::cout << node << ": " << (c.name == "drain" ? "draining" : "up") << "\n";
   return 0;
@@ -47,7 +47,7 @@ int failCommand(const Command& c) {
   const std::string& spec = c.one("NODE:GPU (or NODE)");
   size_t colon = spec.rfind(':');
   if (colon == std::string::npos) {
-    topo::checkNodeName(spec, "fail");
+    common::checkNodeName(spec, "fail");
     const std::vector<NodeInfo> nodes = c.pool().nodes();
     auto n = std::find_if(nodes.begin(), nodes.end(), [&](const NodeInfo& i) { return i.name == spec; });
     if (n == nodes.end())
@@ -57,7 +57,7 @@ int failCommand(const Command& c) {
     return 0;
   }
   std::string node = spec.substr(0, colon);
-  topo::checkNodeName(node);
+  common::checkNodeName(node);
   size_t index = number("fail GPU index", spec.substr(colon + 1), kGpuIndexRange);
   c.pool().failGpu(node, index);
   if (!c.json) std::cout << spec << ": failed\n";
@@ -78,14 +78,14 @@ int migCommand(const Command& c) {
     };
     if (args[i] == "--profiles") {
       std::string list = value();
-      topo::checkText(list, 1024, "--profiles");
+      common::checkText(list, 1024, "--profiles");
       for (size_t at = 0; at <= list.size();) {
         size_t comma = list.find(',', at);
         if (comma == std::string::npos) comma = list.size();
         LeaseRequest named;
         setMigProfile(named, list.substr(at, comma - at), "--profiles");
         if (named.mig_or_larger)
-          throw badInput("--profiles '" + topo::printable(list) + "': name each profile (no '+')");
+          throw badInput("--profiles '" + common::printable(list) + "': name each profile (no '+')");
         profiles.push_back(named.mig_profile);
         at = comma + 1;
       }
@@ -94,14 +94,14 @@ int migCommand(const Command& c) {
     } else if (spec.empty() && !args[i].starts_with("-")) {
       spec = args[i];
     } else {
-      throw badInput("mig: unexpected '" + topo::printable(args[i]) + "' (see poolctl help mig)");
+      throw badInput("mig: unexpected '" + common::printable(args[i]) + "' (see poolctl help mig)");
     }
   }
   const size_t colon = spec.rfind(':');
   if (colon == std::string::npos || profiles.empty())
     throw badInput("mig needs NODE:GPU and --profiles PROFILE[,PROFILE...] (3g.40gb,3g.40gb, say)");
   const std::string node = spec.substr(0, colon);
-  topo::checkNodeName(node);
+  common::checkNodeName(node);
   const size_t gpu = number("mig GPU index", spec.substr(colon + 1), kGpuIndexRange);
   c.pool().setMigLayout(node, gpu, profiles);
   std::string layout;

@@ -7,9 +7,9 @@
 
 #include "poolctl.hpp"
 #include "poolrun/common/http_connection.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/http_pool.hpp"
 #include "poolrun/pool/queue_wait.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool::ctl {
 
@@ -73,11 +73,12 @@ json eventsPage(HttpConnection& c, const std::string& uri, uint64_t since, int w
   std::string path = "/v1/events?since=" + std::to_string(since) + "&wait_ms=" + std::to_string(waitMs) +
                      "&limit=" + std::to_string(limit);
   HttpResponse r = c.request("GET", path, "");
-  json doc = topo::jsonTooDeepAt(r.body, topo::kMaxJsonDepth) ? json() : json::parse(r.body, nullptr, false);
+  json doc =
+      common::jsonTooDeepAt(r.body, common::kMaxJsonDepth) ? json() : json::parse(r.body, nullptr, false);
   if (r.status == 200 && doc.is_object() && doc.contains("events") && doc["events"].is_array()) return doc;
   std::string msg = doc.is_object() && doc.contains("error") && doc["error"].is_string()
                         ? doc["error"].get<std::string>()
-                        : topo::printable(r.body.substr(0, 200));
+                        : common::printable(r.body.substr(0, 200));
   std::string where = uri + " refused GET /v1/events (" + std::to_string(r.status) + "): " + msg;
   if (r.status == 401)
     throw PoolError(PoolFailure::kUnauthorized, ErrorCode::kBadInput,
@@ -102,7 +103,8 @@ EventsOptions parseEventsOptions(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw badInput("--since needs a value");
       o.since = number("--since", args[++i], Range<uint64_t>{0, INT64_MAX});
     } else {
-      throw badInput("events: unknown option '" + topo::printable(args[i]) + "' (use --since SEQ, --follow)");
+      throw badInput("events: unknown option '" + common::printable(args[i]) +
+                     "' (use --since SEQ, --follow)");
     }
   }
   return o;
@@ -113,11 +115,11 @@ EventsOptions parseEventsOptions(const std::vector<std::string>& args) {
 HttpAddress eventLogAddress(const std::string& uri) {
   if (!uri.starts_with("http://"))
     throw badInput("events: the event log is poold's (STATE/events.jsonl, GET /v1/events); pool '" +
-                   topo::printable(uri) + "' is not a poold and keeps none (use --pool http://HOST:PORT)");
+                   common::printable(uri) + "' is not a poold and keeps none (use --pool http://HOST:PORT)");
   if (uri.find(',') != std::string::npos)
     throw badInput(
         "events: each poold replica keeps its own event log (what it saw while it led): name one of '" +
-        topo::printable(uri) + "' (--pool http://HOST:PORT)");
+        common::printable(uri) + "' (--pool http://HOST:PORT)");
   return parseHttpUri(uri);
 }
 

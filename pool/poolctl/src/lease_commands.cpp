@@ -3,9 +3,9 @@
 #include <chrono>
 
 #include "poolctl.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/request_options.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool::ctl {
 
@@ -43,12 +43,12 @@ LeaseRequest acquireRequest(const std::vector<std::string>& args) {
       const std::string v = value();
       const size_t colon = v.find(':');
       if (colon != std::string::npos && (colon == 0 || colon + 1 == v.size()))
-        throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX needs both numbers (4:16, say)");
+        throw badInput(a + " '" + common::printable(v) + "': MIN:MAX needs both numbers (4:16, say)");
       r.gpus = number(a, v.substr(0, colon), kGpusRange);
       if (colon != std::string::npos) {
         r.max_gpus = number(a, v.substr(colon + 1), kGpusRange);
         if (r.max_gpus < r.gpus)
-          throw badInput(a + " '" + topo::printable(v) + "': MIN:MAX with MAX at least MIN");
+          throw badInput(a + " '" + common::printable(v) + "': MIN:MAX with MAX at least MIN");
       }
     } else if (a == "--resize-interval") {
       r.resize_interval = std::chrono::seconds(number(a, value(), kResizeIntervalSecondsRange));
@@ -66,7 +66,7 @@ LeaseRequest acquireRequest(const std::vector<std::string>& args) {
       r.priority = number(a, value(), kPriorityRange);
     } else if (a == "--job") {
       r.job_name = value();
-      topo::checkText(r.job_name, topo::kMaxJobNameBytes, a);
+      common::checkText(r.job_name, common::kMaxJobNameBytes, a);
     } else if (a == "--model") {
       setGpuModel(r, value(), a);
     } else if (a == "--mig") {
@@ -100,7 +100,7 @@ LeaseRequest acquireRequest(const std::vector<std::string>& args) {
 // renew LEASE, shrink LEASE, release LEASE.
 int leaseCommand(const Command& c) {
   const std::string& id = c.one("LEASE");
-  topo::checkLeaseId(id);
+  common::checkLeaseId(id);
   if (c.name != "release") {
     Lease l = c.name == "renew" ? c.pool().renew(id) : c.pool().shrink(id);
     if (c.json)

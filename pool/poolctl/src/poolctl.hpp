@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/common/options.hpp"
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/limits.hpp"
-#include "poolrun/topo/options.hpp"
 
 namespace poolrun::pool::ctl {
 
@@ -36,7 +36,7 @@ struct Command {
 // The text of `option` as a number within `range`; else kBadInput naming both.
 template <typename T>
 T number(const std::string& option, const std::string& text, Range<T> range) {
-  return topo::parseOption<T>(option, text, range.min, range.max);
+  return common::parseOption<T>(option, text, range.min, range.max);
 }
 
 // A list as a JSON array of toJson's documents, printed.

@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "poolctl.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/queue_wait.hpp"
-#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/version.hpp"
 
 namespace {
@@ -56,7 +56,7 @@ int run(int argc, char** argv) {
       std::string command = !rest.empty() ? rest[0] : a == "help" && i + 1 < args.size() ? args[i + 1] : "";
       const char* help = commandHelp(command);
       if (help == nullptr && !command.empty())
-        throw badInput("no command '" + topo::printable(command) + "' to give the help of");
+        throw badInput("no command '" + common::printable(command) + "' to give the help of");
       std::cout << (help != nullptr ? help : kUsage);
       return 0;
     } else if (a == "--version") {
@@ -72,11 +72,11 @@ int run(int argc, char** argv) {
       copt.state_dir = value();
     } else if (a == "--owner") {
       copt.owner = value();
-      topo::checkOwner(copt.owner, "--owner");
+      common::checkOwner(copt.owner, "--owner");
     } else if (a == "--role") {
       copt.role = value();
       if (copt.role != "user" && copt.role != "admin")
-        throw badInput("--role '" + topo::printable(copt.role) + "': use user or admin");
+        throw badInput("--role '" + common::printable(copt.role) + "': use user or admin");
     } else {
       rest.push_back(a);
     }

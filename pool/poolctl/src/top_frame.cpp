@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
 
 #include "poolrun/pool/poolctl_top.hpp"
 #include "view_text.hpp"
@@ -256,9 +256,9 @@ TopOptions parseTopOptions(const std::vector<std::string>& args) {
       o.once = true;
     } else if (args[i] == "--interval") {
       if (i + 1 >= args.size()) throw badInput(args[i] + " needs a value (SECONDS, 1 to 3600)");
-      o.interval = seconds(topo::parseOption<int64_t>("--interval", args[++i], 1, kMaxIntervalSeconds));
+      o.interval = seconds(common::parseOption<int64_t>("--interval", args[++i], 1, kMaxIntervalSeconds));
     } else {
-      throw badInput("top: unknown option '" + topo::printable(args[i]) +
+      throw badInput("top: unknown option '" + common::printable(args[i]) +
                      "' (use --interval SECONDS, --once)");
     }
   }

@@ -22,8 +22,8 @@
 #include <thread>
 #include <utility>
 
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/options.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/options.hpp"
 #include "view_text.hpp"
 
 namespace poolrun::pool {
@@ -37,7 +37,7 @@ int fromEnvironment(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return 0;
   try {
-    return topo::parseOption<int>(name, v, 1, 10000);
+    return common::parseOption<int>(name, v, 1, 10000);
   } catch (const Error&) {
     return 0;
   }

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
 
 namespace poolrun::pool {
 namespace view {

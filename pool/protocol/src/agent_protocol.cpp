@@ -2,12 +2,12 @@
 
 #include <cmath>
 
+#include "poolrun/common/hash.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/json_write.hpp"
 #include "poolrun/pool/request_options.hpp"
-#include "poolrun/topo/hash.hpp"
-#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::pool {
@@ -23,7 +23,7 @@ void checkSchema(const JsonFields& f, const char* schema) {
   std::string s = f.string("schema");
   if (s != schema)
     f.failField("schema",
-                "'" + topo::printable(s) + "' is not " + schema + " (an agent of another version?)");
+                "'" + common::printable(s) + "' is not " + schema + " (an agent of another version?)");
 }
 
 // An optional JSON number: null where the value is unknown.

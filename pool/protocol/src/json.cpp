@@ -8,12 +8,12 @@
 #include <utility>
 
 #include "poolrun/common/json_fields.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
 #include "poolrun/pool/state.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "poolrun/topo/writers.hpp"
 
 namespace poolrun::pool {
@@ -48,15 +48,15 @@ std::optional<seconds> storedSecondsOr(const JsonFields& f, std::string_view key
 }
 
 void checkUtf8(const std::string& s, const std::string& name) {
-  if (size_t bad = topo::utf8ErrorOffset(s); bad != s.size())
-    throw badInput("field '" + name + "' '" + topo::printable(s) + "': byte " + std::to_string(bad) +
+  if (size_t bad = common::utf8ErrorOffset(s); bad != s.size())
+    throw badInput("field '" + name + "' '" + common::printable(s) + "': byte " + std::to_string(bad) +
                    " is not UTF-8");
 }
 
 std::string text(const JsonFields& f, std::string_view key, size_t maxBytes, Text mode) {
   std::string s = f.string(key);
   if (mode == Text::kClient)
-    topo::checkText(s, maxBytes, "field '" + f.name(key) + "'");
+    common::checkText(s, maxBytes, "field '" + f.name(key) + "'");
   else if (mode == Text::kStored)
     checkUtf8(s, f.name(key));
   return s;
@@ -75,23 +75,23 @@ std::map<std::string, std::string> labelsOr(const JsonFields& f, std::string_vie
   JsonFields labels = f.object(key);
   for (const auto& [label, value] : v.items()) {
     if (mode == Text::kClient)
-      topo::checkText(label, topo::kMaxLabelBytes, "a key of field '" + f.name(key) + "'");
+      common::checkText(label, common::kMaxLabelBytes, "a key of field '" + f.name(key) + "'");
     else if (mode == Text::kStored)
       checkUtf8(label, f.name(key));
-    out[label] = text(labels, label, topo::kMaxLabelBytes, mode);
+    out[label] = text(labels, label, common::kMaxLabelBytes, mode);
   }
   return out;
 }
 
 std::string nodeName(const JsonFields& f, std::string_view key) {
-  std::string n = text(f, key, topo::kMaxNodeNameBytes, Text::kStored);
-  topo::checkNodeName(n, "field '" + f.name(key) + "'");
+  std::string n = text(f, key, common::kMaxNodeNameBytes, Text::kStored);
+  common::checkNodeName(n, "field '" + f.name(key) + "'");
   return n;
 }
 
 std::string leaseId(const JsonFields& f, std::string_view key) {
-  std::string id = text(f, key, topo::kMaxLeaseIdBytes, Text::kStored);
-  topo::checkLeaseId(id, "field '" + f.name(key) + "'");
+  std::string id = text(f, key, common::kMaxLeaseIdBytes, Text::kStored);
+  common::checkLeaseId(id, "field '" + f.name(key) + "'");
   return id;
 }
 
@@ -103,8 +103,8 @@ void checkStrings(const json& v, const std::string& path, int depth) {
     for (size_t i = 0; i < v.size(); ++i) checkStrings(v[i], path + "[" + std::to_string(i) + "]", depth + 1);
   } else if (v.is_object()) {
     for (const auto& [key, value] : v.items()) {
-      if (topo::utf8ErrorOffset(key) != key.size())
-        throw badInput("field '" + path + "' has a key that is not UTF-8 ('" + topo::printable(key) + "')");
+      if (common::utf8ErrorOffset(key) != key.size())
+        throw badInput("field '" + path + "' has a key that is not UTF-8 ('" + common::printable(key) + "')");
       checkStrings(value, path + "." + key, depth + 1);
     }
   }
@@ -133,7 +133,7 @@ namespace json_read {
 TimePoint rfc3339Field(const JsonFields& f, std::string_view key) {
   std::string v = f.string(key);
   if (std::optional<TimePoint> t = common::parseRfc3339(v)) return *t;
-  f.failField(key, "'" + topo::printable(v) + "' is not an RFC 3339 time (2026-12-01T15:04:05.123Z)");
+  f.failField(key, "'" + common::printable(v) + "' is not an RFC 3339 time (2026-12-01T15:04:05.123Z)");
 }
 
 TimePoint timeField(const JsonFields& f, std::string_view key) {
@@ -178,7 +178,7 @@ std::vector<GpuRef> gpuRefsFromJson(const JsonFields& f, std::string_view key) {
     if (g.has("mig")) {
       ref.mig = text(g, "mig", kMaxMigUuidBytes, Text::kClient);
       if (!ref.mig.starts_with("MIG-"))
-        g.failField("mig", "'" + topo::printable(ref.mig) + "' is not a MIG instance's UUID (MIG-...)");
+        g.failField("mig", "'" + common::printable(ref.mig) + "' is not a MIG instance's UUID (MIG-...)");
     }
     if (g.has("share")) {
       JsonFields share = g.object("share");
@@ -268,7 +268,7 @@ Lease leaseFromJson(const json& doc) {
   for (size_t i = 0; i < atRisk.size(); ++i) {
     if (!atRisk[i].is_string()) f.failField("at_risk_nodes", "expected a list of node names");
     std::string n = atRisk[i].get<std::string>();
-    topo::checkNodeName(n, "field '" + f.element("at_risk_nodes", i) + "'");
+    common::checkNodeName(n, "field '" + f.element("at_risk_nodes", i) + "'");
     l.at_risk_nodes.push_back(std::move(n));
   }
   if (f.has("idle_since_ms")) l.idle_since = timeField(f, "idle_since_ms");
@@ -349,7 +349,7 @@ LeaseRequest requestFromJson(const json& doc) {
   r.min_memory_bytes =
       integerOr(f, "min_memory_bytes", requestRange<uint64_t>("min_memory_bytes"), uint64_t{0});
   if (f.has("fabric")) {
-    std::string fabric = text(f, "fabric", topo::kMaxLabelBytes, Text::kClient);
+    std::string fabric = text(f, "fabric", common::kMaxLabelBytes, Text::kClient);
     try {
       r.fabric = topo::fabricFromString(fabric);
     } catch (const Error& e) {
@@ -656,7 +656,7 @@ QuotaUse quotaUseFromJson(const json& doc) {
   else if (kind == "owner")
     u.quota.kind = Quota::Kind::kOwner;
   else
-    f.failField("kind", "'" + topo::printable(kind) + "' is not group, owner or default");
+    f.failField("kind", "'" + common::printable(kind) + "' is not group, owner or default");
   u.quota.name = text(f, "name", 0, Text::kStored);
   const json& members = f.optionalArray("members");
   for (size_t i = 0; i < members.size(); ++i) {
@@ -688,13 +688,13 @@ topo::ClusterNode clusterNodeFromJson(const json& doc) {
   topo::ClusterNode n;
   n.name = nodeName(f, "name");
   const std::string where = "node " + n.name;
-  n.switch_name = textOr(f, "switch", topo::kMaxLabelBytes, Text::kClient);
-  n.rail_group = textOr(f, "rail_group", topo::kMaxLabelBytes, Text::kClient);
+  n.switch_name = textOr(f, "switch", common::kMaxLabelBytes, Text::kClient);
+  n.rail_group = textOr(f, "rail_group", common::kMaxLabelBytes, Text::kClient);
   n.labels = labelsOr(f, "labels", Text::kClient);
   n.topology_file = textOr(f, "topology_file", 4096, Text::kClient);
   if (f.has("fabric")) {
     try {
-      n.fabric = topo::fabricFromString(text(f, "fabric", topo::kMaxLabelBytes, Text::kClient));
+      n.fabric = topo::fabricFromString(text(f, "fabric", common::kMaxLabelBytes, Text::kClient));
     } catch (const Error& e) {
       throw badInput(where + ": field 'fabric': " + e.what());
     }

@@ -3,8 +3,8 @@
 
 #include <stdexcept>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/service.hpp"
-#include "poolrun/topo/names.hpp"
 #include "server_core.hpp"
 
 namespace poolrun::pool {
@@ -110,7 +110,7 @@ void ServerCore::authorize(const Caller& who, const Route& r, const std::vector<
                                                 "; the node's agent (role node) or an administrator may");
   if (agent && who.node && params.at(0) != who.owner)
     throw HttpError("forbidden", "the token of node " + who.owner + " (role node) may not speak for node " +
-                                     topo::printable(params.at(0)));
+                                     common::printable(params.at(0)));
   if (r.spec.role == Role::kAdmin) PoolService(who).requireAdmin(r.spec.what);
 }
 
@@ -138,9 +138,10 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
     if (networkThread && (found == nullptr || !found->spec.quick)) return {};
     if (found == nullptr) {
       if (!allowed.empty())
-        throw HttpError("method_not_allowed",
-                        "method " + topo::printable(req.method) + " is not allowed here (" + allowed + " is)",
-                        {{"Allow", allowed}});
+        throw HttpError(
+            "method_not_allowed",
+            "method " + common::printable(req.method) + " is not allowed here (" + allowed + " is)",
+            {{"Allow", allowed}});
       throw HttpError("not_found", "no such API path (the routes are listed in docs/pool.md, \"HTTP API\")");
     }
     label = found->label;

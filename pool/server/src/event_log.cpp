@@ -9,8 +9,8 @@
 #include <cstring>
 #include <optional>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/time_text.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::pool {
 namespace {

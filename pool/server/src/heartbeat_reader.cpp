@@ -9,11 +9,11 @@
 #include <sstream>
 #include <utility>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/limits.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -33,7 +33,7 @@ struct Path {
     std::string up = parent == nullptr ? std::string() : parent->text();
     if (index != kNoElement) return up + "[" + std::to_string(index) + "]";
     if (key.empty()) return up;
-    return up.empty() ? topo::printable(key) : up + "." + topo::printable(key);
+    return up.empty() ? common::printable(key) : up + "." + common::printable(key);
   }
   Path field(std::string_view k) const { return {this, k, kNoElement}; }
   Path element(size_t i) const { return {this, {}, i}; }
@@ -65,7 +65,7 @@ const char* typeName(sj::json_type type) {
 // A scalar's JSON text as a message quotes it: at most 40 bytes, printable.
 std::string quote(std::string_view raw) {
   while (!raw.empty() && std::isspace(static_cast<unsigned char>(raw.back()))) raw.remove_suffix(1);
-  std::string s = topo::printable(raw.substr(0, 40));
+  std::string s = common::printable(raw.substr(0, 40));
   return raw.size() > 40 ? s + "..." : s;
 }
 
@@ -147,7 +147,7 @@ void checked(std::string_view s, const Path& p, Check&& check) {
 
 std::string text(sj::value& v, const Path& p, size_t maxBytes) {
   std::string s(string(v, p));
-  checked(s, p, [&](std::string_view t, const std::string& what) { topo::checkText(t, maxBytes, what); });
+  checked(s, p, [&](std::string_view t, const std::string& what) { common::checkText(t, maxBytes, what); });
   return s;
 }
 
@@ -197,7 +197,7 @@ uint64_t eachField(sj::value& v, const Path& p, const std::array<std::string_vie
     if (i == N) {
       std::string names;
       for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
-      throw badInput("unknown field '" + (what.empty() ? at.text() : topo::printable(key)) + "'" +
+      throw badInput("unknown field '" + (what.empty() ? at.text() : common::printable(key)) + "'" +
                      (what.empty() ? "" : " in " + std::string(what)) + " (known: " + names + ")");
     }
     if (given & (uint64_t{1} << i)) fail(at, "given twice");
@@ -245,7 +245,7 @@ topo::GpuSample gpuSample(sj::value& v, const Path& p) {
         g.index = whole(x, at, kGpuIndexRange.min, kGpuIndexRange.max);
         break;
       case 1:
-        g.uuid = text(x, at, topo::kMaxLabelBytes);
+        g.uuid = text(x, at, common::kMaxLabelBytes);
         break;
       case 2:
         g.pci = text(x, at, 64);
@@ -335,7 +335,7 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
   uint64_t seen = eachField(v, p, kNicFields, {}, [&](size_t i, sj::value& x, const Path& at) {
     switch (i) {
       case 0:
-        n.nic = text(x, at, topo::kMaxLabelBytes);
+        n.nic = text(x, at, common::kMaxLabelBytes);
         break;
       case 1:
         n.port = whole(x, at, 0, 255);
@@ -370,14 +370,14 @@ Heartbeat heartbeat(sj::value& v) {
       case 0: {
         std::string_view s = string(x, at);
         if (s != kHeartbeatSchema)
-          fail(at,
-               "'" + topo::printable(s) + "' is not " + kHeartbeatSchema + " (an agent of another version?)");
+          fail(at, "'" + common::printable(s) + "' is not " + kHeartbeatSchema +
+                       " (an agent of another version?)");
         break;
       }
       case 1: {
         h.node = std::string(string(x, at));
         checked(h.node, at,
-                [](std::string_view t, const std::string& what) { topo::checkNodeName(t, what); });
+                [](std::string_view t, const std::string& what) { common::checkNodeName(t, what); });
         break;
       }
       case 2:
@@ -423,7 +423,7 @@ Heartbeat heartbeat(sj::value& v) {
             } else {
               lease = std::string(string(y, yp));
               checked(lease, yp,
-                      [](std::string_view t, const std::string& what) { topo::checkLeaseId(t, what); });
+                      [](std::string_view t, const std::string& what) { common::checkLeaseId(t, what); });
             }
           });
           need(got, ep, kOwnerFields, {0, 1});
@@ -482,7 +482,7 @@ Heartbeat heartbeatFromText(std::string_view body) {
   auto byte = [&](size_t offset) { return std::to_string(offset + skipped); };
   auto malformed = [&](simdjson::error_code code) -> Error {
     if (code == simdjson::UTF8_ERROR)
-      return badInput("the heartbeat: byte " + byte(topo::utf8ErrorOffset(body)) + " is not UTF-8");
+      return badInput("the heartbeat: byte " + byte(common::utf8ErrorOffset(body)) + " is not UTF-8");
     std::string at;
     const char* where = nullptr;
     if (started && doc.current_location().get(where) == simdjson::SUCCESS && where >= padded.data() &&

@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/pool/http_failures.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -96,7 +96,7 @@ bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, 
     const std::string value(te->value());
     const std::string coding = common::lower(common::trim(value));
     if (coding != "chunked") {
-      error = refusal("framing_not_supported", "Transfer-Encoding '" + topo::printable(value) +
+      error = refusal("framing_not_supported", "Transfer-Encoding '" + common::printable(value) +
                                                    "' is not supported: send the body with Content-Length, "
                                                    "or Transfer-Encoding: chunked alone");
       error.close = true;
@@ -135,7 +135,7 @@ bool takeRequest(Parser& parser, const HeaderEnd& end, const std::string& peer, 
 using namespace http_request;
 
 bool validUtf8(const std::string& text) {
-  return topo::utf8ErrorOffset(text) == text.size();
+  return common::utf8ErrorOffset(text) == text.size();
 }
 
 bool parseTarget(const std::string& target, std::vector<std::string>& segments,

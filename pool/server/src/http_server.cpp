@@ -15,7 +15,7 @@
 #include <set>
 #include <thread>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::pool {
 namespace {

@@ -3,6 +3,8 @@
 #include <functional>
 #include <map>
 
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/options.hpp"
 #include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/http_pool.hpp"
@@ -10,8 +12,6 @@
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/server_metrics.hpp"
 #include "poolrun/pool/tokens.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/options.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -146,7 +146,7 @@ std::string replicaHelp() {
 
 template <typename T>
 T number(const std::string& option, const std::string& text, Range<T> range) {
-  return topo::parseOption<T>(option, text, range.min, range.max);
+  return common::parseOption<T>(option, text, range.min, range.max);
 }
 
 std::chrono::seconds secondsIn(const std::string& option, const std::string& text, Range<int64_t> range) {
@@ -200,7 +200,7 @@ void metricsHosts(PooldOptions& o, const std::string&, const std::string& v) {
     const std::string name = v.substr(start, end - start);
     if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                "0123456789.-_") != std::string::npos)
-      throw badInput("--metrics-host '" + topo::printable(v) + "': '" + topo::printable(name) +
+      throw badInput("--metrics-host '" + common::printable(v) + "': '" + common::printable(name) +
                      "' is not a host name (letters, digits, '.', '-', '_'; several: a,b)");
     o.server.metrics_hosts.push_back(name);
     start = end + 1;

@@ -88,7 +88,7 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   Quotas quotas;
   if (!m.opt.quotas_file.empty()) {
     struct stat st {};
-    if (stat(m.opt.quotas_file.c_str(), &st) == 0) m.quotas_watch = topo::FileWatch(topo::identityOf(st));
+    if (stat(m.opt.quotas_file.c_str(), &st) == 0) m.quotas_watch = common::FileWatch(common::identityOf(st));
     quotas = readQuotasFile(m.opt.quotas_file);
   }
   m.pool->mutate([&m, &quotas](PoolState& s, TimePoint) {

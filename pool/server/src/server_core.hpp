@@ -12,13 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/committed_state.hpp"
 #include "poolrun/pool/event_log.hpp"
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/pool/server_metrics.hpp"
 #include "poolrun/pool/tokens.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "routes/route.hpp"
 
 namespace poolrun::pool {
@@ -78,7 +78,7 @@ struct ServerCore {
   std::condition_variable stop_cv;
   bool stopping = false;
   std::thread ticker;
-  topo::FileWatch quotas_watch;  // of the quotas file
+  common::FileWatch quotas_watch;  // of the quotas file
 
   // Reads the quotas file again when it changed; keeps the quotas before it when it cannot.
   void reloadQuotas();

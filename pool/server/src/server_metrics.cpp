@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/pool/tokens.hpp"
-#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/version.hpp"
 
 namespace poolrun::pool {
@@ -283,7 +283,7 @@ std::string hostNotPooldMessage(const std::string& host) {
   return "/metrics without a token answers a --metrics-allow address only where the request's Host names "
          "this poold (an IP address, localhost, its --listen host, this machine's name or a --metrics-host), "
          "not '" +
-         topo::printable(host.substr(0, 200)) +
+         common::printable(host.substr(0, 200)) +
          "' (a page of another site could read it so): scrape by one of those, or add the name with poold "
          "--metrics-host";
 }
@@ -296,7 +296,7 @@ HttpReply standbyMetricsReply(const HttpRequest& req, MetricsAccess& access, Tok
     return r;
   };
   if (req.method != "GET")
-    return refuse("method_not_allowed", "/metrics takes GET, not " + topo::printable(req.method));
+    return refuse("method_not_allowed", "/metrics takes GET, not " + common::printable(req.method));
   bool allowed = access.allowsPeer(req.peer) && access.allowsHost(req.host);
   if (!allowed && access.allowsPeer(req.peer) && req.authorization.empty())
     return refuse("forbidden", hostNotPooldMessage(req.host));
@@ -313,7 +313,7 @@ HttpReply standbyMetricsReply(const HttpRequest& req, MetricsAccess& access, Tok
 
 AddressRange parseAddressRange(const std::string& text, const std::string& option) {
   auto bad = [&](const std::string& why) {
-    return badInput(option + " '" + topo::printable(text) + "': " + why +
+    return badInput(option + " '" + common::printable(text) + "': " + why +
                     " (give IPv4 or IPv6 addresses or prefixes, e.g. 10.0.0.0/8, 127.0.0.1/32, ::1/128)");
   };
   AddressRange r;
@@ -323,7 +323,7 @@ AddressRange parseAddressRange(const std::string& text, const std::string& optio
   std::array<unsigned char, 16> raw{};
   if (inet_pton(AF_INET, address.c_str(), raw.data()) != 1 &&
       inet_pton(AF_INET6, address.c_str(), raw.data()) != 1)
-    throw bad("'" + topo::printable(address) + "' is not an IP address");
+    throw bad("'" + common::printable(address) + "' is not an IP address");
   parseAddress(address, r.bytes, r.v6);
   const bool mapped = !r.v6 && address.find(':') != std::string::npos;  // ::ffff:a.b.c.d
   const int most = r.v6 || mapped ? 128 : 32;
@@ -333,7 +333,7 @@ AddressRange parseAddressRange(const std::string& text, const std::string& optio
     int v = -1;
     auto [p, ec] = std::from_chars(length.data(), length.data() + length.size(), v);
     if (length.empty() || ec != std::errc() || p != length.data() + length.size() || v < 0 || v > most)
-      throw bad("prefix length '" + topo::printable(length) + "' is not a number from 0 to " +
+      throw bad("prefix length '" + common::printable(length) + "' is not a number from 0 to " +
                 std::to_string(most));
     r.prefix = v;
   }
@@ -361,7 +361,7 @@ std::vector<AddressRange> parseAddressRanges(const std::string& list, const std:
     size_t end = std::min(list.find(',', start), list.size());
     std::string item = list.substr(start, end - start);
     if (item.empty())
-      throw badInput(option + " '" + topo::printable(list) + "': an empty address in the list");
+      throw badInput(option + " '" + common::printable(list) + "': an empty address in the list");
     out.push_back(parseAddressRange(item, option));
     start = end + 1;
   }
@@ -409,7 +409,7 @@ MetricsAccess::MetricsAccess(std::filesystem::path token_file, std::vector<Addre
   struct stat st {};
   const bool stated = stat(file_.c_str(), &st) == 0;
   token_ = readScrapeToken(file_);
-  if (stated) watch_ = topo::FileWatch(topo::identityOf(st));
+  if (stated) watch_ = common::FileWatch(common::identityOf(st));
 }
 
 bool MetricsAccess::allowsPeer(const std::string& peer) const {

@@ -5,14 +5,14 @@
 
 #include <sstream>
 
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/regular_file.hpp"
 
 namespace poolrun::pool {
 namespace {
 
 // poold's token file holds a line per user and, with node agents, per node: 16 MiB is some 200,000
-// tokens (a client's token file, one token, is read with topo::kTokenFileLimit).
+// tokens (a client's token file, one token, is read with common::kTokenFileLimit).
 constexpr size_t kPooldTokenFileLimit = size_t{16} << 20;
 
 }  // namespace
@@ -39,16 +39,16 @@ std::map<std::string, Caller> parseTokenFile(const std::string& text, const std:
       continue;
     }
     if (!validToken(token)) {
-      bad("the token of " + topo::printable(owner) + " must be 8 to 512 printable ASCII characters");
+      bad("the token of " + common::printable(owner) + " must be 8 to 512 printable ASCII characters");
       continue;
     }
     if (role != "user" && role != "admin" && role != "node") {
-      bad("unknown role '" + topo::printable(role) + "' (use user, admin or node)");
+      bad("unknown role '" + common::printable(role) + "' (use user, admin or node)");
       continue;
     }
-    std::string problem = role == "node" ? topo::nodeNameProblem(owner) : topo::ownerProblem(owner);
+    std::string problem = role == "node" ? common::nodeNameProblem(owner) : common::ownerProblem(owner);
     if (!problem.empty()) {
-      bad((role == "node" ? "node '" : "owner '") + topo::printable(owner) + "': " + problem);
+      bad((role == "node" ? "node '" : "owner '") + common::printable(owner) + "': " + problem);
       continue;
     }
     if (out.count(token)) {
@@ -69,9 +69,9 @@ void TokenStore::reload(bool initial) {
   std::optional<std::string> text;
   std::string readable;  // a warning where others may read the file
   if (initial) {
-    topo::FileIdentity identity;
-    text = topo::readSecretFile(file_, kPooldTokenFileLimit, "poold's token files", &identity, &readable);
-    watch_ = topo::FileWatch(identity);
+    common::FileIdentity identity;
+    text = common::readSecretFile(file_, kPooldTokenFileLimit, "poold's token files", &identity, &readable);
+    watch_ = common::FileWatch(identity);
   } else {
     // Looked at once per kLookEvery, not at every request (a stat each: 2,500 heartbeats a second).
     const auto now = std::chrono::steady_clock::now();
@@ -79,7 +79,7 @@ void TokenStore::reload(bool initial) {
     looked_ = now;
     try {
       text = watch_.readIfChanged(file_, [this, &readable] {
-        return topo::readSecretFile(file_, kPooldTokenFileLimit, "poold's token files", nullptr, &readable);
+        return common::readSecretFile(file_, kPooldTokenFileLimit, "poold's token files", nullptr, &readable);
       });
     } catch (const Error& e) {
       warn_(std::string("keeping the previous tokens: ") + e.what());

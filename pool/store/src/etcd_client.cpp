@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/http_connection.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::pool {
 namespace {

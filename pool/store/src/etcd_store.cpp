@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
+#include "poolrun/common/hash.hpp"
 #include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/pool/json.hpp"
-#include "poolrun/topo/hash.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "stored_docs.hpp"
 
@@ -54,7 +54,7 @@ std::string EtcdStore::topologyHash(const std::shared_ptr<const topo::NodeTopolo
   auto it = hashes_.find(topology.get());
   if (it != hashes_.end()) return it->second.second;
   std::string doc = topo::toJson(*topology).dump();
-  std::string hash = topo::fnv1aHex(doc);
+  std::string hash = common::fnv1aHex(doc);
   if (!stored_topologies_.count(hash)) new_topologies_[hash] = doc;
   hashes_[topology.get()] = {topology, hash};
   return hash;

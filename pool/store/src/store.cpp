@@ -1,5 +1,5 @@
 #include "poolrun/pool/store.hpp"
-#include "poolrun/topo/hash.hpp"
+#include "poolrun/common/hash.hpp"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/json.hpp"
-#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "stored_docs.hpp"
 
@@ -58,7 +58,7 @@ std::string recordLine(uint64_t generation) {
   char digits[21];
   std::snprintf(digits, sizeof digits, "%020llu", static_cast<unsigned long long>(generation));
   std::string body = std::string(kRecordPrefix) + digits;
-  return body + " " + topo::fnv1aHex(body) + "\n";
+  return body + " " + common::fnv1aHex(body) + "\n";
 }
 
 // The generation a record holds, or what is wrong with it.
@@ -73,9 +73,9 @@ std::optional<uint64_t> parseRecord(const std::string& text, std::string& why) {
     why = "not a generation record ('" + std::string(kRecordPrefix) + "' and 20 digits)";
     return std::nullopt;
   }
-  if (text.compare(kRecordSize - 17, 16, topo::fnv1aHex(body)) != 0) {
+  if (text.compare(kRecordSize - 17, 16, common::fnv1aHex(body)) != 0) {
     why = "its checksum " + text.substr(kRecordSize - 17, 16) + " does not match its content (" +
-          topo::fnv1aHex(body) + ")";
+          common::fnv1aHex(body) + ")";
     return std::nullopt;
   }
   return std::stoull(body.substr(kRecordPrefix.size()));
@@ -502,7 +502,7 @@ std::string Store::topologyHash(const std::shared_ptr<const topo::NodeTopology>&
   auto it = hashes_.find(topology.get());
   if (it != hashes_.end()) return it->second.second;
   std::string doc = topo::toJson(*topology).dump();
-  std::string hash = topo::fnv1aHex(doc);
+  std::string hash = common::fnv1aHex(doc);
   Step(db_.get(), prepare("INSERT OR IGNORE INTO topologies(hash, doc) VALUES(?, ?)"))
       .bind(hash)
       .bind(doc)
@@ -571,7 +571,7 @@ void Store::loadLeases(PoolState& state) {
   Step s(db_.get(), st);
   while (s.row()) {
     const std::string id = text(st, 0);
-    const std::string what = "lease " + topo::printable(id);
+    const std::string what = "lease " + common::printable(id);
     Lease lease;
     try {
       lease = leaseFromJson(json::parse(text(st, 1)));
@@ -579,7 +579,7 @@ void Store::loadLeases(PoolState& state) {
       throw refusal(file_, what + ": its stored document is broken (" + e.what() + ")");
     }
     if (lease.id != id)
-      throw refusal(file_, what + ": its stored document names lease '" + topo::printable(lease.id) + "'");
+      throw refusal(file_, what + ": its stored document names lease '" + common::printable(lease.id) + "'");
     std::set<std::pair<std::string, int64_t>> held;
     for (const GpuRef& g : lease.gpus)
       if (!g.share) held.emplace(g.node, static_cast<int64_t>(g.index));
@@ -595,7 +595,7 @@ void Store::loadLeases(PoolState& state) {
   }
   if (!rows.empty())
     throw refusal(file_, "lease_gpus rows hold GPUs " + gpuText(rows.begin()->second) + " for lease " +
-                             topo::printable(rows.begin()->first) +
+                             common::printable(rows.begin()->first) +
                              ", which has no stored document (the file was changed outside poold)");
 }
 
@@ -626,7 +626,7 @@ void Store::loadRequests(PoolState& state) {
     try {
       request = requestFromDoc(json::parse(text(st, 1)));
     } catch (const std::exception& e) {
-      throw refusal(file_, "acquire request " + topo::printable(id) + ": its stored document is broken (" +
+      throw refusal(file_, "acquire request " + common::printable(id) + ": its stored document is broken (" +
                                e.what() + ")");
     }
     state.loadRequest(id, std::move(request));

@@ -1,7 +1,7 @@
 #include "stored_docs.hpp"
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/json.hpp"
-#include "poolrun/topo/names.hpp"
 
 namespace poolrun::pool {
 
@@ -40,7 +40,7 @@ RememberedRequest requestFromDoc(const json& doc) {
   r.lease = doc.at("lease").get<std::string>();
   r.ticket = doc.at("ticket").get<int64_t>();
   r.at = fromMillis(doc.at("at_ms").get<int64_t>());
-  if (!r.lease.empty()) topo::checkLeaseId(r.lease, "its lease");
+  if (!r.lease.empty()) common::checkLeaseId(r.lease, "its lease");
   if (r.ticket < 0) throw std::runtime_error("its ticket " + std::to_string(r.ticket) + " is negative");
   return r;
 }

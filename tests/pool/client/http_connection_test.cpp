@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/http_pool.hpp"
 #include "poolrun/pool/open_pool.hpp"
-#include "poolrun/topo/names.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::pool {
@@ -152,7 +152,7 @@ TEST(HttpConnectionTest, TokensOutsideEightToFiveHundredTwelvePrintableCharacter
     const auto file = tmp.write("token", bad + "\n");
     try {
       readClientToken(file, "your token");
-      FAIL() << "read " << topo::printable(bad);
+      FAIL() << "read " << common::printable(bad);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(file.string() + ": your token must be 8 to 512 printable ASCII"),
                 std::string::npos)
@@ -162,7 +162,7 @@ TEST(HttpConnectionTest, TokensOutsideEightToFiveHundredTwelvePrintableCharacter
     options.token = bad;
     try {
       openPoolControl("http://127.0.0.1:1", options);
-      FAIL() << "a pool opened with " << topo::printable(bad);
+      FAIL() << "a pool opened with " << common::printable(bad);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("must be 8 to 512 printable ASCII characters"), std::string::npos)
           << e.what();

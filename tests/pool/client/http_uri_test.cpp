@@ -5,8 +5,8 @@
 
 #include <string>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/pool/http_pool.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::pool {
 namespace {

@@ -8,11 +8,11 @@
 #include <filesystem>
 
 #include "inventory.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/heartbeat_reader.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/store.hpp"
-#include "poolrun/topo/names.hpp"
 #include "poolrun/topo/sources.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "support/fixtures.hpp"
@@ -644,7 +644,7 @@ TEST_P(BadHeartbeatTextTest, IsRefusedSayingWhat) {
   std::string text = GetParam().edit(toJson(sampleHeartbeat()).dump());
   try {
     heartbeatFromText(text);
-    FAIL() << "accepted " << topo::printable(text.substr(0, 200));
+    FAIL() << "accepted " << common::printable(text.substr(0, 200));
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kBadInput);
     EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos) << e.what();

@@ -9,8 +9,8 @@
 #include <cctype>
 
 #include "inventory.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/pool/quotas.hpp"
-#include "poolrun/topo/error.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_names.hpp"
 

@@ -16,12 +16,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/dashboard_routes.hpp"
 #include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/topo/cluster.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "support/fixtures.hpp"
 #include "support/loopback.hpp"
 #include "support/temp_dir.hpp"
@@ -652,7 +652,7 @@ TEST_F(HostileTokens, BadLinesAreSkippedAndNothingInTheFileStopsPoold) {
   std::filesystem::path file = dir_.path() / "tokens";
   std::this_thread::sleep_for(20ms);
   dir_.writeSecret("tokens", std::string("\xff\xfe garbage\n") + "tok-alice-0123456789 alice user\n");
-  int root = 0;  // read once whole (topo::FileWatch), not at the first look
+  int root = 0;  // read once whole (common::FileWatch), not at the first look
   for (int i = 0; i < 100 && (root = statusOf(ask(port_, request("GET", "/v1/status")))) != 401; ++i)
     std::this_thread::sleep_for(50ms);
   EXPECT_EQ(root, 401) << "root's line is gone";

@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "poold_process.hpp"
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -240,7 +240,7 @@ TEST_F(Operations, MetricsFromAnotherAddressNeedTheScrapeTokenOrAUsers) {
   // A new scrape token in the file replaces the old one.
   std::this_thread::sleep_for(20ms);
   dir_.write("scrape", "# rotated\nscrape-new-0123456789\n");
-  int scraped = 0;  // read once whole (topo::FileWatch), not at the first look
+  int scraped = 0;  // read once whole (common::FileWatch), not at the first look
   for (int i = 0; i < 100 && (scraped = call("GET", "/metrics", "scrape-new-0123456789")->status) != 200; ++i)
     std::this_thread::sleep_for(50ms);
   EXPECT_EQ(scraped, 200) << "the new scrape token was never read";

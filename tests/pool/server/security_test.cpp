@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "poold_process.hpp"
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "support/fixtures.hpp"
 #include "support/temp_dir.hpp"
 
@@ -99,7 +99,7 @@ TEST_F(Security, TokenFileIsReReadWhenItChanges) {
     std::ofstream out(tokens_);
     out << "tok-carol-0123456789 carol user\ntok-root-0123456789 root admin\n";
   }
-  // Read once whole (topo::FileWatch: seen unchanged for its settle time), not at the first look.
+  // Read once whole (common::FileWatch: seen unchanged for its settle time), not at the first look.
   int carol = 0;
   for (int i = 0; i < 100 && (carol = call("GET", "/v1/status", "tok-carol-0123456789")->status) != 200; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -1,5 +1,5 @@
 // poold's token file as TokenStore reads it again while poold runs: a change is read once the file
-// is whole (topo::FileWatch) and at most TokenStore::kLookEvery after that, without a look at the
+// is whole (common::FileWatch) and at most TokenStore::kLookEvery after that, without a look at the
 // file for every request.
 
 #include <gtest/gtest.h>
@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/tokens.hpp"
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/regular_file.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::pool {
@@ -50,7 +50,7 @@ TEST(TokenFileReload, AChangeIsSeenWithinTheLookIntervalOnceWhole) {
   std::filesystem::permissions(dir.write("tokens", ""), std::filesystem::perms(0600));
   std::this_thread::sleep_for(TokenStore::kLookEvery + std::chrono::milliseconds(5));
   const bool found = store.find("tok-bob-0123456789").has_value();
-  if (std::chrono::steady_clock::now() - written < topo::kFileSettleTime) {  // (a stalled machine: settled)
+  if (std::chrono::steady_clock::now() - written < common::kFileSettleTime) {  // (a stalled machine: settled)
     EXPECT_TRUE(found) << "an emptied file, still being written, was read";
   }
   EXPECT_TRUE(warnings.empty());
@@ -159,17 +159,18 @@ TEST(SecretFiles, OwnerAndModeDecide) {
   std::string readable;
   for (unsigned mode : {0600u, 0400u, 0700u}) {
     fs::permissions(file, fs::perms(mode));
-    EXPECT_EQ(topo::readSecretFile(file, 1024, "token files", nullptr, &readable), "tok-alice-0123456789\n");
+    EXPECT_EQ(common::readSecretFile(file, 1024, "token files", nullptr, &readable),
+              "tok-alice-0123456789\n");
     EXPECT_EQ(readable, "") << mode;
   }
   for (unsigned mode : {0644u, 0604u, 0640u}) {
     fs::permissions(file, fs::perms(mode));
-    topo::readSecretFile(file, 1024, "token files", nullptr, &readable);
+    common::readSecretFile(file, 1024, "token files", nullptr, &readable);
     EXPECT_NE(readable, "") << mode;
   }
   for (unsigned mode : {0620u, 0602u, 0666u, 0622u}) {
     fs::permissions(file, fs::perms(mode));
-    EXPECT_THROW(topo::readSecretFile(file, 1024, "token files"), Error) << mode;
+    EXPECT_THROW(common::readSecretFile(file, 1024, "token files"), Error) << mode;
   }
 }
 

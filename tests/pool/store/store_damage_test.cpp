@@ -17,10 +17,10 @@
 
 #include "inventory.hpp"
 #include "poold_process.hpp"
+#include "poolrun/common/hash.hpp"
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/store.hpp"
-#include "poolrun/topo/hash.hpp"
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -42,7 +42,7 @@ std::string fingerprint(const fs::path& db) {
   std::string out;
   for (const fs::path& f : {db, wal(db), Store::generationFile(db)}) {
     std::string content = test::slurp(f);
-    out += f.filename().string() + (content.empty() ? " empty" : "=" + topo::fnv1aHex(content)) + " ";
+    out += f.filename().string() + (content.empty() ? " empty" : "=" + common::fnv1aHex(content)) + " ";
   }
   return out;
 }

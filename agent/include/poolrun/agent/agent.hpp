@@ -153,7 +153,7 @@ class Agent {
 };
 
 // Per process running on `gpus`, the lease its environment names: POOLRUN_LEASE=ID in
-// PROC_ROOT/PID/environ, the first of them, where ID is a valid lease id (topo::checkLeaseId). A
+// PROC_ROOT/PID/environ, the first of them, where ID is a valid lease id (common::checkLeaseId). A
 // process that is gone, unreadable or names none, or whose entry lies past the first
 // kMaxEnvironBytes, has no entry. Cost: one open and read per distinct pid.
 inline constexpr size_t kMaxEnvironBytes = size_t{1} << 20;

@@ -47,7 +47,7 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args);
 std::string agentUsage();
 
 // The token of a token file: the first word of its first line that is not blank or a comment (`#`),
-// as poolctl reads one. The file is read whole each call (at most topo::kTokenFileLimit). Throws
+// as poolctl reads one. The file is read whole each call (at most common::kTokenFileLimit). Throws
 // poolrun::Error naming the file.
 std::string readTokenFile(const std::filesystem::path& file);
 

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/pool/etcd_client.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::pool {
 namespace {

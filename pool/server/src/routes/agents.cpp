@@ -1,8 +1,8 @@
 // The node agent's side (poolrun/pool/agent_protocol.hpp): a node registers, then heartbeats.
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/heartbeat_reader.hpp"
-#include "poolrun/topo/names.hpp"
 #include "routes.hpp"
 #include "server_core.hpp"
 
@@ -15,7 +15,7 @@ json registerAgentNode(ServerCore& m, Context& c) {
   NodeRegistration r = nodeRegistrationFromJson(parseBody(c.req.body));
   if (r.node.name != c.params[0])
     throw badRequest("the registration names node '" + r.node.name + "', the path node '" +
-                     topo::printable(c.params[0]) + "'");
+                     common::printable(c.params[0]) + "'");
   return m.mutate([&](PoolState& s, TimePoint now) {
     s.registerAgentNode(r, now);  // starts what its GPUs let start; no tick (O(nodes) each)
     return json{{"registered", r.node.name}, {"interval_s", m.opt.live.heartbeat_interval.count()}};
@@ -27,7 +27,7 @@ Heartbeat readHeartbeat(const Context& c) {
   Heartbeat hb = heartbeatFromText(c.req.body);
   if (hb.node != c.params[0])
     throw badRequest("the heartbeat names node '" + hb.node + "', the path node '" +
-                     topo::printable(c.params[0]) + "'");
+                     common::printable(c.params[0]) + "'");
   return hb;
 }
 

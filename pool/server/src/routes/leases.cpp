@@ -1,10 +1,10 @@
 // /v1/leases...: list, acquire (queued or not, idempotent by the client's request id), renew,
 // shrink and release.
 
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/service.hpp"
-#include "poolrun/topo/names.hpp"
 #include "routes.hpp"
 #include "server_core.hpp"
 
@@ -105,8 +105,8 @@ json shrinkLease(ServerCore& m, Context& c) {
 }
 
 json releaseLease(ServerCore& m, Context& c) {
-  if (std::string why = topo::leaseIdProblem(c.params[0]); !why.empty())
-    throw badRequest("'" + topo::printable(c.params[0]) + "' is no lease id: " + why);
+  if (std::string why = common::leaseIdProblem(c.params[0]); !why.empty())
+    throw badRequest("'" + common::printable(c.params[0]) + "' is no lease id: " + why);
   return m.mutate([&](PoolState& s, TimePoint now) {
     return json{{"id", c.params[0]}, {"released", PoolService(c.who).release(s, c.params[0], now)}};
   });

@@ -3,9 +3,9 @@
 #include <charconv>
 #include <set>
 
+#include "poolrun/common/names.hpp"
+#include "poolrun/common/nesting.hpp"
 #include "poolrun/pool/http_failures.hpp"
-#include "poolrun/topo/names.hpp"
-#include "poolrun/topo/nesting.hpp"
 
 namespace poolrun::pool {
 
@@ -61,8 +61,8 @@ HttpReply replyForError(std::exception_ptr error) {
 }
 
 json parseBody(const std::string& body) {
-  if (auto at = topo::jsonTooDeepAt(body, topo::kMaxJsonDepth))
-    throw badRequest("request body nests deeper than " + std::to_string(topo::kMaxJsonDepth) +
+  if (auto at = common::jsonTooDeepAt(body, common::kMaxJsonDepth))
+    throw badRequest("request body nests deeper than " + std::to_string(common::kMaxJsonDepth) +
                      " levels (at byte " + std::to_string(*at) + ")");
   // A key given twice in one object is refused, as the heartbeat reader refuses it: the parser
   // would keep the last, and a client (or a proxy) reading the first would disagree with poold.
@@ -73,7 +73,7 @@ json parseBody(const std::string& body) {
     } else if (event == json::parse_event_t::object_end) {
       keys.pop_back();
     } else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) {
-      throw badRequest("field '" + topo::printable(parsed.get<std::string>()) +
+      throw badRequest("field '" + common::printable(parsed.get<std::string>()) +
                        "' given twice in one object: send each field once");
     }
     return true;
@@ -94,7 +94,7 @@ void takesNoFields(const std::string& body) {
   const json doc = parseBody(body);
   if (!doc.is_object() || !doc.empty())
     throw badRequest("this request takes no fields: send no body, or {} (got " +
-                     topo::printable(body.substr(0, 80)) + (body.size() > 80 ? "..." : "") + ")");
+                     common::printable(body.substr(0, 80)) + (body.size() > 80 ? "..." : "") + ")");
 }
 
 Route::Route(RouteSpec s) : spec(std::move(s)) {

@@ -36,7 +36,7 @@ HttpError badRequest(const std::string& message);
 
 // A whole decimal number in [min, max] from a path segment or query value.
 int64_t integerIn(const std::string& text, const char* what, int64_t min, int64_t max);
-// A request's JSON body; a key given twice in one object, or nesting past topo::kMaxJsonDepth, is
+// A request's JSON body; a key given twice in one object, or nesting past common::kMaxJsonDepth, is
 // refused (400).
 nlohmann::json parseBody(const std::string& body);
 // The body of a request that takes no fields (renew, shrink, drain, resume, fail): none, or {}.

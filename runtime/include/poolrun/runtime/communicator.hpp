@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun::runtime {
 

@@ -128,10 +128,10 @@ bool validToken(const std::string& token);
 // What makes `token` invalid, for a message ("3 bytes", "20 bytes, with a character outside them").
 std::string tokenProblem(const std::string& token);
 // The token of a client's token file (--token-file): the first word of the first line that has one,
-// `#` starting a comment; a regular file of at most topo::kTokenFileLimit. `what` names the token
+// `#` starting a comment; a regular file of at most common::kTokenFileLimit. `what` names the token
 // in the error ("your token", "the node's token"). Throws poolrun::Error (kBadInput, kNotFound)
 // naming the file, also for a token that validToken refuses and for a file that someone else could
-// change (topo::readSecretFile: owned by neither root nor the user, or writable by its group or
+// change (common::readSecretFile: owned by neither root nor the user, or writable by its group or
 // others). A file its group or others may read is warned of on standard error, once per process.
 std::string readClientToken(const std::filesystem::path& file, const std::string& what);
 

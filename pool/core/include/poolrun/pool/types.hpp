@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/topo/cluster.hpp"
-#include "poolrun/topo/error.hpp"
 #include "poolrun/topo/telemetry.hpp"
 #include "poolrun/topo/topology.hpp"
 

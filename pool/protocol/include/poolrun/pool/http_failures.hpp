@@ -7,8 +7,8 @@
 #include <span>
 #include <string_view>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/pool/types.hpp"
-#include "poolrun/topo/error.hpp"
 
 namespace poolrun::pool {
 

@@ -7,7 +7,7 @@
 //   "field 'gpus': 4294967297 is out of range (1 to 1000000)", "field 'gpus[2].index': 1.9 is not a
 //   whole number (0 to 1023)", "missing field 'gpus'"
 // Numbers must be JSON integers (not 1.0, true or "1") in the ranges of poolrun/pool/limits.hpp;
-// names follow poolrun/topo/names.hpp (node names and lease ids everywhere, since they end up in
+// names follow poolrun/common/names.hpp (node names and lease ids everywhere, since they end up in
 // URLs, paths and hostfiles); every string must be UTF-8.
 //
 // What a client sends (requestFromJson, clusterNodeFromJson, registrationFromJson) is read

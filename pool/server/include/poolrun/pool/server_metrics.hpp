@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "poolrun/topo/regular_file.hpp"
+#include "poolrun/common/regular_file.hpp"
 
 #include "poolrun/pool/http_server.hpp"
 #include "poolrun/pool/state.hpp"
@@ -132,7 +132,7 @@ class MetricsAccess {
   Warn warn_;
   std::mutex mu_;
   std::string token_;
-  topo::FileWatch watch_;
+  common::FileWatch watch_;
 };
 
 // The 403's message where an allowed address sends a Host that does not name this poold.

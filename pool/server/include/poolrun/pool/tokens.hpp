@@ -2,7 +2,7 @@
 
 // poold's bearer tokens: the token file, read at start and again whenever it changes (its size,
 // inode, modification time, owner or mode). A file another user owns (neither root nor poold's),
-// or that its group or others may write, is refused as topo::readSecretFile says (at start poold
+// or that its group or others may write, is refused as common::readSecretFile says (at start poold
 // does not start; later the tokens read before stay); one others may read is warned of once. A malformed line
 // is named and skipped with a warning, so that one typo never locks every user out nor stops poold; a file
 // that cannot be read at all (or is not a regular file, or is over 16 MiB) keeps the tokens read before.
@@ -15,8 +15,8 @@
 #include <optional>
 #include <string>
 
+#include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/server.hpp"
-#include "poolrun/topo/regular_file.hpp"
 
 namespace poolrun::pool {
 
@@ -29,7 +29,7 @@ class TokenStore {
 
   // The entry for `token`, re-reading the file first when it changed; nullopt when unknown. The
   // file is looked at once per kLookEvery at most; a change is read once it is whole
-  // (topo::FileWatch: seen unchanged for kFileSettleTime, or written kFileTrustedAge ago).
+  // (common::FileWatch: seen unchanged for kFileSettleTime, or written kFileTrustedAge ago).
   std::optional<Caller> find(const std::string& token);
 
   static constexpr std::chrono::milliseconds kLookEvery{25};
@@ -42,7 +42,7 @@ class TokenStore {
   Warn warn_;
   std::mutex mu_;
   std::map<std::string, Caller> tokens_;
-  topo::FileWatch watch_;
+  common::FileWatch watch_;
   bool warned_readable_ = false;  // whether the file's being readable by others was said
 };
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
 namespace poolrun {
 class HttpConnection;

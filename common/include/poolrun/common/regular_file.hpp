@@ -21,10 +21,10 @@
 #include <string>
 #include <string_view>
 
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/text.hpp"
-#include "poolrun/topo/error.hpp"
 
-namespace poolrun::topo {
+namespace poolrun::common {
 
 // The limits of the formats, in bytes. Each is far above the largest real file (an 8-GPU hwloc XML
 // export with every PCI device is about 400 KiB). The tuner's are in poolrun/tuner/config.hpp.
@@ -285,4 +285,4 @@ inline std::optional<std::string> readAttributeFile(const std::filesystem::path&
   }
 }
 
-}  // namespace poolrun::topo
+}  // namespace poolrun::common

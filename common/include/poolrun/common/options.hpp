@@ -14,7 +14,7 @@
 #include <system_error>
 #include <utility>
 
-namespace poolrun::topo {
+namespace poolrun::common {
 
 namespace detail {
 [[noreturn]] void throwNotWholeNumber(std::string_view option, std::string_view text, const std::string& min,
@@ -47,4 +47,4 @@ T parseOption(std::string_view option, std::string_view text, T min, T max) {
   return value;
 }
 
-}  // namespace poolrun::topo
+}  // namespace poolrun::common

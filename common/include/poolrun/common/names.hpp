@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-namespace poolrun::topo {
+namespace poolrun::common {
 
 inline constexpr size_t kMaxNodeNameBytes = 253;
 inline constexpr size_t kMaxLeaseIdBytes = 128;
@@ -48,4 +48,4 @@ size_t utf8ErrorOffset(std::string_view text);
 // are not UTF-8, '\\' and '\'' as \xNN; cut after 80 bytes ("...").
 std::string printable(std::string_view text);
 
-}  // namespace poolrun::topo
+}  // namespace poolrun::common

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-namespace poolrun::topo {
+namespace poolrun::common {
 
 // The nesting depths the readers accept. Real documents nest far less: a poolrun topology JSON 4
 // levels, a poolrun.tuner/1 configuration 3 (its "comment" and "x-" keys may hold more).
@@ -43,4 +43,4 @@ inline std::optional<size_t> jsonTooDeepAt(std::string_view text, int maxDepth) 
   return std::nullopt;
 }
 
-}  // namespace poolrun::topo
+}  // namespace poolrun::common

@@ -1,10 +1,10 @@
-#include "poolrun/topo/names.hpp"
+#include "poolrun/common/names.hpp"
 
 #include <cstdint>
 
-#include "poolrun/topo/error.hpp"
+#include "poolrun/common/error.hpp"
 
-namespace poolrun::topo {
+namespace poolrun::common {
 namespace {
 
 bool isAsciiAlnum(char c) {
@@ -179,4 +179,4 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-}  // namespace poolrun::topo
+}  // namespace poolrun::common

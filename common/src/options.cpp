@@ -1,9 +1,9 @@
-#include "poolrun/topo/options.hpp"
+#include "poolrun/common/options.hpp"
 
-#include "poolrun/topo/error.hpp"
-#include "poolrun/topo/names.hpp"
+#include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
 
-namespace poolrun::topo::detail {
+namespace poolrun::common::detail {
 namespace {
 
 std::string shown(std::string_view text) {
@@ -24,4 +24,4 @@ void throwOutOfRange(std::string_view option, std::string_view text, const std::
   throw badInput(std::string(option) + " " + shown(text) + ": out of range (" + min + " to " + max + ")");
 }
 
-}  // namespace poolrun::topo::detail
+}  // namespace poolrun::common::detail

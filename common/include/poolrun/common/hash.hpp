@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace poolrun::topo {
+namespace poolrun::common {
 
 inline uint64_t fnv1a(std::string_view text) {
   uint64_t h = 1469598103934665603ull;
@@ -26,4 +26,4 @@ inline std::string fnv1aHex(std::string_view text, int digits = 16) {
   return std::string(buf + 16 - digits);
 }
 
-}  // namespace poolrun::topo
+}  // namespace poolrun::common
