@@ -9,9 +9,11 @@
 namespace poolrun::pool {
 namespace {
 
+// A URI of poold's that is not one: the other kinds of pool (open_pool.cpp lists them) are no help to
+// a user who meant a poold.
 Error badUri(const std::string& uri, const std::string& why) {
   return badInput("bad pool URI '" + common::printable(uri) + "': " + why +
-                  " (use local, sim:FILE, http://HOST:PORT, slurm or slurm:PARTITION)");
+                  " (a poold is http://HOST:PORT, e.g. http://127.0.0.1:7450)");
 }
 
 }  // namespace

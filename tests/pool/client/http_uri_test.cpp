@@ -36,6 +36,9 @@ TEST(HttpUri, ReadsOnePooldAndItsReplicas) {
 TEST(HttpUri, RefusesWhatIsNotAPooldWithWhatToWrite) {
   EXPECT_NE(refusal("").find("is not http://HOST:PORT"), std::string::npos);
   EXPECT_NE(refusal("http://a").find("expected http://HOST:PORT"), std::string::npos);
+  // A user who wrote a poold's URI is told a poold's form, not every other kind of pool.
+  EXPECT_NE(refusal("http://a").find("(a poold is http://HOST:PORT"), std::string::npos);
+  EXPECT_EQ(refusal("http://a").find("sim:FILE"), std::string::npos);
   EXPECT_NE(refusal("http://:7450").find("expected http://HOST:PORT"), std::string::npos);
   for (const char* port : {"0", "65536", "-1", "99999999999999999999", "7450x", ""})
     EXPECT_NE(refusal(std::string("http://a:") + port).find("is not a number from 1 to 65535"),
