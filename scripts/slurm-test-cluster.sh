@@ -41,7 +41,22 @@ skip() {
   exit 77
 }
 
+# The pids of `names` (pgrep -x patterns) that run against this folder's cluster (SLURM_CONF).
+cluster_processes() {
+  local pid
+  [ -f "$dir/etc/slurm.conf" ] || return 0
+  for pid in $(pgrep -x "$1" 2>/dev/null || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$dir/etc/slurm.conf"; then
+      echo "$pid"
+    fi
+  done
+}
+
 stop_all() {
+  # Clients of this cluster still running (an salloc whose job a test left): ended first, while
+  # slurmctld still answers them; one left after the daemons would retry it for ever, spinning.
+  local client
+  for client in $(cluster_processes 'salloc|srun|sbatch'); do kill -TERM "$client" 2>/dev/null || true; done
   # Only the daemons this folder started, by the pids they wrote: all asked at once, then waited for.
   local pids=() pid pidfile
   for pidfile in "$dir"/run/*.pid; do
@@ -60,14 +75,9 @@ stop_all() {
   done
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   rm -f "$dir"/run/*.pid
-  # slurmstepd processes of jobs that were still running (their slurmd is gone).
-  if [ -f "$dir/etc/slurm.conf" ]; then
-    for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
-      if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$dir/etc/slurm.conf"; then
-        kill -KILL "$pid" 2>/dev/null || true
-      fi
-    done
-  fi
+  # slurmstepd processes of jobs that were still running (their slurmd is gone), and any client
+  # that did not take the TERM.
+  for pid in $(cluster_processes 'slurmstepd|salloc|srun|sbatch'); do kill -KILL "$pid" 2>/dev/null || true; done
 }
 
 free_port() {
