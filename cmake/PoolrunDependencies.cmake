@@ -11,6 +11,9 @@ find_package(pugixml REQUIRED)  # pugixml::static
 find_package(fmt REQUIRED)      # fmt::fmt-header-only
 set(Boost_USE_STATIC_LIBS ON)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+# TLS (Debian's libssl-dev): poold's server through Boost.Asio's ssl, the clients through the
+# module common/ builds (libpoolrun-tls.so), so that only https:// loads it.
+find_package(OpenSSL 3.0 REQUIRED)
 # poold's heartbeat reader (pool/server/src/heartbeat_reader.cpp). Debian ships it shared only, so only
 # poold links it: the launch path stays free of shared C++ libraries.
 find_package(simdjson 3.0 REQUIRED)

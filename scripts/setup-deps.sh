@@ -14,7 +14,8 @@ packages=(
   libcpp-httplib-dev
   clang libclang-rt-14-dev clang-format
   graphviz
-  slurm-wlm munge
+  slurm-wlm munge libmunge-dev
+  libssl-dev openssl
   prometheus
   python3-torch
   chromium chromium-driver python3-selenium nodejs

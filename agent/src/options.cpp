@@ -10,19 +10,36 @@
 #include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/client.hpp"
+#include "poolrun/pool/http_pool.hpp"
 
 namespace poolrun::agent {
 
+pool::ClientOptions linkOptions(const AgentOptions& o, const std::string& token) {
+  pool::ClientOptions c;
+  c.token = token;
+  c.ca_file = o.ca_file.string();
+  c.cert_file = o.cert_file.string();
+  c.key_file = o.key_file.string();
+  return c;
+}
+
 std::string agentUsage() {
   auto n = [](int64_t v) { return std::to_string(v); };
-  return "usage: poold-agent --pool http://HOST:PORT --token-file FILE [--node NAME] [--interval SECONDS]\n"
+  return "usage: poold-agent --pool URI --token-file FILE [--node NAME] [--interval SECONDS]\n"
+         "                   [--ca FILE] [--tls-cert FILE --tls-key FILE]\n"
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
          "                   [--mps-dir DIR] [--mps-control PROGRAM]\n"
          "       poold-agent --help | --version\n"
          "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
          "every interval; keeps running while poold is down (see docs/agent.md).\n"
-         "  --pool http://HOST:PORT     the poold to report to\n"
+         "  --pool URI                  the poold to report to: http://HOST:PORT or https://HOST:PORT\n"
+         "  --ca FILE                   https: the CAs to trust (PEM; default $POOLRUN_CA, else the\n"
+         "                              system's)\n"
+         "  --tls-cert FILE             https: this node's client certificate (PEM), for a poold that\n"
+         "  --tls-key FILE              asks for one (--tls-client-ca), and its key (mode 0600);\n"
+         "                              both read again before every registration\n"
          "  --token-file FILE           a token of role node (or admin) for this node, the first word of\n"
          "                              the file; read again before every registration\n"
          "  --node NAME                 the node's name in the pool (default: the host name)\n"
@@ -51,15 +68,11 @@ std::string agentUsage() {
 namespace {
 
 void checkPool(const std::string& uri) {
-  if (uri.starts_with("https://"))
+  if (!pool::isPooldUri(uri))
     throw badInput("--pool '" + common::printable(uri) +
-                   "': poold speaks plain HTTP; give http://HOST:PORT (a TLS proxy in front of poold "
-                   "needs its own plain-HTTP listener for the agents)");
-  if (!uri.starts_with("http://"))
-    throw badInput("--pool '" + common::printable(uri) +
-                   "': a node agent reports to a poold; give http://HOST:PORT");
+                   "': a node agent reports to a poold; give http://HOST:PORT or https://HOST:PORT");
   try {
-    pool::openAgentLink(uri, "");  // checks HOST:PORT; connects to nothing
+    pool::parseHttpReplicas(uri);  // checks HOST:PORT; connects to nothing
   } catch (const Error& e) {
     throw badInput("--pool: " + std::string(e.what()));
   }
@@ -86,6 +99,12 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       checkPool(o.pool);
     } else if (a == "--token-file") {
       o.token_file = value();
+    } else if (a == "--ca") {
+      o.ca_file = value();
+    } else if (a == "--tls-cert") {
+      o.cert_file = value();
+    } else if (a == "--tls-key") {
+      o.key_file = value();
     } else if (a == "--node") {
       o.node = value();
       common::checkNodeName(o.node, "--node");
@@ -128,6 +147,23 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
   if (o.pool.empty()) throw badInput("poold-agent needs --pool http://HOST:PORT (the poold to report to)");
   if (o.token_file.empty())
     throw badInput("poold-agent needs --token-file FILE (a token of role node for this node)");
+  if (o.ca_file.empty()) {
+    const char* env = std::getenv("POOLRUN_CA");
+    if (env != nullptr) o.ca_file = env;
+  }
+  if (o.cert_file.empty() != o.key_file.empty())
+    throw badInput(o.cert_file.empty() ? "--tls-key without --tls-cert: give both"
+                                       : "--tls-cert without --tls-key: give both");
+  if (pool::parseHttpReplicas(o.pool).front().tls) {
+    try {
+      pool::openAgentLink(o.pool, linkOptions(o, ""));  // reads the files; connects to nothing
+    } catch (const Error& e) {
+      throw badInput(std::string(e.what()));
+    }
+  } else if (!o.cert_file.empty()) {
+    throw badInput("--tls-cert with --pool " + common::printable(o.pool) +
+                   ": a client certificate is for an https:// poold");
+  }
   for (const auto& [option, dir] : {std::pair{"--sysfs-root", o.sysfs_root}, {"--proc-root", o.proc_root}}) {
     std::error_code ec;
     if (!dir.empty() && !std::filesystem::is_directory(dir, ec))

@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
         agent::telemetrySampler(t, o.sysfs_root.empty() ? "/sys" : o.sysfs_root, &config.apply_mig);
     config.mps = agent::mpsControl(t, {o.mps_dir, o.mps_control});
     config.node.topology = std::make_shared<const topo::NodeTopology>(std::move(t));
-    agent::LinkFactory link = [pool = o.pool, file = o.token_file] {
-      return pool::openAgentLink(pool, agent::readTokenFile(file));
+    agent::LinkFactory link = [o] {
+      return pool::openAgentLink(o.pool, agent::linkOptions(o, agent::readTokenFile(o.token_file)));
     };
 
     agent::StopSignal stop;

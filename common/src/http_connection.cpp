@@ -54,14 +54,19 @@ size_t parseSize(const std::string& text, int base, const std::string& what) {
 
 }  // namespace
 
-HttpConnection::HttpConnection(std::string host, int port, std::string bearer_token)
-    : host_(std::move(host)), port_(port), token_(std::move(bearer_token)) {}
+HttpConnection::HttpConnection(std::string host, int port, std::string bearer_token,
+                               std::shared_ptr<const SecureTransport> tls)
+    : host_(std::move(host)),
+      port_(port),
+      authorization_(bearer_token.empty() ? "" : "Bearer " + bearer_token),
+      tls_(std::move(tls)) {}
 
 HttpConnection::~HttpConnection() {
   close();
 }
 
 void HttpConnection::close() noexcept {
+  channel_.reset();
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   buffer_.clear();
@@ -94,8 +99,16 @@ void HttpConnection::open() {
     if (rc == 0) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      fd_ = fd;
       freeaddrinfo(found);
+      if (tls_) {
+        try {
+          channel_ = tls_->open(fd, host_, port_, connect_timeout);
+        } catch (...) {
+          ::close(fd);
+          throw;
+        }
+      }
+      fd_ = fd;
       return;
     }
     why = std::strerror(errno);
@@ -105,8 +118,22 @@ void HttpConnection::open() {
   throw HttpFailed(HttpFailed::Kind::kConnect, "cannot connect to " + host_ + ":" + port + ": " + why);
 }
 
+bool HttpConnection::waitTls(long want, const char* doing) {
+  if (want != SecureChannel::kWantRead && want != SecureChannel::kWantWrite) return false;
+  if (!waitFor(fd_, want == SecureChannel::kWantRead ? POLLIN : POLLOUT, io_timeout))
+    throw transferError(std::string("timed out ") + doing);
+  return true;
+}
+
 void HttpConnection::sendAll(const std::string& data) {
   size_t sent = 0;
+  while (channel_ && sent < data.size()) {
+    const long n = channel_->write(data.data() + sent, data.size() - sent);
+    if (n > 0)
+      sent += static_cast<size_t>(n);
+    else if (!waitTls(n, "sending the request"))
+      throw transferError("the connection closed while sending the request");
+  }
   while (sent < data.size()) {
     ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
@@ -123,8 +150,18 @@ bool HttpConnection::fill() {
   char chunk[16384];
   // The first read after a request: the reply is hardly ever there yet, so wait for it first
   // (one poll, not a read that finds nothing and then the poll).
-  if (std::exchange(awaiting_reply_, false) && !waitFor(fd_, POLLIN, io_timeout))
+  if (std::exchange(awaiting_reply_, false) && !(channel_ && channel_->pending()) &&
+      !waitFor(fd_, POLLIN, io_timeout))
     throw transferError("timed out waiting for the reply");
+  while (channel_) {
+    const long n = channel_->read(chunk, sizeof chunk);
+    if (n > 0) {
+      buffer_.append(chunk, static_cast<size_t>(n));
+      return true;
+    }
+    if (n == 0) return false;
+    waitTls(n, "waiting for the reply");
+  }
   for (;;) {
     ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
     if (n > 0) {
@@ -166,7 +203,7 @@ HttpResponse HttpConnection::request(const std::string& method, const std::strin
   try {
     std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host_ + ":" + std::to_string(port_) +
                        "\r\nAccept: application/json\r\n";
-    if (!token_.empty()) head += "Authorization: Bearer " + token_ + "\r\n";
+    if (!authorization_.empty()) head += "Authorization: " + authorization_ + "\r\n";
     if (!body.empty()) head += "Content-Type: application/json\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     sendAll(head + body);

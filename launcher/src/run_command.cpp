@@ -27,6 +27,7 @@
 #include "poolrun/launcher/slurm.hpp"
 #include "poolrun/launcher/supervisor.hpp"
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/http_pool.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/topo/hostlist.hpp"
@@ -243,6 +244,8 @@ std::unique_ptr<pool::PoolClient> openJobPool(const RunOptions& o) {
   } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
     copts.token = t;
   }
+  copts.ca_file = o.ca_file;
+  if (const char* ca = std::getenv("POOLRUN_CA"); copts.ca_file.empty() && ca != nullptr) copts.ca_file = ca;
   copts.owner = pool::currentUser();
   return pool::openPool(o.pool, copts);
 }
@@ -277,7 +280,7 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
                    o.mig_profile + ":N where gres.conf has them) (pool here: '" + o.pool + "')");
   // An MPS share needs its GPU's control daemon, which the node's poold-agent runs: only the nodes
   // of a poold pool have one (local and sim: pools have no agent; Slurm has its own MPS gres).
-  if ((o.share_percent > 0 || o.share_memory_bytes > 0) && !o.pool.starts_with("http://"))
+  if ((o.share_percent > 0 || o.share_memory_bytes > 0) && !pool::isPooldUri(o.pool))
     throw badInput(
         "--share and --gpu-memory are for a poold pool (http://HOST:PORT), whose nodes' poold-agent runs "
         "the MPS daemons the shares need" +

@@ -31,7 +31,8 @@ constexpr const char* kRunHelpTail =
     "\n"
     "environment:\n"
     "  POOLRUN_POOL        the pool when --pool is not given (default local)\n"
-    "  POOLRUN_TOKEN       the bearer token for http pools when --token-file is not given\n"
+    "  POOLRUN_TOKEN       the bearer token for http and https pools when --token-file is not given\n"
+    "  POOLRUN_CA          the CAs of an https pool (PEM) when --ca is not given (else the system's)\n"
     "  POOLRUN_STATE_DIR   state directory: local and sim: pools, job directories, caches (else\n"
     "                      $XDG_STATE_HOME/poolrun, else $HOME/.local/state/poolrun)\n"
     "  POOLRUN_FIXTURES    where cluster files' shared/fixtures/ topologies are\n"
@@ -187,7 +188,8 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("resize-interval", po::value(&resizeInterval)->value_name("SECONDS"),
        "an elastic job grows (and is restarted) at most this often (default 600)")
       ("pool", po::value(&o.pool)->value_name("URI"),
-       "local (default, or $POOLRUN_POOL), http://HOST:PORT (or several replicas: http://A:PORT,http://B:PORT), "
+       "local (default, or $POOLRUN_POOL), http://HOST:PORT or https://HOST:PORT (or several replicas: "
+       "https://A:PORT,https://B:PORT), "
        "sim:CLUSTER_FILE, slurm, slurm:PARTITION")
       ("gpus-per-node", po::value(&o.request.gpus_per_node)->value_name("K"), "GPUs per node (default: any split)")
       ("whole-nodes", "whole nodes only: every GPU of each node the lease takes")
@@ -231,7 +233,9 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
        "lease time to live, renewed at a third of it (default 60)")
       ("timeout", po::value(&timeout)->value_name("SECONDS"), "end the job after SECONDS")
       ("token-file", po::value(&o.token_file)->value_name("FILE"),
-       "bearer token for http pools (default: $POOLRUN_TOKEN)")
+       "bearer token for http and https pools (default: $POOLRUN_TOKEN)")
+      ("ca", po::value(&o.ca_file)->value_name("FILE"),
+       "the CAs to trust for an https pool, PEM (default: $POOLRUN_CA, else the system's)")
       ("topology", po::value(&o.topology_file)->value_name("FILE"),
        "slurm pools: topology (or cluster) file of nodes not to probe")
       ("launcher", po::value(&launcher)->value_name("NAME"), "mpirun (default) or srun (slurm pools)");

@@ -25,6 +25,7 @@ struct RunOptions {
   // --min-memory-gib, --label, --one-switch).
   pool::LeaseRequest placement;
   std::string token_file;
+  std::string ca_file;  // --ca: an https pool's CAs
   int priority = 0;
   bool no_reclaim = false;       // --no-reclaim: the lease is never ended as idle (administrators only)
   bool preemptible = false;      // --preemptible: a waiting request of higher priority may preempt the lease

@@ -21,6 +21,7 @@
 #include "support/fixtures.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_pki.hpp"
 
 namespace poolrun::test {
 namespace {
@@ -89,7 +90,9 @@ TEST(AgentCommandLine, ABadOptionExitsWith2NamingTheValue) {
            {ok + " --interval -1", "--interval -1: out of range"},
            {ok + " --interval x", "--interval x: not a whole number"},
            {" --token-file " + token, "needs --pool"},
-           {" --pool https://127.0.0.1:1 --token-file " + token, "--pool 'https://127.0.0.1:1'"},
+           {" --pool https://127.0.0.1:1 --token-file " + token + " --ca " +
+                (dir.path() / "none.pem").string(),
+            "none.pem: no such file"},
            {" --pool http://127.0.0.1:1 --token-file " + (dir.path() / "none").string(),
             "none: no such file"},
            {ok + " --from " + (dir.path() / "none.xml").string(), "none.xml"},
@@ -158,11 +161,12 @@ struct LivePool {
   std::filesystem::path nvml = dir.path() / "nvml.json";
   nlohmann::json gpus = fakeNvmlFor(topo::readTopologyFile(fixtureTopology()));
   std::unique_ptr<PooldProcess> poold;
+  std::string ca;  // https: the CA poolctl trusts
 
-  LivePool() {
+  explicit LivePool(const std::vector<std::string>& pooldOptions = {}) {
     std::filesystem::create_directories(proc);
     writeFakeNvml(nvml, gpus);
-    poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens);
+    poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens, pooldOptions);
   }
   std::unique_ptr<AgentRun> startAgent() {
     return std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " + token +
@@ -173,6 +177,7 @@ struct LivePool {
   }
   nlohmann::json poolctl(const std::vector<std::string>& args) {
     std::vector<std::string> argv{POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json"};
+    if (!ca.empty()) argv.insert(argv.end(), {"--ca", ca});
     argv.insert(argv.end(), args.begin(), args.end());
     std::string out;
     if (runProgram(argv, &out) != 0) return nullptr;
@@ -299,6 +304,63 @@ TEST(AgentProcess, ATokenOfAnotherNodeIsRefusedWithPooldsMessageOnce) {
   EXPECT_EQ(waitpid(agent.pid(), nullptr, WNOHANG), 0) << "it ended: " << slurp(live.err);
   EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(live.err);
   EXPECT_EQ(countLines(slurp(live.err), "refused"), 1) << slurp(live.err);
+}
+
+// The pool over HTTPS as a site runs it: poold with a certificate, asking agents for theirs; an
+// agent with its node's certificate; poolctl trusting the CA. And what each wrong client is told.
+TEST(AgentProcess, OverHttpsAnAgentWithItsNodesCertificateRegistersAndOthersAreToldWhy) {
+  TestPki pki;
+  const CertFiles server = pki.issue("server", "/CN=poold", "DNS:localhost,IP:127.0.0.1");
+  const CertFiles n01 = pki.issue("n01", "/CN=n01", "DNS:n01");
+  const CertFiles n02 = pki.issue("n02", "/CN=n02", "DNS:n02");
+  LivePool live({"--tls-cert", server.cert.string(), "--tls-key", server.key.string(), "--tls-client-ca",
+                 pki.caCert().string()});
+  ASSERT_EQ(live.poold->uri().rfind("https://127.0.0.1:", 0), 0u) << live.poold->uri();
+  live.ca = pki.caCert().string();
+  const std::string common = "--pool " + live.poold->uri() + " --token-file " + live.token + " --ca " +
+                             live.ca + " --node n01 --interval 1 --from " + fixtureTopology();
+  {
+    // Another node's certificate, then none: refused by poold, saying which.
+    const std::filesystem::path err2 = live.dir.path() / "err2", err3 = live.dir.path() / "err3";
+    AgentRun wrong(common + " --tls-cert " + n02.cert.string() + " --tls-key " + n02.key.string(), err2,
+                   fakeNvmlEnv(live.nvml));
+    AgentRun none(common, err3, fakeNvmlEnv(live.nvml));
+    EXPECT_TRUE(waitForText(err2,
+                            "must come with a client certificate for n01 (poold --tls-client-ca); this "
+                            "connection presented one for n02",
+                            seconds(20)))
+        << slurp(err2);
+    EXPECT_TRUE(waitForText(err3, "this connection presented none", seconds(20))) << slurp(err3);
+    EXPECT_EQ(wrong.stop(seconds(10)), 0);
+    EXPECT_EQ(none.stop(seconds(10)), 0);
+  }
+  AgentRun agent(common + " --tls-cert " + n01.cert.string() + " --tls-key " + n01.key.string(), live.err,
+                 fakeNvmlEnv(live.nvml));
+  ASSERT_TRUE(waitForText(live.err, "registered node n01", seconds(20))) << slurp(live.err);
+  EXPECT_TRUE(live.waitForNode([](const nlohmann::json& n) {
+    return n["state"] == "up" && n["gpus"].size() == 8;
+  })) << live.node().dump()
+      << slurp(live.err);
+
+  // poolctl without the CA, and as if the pool were plain HTTP: each told what to do.
+  std::string out;
+  ProcessResult r = runShell(std::string(POOLCTL_BINARY) + " --pool " + live.poold->uri() + " --token-file " +
+                             live.admin + " status");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("which is not among the system's CAs (no --ca or POOLRUN_CA given)"),
+            std::string::npos)
+      << r.err;
+  r = runShell("POOLRUN_CA=" + live.ca + " " + POOLCTL_BINARY + " --pool " + live.poold->uri() +
+               " --token-file " + live.admin + " status");
+  EXPECT_EQ(r.status, 0) << "POOLRUN_CA: " << r.err;
+  r = runShell(std::string(POOLCTL_BINARY) + " --pool http://127.0.0.1:" +
+               std::to_string(live.poold->port()) + " --token-file " + live.admin + " status");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(
+      r.err.find("this poold serves HTTPS only: use https://HOST:" + std::to_string(live.poold->port())),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(live.err);
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
       {"-n 2 --gpus-per-node -1", "poolrun: error: --gpus-per-node -1: out of range (0 to 1024)"},
       {"-n 2 -x --", "poolrun: error: -x needs a value: VAR[=VALUE], a variable for every rank"},
       {"-n 2 --token-file --",
-       "poolrun: error: --token-file needs a value: FILE, bearer token for http pools"},
+       "poolrun: error: --token-file needs a value: FILE, bearer token for http and https pools"},
       {"-n 2 --wait --", "poolrun: error: --wait needs a value: SECONDS, seconds to wait in the queue"},
       {"-np --", "poolrun: error: -np needs a value: N|MIN:MAX, the number of ranks, one per GPU"},
       {"-n 4:2", "poolrun: error: -n '4:2': MIN:MAX with MAX at least MIN"},

@@ -54,7 +54,8 @@ PooldProcess::PooldProcess(const std::filesystem::path& state, const std::filesy
     line.append(buf, static_cast<size_t>(n));
   }
   close(fds[0]);
-  size_t at = line.find("http://");
+  size_t at = line.find("://");  // http:// or https://
+  if (at != std::string::npos) at = line.rfind("http", at);
   if (at == std::string::npos) {
     kill9();
     throw std::runtime_error("poold did not start: '" + line + "'");

@@ -1,5 +1,7 @@
 #include "support/etcd_cluster.hpp"
 
+#include "support/process.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -73,7 +75,9 @@ bool EtcdCluster::available(std::string& why) {
   return true;
 }
 
-EtcdCluster::EtcdCluster(int members) {
+EtcdCluster::EtcdCluster(int members, const Tls* tls, int token_ttl) : token_ttl_(token_ttl) {
+  if (tls != nullptr) tls_ = *tls;
+  const std::string scheme = tls_ ? "https://" : "http://";
   std::random_device random;
   // A port found free may be taken before etcd binds it (tests start clusters side by side): a
   // member that exits at once is such a case, and the cluster starts again on other ports.
@@ -86,7 +90,8 @@ EtcdCluster::EtcdCluster(int members) {
       m.name = "m" + std::to_string(i);
       m.client_port = freePort();
       m.peer_port = freePort();
-      initial_cluster_ += (i ? "," : "") + m.name + "=http://127.0.0.1:" + std::to_string(m.peer_port);
+      m.metrics_port = tls_ ? freePort() : 0;
+      initial_cluster_ += (i ? "," : "") + m.name + "=" + scheme + "127.0.0.1:" + std::to_string(m.peer_port);
       members_.push_back(m);
     }
     std::error_code ec;
@@ -122,15 +127,16 @@ EtcdCluster::~EtcdCluster() {
 }
 
 std::string EtcdCluster::uri() const {
-  std::string out = "etcd://";
+  std::string out = tls_ ? "etcds://" : "etcd://";
   for (size_t i = 0; i < members_.size(); ++i)
     out += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(members_[i].client_port);
   return out;
 }
 
 void EtcdCluster::launch(Member& m, bool fresh) {
-  const std::string client = "http://127.0.0.1:" + std::to_string(m.client_port);
-  const std::string peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
+  const std::string scheme = tls_ ? "https://" : "http://";
+  const std::string client = scheme + "127.0.0.1:" + std::to_string(m.client_port);
+  const std::string peer = scheme + "127.0.0.1:" + std::to_string(m.peer_port);
   const std::string data = (dir_.path() / m.name).string();
   const std::string log = (dir_.path() / (m.name + ".log")).string();
   // Elections ten times faster than etcd's defaults (heartbeat 100 ms, election 1 s): a loopback
@@ -161,6 +167,29 @@ void EtcdCluster::launch(Member& m, bool fresh) {
                                 "500",
                                 "--max-txn-ops",
                                 "4096"};
+  if (tls_) {
+    for (const std::string& a : std::vector<std::string>{"--cert-file",
+                                                         tls_->cert,
+                                                         "--key-file",
+                                                         tls_->key,
+                                                         "--trusted-ca-file",
+                                                         tls_->ca,
+                                                         "--client-cert-auth",
+                                                         "--peer-cert-file",
+                                                         tls_->cert,
+                                                         "--peer-key-file",
+                                                         tls_->key,
+                                                         "--peer-trusted-ca-file",
+                                                         tls_->ca,
+                                                         "--peer-client-cert-auth",
+                                                         "--listen-metrics-urls",
+                                                         "http://127.0.0.1:" + std::to_string(m.metrics_port),
+                                                         "--auth-token",
+                                                         "simple",
+                                                         "--auth-token-ttl",
+                                                         std::to_string(token_ttl_)})
+      argv.push_back(a);
+  }
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
@@ -213,7 +242,8 @@ void EtcdCluster::start(int member) {
 }
 
 bool EtcdCluster::healthy(int member) const {
-  std::string reply = httpGet(clientPort(member), "/health", milliseconds(2000));
+  const Member& m = members_.at(static_cast<size_t>(member));
+  std::string reply = httpGet(tls_ ? m.metrics_port : m.client_port, "/health", milliseconds(2000));
   return reply.find("\"health\":\"true\"") != std::string::npos;
 }
 
@@ -226,6 +256,21 @@ bool EtcdCluster::waitHealthy(milliseconds limit) const {
     if (all) return true;
     if (Steady::now() >= deadline) return false;
     std::this_thread::sleep_for(milliseconds(100));
+  }
+}
+
+void EtcdCluster::enableAuth(const std::string& user, const std::string& password, const std::string& prefix,
+                             const std::string& client_cert, const std::string& client_key) {
+  std::string ctl = "/usr/bin/etcdctl --endpoints=" + std::string(tls_ ? "https" : "http") +
+                    "://127.0.0.1:" + std::to_string(members_.at(0).client_port);
+  if (tls_) ctl += " --cacert '" + tls_->ca + "' --cert '" + client_cert + "' --key '" + client_key + "'";
+  const std::string rootPassword = "root-" + password;
+  for (const std::string& command : std::vector<std::string>{
+           "user add root:" + rootPassword, "user add " + user + ":" + password, "role add poolrun",
+           "role grant-permission poolrun --prefix=true readwrite " + prefix,
+           "user grant-role " + user + " poolrun", "auth enable"}) {
+    const ProcessResult r = runShell("ETCDCTL_API=3 " + ctl + " " + command);
+    if (r.status != 0) throw std::runtime_error("etcdctl " + command + " failed: " + r.err + r.out);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,26 @@ class EtcdCluster {
   // Whether etcd can run here; where not, `why` says what is missing.
   static bool available(std::string& why);
 
-  explicit EtcdCluster(int members = 3);
+  // TLS on both the client and the peer side, each asking for a client certificate signed by `ca`
+  // (--client-cert-auth); `cert` (with IP:127.0.0.1, for servers and clients) serves every member.
+  // /health is then on a plain metrics port of each member.
+  struct Tls {
+    std::string ca, cert, key;
+  };
+
+  // `token_ttl`: with authentication on, how long its tokens live (etcd's --auth-token-ttl).
+  explicit EtcdCluster(int members = 3, const Tls* tls = nullptr, int token_ttl = 300);
   ~EtcdCluster();
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
-  // etcd://127.0.0.1:C1,127.0.0.1:C2,... (poold --store)
+  // etcd://127.0.0.1:C1,127.0.0.1:C2,... (poold --store); etcds:// with TLS.
   std::string uri() const;
+  // Turns etcd's authentication on with `etcdctl` (over TLS with `client` as its certificate): a
+  // root user and `user`, whose role may read and write the keys under `prefix`. Tokens live
+  // the constructor's `token_ttl`. Throws std::runtime_error with etcdctl's words where it fails.
+  void enableAuth(const std::string& user, const std::string& password, const std::string& prefix,
+                  const std::string& client_cert, const std::string& client_key);
   int clientPort(int member) const { return members_[static_cast<size_t>(member)].client_port; }
   int size() const { return static_cast<int>(members_.size()); }
 
@@ -51,7 +65,7 @@ class EtcdCluster {
  private:
   struct Member {
     std::string name;
-    int client_port = 0, peer_port = 0;
+    int client_port = 0, peer_port = 0, metrics_port = 0;
     pid_t pid = -1;
   };
   void launch(Member& m, bool fresh);
@@ -61,6 +75,8 @@ class EtcdCluster {
   std::string token_;
   std::string initial_cluster_;
   std::vector<Member> members_;
+  std::optional<Tls> tls_;
+  int token_ttl_ = 300;
 };
 
 }  // namespace poolrun::test

@@ -8,6 +8,7 @@
 #include "poolrun/common/http_connection.hpp"
 #include "poolrun/common/names.hpp"
 #include "poolrun/common/nesting.hpp"
+#include "poolrun/common/tls_client.hpp"
 #include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/http_failures.hpp"
@@ -56,10 +57,6 @@ struct Timeouts {
 // longer than a failover takes (the leader's etcd lease, 5 s by default, and the standby's poll).
 constexpr milliseconds kFailoverBudget(15000);
 
-std::string originOf(const HttpAddress& a) {
-  return "http://" + a.host + ":" + std::to_string(a.port);
-}
-
 // Both a pool client and a node agent's link: one connection, one way to call poold. With several
 // replicas, the connection is to the one that last answered as the leader; a call that finds it
 // gone (no connection, 503 not_leader or no_leader) tries the next, and follows a standby's
@@ -71,6 +68,9 @@ class HttpPool : public PoolControl, public AgentLink {
         token_(options.token),
         replicas_(std::move(replicas)),
         named_(replicas_.size()) {
+    // The files are read now: a wrong --ca is said before anything is asked of the pool.
+    if (!replicas_.empty() && replicas_.front().tls)
+      tls_ = common::tlsClient({options.ca_file, options.cert_file, options.key_file});
     // Sent as it is in a header: a control character or a byte past ASCII would corrupt the
     // request, and poold knows no token outside these bounds (a --token-file is checked as read).
     if (!token_.empty() && !validToken(token_))
@@ -268,13 +268,14 @@ class HttpPool : public PoolControl, public AgentLink {
 
   void connect(size_t replica) {
     current_ = replica;
-    connection_ = std::make_unique<HttpConnection>(replicas_[replica].host, replicas_[replica].port, token_);
+    connection_ =
+        std::make_unique<HttpConnection>(replicas_[replica].host, replicas_[replica].port, token_, tls_);
   }
 
   // The index of `a` among the replicas known; replicas_.size() where it is none of them.
   size_t known(const HttpAddress& a) const {
     for (size_t i = 0; i < replicas_.size(); ++i)
-      if (replicas_[i].host == a.host && replicas_[i].port == a.port) return i;
+      if (replicas_[i].host == a.host && replicas_[i].port == a.port && replicas_[i].tls == a.tls) return i;
     return replicas_.size();
   }
 
@@ -292,9 +293,15 @@ class HttpPool : public PoolControl, public AgentLink {
     const std::string origin = location.substr(0, slash);
     std::optional<HttpAddress> a;
     try {
-      if (origin.starts_with("http://")) a = parseHttpUri(origin);
+      if (isPooldUri(origin)) a = parseHttpUri(origin);
     } catch (const Error&) {
     }
+    if (a && tls_ && !a->tls)
+      throw PoolError(
+          PoolFailure::kOther, ErrorCode::kIo,
+          at + " redirected " + method + " " + path.substr(0, path.find('?')) + " to '" +
+              common::printable(location.substr(0, 200)) +
+              "', plain HTTP: not followed, so that the token does not cross the network in clear");
     if (a && known(*a) < replicas_.size()) return known(*a);
     if (a && listedByALeader(*a)) {
       replicas_.push_back(*a);
@@ -314,14 +321,14 @@ class HttpPool : public PoolControl, public AgentLink {
   bool listedByALeader(const HttpAddress& a) {
     for (size_t i = 0; i < named_; ++i) {
       try {
-        HttpConnection c(replicas_[i].host, replicas_[i].port, token_);
+        HttpConnection c(replicas_[i].host, replicas_[i].port, token_, tls_);
         c.connect_timeout = milliseconds(2000);
         c.io_timeout = milliseconds(5000);
         HttpResponse r = c.request("GET", "/v1/replicas", "");
         if (r.status != 200) continue;
         for (const json& replica : json::parse(r.body).value("replicas", json::array())) {
           HttpAddress listed = parseHttpUri(replica.value("url", ""));
-          if (listed.host == a.host && listed.port == a.port) return true;
+          if (listed.host == a.host && listed.port == a.port && listed.tls == a.tls) return true;
         }
       } catch (const std::exception&) {  // unreachable, not JSON, a bad URL: no list from it
       }
@@ -359,6 +366,9 @@ class HttpPool : public PoolControl, public AgentLink {
       try {
         reply = connection_->request(method, path, text);
       } catch (const HttpFailed& e) {
+        // A refused certificate, or a server that speaks no TLS: trying again will not cure it.
+        if (e.kind() == HttpFailed::Kind::kRefused)
+          throw PoolError(PoolFailure::kOther, ErrorCode::kIo, "cannot use poold at " + at + ": " + e.what());
         // A kept-alive connection can fail once where a fresh one succeeds.
         if (attempt == 0 && e.kind() == HttpFailed::Kind::kTransfer) continue;
         if (several && Steady::now() >= deadline && !refusal.empty())
@@ -454,6 +464,7 @@ class HttpPool : public PoolControl, public AgentLink {
   size_t current_ = 0;
   bool answered_ = false;  // a call got a reply: a later move to another replica is a failover
   uint64_t moves_ = 0;     // calls that left their replica for another
+  std::shared_ptr<const SecureTransport> tls_;  // https:// replicas
   std::unique_ptr<HttpConnection> connection_;
 };
 
@@ -464,12 +475,17 @@ std::unique_ptr<PoolControl> openHttpPool(const std::string& uri, std::vector<Ht
   return std::make_unique<HttpPool>(uri, std::move(replicas), options);
 }
 
+std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const ClientOptions& options) {
+  if (!isPooldUri(uri))
+    throw badInput("pool URI '" + uri +
+                   "': a node agent reports to a poold (http://HOST:PORT or https://HOST:PORT)");
+  return std::make_unique<HttpPool>(uri, parseHttpReplicas(uri), options);  // several: replicas on etcd
+}
+
 std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token) {
-  if (!uri.starts_with("http://"))
-    throw badInput("pool URI '" + uri + "': a node agent reports to a poold (http://HOST:PORT)");
   ClientOptions options;
   options.token = token;
-  return std::make_unique<HttpPool>(uri, parseHttpReplicas(uri), options);  // several: replicas on etcd
+  return openAgentLink(uri, options);
 }
 
 }  // namespace poolrun::pool

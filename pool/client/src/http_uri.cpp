@@ -1,4 +1,4 @@
-// The pool URI's of poold: "http://HOST:PORT", or several replicas of one pool.
+// The pool URI's of poold: "http://HOST:PORT" or "https://HOST:PORT", or several replicas of one pool.
 
 #include <algorithm>
 #include <charconv>
@@ -13,13 +13,22 @@ namespace {
 // a user who meant a poold.
 Error badUri(const std::string& uri, const std::string& why) {
   return badInput("bad pool URI '" + common::printable(uri) + "': " + why +
-                  " (a poold is http://HOST:PORT, e.g. http://127.0.0.1:7450)");
+                  " (a poold is http://HOST:PORT or https://HOST:PORT, e.g. https://pool.example:7450)");
 }
 
 }  // namespace
 
+bool isPooldUri(const std::string& uri) {
+  return uri.starts_with("http://") || uri.starts_with("https://");
+}
+
+std::string originOf(const HttpAddress& a) {
+  return (a.tls ? "https://" : "http://") + a.host + ":" + std::to_string(a.port);
+}
+
 HttpAddress parseHttpUri(const std::string& uri) {
-  std::string rest = uri.substr(uri.rfind("http://", 0) == 0 ? 7 : 0);
+  const bool tls = uri.starts_with("https://");
+  std::string rest = uri.substr(tls ? 8 : uri.starts_with("http://") ? 7 : 0);
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0) throw badUri(uri, "expected http://HOST:PORT");
@@ -37,7 +46,7 @@ HttpAddress parseHttpUri(const std::string& uri) {
   };
   if (host.size() > 253 || !std::all_of(host.begin(), host.end(), hostCharacter))
     throw badUri(uri, "host '" + common::printable(host) + "' is not a host name or address");
-  return {host, port};
+  return {host, port, tls};
 }
 
 std::vector<HttpAddress> parseHttpReplicas(const std::string& uri) {
@@ -45,10 +54,15 @@ std::vector<HttpAddress> parseHttpReplicas(const std::string& uri) {
   for (size_t start = 0; start <= uri.size();) {
     size_t end = std::min(uri.find(',', start), uri.size());
     std::string part = uri.substr(start, end - start);
-    if (!part.starts_with("http://"))
-      throw badUri(uri, "'" + common::printable(part) +
-                            "' is not http://HOST:PORT (replicas: http://A:PORT,http://B:PORT)");
+    if (!isPooldUri(part))
+      throw badUri(
+          uri,
+          "'" + common::printable(part) +
+              "' is not http://HOST:PORT or https://HOST:PORT (replicas: https://A:PORT,https://B:PORT)");
     out.push_back(parseHttpUri(part));
+    if (out.back().tls != out.front().tls)
+      throw badUri(uri,
+                   "it mixes http:// and https:// replicas: every replica of a pool serves the same way");
     start = end + 1;
   }
   return out;

@@ -1,4 +1,4 @@
-// openPool: a pool by its URI (local, sim:FILE, http://, slurm).
+// openPool: a pool by its URI (local, sim:FILE, http://, https://, slurm).
 
 #include "poolrun/pool/open_pool.hpp"
 
@@ -11,7 +11,7 @@ namespace {
 
 Error badUri(const std::string& uri, const std::string& why) {
   return badInput("bad pool URI '" + uri + "': " + why +
-                  " (use local, sim:FILE, http://HOST:PORT, slurm or slurm:PARTITION)");
+                  " (use local, sim:FILE, http://HOST:PORT, https://HOST:PORT, slurm or slurm:PARTITION)");
 }
 }  // namespace
 
@@ -26,8 +26,7 @@ std::unique_ptr<PoolControl> openPoolControl(const std::string& uri, const Clien
     if (file->empty()) throw badUri(uri, "no cluster file after 'sim:'");
     return openEmbeddedSim(*file, options);
   }
-  if (uri.rfind("http://", 0) == 0) return openHttpPool(uri, parseHttpReplicas(uri), options);
-  if (uri.rfind("https://", 0) == 0) throw badUri(uri, "poold speaks plain HTTP; put TLS in front of it");
+  if (isPooldUri(uri)) return openHttpPool(uri, parseHttpReplicas(uri), options);
   throw badUri(uri, "unknown kind");
 }
 

@@ -8,6 +8,7 @@
 #include "poolctl.hpp"
 #include "poolrun/common/http_connection.hpp"
 #include "poolrun/common/names.hpp"
+#include "poolrun/common/tls_client.hpp"
 #include "poolrun/pool/http_pool.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 
@@ -113,7 +114,7 @@ EventsOptions parseEventsOptions(const std::vector<std::string>& args) {
 // The one poold whose log is read: a pool of several replicas, or one that is not a poold, keeps
 // no single log.
 HttpAddress eventLogAddress(const std::string& uri) {
-  if (!uri.starts_with("http://"))
+  if (!isPooldUri(uri))
     throw badInput("events: the event log is poold's (STATE/events.jsonl, GET /v1/events); pool '" +
                    common::printable(uri) + "' is not a poold and keeps none (use --pool http://HOST:PORT)");
   if (uri.find(',') != std::string::npos)
@@ -132,7 +133,10 @@ class EventReader {
         json_(c.json),
         since_(o.since),
         next_(o.since.value_or(0)),
-        connection_(poold.host, poold.port, c.options.token) {
+        connection_(poold.host, poold.port, c.options.token,
+                    poold.tls
+                        ? common::tlsClient({c.options.ca_file, c.options.cert_file, c.options.key_file})
+                        : nullptr) {
     connection_.io_timeout = std::chrono::milliseconds(15000);
   }
 
@@ -142,6 +146,8 @@ class EventReader {
       while (take(eventsPage(connection_, uri_, next_, 0, 1000))) {
       }
     } catch (const HttpFailed& e) {
+      if (e.kind() == HttpFailed::Kind::kRefused)
+        throw PoolError(PoolFailure::kOther, ErrorCode::kIo, "cannot use poold at " + uri_ + ": " + e.what());
       throw PoolError(
           PoolFailure::kOther, ErrorCode::kIo,
           "cannot reach poold at " + uri_ + " (" + e.what() + "); is it running and listening there?");
@@ -173,6 +179,9 @@ class EventReader {
         if (!take(page) && std::chrono::steady_clock::now() - asked < std::chrono::milliseconds(100))
           std::this_thread::sleep_for(std::chrono::milliseconds(250));
       } catch (const HttpFailed& e) {
+        if (e.kind() == HttpFailed::Kind::kRefused)  // a certificate: waiting will not cure it
+          throw PoolError(PoolFailure::kOther, ErrorCode::kIo,
+                          "cannot use poold at " + uri_ + ": " + e.what());
         if (!down)
           std::cerr << "poolctl: poold at " << uri_ << " does not answer (" << e.what()
                     << "); trying again\n";

@@ -66,6 +66,8 @@ int run(int argc, char** argv) {
       uri = value();
     } else if (a == "--token-file") {
       tokenFile = value();
+    } else if (a == "--ca") {
+      copt.ca_file = value();
     } else if (a == "--json") {
       asJson = true;
     } else if (a == "--state") {
@@ -86,6 +88,7 @@ int run(int argc, char** argv) {
     copt.token = readClientToken(tokenFile, "your token");
   else if (const char* t = std::getenv("POOLRUN_TOKEN"))
     copt.token = t;
+  if (const char* ca = std::getenv("POOLRUN_CA"); copt.ca_file.empty() && ca != nullptr) copt.ca_file = ca;
 
   const std::string cmd = rest[0];
   std::vector<std::string> cargs(rest.begin() + 1, rest.end());

@@ -26,6 +26,8 @@ constexpr std::array kFailures = {
     HttpFailure{413, "too_large", PoolFailure::kOther, ErrorCode::kBadInput, true, "request body too large"},
     HttpFailure{405, "method_not_allowed", PoolFailure::kOther, ErrorCode::kBadInput, true},
     HttpFailure{431, "headers_too_large", PoolFailure::kOther, ErrorCode::kBadInput, true},
+    // A plain-HTTP request to a poold that serves HTTPS (poold --tls-cert).
+    HttpFailure{400, "https_required", PoolFailure::kOther, ErrorCode::kBadInput, false, {}, true},
     HttpFailure{501, "framing_not_supported", PoolFailure::kOther, ErrorCode::kBadInput, true},
     HttpFailure{429, "too_many_queued", PoolFailure::kOther, ErrorCode::kIo, false},
     // A replica that does not lead; its clients try the next replica (http_client.cpp).

@@ -1,6 +1,7 @@
 // The dispatcher: a request to its route, through the token's check and the caller's role, to the
 // route's handler, and the reply's metrics. On the network thread only for a heartbeat (quick()).
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "poolrun/common/names.hpp"
@@ -92,7 +93,20 @@ Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
   if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
     throw HttpError("unauthorized", "no bearer token (send `Authorization: Bearer TOKEN`)");
   std::string token = req.authorization.substr(prefix.size());
-  if (std::optional<Caller> who = tokens->find(token)) return *who;
+  if (std::optional<Caller> who = tokens->find(token)) {
+    // With client certificates asked for (--tls-client-ca), a node's token alone is not enough: it
+    // must come over a connection whose verified certificate names that node.
+    if (who->node && !who->admin && !opt.tls_client_ca_file.empty() &&
+        std::find(req.client_names.begin(), req.client_names.end(), who->owner) == req.client_names.end())
+      throw HttpError(
+          "forbidden",
+          "the token of node " + who->owner + " (role node) must come with a client certificate for " +
+              who->owner + " (poold --tls-client-ca); this connection presented " +
+              (req.client_names.empty() ? std::string("none")
+                                        : "one for " + common::printable(req.client_names.front())) +
+              ": give poold-agent --tls-cert FILE --tls-key FILE");
+    return *who;
+  }
   if (metrics_access->isScrapeToken(token)) {
     if (scrape) return {};
     throw HttpError("forbidden", "the scrape token (poold --metrics-token-file) may read /metrics only");

@@ -41,6 +41,9 @@ int runPoold(PooldOptions o) {
     if (replica) replica->stop();
     if (PoolServer* s = running.load()) s->stop();
   }).detach();
+  if (o.server.tls_cert_file.empty() && o.insecure_http)
+    std::cerr << "poold: warning: serving plain HTTP on " << o.server.host << ":" << o.server.port
+              << " (--insecure-http): bearer tokens and all the pool's traffic cross the network in clear\n";
   if (replica && !replica->lead(o.server)) {
     std::cerr << "poold: stopped (standby)\n";
     return 0;
@@ -51,7 +54,8 @@ int runPoold(PooldOptions o) {
   int port = server.bind();
   running = &server;
   if (stopRequested) server.stop();
-  std::cout << "poold: listening on http://" << o.server.host << ":" << port << std::endl;
+  std::cout << "poold: listening on " << (o.server.tls_cert_file.empty() ? "http://" : "https://")
+            << o.server.host << ":" << port << std::endl;
   server.run();
   std::cerr << "poold: stopped\n";
   return 0;

@@ -1,5 +1,8 @@
 #include "poolrun/pool/poold_options.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <functional>
 #include <map>
 
@@ -12,6 +15,7 @@
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/server_metrics.hpp"
 #include "poolrun/pool/tokens.hpp"
+#include "tls_context.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -31,6 +35,7 @@ std::string serverHelp(const ServerOptions& d) {
   auto n = [](auto v) { return std::to_string(v); };
   auto s = [](std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000); };
   return "usage: poold --state DIR --token-file FILE [--listen HOST:PORT] [--cluster FILE]\n"
+         "             [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--insecure-http]\n"
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
@@ -40,13 +45,22 @@ std::string serverHelp(const ServerOptions& d) {
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
          "             [--metrics-host NAME[,NAME...]] [--history-interval SECONDS]\n"
-         "             [--store sqlite|etcd://HOST:PORT[,HOST:PORT...] --advertise http://THIS:PORT\n"
-         "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS] [--etcd-max-txn-ops N]]\n"
+         "             [--store sqlite|etcd[s]://HOST:PORT[,HOST:PORT...] --advertise http[s]://THIS:PORT\n"
+         "              [--etcd-prefix /poolrun] [--etcd-ttl SECONDS] [--etcd-max-txn-ops N]\n"
+         "              [--etcd-ca FILE] [--etcd-cert FILE --etcd-key FILE]\n"
+         "              [--etcd-user NAME --etcd-password-file FILE]]\n"
          "       poold --help | --version\n"
          "  --listen HOST:PORT  where to serve (default " +
          d.host + ":" + n(d.port) +
          "; port 0 picks a free port and prints it)\n"
          "  --state DIR         the pool's state (DIR/pool.sqlite, WAL); one poold per directory\n"
+         "  --tls-cert FILE     serve HTTPS with this certificate (PEM, the chain after it) and the key\n"
+         "  --tls-key FILE      of --tls-key (PEM, readable by poold's user only); both taken again when\n"
+         "                      they change. Clients then use https://HOST:PORT and --ca FILE\n"
+         "  --tls-client-ca FILE  ask clients for a certificate this CA signed: a node's token is then\n"
+         "                      taken only with a certificate for that node (poold-agent --tls-cert)\n"
+         "  --insecure-http     serve plain HTTP on an address other than loopback: tokens and all the\n"
+         "                      pool's traffic then cross the network in clear (refused without it)\n"
          "  --token-file FILE   one `TOKEN OWNER ROLE` line per token (ROLE user, admin, or node for\n"
          "                      an agent, OWNER its node; # comments); re-read when it changes\n"
          "  --cluster FILE      register the nodes of a cluster file at start (keeps their state)\n"
@@ -139,6 +153,12 @@ std::string replicaHelp() {
          "  --etcd-max-txn-ops N          with etcd: etcd's --max-txn-ops (default 128, as etcd's); a "
          "change\n"
          "                                larger than one transaction takes is written in several\n"
+         "  --etcd-ca FILE                with etcd over TLS (etcds://, or any --etcd-ca/cert/key): the\n"
+         "                                CAs of the members' certificates (PEM; default the system's)\n"
+         "  --etcd-cert FILE, --etcd-key FILE  poold's client certificate for etcd --client-cert-auth\n"
+         "                                (with --etcd-user: no CommonName, etcd's gateway refuses one)\n"
+         "  --etcd-user NAME, --etcd-password-file FILE  etcd's authentication: the user and the file of\n"
+         "                                its password (first line; mode 0600), read again at each login\n"
          "  GET /healthz answers 200 `ok` without a token while poold serves, 503 once it stops\n"
          "environment:\n"
          "  POOLRUN_FIXTURES              where --cluster files' shared/fixtures/ topologies are\n";
@@ -216,7 +236,70 @@ void etcdPrefix(PooldOptions& o, const std::string&, const std::string& v) {
 void advertise(PooldOptions& o, const std::string&, const std::string& v) {
   o.advertise = v;
   o.server.metrics_hosts.push_back(parseHttpUri(v).host);
-  if (!v.starts_with("http://")) throw badInput("--advertise '" + v + "': expected http://HOST:PORT");
+}
+
+// Whether `host` (an IP literal, as --listen takes) is this machine's loopback: 127/8, ::1, or
+// IPv4's loopback mapped into IPv6. 0.0.0.0 and :: are every address, not loopback.
+bool isLoopback(const std::string& host) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+// The etcd options together; the files read now (an EtcdClient made and dropped connects to nothing).
+void checkEtcdSecurity(const PooldOptions& o) {
+  const EtcdSecurity& e = o.etcd_security;
+  const bool any = e.tls() || !e.user.empty() || !e.password_file.empty();
+  if (!any) return;
+  if (o.store == "sqlite")
+    throw badInput(
+        "--etcd-ca, --etcd-cert, --etcd-key, --etcd-user and --etcd-password-file are for --store "
+        "etcds://...: this poold keeps its state in SQLite");
+  if (e.cert_file.empty() != e.key_file.empty())
+    throw badInput(e.cert_file.empty() ? "--etcd-key without --etcd-cert: give both"
+                                       : "--etcd-cert without --etcd-key: give both");
+  if (e.password_file.empty() != e.user.empty())
+    throw badInput(e.user.empty() ? "--etcd-password-file without --etcd-user: give both"
+                                  : "--etcd-user without --etcd-password-file: give both");
+  try {
+    EtcdClient check(parseEtcdUri(o.store), std::chrono::milliseconds(1000), e);
+  } catch (const Error& err) {
+    throw badInput(err.what());
+  }
+}
+
+// The TLS options together: read now, so that a wrong file stops poold before it opens its state.
+void checkTls(PooldOptions& o) {
+  ServerOptions& s = o.server;
+  const bool tls = !s.tls_cert_file.empty() || !s.tls_key_file.empty();
+  if (tls && (s.tls_cert_file.empty() || s.tls_key_file.empty()))
+    throw badInput(s.tls_cert_file.empty()
+                       ? "--tls-key without --tls-cert: give both (the certificate and its key)"
+                       : "--tls-cert without --tls-key: give both (the certificate and its key)");
+  if (!s.tls_client_ca_file.empty() && !tls)
+    throw badInput(
+        "--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over HTTPS");
+  if (tls) {
+    if (o.insecure_http) throw badInput("--insecure-http with --tls-cert: choose one (HTTPS, or plain HTTP)");
+    try {
+      TlsServerContext check({s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file},
+                             [](const std::string&) {});
+    } catch (const Error& e) {
+      throw badInput(e.what());
+    }
+  } else if (!isLoopback(s.host) && !o.insecure_http) {
+    throw badInput("--listen " + s.host + ":" + std::to_string(s.port) +
+                   " without TLS: bearer tokens would cross the network in clear; give --tls-cert FILE "
+                   "--tls-key FILE, or --insecure-http to serve plain HTTP anyway");
+  }
+  if (!o.advertise.empty() && o.advertise.starts_with("https://") != tls)
+    throw badInput(
+        "--advertise " + o.advertise + " says " + (tls ? "http" : "https") + " but this poold serves " +
+        (tls ? "HTTPS (--tls-cert): advertise https://" : "plain HTTP (no --tls-cert): advertise http://") +
+        "HOST:PORT");
 }
 
 // Every option but --help, --version and --node-timeout (which depends on the heartbeat interval).
@@ -227,6 +310,10 @@ const std::map<std::string, OptionRow>& optionTable() {
       {"--listen", {true, listen}},
       {"--state", {true, [](O& o, S, S v) { o.server.state_dir = v; }}},
       {"--token-file", {true, [](O& o, S, S v) { o.server.token_file = v; }}},
+      {"--tls-cert", {true, [](O& o, S, S v) { o.server.tls_cert_file = v; }}},
+      {"--tls-key", {true, [](O& o, S, S v) { o.server.tls_key_file = v; }}},
+      {"--tls-client-ca", {true, [](O& o, S, S v) { o.server.tls_client_ca_file = v; }}},
+      {"--insecure-http", {false, [](O& o, S, S) { o.insecure_http = true; }}},
       {"--cluster", {true, [](O& o, S, S v) { o.cluster = v; }}},
       {"--sync", {true, sync}},
       {"--max-body", {true, [](O& o, S a, S v) { o.server.max_body_bytes = number(a, v, kMaxBodyRange); }}},
@@ -283,6 +370,11 @@ const std::map<std::string, OptionRow>& optionTable() {
           if (v != "sqlite") parseEtcdUri(v);
         }}},
       {"--etcd-prefix", {true, etcdPrefix}},
+      {"--etcd-ca", {true, [](O& o, S, S v) { o.etcd_security.ca_file = v; }}},
+      {"--etcd-cert", {true, [](O& o, S, S v) { o.etcd_security.cert_file = v; }}},
+      {"--etcd-key", {true, [](O& o, S, S v) { o.etcd_security.key_file = v; }}},
+      {"--etcd-user", {true, [](O& o, S, S v) { o.etcd_security.user = v; }}},
+      {"--etcd-password-file", {true, [](O& o, S, S v) { o.etcd_security.password_file = v; }}},
       {"--advertise", {true, advertise}},
       {"--etcd-max-txn-ops",
        {true, [](O& o, S a, S v) { o.etcd_max_txn_ops = number(a, v, kEtcdTxnOpsRange); }}},
@@ -331,6 +423,8 @@ PooldOptions parsePooldOptions(const std::vector<std::string>& args) {
                    " is not longer than the heartbeat interval (" +
                    std::to_string(live.heartbeat_interval.count()) +
                    " s): every node would be unreachable between two heartbeats");
+  checkTls(o);
+  checkEtcdSecurity(o);
   return o;
 }
 

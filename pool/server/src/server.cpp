@@ -136,6 +136,10 @@ int PoolServer::bind() {
   h.body_timeout = m.opt.body_timeout;
   h.idle_timeout = m.opt.idle_timeout;
   h.write_timeout = m.opt.body_timeout;
+  h.tls_cert = m.opt.tls_cert_file;
+  h.tls_key = m.opt.tls_key_file;
+  h.tls_client_ca = m.opt.tls_client_ca_file;
+  h.warn = [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; };
   m.http = std::make_unique<HttpServer>(
       h, [&m](const HttpRequest& req) { return m.handle(req); },
       [&m](const HttpRequest& req) { return m.quick(req); });

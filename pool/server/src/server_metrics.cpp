@@ -226,8 +226,21 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
   out << "poolrun_http_timeouts_total{phase=\"header\"} " << h.timeouts_header << "\n";
   out << "poolrun_http_timeouts_total{phase=\"body\"} " << h.timeouts_body << "\n";
   out << "poolrun_http_timeouts_total{phase=\"write\"} " << h.timeouts_write << "\n";
+  out << "poolrun_http_timeouts_total{phase=\"handshake\"} " << h.timeouts_handshake << "\n";
   gauge(out, "poolrun_http_bad_requests_total", "Malformed HTTP requests (400, 413, 431).", "counter");
   out << "poolrun_http_bad_requests_total " << h.bad_requests << "\n";
+  gauge(out, "poolrun_tls_handshake_failures_total",
+        "TLS handshakes that failed (a certificate refused, not TLS) and plain-HTTP requests to HTTPS "
+        "(kind=\"plain_http\").",
+        "counter");
+  out << "poolrun_tls_handshake_failures_total{kind=\"handshake\"} " << h.tls_failures << "\n";
+  out << "poolrun_tls_handshake_failures_total{kind=\"plain_http\"} " << h.plain_on_tls << "\n";
+  if (h.tls_not_after != 0) {
+    gauge(out, "poolrun_tls_certificate_expiry_seconds",
+          "When the certificate poold serves expires (seconds since 1970): alert a few weeks before.",
+          "gauge");
+    out << "poolrun_tls_certificate_expiry_seconds " << h.tls_not_after << "\n";
+  }
   std::lock_guard<std::mutex> lock(mu_);
   gauge(out, "poolrun_queue_wait_seconds", "Time from a request's arrival to its lease.", "histogram");
   waits_.write(out, "poolrun_queue_wait_seconds", "");

@@ -7,6 +7,9 @@
 
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/http_connection.hpp"
+#include "poolrun/common/regular_file.hpp"
+#include "poolrun/common/text.hpp"
+#include "poolrun/common/tls_client.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -17,8 +20,17 @@ using std::chrono::milliseconds;
 
 constexpr const char* kBase64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
+// The password of --etcd-password-file: its first line, the file guarded as a token file is.
+std::string readPassword(const std::string& file) {
+  const std::string text = common::readSecretFile(file, 4096, "password files", nullptr, nullptr, "password");
+  std::string line(common::trim(text.substr(0, text.find('\n'))));
+  if (line.empty()) throw badInput(file + ": no password on its first line");
+  return line;
+}
+
 Error badUri(const std::string& uri, const std::string& why) {
-  return badInput("bad etcd URI '" + uri + "': " + why + " (use etcd://HOST:PORT[,HOST:PORT...])");
+  return badInput("bad etcd URI '" + uri + "': " + why +
+                  " (use etcd://HOST:PORT[,HOST:PORT...], or etcds://... for TLS)");
 }
 
 // The gateway writes int64 as strings; an absent field is 0.
@@ -150,11 +162,12 @@ std::string base64Decode(const std::string& text) {
 }
 
 std::vector<EtcdEndpoint> parseEtcdUri(const std::string& uri) {
-  if (!uri.starts_with("etcd://")) throw badUri(uri, "it does not start with etcd://");
+  const bool tls = uri.starts_with("etcds://");
+  if (!tls && !uri.starts_with("etcd://")) throw badUri(uri, "it does not start with etcd:// or etcds://");
   std::vector<EtcdEndpoint> out;
-  std::string rest = uri.substr(7);
+  std::string rest = uri.substr(tls ? 8 : 7);
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
-  if (rest.empty()) throw badUri(uri, "no HOST:PORT after etcd://");
+  if (rest.empty()) throw badUri(uri, std::string("no HOST:PORT after ") + (tls ? "etcds://" : "etcd://"));
   for (size_t start = 0; start <= rest.size();) {
     size_t end = std::min(rest.find(',', start), rest.size());
     std::string part = rest.substr(start, end - start);
@@ -167,23 +180,68 @@ std::vector<EtcdEndpoint> parseEtcdUri(const std::string& uri) {
     auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
     if (ec != std::errc() || p != portText.data() + portText.size() || port < 1 || port > 65535)
       throw badUri(uri, "port '" + portText + "' is not a number from 1 to 65535");
-    out.push_back({host, port});
+    out.push_back({host, port, tls});
     start = end + 1;
   }
   return out;
 }
 
-EtcdClient::EtcdClient(std::vector<EtcdEndpoint> endpoints, milliseconds timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {
+EtcdClient::EtcdClient(std::vector<EtcdEndpoint> endpoints, milliseconds timeout, EtcdSecurity security)
+    : endpoints_(std::move(endpoints)), timeout_(timeout), security_(std::move(security)) {
   if (endpoints_.empty()) throw badInput("no etcd endpoint given");
+  std::shared_ptr<const SecureTransport> tls;
+  if (endpoints_.front().tls || security_.tls())
+    tls = common::tlsClient({security_.ca_file, security_.cert_file, security_.key_file});
+  if (!security_.user.empty() && security_.password_file.empty())
+    throw badInput("--etcd-user " + security_.user +
+                   " without --etcd-password-file: give the file of its password");
+  if (!security_.password_file.empty())
+    readPassword(security_.password_file);  // refused now, not at first use
   for (const EtcdEndpoint& e : endpoints_) {
-    connections_.push_back(std::make_unique<HttpConnection>(e.host, e.port, ""));
+    connections_.push_back(std::make_unique<HttpConnection>(e.host, e.port, "", tls));
     connections_.back()->connect_timeout = std::min(timeout_, milliseconds(1000));
     connections_.back()->io_timeout = timeout_;
   }
 }
 
 EtcdClient::~EtcdClient() = default;
+
+void EtcdClient::authenticate(HttpConnection& c, const EtcdEndpoint& at) {
+  const json req = {{"name", security_.user}, {"password", readPassword(security_.password_file)}};
+  c.setAuthorization("");
+  HttpResponse r = c.request("POST", "/v3/auth/authenticate", req.dump());
+  std::string message = r.body.substr(0, 300);
+  try {
+    json doc = json::parse(r.body);
+    if (r.status == 200 && doc.contains("token") && doc["token"].is_string()) {
+      auth_token_ = doc["token"].get<std::string>();
+      // A token one member issued is good at every member (etcd replicates it).
+      for (auto& each : connections_) each->setAuthorization(auth_token_);
+      return;
+    }
+    message = doc.value("message", doc.value("error", message));
+  } catch (const json::exception&) {
+  }
+  throw Error(ErrorCode::kIo, "etcd " + at.text() + " refused to authenticate user " + security_.user + ": " +
+                                  refusalText(message));
+}
+
+std::string EtcdClient::refusalText(const std::string& message) const {
+  if (message.find("user name is empty") != std::string::npos)
+    return message + " (etcd's authentication is on: give poold --etcd-user NAME --etcd-password-file FILE)";
+  if (message.find("authentication failed") != std::string::npos)
+    return message + " (wrong user or password: check --etcd-user " + security_.user +
+           " and --etcd-password-file " + security_.password_file + ")";
+  if (message.find("permission denied") != std::string::npos)
+    return message + " (etcd user " + (security_.user.empty() ? std::string("(none)") : security_.user) +
+           " may not use these keys: `etcdctl role grant-permission ROLE --prefix=true readwrite PREFIX`, "
+           "PREFIX poold's --etcd-prefix)";
+  if (message.find("CommonName of client") != std::string::npos)
+    return message + " (with etcd's authentication on, poold's etcd client certificate (--etcd-cert " +
+           security_.cert_file +
+           ") must have no CommonName, e.g. subject /O=poolrun/OU=poold: etcd's JSON gateway refuses one)";
+  return message;
+}
 
 std::string EtcdClient::endpointsText() const {
   std::string out;
@@ -210,6 +268,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body, b
   std::lock_guard<std::mutex> lock(mu_);
   const auto deadline = Steady::now() + timeout_;
   std::map<size_t, std::string> failures;
+  bool reauthenticated = false;
   for (size_t attempt = 0;; ++attempt) {
     const EtcdEndpoint& at = endpoints_[current_];
     HttpConnection& c = *connections_[current_];
@@ -218,6 +277,7 @@ std::string EtcdClient::call(const std::string& path, const std::string& body, b
     std::string failed;
     bool unknown = false;
     try {
+      if (!security_.user.empty() && auth_token_.empty()) authenticate(c, at);
       HttpResponse r = c.request("POST", path, body);
       if (r.status == 200) return r.body;
       std::string message = r.body.substr(0, 300);
@@ -226,13 +286,26 @@ std::string EtcdClient::call(const std::string& path, const std::string& body, b
         message = doc.value("message", doc.value("error", message));
       } catch (const json::exception&) {
       }
+      // An expired token (--auth-token-ttl): etcd refused the call before applying it, so it is
+      // made again once with a new token, whatever it was.
+      if (r.status == 401 && !security_.user.empty() && !reauthenticated) {
+        reauthenticated = true;
+        auth_token_.clear();
+        authenticate(c, at);
+        continue;
+      }
       // The gateway's gRPC codes: 14 unavailable (no leader, member stopping), 4 deadline.
       bool retry = r.status == 503 || r.status == 504 || message.find("no leader") != std::string::npos ||
                    message.find("timed out") != std::string::npos;
-      if (!retry) throw Error(ErrorCode::kIo, "etcd " + at.text() + " refused " + path + ": " + message);
+      if (!retry)
+        throw Error(ErrorCode::kIo, "etcd " + at.text() + " refused " + path + ": " + refusalText(message));
       failed = "HTTP " + std::to_string(r.status) + ": " + message;
       unknown = !idempotent && message.find("timed out") != std::string::npos;
     } catch (const HttpFailed& e) {
+      // A certificate refused: no other member will take it either, and waiting will not cure it.
+      if (e.kind() == HttpFailed::Kind::kRefused)
+        throw Error(ErrorCode::kIo,
+                    "etcd " + at.text() + ": " + e.what() + " (poold --etcd-ca, --etcd-cert, --etcd-key)");
       failed = e.what();
       unknown = !idempotent && e.kind() == HttpFailed::Kind::kTransfer;
     }

@@ -12,8 +12,8 @@ using std::chrono::seconds;
 TEST(PooldOptionsTest, ReadsValuesAndKeepsDefaults) {
   const PooldOptions o =
       parsePooldOptions({"--state", "/var/lib/poold", "--token-file", "tokens", "--listen", "0.0.0.0:8080",
-                         "--sync", "full", "--threads", "8", "--heartbeat-interval", "10", "--reclaim-idle",
-                         "--metrics-host", "a.example,b", "--cluster", "c.yaml"});
+                         "--insecure-http", "--sync", "full", "--threads", "8", "--heartbeat-interval", "10",
+                         "--reclaim-idle", "--metrics-host", "a.example,b", "--cluster", "c.yaml"});
   EXPECT_EQ(o.action, PooldOptions::Action::kServe);
   EXPECT_EQ(o.server.state_dir, "/var/lib/poold");
   EXPECT_EQ(o.server.token_file, "tokens");
@@ -53,7 +53,16 @@ TEST(PooldOptionsTest, RefusesWhatItCannotServe) {
       {{"--heartbeat-interval", "10", "--node-timeout", "10"}, "is not longer than the heartbeat interval"},
       {{"--metrics-host", "a b"}, "is not a host name"},
       {{"--etcd-prefix", "poolrun"}, "expected a key prefix such as /poolrun"},
-      {{"--advertise", "https://x:1"}, "'https://x:1'"},
+      {{"--advertise", "https://x:1"}, "--advertise https://x:1 says https but this poold serves plain HTTP"},
+      {{"--listen", "0.0.0.0:7450"},
+       "--listen 0.0.0.0:7450 without TLS: bearer tokens would cross the network in clear; "
+       "give --tls-cert FILE --tls-key FILE, or --insecure-http"},
+      {{"--listen", "[::]:7450"}, "without TLS"},
+      {{"--listen", "10.1.2.3:7450"}, "--listen 10.1.2.3:7450 without TLS"},
+      {{"--tls-cert", "c.pem"}, "--tls-cert without --tls-key: give both"},
+      {{"--tls-key", "k.pem"}, "--tls-key without --tls-cert: give both"},
+      {{"--tls-client-ca", "ca.pem"}, "--tls-client-ca needs --tls-cert and --tls-key"},
+      {{"--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, "/nonexistent/c.pem"},
   };
   for (const RefusalCase& c : cases) {
     try {
@@ -64,6 +73,15 @@ TEST(PooldOptionsTest, RefusesWhatItCannotServe) {
       EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
     }
   }
+}
+
+// Plain HTTP is served without asking on loopback only: 127/8, ::1 and IPv4's loopback in IPv6.
+TEST(PooldOptionsTest, PlainHttpOffLoopbackNeedsInsecureHttp) {
+  for (const char* host : {"127.0.0.1:7450", "127.8.9.10:1", "::1:7450", "::ffff:127.0.0.1:7450"})
+    EXPECT_NO_THROW(parsePooldOptions({"--listen", host})) << host;
+  const PooldOptions o = parsePooldOptions({"--listen", "10.0.0.5:7450", "--insecure-http"});
+  EXPECT_TRUE(o.insecure_http);
+  EXPECT_EQ(o.server.host, "10.0.0.5");
 }
 
 }  // namespace

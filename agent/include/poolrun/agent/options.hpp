@@ -1,7 +1,8 @@
 #pragma once
 
 // poold-agent's command line:
-//   poold-agent --pool http://HOST:PORT --token-file FILE [--node NAME] [--interval SECONDS]
+//   poold-agent --pool URI --token-file FILE [--ca FILE] [--tls-cert FILE --tls-key FILE]
+//               [--node NAME] [--interval SECONDS]
 //               [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]
 //               [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label K=V]...
 // Errors name the option and its value (poolrun::Error kBadInput); poold-agent prints them with the
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "poolrun/pool/agent_protocol.hpp"
+#include "poolrun/pool/client.hpp"
 #include "poolrun/pool/limits.hpp"
 
 namespace poolrun::agent {
@@ -23,7 +25,10 @@ inline constexpr pool::Range<int64_t> kIntervalRange{1, 3600};  // --interval, a
 struct AgentOptions {
   std::string pool;  // http://HOST:PORT
   std::filesystem::path token_file;
-  std::string node;  // empty: the host name
+  std::filesystem::path ca_file;    // https: --ca, else $POOLRUN_CA; empty: the system's CAs
+  std::filesystem::path cert_file;  // https: --tls-cert, the node's client certificate
+  std::filesystem::path key_file;   // --tls-key
+  std::string node;                 // empty: the host name
   std::chrono::seconds interval{5};
   std::filesystem::path from;        // empty: probe this machine
   std::filesystem::path sysfs_root;  // empty: /sys
@@ -42,6 +47,9 @@ struct AgentOptions {
 // is not a whole number in kIntervalRange, a pool that is not http://HOST:PORT, a node name or a
 // label that poolrun's name rules refuse, a missing --pool or --token-file.
 AgentOptions parseAgentOptions(const std::vector<std::string>& args);
+
+// What the agent's link to poold is opened with: the token, the CA and the client certificate.
+pool::ClientOptions linkOptions(const AgentOptions& o, const std::string& token);
 
 // What --help prints, and what follows every usage error.
 std::string agentUsage();

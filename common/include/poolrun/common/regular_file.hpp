@@ -240,20 +240,22 @@ inline std::string modeText(mode_t mode) {
 // do ("FILE is writable by every user (mode 0666): ..."). `readable` (where given) is set to a
 // warning where its group or others may read it, else cleared.
 inline std::string secretFileProblem(const std::filesystem::path& file, const FileIdentity& id,
-                                     std::string* readable = nullptr) {
+                                     std::string* readable = nullptr, std::string_view secret = "token") {
   const std::string name = file.string();
   if (readable != nullptr) readable->clear();
   const uid_t me = ::geteuid();
   if (id.owner != 0 && id.owner != me)
     return name + " belongs to " + userText(id.owner) + ", not to root or to you (" + userText(me) +
-           "): its owner could put any token in it; `chown " + std::to_string(me) + " " + name +
-           "` or use a file of your own";
+           "): its owner could put any " + std::string(secret) + " in it; `chown " + std::to_string(me) +
+           " " + name + "` or use a file of your own";
   if ((id.mode & (S_IWGRP | S_IWOTH)) != 0)
     return name + " is writable by " + ((id.mode & S_IWOTH) != 0 ? "every user" : "its group") + " (mode " +
-           modeText(id.mode) + "): anyone who can write it could add a token; run `chmod go-w " + name + "`";
+           modeText(id.mode) + "): anyone who can write it could add a " + std::string(secret) +
+           "; run `chmod go-w " + name + "`";
   if (readable != nullptr && (id.mode & (S_IRGRP | S_IROTH)) != 0)
     *readable = name + " is readable by " + ((id.mode & S_IROTH) != 0 ? "every user" : "its group") +
-                " (mode " + modeText(id.mode) + "): they can use its tokens; run `chmod 600 " + name + "`";
+                " (mode " + modeText(id.mode) + "): they can use its " + std::string(secret) +
+                "s; run `chmod 600 " + name + "`";
   return "";
 }
 
@@ -261,10 +263,11 @@ inline std::string secretFileProblem(const std::filesystem::path& file, const Fi
 // secretFileProblem says it is not safe, checked on the descriptor that was read. `readable` as
 // secretFileProblem's.
 inline std::string readSecretFile(const std::filesystem::path& file, size_t limit, std::string_view kind,
-                                  FileIdentity* identity = nullptr, std::string* readable = nullptr) {
+                                  FileIdentity* identity = nullptr, std::string* readable = nullptr,
+                                  std::string_view secret = "token") {
   FileIdentity read;
   std::string text = detail::readRegular(file, limit, kind, &read, false);
-  if (std::string problem = secretFileProblem(file, read, readable); !problem.empty())
+  if (std::string problem = secretFileProblem(file, read, readable, secret); !problem.empty())
     throw badInput(problem);
   if (identity != nullptr) *identity = read;
   return text;

@@ -36,10 +36,12 @@ EtcdReplica::EtcdReplica(const PooldOptions& options) : options_(options) {
     throw badInput("--store " + options_.store +
                    " needs --advertise http://HOST:PORT (the URL clients reach this "
                    "replica at, given to them by the other replicas)");
-  client_ = std::make_shared<EtcdClient>(parseEtcdUri(options_.store));
+  client_ = std::make_shared<EtcdClient>(parseEtcdUri(options_.store), std::chrono::milliseconds(5000),
+                                         options_.etcd_security);
   // /metrics and /v1/replicas ask every member for its status: on connections of their own, so
   // that a member that does not answer holds up a scrape, never the campaign or a commit.
-  metrics_etcd_ = std::make_shared<EtcdClient>(parseEtcdUri(options_.store));
+  metrics_etcd_ = std::make_shared<EtcdClient>(parseEtcdUri(options_.store), std::chrono::milliseconds(5000),
+                                               options_.etcd_security);
   leadership_ =
       std::make_unique<EtcdLeadership>(client_, options_.etcd_prefix, options_.advertise, options_.etcd_ttl);
 }
@@ -64,9 +66,13 @@ void EtcdReplica::startStandby(ServerOptions& opt) {
   h.workers = 4;
   h.max_connections = std::min(opt.max_connections, 1024);
   h.idle_timeout = std::chrono::milliseconds(5000);
+  h.tls_cert = opt.tls_cert_file;
+  h.tls_key = opt.tls_key_file;
+  h.tls_client_ca = opt.tls_client_ca_file;
   // A standby answers /metrics itself (its own series, poolrun_leader 0), with the leader's access
   // rules: Prometheus scrapes every replica, and a redirect stored the leader's series under each.
   auto warn = [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; };
+  h.warn = warn;
   tokens_ = std::make_unique<TokenStore>(opt.token_file, warn);
   std::vector<AddressRange> allowed;
   for (const std::string& list : opt.metrics_allow)
@@ -82,8 +88,9 @@ void EtcdReplica::startStandby(ServerOptions& opt) {
     return standbyReply(req, leader_now_, etcd_problem_);
   });
   opt.port = standby_->port();  // the leader serves where the standby did
-  std::cout << "poold: standby, answering with redirects to the leader on http://" << opt.host << ":"
-            << opt.port << std::endl;
+  std::cout << "poold: standby, answering with redirects to the leader on "
+            << (opt.tls_cert_file.empty() ? "http://" : "https://") << opt.host << ":" << opt.port
+            << std::endl;
   standby_thread_ = std::thread([this] { standby_->run(); });
 }
 

@@ -10,6 +10,8 @@
 
 namespace poolrun::pool {
 
+struct ClientOptions;  // client.hpp
+
 // The agent's side of the protocol, over a poold's HTTP API. Errors are poolrun::Error: kIo where
 // poold cannot be reached (the agent retries), PoolError kUnauthorized/kForbidden for a token poold
 // refuses, kBadInput for a document it refuses.
@@ -21,7 +23,9 @@ class AgentLink {
   virtual std::string describe() const = 0;
 };
 
-// `uri` is http://HOST:PORT. Throws kBadInput for another kind of pool.
+// `uri` is http://HOST:PORT or https://HOST:PORT (with options' CA and client certificate). Throws
+// kBadInput for another kind of pool, and as tlsClient for a wrong TLS file.
+std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const ClientOptions& options);
 std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token);
 
 }  // namespace poolrun::pool

@@ -116,6 +116,9 @@ struct ClientOptions {
   // the caller says its role. "admin" (the default) may release any lease and change the
   // inventory; "user" only its own leases. http pools take the role from the token file.
   std::string role = "admin";
+  // https:// pools: the CAs to trust (PEM; --ca or POOLRUN_CA; empty: the system's), and a client
+  // certificate with its key where poold asks for one (poold-agent --tls-cert/--tls-key).
+  std::string ca_file, cert_file, key_file;
 };
 
 // The user a client acts as where ClientOptions::owner is empty: $USER, else the password

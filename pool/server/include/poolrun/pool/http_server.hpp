@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,6 +37,12 @@ struct HttpServerOptions {
   std::chrono::milliseconds body_timeout{30000};
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds write_timeout{30000};
+  // HTTPS: with a certificate and its key (PEM files, taken again when they change), every
+  // connection is TLS (1.2 or later) and a plain-HTTP request is answered `https_required`. With a
+  // client CA, clients are asked for a certificate it signed (not required: the routes decide who
+  // must have one, from HttpRequest::client_names). The handshake counts against header_timeout.
+  std::filesystem::path tls_cert, tls_key, tls_client_ca;
+  std::function<void(const std::string&)> warn;  // what is worth a line on poold's stderr
 };
 
 struct HttpRequest {
@@ -49,6 +56,9 @@ struct HttpRequest {
   // The client's IP address as the socket reports it ("10.1.2.3", "::1"; an IPv4 client of a
   // dual-stack socket as "::ffff:10.1.2.3"): what per-address limits and /metrics access go by.
   std::string peer;
+  // TLS: the names of the client's verified certificate (its DNS names, then its CN); empty where
+  // it sent none, or the connection is plain.
+  std::vector<std::string> client_names;
 };
 
 struct HttpReply {
@@ -69,15 +79,19 @@ HttpReply refusal(std::string_view reason, const std::string& message);
 
 // Counters of what the connection layer refused or cut, for /metrics.
 struct HttpServerStats {
-  int64_t open = 0;             // connections open now
-  int64_t accepted = 0;         // since start
-  int64_t refused_total = 0;    // closed at accept: max_connections reached
-  int64_t refused_peer = 0;     // closed at accept: max_connections_per_peer reached
-  int64_t timeouts_idle = 0;    // kept-alive connections closed for idleness
-  int64_t timeouts_header = 0;  // requests whose headers did not arrive in time
-  int64_t timeouts_body = 0;    // requests whose body did not arrive in time
-  int64_t timeouts_write = 0;   // replies the client did not read in time
-  int64_t bad_requests = 0;     // malformed requests (400, 413, 431)
+  int64_t open = 0;                // connections open now
+  int64_t accepted = 0;            // since start
+  int64_t refused_total = 0;       // closed at accept: max_connections reached
+  int64_t refused_peer = 0;        // closed at accept: max_connections_per_peer reached
+  int64_t timeouts_idle = 0;       // kept-alive connections closed for idleness
+  int64_t timeouts_header = 0;     // requests whose headers did not arrive in time
+  int64_t timeouts_body = 0;       // requests whose body did not arrive in time
+  int64_t timeouts_write = 0;      // replies the client did not read in time
+  int64_t bad_requests = 0;        // malformed requests (400, 413, 431)
+  int64_t timeouts_handshake = 0;  // TLS handshakes that did not finish within header_timeout
+  int64_t tls_failures = 0;        // TLS handshakes that failed (a refused certificate, not TLS at all)
+  int64_t plain_on_tls = 0;        // plain-HTTP requests on an HTTPS server (answered https_required)
+  int64_t tls_not_after = 0;       // when the certificate served expires (seconds since 1970); 0: plain
 };
 
 // Splits "/a/b%2Fc/d?x=1&y=%20" into decoded segments and query. False on a malformed escape or

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/pool/server.hpp"
 
 namespace poolrun::pool {
@@ -19,7 +20,9 @@ struct PooldOptions {
   std::string cluster;           // --cluster FILE: nodes registered at start
   std::string store = "sqlite";  // or etcd://HOST:PORT[,...]
   std::string etcd_prefix = "/poolrun";
-  std::string advertise;  // with etcd: the URL clients reach this replica at
+  EtcdSecurity etcd_security;  // --etcd-ca, --etcd-cert, --etcd-key, --etcd-user, --etcd-password-file
+  std::string advertise;       // with etcd: the URL clients reach this replica at
+  bool insecure_http = false;  // plain HTTP allowed on an address other than loopback
   std::chrono::seconds etcd_ttl{5};
   size_t etcd_max_txn_ops;
   PooldOptions();

@@ -35,11 +35,26 @@ class EtcdOutcomeUnknown : public Error {
 struct EtcdEndpoint {
   std::string host;
   int port = 0;
+  bool tls = false;  // etcds://
   std::string text() const { return host + ":" + std::to_string(port); }
 };
 
-// "etcd://HOST:PORT[,HOST:PORT...]"; throws kBadInput naming the URI and the bad part.
+// "etcd://HOST:PORT[,HOST:PORT...]", or "etcds://..." for TLS; throws kBadInput naming the URI and
+// the bad part.
 std::vector<EtcdEndpoint> parseEtcdUri(const std::string& uri);
+
+// How poold reaches a secured etcd (poold --etcd-ca, --etcd-cert, --etcd-key, --etcd-user,
+// --etcd-password-file). TLS is on for etcds:// or where any of the files is given.
+struct EtcdSecurity {
+  std::string ca_file;    // the CAs of the members' certificates (PEM); empty: the system's
+  std::string cert_file;  // poold's client certificate (PEM) and its key, where etcd asks for one
+  std::string key_file;   // (--client-cert-auth)
+  // etcd's authentication (`etcdctl auth enable`): the user, and a file holding its password (its
+  // first line; read again at each authentication, so a new password needs no restart).
+  std::string user;
+  std::string password_file;
+  bool tls() const { return !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+};
 
 struct EtcdKeyValue {
   std::string key, value;
@@ -83,8 +98,11 @@ struct EtcdMemberStatus {
 
 class EtcdClient {
  public:
+  // Reads the security's files now (throws poolrun::Error naming one that is wrong); authenticates
+  // at the first call.
   explicit EtcdClient(std::vector<EtcdEndpoint> endpoints,
-                      std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(5000),
+                      EtcdSecurity security = {});
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
@@ -109,12 +127,18 @@ class EtcdClient {
 
  private:
   std::string call(const std::string& path, const std::string& body, bool idempotent);
+  // With a user: a token from /v3/auth/authenticate, given to every connection (mu_ held).
+  void authenticate(HttpConnection& c, const EtcdEndpoint& at);
+  // What an etcd refusal means for poold's operator, where it is one of authentication's.
+  std::string refusalText(const std::string& message) const;
 
   std::vector<EtcdEndpoint> endpoints_;
   std::chrono::milliseconds timeout_;
   std::mutex mu_;
   size_t current_ = 0;
   std::vector<std::unique_ptr<HttpConnection>> connections_;
+  EtcdSecurity security_;
+  std::string auth_token_;  // the current one; empty: none yet (or no user)
 };
 
 std::string base64Encode(const std::string& bytes);
