@@ -21,6 +21,8 @@ export POOLRUN_REQUIRE_TORCH=1
 export POOLRUN_REQUIRE_BROWSER=1
 # Likewise the etcd tests (the etcd store, poold replicas): setup-deps installed etcd-server.
 export POOLRUN_REQUIRE_ETCD=1
+# And the MUNGE tests (a private munged, users made with useradd), where this runs as root.
+if [ "$(id -u)" -eq 0 ]; then export POOLRUN_REQUIRE_MUNGE=1; fi
 
 step "format"
 scripts/check-format.sh

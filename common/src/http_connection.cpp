@@ -203,7 +203,8 @@ HttpResponse HttpConnection::request(const std::string& method, const std::strin
   try {
     std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host_ + ":" + std::to_string(port_) +
                        "\r\nAccept: application/json\r\n";
-    if (!authorization_.empty()) head += "Authorization: " + authorization_ + "\r\n";
+    const std::string authorization = authorizer_ ? authorizer_(method, path) : authorization_;
+    if (!authorization.empty()) head += "Authorization: " + authorization + "\r\n";
     if (!body.empty()) head += "Content-Type: application/json\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     sendAll(head + body);

@@ -33,6 +33,8 @@ constexpr const char* kRunHelpTail =
     "  POOLRUN_POOL        the pool when --pool is not given (default local)\n"
     "  POOLRUN_TOKEN       the bearer token for http and https pools when --token-file is not given\n"
     "  POOLRUN_CA          the CAs of an https pool (PEM) when --ca is not given (else the system's)\n"
+    "  POOLRUN_MUNGE_SOCKET  without a token, the munged that makes this user's MUNGE credential for an\n"
+    "                      http or https pool (default /run/munge/munge.socket.2)\n"
     "  POOLRUN_STATE_DIR   state directory: local and sim: pools, job directories, caches (else\n"
     "                      $XDG_STATE_HOME/poolrun, else $HOME/.local/state/poolrun)\n"
     "  POOLRUN_FIXTURES    where cluster files' shared/fixtures/ topologies are\n"

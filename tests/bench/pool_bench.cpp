@@ -17,14 +17,17 @@
 #include "poolrun/pool/control.hpp"
 #include "poolrun/pool/dashboard.hpp"
 #include "poolrun/pool/heartbeat_reader.hpp"
+#include "poolrun/pool/munge_users.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/pool/store.hpp"
 #include "sample_heartbeat.hpp"
 #include "support/etcd_cluster.hpp"
 #include "support/fixtures.hpp"
+#include "support/munge_daemon.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_pki.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -377,7 +380,8 @@ BENCHMARK(BM_PooldAcquireRelease)
 // three-member etcd (127.0.0.1, this machine's disk); then the failover: the leader killed
 // (SIGKILL) five times, the time until the other replica serves (the default --etcd-ttl, 5 s).
 // Skipped without /usr/bin/etcd.
-double pairsPerSecond(const std::string& uri, int clients, std::chrono::seconds length, std::string& error) {
+double pairsPerSecond(const std::string& uri, int clients, std::chrono::seconds length, std::string& error,
+                      const std::string& ca = "") {
   std::atomic<bool> stop{false};
   std::atomic<long> pairs{0};
   std::mutex errorMu;
@@ -387,6 +391,7 @@ double pairsPerSecond(const std::string& uri, int clients, std::chrono::seconds 
     threads.emplace_back([&] {
       ClientOptions o;
       o.token = "tok-alice-0123456789";
+      o.ca_file = ca;
       auto pool = openPool(uri, o);
       LeaseRequest r;
       r.gpus = 1;
@@ -471,6 +476,66 @@ void BM_PooldEtcdAgainstSqlite(benchmark::State& state) {
   state.SetLabel("16 clients, 1-GPU acquire+release; failover over 5 SIGKILLs, --etcd-ttl 5");
 }
 BENCHMARK(BM_PooldEtcdAgainstSqlite)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+
+// HTTPS against plain HTTP in the same run: acquire+release pairs per second through two poolds
+// on one state layout, 16 client threads with kept-alive connections, alternating rounds of 4 s
+// (plain, TLS, plain, TLS) so that the machine's drift falls on both. The certificate is EC P-256.
+void BM_PooldTlsAgainstPlain(benchmark::State& state) {
+  const int clients = 16;
+  test::TempDir dir;
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
+  std::string cluster = (test::sourceDir() / "clusters" / "hgx-h100.toml").string();
+  test::TestPki pki;
+  const test::CertFiles server = pki.issue("server", "/CN=poold", "DNS:localhost,IP:127.0.0.1");
+  test::PooldProcess plain(dir.path() / "plain", tokens, {"--cluster", cluster});
+  test::PooldProcess tls(
+      dir.path() / "tls", tokens,
+      {"--cluster", cluster, "--tls-cert", server.cert.string(), "--tls-key", server.key.string()});
+  for (auto _ : state) {
+    std::string error;
+    double plainRate = 0, tlsRate = 0;
+    for (int round = 0; round < 2; ++round) {
+      plainRate += pairsPerSecond(plain.uri(), clients, std::chrono::seconds(4), error) / 2;
+      tlsRate +=
+          pairsPerSecond(tls.uri(), clients, std::chrono::seconds(4), error, pki.caCert().string()) / 2;
+    }
+    state.SetIterationTime(1);
+    state.counters["plain_pairs_per_s"] = plainRate;
+    state.counters["tls_pairs_per_s"] = tlsRate;
+    state.counters["tls_to_plain"] = tlsRate / plainRate;
+    if (!error.empty()) state.SkipWithError(error.c_str());
+  }
+  state.SetLabel("16 clients, 1-GPU acquire+release, kept-alive connections, 2 x 4 s each");
+}
+BENCHMARK(BM_PooldTlsAgainstPlain)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+
+// What poold pays per request for a MUNGE user: one decode through a private munged (a round trip
+// on its socket, the credential's MAC and decryption), then the user's name and groups (cached a
+// minute). Needs root (munged, as the tests start it); skipped otherwise.
+void BM_MungeDecode(benchmark::State& state) {
+  std::string why;
+  if (!test::MungeDaemon::available(why)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  test::MungeDaemon munged;
+  std::shared_ptr<Munge> munge = Munge::open(why);
+  if (!munge) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  MungeUsers users(munge, munged.socket(), "");
+  std::vector<std::string> credentials;
+  for (int i = 0; i < 3000; ++i)
+    credentials.push_back(munge->encode(mungePayload("GET", "/v1/status"), munged.socket()));
+  size_t next = 0;
+  for (auto _ : state) {
+    auto who = users.identify(credentials[next++ % credentials.size()], "GET", "/v1/status");
+    if (!std::holds_alternative<Caller>(who))
+      state.SkipWithError(std::get<MungeRefusal>(who).message.c_str());
+  }
+}
+BENCHMARK(BM_MungeDecode)->Iterations(3000)->Unit(benchmark::kMicrosecond);
 
 // A pool's state file: `nodes` nodes of 8 GPUs, 7 of every 8 nodes in two leases of 4 GPUs, all of
 // it in the file itself (its log copied in).

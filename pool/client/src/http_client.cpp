@@ -1,5 +1,6 @@
 // PoolClient for a poold: JSON over HTTP with a bearer token.
 
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/http_pool.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/pool/munge.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/state.hpp"
 
@@ -68,6 +70,7 @@ class HttpPool : public PoolControl, public AgentLink {
         token_(options.token),
         replicas_(std::move(replicas)),
         named_(replicas_.size()) {
+    if (token_.empty()) useMunge(options.munge_socket);
     // The files are read now: a wrong --ca is said before anything is asked of the pool.
     if (!replicas_.empty() && replicas_.front().tls)
       tls_ = common::tlsClient({options.ca_file, options.cert_file, options.key_file});
@@ -270,6 +273,30 @@ class HttpPool : public PoolControl, public AgentLink {
     current_ = replica;
     connection_ =
         std::make_unique<HttpConnection>(replicas_[replica].host, replicas_[replica].port, token_, tls_);
+    if (authorizer_) connection_->setAuthorizer(authorizer_);
+  }
+
+  // No token: each request carries a MUNGE credential made for it, where this node runs munged.
+  // Where none can be made, the request goes without, and a refusal (401) says why.
+  void useMunge(std::string socket) {
+    if (socket.empty()) {
+      const char* env = std::getenv("POOLRUN_MUNGE_SOCKET");
+      if (env != nullptr) socket = env;
+    }
+    std::string why;
+    std::shared_ptr<Munge> munge = Munge::open(why);
+    if (!munge) {
+      munge_problem_ = why;
+      return;
+    }
+    authorizer_ = [this, munge, socket](const std::string& method, const std::string& target) -> std::string {
+      try {
+        return "MUNGE " + munge->encode(mungePayload(method, target), socket);
+      } catch (const Error& e) {
+        munge_problem_ = e.what();
+        return "";
+      }
+    };
   }
 
   // The index of `a` among the replicas known; replicas_.size() where it is none of them.
@@ -322,6 +349,7 @@ class HttpPool : public PoolControl, public AgentLink {
     for (size_t i = 0; i < named_; ++i) {
       try {
         HttpConnection c(replicas_[i].host, replicas_[i].port, token_, tls_);
+        if (authorizer_) c.setAuthorizer(authorizer_);
         c.connect_timeout = milliseconds(2000);
         c.io_timeout = milliseconds(5000);
         HttpResponse r = c.request("GET", "/v1/replicas", "");
@@ -452,8 +480,10 @@ class HttpPool : public PoolControl, public AgentLink {
                              : 0;
     const std::string where = originOf(replicas_[current_]) + " refused " + method + " " +
                               path.substr(0, path.find('?')) + " (" + std::to_string(reply.status) + "): ";
-    throw errorOfReply(reply.status, member("reason"), where,
-                       member("error").empty() ? reply.body : member("error"), position);
+    std::string message = member("error").empty() ? reply.body : member("error");
+    if (reply.status == 401 && token_.empty() && !munge_problem_.empty())
+      message += " (no token given, and no MUNGE credential: " + munge_problem_ + ")";
+    throw errorOfReply(reply.status, member("reason"), where, message, position);
   }
 
   std::string uri_;
@@ -465,6 +495,8 @@ class HttpPool : public PoolControl, public AgentLink {
   bool answered_ = false;  // a call got a reply: a later move to another replica is a failover
   uint64_t moves_ = 0;     // calls that left their replica for another
   std::shared_ptr<const SecureTransport> tls_;  // https:// replicas
+  HttpConnection::Authorizer authorizer_;       // MUNGE, where there is no token
+  std::string munge_problem_;                   // why no MUNGE credential went with the last request
   std::unique_ptr<HttpConnection> connection_;
 };
 

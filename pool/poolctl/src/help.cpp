@@ -44,6 +44,8 @@ const char* const kUsage =
     "  POOLRUN_POOL       the pool when --pool is not given\n"
     "  POOLRUN_TOKEN      the bearer token when --token-file is not given\n"
     "  POOLRUN_CA         the CAs of https pools when --ca is not given\n"
+    "  POOLRUN_MUNGE_SOCKET  without a token, the munged that makes this user's MUNGE credential for\n"
+    "                     an http or https pool (default /run/munge/munge.socket.2)\n"
     "  POOLRUN_STATE_DIR  the state directory when --state is not given (else $XDG_STATE_HOME/poolrun,\n"
     "                     else $HOME/.local/state/poolrun)\n"
     "  USER               the owner in local and sim: pools when --owner is not given\n"

@@ -89,9 +89,20 @@ Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
     if (metrics_access->allowsHost(req.host)) return {};
     if (req.authorization.empty()) throw HttpError("forbidden", hostNotPooldMessage(req.host));
   }
+  if (req.authorization.rfind("MUNGE ", 0) == 0) {
+    if (!munge_users)
+      throw HttpError("unauthorized",
+                      "this poold takes no MUNGE credentials (poold --munge): use a token (--token-file or "
+                      "POOLRUN_TOKEN)");
+    auto known = munge_users->identify(req.authorization.substr(6), req.method, req.target);
+    if (const Caller* who = std::get_if<Caller>(&known)) return *who;
+    const MungeRefusal& refused = std::get<MungeRefusal>(known);
+    throw HttpError(refused.reason, refused.message);
+  }
   const std::string prefix = "Bearer ";
   if (req.authorization.rfind(prefix, 0) != 0 || req.authorization.size() == prefix.size())
-    throw HttpError("unauthorized", "no bearer token (send `Authorization: Bearer TOKEN`)");
+    throw HttpError("unauthorized", std::string("no bearer token (send `Authorization: Bearer TOKEN`") +
+                                        (munge_users ? ", or a MUNGE credential)" : ")"));
   std::string token = req.authorization.substr(prefix.size());
   if (std::optional<Caller> who = tokens->find(token)) {
     // With client certificates asked for (--tls-client-ca), a node's token alone is not enough: it

@@ -170,12 +170,12 @@ struct HttpServer::Impl {
     // headers, must finish within the header deadline.
     void detectTls() {
       lowest().expires_after(server_.opt.header_timeout);
-      beast::async_detect_ssl(lowest(), buffer_, [self = self()](beast::error_code ec, bool tls) {
+      beast::async_detect_ssl(lowest(), buffer_, [self = self()](beast::error_code ec, bool isTls) {
         if (ec) {
           if (ec == beast::error::timeout) ++self->server_.n_handshake;
           return self->close();
         }
-        if (!tls) return self->refusePlain();
+        if (!isTls) return self->refusePlain();
         self->handshake();
       });
     }

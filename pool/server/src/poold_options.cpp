@@ -12,6 +12,7 @@
 #include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/http_pool.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/pool/munge_users.hpp"
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/server_metrics.hpp"
 #include "poolrun/pool/tokens.hpp"
@@ -36,6 +37,7 @@ std::string serverHelp(const ServerOptions& d) {
   auto s = [](std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000); };
   return "usage: poold --state DIR --token-file FILE [--listen HOST:PORT] [--cluster FILE]\n"
          "             [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--insecure-http]\n"
+         "             [--munge [--munge-socket PATH] [--admin-group GROUP]]\n"
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
@@ -59,6 +61,10 @@ std::string serverHelp(const ServerOptions& d) {
          "                      they change. Clients then use https://HOST:PORT and --ca FILE\n"
          "  --tls-client-ca FILE  ask clients for a certificate this CA signed: a node's token is then\n"
          "                      taken only with a certificate for that node (poold-agent --tls-cert)\n"
+         "  --munge             take MUNGE credentials: a user of the cluster needs no token (poolrun and\n"
+         "                      poolctl send one where they have none); --munge-socket PATH: poold's\n"
+         "                      munged (default /run/munge/munge.socket.2); --admin-group GROUP: its\n"
+         "                      members are administrators\n"
          "  --insecure-http     serve plain HTTP on an address other than loopback: tokens and all the\n"
          "                      pool's traffic then cross the network in clear (refused without it)\n"
          "  --token-file FILE   one `TOKEN OWNER ROLE` line per token (ROLE user, admin, or node for\n"
@@ -249,6 +255,20 @@ bool isLoopback(const std::string& host) {
   return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
 }
 
+// MUNGE's options: libmunge there, the administrators' group known.
+void checkMunge(const ServerOptions& s) {
+  if (!s.munge) {
+    if (!s.munge_socket.empty() || !s.admin_group.empty())
+      throw badInput(std::string(s.admin_group.empty() ? "--munge-socket" : "--admin-group") +
+                     " is for MUNGE users: give --munge too");
+    return;
+  }
+  std::string why;
+  std::shared_ptr<Munge> munge = Munge::open(why);
+  if (!munge) throw badInput("--munge: " + why);
+  MungeUsers check(munge, s.munge_socket, s.admin_group);
+}
+
 // The etcd options together; the files read now (an EtcdClient made and dropped connects to nothing).
 void checkEtcdSecurity(const PooldOptions& o) {
   const EtcdSecurity& e = o.etcd_security;
@@ -314,6 +334,9 @@ const std::map<std::string, OptionRow>& optionTable() {
       {"--tls-key", {true, [](O& o, S, S v) { o.server.tls_key_file = v; }}},
       {"--tls-client-ca", {true, [](O& o, S, S v) { o.server.tls_client_ca_file = v; }}},
       {"--insecure-http", {false, [](O& o, S, S) { o.insecure_http = true; }}},
+      {"--munge", {false, [](O& o, S, S) { o.server.munge = true; }}},
+      {"--munge-socket", {true, [](O& o, S, S v) { o.server.munge_socket = v; }}},
+      {"--admin-group", {true, [](O& o, S, S v) { o.server.admin_group = v; }}},
       {"--cluster", {true, [](O& o, S, S v) { o.cluster = v; }}},
       {"--sync", {true, sync}},
       {"--max-body", {true, [](O& o, S a, S v) { o.server.max_body_bytes = number(a, v, kMaxBodyRange); }}},
@@ -425,6 +448,7 @@ PooldOptions parsePooldOptions(const std::vector<std::string>& args) {
                    " s): every node would be unreachable between two heartbeats");
   checkTls(o);
   checkEtcdSecurity(o);
+  checkMunge(o.server);
   return o;
 }
 

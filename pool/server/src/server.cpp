@@ -74,6 +74,12 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   m.tokens = std::make_unique<TokenStore>(
       m.opt.token_file, [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; });
   auto warn = [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; };
+  if (m.opt.munge) {
+    std::string why;
+    std::shared_ptr<Munge> munge = Munge::open(why);
+    if (!munge) throw badInput("--munge: " + why);
+    m.munge_users = std::make_unique<MungeUsers>(munge, m.opt.munge_socket, m.opt.admin_group);
+  }
   std::vector<AddressRange> allowed;
   for (const std::string& list : m.opt.metrics_allow)
     for (AddressRange& r : parseAddressRanges(list, "--metrics-allow")) allowed.push_back(std::move(r));

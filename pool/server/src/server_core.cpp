@@ -95,16 +95,18 @@ void ServerCore::checkLimits(const LeaseRequest& r, const Caller& who) const {
                      " for users (poold --max-user-priority); an administrator may set more");
 }
 
-void ServerCore::failByAdmin(PoolState& s, const std::string& name, size_t index, const std::string& by,
+void ServerCore::failByAdmin(PoolState& s, const std::string& name, size_t index, const nlohmann::json& audit,
                              TimePoint now) {
   auto node = s.nodeMap().find(name);
   const bool changes =
       node != s.nodeMap().end() && index < node->second.gpuCount() && !node->second.failed.count(index);
   s.failGpu(name, index, now);
-  if (changes)
-    events->record(
-        "gpu_failed",
-        {{"node", name}, {"index", index}, {"reason", "marked failed by an administrator"}, {"by", by}}, now);
+  if (changes) {
+    nlohmann::json fields = {
+        {"node", name}, {"index", index}, {"reason", "marked failed by an administrator"}};
+    fields.update(audit);
+    events->record("gpu_failed", fields, now);
+  }
 }
 
 uint64_t ServerCore::recordLeaseEvents(PoolState& s, TimePoint now) {

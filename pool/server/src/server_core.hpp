@@ -16,6 +16,7 @@
 #include "poolrun/pool/committed_state.hpp"
 #include "poolrun/pool/event_log.hpp"
 #include "poolrun/pool/http_server.hpp"
+#include "poolrun/pool/munge_users.hpp"
 #include "poolrun/pool/server.hpp"
 #include "poolrun/pool/server_metrics.hpp"
 #include "poolrun/pool/tokens.hpp"
@@ -66,6 +67,7 @@ struct ServerCore {
   ServerOptions opt;
   int lock_fd = -1;
   std::unique_ptr<TokenStore> tokens;
+  std::unique_ptr<MungeUsers> munge_users;  // where opt.munge
   std::unique_ptr<CommittedState> pool;
   ServerMetrics metrics;
   std::unique_ptr<MetricsAccess> metrics_access;
@@ -107,7 +109,9 @@ struct ServerCore {
   void checkLimits(const LeaseRequest& r, const Caller& who) const;
   // An administrator's failure of a GPU, in the event log where it was not failed already. Throws
   // as PoolState::failGpu.
-  void failByAdmin(PoolState& s, const std::string& name, size_t index, const std::string& by, TimePoint now);
+  // `audit`: who did it (auditOf).
+  void failByAdmin(PoolState& s, const std::string& name, size_t index, const nlohmann::json& audit,
+                   TimePoint now);
   // Records the lease and node events PoolState reports; returns the last event's number.
   uint64_t recordLeaseEvents(PoolState& s, TimePoint now);
 

@@ -7,6 +7,7 @@
 // every launch more time than the whole pool request.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -76,6 +77,10 @@ class HttpConnection {
   // The whole Authorization header's value from now on ("Bearer T" is what the constructor's token
   // gives; etcd wants its token bare); empty: none.
   void setAuthorization(std::string value) { authorization_ = std::move(value); }
+  // Where set, each request's Authorization value is made for it (a MUNGE credential is good for
+  // one request): called with the method and the target; "" sends none.
+  using Authorizer = std::function<std::string(const std::string& method, const std::string& target)>;
+  void setAuthorizer(Authorizer authorizer) { authorizer_ = std::move(authorizer); }
 
   std::chrono::milliseconds connect_timeout{5000};  // TCP connect, then the TLS handshake
   std::chrono::milliseconds io_timeout{30000};
@@ -94,6 +99,7 @@ class HttpConnection {
   std::string host_;
   int port_;
   std::string authorization_;
+  Authorizer authorizer_;
   std::shared_ptr<const SecureTransport> tls_;
   std::unique_ptr<SecureChannel> channel_;  // the TLS session of fd_, where tls_
   int fd_ = -1;

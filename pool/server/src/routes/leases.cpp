@@ -108,7 +108,16 @@ json releaseLease(ServerCore& m, Context& c) {
   if (std::string why = common::leaseIdProblem(c.params[0]); !why.empty())
     throw badRequest("'" + common::printable(c.params[0]) + "' is no lease id: " + why);
   return m.mutate([&](PoolState& s, TimePoint now) {
-    return json{{"id", c.params[0]}, {"released", PoolService(c.who).release(s, c.params[0], now)}};
+    auto held = s.leaseMap().find(c.params[0]);
+    const std::string owner = held != s.leaseMap().end() ? held->second.owner : "";
+    const bool released = PoolService(c.who).release(s, c.params[0], now);
+    // Another's lease: an administrator's action, in the audit trail.
+    if (released && owner != c.who.owner) {
+      json fields = {{"lease", c.params[0]}, {"owner", owner}};
+      fields.update(auditOf(c));
+      m.events->record("lease_released_by_admin", fields, now);
+    }
+    return json{{"id", c.params[0]}, {"released", released}};
   });
 }
 

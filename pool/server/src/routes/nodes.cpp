@@ -41,8 +41,11 @@ json changeNodeState(ServerCore& m, Context& c, NodeState target) {
     auto node = s.nodeMap().find(name);
     const bool changes = node != s.nodeMap().end() && node->second.state != target;
     PoolService::setNodeState(s, name, target);
-    if (changes)
-      m.events->record("node_state", {{"node", name}, {"state", toString(target)}, {"by", c.who.owner}}, now);
+    if (changes) {
+      json fields = {{"node", name}, {"state", toString(target)}};
+      fields.update(auditOf(c));
+      m.events->record("node_state", fields, now);
+    }
     s.tick(now, m.opt.stale_after);
     return json{{"node", name}, {"state", target == NodeState::kDraining ? "draining" : "up"}};
   });
@@ -61,7 +64,7 @@ json failGpu(ServerCore& m, Context& c) {
   const std::string& name = c.params[0];
   size_t index = static_cast<size_t>(integerIn(c.params[1], "GPU index", 0, kGpuIndexRange.max));
   return m.mutate([&](PoolState& s, TimePoint now) {
-    m.failByAdmin(s, name, index, c.who.owner, now);
+    m.failByAdmin(s, name, index, auditOf(c), now);
     s.tick(now, m.opt.stale_after);
     return json{{"node", name}, {"index", index}, {"state", "failed"}};
   });
@@ -77,7 +80,7 @@ json failNode(ServerCore& m, Context& c) {
     if (node == s.nodeMap().end())
       throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
     const size_t count = node->second.gpuCount();
-    for (size_t index = 0; index < count; ++index) m.failByAdmin(s, name, index, c.who.owner, now);
+    for (size_t index = 0; index < count; ++index) m.failByAdmin(s, name, index, auditOf(c), now);
     s.tick(now, m.opt.stale_after);
     return json{{"node", name}, {"gpus_failed", count}};
   });
@@ -89,8 +92,9 @@ json setMigLayout(ServerCore& m, Context& c) {
   const std::vector<std::string> profiles = migLayoutFromJson(parseBody(c.req.body));
   return m.mutate([&](PoolState& s, TimePoint now) {
     s.setMigLayout(name, index, profiles);
-    m.events->record("mig_layout_asked",
-                     {{"node", name}, {"index", index}, {"profiles", profiles}, {"by", c.who.owner}}, now);
+    json fields = {{"node", name}, {"index", index}, {"profiles", profiles}};
+    fields.update(auditOf(c));
+    m.events->record("mig_layout_asked", fields, now);
     s.tick(now, m.opt.stale_after);
     return json{{"node", name}, {"index", index}, {"mig_layout", profiles}};
   });

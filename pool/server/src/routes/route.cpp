@@ -123,4 +123,8 @@ std::optional<std::vector<std::string>> Route::match(const std::vector<std::stri
   return params;
 }
 
+nlohmann::json auditOf(const Context& c) {
+  return {{"by", c.who.owner}, {"auth", c.who.via}, {"from", c.req.peer}};
+}
+
 }  // namespace poolrun::pool

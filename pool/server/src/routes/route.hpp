@@ -64,6 +64,10 @@ struct Context {
   int64_t query(const char* name, int64_t fallback, int64_t min, int64_t max) const;
 };
 
+// Who did an administrator's action, for its event (the audit trail): {"by": OWNER, "auth": "token"
+// or "munge", "from": the client's address}.
+nlohmann::json auditOf(const Context& c);
+
 // A quick route's answer on the network thread: none (the state's lock is busy: a worker runs the
 // route's handler instead), the body, or the rest to finish on a worker (a commit to wait for).
 using QuickBody = std::variant<std::monostate, nlohmann::json, std::function<nlohmann::json()>>;

@@ -119,6 +119,10 @@ struct ClientOptions {
   // https:// pools: the CAs to trust (PEM; --ca or POOLRUN_CA; empty: the system's), and a client
   // certificate with its key where poold asks for one (poold-agent --tls-cert/--tls-key).
   std::string ca_file, cert_file, key_file;
+  // Without a token, http and https pools are sent a MUNGE credential per request, made by the
+  // munged at this socket (empty: $POOLRUN_MUNGE_SOCKET, else munge's default), where libmunge is
+  // there.
+  std::string munge_socket;
 };
 
 // The user a client acts as where ClientOptions::owner is empty: $USER, else the password

@@ -334,7 +334,8 @@ std::string topologyHash(const topo::NodeTopology& topology);
 struct Caller {
   std::string owner;  // role node: the node's name
   bool admin = false;
-  bool node = false;  // a node agent: registers and heartbeats its own node, nothing else
+  bool node = false;          // a node agent: registers and heartbeats its own node, nothing else
+  std::string via = "token";  // how poold knew it: "token" or "munge" (the audit trail says it)
   // "admin", "node" or "user".
   const char* role() const { return admin ? "admin" : node ? "node" : "user"; }
 };

@@ -50,6 +50,12 @@ struct ServerOptions {
   // HTTPS (HttpServerOptions has what each does): certificate and key, PEM files taken again when
   // they change; with a client CA, a node's token is taken only with a certificate for that node.
   std::filesystem::path tls_cert_file, tls_key_file, tls_client_ca_file;
+  // MUNGE (munge_users.hpp): requests with `Authorization: MUNGE CREDENTIAL` are the credential's
+  // user, decoded by the munged at munge_socket (empty: munge's default); administrators are the
+  // members of admin_group (empty: none).
+  bool munge = false;
+  std::string munge_socket;
+  std::string admin_group;
   Durability durability = Durability::kNormal;
   size_t max_body_bytes = size_t{1} << 20;  // however the body is framed (Content-Length or chunked)
   // Workers that run requests. Idle and slow connections hold none; a queued client's long poll

@@ -1,0 +1,58 @@
+#pragma once
+
+// poold's side of MUNGE (munge.hpp): a request whose Authorization is `MUNGE CREDENTIAL` is its
+// credential's user, named by the password database of poold's node; an administrator where that
+// user is a member of the group poold is told (--admin-group). Each credential is good for the one
+// request it was made for, once.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "poolrun/pool/munge.hpp"
+#include "poolrun/pool/types.hpp"
+
+namespace poolrun::pool {
+
+// Why a credential was refused: `reason` is a row of the failure table ("unauthorized", or "error"
+// where poold's own munged cannot be reached).
+struct MungeRefusal {
+  std::string reason;
+  std::string message;
+};
+
+class MungeUsers {
+ public:
+  // `admin_group` empty: no MUNGE user is an administrator. Throws poolrun::Error (kBadInput) where
+  // libmunge cannot be opened or the group does not exist.
+  MungeUsers(std::shared_ptr<Munge> munge, std::string socket, std::string admin_group);
+
+  // The caller `credential` (the header's value after "MUNGE ") names, made for `method` `target`;
+  // or the refusal, naming what was wrong and what to do.
+  std::variant<Caller, MungeRefusal> identify(const std::string& credential, const std::string& method,
+                                              const std::string& target);
+
+  // The user and administrator status of `uid` as the password and group databases say now (cached
+  // for a minute); nullopt for a UID with no name.
+  struct User {
+    std::string name;
+    bool admin = false;
+  };
+  std::optional<User> user(uid_t uid, gid_t gid);
+
+ private:
+  std::shared_ptr<Munge> munge_;
+  std::string socket_, admin_group_;
+  std::mutex mu_;
+  struct Cached {
+    std::optional<User> user;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::map<uid_t, Cached> cache_;
+};
+
+}  // namespace poolrun::pool
