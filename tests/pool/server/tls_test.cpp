@@ -54,7 +54,7 @@ Pki& pki() {
 class Served {
  public:
   explicit Served(HttpServerOptions o, bool start = true)
-      : server_(withWarn(std::move(o)), [this](const HttpRequest& r) {
+      : server_(withWarn(std::move(o)), [](const HttpRequest& r) {
           std::string names;
           for (const std::string& n : r.client_names) names += n + ";";
           if (r.target == "/big") return HttpReply{200, std::string(3 << 20, 'x'), "text/plain"};
