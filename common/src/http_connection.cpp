@@ -199,11 +199,12 @@ std::string HttpConnection::take(size_t n) {
 
 HttpResponse HttpConnection::request(const std::string& method, const std::string& path,
                                      const std::string& body) {
-  if (fd_ < 0) open();
+  const bool first = fd_ < 0;
+  if (first) open();
   try {
     std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host_ + ":" + std::to_string(port_) +
                        "\r\nAccept: application/json\r\n";
-    const std::string authorization = authorizer_ ? authorizer_(method, path) : authorization_;
+    const std::string authorization = authorizer_ ? authorizer_(method, path, first) : authorization_;
     if (!authorization.empty()) head += "Authorization: " + authorization + "\r\n";
     if (!body.empty()) head += "Content-Type: application/json\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";

@@ -537,6 +537,23 @@ void BM_MungeDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_MungeDecode)->Iterations(3000)->Unit(benchmark::kMicrosecond);
 
+// A connection's later requests: its user as remembered from its first (no munged round trip).
+void BM_MungeSameConnection(benchmark::State& state) {
+  std::string why;
+  std::shared_ptr<Munge> munge = Munge::open(why);
+  if (!munge || !test::MungeDaemon::available(why)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  test::MungeDaemon munged;
+  MungeUsers users(munge, munged.socket(), "");
+  for (uint64_t c = 1; c <= 1000; ++c)  // a thousand open connections
+    users.identify(munge->encode(mungePayload("GET", "/v1/status"), munged.socket()), "GET", "/v1/status", c);
+  uint64_t next = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(users.ofConnection(1 + next++ % 1000));
+}
+BENCHMARK(BM_MungeSameConnection)->Unit(benchmark::kMicrosecond);
+
 // A pool's state file: `nodes` nodes of 8 GPUs, 7 of every 8 nodes in two leases of 4 GPUs, all of
 // it in the file itself (its log copied in).
 void writeStateFile(const std::filesystem::path& file, int nodes) {

@@ -289,8 +289,13 @@ class HttpPool : public PoolControl, public AgentLink {
       munge_problem_ = why;
       return;
     }
-    authorizer_ = [this, munge, socket](const std::string& method, const std::string& target) -> std::string {
+    // A credential with a connection's first request; the connection's later requests are its
+    // user's (poold remembers whose it is), which spares a munged round trip on each side.
+    authorizer_ = [this, munge, socket](const std::string& method, const std::string& target,
+                                        bool first) -> std::string {
+      if (!first && munge_problem_.empty()) return kMungeSameConnection;
       try {
+        munge_problem_.clear();
         return "MUNGE " + munge->encode(mungePayload(method, target), socket);
       } catch (const Error& e) {
         munge_problem_ = e.what();

@@ -89,12 +89,19 @@ Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
     if (metrics_access->allowsHost(req.host)) return {};
     if (req.authorization.empty()) throw HttpError("forbidden", hostNotPooldMessage(req.host));
   }
+  if (req.authorization == kMungeSameConnection) {
+    if (munge_users)
+      if (std::optional<Caller> who = munge_users->ofConnection(req.connection)) return *who;
+    throw HttpError("unauthorized",
+                    "no MUNGE credential on this connection yet: its first request must carry one "
+                    "(`Authorization: MUNGE CREDENTIAL`)");
+  }
   if (req.authorization.rfind("MUNGE ", 0) == 0) {
     if (!munge_users)
       throw HttpError("unauthorized",
                       "this poold takes no MUNGE credentials (poold --munge): use a token (--token-file or "
                       "POOLRUN_TOKEN)");
-    auto known = munge_users->identify(req.authorization.substr(6), req.method, req.target);
+    auto known = munge_users->identify(req.authorization.substr(6), req.method, req.target, req.connection);
     if (const Caller* who = std::get_if<Caller>(&known)) return *who;
     const MungeRefusal& refused = std::get<MungeRefusal>(known);
     throw HttpError(refused.reason, refused.message);

@@ -112,6 +112,7 @@ struct HttpServer::Impl {
   std::unique_ptr<TlsServerContext> tls;
   bool stopping = false;
   std::chrono::steady_clock::time_point last_tls_warning{};
+  uint64_t last_connection = 0;  // the number of the last connection accepted
 
   std::atomic<int64_t> n_open{0}, n_accepted{0}, n_refused_total{0}, n_refused_peer{0}, n_idle{0},
       n_header{0}, n_body{0}, n_write{0}, n_bad{0}, n_handshake{0}, n_tls_failed{0}, n_plain_on_tls{0};
@@ -319,6 +320,7 @@ struct HttpServer::Impl {
       HttpRequest req;
       HttpReply bad;
       req.client_names = client_names_;
+      req.connection = id_;
       if (!takeRequest(*parser_, headerEnd_, peer_, req, bad)) {
         ++server_.n_bad;
         const bool close = bad.close;
@@ -394,6 +396,7 @@ struct HttpServer::Impl {
     Stream stream_;
     std::string peer_;
     std::vector<std::string> client_names_;  // of the TLS client's verified certificate
+    const uint64_t id_ = ++server_.last_connection;
     beast::flat_buffer buffer_;
     std::optional<Parser> parser_;
     HeaderEnd headerEnd_;  // of parser_'s request

@@ -64,9 +64,28 @@ std::optional<MungeUsers::User> MungeUsers::user(uid_t uid, gid_t gid) {
   return out;
 }
 
+void MungeUsers::remember(uint64_t connection, const Caller& who) {
+  if (connection == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  // Connections that closed are forgotten at their time, in passing: at most one entry per open
+  // connection (poold --max-connections) and those of the last ten minutes.
+  if (connections_.size() >= 4096)
+    std::erase_if(connections_, [&](const auto& entry) { return entry.second.until <= now; });
+  connections_[connection] = {who, now + kConnectionMemory};
+}
+
+std::optional<Caller> MungeUsers::ofConnection(uint64_t connection) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = connections_.find(connection);
+  if (connection == 0 || it == connections_.end() || it->second.until <= std::chrono::steady_clock::now())
+    return std::nullopt;
+  return it->second.who;
+}
+
 std::variant<Caller, MungeRefusal> MungeUsers::identify(const std::string& credential,
-                                                        const std::string& method,
-                                                        const std::string& target) {
+                                                        const std::string& method, const std::string& target,
+                                                        uint64_t connection) {
   // A credential is base64 text of a few hundred bytes: anything else is no credential, and never
   // reaches munged.
   if (credential.empty() || credential.size() > 4096 ||
@@ -116,6 +135,7 @@ std::variant<Caller, MungeRefusal> MungeUsers::identify(const std::string& crede
   who.owner = u->name;
   who.admin = u->admin;
   who.via = "munge";
+  remember(connection, who);
   return who;
 }
 

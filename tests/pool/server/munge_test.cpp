@@ -121,6 +121,27 @@ TEST(Munge, EachBadCredentialIsRefusedSayingWhyAndPooldServesOn) {
   EXPECT_EQ(r.status, 401);
   EXPECT_NE(r.body.find("used before (replayed): each request needs a new one"), std::string::npos) << r.body;
 
+  // A connection's later requests are its first request's user's; a connection that sent no
+  // credential (or another connection) is not.
+  {
+    HttpConnection c("127.0.0.1", port, "");
+    c.setAuthorization("MUNGE " + credential(socket, "poolrun GET /v1/status"));
+    EXPECT_EQ(c.request("GET", "/v1/status", "").status, 200);
+    c.setAuthorization("MUNGE-CONNECTION");
+    EXPECT_EQ(c.request("GET", "/v1/leases", "").status, 200);
+    EXPECT_EQ(c.request("GET", "/v1/status", "").status, 200);
+  }
+  r = getWith(port, "/v1/status", "MUNGE-CONNECTION");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_NE(r.body.find("no MUNGE credential on this connection yet"), std::string::npos) << r.body;
+  {
+    HttpConnection c("127.0.0.1", port, "");
+    c.setAuthorization("MUNGE " + cred);  // replayed: refused, and the connection is no one's
+    EXPECT_EQ(c.request("GET", "/v1/status", "").status, 401);
+    c.setAuthorization("MUNGE-CONNECTION");
+    EXPECT_EQ(c.request("GET", "/v1/status", "").status, 401);
+  }
+
   // Made for another request.
   r = getWith(port, "/v1/leases", "MUNGE " + credential(socket, "poolrun GET /v1/status"));
   EXPECT_EQ(r.status, 401);

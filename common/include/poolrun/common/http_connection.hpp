@@ -78,8 +78,10 @@ class HttpConnection {
   // gives; etcd wants its token bare); empty: none.
   void setAuthorization(std::string value) { authorization_ = std::move(value); }
   // Where set, each request's Authorization value is made for it (a MUNGE credential is good for
-  // one request): called with the method and the target; "" sends none.
-  using Authorizer = std::function<std::string(const std::string& method, const std::string& target)>;
+  // one request): called with the method, the target and whether the request is the first on a
+  // new connection; "" sends none.
+  using Authorizer =
+      std::function<std::string(const std::string& method, const std::string& target, bool first)>;
   void setAuthorizer(Authorizer authorizer) { authorizer_ = std::move(authorizer); }
 
   std::chrono::milliseconds connect_timeout{5000};  // TCP connect, then the TLS handshake

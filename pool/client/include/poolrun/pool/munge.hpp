@@ -47,6 +47,10 @@ class Munge {
   virtual MungeIdentity decode(const std::string& credential, const std::string& socket) const = 0;
 };
 
+// The Authorization of a request on a connection whose first request carried a credential: the
+// same user (poold remembers a connection's MUNGE user while it is open).
+inline constexpr const char* kMungeSameConnection = "MUNGE-CONNECTION";
+
 // What a client's credential for one request carries: the request it was made for, so that one
 // seen on the way cannot be spent on another request.
 std::string mungePayload(const std::string& method, const std::string& target);

@@ -59,6 +59,9 @@ struct HttpRequest {
   // TLS: the names of the client's verified certificate (its DNS names, then its CN); empty where
   // it sent none, or the connection is plain.
   std::vector<std::string> client_names;
+  // The connection's number, unique while the server runs (never reused): what poold remembers a
+  // connection's MUNGE user by. 0 outside a server (tests, the fuzz target).
+  uint64_t connection = 0;
 };
 
 struct HttpReply {

@@ -33,8 +33,9 @@ class MungeUsers {
 
   // The caller `credential` (the header's value after "MUNGE ") names, made for `method` `target`;
   // or the refusal, naming what was wrong and what to do.
+  // `connection` (HttpRequest::connection, 0: none) is remembered as this caller's.
   std::variant<Caller, MungeRefusal> identify(const std::string& credential, const std::string& method,
-                                              const std::string& target);
+                                              const std::string& target, uint64_t connection = 0);
 
   // The user and administrator status of `uid` as the password and group databases say now (cached
   // for a minute); nullopt for a UID with no name.
@@ -43,6 +44,11 @@ class MungeUsers {
     bool admin = false;
   };
   std::optional<User> user(uid_t uid, gid_t gid);
+
+  // A connection's later requests (kMungeSameConnection): the caller its first request's credential
+  // named, for up to kConnectionMemory; nullopt where it sent none (or it was forgotten).
+  std::optional<Caller> ofConnection(uint64_t connection);
+  static constexpr std::chrono::minutes kConnectionMemory{10};
 
  private:
   std::shared_ptr<Munge> munge_;
@@ -53,6 +59,12 @@ class MungeUsers {
     std::chrono::steady_clock::time_point until;
   };
   std::map<uid_t, Cached> cache_;
+  struct Remembered {
+    Caller who;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::map<uint64_t, Remembered> connections_;
+  void remember(uint64_t connection, const Caller& who);
 };
 
 }  // namespace poolrun::pool
