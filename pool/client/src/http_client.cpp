@@ -293,7 +293,8 @@ class HttpPool : public PoolControl, public AgentLink {
     // user's (poold remembers whose it is), which spares a munged round trip on each side.
     authorizer_ = [this, munge, socket](const std::string& method, const std::string& target,
                                         bool first) -> std::string {
-      if (!first && munge_problem_.empty()) return kMungeSameConnection;
+      same_connection_ = !first && munge_problem_.empty();
+      if (same_connection_) return kMungeSameConnection;
       try {
         munge_problem_.clear();
         return "MUNGE " + munge->encode(mungePayload(method, target), socket);
@@ -392,6 +393,7 @@ class HttpPool : public PoolControl, public AgentLink {
     std::string refusal;  // what the last replica that answered 503 said
     HttpResponse reply;
     int redirects = 0;
+    bool renewedMunge = false;  // a new connection made for a forgotten MUNGE user
     for (int attempt = 0, round = 0;; ++attempt) {
       connection_->connect_timeout = timeouts.connect;
       connection_->io_timeout = timeouts.io;
@@ -417,6 +419,13 @@ class HttpPool : public PoolControl, public AgentLink {
         // A standby may redirect to a leader that just died (its key outlives it by the TTL).
         redirects = 0;
         connect((current_ + 1) % replicas_.size());
+        continue;
+      }
+      // A connection poold no longer knows the MUNGE user of (it forgot it, or it is another poold
+      // now): once more on a new connection, whose first request carries a credential.
+      if (reply.status == 401 && same_connection_ && !renewedMunge) {
+        renewedMunge = true;
+        connect(current_);
         continue;
       }
       // A standby names the leader: 307 to it, or 503 while there is none.
@@ -502,6 +511,7 @@ class HttpPool : public PoolControl, public AgentLink {
   std::shared_ptr<const SecureTransport> tls_;  // https:// replicas
   HttpConnection::Authorizer authorizer_;       // MUNGE, where there is no token
   std::string munge_problem_;                   // why no MUNGE credential went with the last request
+  bool same_connection_ = false;                // the last request said kMungeSameConnection
   std::unique_ptr<HttpConnection> connection_;
 };
 

@@ -90,8 +90,11 @@ Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
     if (req.authorization.empty()) throw HttpError("forbidden", hostNotPooldMessage(req.host));
   }
   if (req.authorization == kMungeSameConnection) {
-    if (munge_users)
-      if (std::optional<Caller> who = munge_users->ofConnection(req.connection)) return *who;
+    if (!munge_users)
+      throw HttpError("unauthorized",
+                      "this poold takes no MUNGE credentials (poold --munge): use a token (--token-file or "
+                      "POOLRUN_TOKEN)");
+    if (std::optional<Caller> who = munge_users->ofConnection(req.connection)) return *who;
     throw HttpError("unauthorized",
                     "no MUNGE credential on this connection yet: its first request must carry one "
                     "(`Authorization: MUNGE CREDENTIAL`)");

@@ -26,8 +26,13 @@ std::optional<gid_t> groupId(const std::string& name) {
 
 }  // namespace
 
-MungeUsers::MungeUsers(std::shared_ptr<Munge> munge, std::string socket, std::string admin_group)
-    : munge_(std::move(munge)), socket_(std::move(socket)), admin_group_(std::move(admin_group)) {
+MungeUsers::MungeUsers(std::shared_ptr<Munge> munge, std::string socket, std::string admin_group,
+                       std::chrono::milliseconds connection_memory, Clock now)
+    : munge_(std::move(munge)),
+      socket_(std::move(socket)),
+      admin_group_(std::move(admin_group)),
+      connection_memory_(connection_memory),
+      now_(std::move(now)) {
   if (!munge_) throw badInput("--munge: libmunge is not there");
   if (!admin_group_.empty() && !groupId(admin_group_))
     throw badInput("--admin-group " + common::printable(admin_group_) +
@@ -36,7 +41,7 @@ MungeUsers::MungeUsers(std::shared_ptr<Munge> munge, std::string socket, std::st
 }
 
 std::optional<MungeUsers::User> MungeUsers::user(uid_t uid, gid_t gid) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(uid);
@@ -66,20 +71,21 @@ std::optional<MungeUsers::User> MungeUsers::user(uid_t uid, gid_t gid) {
 
 void MungeUsers::remember(uint64_t connection, const Caller& who) {
   if (connection == 0) return;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   std::lock_guard<std::mutex> lock(mu_);
   // Connections that closed are forgotten at their time, in passing: at most one entry per open
-  // connection (poold --max-connections) and those of the last ten minutes.
+  // connection (poold --max-connections) and those closed within connection_memory.
   if (connections_.size() >= 4096)
     std::erase_if(connections_, [&](const auto& entry) { return entry.second.until <= now; });
-  connections_[connection] = {who, now + kConnectionMemory};
+  connections_[connection] = {who, now + connection_memory_};
 }
 
 std::optional<Caller> MungeUsers::ofConnection(uint64_t connection) {
+  const auto now = now_();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = connections_.find(connection);
-  if (connection == 0 || it == connections_.end() || it->second.until <= std::chrono::steady_clock::now())
-    return std::nullopt;
+  if (connection == 0 || it == connections_.end() || it->second.until <= now) return std::nullopt;
+  it->second.until = now + connection_memory_;  // a connection in use stays its user's
   return it->second.who;
 }
 

@@ -78,7 +78,9 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     std::string why;
     std::shared_ptr<Munge> munge = Munge::open(why);
     if (!munge) throw badInput("--munge: " + why);
-    m.munge_users = std::make_unique<MungeUsers>(munge, m.opt.munge_socket, m.opt.admin_group);
+    // A connection's MUNGE user outlives its idle time: poold closes it first.
+    m.munge_users = std::make_unique<MungeUsers>(munge, m.opt.munge_socket, m.opt.admin_group,
+                                                 m.opt.idle_timeout + std::chrono::minutes(1));
   }
   std::vector<AddressRange> allowed;
   for (const std::string& list : m.opt.metrics_allow)

@@ -1,5 +1,6 @@
 #include "poolrun/pool/etcd_client.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/http_connection.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/common/regular_file.hpp"
 #include "poolrun/common/text.hpp"
 #include "poolrun/common/tls_client.hpp"
@@ -25,6 +27,13 @@ std::string readPassword(const std::string& file) {
   const std::string text = common::readSecretFile(file, 4096, "password files", nullptr, nullptr, "password");
   std::string line(common::trim(text.substr(0, text.find('\n'))));
   if (line.empty()) throw badInput(file + ": no password on its first line");
+  // Sent in a JSON document: control characters and bytes that are not UTF-8 cannot be.
+  if (common::utf8ErrorOffset(line) != line.size() || std::any_of(line.begin(), line.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      }))
+    throw badInput(file +
+                   ": its password holds control characters or bytes that are not UTF-8; etcd's "
+                   "passwords are text (etcdctl user passwd NAME)");
   return line;
 }
 

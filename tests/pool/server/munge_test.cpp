@@ -13,6 +13,9 @@
 
 #include "poold_process.hpp"
 #include "poolrun/common/http_connection.hpp"
+#include "poolrun/pool/http_pool.hpp"
+#include "poolrun/pool/http_server.hpp"
+#include "poolrun/pool/munge.hpp"
 #include "support/munge_daemon.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
@@ -200,6 +203,33 @@ TEST(Munge, EachBadCredentialIsRefusedSayingWhyAndPooldServesOn) {
   EXPECT_EQ(r.status, 401);
   EXPECT_NE(r.body.find("this poold takes no MUNGE credentials (poold --munge)"), std::string::npos)
       << r.body;
+}
+
+// A client whose connection's MUNGE user poold no longer knows (it forgot it, or another poold
+// answers there now) makes a new connection, whose first request carries a credential.
+TEST(Munge, AClientWhoseConnectionIsForgottenSendsACredentialOnANewOne) {
+  POOLRUN_TEST_REQUIRE_MUNGE();
+  MungeDaemon munged;
+  std::mutex mu;
+  std::vector<std::string> seen;  // each request's Authorization, its credential as "MUNGE"
+  pool::HttpServerOptions o;
+  pool::HttpServer forgetful(o, [&](const pool::HttpRequest& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(r.authorization.rfind("MUNGE ", 0) == 0 ? "MUNGE" : r.authorization);
+    if (r.authorization == pool::kMungeSameConnection)
+      return pool::refusal("unauthorized", "no MUNGE credential on this connection yet");
+    return pool::HttpReply{200, "[]", "application/json"};
+  });
+  std::thread network([&] { forgetful.run(); });
+  pool::ClientOptions options;
+  options.munge_socket = munged.socket();
+  const std::string uri = "http://127.0.0.1:" + std::to_string(forgetful.port());
+  auto client = pool::openHttpPool(uri, pool::parseHttpReplicas(uri), options);
+  EXPECT_NO_THROW(client->leases());
+  EXPECT_NO_THROW(client->leases()) << "the forgotten connection was not replaced";
+  forgetful.stop();
+  network.join();
+  EXPECT_EQ(seen, (std::vector<std::string>{"MUNGE", pool::kMungeSameConnection, "MUNGE"}));
 }
 
 TEST(Munge, PooldRefusesAnAdminGroupThatDoesNotExist) {

@@ -221,6 +221,28 @@ TEST(EtcdTls, PooldsEtcdOptionsGoTogether) {
     }
   }
   EXPECT_EQ(parseEtcdUri("etcds://a:1,b:2").at(1).tls, true);
+  // A password that cannot travel in JSON, an empty one, and a file others may write.
+  test::TempDir dir;
+  for (const std::string& text :
+       {std::string("pw\xff\xfe\n"), std::string("p\tw\n"), std::string("\n"), std::string(5000, 'x')}) {
+    const std::string file = dir.writeSecret("pw", text).string();
+    try {
+      parsePooldOptions({"--store", "etcd://127.0.0.1:1", "--advertise", "http://127.0.0.1:2", "--etcd-user",
+                         "u", "--etcd-password-file", file});
+      ADD_FAILURE() << "password " << text.size() << " bytes accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    }
+  }
+  const std::string open = dir.write("open-pw", "pw\n").string();
+  std::filesystem::permissions(open, std::filesystem::perms(0666));
+  try {
+    parsePooldOptions({"--store", "etcd://127.0.0.1:1", "--advertise", "http://127.0.0.1:2", "--etcd-user",
+                       "u", "--etcd-password-file", open});
+    ADD_FAILURE() << "a password file every user may write was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is writable by every user"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // request it was made for, once.
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,9 +28,15 @@ struct MungeRefusal {
 
 class MungeUsers {
  public:
-  // `admin_group` empty: no MUNGE user is an administrator. Throws poolrun::Error (kBadInput) where
-  // libmunge cannot be opened or the group does not exist.
-  MungeUsers(std::shared_ptr<Munge> munge, std::string socket, std::string admin_group);
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // `admin_group` empty: no MUNGE user is an administrator. A connection's user is remembered for
+  // `connection_memory` after its last request (poold: its idle timeout and a minute, past which it
+  // closes the connection). Throws poolrun::Error (kBadInput) where libmunge cannot be opened or the
+  // group does not exist.
+  MungeUsers(
+      std::shared_ptr<Munge> munge, std::string socket, std::string admin_group,
+      std::chrono::milliseconds connection_memory = std::chrono::minutes(10),
+      Clock now = [] { return std::chrono::steady_clock::now(); });
 
   // The caller `credential` (the header's value after "MUNGE ") names, made for `method` `target`;
   // or the refusal, naming what was wrong and what to do.
@@ -46,13 +53,15 @@ class MungeUsers {
   std::optional<User> user(uid_t uid, gid_t gid);
 
   // A connection's later requests (kMungeSameConnection): the caller its first request's credential
-  // named, for up to kConnectionMemory; nullopt where it sent none (or it was forgotten).
+  // named, remembered again for connection_memory from now; nullopt where it sent none, or was
+  // not used for longer than that (the client then opens a new connection).
   std::optional<Caller> ofConnection(uint64_t connection);
-  static constexpr std::chrono::minutes kConnectionMemory{10};
 
  private:
   std::shared_ptr<Munge> munge_;
   std::string socket_, admin_group_;
+  std::chrono::milliseconds connection_memory_;
+  Clock now_;
   std::mutex mu_;
   struct Cached {
     std::optional<User> user;
