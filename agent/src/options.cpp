@@ -26,7 +26,8 @@ pool::ClientOptions linkOptions(const AgentOptions& o, const std::string& token)
 
 std::string agentUsage() {
   auto n = [](int64_t v) { return std::to_string(v); };
-  return "usage: poold-agent --pool URI --token-file FILE [--node NAME] [--interval SECONDS]\n"
+  return "usage: poold-agent --pool URI (--token-file FILE | --join TOKEN [--token-file FILE])\n"
+         "                   [--node NAME] [--interval SECONDS]\n"
          "                   [--ca FILE] [--tls-cert FILE --tls-key FILE]\n"
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
@@ -42,6 +43,12 @@ std::string agentUsage() {
          "                              both read again before every registration\n"
          "  --token-file FILE           a token of role node (or admin) for this node, the first word of\n"
          "                              the file; read again before every registration\n"
+         "  --join TOKEN                where the token file does not exist yet: join the pool with\n"
+         "                              this one-time token (poolctl node-token create), once, and\n"
+         "                              keep the credential this node makes in the token file (mode\n"
+         "                              0600; default " +
+         std::string(kJoinedTokenFile) +
+         "); ignored once the file is there\n"
          "  --node NAME                 the node's name in the pool (default: the host name)\n"
          "  --interval SECONDS          between heartbeats (default 5, " +
          n(kIntervalRange.min) + " to " + n(kIntervalRange.max) +
@@ -99,6 +106,11 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       checkPool(o.pool);
     } else if (a == "--token-file") {
       o.token_file = value();
+    } else if (a == "--join") {
+      o.join = value();
+      if (!pool::isSecretOf(pool::kJoinTokenPrefix, o.join))
+        throw badInput("--join: that is not a join token (" + std::string(pool::kJoinTokenPrefix) +
+                       " and 64 hex digits, as `poolctl node-token create` prints it)");
     } else if (a == "--ca") {
       o.ca_file = value();
     } else if (a == "--tls-cert") {
@@ -145,8 +157,11 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
     }
   }
   if (o.pool.empty()) throw badInput("poold-agent needs --pool http://HOST:PORT (the poold to report to)");
+  if (o.token_file.empty() && !o.join.empty()) o.token_file = kJoinedTokenFile;
   if (o.token_file.empty())
-    throw badInput("poold-agent needs --token-file FILE (a token of role node for this node)");
+    throw badInput(
+        "poold-agent needs --token-file FILE (a token of role node for this node), or --join TOKEN (a "
+        "join token: poolctl node-token create)");
   if (o.ca_file.empty()) {
     const char* env = std::getenv("POOLRUN_CA");
     if (env != nullptr) o.ca_file = env;

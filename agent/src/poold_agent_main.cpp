@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "poolrun/agent/agent.hpp"
+#include "poolrun/agent/join.hpp"
 #include "poolrun/agent/options.hpp"
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
@@ -74,8 +75,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    // The token is checked now, so that a wrong path fails at once; it is read again later.
-    agent::readTokenFile(o.token_file);
+    // The token is checked now, so that a wrong path fails at once; it is read again later. A
+    // node that joins has none before it joined.
+    if (o.join.empty()) agent::readTokenFile(o.token_file);
     topo::NodeTopology t = loadTopology(o);
     for (const std::string& w : t.warnings) std::cerr << "poold-agent: warning: " << w << "\n";
     agent::AgentConfig config;
@@ -120,9 +122,16 @@ int main(int argc, char** argv) {
         _exit(0);
       }
     }).detach();
-    agent::Agent a(std::move(config), std::move(link), std::move(sampler), agent::systemClock(stop),
-                   std::cerr);
-    int status = a.run();
+    int status = 0;
+    const std::string name = config.node.name;
+    auto join = [&o, &name](const std::string& credential) {
+      return pool::joinPool(o.pool, agent::linkOptions(o, ""), name, o.join, credential);
+    };
+    if (o.join.empty() || agent::joinIfNeeded(o.token_file, join, stop, std::cerr)) {
+      agent::Agent a(std::move(config), std::move(link), std::move(sampler), agent::systemClock(stop),
+                     std::cerr);
+      status = a.run();
+    }
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;

@@ -246,10 +246,36 @@ class HttpPool : public PoolControl, public AgentLink {
          json{{"profiles", profiles}});
   }
 
+  JoinTokenMade createJoinToken(std::chrono::seconds life) override {
+    json r = call("POST", "/v1/node-tokens", json{{"expires_s", life.count()}});
+    return {r.value("token", ""), r.value("id", ""), r.value("expires", "")};
+  }
+  NodeTokens nodeTokens() override {
+    json doc = call("GET", "/v1/node-tokens", nullptr);
+    NodeTokens out;
+    for (const json& t : doc.value("tokens", json::array()))
+      out.tokens.push_back({t.value("id", ""), t.value("created_by", ""), t.value("created", ""),
+                            t.value("expires", ""), t.value("state", ""), t.value("node", ""),
+                            t.value("used", "")});
+    for (const json& n : doc.value("nodes", json::array()))
+      out.nodes.push_back({n.value("node", ""), n.value("joined", ""), n.value("token", ""),
+                           n.value("revoked_by", ""), n.value("revoked", "")});
+    return out;
+  }
+  void revokeNode(const std::string& node) override {
+    call("DELETE", "/v1/nodes/" + segment(node) + "/credential", nullptr);
+  }
+
   // A node agent retries what does not get through, at its own pace: an attempt is kept short.
   void registerNode(const NodeRegistration& registration) override {
     call("POST", "/v1/nodes/" + segment(registration.node.name) + "/register", toJson(registration),
          {milliseconds(2000), milliseconds(10000)});
+  }
+  bool join(const std::string& node, const std::string& token, const std::string& credential) {
+    json reply =
+        call("POST", "/v1/nodes/" + segment(node) + "/join",
+             json{{"token", token}, {"credential", credential}}, {milliseconds(2000), milliseconds(10000)});
+    return !reply.value("again", false);
   }
   HeartbeatReply heartbeat(const Heartbeat& heartbeat) override {
     return heartbeatReplyFromJson(call("POST", "/v1/nodes/" + segment(heartbeat.node) + "/heartbeat",
@@ -517,6 +543,24 @@ class HttpPool : public PoolControl, public AgentLink {
 
 }  // namespace
 
+namespace {
+
+Error noJoinTokens() {
+  return badInput("only a poold (--pool http://HOST:PORT or https://HOST:PORT) has nodes that join");
+}
+
+}  // namespace
+
+JoinTokenMade PoolControl::createJoinToken(std::chrono::seconds) {
+  throw noJoinTokens();
+}
+NodeTokens PoolControl::nodeTokens() {
+  throw noJoinTokens();
+}
+void PoolControl::revokeNode(const std::string&) {
+  throw noJoinTokens();
+}
+
 std::unique_ptr<PoolControl> openHttpPool(const std::string& uri, std::vector<HttpAddress> replicas,
                                           const ClientOptions& options) {
   return std::make_unique<HttpPool>(uri, std::move(replicas), options);
@@ -527,6 +571,15 @@ std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const ClientOpt
     throw badInput("pool URI '" + uri +
                    "': a node agent reports to a poold (http://HOST:PORT or https://HOST:PORT)");
   return std::make_unique<HttpPool>(uri, parseHttpReplicas(uri), options);  // several: replicas on etcd
+}
+
+bool joinPool(const std::string& uri, const ClientOptions& options, const std::string& node,
+              const std::string& token, const std::string& credential) {
+  if (!isPooldUri(uri))
+    throw badInput("pool URI '" + uri + "': a node joins a poold (http://HOST:PORT or https://HOST:PORT)");
+  ClientOptions anonymous = options;
+  anonymous.token.clear();
+  return HttpPool(uri, parseHttpReplicas(uri), anonymous).join(node, token, credential);
 }
 
 std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token) {

@@ -19,6 +19,8 @@ namespace poolrun::pool {
 void Dirty::merge(const Dirty& other) {
   nodes.insert(other.nodes.begin(), other.nodes.end());
   requests.insert(other.requests.begin(), other.requests.end());
+  join_tokens.insert(other.join_tokens.begin(), other.join_tokens.end());
+  credentials.insert(other.credentials.begin(), other.credentials.end());
   leases.insert(other.leases.begin(), other.leases.end());
   new_leases.insert(other.new_leases.begin(), other.new_leases.end());
   resized.insert(other.resized.begin(), other.resized.end());
@@ -487,6 +489,7 @@ void PoolState::clear() {
   kept_plan_.plan.reset();
   requests_.clear();
   requests_by_time_.clear();
+  members_.clear();
   leases_granted_ = 0;
   next_ticket_ = 1;
   next_order_ = 0;

@@ -1,4 +1,4 @@
-// poolctl's administrators' commands: register, drain, resume, fail and mig.
+// poolctl's administrators' commands: register, drain, resume, fail, mig and node-token.
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +8,7 @@
 #include "poolctl.hpp"
 #include "poolrun/common/names.hpp"
 #include "poolrun/common/nesting.hpp"
+#include "poolrun/pool/membership.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/request_options.hpp"
 #include "poolrun/topo/sources.hpp"
@@ -141,6 +142,107 @@ int migCommand(const Command& c) {
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+}
+
+}  // namespace poolrun::pool::ctl
+
+namespace poolrun::pool::ctl {
+namespace {
+
+// A join token's life as an administrator writes it: a whole number of seconds, or with s, m, h or
+// d; 1 s to Membership::kMaxTokenLife.
+std::chrono::seconds tokenLife(const std::string& option, const std::string& text) {
+  const std::string_view units = "smhd";
+  const bool unit = !text.empty() && units.find(text.back()) != std::string_view::npos;
+  const std::string digits = unit ? text.substr(0, text.size() - 1) : text;
+  const int64_t scale = !unit || text.back() == 's' ? 1
+                        : text.back() == 'm'        ? 60
+                        : text.back() == 'h'        ? 3600
+                                                    : 86'400;
+  if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
+    throw badInput(option + " '" + common::printable(text) +
+                   "': expected a duration such as 90s, 30m, 1h or 7d");
+  const int64_t seconds = std::stoll(digits) * scale;  // 12 digits times a day: far inside int64
+  if (seconds < 1 || seconds > Membership::kMaxTokenLife.count())
+    throw badInput(option + " " + text + ": a join token lives 1s to " +
+                   std::to_string(Membership::kMaxTokenLife.count() / 86'400) + "d");
+  return std::chrono::seconds(seconds);
+}
+
+int createNodeToken(const Command& c) {
+  std::chrono::seconds life{3600};
+  for (size_t i = 1; i < c.args.size(); ++i) {
+    if (c.args[i] == "--expires" && i + 1 < c.args.size())
+      life = tokenLife("--expires", c.args[++i]);
+    else
+      throw badInput("node-token create: unexpected '" + common::printable(c.args[i]) +
+                     "' (it takes [--expires DURATION])");
+  }
+  const JoinTokenMade t = c.pool().createJoinToken(life);
+  if (c.json) {
+    std::cout << json{{"token", t.token}, {"id", t.id}, {"expires", t.expires}}.dump() << "\n";
+    return 0;
+  }
+  // The token alone on stdout, for `$(poolctl node-token create)`; what it is on stderr.
+  std::cout << t.token << "\n";
+  std::cerr << "poolctl: join token " << t.id << ", good once until " << t.expires
+            << ": on the new node, poold-agent --pool " << c.uri << " --join TOKEN --token-file FILE\n";
+  return 0;
+}
+
+int listNodeTokens(const Command& c) {
+  if (c.args.size() != 1) throw badInput("node-token list takes no argument");
+  const NodeTokens all = c.pool().nodeTokens();
+  if (c.json) {
+    json tokens = json::array(), nodes = json::array();
+    for (const JoinTokenInfo& t : all.tokens)
+      tokens.push_back({{"id", t.id},
+                        {"created_by", t.created_by},
+                        {"created", t.created},
+                        {"expires", t.expires},
+                        {"state", t.state},
+                        {"node", t.node},
+                        {"used", t.used}});
+    for (const JoinedNode& n : all.nodes)
+      nodes.push_back({{"node", n.node},
+                       {"joined", n.joined},
+                       {"token", n.token},
+                       {"revoked_by", n.revoked_by},
+                       {"revoked", n.revoked}});
+    std::cout << json{{"tokens", tokens}, {"nodes", nodes}}.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "join tokens (" << all.tokens.size() << "):\n";
+  for (const JoinTokenInfo& t : all.tokens)
+    std::cout << "  " << t.id << "  " << t.state << "  made by " << t.created_by << " at " << t.created
+              << ", expires " << t.expires << (t.node.empty() ? "" : ", used by " + t.node + " at " + t.used)
+              << "\n";
+  std::cout << "joined nodes (" << all.nodes.size() << "):\n";
+  for (const JoinedNode& n : all.nodes)
+    std::cout << "  " << n.node << "  joined " << n.joined << " with token " << n.token
+              << (n.revoked_by.empty() ? "" : ", revoked by " + n.revoked_by + " at " + n.revoked) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+// node-token create [--expires DURATION] | list | revoke NODE.
+int nodeTokenCommand(const Command& c) {
+  const std::string what = c.args.empty() ? "" : c.args[0];
+  if (what == "create") return createNodeToken(c);
+  if (what == "list") return listNodeTokens(c);
+  if (what == "revoke") {
+    if (c.args.size() != 2) throw badInput("node-token revoke needs exactly one NODE");
+    const std::string& node = c.args[1];
+    common::checkNodeName(node);
+    c.pool().revokeNode(node);
+    if (c.json)
+      std::cout << json{{"revoked", node}}.dump() << "\n";
+    else
+      std::cout << node << ": credential revoked; the node's next request is refused\n";
+    return 0;
+  }
+  throw badInput("node-token needs create, list or revoke (see poolctl help node-token)");
 }
 
 }  // namespace poolrun::pool::ctl

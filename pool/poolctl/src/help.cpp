@@ -26,6 +26,8 @@ const char* const kUsage =
     "  fail NODE:GPU | NODE                (admin) mark a GPU, or every GPU of a node, failed\n"
     "  mig NODE:GPU --profiles P,P... [--wait SECONDS]\n"
     "                                      (admin) split a GPU into MIG instances (docs/mig.md)\n"
+    "  node-token create [--expires DURATION] | list | revoke NODE\n"
+    "                                      (admin) one-time join tokens for new nodes' agents\n"
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE, http://HOST:PORT or\n"
@@ -155,6 +157,15 @@ const std::map<std::string, const char*> kHelp = {
      "layout that cannot be made fails the GPU with the reason (poolctl nodes; poolctl resume NODE).\n"
      "  --wait SECONDS   wait that long for the layout to be made, and say how it went (exit status\n"
      "                   1 when it failed or the time ran out; the request stays)\n"},
+    {"node-token",
+     "usage: poolctl --pool URI node-token create [--expires DURATION]\n"
+     "       poolctl --pool URI [--json] node-token list\n"
+     "       poolctl --pool URI node-token revoke NODE\n"
+     "(admin) Nodes that join (docs/pool.md). create: prints a one-time join token (alone on stdout;\n"
+     "what it is on stderr) that `poold-agent --join TOKEN` on a new node exchanges, once, for a\n"
+     "credential of its own; it expires after DURATION (90s, 30m, 1h, 7d; default 1h, at most 30d).\n"
+     "list: the tokens poold keeps (never the tokens themselves) and the nodes that joined. revoke:\n"
+     "the node's credential is refused from its next request on; to join it again, make a new token.\n"},
     {"fail",
      "usage: poolctl [--pool URI] fail NODE:GPU | NODE\n"
      "(admin) Marks GPU (its index) of NODE failed, or every GPU of NODE: leased no more until\n"

@@ -69,6 +69,8 @@ int registerCommand(const Command& c);
 int drainOrResumeCommand(const Command& c);
 int failCommand(const Command& c);
 int migCommand(const Command& c);
+// node-token create [--expires DURATION] | list | revoke NODE.
+int nodeTokenCommand(const Command& c);
 
 // events.cpp: poold's event log.
 int eventsCommand(const Command& c);

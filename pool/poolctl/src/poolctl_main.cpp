@@ -34,6 +34,7 @@ const std::map<std::string, int (*)(const Command&)>& commands() {
                                                                     {"acquire", acquireCommand},
                                                                     {"top", topCommandOf},
                                                                     {"mig", migCommand},
+                                                                    {"node-token", nodeTokenCommand},
                                                                     {"events", eventsCommand}};
   return table;
 }

@@ -12,6 +12,11 @@
 
 namespace poolrun::pool {
 
+bool isSecretOf(std::string_view prefix, std::string_view text) {
+  return text.size() == prefix.size() + 64 && text.starts_with(prefix) &&
+         text.substr(prefix.size()).find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 using nlohmann::json;
 using namespace json_read;
 

@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "poolrun/common/names.hpp"
+#include "poolrun/common/time_text.hpp"
+#include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/service.hpp"
 #include "server_core.hpp"
 
@@ -83,10 +85,10 @@ HttpReply ServerCore::replyTo(const Route& r, Context& c) {
 
 // A scrape of /metrics from an allowed address or with the scrape token is nobody (an empty
 // owner). A refused token is never echoed, not even in part.
-Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
+std::optional<Caller> ServerCore::authenticate(const HttpRequest& req, const Route& r, bool networkThread) {
   const bool scrape = r.label == "/metrics";
   if (scrape && metrics_access->allowsPeer(req.peer)) {
-    if (metrics_access->allowsHost(req.host)) return {};
+    if (metrics_access->allowsHost(req.host)) return Caller{};
     if (req.authorization.empty()) throw HttpError("forbidden", hostNotPooldMessage(req.host));
   }
   if (req.authorization == kMungeSameConnection) {
@@ -114,7 +116,13 @@ Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
     throw HttpError("unauthorized", std::string("no bearer token (send `Authorization: Bearer TOKEN`") +
                                         (munge_users ? ", or a MUNGE credential)" : ")"));
   std::string token = req.authorization.substr(prefix.size());
-  if (std::optional<Caller> who = tokens->find(token)) {
+  std::optional<Caller> who = tokens->find(token);
+  if (!who) {
+    bool busy = false;
+    who = nodeOfCredential(token, networkThread, busy);
+    if (busy) return std::nullopt;
+  }
+  if (who) {
     // With client certificates asked for (--tls-client-ca), a node's token alone is not enough: it
     // must come over a connection whose verified certificate names that node.
     if (who->node && !who->admin && !opt.tls_client_ca_file.empty() &&
@@ -126,13 +134,46 @@ Caller ServerCore::authenticate(const HttpRequest& req, const Route& r) {
               (req.client_names.empty() ? std::string("none")
                                         : "one for " + common::printable(req.client_names.front())) +
               ": give poold-agent --tls-cert FILE --tls-key FILE");
-    return *who;
+    return who;
   }
   if (metrics_access->isScrapeToken(token)) {
-    if (scrape) return {};
+    if (scrape) return Caller{};
     throw HttpError("forbidden", "the scrape token (poold --metrics-token-file) may read /metrics only");
   }
-  throw HttpError("unauthorized", "the token sent is not in poold's token file");
+  throw HttpError("unauthorized",
+                  "the token sent is not in poold's token file, nor a node credential of this pool");
+}
+
+std::optional<Caller> ServerCore::nodeOfCredential(const std::string& token, bool networkThread, bool& busy) {
+  if (!isSecretOf(kNodeCredentialPrefix, token)) return std::nullopt;
+  const std::string hash = secretHash(token);
+  auto look = [&hash](const PoolState& s) -> std::optional<NodeCredential> {
+    const NodeCredential* c = s.membership().credentialOf(hash);
+    return c ? std::optional<NodeCredential>(*c) : std::nullopt;
+  };
+  std::optional<NodeCredential> found;
+  if (networkThread) {
+    auto tried = pool->tryRead(look);
+    if (!tried) {
+      busy = true;
+      return std::nullopt;
+    }
+    found = std::move(*tried);
+  } else {
+    found = pool->read(look);
+  }
+  if (!found) return std::nullopt;
+  if (!found->revoked_by.empty())
+    throw HttpError("unauthorized",
+                    "the credential of node " + found->node + " was revoked by " + found->revoked_by +
+                        " at " + common::rfc3339(found->revoked) +
+                        ": the node is cut off. To join it again, remove its token file "
+                        "and give poold-agent --join a new token (poolctl node-token create)");
+  Caller who;
+  who.owner = found->node;
+  who.node = true;
+  who.via = "credential";
+  return who;
 }
 
 // Whether the caller's role may call the route: a node's token its own node's agent routes only.
@@ -189,7 +230,9 @@ QuickAnswer ServerCore::answer(const HttpRequest& req, bool networkThread) {
       throw HttpError(
           "not_leader",
           "this poold replica no longer leads the pool (its etcd lease lapsed); retry on another");
-    Caller who = authenticate(req, *found);
+    std::optional<Caller> known = authenticate(req, *found, networkThread);
+    if (!known) return {};  // a node credential, and the state's lock is busy: a worker answers
+    const Caller& who = *known;
     authorize(who, *found, params);
     Context ctx{req, who, params};
     if (!networkThread) {

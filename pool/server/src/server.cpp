@@ -105,8 +105,8 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     s.setQuotas(std::move(quotas));
     return 0;
   });
-  for (const auto& table :
-       {statusRoutes(), nodeRoutes(), agentRoutes(), leaseRoutes(), queueRoutes(), eventRoutes()})
+  for (const auto& table : {statusRoutes(), nodeRoutes(), agentRoutes(), memberRoutes(), leaseRoutes(),
+                            queueRoutes(), eventRoutes()})
     for (const RouteSpec& spec : table) m.routes.emplace_back(spec);
   for (const ServerRoute& extra : m.opt.routes) m.routes.emplace_back(routeOf(extra));
 }

@@ -185,8 +185,12 @@ struct ServerCore {
   }
 
  private:
-  // Who sends the request (dispatch.cpp).
-  Caller authenticate(const HttpRequest& req, const Route& r);
+  // Who sends the request (dispatch.cpp); nullopt only on the network thread, where a node
+  // credential is to be looked up in the state and its lock is busy (a worker answers instead).
+  std::optional<Caller> authenticate(const HttpRequest& req, const Route& r, bool networkThread);
+  // The node whose credential (membership.hpp) `token` is; nullopt where none; as above on the
+  // network thread, `busy` set where the state's lock was.
+  std::optional<Caller> nodeOfCredential(const std::string& token, bool networkThread, bool& busy);
   void authorize(const Caller& who, const Route& r, const std::vector<std::string>& params) const;
   HttpReply replyTo(const Route& r, Context& c);
   HttpReply observed(const std::string& sent, const std::string& label, HttpReply reply,

@@ -103,4 +103,12 @@ std::optional<Caller> TokenStore::find(const std::string& token) {
   return it->second;
 }
 
+bool TokenStore::namesNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reload(false);
+  for (const auto& [token, who] : tokens_)
+    if (who.node && who.owner == node) return true;
+  return false;
+}
+
 }  // namespace poolrun::pool

@@ -40,6 +40,14 @@ std::string EtcdStore::where() const {
   return "etcd://" + client_->endpointsText() + " (prefix " + prefix_ + ")";
 }
 
+std::string EtcdStore::joinTokenKey(const std::string& hash) const {
+  return prefix_ + "/join_tokens/" + hash;
+}
+
+std::string EtcdStore::credentialKey(const std::string& node) const {
+  return prefix_ + "/credentials/" + node;
+}
+
 std::string EtcdStore::requestKey(const std::string& id) const {
   return prefix_ + "/requests/" + id;
 }
@@ -99,12 +107,34 @@ PoolNode EtcdStore::nodeFromKey(const EtcdKeyValue& kv, const std::map<std::stri
   return n;
 }
 
+void EtcdStore::loadMembership(PoolState& state, const std::vector<const EtcdKeyValue*>& join_tokens,
+                               const std::vector<const EtcdKeyValue*>& credentials) {
+  for (const EtcdKeyValue* kv : join_tokens) {
+    try {
+      JoinToken t = joinTokenFromDoc(json::parse(kv->value));
+      if (kv->key != joinTokenKey(t.hash)) throw std::runtime_error("it holds another token's hash");
+      state.loadJoinToken(std::move(t));
+    } catch (const std::exception& e) {
+      throw damaged(kv->key, e.what());
+    }
+  }
+  for (const EtcdKeyValue* kv : credentials) {
+    try {
+      NodeCredential c = credentialFromDoc(json::parse(kv->value));
+      if (kv->key != credentialKey(c.node)) throw std::runtime_error("it holds another node's credential");
+      state.loadCredential(std::move(c));
+    } catch (const std::exception& e) {
+      throw damaged(kv->key, e.what());
+    }
+  }
+}
+
 void EtcdStore::load(PoolState& state) {
   const std::string dir = prefix_ + "/";
   int64_t revision = 0;
   std::vector<EtcdKeyValue> kvs = client_->range(dir, EtcdClient::prefixEnd(dir), &revision);
   std::map<std::string, std::string> topologies;  // hash -> doc
-  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests;
+  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests, join_tokens, credentials;
   const EtcdKeyValue* counters = nullptr;
   const EtcdKeyValue* generation = nullptr;
   for (const EtcdKeyValue& kv : kvs) {
@@ -119,6 +149,10 @@ void EtcdStore::load(PoolState& state) {
       queue.push_back(&kv);
     else if (rel.starts_with("requests/"))
       requests.push_back(&kv);
+    else if (rel.starts_with("join_tokens/"))
+      join_tokens.push_back(&kv);
+    else if (rel.starts_with("credentials/"))
+      credentials.push_back(&kv);
     else if (rel == "counters")
       counters = &kv;
     else if (rel == "generation")
@@ -161,6 +195,7 @@ void EtcdStore::load(PoolState& state) {
       throw damaged(kv->key, e.what());
     }
   }
+  loadMembership(state, join_tokens, credentials);
   uint64_t granted = 0;
   int64_t next = 1;
   if (counters) {
@@ -242,6 +277,16 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
   for (const std::string& id : dirty.requests) {
     const RememberedRequest* r = state.rememberedRequest(id);
     ops_[requestKey(id)] = r ? std::optional<std::string>(requestDoc(*r).dump()) : std::nullopt;
+  }
+  for (const std::string& hash : dirty.join_tokens) {
+    auto it = state.membership().tokens().find(hash);
+    ops_[joinTokenKey(hash)] = it == state.membership().tokens().end()
+                                   ? std::nullopt
+                                   : std::optional<std::string>(joinTokenDoc(it->second).dump());
+  }
+  for (const std::string& node : dirty.credentials) {
+    const NodeCredential* c = state.membership().credentialFor(node);
+    ops_[credentialKey(node)] = c ? std::optional<std::string>(credentialDoc(*c).dump()) : std::nullopt;
   }
   if (dirty.counters)
     ops_[prefix_ + "/counters"] =

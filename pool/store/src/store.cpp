@@ -31,7 +31,8 @@ using nlohmann::json;
 
 // Stored in the file's user_version once kSchema has been applied; raise it with every change.
 // 2: nodes.health (the agent's version, why GPUs failed, accepted ECC counts).
-constexpr int64_t kSchemaVersion = 2;
+// 3: join_tokens and node_credentials (nodes that join: membership.hpp).
+constexpr int64_t kSchemaVersion = 3;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topologies(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -45,6 +46,8 @@ CREATE TABLE IF NOT EXISTS lease_gpus(node TEXT NOT NULL, idx INTEGER NOT NULL, 
 CREATE INDEX IF NOT EXISTS lease_gpus_by_lease ON lease_gpus(lease);
 CREATE TABLE IF NOT EXISTS queue(ticket INTEGER PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS join_tokens(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS node_credentials(node TEXT PRIMARY KEY, doc TEXT NOT NULL);
 )sql";
 
 // FILE.generation: one line of fixed length, rewritten in place with one pwrite (which a crash of
@@ -518,6 +521,7 @@ void Store::load(PoolState& state) {
   loadLeases(state);
   loadQueue(state);
   loadRequests(state);
+  loadMembership(state);
   loadCounters(state);
   state.takeDirty();
 }
@@ -633,6 +637,37 @@ void Store::loadRequests(PoolState& state) {
   }
 }
 
+void Store::loadMembership(PoolState& state) {
+  {
+    sqlite3_stmt* st = prepare("SELECT hash, doc FROM join_tokens");
+    Step s(db_.get(), st);
+    while (s.row()) {
+      const std::string hash = text(st, 0);
+      try {
+        JoinToken t = joinTokenFromDoc(json::parse(text(st, 1)));
+        if (t.hash != hash) throw std::runtime_error("it names another hash");
+        state.loadJoinToken(std::move(t));
+      } catch (const std::exception& e) {
+        throw refusal(file_, "join token " + common::printable(hash.substr(0, 12)) +
+                                 ": its stored document is broken (" + e.what() + ")");
+      }
+    }
+  }
+  sqlite3_stmt* st = prepare("SELECT node, doc FROM node_credentials");
+  Step s(db_.get(), st);
+  while (s.row()) {
+    const std::string node = text(st, 0);
+    try {
+      NodeCredential c = credentialFromDoc(json::parse(text(st, 1)));
+      if (c.node != node) throw std::runtime_error("it names node '" + common::printable(c.node) + "'");
+      state.loadCredential(std::move(c));
+    } catch (const std::exception& e) {
+      throw refusal(file_, "the credential of node " + common::printable(node) +
+                               ": its stored document is broken (" + e.what() + ")");
+    }
+  }
+}
+
 void Store::loadCounters(PoolState& state) {
   uint64_t granted = 0;
   int64_t next = 1;
@@ -646,6 +681,30 @@ void Store::loadCounters(PoolState& state) {
     }
   }
   state.loadCounters(granted, next);
+}
+
+void Store::writeMembership(const PoolState& state, const Dirty& dirty) {
+  const Membership& members = state.membership();
+  for (const std::string& hash : dirty.join_tokens) {
+    auto it = members.tokens().find(hash);
+    if (it == members.tokens().end())
+      Step(db_.get(), prepare("DELETE FROM join_tokens WHERE hash = ?")).bind(hash).run();
+    else
+      Step(db_.get(), prepare("INSERT OR REPLACE INTO join_tokens(hash, doc) VALUES(?, ?)"))
+          .bind(hash)
+          .bind(joinTokenDoc(it->second).dump())
+          .run();
+  }
+  for (const std::string& node : dirty.credentials) {
+    const NodeCredential* c = members.credentialFor(node);
+    if (c == nullptr)
+      Step(db_.get(), prepare("DELETE FROM node_credentials WHERE node = ?")).bind(node).run();
+    else
+      Step(db_.get(), prepare("INSERT OR REPLACE INTO node_credentials(node, doc) VALUES(?, ?)"))
+          .bind(node)
+          .bind(credentialDoc(*c).dump())
+          .run();
+  }
 }
 
 void Store::write(const PoolState& state, const Dirty& dirty) {
@@ -720,6 +779,7 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
         .bind(requestDoc(*r).dump())
         .run();
   }
+  writeMembership(state, dirty);
   if (dirty.counters) {
     Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leases_granted', ?)"))
         .bind(static_cast<int64_t>(state.leasesGranted()))

@@ -45,6 +45,51 @@ RememberedRequest requestFromDoc(const json& doc) {
   return r;
 }
 
+json joinTokenDoc(const JoinToken& t) {
+  json doc = {{"hash", t.hash},
+              {"created_by", t.created_by},
+              {"created_ms", toMillis(t.created)},
+              {"expires_ms", toMillis(t.expires)}};
+  if (!t.node.empty()) {
+    doc["node"] = t.node;
+    doc["credential"] = t.credential;
+    doc["used_ms"] = toMillis(t.used);
+  }
+  return doc;
+}
+
+JoinToken joinTokenFromDoc(const json& doc) {
+  JoinToken t;
+  t.hash = doc.at("hash").get<std::string>();
+  t.created_by = doc.at("created_by").get<std::string>();
+  t.created = fromMillis(doc.at("created_ms").get<int64_t>());
+  t.expires = fromMillis(doc.at("expires_ms").get<int64_t>());
+  t.node = doc.value("node", "");
+  t.credential = doc.value("credential", "");
+  t.used = fromMillis(doc.value("used_ms", int64_t{0}));
+  return t;
+}
+
+json credentialDoc(const NodeCredential& c) {
+  json doc = {{"node", c.node}, {"hash", c.hash}, {"token", c.token}, {"joined_ms", toMillis(c.joined)}};
+  if (!c.revoked_by.empty()) {
+    doc["revoked_by"] = c.revoked_by;
+    doc["revoked_ms"] = toMillis(c.revoked);
+  }
+  return doc;
+}
+
+NodeCredential credentialFromDoc(const json& doc) {
+  NodeCredential c;
+  c.node = doc.at("node").get<std::string>();
+  c.hash = doc.at("hash").get<std::string>();
+  c.token = doc.at("token").get<std::string>();
+  c.joined = fromMillis(doc.at("joined_ms").get<int64_t>());
+  c.revoked_by = doc.value("revoked_by", "");
+  c.revoked = fromMillis(doc.value("revoked_ms", int64_t{0}));
+  return c;
+}
+
 json queueDoc(const QueueEntry& e) {
   const char* status = e.status == QueueEntry::Status::kWaiting   ? "waiting"
                        : e.status == QueueEntry::Status::kGranted ? "granted"

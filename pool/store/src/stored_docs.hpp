@@ -23,4 +23,12 @@ QueueEntry queueFromDoc(const nlohmann::json& doc);
 nlohmann::json requestDoc(const RememberedRequest& r);
 RememberedRequest requestFromDoc(const nlohmann::json& doc);
 
+// A join token (membership.hpp): {"hash", "created_by", "created_ms", "expires_ms"} and, once used,
+// {"node", "credential", "used_ms"}. A node credential: {"node", "hash", "token", "joined_ms"} and,
+// once revoked, {"revoked_by", "revoked_ms"}. Only hashes: never a token or credential itself.
+nlohmann::json joinTokenDoc(const JoinToken& t);
+JoinToken joinTokenFromDoc(const nlohmann::json& doc);
+nlohmann::json credentialDoc(const NodeCredential& c);
+NodeCredential credentialFromDoc(const nlohmann::json& doc);
+
 }  // namespace poolrun::pool

@@ -179,6 +179,11 @@ TEST(EtcdStoreTest, WritesThePoolAndLoadsItBack) {
   const std::string p = uniquePrefix("store");
   PoolState state;
   auto [a, b] = seed(state);
+  // Nodes that join: a token used by n01, one unused, n01's credential revoked.
+  const std::string ha(64, 'a'), hb(64, 'b'), h1(64, '1');
+  state.addJoinToken(ha, "root", test::t0(), std::chrono::hours(1));
+  state.addJoinToken(hb, "root", test::t0(), std::chrono::hours(2));
+  state.joinNode(ha, "n01", h1, test::t0());
   EtcdStore store(etcd, p, {});
   PoolState empty;
   store.load(empty);
@@ -188,6 +193,7 @@ TEST(EtcdStoreTest, WritesThePoolAndLoadsItBack) {
   store.commit();
   EXPECT_EQ(store.generation(), 1u);
   ASSERT_TRUE(state.release(a, "alice", false, test::t0()));
+  state.revokeNode("n01", "root", test::t0());
   store.begin();
   store.write(state, state.takeDirty());
   store.commit();
@@ -195,6 +201,9 @@ TEST(EtcdStoreTest, WritesThePoolAndLoadsItBack) {
   PoolState loaded;
   again.load(loaded);
   EXPECT_EQ(describe(loaded), describe(state));
+  EXPECT_EQ(loaded.membership().tokens(), state.membership().tokens());
+  EXPECT_EQ(loaded.membership().credentials(), state.membership().credentials());
+  EXPECT_EQ(loaded.membership().credentialFor("n01")->revoked_by, "root");
   EXPECT_EQ(again.generation(), 2u);
   EXPECT_EQ(etcd->range(p + "/leases/" + a).size(), 0u) << "a released lease's key is deleted";
   EXPECT_EQ(etcd->range(p + "/leases/" + b).size(), 1u);

@@ -1,7 +1,7 @@
 #pragma once
 
 // poold-agent's command line:
-//   poold-agent --pool URI --token-file FILE [--ca FILE] [--tls-cert FILE --tls-key FILE]
+//   poold-agent --pool URI --token-file FILE [--join TOKEN] [--ca FILE] [--tls-cert FILE --tls-key FILE]
 //               [--node NAME] [--interval SECONDS]
 //               [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]
 //               [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label K=V]...
@@ -22,13 +22,18 @@ namespace poolrun::agent {
 
 inline constexpr pool::Range<int64_t> kIntervalRange{1, 3600};  // --interval, as poold reads it
 
+// Where a node that joins keeps its credential unless --token-file names another file (the unit's
+// StateDirectory).
+inline constexpr const char* kJoinedTokenFile = "/var/lib/poold-agent/node.token";
+
 struct AgentOptions {
-  std::string pool;  // http://HOST:PORT
-  std::filesystem::path token_file;
-  std::filesystem::path ca_file;    // https: --ca, else $POOLRUN_CA; empty: the system's CAs
-  std::filesystem::path cert_file;  // https: --tls-cert, the node's client certificate
-  std::filesystem::path key_file;   // --tls-key
-  std::string node;                 // empty: the host name
+  std::string pool;                  // http://HOST:PORT
+  std::filesystem::path token_file;  // with --join and none given: kJoinedTokenFile
+  std::string join;                  // --join: a one-time join token (poolctl node-token create)
+  std::filesystem::path ca_file;     // https: --ca, else $POOLRUN_CA; empty: the system's CAs
+  std::filesystem::path cert_file;   // https: --tls-cert, the node's client certificate
+  std::filesystem::path key_file;    // --tls-key
+  std::string node;                  // empty: the host name
   std::chrono::seconds interval{5};
   std::filesystem::path from;        // empty: probe this machine
   std::filesystem::path sysfs_root;  // empty: /sys

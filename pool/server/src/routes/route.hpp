@@ -64,6 +64,9 @@ struct Context {
   int64_t query(const char* name, int64_t fallback, int64_t min, int64_t max) const;
 };
 
+// The SHA-256 of a join token or node credential in hex: all poold keeps of them (members.cpp).
+std::string secretHash(std::string_view secret);
+
 // Who did an administrator's action, for its event (the audit trail): {"by": OWNER, "auth": "token"
 // or "munge", "from": the client's address}.
 nlohmann::json auditOf(const Context& c);

@@ -15,5 +15,6 @@ std::vector<RouteSpec> agentRoutes();  // agents.cpp: a node agent's register an
 std::vector<RouteSpec> leaseRoutes();  // leases.cpp: /v1/leases...
 std::vector<RouteSpec> queueRoutes();  // queue.cpp: /v1/queue...
 std::vector<RouteSpec> eventRoutes();  // events.cpp: /v1/events
+std::vector<RouteSpec> memberRoutes();  // members.cpp: join tokens, a node's join, revocation
 
 }  // namespace poolrun::pool

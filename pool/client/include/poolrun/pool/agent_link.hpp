@@ -28,4 +28,12 @@ class AgentLink {
 std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const ClientOptions& options);
 std::unique_ptr<AgentLink> openAgentLink(const std::string& uri, const std::string& token);
 
+// A node's join (agent_protocol.hpp): join token `token` and the node's own `credential`, sent to the
+// poold at `uri` for node `node`, with no token of the pool's. True for a new join; false where poold
+// had taken this one already (the same token, node and credential: the first reply was lost). Errors
+// as AgentLink's: kIo where poold cannot be reached (try again), PoolError kForbidden for a refused
+// join (poold's message says why and what to do), kBadInput.
+bool joinPool(const std::string& uri, const ClientOptions& options, const std::string& node,
+              const std::string& token, const std::string& credential);
+
 }  // namespace poolrun::pool

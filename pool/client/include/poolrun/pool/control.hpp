@@ -3,6 +3,7 @@
 // What people and scripts see of a pool beyond leasing (poolctl): the inventory, the leases, the
 // queue, and the administrator's commands. Every pool kind implements it.
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,27 @@
 #include "poolrun/pool/types.hpp"
 
 namespace poolrun::pool {
+
+// Nodes that join (docs/pool.md): a join token as poold made it (the token is shown this once), the
+// tokens it keeps and the nodes that joined, times as RFC 3339 text.
+struct JoinTokenMade {
+  std::string token;
+  std::string id;  // what `poolctl node-token list` names it by
+  std::string expires;
+};
+struct JoinTokenInfo {
+  std::string id, created_by, created, expires;
+  std::string state;       // "unused", "used" or "expired"
+  std::string node, used;  // used: by which node, when
+};
+struct JoinedNode {
+  std::string node, joined, token;  // token: the id of the join token it used
+  std::string revoked_by, revoked;  // empty while its credential is good
+};
+struct NodeTokens {
+  std::vector<JoinTokenInfo> tokens;
+  std::vector<JoinedNode> nodes;
+};
 
 class PoolControl : public PoolClient {
  public:
@@ -33,6 +55,11 @@ class PoolControl : public PoolClient {
                             const std::vector<std::string>& profiles) = 0;
   // The replicas and etcd's health; nullopt for a pool of one server (SQLite, the embedded pools).
   virtual std::optional<PoolReplicas> replicas() { return std::nullopt; }
+  // Nodes that join (a poold's; other pools throw kBadInput): a one-time join token living `life`,
+  // the tokens and joined nodes, and a node's credential revoked (its next request is refused).
+  virtual JoinTokenMade createJoinToken(std::chrono::seconds life);
+  virtual NodeTokens nodeTokens();
+  virtual void revokeNode(const std::string& node);
 };
 
 }  // namespace poolrun::pool

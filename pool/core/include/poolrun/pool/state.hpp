@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "poolrun/pool/membership.hpp"
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/types.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -132,15 +133,18 @@ struct QueueEntry {
 
 // What PoolState changed since the last takeDirty(): the rows a store must write.
 struct Dirty {
-  std::set<std::string> nodes;       // upsert, or delete where gone
-  std::set<std::string> leases;      // upsert, or delete where gone
-  std::set<std::string> new_leases;  // their GPUs must be inserted (a subset of `leases`)
-  std::set<std::string> resized;     // their GPUs must be written again (a subset of `leases`)
-  std::set<int64_t> queue;           // upsert, or delete where gone
-  std::set<std::string> requests;    // remembered acquire request ids: upsert, or delete where gone
+  std::set<std::string> nodes;        // upsert, or delete where gone
+  std::set<std::string> leases;       // upsert, or delete where gone
+  std::set<std::string> new_leases;   // their GPUs must be inserted (a subset of `leases`)
+  std::set<std::string> resized;      // their GPUs must be written again (a subset of `leases`)
+  std::set<int64_t> queue;            // upsert, or delete where gone
+  std::set<std::string> requests;     // remembered acquire request ids: upsert, or delete where gone
+  std::set<std::string> join_tokens;  // by hash (membership.hpp): upsert, or delete where gone
+  std::set<std::string> credentials;  // node credentials, by node: upsert, or delete where gone
   bool counters = false;
   bool empty() const {
-    return nodes.empty() && leases.empty() && queue.empty() && requests.empty() && !counters;
+    return nodes.empty() && leases.empty() && queue.empty() && requests.empty() && join_tokens.empty() &&
+           credentials.empty() && !counters;
   }
   void merge(const Dirty& other);
 };
@@ -338,12 +342,28 @@ class PoolState {
   void rememberRequest(const std::string& id, RememberedRequest request);
   const std::map<std::string, RememberedRequest>& requestMap() const { return requests_; }
 
+  // --- nodes that join (membership.hpp): its rules, each change marked dirty.
+  const Membership& membership() const { return members_; }
+  const JoinToken& addJoinToken(const std::string& hash, const std::string& created_by, TimePoint now,
+                                std::chrono::seconds life) {
+    return members_.addToken(hash, created_by, now, life, dirty_);
+  }
+  bool joinNode(const std::string& tokenHash, const std::string& node, const std::string& credentialHash,
+                TimePoint now) {
+    return members_.join(tokenHash, node, credentialHash, now, dirty_);
+  }
+  const NodeCredential& revokeNode(const std::string& node, const std::string& by, TimePoint now) {
+    return members_.revoke(node, by, now, dirty_);
+  }
+
   // --- persistence: stores load rows with these and write what takeDirty() names.
   void loadNode(PoolNode node);
   void loadLease(Lease lease);  // throws kInternal if a GPU is already held (never leased twice)
   void loadQueueEntry(QueueEntry entry);
   void loadCounters(uint64_t leases_granted, int64_t next_ticket);
   void loadRequest(const std::string& id, RememberedRequest request);
+  void loadJoinToken(JoinToken token) { members_.loadToken(std::move(token)); }
+  void loadCredential(NodeCredential credential) { members_.loadCredential(std::move(credential)); }
   Dirty takeDirty();
   void clear();
 
@@ -513,6 +533,7 @@ class PoolState {
   int64_t next_ticket_ = 1;
   int64_t next_order_ = 0;
   Dirty dirty_;
+  Membership members_;
   std::vector<double> wait_seconds_;
   std::vector<LeaseEvent> lease_events_;
   std::vector<NodeEvent> node_events_;

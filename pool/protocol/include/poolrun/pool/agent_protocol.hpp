@@ -6,6 +6,11 @@
 //
 //   POST /v1/nodes/NAME/register   poolrun.node-registration/1   -> {"registered": NAME, ...}
 //   POST /v1/nodes/NAME/heartbeat  poolrun.heartbeat/1           -> poolrun.heartbeat-reply/1
+//   POST /v1/nodes/NAME/join       {"token": JOIN TOKEN, "credential": CREDENTIAL} -> {"joined": NAME}
+//
+// A node that joins (docs/pool.md, "Nodes that join") sends a join token an administrator made
+// (`poolctl node-token create`) with a credential it made itself, once; poold keeps the credential's
+// SHA-256, and the credential is then the node's token (of role node) until it is revoked.
 //
 // A token of role `node` may send both for the node its token file names (the OWNER column), and
 // nothing else; an administrator's token may send them for any node. Readers are strict, as for
@@ -20,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "poolrun/pool/limits.hpp"
@@ -30,6 +36,12 @@ namespace poolrun::pool {
 inline constexpr const char* kRegistrationSchema = "poolrun.node-registration/1";
 inline constexpr const char* kHeartbeatSchema = "poolrun.heartbeat/1";
 inline constexpr const char* kHeartbeatReplySchema = "poolrun.heartbeat-reply/1";
+
+// A join token is kJoinTokenPrefix and 64 hex digits; a node credential kNodeCredentialPrefix and 64.
+inline constexpr std::string_view kJoinTokenPrefix = "pj-";
+inline constexpr std::string_view kNodeCredentialPrefix = "pn-";
+// Whether `text` is `prefix` and 64 lower-case hex digits.
+bool isSecretOf(std::string_view prefix, std::string_view text);
 
 nlohmann::json toJson(const NodeRegistration& registration);
 NodeRegistration nodeRegistrationFromJson(const nlohmann::json& doc);

@@ -72,6 +72,14 @@ class CommittedState {
     return fn(static_cast<const PoolState&>(state_));
   }
 
+  // As read, but only where the state's lock is free now: nullopt (fn not run) where it is not.
+  template <typename F>
+  auto tryRead(F&& fn) const -> std::optional<decltype(fn(std::declval<const PoolState&>()))> {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return std::nullopt;
+    return fn(static_cast<const PoolState&>(state_));
+  }
+
   // A long poll: fn(PoolState&, TimePoint now) returns a value when it has an answer, nullopt to
   // wait for the next change; past `deadline` (or after wakeAll()) fn is called once more with
   // `last` true and must answer. The answer is returned once committed (a poll is a sign of life).

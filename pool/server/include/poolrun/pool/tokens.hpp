@@ -32,6 +32,9 @@ class TokenStore {
   // (common::FileWatch: seen unchanged for kFileSettleTime, or written kFileTrustedAge ago).
   std::optional<Caller> find(const std::string& token);
 
+  // Whether a line of the file is a token of role node for `node` (such a node joins no more).
+  bool namesNode(const std::string& node);
+
   static constexpr std::chrono::milliseconds kLookEvery{25};
 
  private:

@@ -80,6 +80,10 @@ class EtcdStore final : public StateStore {
   std::string nodeKey(const std::string& name) const { return prefix_ + "/nodes/" + name; }
   std::string leaseKey(const std::string& id) const { return prefix_ + "/leases/" + id; }
   std::string queueKey(int64_t ticket) const;
+  void loadMembership(PoolState& state, const std::vector<const EtcdKeyValue*>& join_tokens,
+                      const std::vector<const EtcdKeyValue*>& credentials);
+  std::string joinTokenKey(const std::string& hash) const;
+  std::string credentialKey(const std::string& node) const;
   std::string requestKey(const std::string& id) const;  // an acquire's "OWNER/REQUEST_ID"
   void commitBatch(std::vector<EtcdOp> success);        // one transaction, fenced
 

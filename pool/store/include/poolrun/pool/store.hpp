@@ -95,6 +95,8 @@ class Store final : public StateStore {
   void loadLeases(PoolState& state);
   void loadQueue(PoolState& state);
   void loadRequests(PoolState& state);
+  void loadMembership(PoolState& state);
+  void writeMembership(const PoolState& state, const Dirty& dirty);
   void loadCounters(PoolState& state);
 
   std::filesystem::path file_;
