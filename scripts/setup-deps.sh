@@ -15,7 +15,7 @@ packages=(
   clang libclang-rt-14-dev clang-format
   graphviz
   slurm-wlm munge libmunge-dev
-  libssl-dev openssl
+  libssl-dev openssl dpkg-dev
   prometheus
   python3-torch
   chromium chromium-driver python3-selenium nodejs
