@@ -163,4 +163,50 @@ Quotas readQuotasFile(const std::filesystem::path& file) {
   return parseQuotas(common::readRegularFile(file, kQuotasFileLimit, "quotas file"), file.string());
 }
 
+namespace {
+
+std::string limitText(const std::optional<int>& limit) {
+  return limit ? std::to_string(*limit) : "none";
+}
+
+std::string membersText(const std::vector<std::string>& members) {
+  std::string out;
+  for (const std::string& m : members) out += (out.empty() ? "" : ",") + m;
+  return out.empty() ? "none" : out;
+}
+
+std::string quotaName(const Quota& q) {
+  return q.kind == Quota::Kind::kDefault ? "default" : toString(q.kind) + " " + q.name;
+}
+
+}  // namespace
+
+std::vector<std::string> quotaChanges(const Quotas& before, const Quotas& after) {
+  std::map<std::string, const Quota*> old, now;
+  for (const Quota& q : before.entries) old[quotaName(q)] = &q;
+  for (const Quota& q : after.entries) now[quotaName(q)] = &q;
+  std::vector<std::string> out;
+  for (const auto& [name, q] : now) {
+    auto it = old.find(name);
+    if (it == old.end()) {
+      out.push_back(name + " added: guaranteed " + std::to_string(q->guaranteed) + ", limit " +
+                    limitText(q->limit) +
+                    (q->kind == Quota::Kind::kGroup ? ", members " + membersText(q->members) : ""));
+      continue;
+    }
+    const Quota& o = *it->second;
+    std::string what;
+    auto add = [&what](const std::string& field, const std::string& from, const std::string& to) {
+      if (from != to) what += (what.empty() ? "" : ", ") + field + " " + from + " -> " + to;
+    };
+    add("guaranteed", std::to_string(o.guaranteed), std::to_string(q->guaranteed));
+    add("limit", limitText(o.limit), limitText(q->limit));
+    add("members", membersText(o.members), membersText(q->members));
+    if (!what.empty()) out.push_back(name + ": " + what);
+  }
+  for (const auto& [name, q] : old)
+    if (!now.count(name)) out.push_back(name + " removed");
+  return out;
+}
+
 }  // namespace poolrun::pool

@@ -1,5 +1,6 @@
 #include "server_core.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -44,8 +45,17 @@ void ServerCore::reloadQuotas() {
     std::optional<Quotas> q =
         quotas_watch.readIfChanged(opt.quotas_file, [this] { return readQuotasFile(opt.quotas_file); });
     if (!q) return;  // unchanged, or being written: read it at a later tick
-    pool->mutate([&](PoolState& s, TimePoint now) {
+    // Who changed the quotas is whoever wrote the file: its owner, for the audit trail.
+    struct stat st {};
+    const std::string owner =
+        ::stat(opt.quotas_file.c_str(), &st) == 0 ? common::userText(st.st_uid) : std::string("unknown");
+    mutate([&](PoolState& s, TimePoint now) {
+      const std::vector<std::string> changes = quotaChanges(s.quotas(), *q);
       s.setQuotas(std::move(*q));
+      if (!changes.empty())
+        events->record(
+            "quotas_changed",
+            {{"file", opt.quotas_file.string()}, {"changes", changes}, {"by", owner}, {"auth", "file"}}, now);
       s.tick(now, opt.stale_after);
       return 0;
     });

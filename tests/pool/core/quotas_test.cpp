@@ -44,6 +44,25 @@ TEST(QuotasFile, ReadsGroupsOwnersAndTheDefault) {
   EXPECT_TRUE(parseQuotas("", "q").empty());
 }
 
+TEST(QuotasFile, ChangesAreSaidOneLineAQuota) {
+  const Quotas before = parseQuotas(
+      "group vision guaranteed=16 limit=64 members=alice,bob\nowner carol guaranteed=8\ndefault "
+      "guaranteed=0\n",
+      "q");
+  const Quotas after = parseQuotas(
+      "group vision guaranteed=32 limit=64 members=alice,bob,dave\nowner erin guaranteed=4 limit=8\n"
+      "default guaranteed=0 limit=4\n",
+      "q");
+  EXPECT_EQ(
+      quotaChanges(before, after),
+      (std::vector<std::string>{"default: limit none -> 4",
+                                "group vision: guaranteed 16 -> 32, members alice,bob -> alice,bob,dave",
+                                "owner erin added: guaranteed 4, limit 8", "owner carol removed"}));
+  EXPECT_TRUE(quotaChanges(after, after).empty());
+  EXPECT_EQ(quotaChanges(Quotas{}, parseQuotas("group g guaranteed=1 members=a\n", "q")),
+            std::vector<std::string>{"group g added: guaranteed 1, limit none, members a"});
+}
+
 TEST(QuotasFile, ABadLineIsNamedWithItsFileAndLine) {
   struct Case {
     const char* text;

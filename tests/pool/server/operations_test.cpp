@@ -312,6 +312,28 @@ TEST_F(Operations, CountersGpuSecondsBuildAndStartTime) {
   EXPECT_LE(*started, after + 1);
 }
 
+// The quotas are a file: a change to it is an event of the audit trail, naming the file's owner as
+// who made it and each quota's change.
+TEST_F(Operations, AChangeOfTheQuotasFileIsAnAuditEvent) {
+  const auto quotas = dir_.write("quotas", "group vision guaranteed=16 members=alice,bob\n");
+  start({"--quotas", quotas.string()});
+  dir_.write("quotas", "group vision guaranteed=32 members=alice,bob\nowner carol guaranteed=8\n");
+  json changed;
+  auto end = Steady::now() + 20s;
+  while (changed.is_null() && Steady::now() < end) {
+    const json all = events();
+    for (const json& e : all["events"])
+      if (e["kind"] == "quotas_changed") changed = e;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(changed.is_null()) << events().dump();
+  EXPECT_EQ(changed["by"], common::userText(geteuid()));  // the file's owner: who wrote it
+  EXPECT_EQ(changed["auth"], "file");
+  EXPECT_EQ(changed["file"], quotas.string());
+  EXPECT_EQ(changed["changes"],
+            json({"group vision: guaranteed 16 -> 32", "owner carol added: guaranteed 8, limit none"}));
+}
+
 TEST_F(Operations, MetricsPassPromtoolCheck) {
   if (test::runShell("command -v promtool").status != 0)
     GTEST_SKIP() << "promtool not found: install Debian's prometheus package (scripts/setup-deps.sh)";

@@ -52,6 +52,11 @@ struct Quotas {
 // The quotas of a file's text; throws poolrun::Error (kBadInput) naming FILE:LINE and what is
 // wrong (an unknown word, a number out of range, an owner in two groups, a quota named twice).
 Quotas parseQuotas(std::string_view text, const std::string& file);
+
+// What changed from `before` to `after`, one line per quota: "group ml added: guaranteed 64, limit
+// 96", "owner bob removed", "group ml: guaranteed 64 -> 96, limit none -> 128, members a,b -> a,b,c".
+// Empty where nothing did. For the audit trail (poold's event quotas_changed).
+std::vector<std::string> quotaChanges(const Quotas& before, const Quotas& after);
 // Reads and parses a quotas file (a regular file of at most 1 MiB).
 Quotas readQuotasFile(const std::filesystem::path& file);
 
