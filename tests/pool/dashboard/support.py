@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import ssl
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -146,9 +147,11 @@ class Poold:
     """poold on 127.0.0.1 with a token file: alice and bob users, root the administrator, and a
     node token per agent node."""
 
-    def __init__(self, procs, binary, workdir, nodes=(), extra=()):
+    def __init__(self, procs, binary, workdir, nodes=(), extra=(), ca=None):
         self.procs = procs
         self.workdir = workdir
+        # https: the API calls trust `ca` (a PEM file) and check poold's certificate against it.
+        self.ssl = ssl.create_default_context(cafile=ca) if ca else None
         lines = [f"{tok} {owner} {'admin' if owner == 'root' else 'user'}" for owner, tok in TOKENS.items()]
         lines += [f"tok-node-{n}-0123456789 {n} node" for n in nodes]
         self.tokens = os.path.join(workdir, "tokens")
@@ -174,7 +177,7 @@ class Poold:
         req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Authorization": "Bearer " + TOKENS[who]})
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=30, context=self.ssl) as r:
                 return r.status, json.loads(r.read() or b"null")
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
@@ -186,8 +189,9 @@ class Poold:
         return body
 
 
-def start_browser(procs, chromium, driver, workdir, width=1400, height=1000):
-    """A headless Chromium under a chromedriver on loopback that this script started."""
+def start_browser(procs, chromium, driver, workdir, width=1400, height=1000, extra=()):
+    """A headless Chromium under a chromedriver on loopback that this script started; `extra`: more
+    command-line switches of Chromium's."""
     from selenium import webdriver
     port = free_port()
     procs.start([driver, f"--port={port}", "--allowed-ips=127.0.0.1"], os.path.join(workdir, "chromedriver.log"))
@@ -202,7 +206,8 @@ def start_browser(procs, chromium, driver, workdir, width=1400, height=1000):
     options.binary_location = chromium
     for a in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               "--no-first-run", "--disable-extensions", "--disable-background-networking",
-              f"--window-size={width},{height}", f"--user-data-dir={os.path.join(workdir, 'chromium-profile')}"]:
+              f"--window-size={width},{height}", f"--user-data-dir={os.path.join(workdir, 'chromium-profile')}",
+              *extra]:
         options.add_argument(a)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Remote(command_executor=f"http://127.0.0.1:{port}", options=options)
