@@ -17,11 +17,20 @@
 // wake-up a heartbeat rather than two). The reply's arrival time is the kernel's receive time stamp
 // (SO_TIMESTAMPNS), so the latency is poold's, not the sender's sleep.
 //
+//
+// With --tls yes, poold serves HTTPS (a certificate of a test CA) and everything speaks TLS to it:
+// the clients through poolrun's TLS module, the senders through OpenSSL on their own connections
+// (one handshake each, then kept alive, as agents do); a reply's arrival is still the kernel's
+// time stamp of its first TLS record.
+//
 //   heartbeat_bench [--nodes 12500] [--interval 5] [--seconds 20] [--rounds 3] [--clients 16]
-//                   [--senders 16] [--held 0.9] [--sync normal|full]
+//                   [--senders 16] [--held 0.9] [--sync normal|full] [--tls no|yes]
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -53,6 +62,7 @@
 #include "support/loopback.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_pki.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -72,7 +82,20 @@ struct Options {
   int senders = 16;
   double held = 0.9;  // share of the nodes held by long leases (their GPUs run a process each)
   std::string sync = "normal";
+  bool tls = false;
 };
+
+// --tls yes: the CA the clients trust, and the senders' TLS context (trusting it too).
+std::string g_ca;
+SSL_CTX* g_tls = nullptr;
+
+// What the clients are opened with: the token, and the CA under --tls.
+ClientOptions clientOptions(const std::string& token) {
+  ClientOptions co;
+  co.token = token;
+  co.ca_file = g_ca;
+  return co;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -100,6 +123,8 @@ Options parse(int argc, char** argv) {
       o.held = std::stod(v);
     else if (a == "--sync")
       o.sync = v;
+    else if (a == "--tls")
+      o.tls = v == "yes";
     else {
       fprintf(stderr, "heartbeat_bench: unknown option '%s' (see the comment at the top of the source)\n",
               a.c_str());
@@ -171,9 +196,7 @@ double leasePhase(const std::string& uri, const Options& o, Collected& errors) {
   auto start = Clock::now();
   for (int c = 0; c < o.clients; ++c)
     threads.emplace_back([&] {
-      ClientOptions co;
-      co.token = kUserToken;
-      auto pool = openPool(uri, co);
+      auto pool = openPool(uri, clientOptions(kUserToken));
       LeaseRequest r;
       r.gpus = kGpusPerNode;
       r.gpus_per_node = kGpusPerNode;
@@ -215,14 +238,32 @@ class LazyLink {
     const int on = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
     setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+    if (g_tls == nullptr) return;
+    ssl_ = SSL_new(g_tls);
+    SSL_set_fd(ssl_, fd_);
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), "127.0.0.1");
+    if (SSL_connect(ssl_) != 1) {
+      char why[256];
+      ERR_error_string_n(ERR_get_error(), why, sizeof why);
+      throw std::runtime_error(std::string("TLS handshake with poold: ") + why);
+    }
   }
-  ~LazyLink() { close(fd_); }
+  ~LazyLink() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    close(fd_);
+  }
   LazyLink(const LazyLink&) = delete;
   LazyLink& operator=(const LazyLink&) = delete;
 
   // Writes `request` whole; the reply to the one before must have been taken.
   void send(const std::string& request) {
     sent_ = std::chrono::system_clock::now();
+    if (ssl_ != nullptr) {
+      size_t written = 0;
+      if (SSL_write_ex(ssl_, request.data(), request.size(), &written) != 1 || written != request.size())
+        throw std::runtime_error("sending a heartbeat over TLS failed");
+      return;
+    }
     for (size_t done = 0; done < request.size();) {
       const ssize_t n = ::send(fd_, request.data() + done, request.size() - done, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
@@ -266,6 +307,30 @@ class LazyLink {
   }
   // Appends what the socket holds (waiting up to 30 s), noting the first arrival time stamp.
   void read(std::optional<std::chrono::system_clock::time_point>& arrived) {
+    if (ssl_ != nullptr && SSL_pending(ssl_) == 0) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 30000) != 1) throw std::runtime_error("poold sent no reply to a heartbeat in 30 s");
+    }
+    if (ssl_ != nullptr) {
+      // The time stamp of the first record's bytes, peeked before OpenSSL reads them.
+      if (!arrived) {
+        char one;
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+        iovec v{&one, 1};
+        msghdr m{};
+        m.msg_iov = &v;
+        m.msg_iovlen = 1;
+        m.msg_control = control;
+        m.msg_controllen = sizeof control;
+        if (recvmsg(fd_, &m, MSG_PEEK | MSG_DONTWAIT) > 0) arrived = stampOf(m);
+      }
+      char data[16384];
+      size_t n = 0;
+      if (SSL_read_ex(ssl_, data, sizeof data, &n) != 1 || n == 0)
+        throw std::runtime_error("poold closed a heartbeat connection (TLS)");
+      in_.append(data, n);
+      return;
+    }
     pollfd p{fd_, POLLIN, 0};
     if (poll(&p, 1, 30000) != 1) throw std::runtime_error("poold sent no reply to a heartbeat in 30 s");
     char data[4096];
@@ -278,18 +343,25 @@ class LazyLink {
     m.msg_controllen = sizeof control;
     const ssize_t n = recvmsg(fd_, &m, 0);
     if (n <= 0) throw std::runtime_error("poold closed a heartbeat connection");
-    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr && !arrived; c = CMSG_NXTHDR(&m, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_TIMESTAMPNS) continue;
-      timespec ts{};
-      std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
-      arrived = std::chrono::system_clock::time_point(
-          std::chrono::duration_cast<std::chrono::system_clock::duration>(
-              std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
-    }
+    if (!arrived) arrived = stampOf(m);
     in_.append(data, static_cast<size_t>(n));
   }
 
+  // The kernel's receive time stamp of a message read with recvmsg (SO_TIMESTAMPNS), if it has one.
+  static std::optional<std::chrono::system_clock::time_point> stampOf(msghdr& m) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_TIMESTAMPNS) continue;
+      timespec ts{};
+      std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+      return std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+    }
+    return std::nullopt;
+  }
+
   int fd_ = -1;
+  SSL* ssl_ = nullptr;
   std::string in_;
   std::chrono::system_clock::time_point sent_;
 };
@@ -345,8 +417,25 @@ int run(const Options& o) {
   auto tokens = dir.writeSecret("tokens", test::kTokens);
   const std::string interval = std::to_string(o.interval_s);
   // The node timeout is long enough that phase A (no heartbeats) keeps every node up.
-  test::PooldProcess poold(dir.path() / "state", tokens,
-                           {"--sync", o.sync, "--heartbeat-interval", interval, "--node-timeout", "86400"});
+  std::vector<std::string> pooldOptions{"--sync", o.sync,           "--heartbeat-interval",
+                                        interval, "--node-timeout", "86400"};
+  std::optional<test::TestPki> pki;
+  if (o.tls) {
+    pki.emplace();
+    const test::CertFiles server = pki->issue("server", "/CN=poold", "DNS:localhost,IP:127.0.0.1");
+    pooldOptions.insert(pooldOptions.end(),
+                        {"--tls-cert", server.cert.string(), "--tls-key", server.key.string()});
+    g_ca = pki->caCert().string();
+    g_tls = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_min_proto_version(g_tls, TLS1_2_VERSION);
+    SSL_CTX_set_verify(g_tls, SSL_VERIFY_PEER, nullptr);
+    if (SSL_CTX_load_verify_locations(g_tls, g_ca.c_str(), nullptr) != 1) {
+      fprintf(stderr, "heartbeat_bench: cannot load the test CA %s\n", g_ca.c_str());
+      return 1;
+    }
+  }
+  test::PooldProcess poold(dir.path() / "state", tokens, pooldOptions);
+  printf("poold at %s\n", poold.uri().c_str());
   const pid_t pid = pooldPid();
   // Interrupted (Ctrl-C, a timeout), the bench takes its poold along.
   g_poold = pid;
@@ -366,7 +455,7 @@ int run(const Options& o) {
     for (int s = 0; s < o.senders; ++s)
       threads.emplace_back([&, s] {
         try {
-          auto link = openAgentLink(poold.uri(), kAdminToken);
+          auto link = openAgentLink(poold.uri(), clientOptions(kAdminToken));
           for (int n = s; n < o.nodes; n += o.senders) {
             NodeRegistration r;
             r.node.name = nodeName(n);
@@ -399,9 +488,7 @@ int run(const Options& o) {
     for (int s = 0; s < o.senders; ++s)
       threads.emplace_back([&] {
         try {
-          ClientOptions co;
-          co.token = kUserToken;
-          auto pool = openPool(poold.uri(), co);
+          auto pool = openPool(poold.uri(), clientOptions(kUserToken));
           LeaseRequest r;
           r.gpus = kGpusPerNode * kNodesPerHeldLease;
           r.gpus_per_node = kGpusPerNode;
@@ -506,6 +593,7 @@ int run(const Options& o) {
   cpu_set_t cpus;
   sched_getaffinity(0, sizeof cpus, &cpus);
   const double target = static_cast<double>(o.nodes) / o.interval_s;
+  printf("transport: %s\n", o.tls ? "HTTPS (TLS, kept-alive connections)" : "plain HTTP");
   printf("cores: %d online, %d usable by this process (poold, the clients and the senders share them)\n",
          static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), CPU_COUNT(&cpus));
   printf(
