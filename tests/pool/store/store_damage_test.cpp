@@ -439,6 +439,24 @@ TEST(DamagedStateFile, ALeaseDocumentThatDisagreesWithItsRowsIsRefusedNamingBoth
   EXPECT_EQ(leasesIn(db).size(), 5u);
   edit(db, "INSERT INTO queue(ticket, doc) VALUES(7, '{\"ticket\": 8')");
   expectLoadRefused(db, {"queue ticket 7: its stored document is broken ("});
+  edit(db, "DELETE FROM queue WHERE ticket = 7");
+
+  // Nodes that join: a join token's record cut short, a credential under another node's key, one
+  // whose hash is not a hash. Each named; nothing loaded, nothing written.
+  EXPECT_EQ(leasesIn(db).size(), 5u);
+  const std::string hash(64, 'a');
+  edit(db, "INSERT INTO join_tokens(hash, doc) VALUES('" + hash + "', '{\"hash\": \"" + hash + "\"')");
+  expectLoadRefused(db, {"join token aaaaaaaaaaaa: its stored document is broken ("});
+  edit(db, "DELETE FROM join_tokens");
+  edit(db, "INSERT INTO node_credentials(node, doc) VALUES('n01', '{\"node\": \"n02\", \"hash\": \"" + hash +
+               "\", \"token\": \"x\", \"joined_ms\": 1}')");
+  expectLoadRefused(db, {"the credential of node n01: its stored document is broken (it names node 'n02')"});
+  edit(db, "UPDATE node_credentials SET doc = replace(doc, 'n02', 'n01')");
+  edit(db, "UPDATE node_credentials SET doc = replace(doc, 'aaaa', 'zzzz')");
+  expectLoadRefused(db, {"the credential of node n01: its stored document is broken (node n01: its "
+                         "credential's hash must be 64 hex digits)"});
+  edit(db, "DELETE FROM node_credentials");
+  EXPECT_EQ(leasesIn(db).size(), 5u) << "put back, it loads";
 }
 
 TEST(DamagedStateFile, TheEmbeddedPoolsRefuseToo) {
