@@ -210,4 +210,39 @@ DependencyVerdict judgeDependencies(const std::vector<JobDependency>& deps, cons
   return waiting;
 }
 
+std::string expandJobPath(const std::string& pattern, const JobRecord& job) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%') {
+      out += pattern[i];
+      continue;
+    }
+    if (i + 1 == pattern.size())
+      throw badInput("output path '" + common::printable(pattern) + "' ends in %: write %% for a %");
+    switch (pattern[++i]) {
+      case 'j':
+        out += job.id.substr(0, job.id.find('_'));
+        break;
+      case 'a':
+        if (job.task) out += std::to_string(*job.task);
+        break;
+      case 'u':
+        out += job.spec.owner;
+        break;
+      case 'x':
+        out += job.spec.name;
+        break;
+      case '%':
+        out += '%';
+        break;
+      default:
+        throw badInput("output path '" + common::printable(pattern) + "': %" +
+                       common::printable(std::string(1, pattern[i])) +
+                       " is not one poolrun knows (%j job, %a array task, %u user, %x name, %% a %)");
+    }
+  }
+  if (!out.empty() && out[0] != '/') out = job.spec.cwd + "/" + out;
+  return out;
+}
+
 }  // namespace poolrun::pool

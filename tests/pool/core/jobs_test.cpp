@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include "poolrun/common/error.hpp"
+#include "poolrun/pool/job_json.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -117,6 +119,95 @@ TEST(JobDependencies, TheVerdictFollowsTheStatesOfTheJobsNamed) {
   EXPECT_EQ(judge("afterany:J99").reason, "DependencyNeverSatisfied (afterany:J99: no such job)");
   EXPECT_EQ(judge("singleton", true).kind, K::kWaiting);
   EXPECT_EQ(judge("singleton", false).kind, K::kReady);
+}
+
+}  // namespace
+}  // namespace poolrun::pool
+
+namespace poolrun::pool {
+namespace {
+
+JobRecord sampleJob() {
+  JobRecord j;
+  j.id = "J12_3";
+  j.task = 3;
+  j.array_limit = 4;
+  j.spec.name = "train";
+  j.spec.owner = "alice";
+  j.spec.uid = 1000;
+  j.spec.gid = 1000;
+  j.spec.groups = {27, 1000};
+  j.spec.command = {"-n", "8", "./train", "--epochs", "3"};
+  j.spec.cwd = "/home/alice/run";
+  j.spec.env = {"PATH=/usr/bin", "OMP_NUM_THREADS=4"};
+  j.spec.output = "out-%j_%a.log";
+  j.spec.request.gpus = 8;
+  j.spec.request.owner = "alice";
+  j.spec.dependencies = parseDependencies("afterok:J11,singleton");
+  j.spec.time_limit = std::chrono::seconds(3600);
+  j.spec.requeue = true;
+  j.state = JobState::kFailed;
+  j.reason = "rank 3 on n02 exited with 1";
+  j.submitted = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'764'000'000'000));
+  j.started = j.submitted + std::chrono::seconds(5);
+  j.ended = j.started + std::chrono::seconds(60);
+  j.lease = "L0123456789abcdef";
+  j.exit_status = 1;
+  j.failed_node = "n02";
+  j.failed_rank = 3;
+  j.restarts = 1;
+  return j;
+}
+
+TEST(JobRecords, RoundTripThroughTheirJson) {
+  const JobRecord j = sampleJob();
+  EXPECT_EQ(jobFromJson(toJson(j)), j);
+  JobRecord plain;
+  plain.id = "J1";
+  plain.spec.owner = "bob";
+  plain.spec.command = {"./a.out"};
+  plain.spec.cwd = "/tmp";
+  plain.spec.request.gpus = 1;
+  EXPECT_EQ(jobFromJson(toJson(plain)), plain);
+}
+
+TEST(JobRecords, ABrokenRecordIsNamedByItsField) {
+  auto broken = [](const std::function<void(nlohmann::json&)>& change) -> std::string {
+    nlohmann::json doc = toJson(sampleJob());
+    change(doc);
+    try {
+      jobFromJson(doc);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(broken([](auto& d) { d["id"] = "X1"; }).find("'X1' is not a job id"), std::string::npos);
+  EXPECT_NE(broken([](auto& d) { d["state"] = "DONE"; }).find("'DONE' is not a job state"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& d) { d["schema"] = "poolrun.job/9"; }).find("is not poolrun.job/1"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& d) {
+              d["spec"]["command"] = {1, 2};
+            }).find("expected a list of strings"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& d) { d["spec"]["command"] = nlohmann::json::array(); }).find("the list is empty"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& d) { d["spec"]["uid"] = -1; }).find("uid"), std::string::npos);
+  EXPECT_NE(broken([](auto& d) { d["spec"].erase("owner"); }).find("owner"), std::string::npos);
+  EXPECT_NE(broken([](auto& d) { d["spec"]["dependency"] = "after:J1"; }).find("not a kind of dependency"),
+            std::string::npos);
+}
+
+TEST(JobRecords, OutputPathsTakeTheJobsIdTaskOwnerAndName) {
+  const JobRecord j = sampleJob();
+  EXPECT_EQ(expandJobPath("out-%j_%a.log", j), "/home/alice/run/out-J12_3.log");
+  EXPECT_EQ(expandJobPath("/scratch/%u/%x-%j.%%", j), "/scratch/alice/train-J12.%");
+  JobRecord alone = j;
+  alone.id = "J7";
+  alone.task.reset();
+  EXPECT_EQ(expandJobPath("poolrun-%j%a.out", alone), "/home/alice/run/poolrun-J7.out");
+  for (const char* bad : {"out-%q", "out-%", "%\xff"}) EXPECT_THROW(expandJobPath(bad, j), Error) << bad;
 }
 
 }  // namespace

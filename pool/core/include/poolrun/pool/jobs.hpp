@@ -83,4 +83,46 @@ using SingletonBusy = std::function<bool()>;
 DependencyVerdict judgeDependencies(const std::vector<JobDependency>& deps, const JobStateOf& stateOf,
                                     const SingletonBusy& singletonBusy);
 
+// What a job's owner submitted: what to run, as whom, where, and what to lease for it.
+struct JobSpec {
+  std::string name;   // --job-name; the program's name where none
+  std::string owner;  // the pool's owner (token or MUNGE user)
+  uint32_t uid = 0;   // whom the node's agent runs it as
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;      // supplementary groups
+  std::vector<std::string> command;  // poolrun's run options, the program and its arguments
+  std::string cwd;                   // the submit directory, or --chdir
+  std::vector<std::string> env;      // NAME=VALUE, as --export chose
+  std::string output, error;         // path patterns (%j %a %u %x %%); error empty: with the output
+  LeaseRequest request;
+  std::vector<JobDependency> dependencies;
+  std::optional<std::chrono::seconds> time_limit;  // --time
+  bool requeue = false;                            // --requeue: a preempted job waits again
+  bool operator==(const JobSpec&) const = default;
+};
+
+// A job as the pool keeps it.
+struct JobRecord {
+  std::string id;           // J12, or J12_3 for task 3 of array J12
+  std::optional<int> task;  // its array index
+  int array_limit = 0;      // its array's %N (0: none)
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::string reason;  // PENDING: why it waits; ended: why it ended where the state says less
+  TimePoint submitted{}, started{}, ended{};
+  std::string lease;               // while RUNNING, and the last one after
+  std::optional<int> exit_status;  // its launcher's
+  std::optional<int> signal;       // where a signal ended it
+  std::string failed_node;         // FAILED: where the first rank failed, where known
+  std::optional<int> failed_rank;
+  std::string cancelled_by;
+  int restarts = 0;  // times it was requeued
+  bool operator==(const JobRecord&) const = default;
+};
+
+// `pattern` with %j (the job's id, without its task), %a (its array task, or nothing), %u (its
+// owner), %x (its name) and %% (a %) replaced; relative paths are from the job's cwd. Throws
+// kBadInput for another %-letter or a pattern that ends in %.
+std::string expandJobPath(const std::string& pattern, const JobRecord& job);
+
 }  // namespace poolrun::pool

@@ -93,6 +93,7 @@ struct LeaseRequest {
   // one restarts the job.
   std::chrono::seconds resize_interval{600};
   bool elastic() const { return max_gpus > 0; }
+  bool operator==(const LeaseRequest&) const = default;
 };
 
 struct Lease {
