@@ -15,7 +15,6 @@ refuses and the page says so, and with a bad token. Screenshots go to --out.
 import argparse
 import json
 import os
-import shutil
 import sys
 import threading
 import time
@@ -36,28 +35,12 @@ def main():
     ap.add_argument("--source", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    chromium, driver = support.need_browser()
-    os.makedirs(args.out, exist_ok=True)
-    workdir = support.new_workdir("poolrun-dashboard-")
-    procs = support.Processes(workdir)
-    browser = None
-    started = time.time()
-    try:
+
+    def scenario(procs, workdir, open_browser):
         pool = DashboardPool(procs, args, workdir)
-        browser = support.start_browser(procs, chromium, driver, workdir)
-        Scenario(pool, browser, args.out).run()
-        print(f"PASS in {time.time() - started:.1f} s; screenshots in {args.out}")
-    finally:
-        if browser is not None:
-            try:
-                for entry in browser.get_log("browser"):
-                    if entry["source"] == "javascript":
-                        print("browser console:", entry["message"])
-                browser.quit()
-            except Exception as e:
-                print(f"(closing the browser: {e})")
-        procs.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        Scenario(pool, open_browser(), args.out).run()
+
+    support.run_with_browser("poolrun-dashboard-", args.out, scenario)
 
 
 class DashboardPool:

@@ -13,7 +13,6 @@ POOLRUN_REQUIRE_BROWSER=1.
 
 import argparse
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -31,15 +30,10 @@ def main():
     ap.add_argument("--poold", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    chromium, driver = support.need_browser()
-    if not os.access(ETCD, os.X_OK):
-        support.skip(f"no {ETCD} (apt-get install etcd-server)")
-    os.makedirs(args.out, exist_ok=True)
-    workdir = support.new_workdir("poolrun-dashboard-failover-")
-    procs = support.Processes(workdir)
-    browser = None
-    started = time.time()
-    try:
+
+    def scenario(procs, workdir, open_browser):
+        if not os.access(ETCD, os.X_OK):
+            support.skip(f"no {ETCD} (apt-get install etcd-server)")
         etcd = start_etcd(procs, workdir)
         tokens = os.path.join(workdir, "tokens")
         support.write_whole(tokens, "".join(
@@ -48,20 +42,9 @@ def main():
         a.wait_for("poold: listening on ")
         b = Replica(procs, args.poold, workdir, "b", etcd, tokens)
         b.wait_for("poold: standby")
-        browser = support.start_browser(procs, chromium, driver, workdir)
-        run(browser, a, b, procs, args.out)
-        print(f"PASS in {time.time() - started:.1f} s; screenshots in {args.out}")
-    finally:
-        if browser is not None:
-            try:
-                for entry in browser.get_log("browser"):
-                    if entry["source"] == "javascript":
-                        print("browser console:", entry["message"])
-                browser.quit()
-            except Exception as e:
-                print(f"(closing the browser: {e})")
-        procs.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        run(open_browser(), a, b, procs, args.out)
+
+    support.run_with_browser("poolrun-dashboard-failover-", args.out, scenario)
 
 
 def start_etcd(procs, workdir):

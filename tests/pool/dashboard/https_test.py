@@ -15,10 +15,8 @@ import argparse
 import base64
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import support  # noqa: E402
@@ -56,32 +54,16 @@ def main():
     ap.add_argument("--source", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    chromium, driver = support.need_browser()
-    os.makedirs(args.out, exist_ok=True)
-    workdir = support.new_workdir("poolrun-dashboard-https-")
-    procs = support.Processes(workdir)
-    browser = None
-    started = time.time()
-    try:
+
+    def scenario(procs, workdir, open_browser):
         ca, cert, key, spki = make_pki(workdir)
         poold = support.Poold(procs, args.poold, workdir, (),
                               ["--tls-cert", cert, "--tls-key", key,
                                "--cluster", os.path.join(args.source, "clusters", "hgx-h100.toml")], ca=ca)
         assert poold.url.startswith("https://127.0.0.1:"), poold.url
-        browser = support.start_browser(procs, chromium, driver, workdir,
-                                        extra=[f"--ignore-certificate-errors-spki-list={spki}"])
-        run(poold, browser, args.out)
-        print(f"PASS in {time.time() - started:.1f} s; screenshot in {args.out}")
-    finally:
-        if browser is not None:
-            try:
-                for entry in browser.get_log("browser"):
-                    print("browser console:", entry["message"])
-                browser.quit()
-            except Exception as e:
-                print(f"(closing the browser: {e})")
-        procs.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        run(poold, open_browser([f"--ignore-certificate-errors-spki-list={spki}"]), args.out)
+
+    support.run_with_browser("poolrun-dashboard-https-", args.out, scenario)
 
 
 def run(poold, b, out):

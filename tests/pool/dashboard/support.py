@@ -213,6 +213,39 @@ def start_browser(procs, chromium, driver, workdir, width=1400, height=1000, ext
     return webdriver.Remote(command_executor=f"http://127.0.0.1:{port}", options=options)
 
 
+def run_with_browser(prefix, out, scenario):
+    """The frame of every browser test: a work folder (`prefix`), the processes' keeper, and
+    scenario(procs, workdir, open_browser), where open_browser(extra=()) starts a headless Chromium
+    (start_browser's `extra`). Prints PASS with the time taken; however it ends, prints the page's
+    JavaScript console, closes the browsers and the processes and removes the folder. Skips (77)
+    without the browser."""
+    chromium, driver = need_browser()
+    os.makedirs(out, exist_ok=True)
+    workdir = new_workdir(prefix)
+    procs = Processes(workdir)
+    browsers = []
+    started = time.time()
+
+    def open_browser(extra=()):
+        browsers.append(start_browser(procs, chromium, driver, workdir, extra=extra))
+        return browsers[-1]
+
+    try:
+        scenario(procs, workdir, open_browser)
+        print(f"PASS in {time.time() - started:.1f} s; screenshots in {out}")
+    finally:
+        for browser in browsers:
+            try:
+                for entry in browser.get_log("browser"):
+                    if entry["source"] == "javascript":
+                        print("browser console:", entry["message"])
+                browser.quit()
+            except Exception as e:
+                print(f"(closing the browser: {e})")
+        procs.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def wait_until(check, what, timeout=10.0, interval=0.05):
     """Polls `check` until it returns a true value; returns (value, seconds waited); fails naming `what`."""
     start = time.time()
