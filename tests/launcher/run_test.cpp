@@ -318,28 +318,28 @@ TEST_F(RunTest, TimeoutEndsTheJob) {
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
 }
 
-// No process of the job is left: nothing runs rank_report or an Open MPI daemon with our state dir.
-int leftovers(const std::string& marker) {
-  std::string cmd = "pgrep -f '" + marker + "' | grep -v $$ | wc -l";
-  FILE* p = popen(cmd.c_str(), "r");
-  int n = 0;
-  if (p != nullptr) {
-    if (fscanf(p, "%d", &n) != 1) n = -1;
-    pclose(p);
-  }
-  return n;
+// What of the job is still running: ranks and Open MPI's daemons inherit REPORT_DIR and
+// POOLRUN_STATE_DIR, which name the test's folder.
+std::vector<std::string> leftovers(const std::filesystem::path& tmp) {
+  return poolrun::test::processesMentioning(tmp.string());
+}
+
+std::string listed(const std::vector<std::string>& processes) {
+  std::string s;
+  for (const std::string& p : processes) s += "\n  " + p;
+  return s;
 }
 
 class RunSignals : public RunTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(RunSignals, ForwardedAndTheLeaseIsReleased) {
   int sig = GetParam();
-  std::string marker = (tmp_.path() / "reports").string();
   pid_t pid = poolrun::test::spawnShell(
       "env " + env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
       " -n 2 --gpus-per-node 1 " + RANK_REPORT + " --sleep 60 >" + (tmp_.path() / "out").string() + " 2>" +
       (tmp_.path() / "err").string());
   ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
+  ASSERT_GE(leftovers(tmp_.path()).size(), 2u) << "the two ranks are found while they run";
   kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -348,7 +348,8 @@ TEST_P(RunSignals, ForwardedAndTheLeaseIsReleased) {
   EXPECT_NE(slurp(tmp_.path() / "err").find("forwarding signal " + std::to_string(sig)), std::string::npos);
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
   std::this_thread::sleep_for(500ms);
-  EXPECT_EQ(leftovers(marker), 0) << "no rank is left behind";
+  std::vector<std::string> left = leftovers(tmp_.path());
+  EXPECT_TRUE(left.empty()) << "left behind:" << listed(left);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sim, RunSignals, ::testing::Values(SIGINT, SIGTERM),
@@ -357,21 +358,22 @@ INSTANTIATE_TEST_SUITE_P(Sim, RunSignals, ::testing::Values(SIGINT, SIGTERM),
                          });
 
 TEST_F(RunTest, KillNineLeavesNothingAndTheLeaseExpires) {
-  std::string marker = (tmp_.path() / "reports").string();
   pid_t pid = poolrun::test::spawnShell(
       "env " + env() + POOLRUN_BINARY + " --pool sim:" + src("clusters/sim-ib.toml") +
       " -n 2 --gpus-per-node 1 --lease-ttl 3 " + RANK_REPORT + " --sleep 60 >" +
       (tmp_.path() / "out").string() + " 2>" + (tmp_.path() / "err").string());
   ASSERT_TRUE(poolrun::test::waitForFiles(tmp_.path() / "reports", 2, 60s)) << slurp(tmp_.path() / "err");
   EXPECT_EQ(leases(src("clusters/sim-ib.toml")).size(), 1u);
+  ASSERT_GE(leftovers(tmp_.path()).size(), 2u) << "the two ranks are found while they run";
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   // mpirun dies at once (PR_SET_PDEATHSIG); its daemons then end the ranks, which on a loaded
   // machine takes a few seconds. The lease lapses after its 3 s time to live.
   auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (leftovers(marker) != 0 && std::chrono::steady_clock::now() < deadline)
+  while (!leftovers(tmp_.path()).empty() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(leftovers(marker), 0) << "mpirun and the ranks die with poolrun";
+  std::vector<std::string> left = leftovers(tmp_.path());
+  EXPECT_TRUE(left.empty()) << "mpirun and the ranks die with poolrun; left behind:" << listed(left);
   std::this_thread::sleep_for(4s);
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty()) << "the lease expired";
 }

@@ -49,6 +49,41 @@ ProcessResult runShell(const std::string& command) {
   return r;
 }
 
+namespace {
+
+// A /proc file of NUL-separated strings, the NULs as spaces.
+std::string procStrings(const std::filesystem::path& file) {
+  std::string s = slurp(file);
+  for (char& c : s)
+    if (c == '\0') c = ' ';
+  return s;
+}
+
+bool isZombie(const std::filesystem::path& proc) {
+  std::string stat = slurp(proc / "stat");  // "PID (comm) S ...": the state follows the last ')'
+  size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z';
+}
+
+}  // namespace
+
+std::vector<std::string> processesMentioning(const std::string& text) {
+  std::vector<std::string> found;
+  const std::string self = std::to_string(getpid());
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string pid = it->path().filename().string();
+    if (pid == self || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = procStrings(it->path() / "cmdline");
+    if (cmdline.find(text) == std::string::npos &&
+        procStrings(it->path() / "environ").find(text) == std::string::npos)
+      continue;
+    if (!isZombie(it->path())) found.push_back(pid + ": " + cmdline);
+  }
+  return found;
+}
+
 std::string slurp(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::stringstream s;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace poolrun::test {
 
@@ -27,6 +28,12 @@ pid_t spawnShell(const std::string& command);
 
 // Waits until `dir` holds at least `n` entries; false when `limit` passes first.
 bool waitForFiles(const std::filesystem::path& dir, int n, std::chrono::seconds limit);
+
+// The live processes (zombies aside, this one aside) whose command line or environment holds
+// `text`, each as "PID: command line"; how a test finds what a job left behind (a rank inherits its
+// job's environment, whatever its command line). It reads /proc directly: a shell pipeline of pgrep
+// would count its own forks, whose command lines hold the text until they exec.
+std::vector<std::string> processesMentioning(const std::string& text);
 
 // The whole file, or "" where it cannot be read.
 std::string slurp(const std::filesystem::path& file);
