@@ -320,6 +320,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
     dropLease(id, LeaseEvent::Kind::kExpired, why);
     endedByPool(id, std::move(why));
   }
+  advanceJobs(now);
   std::vector<int64_t> stale;
   for (const auto& [ticket, e] : queue_)
     if (now - e.heartbeat > stale_after) stale.push_back(ticket);
@@ -331,6 +332,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
     replan_ = true;
   }
   if (replan_ || now - last_pass_ >= kReplanEvery || now < last_pass_) schedule(now);
+  collectJobGrants(now);
 }
 
 }  // namespace poolrun::pool

@@ -21,6 +21,7 @@ void Dirty::merge(const Dirty& other) {
   requests.insert(other.requests.begin(), other.requests.end());
   join_tokens.insert(other.join_tokens.begin(), other.join_tokens.end());
   credentials.insert(other.credentials.begin(), other.credentials.end());
+  jobs.insert(other.jobs.begin(), other.jobs.end());
   leases.insert(other.leases.begin(), other.leases.end());
   new_leases.insert(other.new_leases.begin(), other.new_leases.end());
   resized.insert(other.resized.begin(), other.resized.end());
@@ -490,6 +491,7 @@ void PoolState::clear() {
   requests_.clear();
   requests_by_time_.clear();
   members_.clear();
+  jobs_.clear();
   leases_granted_ = 0;
   next_ticket_ = 1;
   next_order_ = 0;

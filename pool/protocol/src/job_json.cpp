@@ -52,7 +52,8 @@ json toJson(const JobRecord& j) {
                {"request", toJson(s.request)},
                {"dependency", dependencyText(s.dependencies)},
                {"time_limit_s", s.time_limit ? json(s.time_limit->count()) : json(nullptr)},
-               {"requeue", s.requeue}};
+               {"requeue", s.requeue},
+               {"umask", s.umask}};
   return {{"schema", kJobSchema},
           {"id", j.id},
           {"task", optionalInt(j.task)},
@@ -69,6 +70,12 @@ json toJson(const JobRecord& j) {
           {"failed_rank", optionalInt(j.failed_rank)},
           {"cancelled_by", j.cancelled_by},
           {"restarts", j.restarts},
+          {"ticket", j.ticket},
+          {"node", j.node},
+          {"launched", j.launched},
+          {"credential", j.credential},
+          {"preempted", j.preempted},
+          {"cancel_signal", j.cancel_signal},
           {"spec", std::move(spec)}};
 }
 
@@ -96,6 +103,12 @@ JobRecord jobFromJson(const json& doc) {
   j.failed_rank = optionalIntOf(f, "failed_rank");
   j.cancelled_by = f.string("cancelled_by", "");
   j.restarts = f.integer<int>("restarts", 0, INT32_MAX, 0);
+  j.ticket = f.integer<int64_t>("ticket", 0, INT64_MAX, 0);
+  j.node = f.string("node", "");
+  j.launched = f.boolean("launched", false);
+  j.credential = f.string("credential", "");
+  j.preempted = f.boolean("preempted", false);
+  j.cancel_signal = f.integer<int>("cancel_signal", 0, 64, 0);
   const JsonFields s = f.object("spec");
   JobSpec& spec = j.spec;
   spec.name = s.string("name", "");
@@ -115,6 +128,7 @@ JobRecord jobFromJson(const json& doc) {
   if (s.has("time_limit_s"))
     spec.time_limit = std::chrono::seconds(s.integer<int64_t>("time_limit_s", 1, kStoredSecondsMax));
   spec.requeue = s.boolean("requeue", false);
+  spec.umask = s.integer<uint32_t>("umask", 0, 0777, 022);
   return j;
 }
 

@@ -4,6 +4,7 @@
 
 #include "poolrun/common/hash.hpp"
 #include "poolrun/pool/etcd_client.hpp"
+#include "poolrun/pool/job_json.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "stored_docs.hpp"
@@ -46,6 +47,10 @@ std::string EtcdStore::joinTokenKey(const std::string& hash) const {
 
 std::string EtcdStore::credentialKey(const std::string& node) const {
   return prefix_ + "/credentials/" + node;
+}
+
+std::string EtcdStore::jobKey(const std::string& id) const {
+  return prefix_ + "/jobs/" + id;
 }
 
 std::string EtcdStore::requestKey(const std::string& id) const {
@@ -134,7 +139,7 @@ void EtcdStore::load(PoolState& state) {
   int64_t revision = 0;
   std::vector<EtcdKeyValue> kvs = client_->range(dir, EtcdClient::prefixEnd(dir), &revision);
   std::map<std::string, std::string> topologies;  // hash -> doc
-  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests, join_tokens, credentials;
+  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests, join_tokens, credentials, jobs;
   const EtcdKeyValue* counters = nullptr;
   const EtcdKeyValue* generation = nullptr;
   for (const EtcdKeyValue& kv : kvs) {
@@ -153,6 +158,8 @@ void EtcdStore::load(PoolState& state) {
       join_tokens.push_back(&kv);
     else if (rel.starts_with("credentials/"))
       credentials.push_back(&kv);
+    else if (rel.starts_with("jobs/"))
+      jobs.push_back(&kv);
     else if (rel == "counters")
       counters = &kv;
     else if (rel == "generation")
@@ -196,6 +203,16 @@ void EtcdStore::load(PoolState& state) {
     }
   }
   loadMembership(state, join_tokens, credentials);
+  for (const EtcdKeyValue* kv : jobs) {
+    try {
+      JobRecord job = jobFromJson(json::parse(kv->value));
+      if (kv->key != jobKey(job.id))
+        throw std::runtime_error("it holds job '" + common::printable(job.id) + "'");
+      state.loadJob(std::move(job));
+    } catch (const std::exception& e) {
+      throw damaged(kv->key, e.what());
+    }
+  }
   uint64_t granted = 0;
   int64_t next = 1;
   if (counters) {
@@ -203,6 +220,7 @@ void EtcdStore::load(PoolState& state) {
       json doc = json::parse(counters->value);
       granted = doc.at("leases_granted").get<uint64_t>();
       next = doc.at("next_ticket").get<int64_t>();
+      if (doc.contains("next_job")) state.loadNextJob(doc.at("next_job").get<int64_t>());
     } catch (const std::exception& e) {
       throw damaged(counters->key, e.what());
     }
@@ -288,9 +306,18 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
     const NodeCredential* c = state.membership().credentialFor(node);
     ops_[credentialKey(node)] = c ? std::optional<std::string>(credentialDoc(*c).dump()) : std::nullopt;
   }
+  for (const std::string& id : dirty.jobs) {
+    const JobRecord* job = state.jobs().find(id);
+    ops_[jobKey(id)] =
+        job ? std::optional<std::string>(toJson(*job).dump(-1, ' ', false, json::error_handler_t::replace))
+            : std::nullopt;
+  }
   if (dirty.counters)
-    ops_[prefix_ + "/counters"] =
-        json{{"leases_granted", state.leasesGranted()}, {"next_ticket", state.nextTicket()}}.dump();
+    ops_[prefix_ + "/counters"] = json{
+        {"leases_granted", state.leasesGranted()},
+        {"next_ticket", state.nextTicket()},
+        {"next_job",
+         state.jobs().nextNumber()}}.dump();
 }
 
 void EtcdStore::commit() {

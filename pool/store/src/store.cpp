@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "poolrun/common/names.hpp"
+#include "poolrun/pool/job_json.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "stored_docs.hpp"
@@ -32,7 +33,8 @@ using nlohmann::json;
 // Stored in the file's user_version once kSchema has been applied; raise it with every change.
 // 2: nodes.health (the agent's version, why GPUs failed, accepted ECC counts).
 // 3: join_tokens and node_credentials (nodes that join: membership.hpp).
-constexpr int64_t kSchemaVersion = 3;
+// 4: jobs (jobs the pool keeps: job_book.hpp), and meta's next_job.
+constexpr int64_t kSchemaVersion = 4;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topologies(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -48,6 +50,7 @@ CREATE TABLE IF NOT EXISTS queue(ticket INTEGER PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS join_tokens(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS node_credentials(node TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 )sql";
 
 // FILE.generation: one line of fixed length, rewritten in place with one pwrite (which a crash of
@@ -522,6 +525,7 @@ void Store::load(PoolState& state) {
   loadQueue(state);
   loadRequests(state);
   loadMembership(state);
+  loadJobs(state);
   loadCounters(state);
   state.takeDirty();
 }
@@ -668,6 +672,35 @@ void Store::loadMembership(PoolState& state) {
   }
 }
 
+void Store::loadJobs(PoolState& state) {
+  sqlite3_stmt* st = prepare("SELECT id, doc FROM jobs");
+  Step s(db_.get(), st);
+  while (s.row()) {
+    const std::string id = text(st, 0);
+    try {
+      JobRecord job = jobFromJson(json::parse(text(st, 1)));
+      if (job.id != id) throw std::runtime_error("it names job '" + common::printable(job.id) + "'");
+      state.loadJob(std::move(job));
+    } catch (const std::exception& e) {
+      throw refusal(file_,
+                    "job " + common::printable(id) + ": its stored document is broken (" + e.what() + ")");
+    }
+  }
+}
+
+void Store::writeJobs(const PoolState& state, const Dirty& dirty) {
+  for (const std::string& id : dirty.jobs) {
+    const JobRecord* job = state.jobs().find(id);
+    if (job == nullptr)
+      Step(db_.get(), prepare("DELETE FROM jobs WHERE id = ?")).bind(id).run();
+    else
+      Step(db_.get(), prepare("INSERT OR REPLACE INTO jobs(id, doc) VALUES(?, ?)"))
+          .bind(id)
+          .bind(toJson(*job).dump(-1, ' ', false, json::error_handler_t::replace))
+          .run();
+  }
+}
+
 void Store::loadCounters(PoolState& state) {
   uint64_t granted = 0;
   int64_t next = 1;
@@ -678,6 +711,7 @@ void Store::loadCounters(PoolState& state) {
       std::string key = text(st, 0);
       if (key == "leases_granted") granted = static_cast<uint64_t>(sqlite3_column_int64(st, 1));
       if (key == "next_ticket") next = sqlite3_column_int64(st, 1);
+      if (key == "next_job") state.loadNextJob(sqlite3_column_int64(st, 1));
     }
   }
   state.loadCounters(granted, next);
@@ -780,7 +814,11 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
         .run();
   }
   writeMembership(state, dirty);
+  writeJobs(state, dirty);
   if (dirty.counters) {
+    Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('next_job', ?)"))
+        .bind(state.jobs().nextNumber())
+        .run();
     Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('leases_granted', ?)"))
         .bind(static_cast<int64_t>(state.leasesGranted()))
         .run();

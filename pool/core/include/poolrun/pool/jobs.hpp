@@ -98,6 +98,7 @@ struct JobSpec {
   std::vector<JobDependency> dependencies;
   std::optional<std::chrono::seconds> time_limit;  // --time
   bool requeue = false;                            // --requeue: a preempted job waits again
+  uint32_t umask = 022;                            // the submitter's: its output files' modes
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -117,6 +118,16 @@ struct JobRecord {
   std::optional<int> failed_rank;
   std::string cancelled_by;
   int restarts = 0;  // times it was requeued
+  // While it runs: where its launcher runs (its lease's first node), whether that node's agent has
+  // started it, the SHA-256 of the credential its launcher holds (role user, its owner, its lease
+  // alone), whether its lease was chosen for preemption, and the signal a cancel asked the agent
+  // to send (0: none).
+  int64_t ticket = 0;  // PENDING: its queue ticket (0: not queued yet)
+  std::string node;
+  bool launched = false;
+  std::string credential;
+  bool preempted = false;
+  int cancel_signal = 0;
   bool operator==(const JobRecord&) const = default;
 };
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "poolrun/pool/job_book.hpp"
 #include "poolrun/pool/membership.hpp"
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/types.hpp"
@@ -141,10 +142,11 @@ struct Dirty {
   std::set<std::string> requests;     // remembered acquire request ids: upsert, or delete where gone
   std::set<std::string> join_tokens;  // by hash (membership.hpp): upsert, or delete where gone
   std::set<std::string> credentials;  // node credentials, by node: upsert, or delete where gone
+  std::set<std::string> jobs;         // job records (job_book.hpp), by id: upsert, or delete where gone
   bool counters = false;
   bool empty() const {
     return nodes.empty() && leases.empty() && queue.empty() && requests.empty() && join_tokens.empty() &&
-           credentials.empty() && !counters;
+           credentials.empty() && jobs.empty() && !counters;
   }
   void merge(const Dirty& other);
 };
@@ -356,6 +358,34 @@ class PoolState {
     return members_.revoke(node, by, now, dirty_);
   }
 
+  // --- jobs the pool keeps (job_book.hpp; the rules in src/job_rules.cpp). A pending job whose
+  // dependencies and array limit let it is queued by the next tick under a ticket that never goes
+  // stale; once granted it runs: the agent of its lease's first node starts its launcher (jobWork)
+  // and reports how it ended (jobEnded), which ends the job and its lease.
+  void setJobOptions(const JobOptions& options) { job_options_ = options; }
+  const JobOptions& jobOptions() const { return job_options_; }
+  const JobBook& jobs() const { return jobs_; }
+  // Stores a submitted job, one record per task of `array`, PENDING; the new ids. Throws as
+  // JobBook::add, and as validateRequest for its lease request.
+  std::vector<std::string> submitJob(JobSpec spec, const std::optional<JobArray>& array, TimePoint now);
+  // Cancels the jobs `id` names (an array's number: every task) that have not ended: a pending one
+  // at once, a running one by asking its agent to send `signal` to its launcher (it ends CANCELLED
+  // when the agent reports its end). Throws kNotFound for an id the pool does not know, PoolError
+  // kForbidden for another owner's job unless `admin`. The ids it cancelled or signalled.
+  std::vector<std::string> cancelJob(const std::string& id, const std::string& by, bool admin, int signal,
+                                     TimePoint now);
+  // The running jobs whose launcher the agent of `node` is to start or signal.
+  std::vector<const JobRecord*> jobWork(const std::string& node) const;
+  // What the agent of `node` says of its job `id` (each throws kNotFound for a job that is not that
+  // node's to run): its launcher holds a new credential (the SHA-256 `hash`; the last one no longer
+  // counts), has started, has been sent the cancel's signal, has ended (ending the job, and its
+  // lease where the launcher left it: for a report that comes again, nothing).
+  void setJobCredential(const std::string& node, const std::string& id, const std::string& hash);
+  void jobStarted(const std::string& node, const std::string& id, TimePoint now);
+  void jobSignalled(const std::string& node, const std::string& id);
+  void jobEnded(const std::string& node, const std::string& id, const JobExit& exit, TimePoint now);
+  std::vector<JobEvent> takeJobEvents() { return jobs_.takeEvents(); }
+
   // --- persistence: stores load rows with these and write what takeDirty() names.
   void loadNode(PoolNode node);
   void loadLease(Lease lease);  // throws kInternal if a GPU is already held (never leased twice)
@@ -364,6 +394,8 @@ class PoolState {
   void loadRequest(const std::string& id, RememberedRequest request);
   void loadJoinToken(JoinToken token) { members_.loadToken(std::move(token)); }
   void loadCredential(NodeCredential credential) { members_.loadCredential(std::move(credential)); }
+  void loadJob(JobRecord job) { jobs_.load(std::move(job)); }
+  void loadNextJob(int64_t next) { jobs_.loadNextNumber(next); }
   Dirty takeDirty();
   void clear();
 
@@ -534,6 +566,17 @@ class PoolState {
   int64_t next_order_ = 0;
   Dirty dirty_;
   Membership members_;
+  JobBook jobs_;
+  JobOptions job_options_;
+  // The tick's part for jobs (job_rules.cpp): before its pass, pending jobs queued where they may
+  // start, their entries kept from going stale, running ones whose lease ended without them; after
+  // it, grants and failures of queued jobs taken into their records.
+  void advanceJobs(TimePoint now);
+  void collectJobGrants(TimePoint now);
+  void advancePendingJob(const JobBook::Key& key, TimePoint now);
+  void advanceRunningJob(const JobBook::Key& key, TimePoint now);
+  // The job `id` as the agent of `node` may speak of it (throws kNotFound otherwise).
+  const JobRecord& nodesJob(const std::string& node, const std::string& id) const;
   std::vector<double> wait_seconds_;
   std::vector<LeaseEvent> lease_events_;
   std::vector<NodeEvent> node_events_;

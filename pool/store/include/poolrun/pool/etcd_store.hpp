@@ -85,7 +85,8 @@ class EtcdStore final : public StateStore {
   std::string joinTokenKey(const std::string& hash) const;
   std::string credentialKey(const std::string& node) const;
   std::string requestKey(const std::string& id) const;  // an acquire's "OWNER/REQUEST_ID"
-  void commitBatch(std::vector<EtcdOp> success);        // one transaction, fenced
+  std::string jobKey(const std::string& id) const;
+  void commitBatch(std::vector<EtcdOp> success);  // one transaction, fenced
 
   std::shared_ptr<EtcdClient> client_;
   std::string prefix_;

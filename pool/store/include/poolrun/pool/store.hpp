@@ -97,6 +97,8 @@ class Store final : public StateStore {
   void loadRequests(PoolState& state);
   void loadMembership(PoolState& state);
   void writeMembership(const PoolState& state, const Dirty& dirty);
+  void loadJobs(PoolState& state);
+  void writeJobs(const PoolState& state, const Dirty& dirty);
   void loadCounters(PoolState& state);
 
   std::filesystem::path file_;
