@@ -104,9 +104,13 @@ struct Agent::State {
   std::set<size_t> mps_failed;
   std::map<size_t, std::string> mps_errors;
   std::optional<int> exit_status;
+  // Detached jobs: their launchers, and what became of them that poold has not heard yet.
+  std::optional<JobRunner> runner;
+  std::vector<std::pair<std::string, pool::JobReport>> job_reports;
 
   State(AgentConfig c, LinkFactory l, Sampler s, AgentClock k, std::ostream& o)
       : config(std::move(c)), open_link(std::move(l)), sample(std::move(s)), clock(std::move(k)), log(o) {
+    if (config.jobs) runner.emplace(*config.jobs);
     topology = config.node.topology;
     if (!topology) topology = std::make_shared<topo::NodeTopology>();
     if (!config.job_mapping_dir.empty()) job_mapping.emplace(config.job_mapping_dir, topology->gpus.size());
@@ -318,6 +322,48 @@ struct Agent::State {
     return kRefusedRetry;
   }
 
+  // Detached jobs: the work poold has for the node where its reply says so (launchers started,
+  // cancels' signals sent), the launchers that ended, and every report poold has not taken yet (kept
+  // while poold cannot be reached; one it refuses is dropped, saying why).
+  void runJobs(bool work) {
+    if (!runner) return;
+    if (work) {
+      const pool::NodeJobWork todo = link->jobWork(name());
+      for (const pool::JobLaunch& l : todo.start) {
+        pool::JobReport r = runner->start(l);
+        log << "poold-agent: job " << l.id << " of " << l.owner
+            << (r.kind == pool::JobReport::Kind::kStarted ? " started (lease " + l.lease + ")"
+                                                          : " could not start: " + r.exit.reason)
+            << std::endl;
+        job_reports.push_back({l.id, std::move(r)});
+      }
+      // After the starts: a job cancelled as it was granted is started, then signalled.
+      for (const pool::JobSignal& s : todo.signal) {
+        const bool here = runner->signal(s.id, s.signal);
+        log << "poold-agent: job " << s.id << " cancelled: "
+            << (here ? "signal " + std::to_string(s.signal) + " sent to its launcher"
+                     : "its launcher does not run here")
+            << std::endl;
+        job_reports.push_back({s.id, {pool::JobReport::Kind::kSignalled, {}}});
+      }
+    }
+    for (auto& [id, report] : runner->reap()) {
+      log << "poold-agent: job " << id << " ended (exit status " << report.exit.exit_status << ")"
+          << std::endl;
+      job_reports.push_back({id, std::move(report)});
+    }
+    while (!job_reports.empty()) {
+      const auto& [id, report] = job_reports.front();
+      try {
+        link->reportJob(name(), id, report);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kIo) throw;
+        log << "poold-agent: poold refused the report of job " << id << ": " << e.what() << std::endl;
+      }
+      job_reports.erase(job_reports.begin());
+    }
+  }
+
   // One round (Agent::run); the time to wait before the next.
   milliseconds round() {
     bool registering = !registered;
@@ -346,6 +392,7 @@ struct Agent::State {
       if (!reply.register_again) writeJobMapping(reply);
       if (!reply.register_again) makeMigLayouts(reply);
       if (!reply.register_again) manageMps(reply);
+      if (!reply.register_again) runJobs(reply.jobs);
       if (reply.register_again) {
         log << "poold-agent: poold asks for node " << name() << " again: registering it" << std::endl;
         registering = true;

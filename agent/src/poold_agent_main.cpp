@@ -103,6 +103,13 @@ int main(int argc, char** argv) {
     agent::Sampler sampler =
         agent::telemetrySampler(t, o.sysfs_root.empty() ? "/sys" : o.sysfs_root, &config.apply_mig);
     config.mps = agent::mpsControl(t, {o.mps_dir, o.mps_control});
+    std::error_code self_ec;
+    config.jobs = agent::JobRunnerOptions{
+        config.node.name, o.pool,
+        !o.poolrun.empty()
+            ? o.poolrun
+            : std::filesystem::read_symlink("/proc/self/exe", self_ec).parent_path() / "poolrun",
+        o.ca_file};
     config.node.topology = std::make_shared<const topo::NodeTopology>(std::move(t));
     agent::LinkFactory link = [o] {
       return pool::openAgentLink(o.pool, agent::linkOptions(o, agent::readTokenFile(o.token_file)));

@@ -237,19 +237,6 @@ struct Launch {
   std::filesystem::path script;  // run.sh
 };
 
-std::unique_ptr<pool::PoolClient> openJobPool(const RunOptions& o) {
-  pool::ClientOptions copts;
-  if (!o.token_file.empty()) {
-    copts.token = pool::readClientToken(o.token_file, "your token");
-  } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
-    copts.token = t;
-  }
-  copts.ca_file = o.ca_file;
-  if (const char* ca = std::getenv("POOLRUN_CA"); copts.ca_file.empty() && ca != nullptr) copts.ca_file = ca;
-  copts.owner = pool::currentUser();
-  return pool::openPool(o.pool, copts);
-}
-
 // Where the pool says its ranks run, with --simulate; checks the options that depend on it (Slurm:
 // launcher/src/slurm_launch.cpp). Throws poolrun::Error (kBadInput).
 JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
@@ -291,33 +278,6 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
         " (pool here: '" + o.pool + "')");
   if (where.slurm()) forgetSlurmGpuVariables(o.request, o.exports);
   return where;
-}
-
-pool::LeaseRequest leaseRequest(const RunOptions& o) {
-  pool::LeaseRequest lr;
-  lr.gpus = o.request.ranks;
-  lr.gpus_per_node = o.request.gpus_per_node;
-  if (o.request.fabric != topo::Fabric::kTcp) lr.fabric = o.request.fabric;  // every node can do TCP
-  lr.priority = o.priority;
-  lr.no_reclaim = o.no_reclaim;
-  lr.preemptible = o.preemptible;
-  lr.max_gpus = o.max_ranks;
-  lr.resize_interval = o.resize_interval;
-  lr.mig_profile = o.mig_profile;
-  lr.mig_or_larger = o.mig_or_larger;
-  lr.share_percent = o.share_percent;
-  lr.share_memory_bytes = o.share_memory_bytes;
-  lr.whole_nodes = o.placement.whole_nodes;
-  lr.gpu_model = o.placement.gpu_model;
-  lr.min_memory_bytes = o.placement.min_memory_bytes;
-  lr.labels = o.placement.labels;
-  lr.one_switch = o.placement.one_switch;
-  lr.owner = pool::currentUser();
-  lr.job_name = o.job_name;
-  lr.wait = o.wait;
-  lr.ttl = o.lease_ttl;
-  if (o.timeout) lr.max_duration = *o.timeout + o.lease_ttl;
-  return lr;
 }
 
 // Waits in the pool's queue, saying where the request stands. Ctrl-C (or SIGTERM, SIGHUP) while
@@ -658,7 +618,9 @@ void checkJobDirectories(const RunOptions& options) {
 // (not a program that exits 75 of its own accord).
 int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& options, int& restart,
            std::filesystem::path& dir_path, bool& preempted, std::ostream& out, std::ostream& err) {
-  pool::Lease lease = acquireLease(pool, leaseRequest(options), err);
+  // A detached job's launcher runs on the lease the pool granted its job (docs/jobs.md).
+  pool::Lease lease = options.adopt_lease.empty() ? acquireLease(pool, leaseRequest(options), err)
+                                                  : pool.renew(options.adopt_lease);
   LeaseGuard release(pool, lease.id, err);
   std::chrono::milliseconds ran{0};  // the job's time in its starts so far: --timeout spans them
   if (lease.elastic)
@@ -722,9 +684,50 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
 
 }  // namespace
 
+std::unique_ptr<pool::PoolClient> openJobPool(const RunOptions& o) {
+  pool::ClientOptions copts;
+  if (!o.token_file.empty()) {
+    copts.token = pool::readClientToken(o.token_file, "your token");
+  } else if (const char* t = std::getenv("POOLRUN_TOKEN")) {
+    copts.token = t;
+  }
+  copts.ca_file = o.ca_file;
+  if (const char* ca = std::getenv("POOLRUN_CA"); copts.ca_file.empty() && ca != nullptr) copts.ca_file = ca;
+  copts.owner = pool::currentUser();
+  return pool::openPool(o.pool, copts);
+}
+
+pool::LeaseRequest leaseRequest(const RunOptions& o) {
+  pool::LeaseRequest lr;
+  lr.gpus = o.request.ranks;
+  lr.gpus_per_node = o.request.gpus_per_node;
+  if (o.request.fabric != topo::Fabric::kTcp) lr.fabric = o.request.fabric;  // every node can do TCP
+  lr.priority = o.priority;
+  lr.no_reclaim = o.no_reclaim;
+  lr.preemptible = o.preemptible;
+  lr.max_gpus = o.max_ranks;
+  lr.resize_interval = o.resize_interval;
+  lr.mig_profile = o.mig_profile;
+  lr.mig_or_larger = o.mig_or_larger;
+  lr.share_percent = o.share_percent;
+  lr.share_memory_bytes = o.share_memory_bytes;
+  lr.whole_nodes = o.placement.whole_nodes;
+  lr.gpu_model = o.placement.gpu_model;
+  lr.min_memory_bytes = o.placement.min_memory_bytes;
+  lr.labels = o.placement.labels;
+  lr.one_switch = o.placement.one_switch;
+  lr.owner = pool::currentUser();
+  lr.job_name = o.job_name;
+  lr.wait = o.wait;
+  lr.ttl = o.lease_ttl;
+  if (o.timeout) lr.max_duration = *o.timeout + o.lease_ttl;
+  return lr;
+}
+
 int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   RunOptions options;
   if (std::optional<int> status = parseRunOptions(args, options, out, err)) return *status;
+  if (options.detach) return submitDetached(options, out, err);
   try {
     checkJobDirectories(options);
     std::unique_ptr<pool::PoolClient> pool = openJobPool(options);
@@ -739,7 +742,8 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       if (preempted && !options.requeue)
         err << "poolrun: the job was preempted and has ended; exit status " << status
             << " (try again later: rerun it, or give --requeue to have poolrun queue it again itself)\n";
-      if (!preempted || !options.requeue) return status;
+      // A detached job's launcher ends: its pool requeues the job (a new lease, a new launcher).
+      if (!preempted || !options.requeue || !options.adopt_lease.empty()) return status;
       if (requeues == kMaxRestarts) {
         err << "poolrun: not requeued: the job has been restarted " << kMaxRestarts
             << " times, the most --requeue does (exit status " << kExitPreempted << ")\n";

@@ -13,6 +13,8 @@
 #include "poolrun/common/options.hpp"
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/http_pool.hpp"
+#include "poolrun/pool/jobs.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
 
@@ -170,6 +172,23 @@ void parseRanks(const std::string& text, RunOptions& o) {
     throw badInput("-n '" + common::printable(text) + "': MIN:MAX with MAX at least MIN");
 }
 
+// The options of detached jobs make sense with --detach alone, and --detach with a poold alone.
+void checkDetachOptions(const po::variables_map& vm, const RunOptions& o) {
+  for (const char* name : {"output", "error", "chdir", "export", "dependency", "array"})
+    if (vm.count(name) && !o.detach)
+      throw badInput(std::string("--") + name + " is for a detached job: add --detach");
+  if (!o.detach) return;
+  if (!pool::isPooldUri(o.pool))
+    throw badInput(
+        "--detach needs a pool that keeps jobs: a poold (--pool http://HOST:PORT or "
+        "https://HOST:PORT; pool here: '" +
+        o.pool + "')");
+  for (const char* name : {"dry-run", "adopt-lease"})
+    if (vm.count(name)) throw badInput(std::string("--detach with --") + name + ": give one or the other");
+  if (vm.count("dependency")) pool::parseDependencies(o.dependency);
+  if (vm.count("array")) pool::parseArray(o.array);
+}
+
 }  // namespace
 
 std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOptions& o, std::ostream& out,
@@ -240,7 +259,24 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
        "the CAs to trust for an https pool, PEM (default: $POOLRUN_CA, else the system's)")
       ("topology", po::value(&o.topology_file)->value_name("FILE"),
        "slurm pools: topology (or cluster) file of nodes not to probe")
-      ("launcher", po::value(&launcher)->value_name("NAME"), "mpirun (default) or srun (slurm pools)");
+      ("launcher", po::value(&launcher)->value_name("NAME"), "mpirun (default) or srun (slurm pools)")
+      ("detach", "submit the job to the pool (a poold) and return at once, printing its id; the pool "
+       "runs it when GPUs are free (docs/jobs.md)")
+      ("output", po::value(&o.output)->value_name("FILE"),
+       "--detach: the job's output (default poolrun-%j.out in its directory; %j job, %a array task, "
+       "%u user, %x name)")
+      ("error", po::value(&o.error)->value_name("FILE"), "--detach: the job's error output (default: with --output)")
+      ("chdir", po::value(&o.chdir)->value_name("DIR"), "--detach: the job's directory (default: this one)")
+      ("export", po::value(&o.export_mode)->value_name("ALL|NONE|VAR,..."),
+       "--detach: the environment the job gets: all of this one (default, less what the plan sets), "
+       "none, or the variables named")
+      ("dependency", po::value(&o.dependency)->value_name("LIST"),
+       "--detach: afterok:ID[:ID],afterany:ID,afternotok:ID,singleton")
+      ("array", po::value(&o.array)->value_name("SPEC"),
+       "--detach: one job per index, 0-99 or 1,3,5-7 or 0-15:4, %N for at most N at once "
+       "($POOLRUN_ARRAY_TASK_ID in every rank)")
+      ("adopt-lease", po::value(&o.adopt_lease)->value_name("LEASE"),
+       "(poold-agent) run on this lease, granted to a detached job, instead of acquiring one");
   // clang-format on
   command.ranges(
       {{"gpus-per-node", 0, pool::kGpusPerNodeRange.max},
@@ -258,6 +294,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   }
   po::variables_map vm;
   if (std::optional<int> status = command.parse(optionArgs, vm, out, err)) return status;
+  o.option_args = optionArgs;
   if (!vm.count("-n") || o.program.empty())
     return command.usageError(o.program.empty() ? "no PROGRAM to run" : "-n N is required", err);
   try {
@@ -320,6 +357,8 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     o.no_reclaim = vm.count("no-reclaim") > 0;
     o.preemptible = vm.count("preemptible") > 0;
     o.requeue = vm.count("requeue") > 0;
+    o.detach = vm.count("detach") > 0;
+    checkDetachOptions(vm, o);
     checkValues(vm, tuner, mpiFlavor, launcher, preemptSignal, o);
     if (o.job_name.empty()) o.job_name = std::filesystem::path(o.program[0]).filename().string();
   } catch (const Error& e) {

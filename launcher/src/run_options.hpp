@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "poolrun/launcher/mpi.hpp"
 #include "poolrun/launcher/plan.hpp"
+#include "poolrun/pool/client.hpp"
 
 namespace poolrun::launcher {
 
@@ -60,7 +62,22 @@ struct RunOptions {
   bool dry_run = false;
   bool simulate = false;  // --simulate: the leased nodes run on this machine
   bool doctor = true;     // false: --no-doctor
+  // Detached jobs (docs/jobs.md): --detach submits the job to a poold and returns its id; the pool
+  // keeps it and a node's agent starts it later with --adopt-lease, the lease granted to it.
+  bool detach = false;
+  std::string output, error, chdir;      // --output, --error (patterns: %j %a %u %x), --chdir
+  std::string export_mode = "ALL";       // --export ALL|NONE|VAR,...
+  std::string dependency, array;         // --dependency, --array, as given
+  std::string adopt_lease;               // --adopt-lease LEASE: run on this lease, acquire none
+  std::vector<std::string> option_args;  // the options as given (--name=VALUE), for the stored job
 };
+
+// The lease a run asks the pool for, and the pool it asks (its token and CA from the options or
+// the environment).
+pool::LeaseRequest leaseRequest(const RunOptions& o);
+std::unique_ptr<pool::PoolClient> openJobPool(const RunOptions& o);
+// poolrun --detach (detach.cpp): submits the job, prints its id; the exit status.
+int submitDetached(const RunOptions& o, std::ostream& out, std::ostream& err);
 
 // The signals --preempt-signal takes, by name (TERM, SIGTERM, term) or number (15); nullopt for any
 // other. KILL and STOP cannot be caught, and mpirun does not pass on others (docs/preemption.md).

@@ -14,6 +14,7 @@
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/http_failures.hpp"
 #include "poolrun/pool/http_pool.hpp"
+#include "poolrun/pool/job_json.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/pool/munge.hpp"
 #include "poolrun/pool/queue_wait.hpp"
@@ -277,12 +278,60 @@ class HttpPool : public PoolControl, public AgentLink {
              json{{"token", token}, {"credential", credential}}, {milliseconds(2000), milliseconds(10000)});
     return !reply.value("again", false);
   }
+  NodeJobWork jobWork(const std::string& node) override {
+    return nodeJobWorkFromJson(call("GET", "/v1/nodes/" + segment(node) + "/jobs", nullptr,
+                                    {milliseconds(2000), milliseconds(10000)}));
+  }
+  void reportJob(const std::string& node, const std::string& id, const JobReport& report) override {
+    call("POST", "/v1/nodes/" + segment(node) + "/jobs/" + segment(id), toJson(report),
+         {milliseconds(2000), milliseconds(10000)});
+  }
+
+  SubmittedJob submitJob(const JobSubmission& job) override {
+    const json reply = call("POST", "/v1/jobs", toJson(job));
+    SubmittedJob out;
+    out.id = reply.at("job").get<std::string>();
+    out.tasks = reply.at("tasks").get<std::vector<std::string>>();
+    return out;
+  }
+  std::vector<JobView> jobs(const std::string& user, const std::string& state,
+                            const std::string& name) override {
+    std::string query;
+    for (const auto& [key, value] :
+         {std::pair<const char*, const std::string&>{"user", user}, {"state", state}, {"name", name}})
+      if (!value.empty()) query += (query.empty() ? "?" : "&") + std::string(key) + "=" + segment(value);
+    return jobViews(call("GET", "/v1/jobs" + query, nullptr));
+  }
+  std::vector<JobView> job(const std::string& id) override {
+    return jobViews(call("GET", "/v1/jobs/" + segment(id), nullptr));
+  }
+  std::vector<std::string> cancelJob(const std::string& id, int signal) override {
+    return call("POST", "/v1/jobs/" + segment(id) + "/cancel", json{{"signal", signal}})
+        .at("cancelled")
+        .get<std::vector<std::string>>();
+  }
+
   HeartbeatReply heartbeat(const Heartbeat& heartbeat) override {
     return heartbeatReplyFromJson(call("POST", "/v1/nodes/" + segment(heartbeat.node) + "/heartbeat",
                                        toJson(heartbeat), {milliseconds(2000), milliseconds(5000)}));
   }
 
  private:
+  static std::vector<JobView> jobViews(json docs) {
+    std::vector<JobView> out;
+    for (json& doc : docs) {
+      JobView v;
+      if (doc.contains("planned_start_ms") && doc["planned_start_ms"].is_number_integer())
+        v.planned_start = fromMillis(doc["planned_start_ms"].get<int64_t>());
+      v.wait_reason = doc.value("wait_reason", "");
+      doc.erase("planned_start_ms");
+      doc.erase("wait_reason");
+      v.record = jobFromJson(doc);
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
   // A lease granted as a signal came is given back at once.
   Lease keepUnlessInterrupted(const Lease& lease) {
     if (pendingInterrupt() == 0) return lease;
@@ -549,7 +598,30 @@ Error noJoinTokens() {
   return badInput("only a poold (--pool http://HOST:PORT or https://HOST:PORT) has nodes that join");
 }
 
+Error noJobs() {
+  return badInput("only a poold (--pool http://HOST:PORT or https://HOST:PORT) keeps detached jobs");
+}
+
 }  // namespace
+
+PoolControl::SubmittedJob PoolControl::submitJob(const JobSubmission&) {
+  throw noJobs();
+}
+std::vector<JobView> PoolControl::jobs(const std::string&, const std::string&, const std::string&) {
+  throw noJobs();
+}
+std::vector<JobView> PoolControl::job(const std::string&) {
+  throw noJobs();
+}
+std::vector<std::string> PoolControl::cancelJob(const std::string&, int) {
+  throw noJobs();
+}
+NodeJobWork AgentLink::jobWork(const std::string&) {
+  throw Error(ErrorCode::kUnsupported, "this link to the pool carries no jobs");
+}
+void AgentLink::reportJob(const std::string&, const std::string&, const JobReport&) {
+  throw Error(ErrorCode::kUnsupported, "this link to the pool carries no jobs");
+}
 
 JoinTokenMade PoolControl::createJoinToken(std::chrono::seconds) {
   throw noJoinTokens();

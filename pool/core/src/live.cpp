@@ -102,6 +102,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
     if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
   for (const auto& [gpu, ids] : held.sharers) reply.mps_gpus.insert(gpu);
   node.live.mps_asked = reply.mps_gpus;
+  reply.jobs = jobs_.workOf(node.name) != nullptr;
   if (freed && planNow)
     schedule(now);
   else if (freed)

@@ -28,6 +28,9 @@ const char* const kUsage =
     "                                      (admin) split a GPU into MIG instances (docs/mig.md)\n"
     "  node-token create [--expires DURATION] | list | revoke NODE\n"
     "                                      (admin) one-time join tokens for new nodes' agents\n"
+    "  jobs [--user U] [--state S] [--name N]   detached jobs (poolrun --detach; docs/jobs.md)\n"
+    "  job ID                              everything about one job (an array's number: every task)\n"
+    "  cancel ID... [--signal SIG]         end jobs: a pending one at once, a running one by SIG\n"
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE, http://HOST:PORT or\n"
@@ -166,6 +169,21 @@ const std::map<std::string, const char*> kHelp = {
      "credential of its own; it expires after DURATION (90s, 30m, 1h, 7d; default 1h, at most 30d).\n"
      "list: the tokens poold keeps (never the tokens themselves) and the nodes that joined. revoke:\n"
      "the node's credential is refused from its next request on; to join it again, make a new token.\n"},
+    {"jobs",
+     "usage: poolctl --pool URI [--json] jobs [--user U] [--state S] [--name N]\n"
+     "The jobs the poold keeps (poolrun --detach; docs/jobs.md), oldest first: id, name, user, state\n"
+     "(PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, REQUEUED, NODE_FAIL), run\n"
+     "time, GPUs, the node its launcher runs on, and why it waits or ended (with its planned start).\n"},
+    {"job",
+     "usage: poolctl --pool URI [--json] job ID\n"
+     "Everything about one job: its request, command, directory, output files, dependencies, times,\n"
+     "lease and node, exit status, restarts, and while it waits, why and its planned start. J12\n"
+     "names every task of array J12; J12_3 one.\n"},
+    {"cancel",
+     "usage: poolctl --pool URI cancel ID... [--signal SIG]\n"
+     "Ends jobs (J12: every task of array J12): a pending one at once; a running one by sending SIG\n"
+     "(default TERM) to its launcher, which ends its ranks and gives its GPUs back. A user cancels\n"
+     "their own jobs; an administrator anyone's.\n"},
     {"fail",
      "usage: poolctl [--pool URI] fail NODE:GPU | NODE\n"
      "(admin) Marks GPU (its index) of NODE failed, or every GPU of NODE: leased no more until\n"

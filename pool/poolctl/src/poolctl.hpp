@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,13 @@ int failCommand(const Command& c);
 int migCommand(const Command& c);
 // node-token create [--expires DURATION] | list | revoke NODE.
 int nodeTokenCommand(const Command& c);
+
+// job_commands.cpp: jobs [--user U] [--state S] [--name N]; job ID; cancel ID... [--signal SIG].
+int jobsCommand(const Command& c);
+int jobCommand(const Command& c);
+int cancelCommand(const Command& c);
+// A signal by name (TERM, SIGTERM, usr1) or number (1 to 64); nullopt for anything else.
+std::optional<int> signalNumber(const std::string& text);
 
 // events.cpp: poold's event log.
 int eventsCommand(const Command& c);

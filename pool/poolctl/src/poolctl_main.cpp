@@ -35,6 +35,9 @@ const std::map<std::string, int (*)(const Command&)>& commands() {
                                                                     {"top", topCommandOf},
                                                                     {"mig", migCommand},
                                                                     {"node-token", nodeTokenCommand},
+                                                                    {"jobs", jobsCommand},
+                                                                    {"job", jobCommand},
+                                                                    {"cancel", cancelCommand},
                                                                     {"events", eventsCommand}};
   return table;
 }

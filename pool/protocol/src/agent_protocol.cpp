@@ -119,9 +119,13 @@ json toJson(const HeartbeatReply& r) {
   json layouts = json::array();
   for (const auto& [index, profiles] : r.mig_layouts)
     layouts.push_back({{"index", index}, {"profiles", profiles}});
-  return {{"schema", kHeartbeatReplySchema},  {"register_again", r.register_again},
-          {"interval_s", r.interval.count()}, {"gpu_leases", leases},
-          {"mig_layouts", layouts},           {"mps_gpus", r.mps_gpus}};
+  return {{"schema", kHeartbeatReplySchema},
+          {"register_again", r.register_again},
+          {"interval_s", r.interval.count()},
+          {"gpu_leases", leases},
+          {"mig_layouts", layouts},
+          {"mps_gpus", r.mps_gpus},
+          {"jobs", r.jobs}};
 }
 
 std::string heartbeatReplyText(const HeartbeatReply& r) {
@@ -145,6 +149,7 @@ std::string heartbeatReplyText(const HeartbeatReply& r) {
   });
   out += ',';
   appendArray(out, "mps_gpus", r.mps_gpus, [&](size_t gpu) { out += std::to_string(gpu); });
+  out += r.jobs ? R"(,"jobs":true)" : R"(,"jobs":false)";
   out += '}';
   return out;
 }
@@ -184,6 +189,7 @@ HeartbeatReply heartbeatReplyFromJson(const json& doc) {
                                   std::to_string(kGpuIndexRange.max) + ")");
     r.mps_gpus.insert(mps[i].get<size_t>());
   }
+  r.jobs = f.boolean("jobs", false);
   return r;
 }
 

@@ -132,4 +132,189 @@ JobRecord jobFromJson(const json& doc) {
   return j;
 }
 
+namespace {
+
+// A string a job hands to exec or open: no NUL, which would cut it short there.
+std::string execString(const JsonFields& f, std::string_view key, std::string fallback) {
+  std::string v = f.has(key) ? f.string(key) : std::move(fallback);
+  if (v.find('\0') != std::string::npos) f.failField(key, "holds a NUL character");
+  return v;
+}
+
+std::vector<std::string> execStrings(const JsonFields& f, std::string_view key, bool variables) {
+  std::vector<std::string> v = listOf<std::string>(f, key);
+  if (v.size() > kMaxJobStrings)
+    f.failField(key, std::to_string(v.size()) + " entries; at most " + std::to_string(kMaxJobStrings));
+  for (const std::string& s : v) {
+    if (s.find('\0') != std::string::npos) f.failField(key, "an entry holds a NUL character");
+    if (variables && (s.find('=') == std::string::npos || s.front() == '='))
+      f.failField(key, "'" + common::printable(s.substr(0, 80)) + "' is not NAME=VALUE");
+  }
+  return v;
+}
+
+json launchJson(const JobLaunch& l) {
+  return {{"id", l.id},
+          {"lease", l.lease},
+          {"owner", l.owner},
+          {"name", l.name},
+          {"task", optionalInt(l.task)},
+          {"uid", l.uid},
+          {"gid", l.gid},
+          {"command", l.command},
+          {"env", l.env},
+          {"cwd", l.cwd},
+          {"output", l.output},
+          {"error", l.error},
+          {"umask", l.umask},
+          {"time_limit_s", l.time_limit ? json(l.time_limit->count()) : json(nullptr)},
+          {"credential", l.credential},
+          {"allow_root", l.allow_root}};
+}
+
+JobLaunch launchFromJson(const json& doc) {
+  const JsonFields f = fieldsOf(doc, "start");
+  JobLaunch l;
+  l.id = f.string("id");
+  if (!isJobId(l.id)) f.failField("id", "'" + common::printable(l.id) + "' is not a job id");
+  l.lease = f.string("lease");
+  l.owner = f.string("owner");
+  l.name = f.string("name", "");
+  l.task = optionalIntOf(f, "task");
+  l.uid = f.integer<uint32_t>("uid", 0, UINT32_MAX);
+  l.gid = f.integer<uint32_t>("gid", 0, UINT32_MAX);
+  l.command = execStrings(f, "command", false);
+  if (l.command.empty()) f.failField("command", "empty");
+  l.env = execStrings(f, "env", true);
+  l.cwd = execString(f, "cwd", "");
+  l.output = execString(f, "output", "");
+  l.error = execString(f, "error", "");
+  l.umask = f.integer<uint32_t>("umask", 0, 0777, 022);
+  if (f.has("time_limit_s") && !f.need("time_limit_s").is_null())
+    l.time_limit = std::chrono::seconds(f.integer<int64_t>("time_limit_s", 1, kStoredSecondsMax));
+  l.credential = f.string("credential");
+  l.allow_root = f.boolean("allow_root", false);
+  return l;
+}
+
+}  // namespace
+
+json toJson(const JobSubmission& sub) {
+  const JobSpec& s = sub.spec;
+  json doc = {{"name", s.name},
+              {"uid", s.uid},
+              {"gid", s.gid},
+              {"groups", s.groups},
+              {"command", s.command},
+              {"cwd", s.cwd},
+              {"env", s.env},
+              {"output", s.output},
+              {"error", s.error},
+              {"umask", s.umask},
+              {"request", toJson(s.request)},
+              {"requeue", s.requeue}};
+  if (!s.dependencies.empty()) doc["dependency"] = dependencyText(s.dependencies);
+  if (s.time_limit) doc["time_limit_s"] = s.time_limit->count();
+  if (sub.array) {
+    std::string text;
+    for (int t : sub.array->tasks) text += (text.empty() ? "" : ",") + std::to_string(t);
+    if (sub.array->limit > 0) text += "%" + std::to_string(sub.array->limit);
+    doc["array"] = text;
+  }
+  return doc;
+}
+
+JobSubmission jobSubmissionFromJson(const json& doc) {
+  const JsonFields f =
+      clientFields(doc,
+                   {"name", "uid", "gid", "groups", "command", "cwd", "env", "output", "error", "umask",
+                    "request", "dependency", "time_limit_s", "requeue", "array"},
+                   "the job");
+  JobSubmission sub;
+  JobSpec& s = sub.spec;
+  s.name = execString(f, "name", "");
+  if (s.name.size() > 200) f.failField("name", "longer than 200 bytes");
+  s.uid = f.integer<uint32_t>("uid", 0, UINT32_MAX);
+  s.gid = f.integer<uint32_t>("gid", 0, UINT32_MAX);
+  s.groups = listOf<uint32_t>(f, "groups");
+  if (s.groups.size() > 1024) f.failField("groups", "more than 1024 groups");
+  s.command = execStrings(f, "command", false);
+  if (s.command.empty()) f.failField("command", "a job runs a program: the list is empty");
+  s.cwd = execString(f, "cwd", "");
+  s.env = execStrings(f, "env", true);
+  s.output = execString(f, "output", "");
+  s.error = execString(f, "error", "");
+  s.umask = f.integer<uint32_t>("umask", 0, 0777, 022);
+  s.request = requestFromJson(f.need("request"));
+  if (f.has("dependency")) s.dependencies = parseDependencies(f.string("dependency"));
+  if (f.has("time_limit_s"))
+    s.time_limit = std::chrono::seconds(f.integer<int64_t>("time_limit_s", 1, kStoredSecondsMax));
+  s.requeue = f.boolean("requeue", false);
+  if (f.has("array")) sub.array = parseArray(f.string("array"));
+  // The output paths' patterns are checked now, against a record of the job as it will be.
+  JobRecord probe;
+  probe.id = "J1";
+  probe.spec = s;
+  for (const char* key : {"output", "error"})
+    if (const std::string& p = key[0] == 'o' ? s.output : s.error; !p.empty()) try {
+        expandJobPath(p, probe);
+      } catch (const Error& e) {
+        f.failField(key, e.what());
+      }
+  return sub;
+}
+
+json toJson(const NodeJobWork& work) {
+  json start = json::array();
+  for (const JobLaunch& l : work.start) start.push_back(launchJson(l));
+  json signal = json::array();
+  for (const JobSignal& s : work.signal) signal.push_back({{"id", s.id}, {"signal", s.signal}});
+  return {{"start", std::move(start)}, {"signal", std::move(signal)}};
+}
+
+NodeJobWork nodeJobWorkFromJson(const json& doc) {
+  const JsonFields f = fieldsOf(doc);
+  NodeJobWork work;
+  for (const json& l : f.need("start")) work.start.push_back(launchFromJson(l));
+  for (const json& s : f.need("signal")) {
+    const JsonFields sf = fieldsOf(s, "signal");
+    work.signal.push_back({sf.string("id"), sf.integer<int>("signal", 1, 64)});
+  }
+  return work;
+}
+
+json toJson(const JobReport& r) {
+  switch (r.kind) {
+    case JobReport::Kind::kStarted:
+      return {{"event", "started"}};
+    case JobReport::Kind::kSignalled:
+      return {{"event", "signalled"}};
+    case JobReport::Kind::kEnded:
+      break;
+  }
+  json doc = {{"event", "ended"}, {"exit_status", r.exit.exit_status}, {"signal", r.exit.signal}};
+  if (!r.exit.reason.empty()) doc["reason"] = r.exit.reason;
+  return doc;
+}
+
+JobReport jobReportFromJson(const json& doc) {
+  const JsonFields f = clientFields(doc, {"event", "exit_status", "signal", "reason"}, "the job report");
+  JobReport r;
+  const std::string event = f.string("event");
+  if (event == "started") {
+    r.kind = JobReport::Kind::kStarted;
+  } else if (event == "signalled") {
+    r.kind = JobReport::Kind::kSignalled;
+  } else if (event == "ended") {
+    r.kind = JobReport::Kind::kEnded;
+    r.exit.exit_status = f.integer<int>("exit_status", 0, 255);
+    r.exit.signal = f.integer<int>("signal", 0, 64, 0);
+    r.exit.reason = f.string("reason", "");
+    if (r.exit.reason.size() > 4096) r.exit.reason.resize(4096);
+  } else {
+    f.failField("event", "'" + common::printable(event) + "' is not started, signalled or ended");
+  }
+  return r;
+}
+
 }  // namespace poolrun::pool

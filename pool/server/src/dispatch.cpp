@@ -120,6 +120,7 @@ std::optional<Caller> ServerCore::authenticate(const HttpRequest& req, const Rou
   if (!who) {
     bool busy = false;
     who = nodeOfCredential(token, networkThread, busy);
+    if (!who && !busy) who = launcherOfJob(token, networkThread, busy);
     if (busy) return std::nullopt;
   }
   if (who) {
@@ -176,8 +177,46 @@ std::optional<Caller> ServerCore::nodeOfCredential(const std::string& token, boo
   return who;
 }
 
+std::optional<Caller> ServerCore::launcherOfJob(const std::string& token, bool networkThread, bool& busy) {
+  if (!isSecretOf(kJobCredentialPrefix, token)) return std::nullopt;
+  const std::string hash = secretHash(token);
+  auto look = [&hash](const PoolState& s) -> std::optional<Caller> {
+    const JobRecord* job = s.jobs().ofCredential(hash);
+    if (job == nullptr) return std::nullopt;
+    Caller who;
+    who.owner = job->spec.owner;
+    who.via = "job";
+    who.job_lease = job->lease;
+    return who;
+  };
+  if (!networkThread) return pool->read(look);
+  auto tried = pool->tryRead(look);
+  if (!tried) busy = true;
+  return tried ? *tried : std::nullopt;
+}
+
+namespace {
+
+// What a detached job's launcher may do with its credential: what poolrun does with its lease (read
+// the pool's nodes and replicas, renew, shrink and release the lease), and nothing else.
+bool launcherMay(const Caller& who, const Route& r, const std::vector<std::string>& params) {
+  const std::string& p = r.spec.pattern;
+  if (r.spec.method == "GET" && (p == "/v1/nodes/*" || p == "/v1/replicas" || p == "/v1/status")) return true;
+  const bool leaseRoute = p == "/v1/leases/*/renew" || p == "/v1/leases/*/shrink" ||
+                          (p == "/v1/leases/*" && r.spec.method == "DELETE");
+  return leaseRoute && params.at(0) == who.job_lease;
+}
+
+}  // namespace
+
 // Whether the caller's role may call the route: a node's token its own node's agent routes only.
 void ServerCore::authorize(const Caller& who, const Route& r, const std::vector<std::string>& params) const {
+  if (!who.job_lease.empty() && !launcherMay(who, r, params))
+    throw HttpError("forbidden", "the credential of a detached job's launcher is for its lease " +
+                                     who.job_lease +
+                                     " alone (renew, shrink, release) and the pool's nodes; it may not " +
+                                     (std::string(r.spec.what).empty() ? r.spec.method + " " + r.spec.pattern
+                                                                       : std::string(r.spec.what)));
   const bool agent = r.spec.role == Role::kAgent;
   if (who.node != agent && !who.admin)
     throw HttpError("forbidden", who.node ? "the token of node " + who.owner +

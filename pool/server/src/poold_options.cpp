@@ -41,7 +41,8 @@ std::string serverHelp(const ServerOptions& d) {
          "             [--sync normal|full] [--max-body BYTES] [--threads N] [--max-connections N]\n"
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
-         "             [--max-queued-per-owner N]\n"
+         "             [--max-queued-per-owner N] [--max-jobs-per-owner N] [--job-retention SECONDS]\n"
+         "             [--allow-root-jobs]\n"
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
@@ -103,7 +104,16 @@ std::string serverHelp(const ServerOptions& d) {
          ")\n"
          "  --max-queued-per-owner N      requests one owner may have in the queue; one more that does\n"
          "                                not fit now gets 429 (default " +
-         n(d.max_queued_per_owner) + ", 1 to " + n(kMaxQueuedPerOwnerRange.max) + ")\n";
+         n(d.max_queued_per_owner) + ", 1 to " + n(kMaxQueuedPerOwnerRange.max) +
+         ")\n"
+         "  --max-jobs-per-owner N        detached jobs one owner may have pending or running (an array\n"
+         "                                counts its tasks; default " +
+         n(d.jobs.max_active_per_owner) + ", 1 to " + n(kMaxQueuedPerOwnerRange.max) +
+         ")\n"
+         "  --job-retention SECONDS       how long ended jobs' records are kept (default " +
+         n(d.jobs.retention.count()) +
+         ")\n"
+         "  --allow-root-jobs             let detached jobs run as root (refused by default)\n";
 }
 
 // The options of node agents, idle leases, preemption, quotas, metrics and the dashboard.
@@ -356,6 +366,15 @@ const std::map<std::string, OptionRow>& optionTable() {
        {true, [](O& o, S a, S v) { o.server.max_user_priority = number(a, v, kPriorityRange); }}},
       {"--max-queued-per-owner",
        {true, [](O& o, S a, S v) { o.server.max_queued_per_owner = number(a, v, kMaxQueuedPerOwnerRange); }}},
+      {"--max-jobs-per-owner",
+       {true,
+        [](O& o, S a, S v) { o.server.jobs.max_active_per_owner = number(a, v, kMaxQueuedPerOwnerRange); }}},
+      {"--job-retention",
+       {true,
+        [](O& o, S a, S v) {
+          o.server.jobs.retention = secondsIn(a, v, Range<int64_t>{60, 3660 * 86'400});
+        }}},
+      {"--allow-root-jobs", {false, [](O& o, S, S) { o.server.jobs.allow_root = true; }}},
       {"--heartbeat-interval",
        {true, [](O& o, S a, S v) { o.server.live.heartbeat_interval = secondsIn(a, v, kIntervalRange); }}},
       {"--history-interval",

@@ -102,11 +102,12 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   m.pool->mutate([&m, &quotas](PoolState& s, TimePoint) {
     s.setLiveOptions(m.opt.live);
     s.setPreemptOptions(m.opt.preempt);
+    s.setJobOptions(m.opt.jobs);
     s.setQuotas(std::move(quotas));
     return 0;
   });
-  for (const auto& table : {statusRoutes(), nodeRoutes(), agentRoutes(), memberRoutes(), leaseRoutes(),
-                            queueRoutes(), eventRoutes()})
+  for (const auto& table : {statusRoutes(), nodeRoutes(), agentRoutes(), memberRoutes(), jobRoutes(),
+                            leaseRoutes(), queueRoutes(), eventRoutes()})
     for (const RouteSpec& spec : table) m.routes.emplace_back(spec);
   for (const ServerRoute& extra : m.opt.routes) m.routes.emplace_back(routeOf(extra));
 }

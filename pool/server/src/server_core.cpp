@@ -136,6 +136,12 @@ uint64_t ServerCore::recordLeaseEvents(PoolState& s, TimePoint now) {
                       {"reason", e.reason}},
                      now);
   }
+  for (const JobEvent& e : s.takeJobEvents()) {
+    nlohmann::json fields = {{"job", e.job}, {"state", toString(e.to)}};
+    if (e.from) fields["from"] = toString(*e.from);
+    if (!e.reason.empty()) fields["reason"] = e.reason;
+    events->record(e.from ? "job_state" : "job_submitted", fields, now);
+  }
   return events->lastRecorded();
 }
 

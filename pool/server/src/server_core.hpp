@@ -191,6 +191,9 @@ struct ServerCore {
   // The node whose credential (membership.hpp) `token` is; nullopt where none; as above on the
   // network thread, `busy` set where the state's lock was.
   std::optional<Caller> nodeOfCredential(const std::string& token, bool networkThread, bool& busy);
+  // The owner of the detached job whose launcher holds credential `token` (jobs.cpp), its rights
+  // bound to the job's lease; as above.
+  std::optional<Caller> launcherOfJob(const std::string& token, bool networkThread, bool& busy);
   void authorize(const Caller& who, const Route& r, const std::vector<std::string>& params) const;
   HttpReply replyTo(const Route& r, Context& c);
   HttpReply observed(const std::string& sent, const std::string& label, HttpReply reply,

@@ -49,6 +49,19 @@ std::string EtcdStore::credentialKey(const std::string& node) const {
   return prefix_ + "/credentials/" + node;
 }
 
+void EtcdStore::loadJobs(PoolState& state, const std::vector<const EtcdKeyValue*>& jobs) {
+  for (const EtcdKeyValue* kv : jobs) {
+    try {
+      JobRecord job = jobFromJson(json::parse(kv->value));
+      if (kv->key != jobKey(job.id))
+        throw std::runtime_error("it holds job '" + common::printable(job.id) + "'");
+      state.loadJob(std::move(job));
+    } catch (const std::exception& e) {
+      throw damaged(kv->key, e.what());
+    }
+  }
+}
+
 std::string EtcdStore::jobKey(const std::string& id) const {
   return prefix_ + "/jobs/" + id;
 }
@@ -203,16 +216,7 @@ void EtcdStore::load(PoolState& state) {
     }
   }
   loadMembership(state, join_tokens, credentials);
-  for (const EtcdKeyValue* kv : jobs) {
-    try {
-      JobRecord job = jobFromJson(json::parse(kv->value));
-      if (kv->key != jobKey(job.id))
-        throw std::runtime_error("it holds job '" + common::printable(job.id) + "'");
-      state.loadJob(std::move(job));
-    } catch (const std::exception& e) {
-      throw damaged(kv->key, e.what());
-    }
-  }
+  loadJobs(state, jobs);
   uint64_t granted = 0;
   int64_t next = 1;
   if (counters) {

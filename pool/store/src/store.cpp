@@ -23,6 +23,7 @@
 #include "poolrun/pool/job_json.hpp"
 #include "poolrun/pool/json.hpp"
 #include "poolrun/topo/writers.hpp"
+#include "sqlite_steps.hpp"
 #include "stored_docs.hpp"
 
 namespace poolrun::pool {
@@ -96,62 +97,10 @@ std::string readRecord(int fd, bool& ok) {
   return text;
 }
 
-std::string text(sqlite3_stmt* st, int col) {
-  const unsigned char* p = sqlite3_column_text(st, col);
-  return p ? reinterpret_cast<const char*>(p) : "";
-}
-
-// Binds and steps one statement to completion, then resets it.
-class Step {
- public:
-  explicit Step(sqlite3* db, sqlite3_stmt* st) : db_(db), st_(st) {}
-  ~Step() {
-    sqlite3_reset(st_);
-    sqlite3_clear_bindings(st_);
-  }
-  Step& bind(const std::string& v) {
-    sqlite3_bind_text(st_, ++n_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Step& bind(int64_t v) {
-    sqlite3_bind_int64(st_, ++n_, v);
-    return *this;
-  }
-  Step& bindNull() {
-    sqlite3_bind_null(st_, ++n_);
-    return *this;
-  }
-  bool row() {
-    int rc = sqlite3_step(st_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw Error(ErrorCode::kIo,
-                std::string("pool state: ") + sqlite3_errmsg(db_) + " (" + sqlite3_sql(st_) + ")");
-  }
-  void run() {
-    while (row()) {
-    }
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* st_;
-  int n_ = 0;
-};
-
-// What a refusal says to do: the file is either restored (and its record, which counts commits a
-// backup lacks, deleted) or moved away with everything beside it. `it` names the file.
-std::string restoreOrMove(const std::filesystem::path& file, const std::string& it) {
-  std::string f = file.string(), g = Store::generationFile(file).string();
-  return "restore " + it + " from a backup (with its -wal, then delete " + g +
-         ", which counts commits the backup does not have), or move " + it + ", with " + f + "-wal, " + f +
-         "-shm and " + g + ", away to start an empty pool";
-}
-
-Error refusal(const std::filesystem::path& file, const std::string& found) {
-  return Error(ErrorCode::kIo,
-               file.string() + ": " + found + "; nothing was written to it: " + restoreOrMove(file, "it"));
-}
+using sql::refusal;
+using sql::restoreOrMove;
+using sql::Step;
+using sql::text;
 
 // Column 0 of every row `sql` returns, as text; SQLite's error code in `rc`, its message in `why`.
 std::vector<std::string> column(sqlite3* db, const char* sql, int& rc, std::string& why) {
@@ -669,35 +618,6 @@ void Store::loadMembership(PoolState& state) {
       throw refusal(file_, "the credential of node " + common::printable(node) +
                                ": its stored document is broken (" + e.what() + ")");
     }
-  }
-}
-
-void Store::loadJobs(PoolState& state) {
-  sqlite3_stmt* st = prepare("SELECT id, doc FROM jobs");
-  Step s(db_.get(), st);
-  while (s.row()) {
-    const std::string id = text(st, 0);
-    try {
-      JobRecord job = jobFromJson(json::parse(text(st, 1)));
-      if (job.id != id) throw std::runtime_error("it names job '" + common::printable(job.id) + "'");
-      state.loadJob(std::move(job));
-    } catch (const std::exception& e) {
-      throw refusal(file_,
-                    "job " + common::printable(id) + ": its stored document is broken (" + e.what() + ")");
-    }
-  }
-}
-
-void Store::writeJobs(const PoolState& state, const Dirty& dirty) {
-  for (const std::string& id : dirty.jobs) {
-    const JobRecord* job = state.jobs().find(id);
-    if (job == nullptr)
-      Step(db_.get(), prepare("DELETE FROM jobs WHERE id = ?")).bind(id).run();
-    else
-      Step(db_.get(), prepare("INSERT OR REPLACE INTO jobs(id, doc) VALUES(?, ?)"))
-          .bind(id)
-          .bind(toJson(*job).dump(-1, ' ', false, json::error_handler_t::replace))
-          .run();
   }
 }
 

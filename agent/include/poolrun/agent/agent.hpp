@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "poolrun/agent/jobs.hpp"
 #include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/topo/cluster.hpp"
@@ -112,6 +113,8 @@ struct AgentConfig {
   // Runs the MPS control daemons poold asks for (HeartbeatReply::mps_gpus); empty functions: every
   // start fails, saying this agent cannot.
   MpsControl mps;
+  // Runs the detached jobs poold gives the node (HeartbeatReply::jobs); nullopt: none is asked for.
+  std::optional<JobRunnerOptions> jobs;
 };
 
 // How long the agent waits before it tries again after a refusal (401, 403, 404): long enough not

@@ -41,6 +41,7 @@ struct AgentOptions {
   std::filesystem::path job_mapping_dir;
   std::filesystem::path mps_dir = pool::kDefaultMpsDirectory;  // --mps-dir
   std::string mps_control = "nvidia-cuda-mps-control";         // --mps-control
+  std::filesystem::path poolrun;  // --poolrun: detached jobs' launcher; empty: beside poold-agent
   std::string switch_name;
   std::map<std::string, std::string> labels;
   bool help = false;

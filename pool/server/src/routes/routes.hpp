@@ -16,5 +16,6 @@ std::vector<RouteSpec> leaseRoutes();  // leases.cpp: /v1/leases...
 std::vector<RouteSpec> queueRoutes();  // queue.cpp: /v1/queue...
 std::vector<RouteSpec> eventRoutes();  // events.cpp: /v1/events
 std::vector<RouteSpec> memberRoutes();  // members.cpp: join tokens, a node's join, revocation
+std::vector<RouteSpec> jobRoutes();     // jobs.cpp: /v1/jobs..., a node's jobs
 
 }  // namespace poolrun::pool

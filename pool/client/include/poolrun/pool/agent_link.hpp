@@ -11,6 +11,8 @@
 namespace poolrun::pool {
 
 struct ClientOptions;  // client.hpp
+struct NodeJobWork;    // job_json.hpp
+struct JobReport;
 
 // The agent's side of the protocol, over a poold's HTTP API. Errors are poolrun::Error: kIo where
 // poold cannot be reached (the agent retries), PoolError kUnauthorized/kForbidden for a token poold
@@ -20,6 +22,11 @@ class AgentLink {
   virtual ~AgentLink() = default;
   virtual void registerNode(const NodeRegistration& registration) = 0;
   virtual HeartbeatReply heartbeat(const Heartbeat& heartbeat) = 0;
+  // Detached jobs (docs/jobs.md): what node `node` is to start or signal, asked where a heartbeat's
+  // reply says `jobs`, and what became of one of its jobs. A link that carries no jobs throws
+  // kUnsupported.
+  virtual NodeJobWork jobWork(const std::string& node);
+  virtual void reportJob(const std::string& node, const std::string& id, const JobReport& report);
   virtual std::string describe() const = 0;
 };
 

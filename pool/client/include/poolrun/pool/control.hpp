@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/jobs.hpp"
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/types.hpp"
 
@@ -36,6 +37,16 @@ struct NodeTokens {
   std::vector<JoinedNode> nodes;
 };
 
+struct JobSubmission;  // job_json.hpp
+
+// Jobs the pool keeps (docs/jobs.md): a job as `poolctl jobs` and `poolctl job` show it: its record,
+// and while it is queued, when the pool plans to start it and why it waits.
+struct JobView {
+  JobRecord record;
+  std::optional<TimePoint> planned_start;
+  std::string wait_reason;  // poolctl job's detail
+};
+
 class PoolControl : public PoolClient {
  public:
   virtual PoolStatus status() = 0;
@@ -60,6 +71,18 @@ class PoolControl : public PoolClient {
   virtual JoinTokenMade createJoinToken(std::chrono::seconds life);
   virtual NodeTokens nodeTokens();
   virtual void revokeNode(const std::string& node);
+  // Jobs the pool keeps (a poold's; other pools throw kBadInput saying so): submitted (the job's id
+  // and its tasks' ids), listed (?user=&state=&name=, as the query's fields), looked at (an array's
+  // number: every task), cancelled (the ids cancelled or signalled).
+  struct SubmittedJob {
+    std::string id;
+    std::vector<std::string> tasks;
+  };
+  virtual SubmittedJob submitJob(const JobSubmission& job);
+  virtual std::vector<JobView> jobs(const std::string& user, const std::string& state,
+                                    const std::string& name);
+  virtual std::vector<JobView> job(const std::string& id);
+  virtual std::vector<std::string> cancelJob(const std::string& id, int signal);
 };
 
 }  // namespace poolrun::pool

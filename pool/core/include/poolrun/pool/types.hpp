@@ -323,6 +323,9 @@ struct HeartbeatReply {
   // The GPUs with MPS shares leased now: the agent keeps an MPS control daemon running for each
   // (and stops those it started for GPUs no longer listed).
   std::set<size_t> mps_gpus;
+  // Detached jobs have work for the agent (launchers to start or signal): it asks for it with
+  // GET /v1/nodes/NAME/jobs.
+  bool jobs = false;
 };
 
 // The hash a heartbeat names its node's topology by: FNV-1a of the topology's JSON, without
@@ -336,7 +339,9 @@ struct Caller {
   std::string owner;  // role node: the node's name
   bool admin = false;
   bool node = false;          // a node agent: registers and heartbeats its own node, nothing else
-  std::string via = "token";  // how poold knew it: "token" or "munge" (the audit trail says it)
+  std::string via = "token";  // how poold knew it: "token", "munge", "credential" or "job"
+  // A detached job's launcher (via "job"): its owner's rights on this lease alone, while it runs.
+  std::string job_lease = {};
   // "admin", "node" or "user".
   const char* role() const { return admin ? "admin" : node ? "node" : "user"; }
 };

@@ -7,6 +7,9 @@
 //   POST /v1/nodes/NAME/register   poolrun.node-registration/1   -> {"registered": NAME, ...}
 //   POST /v1/nodes/NAME/heartbeat  poolrun.heartbeat/1           -> poolrun.heartbeat-reply/1
 //   POST /v1/nodes/NAME/join       {"token": JOIN TOKEN, "credential": CREDENTIAL} -> {"joined": NAME}
+//   GET  /v1/nodes/NAME/jobs       -> the detached jobs to start and signal (job_json.hpp), asked
+//                                  where a heartbeat's reply says `jobs`
+//   POST /v1/nodes/NAME/jobs/ID    a job's launcher started, was signalled, ended (job_json.hpp)
 //
 // A node that joins (docs/pool.md, "Nodes that join") sends a join token an administrator made
 // (`poolctl node-token create`) with a credential it made itself, once; poold keeps the credential's
@@ -40,6 +43,9 @@ inline constexpr const char* kHeartbeatReplySchema = "poolrun.heartbeat-reply/1"
 // A join token is kJoinTokenPrefix and 64 hex digits; a node credential kNodeCredentialPrefix and 64.
 inline constexpr std::string_view kJoinTokenPrefix = "pj-";
 inline constexpr std::string_view kNodeCredentialPrefix = "pn-";
+// The credential a detached job's launcher renews its lease with (GET /v1/nodes/NAME/jobs gives it):
+// kJobCredentialPrefix and 64 hex digits.
+inline constexpr std::string_view kJobCredentialPrefix = "pr-";
 // Whether `text` is `prefix` and 64 lower-case hex digits.
 bool isSecretOf(std::string_view prefix, std::string_view text);
 

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "poolrun/pool/job_book.hpp"
 #include "poolrun/pool/jobs.hpp"
 
 namespace poolrun::pool {
@@ -19,5 +20,61 @@ inline constexpr const char* kJobSchema = "poolrun.job/1";
 nlohmann::json toJson(const JobRecord& job);
 // A record as the pool wrote it. Throws poolrun::Error (kBadInput) naming the field that is wrong.
 JobRecord jobFromJson(const nlohmann::json& doc);
+
+}  // namespace poolrun::pool
+
+namespace poolrun::pool {
+
+// What `poolrun --detach` sends (POST /v1/jobs): the job's spec (its owner is the caller's, whatever
+// the body says) and its --array.
+//   {"name", "uid", "gid", "groups", "command", "cwd", "env", "output", "error", "umask",
+//    "request": {an acquire's fields}, "dependency", "time_limit_s", "requeue", "array": "0-9%2"}
+struct JobSubmission {
+  JobSpec spec;
+  std::optional<JobArray> array;
+};
+nlohmann::json toJson(const JobSubmission& submission);
+// Strict, as every client document: an unknown field, a string holding a NUL, an environment entry
+// without '=', more than kMaxJobStrings arguments or variables are refused naming the field.
+JobSubmission jobSubmissionFromJson(const nlohmann::json& doc);
+inline constexpr size_t kMaxJobStrings = 10'000;
+
+// What the agent of a running job's first node is to do (GET /v1/nodes/NAME/jobs): launchers to
+// start, each with the credential it renews its lease with, and cancels' signals to send.
+struct JobLaunch {
+  std::string id, lease, owner, name;
+  std::optional<int> task;
+  uint32_t uid = 0, gid = 0;  // as submitted: the node's password database must agree
+  std::vector<std::string> command, env;
+  std::string cwd, output, error;  // the paths expanded (%j, %a, %u, %x)
+  uint32_t umask = 022;
+  std::optional<std::chrono::seconds> time_limit;
+  std::string credential;
+  bool allow_root = false;
+  bool operator==(const JobLaunch&) const = default;
+};
+struct JobSignal {
+  std::string id;
+  int signal = 15;
+  bool operator==(const JobSignal&) const = default;
+};
+struct NodeJobWork {
+  std::vector<JobLaunch> start;
+  std::vector<JobSignal> signal;
+  bool operator==(const NodeJobWork&) const = default;
+};
+nlohmann::json toJson(const NodeJobWork& work);
+NodeJobWork nodeJobWorkFromJson(const nlohmann::json& doc);
+
+// What the agent says of a job (POST /v1/nodes/NAME/jobs/ID):
+//   {"event": "started"} | {"event": "signalled"} |
+//   {"event": "ended", "exit_status": N, "signal": S, "reason": "what stopped it from starting"}
+struct JobReport {
+  enum class Kind { kStarted, kSignalled, kEnded };
+  Kind kind = Kind::kStarted;
+  JobExit exit;
+};
+nlohmann::json toJson(const JobReport& report);
+JobReport jobReportFromJson(const nlohmann::json& doc);
 
 }  // namespace poolrun::pool

@@ -79,6 +79,8 @@ struct ServerOptions {
   // restart or a failover keeps it.
   size_t max_queued_per_owner = 1000;
 
+  // Detached jobs (poolrun/pool/job_book.hpp): the cap per owner, the retention, root.
+  JobOptions jobs;
   // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
   LiveOptions live;
   PreemptOptions preempt;

@@ -86,6 +86,7 @@ class EtcdStore final : public StateStore {
   std::string credentialKey(const std::string& node) const;
   std::string requestKey(const std::string& id) const;  // an acquire's "OWNER/REQUEST_ID"
   std::string jobKey(const std::string& id) const;
+  void loadJobs(PoolState& state, const std::vector<const EtcdKeyValue*>& jobs);
   void commitBatch(std::vector<EtcdOp> success);  // one transaction, fenced
 
   std::shared_ptr<EtcdClient> client_;

@@ -1,0 +1,169 @@
+// poolctl jobs, job ID, cancel ID...: the jobs a poold keeps (docs/jobs.md), as squeue, scontrol
+// show job and scancel show and end Slurm's.
+
+#include <charconv>
+#include <csignal>
+#include <iomanip>
+#include <sstream>
+
+#include "poolctl.hpp"
+#include "poolrun/common/time_text.hpp"
+#include "poolrun/pool/job_json.hpp"
+
+namespace poolrun::pool::ctl {
+namespace {
+
+using nlohmann::json;
+
+// The value of option `name` in `args` (and the option taken out of them); "" where absent.
+std::string takeOption(std::vector<std::string>& args, const std::string& name) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != name) continue;
+    if (i + 1 >= args.size()) throw badInput(name + " needs a value");
+    std::string v = args[i + 1];
+    args.erase(args.begin() + static_cast<std::ptrdiff_t>(i),
+               args.begin() + static_cast<std::ptrdiff_t>(i + 2));
+    return v;
+  }
+  return "";
+}
+
+std::string when(TimePoint t) {
+  return t == TimePoint{} ? "-" : common::rfc3339(t);
+}
+
+// "1:02:03" of a running job, "-" for one not started.
+std::string elapsed(const JobRecord& j) {
+  if (j.started == TimePoint{}) return "-";
+  const TimePoint end = j.ended != TimePoint{} ? j.ended : std::chrono::system_clock::now();
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(end - j.started).count();
+  if (s < 0) s = 0;
+  std::ostringstream out;
+  out << s / 3600 << ":" << std::setw(2) << std::setfill('0') << (s / 60) % 60 << ":" << std::setw(2)
+      << s % 60;
+  return out.str();
+}
+
+json viewJson(const JobView& v) {
+  json doc = toJson(v.record);
+  doc.erase("credential");
+  doc["planned_start"] = v.planned_start ? json(common::rfc3339(*v.planned_start)) : json(nullptr);
+  if (!v.wait_reason.empty()) doc["wait_reason"] = v.wait_reason;
+  return doc;
+}
+
+int listJobs(const Command& c) {
+  std::vector<std::string> args = c.args;
+  const std::string user = takeOption(args, "--user"), state = takeOption(args, "--state"),
+                    name = takeOption(args, "--name");
+  if (!args.empty()) throw badInput("jobs takes --user U, --state S and --name N (got '" + args[0] + "')");
+  const std::vector<JobView> jobs = c.pool().jobs(user, state, name);
+  if (c.json) {
+    json out = json::array();
+    for (const JobView& v : jobs) out.push_back(viewJson(v));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << std::left << std::setw(12) << "JOBID" << std::setw(16) << "NAME" << std::setw(10) << "USER"
+            << std::setw(10) << "STATE" << std::setw(10) << "TIME" << std::setw(6) << "GPUS" << std::setw(12)
+            << "NODE"
+            << "REASON\n";
+  for (const JobView& v : jobs) {
+    const JobRecord& j = v.record;
+    std::string reason = j.reason;
+    if (v.planned_start) reason += " (planned start " + common::rfc3339(*v.planned_start) + ")";
+    std::cout << std::setw(12) << j.id << std::setw(16) << j.spec.name.substr(0, 15) << std::setw(10)
+              << j.spec.owner.substr(0, 9) << std::setw(10) << toString(j.state) << std::setw(10)
+              << elapsed(j) << std::setw(6) << j.spec.request.gpus << std::setw(12)
+              << (j.node.empty() ? "-" : j.node) << reason << "\n";
+  }
+  return 0;
+}
+
+int showJob(const Command& c) {
+  const std::vector<JobView> tasks = c.pool().job(c.one("job ID"));
+  if (c.json) {
+    json out = json::array();
+    for (const JobView& v : tasks) out.push_back(viewJson(v));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  for (const JobView& v : tasks) {
+    const JobRecord& j = v.record;
+    std::cout << "job " << j.id << " (" << j.spec.name << ") of " << j.spec.owner << ": " << toString(j.state)
+              << (j.reason.empty() ? "" : " - " + j.reason) << "\n";
+    std::cout << "  request   " << j.spec.request.gpus << " GPUs"
+              << (j.spec.request.gpus_per_node > 0
+                      ? ", " + std::to_string(j.spec.request.gpus_per_node) + " per node"
+                      : "")
+              << ", priority " << j.spec.request.priority
+              << (j.spec.requeue ? ", requeued when preempted" : "") << "\n";
+    std::cout << "  command  ";
+    for (const std::string& a : j.spec.command) std::cout << " " << a;
+    std::cout << "\n  directory " << j.spec.cwd << "\n";
+    std::cout << "  output    " << (j.spec.output.empty() ? "poolrun-%j.out" : j.spec.output)
+              << (j.spec.error.empty() ? "" : ", errors " + j.spec.error) << "\n";
+    if (!j.spec.dependencies.empty())
+      std::cout << "  depends   " << dependencyText(j.spec.dependencies) << "\n";
+    std::cout << "  submitted " << when(j.submitted) << ", started " << when(j.started) << ", ended "
+              << when(j.ended) << ", run " << elapsed(j) << ", restarts " << j.restarts << "\n";
+    if (!j.lease.empty()) std::cout << "  lease     " << j.lease << " (launcher on " << j.node << ")\n";
+    if (j.exit_status || j.signal)
+      std::cout << "  exit      " << (j.exit_status ? std::to_string(*j.exit_status) : "-")
+                << (j.signal ? ", signal " + std::to_string(*j.signal) : "") << "\n";
+    if (!j.cancelled_by.empty()) std::cout << "  cancelled by " << j.cancelled_by << "\n";
+    if (v.planned_start) std::cout << "  planned start " << common::rfc3339(*v.planned_start) << "\n";
+    if (!v.wait_reason.empty()) std::cout << "  waiting   " << v.wait_reason << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int jobsCommand(const Command& c) {
+  return listJobs(c);
+}
+
+int jobCommand(const Command& c) {
+  return showJob(c);
+}
+
+int cancelCommand(const Command& c) {
+  std::vector<std::string> args = c.args;
+  const std::string sig = takeOption(args, "--signal");
+  int signal = SIGTERM;
+  if (!sig.empty()) {
+    const std::optional<int> n = signalNumber(sig);
+    if (!n)
+      throw badInput("--signal '" + sig + "': give a signal's name or number (TERM, INT, KILL, USR1, 9)");
+    signal = *n;
+  }
+  if (args.empty()) throw badInput("cancel needs a job ID (or several)");
+  json out = json::array();
+  for (const std::string& id : args) {
+    const std::vector<std::string> ids = c.pool().cancelJob(id, signal);
+    for (const std::string& done : ids) out.push_back(done);
+    if (!c.json)
+      std::cout << id << ": "
+                << (ids.empty() ? "already ended" : "cancelled (" + std::to_string(ids.size()) + ")") << "\n";
+  }
+  if (c.json) std::cout << json{{"cancelled", out}}.dump() << "\n";
+  return 0;
+}
+
+std::optional<int> signalNumber(const std::string& text) {
+  static const std::pair<const char*, int> kNames[] = {
+      {"TERM", SIGTERM}, {"INT", SIGINT},   {"KILL", SIGKILL}, {"HUP", SIGHUP},  {"USR1", SIGUSR1},
+      {"USR2", SIGUSR2}, {"QUIT", SIGQUIT}, {"CONT", SIGCONT}, {"STOP", SIGSTOP}};
+  std::string name = text;
+  for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (name.starts_with("SIG")) name = name.substr(3);
+  for (const auto& [n, v] : kNames)
+    if (name == n) return v;
+  int v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc() && p == text.data() + text.size() && v >= 1 && v <= 64) return v;
+  return std::nullopt;
+}
+
+}  // namespace poolrun::pool::ctl

@@ -1,0 +1,180 @@
+// Jobs the pool keeps, end to end on one machine: a real poold, a real agent (node n01, eight GPUs of
+// a fake NVML), and an unprivileged user made by the test who submits with `poolrun --detach`. The
+// submitting shell is gone at once; the agent starts the launcher as that user in the submit
+// directory, its output lands in the job's file owned by the user, and `poolctl` shows, cancels and
+// refuses what it should.
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent_run.hpp"
+#include "fake_nvml/fake_nvml_file.hpp"
+#include "poold_process.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "support/fixtures.hpp"
+#include "support/munge_daemon.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::test {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class JobsPoolTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+  std::unique_ptr<TestUsers> users;
+  std::string user;
+  std::filesystem::path work;  // the user's submit directory (the test's folder is root's alone)
+  std::string admin;
+  std::unique_ptr<PooldProcess> poold;
+  std::unique_ptr<AgentRun> agent;
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "the agent runs jobs as a user the test makes: needs root";
+    users = std::make_unique<TestUsers>();
+    user = users->addUser("prj");
+    work = std::filesystem::path("/tmp") / ("poolrun-jobs-" + user);
+    std::filesystem::create_directories(work);
+    ASSERT_EQ(runShell("chown " + user + " " + work.string() + " && chmod 755 " + work.string()).status, 0);
+    const std::string topology = (sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
+    const std::filesystem::path tokens =
+        dir.writeSecret("tokens", std::string(kTokens) + "tok-" + user + "-0123456789 " + user +
+                                      " user\ntok-node-n01-0123456789 n01 node\n");
+    dir.writeSecret("token-n01", "tok-node-n01-0123456789\n");
+    admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
+    writeFakeNvml(dir.path() / "nvml.json", fakeNvmlFor(topo::readTopologyFile(topology)));
+    std::filesystem::create_directories(dir.path() / "proc");
+    poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,
+                                           std::vector<std::string>{"--heartbeat-interval", "1"});
+    agent = std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " +
+                                           (dir.path() / "token-n01").string() +
+                                           " --node n01 --interval 1 --from " + topology + " --proc-root " +
+                                           (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
+                                       dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
+  }
+
+  void TearDown() override {
+    if (!work.empty()) std::filesystem::remove_all(work);
+  }
+
+  // poolrun run as the test's user in its submit directory, with its token.
+  ProcessResult asUser(const std::string& args) {
+    return runShell(users->as(user, "cd " + work.string() + " && env POOLRUN_TOKEN=tok-" + user +
+                                        "-0123456789 POOLRUN_STATE_DIR=" + work.string() + "/state " +
+                                        POOLRUN_BINARY + " --pool " + poold->uri() + " " + args));
+  }
+
+  std::string submit(const std::string& args) {
+    ProcessResult r = asUser("--detach --simulate " + args);
+    EXPECT_EQ(r.status, 0) << r.err << slurp(dir.path() / "agent-err");
+    std::string id = r.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    EXPECT_TRUE(id.starts_with("J") && id.find('\n') == std::string::npos)
+        << "stdout is the id alone: " << r.out;
+    return id;
+  }
+
+  json job(const std::string& id) {
+    std::string out;
+    if (runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "job", id},
+                   &out) != 0)
+      return nullptr;
+    json doc = json::parse(out, nullptr, false);
+    return doc.is_array() && !doc.empty() ? doc[0] : json();
+  }
+
+  // Waits until job `id` is in `state`, up to `limit`; the job as it was last.
+  json waitForState(const std::string& id, const std::string& state, seconds limit = seconds(60)) {
+    json j;
+    for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+      j = job(id);
+      if (j.is_object() && j.value("state", "") == state) return j;
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+    ADD_FAILURE() << id << " never reached " << state << ": " << j.dump()
+                  << "\nagent: " << slurp(dir.path() / "agent-err");
+    return j;
+  }
+};
+
+TEST_F(JobsPoolTest, ADetachedJobRunsAsItsUserAndItsOutputIsTheirs) {
+  const std::string id = submit("-n 2 --gpus-per-node 2 --output out-%j.txt /bin/echo job-ran");
+  const json done = waitForState(id, "COMPLETED");
+  EXPECT_EQ(done["exit_status"], 0) << done.dump();
+  EXPECT_EQ(done["spec"]["owner"], user);
+  const std::filesystem::path out = work / ("out-" + id + ".txt");
+  const std::string text = slurp(out);
+  EXPECT_EQ(occurrences(text, "job-ran"), 2u) << "one line a rank: " << text;
+  struct stat st {};
+  ASSERT_EQ(stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, getpwnam(user.c_str())->pw_uid) << "the output file is the user's";
+  // Its lease went back with it.
+  std::string leases;
+  runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "leases"}, &leases);
+  EXPECT_EQ(json::parse(leases, nullptr, false), json::array()) << leases;
+}
+
+TEST_F(JobsPoolTest, AChainRunsInOrderAndItsOtherBranchIsCancelled) {
+  const std::string a = submit("-n 1 /bin/true");
+  const std::string b = submit("--dependency afterok:" + a + " -n 1 /bin/true");
+  const std::string c = submit("--dependency afternotok:" + a + " -n 1 /bin/true");
+  waitForState(b, "COMPLETED");
+  EXPECT_EQ(job(a)["state"], "COMPLETED");
+  const json cancelled = job(c);
+  EXPECT_EQ(cancelled["state"], "CANCELLED") << cancelled.dump();
+  EXPECT_NE(cancelled.value("reason", "").find("afternotok:" + a), std::string::npos) << cancelled.dump();
+}
+
+TEST_F(JobsPoolTest, ItsOwnerCancelsARunningJobAnotherUserMayNot) {
+  const std::string id = submit("-n 1 /bin/sleep 300");
+  waitForState(id, "RUNNING");
+  const ProcessResult other = runShell("env POOLRUN_TOKEN=tok-bob-0123456789 " + std::string(POOLCTL_BINARY) +
+                                       " --pool " + poold->uri() + " cancel " + id);
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.err.find("may not cancel job " + id), std::string::npos) << other.err;
+  const ProcessResult own = runShell(users->as(user, "env POOLRUN_TOKEN=tok-" + user + "-0123456789 " +
+                                                         std::string(POOLCTL_BINARY) + " --pool " +
+                                                         poold->uri() + " cancel " + id));
+  EXPECT_EQ(own.status, 0) << own.err;
+  const json j = waitForState(id, "CANCELLED", seconds(40));
+  EXPECT_EQ(j["cancelled_by"], user);
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_TRUE(processesMentioning(work.string() + "/state").empty()) << "the job's processes ended";
+}
+
+TEST_F(JobsPoolTest, WhatCanBeKnownAtSubmissionIsRefusedThen) {
+  struct Case {
+    std::string args, says;
+  };
+  const Case cases[] = {
+      {"--chdir /nonexistent/dir -n 1 /bin/true", "--chdir '/nonexistent/dir'"},
+      {"--output /root/x/out.txt -n 1 /bin/true", "could not write to /root/x"},
+      {"--dependency afterok:J999 -n 1 /bin/true", "knows no job J999"},
+      {"--array 0-3%0 -n 1 /bin/true", "a limit of 0"},
+      {"--array 9-1 -n 1 /bin/true", "runs backwards"},
+      {"--dependency after:J1 -n 1 /bin/true", "not a kind of dependency"},
+      {"--output out-%q -n 1 /bin/true", "%q is not one poolrun knows"},
+      {"-n 64 /bin/true", "can never run this job"},
+  };
+  for (const Case& c : cases) {
+    const ProcessResult r = asUser("--detach --simulate " + c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_TRUE(r.out.empty()) << c.args << ": " << r.out;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.args << ": " << r.err;
+  }
+  const ProcessResult local =
+      runShell(users->as(user, std::string(POOLRUN_BINARY) + " --detach -n 1 /bin/true"));
+  EXPECT_NE(local.err.find("--detach needs a pool that keeps jobs"), std::string::npos) << local.err;
+}
+
+}  // namespace
+}  // namespace poolrun::test
