@@ -256,7 +256,9 @@ void PoolState::jobEnded(const std::string& node, const std::string& id, const J
   const JobRecord& job = nodesJob(node, id);
   if (job.state != JobState::kRunning) return;  // the same report again
   const std::string lease = job.lease;
-  auto [state, reason] = endOf(job, exit);
+  const std::pair<JobState, std::string> end = endOf(job, exit);
+  const JobState state = end.first;
+  const std::string& reason = end.second;
   const bool requeue = state == JobState::kPreempted && job.spec.requeue;
   jobs_.update(*JobBook::keyOf(id), now, dirty_, [&](JobRecord& j) {
     j.credential.clear();
