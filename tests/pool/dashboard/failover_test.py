@@ -91,14 +91,15 @@ def run(b, a, other, procs, out):
     time.sleep(0.5)  # the page asks the leader for the replicas as it starts
     procs.stop(a.proc, sig=signal.SIGKILL)
 
-    def stranded():
+    def stranded():  # text and links read together: the page redraws the box as it keeps asking
         box = b.find_element("id", "error")
-        return box.is_displayed() and "does not answer as the pool's leader" in box.text and box
-    box = wait_until(stranded, "the page saying its poold is gone", timeout=15)[0]
+        if not box.is_displayed() or "does not answer as the pool's leader" not in box.text:
+            return None
+        return box.text, [e.get_attribute("href") for e in box.find_elements("css selector", "a")]
+    text, links = wait_until(stranded, "the page saying its poold is gone", timeout=15)[0]
     b.save_screenshot(os.path.join(out, "failover-01-stranded.png"))
-    assert a.url in box.text, box.text
-    assert "sign in there again" in box.text, box.text
-    links = [e.get_attribute("href") for e in box.find_elements("css selector", "a")]
+    assert a.url in text, text
+    assert "sign in there again" in text, text
     assert links == [other.url + "/"], links
     # The link opens the other replica: the leader once it has taken over (until then, a standby
     # that redirects, or refuses while there is no leader: the test reloads until it leads).
