@@ -3,10 +3,12 @@
 #include "poolrun/agent/agent.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <random>
 
+#include "job_watch.hpp"
 #include "poolrun/common/error.hpp"
 #include "poolrun/pool/agent_link.hpp"
 #include "poolrun/pool/client.hpp"
@@ -20,9 +22,10 @@ struct StopSignal::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   bool requested = false;
+  bool woken = false;  // wake() since the last waitFor ended
 };
 
-StopSignal::StopSignal() : impl_(std::make_unique<Impl>()) {}
+StopSignal::StopSignal() : impl_(std::make_shared<Impl>()) {}
 StopSignal::~StopSignal() = default;
 
 void StopSignal::request() {
@@ -38,16 +41,28 @@ bool StopSignal::requested() const {
   return impl_->requested;
 }
 
+std::function<void()> StopSignal::waker() const {
+  return [impl = impl_] {
+    {
+      std::lock_guard<std::mutex> lock(impl->mu);
+      impl->woken = true;
+    }
+    impl->cv.notify_all();
+  };
+}
+
 bool StopSignal::waitFor(milliseconds delay) {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  return !impl_->cv.wait_for(lock, delay, [this] { return impl_->requested; });
+  impl_->cv.wait_for(lock, delay, [this] { return impl_->requested || impl_->woken; });
+  impl_->woken = false;
+  return !impl_->requested;
 }
 
 AgentClock systemClock(StopSignal& stop) {
   auto rng = std::make_shared<std::minstd_rand>(std::random_device{}());
   return {[&stop](milliseconds d) { return stop.waitFor(d); },
           [] { return std::chrono::steady_clock::now(); },
-          [rng] { return std::uniform_real_distribution<double>(0, 1)(*rng); }};
+          [rng] { return std::uniform_real_distribution<double>(0, 1)(*rng); }, stop.waker()};
 }
 
 bool gpuLost(const topo::GpuSample& g) {
@@ -107,6 +122,11 @@ struct Agent::State {
   // Detached jobs: their launchers, and what became of them that poold has not heard yet.
   std::optional<JobRunner> runner;
   std::vector<std::pair<std::string, pool::JobReport>> job_reports;
+  // Between heartbeats: poold has work for the node (JobWatch says so), a launcher ended (SIGCHLD:
+  // Agent::wakeForJobs). Shared with the watch's thread, which may outlive the agent.
+  std::shared_ptr<std::atomic<bool>> work_due = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<bool> reap_due = false;
+  std::unique_ptr<JobWatch> watch;
 
   State(AgentConfig c, LinkFactory l, Sampler s, AgentClock k, std::ostream& o)
       : config(std::move(c)), open_link(std::move(l)), sample(std::move(s)), clock(std::move(k)), log(o) {
@@ -364,6 +384,31 @@ struct Agent::State {
     }
   }
 
+  // Where the clock can be woken: a thread that wakes the loop when poold has work for the node.
+  void watchJobs() {
+    if (!runner || !clock.wake) return;
+    watch =
+        std::make_unique<JobWatch>(open_link, name(), config.interval, [due = work_due, wake = clock.wake] {
+          due->store(true);
+          wake();
+        });
+  }
+
+  // Between heartbeats, once woken: the node's work fetched (where the watch said there is some),
+  // ended launchers reaped, reports sent. What fails is left to the next heartbeat's round, which
+  // says what is wrong with poold and sends the reports kept.
+  void jobRound() {
+    const bool work = work_due->exchange(false);
+    reap_due = false;
+    if (registered && link) {
+      try {
+        runJobs(work);
+      } catch (const std::exception&) {
+      }
+    }
+    if (work && watch) watch->handled();
+  }
+
   // One round (Agent::run); the time to wait before the next.
   milliseconds round() {
     bool registering = !registered;
@@ -392,7 +437,10 @@ struct Agent::State {
       if (!reply.register_again) writeJobMapping(reply);
       if (!reply.register_again) makeMigLayouts(reply);
       if (!reply.register_again) manageMps(reply);
-      if (!reply.register_again) runJobs(reply.jobs);
+      if (!reply.register_again) {
+        runJobs(reply.jobs);
+        if (reply.jobs && watch) watch->handled();
+      }
       if (reply.register_again) {
         log << "poold-agent: poold asks for node " << name() << " again: registering it" << std::endl;
         registering = true;
@@ -433,11 +481,24 @@ Agent::Agent(AgentConfig config, LinkFactory link, Sampler sampler, AgentClock c
 Agent::~Agent() = default;
 
 int Agent::run() {
+  s_->watchJobs();
   for (;;) {
-    milliseconds wait = s_->round();
+    const milliseconds wait = s_->round();
     if (s_->exit_status) return *s_->exit_status;
-    if (!s_->clock.sleep(wait)) return 0;
+    // The wait, with the job rounds that wakes ask for on the way.
+    const auto due = s_->clock.now() + wait;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(due - s_->clock.now());
+      if (left <= milliseconds(0)) break;
+      if (!s_->clock.sleep(left)) return 0;
+      if (*s_->work_due || s_->reap_due) s_->jobRound();
+    }
   }
+}
+
+void Agent::wakeForJobs() {
+  s_->reap_due = true;
+  if (s_->clock.wake) s_->clock.wake();
 }
 
 const topo::NodeTopology& Agent::topology() const {

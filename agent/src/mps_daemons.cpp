@@ -50,6 +50,9 @@ Ran run(const std::vector<std::string>& argv, const std::vector<std::string>& en
   }
   const pid_t pid = fork();
   if (pid == 0) {
+    sigset_t none;  // the agent blocks the signals its threads wait for: the program gets none blocked
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(out[1], 2);

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -72,7 +73,12 @@ int main(int argc, char** argv) {
   sigemptyset(&stopSignals);
   sigaddset(&stopSignals, SIGTERM);
   sigaddset(&stopSignals, SIGINT);
+  // SIGCHLD likewise, by another: a detached job's launcher ended (Agent::wakeForJobs).
+  sigset_t childSignal;
+  sigemptyset(&childSignal);
+  sigaddset(&childSignal, SIGCHLD);
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  pthread_sigmask(SIG_BLOCK, &childSignal, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {
     // The token is checked now, so that a wrong path fails at once; it is read again later. A
@@ -135,9 +141,13 @@ int main(int argc, char** argv) {
       return pool::joinPool(o.pool, agent::linkOptions(o, ""), name, o.join, credential);
     };
     if (o.join.empty() || agent::joinIfNeeded(o.token_file, join, stop, std::cerr)) {
-      agent::Agent a(std::move(config), std::move(link), std::move(sampler), agent::systemClock(stop),
-                     std::cerr);
-      status = a.run();
+      auto a = std::make_shared<agent::Agent>(std::move(config), std::move(link), std::move(sampler),
+                                              agent::systemClock(stop), std::cerr);
+      std::thread([agent = std::weak_ptr<agent::Agent>(a), childSignal] {
+        for (int sig = 0; sigwait(&childSignal, &sig) == 0;)
+          if (auto running = agent.lock()) running->wakeForJobs();
+      }).detach();
+      status = a->run();
     }
     {
       std::lock_guard<std::mutex> lock(mu);

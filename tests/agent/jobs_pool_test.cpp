@@ -53,11 +53,13 @@ class JobsPoolTest : public ::testing::Test {
     admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
     writeFakeNvml(dir.path() / "nvml.json", fakeNvmlFor(topo::readTopologyFile(topology)));
     std::filesystem::create_directories(dir.path() / "proc");
+    // Heartbeats 30 s apart: the agent learns of its jobs from its long poll and of its launchers'
+    // ends from SIGCHLD, so that these jobs run and end in a second or two, never a heartbeat later.
     poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,
-                                           std::vector<std::string>{"--heartbeat-interval", "1"});
+                                           std::vector<std::string>{"--heartbeat-interval", "30"});
     agent = std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " +
                                            (dir.path() / "token-n01").string() +
-                                           " --node n01 --interval 1 --from " + topology + " --proc-root " +
+                                           " --node n01 --interval 30 --from " + topology + " --proc-root " +
                                            (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
                                        dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
   }

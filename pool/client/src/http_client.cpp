@@ -282,6 +282,12 @@ class HttpPool : public PoolControl, public AgentLink {
     return nodeJobWorkFromJson(call("GET", "/v1/nodes/" + segment(node) + "/jobs", nullptr,
                                     {milliseconds(2000), milliseconds(10000)}));
   }
+  bool awaitJobs(const std::string& node, milliseconds wait) override {
+    const json reply =
+        call("GET", "/v1/nodes/" + segment(node) + "/jobs/wait?wait_ms=" + std::to_string(wait.count()),
+             nullptr, {milliseconds(2000), wait + milliseconds(10000)});
+    return reply.value("work", false);
+  }
   void reportJob(const std::string& node, const std::string& id, const JobReport& report) override {
     call("POST", "/v1/nodes/" + segment(node) + "/jobs/" + segment(id), toJson(report),
          {milliseconds(2000), milliseconds(10000)});
@@ -617,6 +623,9 @@ std::vector<std::string> PoolControl::cancelJob(const std::string&, int) {
   throw noJobs();
 }
 NodeJobWork AgentLink::jobWork(const std::string&) {
+  throw Error(ErrorCode::kUnsupported, "this link to the pool carries no jobs");
+}
+bool AgentLink::awaitJobs(const std::string&, std::chrono::milliseconds) {
   throw Error(ErrorCode::kUnsupported, "this link to the pool carries no jobs");
 }
 void AgentLink::reportJob(const std::string&, const std::string&, const JobReport&) {

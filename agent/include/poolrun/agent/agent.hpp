@@ -79,6 +79,10 @@ struct AgentClock {
   std::function<bool(std::chrono::milliseconds delay)> sleep;
   std::function<std::chrono::steady_clock::time_point()> now;
   std::function<double()> random;  // uniform in [0, 1): the jitter of the retries
+  // Ends the sleep under way, or the next, at once (sleep returns true): detached jobs' news
+  // (Agent::wakeForJobs). Empty where the clock cannot be woken: the agent then learns of its jobs
+  // at its heartbeats alone.
+  std::function<void()> wake = {};
 };
 
 // A stop request that ends the real clock's sleep at once (SIGTERM, SIGINT).
@@ -90,12 +94,16 @@ class StopSignal {
   StopSignal& operator=(const StopSignal&) = delete;
   void request();
   bool requested() const;
-  // Waits `delay` or until request(); false where requested.
+  // Waits `delay`, until request() or until the function waker() returns is called; false where
+  // requested.
   bool waitFor(std::chrono::milliseconds delay);
+  // Ends the wait under way, or the next, at once; from any thread, and safe to call after this
+  // StopSignal is gone (it shares what it needs).
+  std::function<void()> waker() const;
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 // The steady clock, a sleep that `stop` ends, a seeded random generator.
@@ -144,6 +152,9 @@ class Agent {
   // the link is opened again (the token file re-read) and the node registered again after
   // kRefusedRetry.
   int run();
+  // A launcher of a detached job may have ended (poold-agent's SIGCHLD): the loop reaps and reports
+  // it now rather than at the next heartbeat. From any thread.
+  void wakeForJobs();
 
   // The topology as last registered (the probed one, with NIC port states updated since).
   const topo::NodeTopology& topology() const;

@@ -148,6 +148,22 @@ json nodeJobWork(ServerCore& m, Context& c) {
   });
 }
 
+// A long poll for the node's agent: answers {"work": true} once the node has a launcher to start or
+// a cancel's signal to send, else {"work": false} at wait_ms (at most 5 s, and at once where poold's
+// long polls are all taken: LongPolls). The agent then asks GET /v1/nodes/NAME/jobs for the work, so
+// that one path alone makes launchers' credentials.
+json nodeJobWait(ServerCore& m, Context& c) {
+  const std::string node = c.params[0];
+  const int64_t waitMs = c.query("wait_ms", 0, 0, 3'600'000);
+  const LongPolls::Slot slot(m.long_polls, c.who.owner);
+  const auto deadline = std::chrono::system_clock::now() + slot.wait(waitMs);
+  return m.waitFor(deadline, [&](PoolState& s, TimePoint, bool last) -> std::optional<json> {
+    const bool work = !s.jobWork(node).empty();
+    if (!work && !last) return std::nullopt;
+    return json{{"work", work}};
+  });
+}
+
 json jobReport(ServerCore& m, Context& c) {
   const json body = parseBody(c.req.body);
   const JobReport report = jobReportFromJson(body);
@@ -178,6 +194,7 @@ std::vector<RouteSpec> jobRoutes() {
       {"GET", "/v1/jobs/*", Role::kUser, StateLock::kRead, "", jobDetail},
       {"POST", "/v1/jobs/*/cancel", Role::kUser, StateLock::kChange, "", cancelJob},
       {"GET", "/v1/nodes/*/jobs", Role::kAgent, StateLock::kChange, "start jobs", nodeJobWork},
+      {"GET", "/v1/nodes/*/jobs/wait", Role::kAgent, StateLock::kChange, "wait for jobs", nodeJobWait},
       {"POST", "/v1/nodes/*/jobs/*", Role::kAgent, StateLock::kChange, "report jobs", jobReport},
   };
 }

@@ -3,6 +3,7 @@
 // The agent's side of the agent protocol (agent_protocol.hpp), over a poold's HTTP API: what
 // poold-agent links, and nothing of the pools' engine.
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,10 @@ class AgentLink {
   // kUnsupported.
   virtual NodeJobWork jobWork(const std::string& node);
   virtual void reportJob(const std::string& node, const std::string& id, const JobReport& report);
+  // Waits up to `wait` (poold answers by 5 s) until node `node` has jobs to start or signal: true
+  // where it has (ask jobWork), false where it has none yet. poold answers at once where its long
+  // polls are all taken; the caller then waits for its heartbeats.
+  virtual bool awaitJobs(const std::string& node, std::chrono::milliseconds wait);
   virtual std::string describe() const = 0;
 };
 
