@@ -2,10 +2,12 @@
 
 #include "run_options.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "command_options.hpp"
 #include "poolrun/common/error.hpp"
@@ -17,6 +19,7 @@
 #include "poolrun/pool/jobs.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
+#include "script_options.hpp"
 
 namespace po = boost::program_options;
 
@@ -30,6 +33,8 @@ constexpr const char* kRunUsage =
 
 constexpr const char* kRunHelpTail =
     "\nmpirun options: --mca KEY VALUE is passed through; --mpirun-arg ARG passes any other.\n"
+    "\njob scripts: a PROGRAM that starts with #! may hold options in '#POOLRUN' lines before its first\n"
+    "command (as #SBATCH lines); the command line's win (poolrun --detach -n 8 job.sh).\n"
     "\n"
     "environment:\n"
     "  POOLRUN_POOL        the pool when --pool is not given (default local)\n"
@@ -102,6 +107,68 @@ void splitProgram(const std::vector<std::string>& args, const po::options_descri
     }
   }
   program.assign(args.begin() + static_cast<ptrdiff_t>(std::min(i, args.size())), args.end());
+}
+
+// The option of `opts` that the words of `options` from `at` name, and how many words it takes
+// (splitProgram's forms: --name=VALUE, --flag, -n VALUE, -nVALUE).
+std::pair<const po::option_description*, size_t> optionAt(const std::vector<std::string>& options, size_t at,
+                                                          const po::options_description& opts) {
+  const std::string& a = options[at];
+  if (const po::option_description* d = takesNextValue(a, opts)) return {d, 2};
+  const std::string name = a.starts_with("--") ? a.substr(2, a.find('=') - 2) : a.substr(0, 2);
+  return {opts.find_nothrow(name, false), 1};
+}
+
+// The options of PROGRAM's #POOLRUN lines (script_options.hpp) before those of the command line,
+// which win: an option given on both is the command line's, where it takes one value; the values of
+// a repeatable option (--label, -x, --mpirun-arg, --mca) are the script's and then the command
+// line's. Throws po::error naming the script's line for what it cannot take.
+void addScriptOptions(const std::string& program, const po::options_description& opts,
+                      std::vector<std::string>& options,
+                      std::vector<std::pair<std::string, std::string>>& mca) {
+  const std::vector<ScriptOption> lines = readScriptOptions(program);
+  if (lines.empty()) return;
+  std::set<const po::option_description*> given;
+  for (size_t i = 0; i < options.size();) {
+    const auto [d, words] = optionAt(options, i, opts);
+    given.insert(d);
+    i += words;
+  }
+  std::vector<std::string> fromScript;
+  std::vector<std::pair<std::string, std::string>> scriptMca;
+  for (const ScriptOption& line : lines) {
+    std::vector<std::string> words, program2;
+    try {
+      for (size_t i = 0; i < line.words.size() && line.words[i].starts_with("-");) {
+        const std::string& w = line.words[i];
+        if (w == "--mca" || w == "-np" || w == "--np") {  // splitProgram's own
+          i += w == "--mca" ? 3 : 2;
+          continue;
+        }
+        const auto [d, n] = optionAt(line.words, i, opts);
+        if (d == nullptr) throw po::error("unrecognised option '" + common::printable(w) + "'");
+        i += n;
+      }
+      splitProgram(line.words, opts, words, program2, scriptMca);
+      if (!program2.empty())
+        throw po::error("'" + common::printable(program2[0]) +
+                        "' is not an option (#POOLRUN lines hold options; the program is the script)");
+      po::command_line_parser(words).options(opts).run();  // unknown options, missing values
+    } catch (const po::error& e) {
+      throw po::error(line.where + ": " + e.what());
+    }
+    for (size_t i = 0; i < words.size();) {
+      const auto [d, n] = optionAt(words, i, opts);
+      const bool repeatable = dynamic_cast<const po::typed_value<std::vector<std::string>>*>(
+                                  d == nullptr ? nullptr : d->semantic().get()) != nullptr;
+      if (repeatable || !given.count(d))
+        fromScript.insert(fromScript.end(), words.begin() + static_cast<ptrdiff_t>(i),
+                          words.begin() + static_cast<ptrdiff_t>(i + n));
+      i += n;
+    }
+  }
+  options.insert(options.begin(), fromScript.begin(), fromScript.end());
+  mca.insert(mca.begin(), scriptMca.begin(), scriptMca.end());
 }
 
 // The checks Boost cannot do, on the values it read; throws poolrun::Error (kBadInput).
@@ -289,7 +356,13 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   std::vector<std::string> optionArgs;
   try {
     splitProgram(args, command.options(), optionArgs, o.program, o.mca);
+    // A launcher an agent starts for a detached job has the script's options on its command line.
+    const bool adopted = std::any_of(optionArgs.begin(), optionArgs.end(),
+                                     [](const std::string& a) { return a.starts_with("--adopt-lease"); });
+    if (!o.program.empty() && !adopted) addScriptOptions(o.program[0], command.options(), optionArgs, o.mca);
   } catch (const po::error& e) {
+    return command.usageError(e.what(), err);
+  } catch (const Error& e) {
     return command.usageError(e.what(), err);
   }
   po::variables_map vm;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -215,6 +216,67 @@ TEST(OptionsTest, MinusNpIsMinusN) {
       "POOLRUN_POOL=sim:" + cluster + " timeout 60 " + std::string(POOLRUN_BINARY) + " plan -n 3 --json");
   ASSERT_EQ(fromPool.status, 0) << fromPool.err;
   EXPECT_EQ(fromPool.out, plan.out);
+}
+
+// A job script's #POOLRUN lines are options, as #SBATCH lines are sbatch's: read up to the first
+// line that is not a comment, with the command line's winning where both give one, and the values
+// of a repeatable option from both; a malformed line is a usage error naming its file and line.
+TEST(OptionsTest, AScriptsPoolrunLinesAreOptionsAndTheCommandLineWins) {
+  poolrun::test::TempDir tmp;
+  const std::string cluster = (poolrun::test::sourceDir() / "clusters" / "sim-ib.toml").string();
+  auto script = [&tmp](const std::string& name, const std::string& text) {
+    const std::filesystem::path file = tmp.write(name, text);
+    std::filesystem::permissions(file, std::filesystem::perms::owner_all);
+    return file.string();
+  };
+  auto dryRun = [&](const std::string& args) {
+    return poolrun::test::runShell("POOLRUN_STATE_DIR=" + (tmp.path() / "state").string() + " timeout 60 " +
+                                   std::string(POOLRUN_BINARY) + " --pool sim:" + cluster + " --dry-run " +
+                                   args);
+  };
+  const std::string job = script("job.sh",
+                                 "#!/bin/sh\n"
+                                 "# a comment, then options\n"
+                                 "#POOLRUN -n 2 --gpus-per-node 1   -x 'A=one two'\n"
+                                 "#POOLRUN\t--name \"my job\"\n"
+                                 "#POOLRUNX -n 9\n"
+                                 "#SBATCH -n 7\n"
+                                 "\n"
+                                 "echo hello\n"
+                                 "#POOLRUN -n 5\n");
+  poolrun::test::ProcessResult fromScript = dryRun("-x B=2 " + job);
+  ASSERT_EQ(fromScript.status, 0) << fromScript.err;
+  EXPECT_NE(fromScript.out.find("2 ranks on 2 nodes"), std::string::npos) << fromScript.out;
+  EXPECT_NE(fromScript.out.find("-x 'A=one two' -x B=2 "), std::string::npos) << fromScript.out;
+  poolrun::test::ProcessResult overridden = dryRun("--gpus-per-node 2 -np 4 " + job);
+  ASSERT_EQ(overridden.status, 0) << overridden.err;
+  EXPECT_NE(overridden.out.find("4 ranks on 2 nodes"), std::string::npos) << overridden.out;
+  EXPECT_NE(overridden.out.find("mpirun -np 4 "), std::string::npos) << overridden.out;
+  // A program that is not a script, or a script without #! first, has no options of its own.
+  const std::string plain = script("plain.sh", "#POOLRUN -n 3\necho\n");
+  EXPECT_EQ(dryRun(plain).status, 2);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"#POOLRUN -n 2 --bogus 3\n", "bad1.sh line 2: unrecognised option '--bogus'"},
+      {"#POOLRUN -n 2 train.py\n", "bad2.sh line 2: 'train.py' is not an option"},
+      {"#POOLRUN -n 2 --name \"open\n", "bad3.sh line 2: the quote \" is not closed on its line"},
+      {"#POOLRUN -n\n", "bad4.sh line 2: -n needs a value"},
+      {"# x\n#POOLRUN --priority 99999999 -n 1\n", "--priority 99999999: out of range"},
+      {"#POOLRUN -n 1 --name a\\\n", "bad6.sh line 2: the line ends in a backslash"},
+      {"#POOLRUN -n 1 --name \xff\xfe\n", "--name '\\xff\\xfe': byte \\xff at byte 0 is not UTF-8"},
+  };
+  // A huge comment line: the first MiB is read, and the options before it count.
+  const std::string huge = script("huge.sh", "#!/bin/sh\n#POOLRUN -n 3\n" + std::string(2 << 20, '#'));
+  poolrun::test::ProcessResult big = dryRun(huge);
+  EXPECT_EQ(big.status, 0) << big.err;
+  EXPECT_NE(big.out.find("3 ranks on"), std::string::npos) << big.out;
+  int i = 0;
+  for (const auto& [line, says] : bad) {
+    const std::string file = script("bad" + std::to_string(++i) + ".sh", "#!/bin/sh\n" + line);
+    poolrun::test::ProcessResult r = dryRun(file);
+    EXPECT_EQ(r.status, 2) << line << r.out;
+    EXPECT_NE(r.err.find(says), std::string::npos) << line << "\n" << r.err;
+  }
 }
 
 // "poolrun 0.4.0\nbuilt with: NCCL 2.21.5, CUDA none, Open MPI 4.1.4, hwloc 2.9.0\n": a binary's
