@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -83,6 +84,25 @@ class JobsPoolTest : public ::testing::Test {
     EXPECT_TRUE(id.starts_with("J") && id.find('\n') == std::string::npos)
         << "stdout is the id alone: " << r.out;
     return id;
+  }
+
+  // poolctl as the administrator; its stdout.
+  std::string poolctl(const std::string& args) {
+    const ProcessResult r = runShell(std::string(POOLCTL_BINARY) + " --pool " + poold->uri() +
+                                     " --token-file " + admin + " " + args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    return r.out;
+  }
+
+  // A script in the user's submit directory, theirs.
+  std::filesystem::path script(const std::string& name, const std::string& text) {
+    const std::filesystem::path file = work / name;
+    {
+      std::ofstream out(file);
+      out << text;
+    }
+    EXPECT_EQ(runShell("chown " + user + " " + file.string() + " && chmod 755 " + file.string()).status, 0);
+    return file;
   }
 
   json job(const std::string& id) {
@@ -176,6 +196,68 @@ TEST_F(JobsPoolTest, WhatCanBeKnownAtSubmissionIsRefusedThen) {
   const ProcessResult local =
       runShell(users->as(user, std::string(POOLRUN_BINARY) + " --detach -n 1 /bin/true"));
   EXPECT_NE(local.err.find("--detach needs a pool that keeps jobs"), std::string::npos) << local.err;
+}
+
+// An array of 20 tasks with %4, from a job script whose #POOLRUN lines hold its options: never more
+// than 4 run at once, every task gets its index, and `poolctl history` lists the 20 once they end.
+TEST_F(JobsPoolTest, AnArrayOfTwentyRunsFourAtATimeFromAJobScript) {
+  script("task.sh",
+         "#!/bin/sh\n"
+         "#POOLRUN -n 1 --name sweep\n"
+         "#POOLRUN --output out-%a.txt\n"
+         "echo task=$POOLRUN_ARRAY_TASK_ID\n"
+         "sleep 0.3\n");
+  const std::string id = submit("--array 0-19%4 ./task.sh");
+  size_t most = 0;
+  std::vector<json> tasks;
+  for (auto end = std::chrono::steady_clock::now() + seconds(120); std::chrono::steady_clock::now() < end;) {
+    const json running = json::parse(poolctl("--json jobs --state RUNNING --name sweep"), nullptr, false);
+    ASSERT_TRUE(running.is_array());
+    most = std::max(most, running.size());
+    const json done = json::parse(poolctl("--json jobs --state COMPLETED --name sweep"), nullptr, false);
+    if (done.size() == 20) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_LE(most, 4u) << "the array's limit";
+  EXPECT_GE(most, 1u);
+  for (int t = 0; t < 20; ++t) {
+    const json task = job(id + "_" + std::to_string(t));
+    EXPECT_EQ(task["state"], "COMPLETED") << task.dump() << slurp(dir.path() / "agent-err");
+    EXPECT_EQ(slurp(work / ("out-" + std::to_string(t) + ".txt")), "task=" + std::to_string(t) + "\n");
+  }
+  const std::string csv = poolctl("history --csv --name sweep --since 1h");
+  EXPECT_EQ(occurrences(csv, "\n"), 21u) << csv;
+  EXPECT_TRUE(csv.starts_with("job,name,user,state,exit_status,")) << csv;
+  EXPECT_NE(csv.find(id + "_19,sweep," + user + ",COMPLETED,0,"), std::string::npos) << csv;
+  EXPECT_EQ(occurrences(poolctl("history --csv --until 2000-01-01"), "\n"), 1u) << "the header alone";
+  const ProcessResult bad = runShell(std::string(POOLCTL_BINARY) + " --pool " + poold->uri() +
+                                     " --token-file " + admin + " history --since yesterday");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--since 'yesterday': give a time"), std::string::npos) << bad.err;
+}
+
+// poold killed with kill -9 while one job runs and one waits for its GPUs, and started again on its
+// port: both records are there, the running job's launcher renews through the restart and ends
+// COMPLETED, the waiting one then runs. cancel --name ends what is left of a name.
+TEST_F(JobsPoolTest, JobsLiveThroughPooldKilledAndStartedAgain) {
+  const std::string running = submit("-n 8 --name first /bin/sleep 4");
+  const std::string waiting = submit("-n 8 --name second /bin/true");
+  const std::string third = submit("--dependency afterok:" + waiting + " -n 8 --name third /bin/sleep 300");
+  waitForState(running, "RUNNING");
+  EXPECT_EQ(job(waiting)["state"], "PENDING");
+  const int port = poold->port();
+  poold->kill9();
+  poold = std::make_unique<PooldProcess>(dir.path() / "state", dir.path() / "tokens",
+                                         std::vector<std::string>{"--heartbeat-interval", "30"}, port);
+  ASSERT_TRUE(poold->waitServing());
+  EXPECT_EQ(job(running)["state"], "RUNNING") << "kept through the kill";
+  EXPECT_EQ(job(waiting)["state"], "PENDING");
+  waitForState(running, "COMPLETED");
+  waitForState(waiting, "COMPLETED");
+  waitForState(third, "RUNNING");
+  EXPECT_NE(poolctl("cancel --name third"), "");
+  const json cancelled = waitForState(third, "CANCELLED", seconds(40));
+  EXPECT_EQ(cancelled["cancelled_by"], "root");
 }
 
 }  // namespace

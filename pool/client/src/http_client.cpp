@@ -300,12 +300,17 @@ class HttpPool : public PoolControl, public AgentLink {
     out.tasks = reply.at("tasks").get<std::vector<std::string>>();
     return out;
   }
-  std::vector<JobView> jobs(const std::string& user, const std::string& state,
-                            const std::string& name) override {
+  std::vector<JobView> jobs(const JobQuery& q) override {
     std::string query;
-    for (const auto& [key, value] :
-         {std::pair<const char*, const std::string&>{"user", user}, {"state", state}, {"name", name}})
+    auto add = [&query](const char* key, const std::string& value) {
       if (!value.empty()) query += (query.empty() ? "?" : "&") + std::string(key) + "=" + segment(value);
+    };
+    add("user", q.user);
+    add("state", q.state);
+    add("name", q.name);
+    if (q.ended) add("ended", "true");
+    if (q.ended_after) add("ended_after_ms", std::to_string(toMillis(*q.ended_after)));
+    if (q.ended_before) add("ended_before_ms", std::to_string(toMillis(*q.ended_before)));
     return jobViews(call("GET", "/v1/jobs" + query, nullptr));
   }
   std::vector<JobView> job(const std::string& id) override {
@@ -613,7 +618,7 @@ Error noJobs() {
 PoolControl::SubmittedJob PoolControl::submitJob(const JobSubmission&) {
   throw noJobs();
 }
-std::vector<JobView> PoolControl::jobs(const std::string&, const std::string&, const std::string&) {
+std::vector<JobView> PoolControl::jobs(const JobQuery&) {
   throw noJobs();
 }
 std::vector<JobView> PoolControl::job(const std::string&) {

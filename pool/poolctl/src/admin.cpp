@@ -149,9 +149,18 @@ int migCommand(const Command& c) {
 namespace poolrun::pool::ctl {
 namespace {
 
-// A join token's life as an administrator writes it: a whole number of seconds, or with s, m, h or
-// d; 1 s to Membership::kMaxTokenLife.
+// A join token's life: 1 s to Membership::kMaxTokenLife.
 std::chrono::seconds tokenLife(const std::string& option, const std::string& text) {
+  const int64_t seconds = durationSeconds(option, text).count();
+  if (seconds < 1 || seconds > Membership::kMaxTokenLife.count())
+    throw badInput(option + " " + text + ": a join token lives 1s to " +
+                   std::to_string(Membership::kMaxTokenLife.count() / 86'400) + "d");
+  return std::chrono::seconds(seconds);
+}
+
+}  // namespace
+
+std::chrono::seconds durationSeconds(const std::string& option, const std::string& text) {
   const std::string_view units = "smhd";
   const bool unit = !text.empty() && units.find(text.back()) != std::string_view::npos;
   const std::string digits = unit ? text.substr(0, text.size() - 1) : text;
@@ -162,12 +171,10 @@ std::chrono::seconds tokenLife(const std::string& option, const std::string& tex
   if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
     throw badInput(option + " '" + common::printable(text) +
                    "': expected a duration such as 90s, 30m, 1h or 7d");
-  const int64_t seconds = std::stoll(digits) * scale;  // 12 digits times a day: far inside int64
-  if (seconds < 1 || seconds > Membership::kMaxTokenLife.count())
-    throw badInput(option + " " + text + ": a join token lives 1s to " +
-                   std::to_string(Membership::kMaxTokenLife.count() / 86'400) + "d");
-  return std::chrono::seconds(seconds);
+  return std::chrono::seconds(std::stoll(digits) * scale);  // 12 digits times a day: far inside int64
 }
+
+namespace {
 
 int createNodeToken(const Command& c) {
   std::chrono::seconds life{3600};

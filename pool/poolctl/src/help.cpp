@@ -30,7 +30,8 @@ const char* const kUsage =
     "                                      (admin) one-time join tokens for new nodes' agents\n"
     "  jobs [--user U] [--state S] [--name N]   detached jobs (poolrun --detach; docs/jobs.md)\n"
     "  job ID                              everything about one job (an array's number: every task)\n"
-    "  cancel ID... [--signal SIG]         end jobs: a pending one at once, a running one by SIG\n"
+    "  cancel ID...|--name N|--user U [--signal SIG]  end jobs: a pending one at once, a running one by SIG\n"
+    "  history [--since T] [--until T] [--user U] [--csv]  jobs that have ended (sacct's view)\n"
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE, http://HOST:PORT or\n"
@@ -180,10 +181,18 @@ const std::map<std::string, const char*> kHelp = {
      "lease and node, exit status, restarts, and while it waits, why and its planned start. J12\n"
      "names every task of array J12; J12_3 one.\n"},
     {"cancel",
-     "usage: poolctl --pool URI cancel ID... [--signal SIG]\n"
-     "Ends jobs (J12: every task of array J12): a pending one at once; a running one by sending SIG\n"
-     "(default TERM) to its launcher, which ends its ranks and gives its GPUs back. A user cancels\n"
-     "their own jobs; an administrator anyone's.\n"},
+     "usage: poolctl --pool URI cancel ID... | --name N | --user U [--signal SIG]\n"
+     "Ends jobs (J12: every task of array J12; --name, --user: every job of that name or user not\n"
+     "ended yet): a pending one at once; a running one by sending SIG (default TERM) to its launcher,\n"
+     "which ends its ranks and gives its GPUs back. A user cancels their own jobs; an administrator\n"
+     "anyone's.\n"},
+    {"history",
+     "usage: poolctl --pool URI [--json] history [--since T] [--until T] [--user U] [--state S]\n"
+     "                                           [--name N] [--csv]\n"
+     "The jobs that have ended (sacct's view; kept for poold's --job-retention), oldest first: id,\n"
+     "name, user, state, exit status or signal, start, end, run time, GPUs, node. --since/--until:\n"
+     "those that ended from T on, before T; T is a time (2026-12-01T08:00:00Z), a day (2026-12-01,\n"
+     "UTC) or how long ago (12h, 7d). --csv: one line a job with a header, for a spreadsheet.\n"},
     {"fail",
      "usage: poolctl [--pool URI] fail NODE:GPU | NODE\n"
      "(admin) Marks GPU (its index) of NODE failed, or every GPU of NODE: leased no more until\n"

@@ -1,6 +1,7 @@
 // poolctl jobs, job ID, cancel ID...: the jobs a poold keeps (docs/jobs.md), as squeue, scontrol
 // show job and scancel show and end Slurm's.
 
+#include <algorithm>
 #include <charconv>
 #include <csignal>
 #include <iomanip>
@@ -57,7 +58,7 @@ int listJobs(const Command& c) {
   const std::string user = takeOption(args, "--user"), state = takeOption(args, "--state"),
                     name = takeOption(args, "--name");
   if (!args.empty()) throw badInput("jobs takes --user U, --state S and --name N (got '" + args[0] + "')");
-  const std::vector<JobView> jobs = c.pool().jobs(user, state, name);
+  const std::vector<JobView> jobs = c.pool().jobs({user, state, name});
   if (c.json) {
     json out = json::array();
     for (const JobView& v : jobs) out.push_back(viewJson(v));
@@ -118,7 +119,108 @@ int showJob(const Command& c) {
   return 0;
 }
 
+// --since/--until: an RFC 3339 time (2026-12-01T08:00:00Z), a day (2026-12-01, from its midnight
+// UTC), or a duration before now (90m, 12h, 7d).
+TimePoint timeOption(const std::string& option, const std::string& text) {
+  if (auto t = common::parseRfc3339(text)) return *t;
+  if (text.size() == 10 && text[4] == '-' && text[7] == '-')
+    if (auto t = common::parseRfc3339(text + "T00:00:00Z")) return *t;
+  if (!text.empty() && text.find_first_not_of("0123456789smhd") == std::string::npos)
+    return std::chrono::time_point_cast<TimePoint::duration>(std::chrono::system_clock::now() -
+                                                             durationSeconds(option, text));
+  throw badInput(option + " '" + common::printable(text) +
+                 "': give a time (2026-12-01T08:00:00Z), a day (2026-12-01) or how long ago (12h, 7d)");
+}
+
+// A CSV field (RFC 4180): quoted where it holds a comma, a quote or a line break.
+std::string csvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+std::string exitText(const JobRecord& j) {
+  if (j.signal) return "signal " + std::to_string(*j.signal);
+  return j.exit_status ? std::to_string(*j.exit_status) : "-";
+}
+
+void historyCsv(const std::vector<JobView>& jobs) {
+  std::cout << "job,name,user,state,exit_status,signal,gpus,node,submitted,started,ended,elapsed_s,restarts,"
+               "reason\n";
+  for (const JobView& v : jobs) {
+    const JobRecord& j = v.record;
+    const int64_t seconds =
+        j.started == TimePoint{} || j.ended < j.started
+            ? 0
+            : std::chrono::duration_cast<std::chrono::seconds>(j.ended - j.started).count();
+    const std::vector<std::string> fields = {j.id,
+                                             j.spec.name,
+                                             j.spec.owner,
+                                             std::string(toString(j.state)),
+                                             j.exit_status ? std::to_string(*j.exit_status) : "",
+                                             j.signal ? std::to_string(*j.signal) : "",
+                                             std::to_string(j.spec.request.gpus),
+                                             j.node,
+                                             j.submitted == TimePoint{} ? "" : common::rfc3339(j.submitted),
+                                             j.started == TimePoint{} ? "" : common::rfc3339(j.started),
+                                             j.ended == TimePoint{} ? "" : common::rfc3339(j.ended),
+                                             std::to_string(seconds),
+                                             std::to_string(j.restarts),
+                                             j.reason};
+    for (size_t i = 0; i < fields.size(); ++i) std::cout << (i ? "," : "") << csvField(fields[i]);
+    std::cout << "\n";
+  }
+}
+
 }  // namespace
+
+int historyCommand(const Command& c) {
+  std::vector<std::string> args = c.args;
+  JobQuery q;
+  q.ended = true;
+  q.user = takeOption(args, "--user");
+  q.state = takeOption(args, "--state");
+  q.name = takeOption(args, "--name");
+  const std::string since = takeOption(args, "--since"), until = takeOption(args, "--until");
+  bool csv = false;
+  if (auto it = std::find(args.begin(), args.end(), "--csv"); it != args.end()) {
+    csv = true;
+    args.erase(it);
+  }
+  if (!args.empty())
+    throw badInput("history takes --since T, --until T, --user U, --state S, --name N and --csv (got '" +
+                   common::printable(args[0]) + "')");
+  if (csv && c.json) throw badInput("history: give --json or --csv, not both");
+  if (!since.empty()) q.ended_after = timeOption("--since", since);
+  if (!until.empty()) q.ended_before = timeOption("--until", until);
+  if (q.ended_after && q.ended_before && *q.ended_before <= *q.ended_after)
+    throw badInput("history: --until " + until + " is not after --since " + since);
+  const std::vector<JobView> jobs = c.pool().jobs(q);
+  if (c.json) {
+    json out = json::array();
+    for (const JobView& v : jobs) out.push_back(viewJson(v));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (csv) {
+    historyCsv(jobs);
+    return 0;
+  }
+  std::cout << std::left << std::setw(12) << "JOBID" << std::setw(16) << "NAME" << std::setw(10) << "USER"
+            << std::setw(11) << "STATE" << std::setw(10) << "EXIT" << std::setw(21) << "START"
+            << std::setw(21) << "END" << std::setw(10) << "ELAPSED" << std::setw(6) << "GPUS"
+            << "NODE\n";
+  for (const JobView& v : jobs) {
+    const JobRecord& j = v.record;
+    std::cout << std::setw(12) << j.id << std::setw(16) << j.spec.name.substr(0, 15) << std::setw(10)
+              << j.spec.owner.substr(0, 9) << std::setw(11) << toString(j.state) << std::setw(10)
+              << exitText(j) << std::setw(21) << when(j.started) << std::setw(21) << when(j.ended)
+              << std::setw(10) << elapsed(j) << std::setw(6) << j.spec.request.gpus
+              << (j.node.empty() ? "-" : j.node) << "\n";
+  }
+  return 0;
+}
 
 int jobsCommand(const Command& c) {
   return listJobs(c);
@@ -138,7 +240,21 @@ int cancelCommand(const Command& c) {
       throw badInput("--signal '" + sig + "': give a signal's name or number (TERM, INT, KILL, USR1, 9)");
     signal = *n;
   }
-  if (args.empty()) throw badInput("cancel needs a job ID (or several)");
+  // --name N, --user U: every job of theirs not ended yet (a user may cancel their own alone).
+  const std::string name = takeOption(args, "--name"), user = takeOption(args, "--user");
+  if (!name.empty() || !user.empty()) {
+    if (!args.empty())
+      throw badInput("cancel takes job IDs or --name N / --user U, not both (got '" +
+                     common::printable(args[0]) + "')");
+    for (const JobView& v : c.pool().jobs({user, "", name}))
+      if (!isFinal(v.record.state) && std::find(args.begin(), args.end(), v.record.id) == args.end())
+        args.push_back(v.record.id);
+    if (args.empty()) {
+      std::cout << (c.json ? "{\"cancelled\":[]}" : "no job to cancel") << "\n";
+      return 0;
+    }
+  }
+  if (args.empty()) throw badInput("cancel needs a job ID (or several), or --name N or --user U");
   json out = json::array();
   for (const std::string& id : args) {
     const std::vector<std::string> ids = c.pool().cancelJob(id, signal);

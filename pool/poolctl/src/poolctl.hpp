@@ -40,6 +40,10 @@ T number(const std::string& option, const std::string& text, Range<T> range) {
   return common::parseOption<T>(option, text, range.min, range.max);
 }
 
+// A duration as a person writes it: a whole number of seconds, or with s, m, h or d (90s, 30m, 1h,
+// 7d; at most 12 digits); kBadInput naming `option` otherwise.
+std::chrono::seconds durationSeconds(const std::string& option, const std::string& text);
+
 // A list as a JSON array of toJson's documents, printed.
 template <typename T>
 void printJsonList(const std::vector<T>& items) {
@@ -73,10 +77,12 @@ int migCommand(const Command& c);
 // node-token create [--expires DURATION] | list | revoke NODE.
 int nodeTokenCommand(const Command& c);
 
-// job_commands.cpp: jobs [--user U] [--state S] [--name N]; job ID; cancel ID... [--signal SIG].
+// job_commands.cpp: jobs [--user U] [--state S] [--name N]; job ID; cancel ID... | --name N |
+// --user U [--signal SIG]; history [--since T] [--until T] [--user U] [--state S] [--name N] [--csv].
 int jobsCommand(const Command& c);
 int jobCommand(const Command& c);
 int cancelCommand(const Command& c);
+int historyCommand(const Command& c);
 // A signal by name (TERM, SIGTERM, usr1) or number (1 to 64); nullopt for anything else.
 std::optional<int> signalNumber(const std::string& text);
 

@@ -38,6 +38,7 @@ const std::map<std::string, int (*)(const Command&)>& commands() {
                                                                     {"jobs", jobsCommand},
                                                                     {"job", jobCommand},
                                                                     {"cancel", cancelCommand},
+                                                                    {"history", historyCommand},
                                                                     {"events", eventsCommand}};
   return table;
 }
@@ -74,6 +75,9 @@ int run(int argc, char** argv) {
       copt.ca_file = value();
     } else if (a == "--json") {
       asJson = true;
+    } else if (a == "--state" && !rest.empty() && (rest[0] == "jobs" || rest[0] == "history")) {
+      rest.push_back(a);  // after these commands, a job state (--state RUNNING), theirs
+      rest.push_back(value());
     } else if (a == "--state") {
       copt.state_dir = value();
     } else if (a == "--owner") {

@@ -54,13 +54,21 @@ json submitJob(ServerCore& m, Context& c) {
   });
 }
 
-// Filters: ?user=OWNER&state=STATE&name=NAME; the oldest first.
+// Filters: ?user=OWNER&state=STATE&name=NAME, and for ended jobs (poolctl history) ended=true,
+// ended_after_ms=T, ended_before_ms=T (milliseconds since the epoch: [after, before)); the oldest
+// first.
 json jobList(ServerCore& m, Context& c) {
   auto query = [&c](const char* key) {
     auto it = c.req.query.find(key);
     return it == c.req.query.end() ? std::string() : it->second;
   };
-  const std::string user = query("user"), name = query("name"), state = query("state");
+  const std::string user = query("user"), name = query("name"), state = query("state"),
+                    endedText = query("ended");
+  if (!endedText.empty() && endedText != "true" && endedText != "false")
+    throw badRequest("ended '" + common::printable(endedText) + "': give true or false");
+  const int64_t after = c.query("ended_after_ms", 0, 0, INT64_MAX),
+                before = c.query("ended_before_ms", INT64_MAX, 0, INT64_MAX);
+  const bool ended = endedText == "true" || after > 0 || before < INT64_MAX;
   std::optional<JobState> wanted;
   if (!state.empty() && !(wanted = jobStateFromString(state)))
     throw badRequest("state '" + common::printable(state) +
@@ -74,6 +82,7 @@ json jobList(ServerCore& m, Context& c) {
       if ((!user.empty() && j.spec.owner != user) || (!name.empty() && j.spec.name != name) ||
           (wanted && j.state != *wanted))
         continue;
+      if (ended && (!isFinal(j.state) || toMillis(j.ended) < after || toMillis(j.ended) >= before)) continue;
       picked.push_back(&j);
       if (static_cast<int64_t>(picked.size()) == most) break;
     }

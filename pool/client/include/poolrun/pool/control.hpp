@@ -47,6 +47,15 @@ struct JobView {
   std::string wait_reason;  // poolctl job's detail
 };
 
+// Which jobs a list holds (GET /v1/jobs's query): every field given must match. `ended`: the jobs
+// that have ended for good alone (poolctl history), `ended_after`/`ended_before`: those that ended
+// in [after, before).
+struct JobQuery {
+  std::string user, state, name;
+  bool ended = false;
+  std::optional<TimePoint> ended_after = {}, ended_before = {};
+};
+
 class PoolControl : public PoolClient {
  public:
   virtual PoolStatus status() = 0;
@@ -79,8 +88,7 @@ class PoolControl : public PoolClient {
     std::vector<std::string> tasks;
   };
   virtual SubmittedJob submitJob(const JobSubmission& job);
-  virtual std::vector<JobView> jobs(const std::string& user, const std::string& state,
-                                    const std::string& name);
+  virtual std::vector<JobView> jobs(const JobQuery& query);
   virtual std::vector<JobView> job(const std::string& id);
   virtual std::vector<std::string> cancelJob(const std::string& id, int signal);
 };
