@@ -79,6 +79,7 @@ std::vector<std::string> jobEnvironment(const std::string& mode) {
 void checkOutputFolder(const std::string& option, const std::string& pattern, const pool::JobRecord& probe) {
   const std::filesystem::path file = pool::expandJobPath(pattern, probe);
   const std::filesystem::path folder = file.parent_path();
+  if (access(file.c_str(), W_OK) == 0) return;  // a file there already that this user may write (/dev/null)
   if (access(folder.c_str(), W_OK | X_OK) != 0)
     throw badInput(option + " '" + common::printable(pattern) + "': the job could not write to " +
                    folder.string() + " (" + std::strerror(errno) + "): give a folder you can write to");

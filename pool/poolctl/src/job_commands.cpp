@@ -208,14 +208,14 @@ int historyCommand(const Command& c) {
     return 0;
   }
   std::cout << std::left << std::setw(12) << "JOBID" << std::setw(16) << "NAME" << std::setw(10) << "USER"
-            << std::setw(11) << "STATE" << std::setw(10) << "EXIT" << std::setw(21) << "START"
-            << std::setw(21) << "END" << std::setw(10) << "ELAPSED" << std::setw(6) << "GPUS"
+            << std::setw(11) << "STATE" << std::setw(10) << "EXIT" << std::setw(25) << "START"
+            << std::setw(25) << "END" << std::setw(10) << "ELAPSED" << std::setw(6) << "GPUS"
             << "NODE\n";
   for (const JobView& v : jobs) {
     const JobRecord& j = v.record;
     std::cout << std::setw(12) << j.id << std::setw(16) << j.spec.name.substr(0, 15) << std::setw(10)
               << j.spec.owner.substr(0, 9) << std::setw(11) << toString(j.state) << std::setw(10)
-              << exitText(j) << std::setw(21) << when(j.started) << std::setw(21) << when(j.ended)
+              << exitText(j) << std::setw(25) << when(j.started) << std::setw(25) << when(j.ended)
               << std::setw(10) << elapsed(j) << std::setw(6) << j.spec.request.gpus
               << (j.node.empty() ? "-" : j.node) << "\n";
   }

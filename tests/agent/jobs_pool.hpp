@@ -1,0 +1,130 @@
+#pragma once
+
+// The frame of the detached jobs' end-to-end tests and benchmark: a real poold, a real agent (node
+// n01, eight GPUs of a fake NVML) with heartbeats 30 s apart, and an unprivileged user made by the
+// test, who submits from a directory of their own.
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent_run.hpp"
+#include "fake_nvml/fake_nvml_file.hpp"
+#include "poold_process.hpp"
+#include "poolrun/topo/sources.hpp"
+#include "support/fixtures.hpp"
+#include "support/munge_daemon.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::test {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class JobsPoolTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+  std::unique_ptr<TestUsers> users;
+  std::string user;
+  std::filesystem::path work;  // the user's submit directory (the test's folder is root's alone)
+  std::string admin;
+  std::unique_ptr<PooldProcess> poold;
+  std::unique_ptr<AgentRun> agent;
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "the agent runs jobs as a user the test makes: needs root";
+    users = std::make_unique<TestUsers>();
+    user = users->addUser("prj");
+    work = std::filesystem::path("/tmp") / ("poolrun-jobs-" + user);
+    std::filesystem::create_directories(work);
+    ASSERT_EQ(runShell("chown " + user + " " + work.string() + " && chmod 755 " + work.string()).status, 0);
+    const std::string topology = (sourceDir() / "topologies" / "hgx-h100-8gpu-8nic.xml").string();
+    const std::filesystem::path tokens =
+        dir.writeSecret("tokens", std::string(kTokens) + "tok-" + user + "-0123456789 " + user +
+                                      " user\ntok-node-n01-0123456789 n01 node\n");
+    dir.writeSecret("token-n01", "tok-node-n01-0123456789\n");
+    admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
+    writeFakeNvml(dir.path() / "nvml.json", fakeNvmlFor(topo::readTopologyFile(topology)));
+    std::filesystem::create_directories(dir.path() / "proc");
+    // Heartbeats 30 s apart: the agent learns of its jobs from its long poll and of its launchers'
+    // ends from SIGCHLD, so that these jobs run and end in a second or two, never a heartbeat later.
+    poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,
+                                           std::vector<std::string>{"--heartbeat-interval", "30"});
+    agent = std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " +
+                                           (dir.path() / "token-n01").string() +
+                                           " --node n01 --interval 30 --from " + topology + " --proc-root " +
+                                           (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
+                                       dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
+  }
+
+  void TearDown() override {
+    if (!work.empty()) std::filesystem::remove_all(work);
+  }
+
+  // poolrun run as the test's user in its submit directory, with its token.
+  ProcessResult asUser(const std::string& args) {
+    return runShell(users->as(user, "cd " + work.string() + " && env POOLRUN_TOKEN=tok-" + user +
+                                        "-0123456789 POOLRUN_STATE_DIR=" + work.string() + "/state " +
+                                        POOLRUN_BINARY + " --pool " + poold->uri() + " " + args));
+  }
+
+  std::string submit(const std::string& args) {
+    ProcessResult r = asUser("--detach --simulate " + args);
+    EXPECT_EQ(r.status, 0) << r.err << slurp(dir.path() / "agent-err");
+    std::string id = r.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    EXPECT_TRUE(id.starts_with("J") && id.find('\n') == std::string::npos)
+        << "stdout is the id alone: " << r.out;
+    return id;
+  }
+
+  // poolctl as the administrator; its stdout.
+  std::string poolctl(const std::string& args) {
+    const ProcessResult r = runShell(std::string(POOLCTL_BINARY) + " --pool " + poold->uri() +
+                                     " --token-file " + admin + " " + args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    return r.out;
+  }
+
+  // A script in the user's submit directory, theirs.
+  std::filesystem::path script(const std::string& name, const std::string& text) {
+    const std::filesystem::path file = work / name;
+    {
+      std::ofstream out(file);
+      out << text;
+    }
+    EXPECT_EQ(runShell("chown " + user + " " + file.string() + " && chmod 755 " + file.string()).status, 0);
+    return file;
+  }
+
+  json job(const std::string& id) {
+    std::string out;
+    if (runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "job", id},
+                   &out) != 0)
+      return nullptr;
+    json doc = json::parse(out, nullptr, false);
+    return doc.is_array() && !doc.empty() ? doc[0] : json();
+  }
+
+  // Waits until job `id` is in `state`, up to `limit`; the job as it was last.
+  json waitForState(const std::string& id, const std::string& state, seconds limit = seconds(60)) {
+    json j;
+    for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+      j = job(id);
+      if (j.is_object() && j.value("state", "") == state) return j;
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+    ADD_FAILURE() << id << " never reached " << state << ": " << j.dump()
+                  << "\nagent: " << slurp(dir.path() / "agent-err");
+    return j;
+  }
+};
+
+}  // namespace poolrun::test
