@@ -6,6 +6,7 @@
 
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
+#include "poolrun/pool/job_plan.hpp"
 #include "poolrun/pool/state.hpp"
 
 namespace poolrun::pool {
@@ -280,6 +281,52 @@ void PoolState::jobEnded(const std::string& node, const std::string& id, const J
     j.ended = TimePoint{};
   });
   if (leases_.count(lease)) dropLease(lease, LeaseEvent::Kind::kReleased, "its job " + id + " ended");
+}
+
+namespace {
+
+// plannedJobStart's walk over a job's ancestors, `budget` visits at most (diamonds in a large
+// pipeline would otherwise be walked once per path).
+struct PlannedWalk {
+  const PoolState& pool;
+  int budget = 4 * kPlannedChainDepth;
+
+  std::optional<TimePoint> end(const JobRecord& j, int depth) {
+    if (isFinal(j.state)) return j.ended;
+    if (!j.spec.time_limit) return std::nullopt;
+    const std::optional<TimePoint> begin = start(j, depth);
+    if (!begin) return std::nullopt;
+    return *begin + *j.spec.time_limit;
+  }
+
+  std::optional<TimePoint> start(const JobRecord& j, int depth) {
+    if (--budget < 0 || depth > kPlannedChainDepth) return std::nullopt;
+    if (j.state == JobState::kRunning) return j.started;
+    if (j.state != JobState::kPending) return std::nullopt;
+    if (j.ticket != 0) {
+      const std::optional<TimePoint> planned = pool.plannedStart(j.ticket);
+      return planned && *planned != kNever ? planned : std::nullopt;
+    }
+    if (j.spec.dependencies.empty()) return std::nullopt;  // held by its array's limit
+    std::optional<TimePoint> latest;
+    for (const JobDependency& d : j.spec.dependencies) {
+      if (d.kind == JobDependency::Kind::kSingleton) return std::nullopt;
+      for (const std::string& id : d.jobs)
+        for (const JobRecord* parent : pool.jobs().named(id)) {
+          const std::optional<TimePoint> e = end(*parent, depth + 1);
+          if (!e) return std::nullopt;
+          latest = latest ? std::max(*latest, *e) : *e;
+        }
+    }
+    return latest;
+  }
+};
+
+}  // namespace
+
+std::optional<TimePoint> plannedJobStart(const PoolState& pool, const JobRecord& job) {
+  if (job.state != JobState::kPending) return std::nullopt;
+  return PlannedWalk{pool}.start(job, 0);
 }
 
 }  // namespace poolrun::pool

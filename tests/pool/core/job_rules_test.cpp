@@ -6,6 +6,7 @@
 
 #include "inventory.hpp"
 #include "poolrun/common/error.hpp"
+#include "poolrun/pool/job_plan.hpp"
 #include "poolrun/pool/state.hpp"
 #include "support/temp_dir.hpp"
 
@@ -288,6 +289,41 @@ TEST_F(JobRules, EndedJobsAreForgottenAfterTheRetentionButNeverWhileTheyRun) {
   EXPECT_EQ(pool.jobs().find("J1"), nullptr);
   EXPECT_EQ(stateOf("J2"), "RUNNING") << "J2 runs past the retention: kept";
   EXPECT_TRUE(pool.takeDirty().jobs.count("J1")) << "the store deletes its row";
+}
+
+}  // namespace
+}  // namespace poolrun::pool
+
+namespace poolrun::pool {
+namespace {
+
+// A pipeline's planned starts: each step's is the latest planned end of the jobs it waits for (a
+// running one's start plus its --timeout), so that the last step has one before the first ends; a
+// parent without a --timeout has no planned end, and its children no planned start.
+TEST_F(JobRules, ADependentJobsPlannedStartCountsItsParentsPlannedEnds) {
+  JobSpec first = spec(8);
+  first.time_limit = seconds(100);
+  pool.submitJob(first, std::nullopt, now);
+  JobSpec second = spec(8, "alice", "afterok:J1");
+  second.time_limit = seconds(50);
+  pool.submitJob(second, std::nullopt, now);
+  pool.submitJob(spec(8, "alice", "afterany:J2"), std::nullopt, now);
+  pool.submitJob(spec(8), std::nullopt, now);  // J4: no --timeout
+  pool.submitJob(spec(8, "alice", "afterok:J4,afterok:J2"), std::nullopt, now);
+  tick();
+  ASSERT_EQ(stateOf("J1"), "RUNNING");
+  const JobRecord& j1 = job("J1");
+  pool.setJobCredential(j1.node, "J1", "h");
+  pool.jobStarted(j1.node, "J1", now);
+  EXPECT_EQ(plannedJobStart(pool, job("J2")), now + seconds(100));
+  EXPECT_EQ(plannedJobStart(pool, job("J3")), now + seconds(150)) << "two steps on";
+  EXPECT_EQ(plannedJobStart(pool, job("J5")), std::nullopt) << "J4 has no planned end";
+  EXPECT_EQ(plannedJobStart(pool, job("J1")), std::nullopt) << "running: no planned start";
+  // J1 ends early: its real end counts.
+  now += seconds(10);
+  pool.jobEnded(job("J1").node, "J1", {}, now);
+  EXPECT_EQ(plannedJobStart(pool, job("J2")), now) << "J1's real end";
+  EXPECT_EQ(plannedJobStart(pool, job("J3")), now + seconds(50));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "poolrun/common/time_text.hpp"
 #include "poolrun/pool/agent_protocol.hpp"
 #include "poolrun/pool/job_json.hpp"
+#include "poolrun/pool/job_plan.hpp"
 #include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/service.hpp"
 #include "routes.hpp"
@@ -30,10 +31,10 @@ json jobView(const PoolState& s, const JobRecord& job, const Caller& who, bool d
   json doc = toJson(job);
   doc.erase("credential");
   if (job.spec.owner != who.owner && !who.admin) doc["spec"].erase("env");
-  if (job.ticket != 0) {
-    const std::optional<TimePoint> planned = s.plannedStart(job.ticket);
-    doc["planned_start_ms"] = planned && *planned != kNever ? json(toMillis(*planned)) : json(nullptr);
-    if (detail) doc["wait_reason"] = s.waitReason(job.ticket);
+  if (job.state == JobState::kPending) {
+    const std::optional<TimePoint> planned = plannedJobStart(s, job);
+    doc["planned_start_ms"] = planned ? json(toMillis(*planned)) : json(nullptr);
+    if (detail && job.ticket != 0) doc["wait_reason"] = s.waitReason(job.ticket);
   }
   return doc;
 }
