@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -85,6 +86,34 @@ void checkOutputFolder(const std::string& option, const std::string& pattern, co
                    folder.string() + " (" + std::strerror(errno) + "): give a folder you can write to");
 }
 
+// The program must be one the job can run: a path (from the job's directory) to an executable
+// file, or a name found on the PATH. Checked here, where the job is submitted (a shared file system
+// shows the nodes' view); a program that only the nodes have cannot be checked, so a name not on
+// this PATH is refused with what to do.
+void checkProgram(const std::string& program, const std::filesystem::path& cwd) {
+  if (program.find('/') != std::string::npos) {
+    const std::filesystem::path path = cwd / program;  // cwd / "/abs" is "/abs"
+    std::string why;
+    if (access(path.c_str(), X_OK) != 0)
+      why = std::strerror(errno);
+    else if (std::filesystem::is_directory(path))
+      why = "a directory";
+    if (!why.empty())
+      throw badInput("the program '" + common::printable(program) + "' cannot be run from " + cwd.string() +
+                     " (" + why + "): give an executable file");
+    return;
+  }
+  const char* path = std::getenv("PATH");
+  for (std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin"; !dirs.empty();) {
+    const size_t colon = std::min(dirs.find(':'), dirs.size());
+    const std::filesystem::path candidate = std::filesystem::path(dirs.substr(0, colon)) / program;
+    if (access(candidate.c_str(), X_OK) == 0 && !std::filesystem::is_directory(candidate)) return;
+    dirs.remove_prefix(std::min(colon + 1, dirs.size()));
+  }
+  throw badInput("the program '" + common::printable(program) +
+                 "' is not on the PATH here: give its path (./train.sh, /opt/app/bin/train)");
+}
+
 }  // namespace
 
 int submitDetached(const RunOptions& o, std::ostream& out, std::ostream& err) {
@@ -107,6 +136,7 @@ int submitDetached(const RunOptions& o, std::ostream& out, std::ostream& err) {
       throw badInput("--chdir '" + common::printable(o.chdir.empty() ? s.cwd : o.chdir) +
                      "': the job could not work there (" + std::strerror(errno) +
                      "): give a directory you can enter and read");
+    checkProgram(o.program.front(), s.cwd);
     s.env = jobEnvironment(o.export_mode);
     s.output = o.output;
     s.error = o.error;

@@ -62,6 +62,14 @@ class JobsPoolTest : public ::testing::Test {
                                            " --node n01 --interval 30 --from " + topology + " --proc-root " +
                                            (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
                                        dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
+    // Jobs are submitted once the node is in the pool: before, a job of its 8 GPUs could never run.
+    for (auto end = std::chrono::steady_clock::now() + seconds(30); std::chrono::steady_clock::now() < end;) {
+      std::string nodes;
+      runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "nodes"}, &nodes);
+      if (nodes.find("\"n01\"") != std::string::npos) return;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    FAIL() << "node n01 never registered: " << slurp(dir.path() / "agent-err");
   }
 
   void TearDown() override {

@@ -67,7 +67,12 @@ TEST_F(JobsPoolTest, WhatCanBeKnownAtSubmissionIsRefusedThen) {
       {"--dependency after:J1 -n 1 /bin/true", "not a kind of dependency"},
       {"--output out-%q -n 1 /bin/true", "%q is not one poolrun knows"},
       {"-n 64 /bin/true", "can never run this job"},
+      {"-n 1 ./missing.sh", "the program './missing.sh' cannot be run from " + work.string()},
+      {"-n 1 no-such-program-anywhere", "the program 'no-such-program-anywhere' is not on the PATH here"},
+      {"-n 1 ./bad.sh", "bad.sh line 2: unrecognised option '--bogus'"},
+      {"--array 0-5999 -n 1 /bin/true", "6000 more would pass the most one owner may have (5000"},
   };
+  script("bad.sh", "#!/bin/sh\n#POOLRUN --bogus\n");
   for (const Case& c : cases) {
     const ProcessResult r = asUser("--detach --simulate " + c.args);
     EXPECT_NE(r.status, 0) << c.args;
