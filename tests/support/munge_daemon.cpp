@@ -101,7 +101,11 @@ TestUsers::TestUsers() {
 }
 
 TestUsers::~TestUsers() {
-  for (const std::string& u : users_) runShell("/usr/sbin/userdel " + u + " 2>/dev/null");
+  // userdel refuses a user with processes: what the user's jobs left (a rank still exiting) is
+  // killed and waited for first (2 s at most).
+  for (const std::string& u : users_)
+    runShell("pkill -KILL -u " + u + "; for i in $(seq 40); do pgrep -u " + u +
+             " >/dev/null || break; sleep 0.05; done; /usr/sbin/userdel " + u + " 2>/dev/null");
   for (const std::string& g : groups_) runShell("/usr/sbin/groupdel " + g + " 2>/dev/null");
 }
 
