@@ -121,16 +121,22 @@ int main(int argc, char** argv) {
       return pool::openAgentLink(o.pool, agent::linkOptions(o, agent::readTokenFile(o.token_file)));
     };
 
-    agent::StopSignal stop;
-    std::mutex mu;
-    std::condition_variable done_cv;
-    bool done = false;
-    std::thread([&, stopSignals] {
+    // Shared with the signal thread, which may still wait on them as main returns (a mutex or a
+    // condition variable destroyed under it makes it throw, and the process abort).
+    struct Shutdown {
+      agent::StopSignal stop;
+      std::mutex mu;
+      std::condition_variable done_cv;
+      bool done = false;
+    };
+    const auto shutdown = std::make_shared<Shutdown>();
+    agent::StopSignal& stop = shutdown->stop;
+    std::thread([shutdown, stopSignals] {
       int sig = 0;
       sigwait(&stopSignals, &sig);
-      stop.request();
-      std::unique_lock<std::mutex> lock(mu);
-      if (!done_cv.wait_for(lock, kStopGrace, [&] { return done; })) {
+      shutdown->stop.request();
+      std::unique_lock<std::mutex> lock(shutdown->mu);
+      if (!shutdown->done_cv.wait_for(lock, kStopGrace, [&] { return shutdown->done; })) {
         std::cerr << "poold-agent: stopped (signal " << sig << ", during a call to poold)" << std::endl;
         _exit(0);
       }
@@ -150,10 +156,10 @@ int main(int argc, char** argv) {
       status = a->run();
     }
     {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
+      std::lock_guard<std::mutex> lock(shutdown->mu);
+      shutdown->done = true;
     }
-    done_cv.notify_all();
+    shutdown->done_cv.notify_all();
     if (status == 0) std::cerr << "poold-agent: stopped" << std::endl;
     return status;
   } catch (const Error& e) {
