@@ -35,25 +35,30 @@ std::vector<T> listOf(const JsonFields& f, std::string_view key) {
   return {};
 }
 
+// What a submission and a record both hold of a job's spec.
+json specFields(const JobSpec& s) {
+  return {{"name", s.name},
+          {"uid", s.uid},
+          {"gid", s.gid},
+          {"groups", s.groups},
+          {"command", s.command},
+          {"cwd", s.cwd},
+          {"env", s.env},
+          {"output", s.output},
+          {"error", s.error},
+          {"umask", s.umask},
+          {"request", toJson(s.request)},
+          {"requeue", s.requeue}};
+}
+
 }  // namespace
 
 json toJson(const JobRecord& j) {
   const JobSpec& s = j.spec;
-  json spec = {{"name", s.name},
-               {"owner", s.owner},
-               {"uid", s.uid},
-               {"gid", s.gid},
-               {"groups", s.groups},
-               {"command", s.command},
-               {"cwd", s.cwd},
-               {"env", s.env},
-               {"output", s.output},
-               {"error", s.error},
-               {"request", toJson(s.request)},
-               {"dependency", dependencyText(s.dependencies)},
-               {"time_limit_s", s.time_limit ? json(s.time_limit->count()) : json(nullptr)},
-               {"requeue", s.requeue},
-               {"umask", s.umask}};
+  json spec = specFields(s);
+  spec["owner"] = s.owner;
+  spec["dependency"] = dependencyText(s.dependencies);
+  spec["time_limit_s"] = s.time_limit ? json(s.time_limit->count()) : json(nullptr);
   return {{"schema", kJobSchema},
           {"id", j.id},
           {"task", optionalInt(j.task)},
@@ -201,18 +206,7 @@ JobLaunch launchFromJson(const json& doc) {
 
 json toJson(const JobSubmission& sub) {
   const JobSpec& s = sub.spec;
-  json doc = {{"name", s.name},
-              {"uid", s.uid},
-              {"gid", s.gid},
-              {"groups", s.groups},
-              {"command", s.command},
-              {"cwd", s.cwd},
-              {"env", s.env},
-              {"output", s.output},
-              {"error", s.error},
-              {"umask", s.umask},
-              {"request", toJson(s.request)},
-              {"requeue", s.requeue}};
+  json doc = specFields(s);
   if (!s.dependencies.empty()) doc["dependency"] = dependencyText(s.dependencies);
   if (s.time_limit) doc["time_limit_s"] = s.time_limit->count();
   if (sub.array) {
