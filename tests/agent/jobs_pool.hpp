@@ -1,7 +1,7 @@
 #pragma once
 
 // The frame of the detached jobs' end-to-end tests and benchmark: a real poold, a real agent (node
-// n01, eight GPUs of a fake NVML) with heartbeats 30 s apart, and an unprivileged user made by the
+// n01, eight GPUs of a fake NVML) with heartbeats 120 s apart, and an unprivileged user made by the
 // test, who submits from a directory of their own.
 
 #include <gtest/gtest.h>
@@ -53,13 +53,14 @@ class JobsPoolTest : public ::testing::Test {
     admin = dir.writeSecret("admin", "tok-root-0123456789\n").string();
     writeFakeNvml(dir.path() / "nvml.json", fakeNvmlFor(topo::readTopologyFile(topology)));
     std::filesystem::create_directories(dir.path() / "proc");
-    // Heartbeats 30 s apart: the agent learns of its jobs from its long poll and of its launchers'
-    // ends from SIGCHLD, so that these jobs run and end in a second or two, never a heartbeat later.
+    // Heartbeats 120 s apart (past every wait of these tests): the agent learns of its jobs from its long
+    // poll and of its launchers' ends from SIGCHLD, so that these jobs run and end in a second or two, never
+    // a heartbeat later.
     poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,
-                                           std::vector<std::string>{"--heartbeat-interval", "30"});
+                                           std::vector<std::string>{"--heartbeat-interval", "120"});
     agent = std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " +
                                            (dir.path() / "token-n01").string() +
-                                           " --node n01 --interval 30 --from " + topology + " --proc-root " +
+                                           " --node n01 --interval 120 --from " + topology + " --proc-root " +
                                            (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
                                        dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
     // Jobs are submitted once the node is in the pool: before, a job of its 8 GPUs could never run.

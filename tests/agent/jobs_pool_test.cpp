@@ -134,7 +134,7 @@ TEST_F(JobsPoolTest, JobsLiveThroughPooldKilledAndStartedAgain) {
   const int port = poold->port();
   poold->kill9();
   poold = std::make_unique<PooldProcess>(dir.path() / "state", dir.path() / "tokens",
-                                         std::vector<std::string>{"--heartbeat-interval", "30"}, port);
+                                         std::vector<std::string>{"--heartbeat-interval", "120"}, port);
   ASSERT_TRUE(poold->waitServing());
   EXPECT_EQ(job(running)["state"], "RUNNING") << "kept through the kill";
   EXPECT_EQ(job(waiting)["state"], "PENDING");
