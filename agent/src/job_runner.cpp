@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "poolrun/agent/jobs.hpp"
 #include "poolrun/common/names.hpp"
@@ -80,7 +81,7 @@ void failIn(int fd, const char* what, const char* path) {
 
 JobRunner::JobRunner(JobRunnerOptions options) : options_(std::move(options)) {}
 
-std::string JobRunner::checkUser(const pool::JobLaunch& l, std::vector<gid_t>& groups) const {
+std::string JobRunner::checkUser(const pool::JobLaunch& l, Account& account) const {
   passwd pw{};
   passwd* found = nullptr;
   std::vector<char> buf(16384);
@@ -96,6 +97,9 @@ std::string JobRunner::checkUser(const pool::JobLaunch& l, std::vector<gid_t>& g
   if (geteuid() != 0 && geteuid() != pw.pw_uid)
     return "poold-agent on node " + options_.node + " runs as uid " + std::to_string(geteuid()) +
            " and can run jobs of that user alone, not of " + l.owner + ": run poold-agent as root";
+  account.login_env = {std::string("HOME=") + pw.pw_dir, "USER=" + l.owner, "LOGNAME=" + l.owner,
+                       std::string("SHELL=") + (*pw.pw_shell ? pw.pw_shell : "/bin/sh")};
+  std::vector<gid_t>& groups = account.groups;
   int count = 64;
   groups.assign(static_cast<size_t>(count), 0);
   if (getgrouplist(l.owner.c_str(), pw.pw_gid, groups.data(), &count) < 0) {
@@ -108,8 +112,8 @@ std::string JobRunner::checkUser(const pool::JobLaunch& l, std::vector<gid_t>& g
 
 pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   if (children_.count(l.id)) return {};
-  std::vector<gid_t> groups;
-  if (std::string why = checkUser(l, groups); !why.empty()) return notStarted(why);
+  Account account;
+  if (std::string why = checkUser(l, account); !why.empty()) return notStarted(why);
   if (access(options_.poolrun.c_str(), X_OK) != 0)
     return notStarted("node " + options_.node + " has no launcher at " + options_.poolrun.string() +
                       " (poold-agent --poolrun PATH)");
@@ -118,13 +122,18 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
                                    l.lease};
   args.insert(args.end(), l.command.begin(), l.command.end());
   std::vector<std::string> env = l.env;
+  for (const std::string& login : account.login_env) {
+    const std::string_view name(login.data(), login.find('=') + 1);
+    if (std::none_of(env.begin(), env.end(), [&](const std::string& e) { return e.starts_with(name); }))
+      env.push_back(login);
+  }
   env.push_back("POOLRUN_TOKEN=" + l.credential);
   env.push_back("POOLRUN_JOB_ID=" + l.id);
   if (l.task) env.push_back("POOLRUN_ARRAY_TASK_ID=" + std::to_string(*l.task));
   if (!options_.ca_file.empty()) env.push_back("POOLRUN_CA=" + options_.ca_file.string());
   ChildPlan plan{l.uid,
                  l.gid,
-                 groups,
+                 account.groups,
                  static_cast<mode_t>(l.umask & 0777),
                  l.cwd.c_str(),
                  l.output.c_str(),

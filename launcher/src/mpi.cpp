@@ -226,6 +226,13 @@ int pickRendezvousPort() {
   return port;
 }
 
+bool openMpiKnowsShell(const char* shell) {
+  if (shell == nullptr) return false;
+  const std::string_view path(shell);
+  const std::string_view name = path.substr(path.rfind('/') + 1);
+  return name == "sh" || name == "bash" || name == "zsh" || name == "ksh" || name == "csh" || name == "tcsh";
+}
+
 MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
   const JobPlan& plan = *spec.plan;
   MpiCommand cmd;
@@ -263,6 +270,10 @@ MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
     mca("mpi_yield_when_idle", "1");
     cmd.env.emplace_back("PMIX_MCA_gds", "hash");
     cmd.env.emplace_back("PMIX_MCA_pif_base_do_not_resolve", "1");
+    // Open MPI words its remote command for the local shell (the password database's, then $SHELL)
+    // and, knowing neither, warns into the job's output: a service account's nologin, a detached
+    // job's bare environment. The simulated agent runs the command with sh.
+    if (!openMpiKnowsShell(std::getenv("SHELL"))) cmd.env.emplace_back("SHELL", "/bin/sh");
   } else if (plan.fabric != topo::Fabric::kTcp &&
              std::none_of(spec.user_mca.begin(), spec.user_mca.end(),
                           [](const auto& kv) { return kv.first == "pml"; })) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstdlib>
 
 #include <map>
 #include <memory>
@@ -99,6 +100,37 @@ TEST(MpiCommandTest, OpenMpi5SyntaxForASimulatedCluster) {
   std::map<std::string, std::string> env(c.env.begin(), c.env.end());
   EXPECT_EQ(env["PMIX_MCA_gds"], "hash");
   EXPECT_EQ(env["PMIX_MCA_pif_base_do_not_resolve"], "1") << "the simulated nodes' names are not looked up";
+}
+
+// A job whose environment has no shell Open MPI knows (a detached job of a nologin service account)
+// would find Open MPI's "unhandled shell" warning in its output: the simulated cluster's mpirun is
+// told sh, the shell its agent runs; a known shell is left alone.
+TEST(MpiCommandTest, AnUnknownShellIsToldShOnTheSimulatedCluster) {
+  EXPECT_TRUE(openMpiKnowsShell("/bin/bash"));
+  EXPECT_TRUE(openMpiKnowsShell("tcsh"));
+  EXPECT_FALSE(openMpiKnowsShell("/usr/sbin/nologin"));
+  EXPECT_FALSE(openMpiKnowsShell("/bin/dash"));
+  EXPECT_FALSE(openMpiKnowsShell(""));
+  EXPECT_FALSE(openMpiKnowsShell(nullptr));
+  const char* saved = std::getenv("SHELL");
+  const std::string keep = saved ? saved : "";
+  Fixture f(1, 2);
+  auto shellOf = [&](bool simulated) {
+    MpiCommand c = buildMpiCommand(spec(f.plan, simulated), {"mpirun", MpiFlavor::kOmpi4, "4.1.4"});
+    std::map<std::string, std::string> env(c.env.begin(), c.env.end());
+    return env.contains("SHELL") ? env["SHELL"] : "(unset)";
+  };
+  unsetenv("SHELL");
+  EXPECT_EQ(shellOf(true), "/bin/sh");
+  EXPECT_EQ(shellOf(false), "(unset)") << "a real cluster's ssh runs the user's own shell";
+  setenv("SHELL", "/usr/sbin/nologin", 1);
+  EXPECT_EQ(shellOf(true), "/bin/sh");
+  setenv("SHELL", "/bin/zsh", 1);
+  EXPECT_EQ(shellOf(true), "(unset)");
+  if (saved)
+    setenv("SHELL", keep.c_str(), 1);
+  else
+    unsetenv("SHELL");
 }
 
 // --tag-output in the flavour's syntax, and --mpirun-arg verbatim after poolrun's own options, in order,

@@ -44,8 +44,14 @@ class JobRunner {
   size_t running() const { return children_.size(); }
 
  private:
-  // Why `launch` may not run here as its user ("" where it may), and its groups where it may.
-  std::string checkUser(const pool::JobLaunch& launch, std::vector<gid_t>& groups) const;
+  // What `launch` runs as here: its groups, and the login variables its environment gets where it
+  // lacks them (HOME, USER, LOGNAME, SHELL from the password database, as a login sets them).
+  struct Account {
+    std::vector<gid_t> groups;
+    std::vector<std::string> login_env;
+  };
+  // Why `launch` may not run here as its user ("" where it may), and its account where it may.
+  std::string checkUser(const pool::JobLaunch& launch, Account& account) const;
   JobRunnerOptions options_;
   std::map<std::string, pid_t> children_;  // by job id
 };

@@ -57,8 +57,13 @@ struct MpiCommand {
   std::string hostfile, rankfile;                        // text written to the job directory
 };
 
-// The command for `spec`; pure (the caller writes hostfile and rankfile into the job directory).
+// The command for `spec`; pure but for reading $SHELL (the caller writes hostfile and rankfile into
+// the job directory).
 MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi);
+
+// Whether Open MPI's launcher knows `shell` (a path or null) well enough to word a remote command for
+// it without a warning: sh, bash, zsh, ksh, csh, tcsh.
+bool openMpiKnowsShell(const char* shell);
 
 // The POOLRUN_RANK_ENV document of a plan (see poolrun/runtime/rank_env.hpp for the format). For a
 // simulated cluster it adds POOLRUN_PLANNED_CPUSET, the cores the plan chose on the real node;
