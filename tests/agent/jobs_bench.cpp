@@ -80,7 +80,7 @@ TEST_F(JobsBench, SubmissionsStartsAndThroughputAgainstSlurm) {
     clients.emplace_back([&] {
       pool::ClientOptions o;
       o.token = "tok-" + user + "-0123456789";
-      std::unique_ptr<pool::PoolControl> pool = pool::openPoolControl(poold->uri(), o);
+      std::unique_ptr<pool::PoolControl> pool = pool::openPoolControl(uri, o);
       for (int i = 0; i < kEach; ++i) try {
           pool->submitJob(sub);
         } catch (const std::exception&) {

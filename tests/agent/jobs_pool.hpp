@@ -35,7 +35,8 @@ class JobsPoolTest : public ::testing::Test {
   std::string user;
   std::filesystem::path work;  // the user's submit directory (the test's folder is root's alone)
   std::string admin;
-  std::unique_ptr<PooldProcess> poold;
+  std::unique_ptr<PooldProcess> poold;  // where the pool is one poold
+  std::string uri;                      // the pool's URI
   std::unique_ptr<AgentRun> agent;
 
   void SetUp() override {
@@ -56,21 +57,28 @@ class JobsPoolTest : public ::testing::Test {
     // Heartbeats 120 s apart (past every wait of these tests): the agent learns of its jobs from its long
     // poll and of its launchers' ends from SIGCHLD, so that these jobs run and end in a second or two, never
     // a heartbeat later.
-    poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens,
-                                           std::vector<std::string>{"--heartbeat-interval", "120"});
-    agent = std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " +
-                                           (dir.path() / "token-n01").string() +
-                                           " --node n01 --interval 120 --from " + topology + " --proc-root " +
-                                           (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
-                                       dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
+    uri = startPool(tokens, {"--heartbeat-interval", "120"});
+    agent =
+        std::make_unique<AgentRun>("--pool " + uri + " --token-file " + (dir.path() / "token-n01").string() +
+                                       " --node n01 --interval 120 --from " + topology + " --proc-root " +
+                                       (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
+                                   dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
     // Jobs are submitted once the node is in the pool: before, a job of its 8 GPUs could never run.
     for (auto end = std::chrono::steady_clock::now() + seconds(30); std::chrono::steady_clock::now() < end;) {
       std::string nodes;
-      runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "nodes"}, &nodes);
+      runProgram({POOLCTL_BINARY, "--pool", uri, "--token-file", admin, "--json", "nodes"}, &nodes);
       if (nodes.find("\"n01\"") != std::string::npos) return;
       std::this_thread::sleep_for(milliseconds(50));
     }
     FAIL() << "node n01 never registered: " << slurp(dir.path() / "agent-err");
+  }
+
+  // Starts the pool with `options`; its URI. One poold keeping its state in SQLite; a test of
+  // replicas overrides it.
+  virtual std::string startPool(const std::filesystem::path& tokens,
+                                const std::vector<std::string>& options) {
+    poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens, options);
+    return poold->uri();
   }
 
   void TearDown() override {
@@ -81,7 +89,7 @@ class JobsPoolTest : public ::testing::Test {
   ProcessResult asUser(const std::string& args) {
     return runShell(users->as(user, "cd " + work.string() + " && env POOLRUN_TOKEN=tok-" + user +
                                         "-0123456789 POOLRUN_STATE_DIR=" + work.string() + "/state " +
-                                        POOLRUN_BINARY + " --pool " + poold->uri() + " " + args));
+                                        POOLRUN_BINARY + " --pool " + uri + " " + args));
   }
 
   std::string submit(const std::string& args) {
@@ -96,8 +104,8 @@ class JobsPoolTest : public ::testing::Test {
 
   // poolctl as the administrator; its stdout.
   std::string poolctl(const std::string& args) {
-    const ProcessResult r = runShell(std::string(POOLCTL_BINARY) + " --pool " + poold->uri() +
-                                     " --token-file " + admin + " " + args);
+    const ProcessResult r =
+        runShell(std::string(POOLCTL_BINARY) + " --pool " + uri + " --token-file " + admin + " " + args);
     EXPECT_EQ(r.status, 0) << args << ": " << r.err;
     return r.out;
   }
@@ -115,8 +123,7 @@ class JobsPoolTest : public ::testing::Test {
 
   json job(const std::string& id) {
     std::string out;
-    if (runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "job", id},
-                   &out) != 0)
+    if (runProgram({POOLCTL_BINARY, "--pool", uri, "--token-file", admin, "--json", "job", id}, &out) != 0)
       return nullptr;
     json doc = json::parse(out, nullptr, false);
     return doc.is_array() && !doc.empty() ? doc[0] : json();

@@ -5,6 +5,7 @@
 // refuses what it should.
 
 #include "jobs_pool.hpp"
+#include "support/etcd_cluster.hpp"
 
 namespace poolrun::test {
 namespace {
@@ -22,7 +23,7 @@ TEST_F(JobsPoolTest, ADetachedJobRunsAsItsUserAndItsOutputIsTheirs) {
   EXPECT_EQ(st.st_uid, getpwnam(user.c_str())->pw_uid) << "the output file is the user's";
   // Its lease went back with it.
   std::string leases;
-  runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "leases"}, &leases);
+  runProgram({POOLCTL_BINARY, "--pool", uri, "--token-file", admin, "--json", "leases"}, &leases);
   EXPECT_EQ(json::parse(leases, nullptr, false), json::array()) << leases;
 }
 
@@ -41,12 +42,12 @@ TEST_F(JobsPoolTest, ItsOwnerCancelsARunningJobAnotherUserMayNot) {
   const std::string id = submit("-n 1 /bin/sleep 300");
   waitForState(id, "RUNNING");
   const ProcessResult other = runShell("env POOLRUN_TOKEN=tok-bob-0123456789 " + std::string(POOLCTL_BINARY) +
-                                       " --pool " + poold->uri() + " cancel " + id);
+                                       " --pool " + uri + " cancel " + id);
   EXPECT_NE(other.status, 0);
   EXPECT_NE(other.err.find("may not cancel job " + id), std::string::npos) << other.err;
-  const ProcessResult own = runShell(users->as(user, "env POOLRUN_TOKEN=tok-" + user + "-0123456789 " +
-                                                         std::string(POOLCTL_BINARY) + " --pool " +
-                                                         poold->uri() + " cancel " + id));
+  const ProcessResult own =
+      runShell(users->as(user, "env POOLRUN_TOKEN=tok-" + user + "-0123456789 " +
+                                   std::string(POOLCTL_BINARY) + " --pool " + uri + " cancel " + id));
   EXPECT_EQ(own.status, 0) << own.err;
   const json j = waitForState(id, "CANCELLED", seconds(40));
   EXPECT_EQ(j["cancelled_by"], user);
@@ -116,8 +117,8 @@ TEST_F(JobsPoolTest, AnArrayOfTwentyRunsFourAtATimeFromAJobScript) {
   EXPECT_TRUE(csv.starts_with("job,name,user,state,exit_status,")) << csv;
   EXPECT_NE(csv.find(id + "_19,sweep," + user + ",COMPLETED,0,"), std::string::npos) << csv;
   EXPECT_EQ(occurrences(poolctl("history --csv --until 2000-01-01"), "\n"), 1u) << "the header alone";
-  const ProcessResult bad = runShell(std::string(POOLCTL_BINARY) + " --pool " + poold->uri() +
-                                     " --token-file " + admin + " history --since yesterday");
+  const ProcessResult bad = runShell(std::string(POOLCTL_BINARY) + " --pool " + uri + " --token-file " +
+                                     admin + " history --since yesterday");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("--since 'yesterday': give a time"), std::string::npos) << bad.err;
 }
@@ -144,6 +145,50 @@ TEST_F(JobsPoolTest, JobsLiveThroughPooldKilledAndStartedAgain) {
   EXPECT_NE(poolctl("cancel --name third"), "");
   const json cancelled = waitForState(third, "CANCELLED", seconds(40));
   EXPECT_EQ(cancelled["cancelled_by"], "root");
+}
+
+// The pool as two poold replicas on a three-member etcd (tests/pool/poold_process.hpp).
+class JobsReplicasTest : public JobsPoolTest {
+ protected:
+  std::unique_ptr<EtcdCluster> etcd;
+  std::unique_ptr<PooldReplicas> replicas;
+
+  void SetUp() override {
+    POOLRUN_TEST_REQUIRE_ETCD();
+    JobsPoolTest::SetUp();
+  }
+  std::string startPool(const std::filesystem::path& tokens,
+                        const std::vector<std::string>& options) override {
+    etcd = std::make_unique<EtcdCluster>(3);
+    replicas = std::make_unique<PooldReplicas>(etcd->uri(), 2, dir.path(), tokens, options);
+    return replicas->uri();
+  }
+};
+
+// The leader SIGKILLed while one job runs and one waits for its GPUs: the standby leads with every
+// record, the running job's launcher renews through the failover and ends COMPLETED (told by the
+// agent to the new leader), the waiting job is then started by the new leader, and a job submitted
+// to the pool after the failover runs too. The killed replica comes back as a standby.
+TEST_F(JobsReplicasTest, JobsLiveThroughTheLeadersFailover) {
+  const std::string running = submit("-n 8 --name first /bin/sleep 8");
+  const std::string waiting = submit("-n 8 --name second /bin/true");
+  waitForState(running, "RUNNING");
+  EXPECT_EQ(job(waiting)["state"], "PENDING");
+  const int leader = replicas->leader(seconds(5));
+  ASSERT_GE(leader, 0);
+  replicas->at(leader).kill9();
+  ASSERT_GE(replicas->leader(seconds(15), leader), 0) << "no standby took over";
+  EXPECT_EQ(job(running)["state"], "RUNNING") << "kept through the failover";
+  EXPECT_EQ(job(waiting)["state"], "PENDING");
+  replicas->start(leader);
+  const json done = waitForState(running, "COMPLETED");
+  EXPECT_EQ(done["exit_status"], 0) << done.dump();
+  waitForState(waiting, "COMPLETED");
+  const std::string after = submit("-n 2 --name after /bin/true");
+  waitForState(after, "COMPLETED");
+  const std::string history = poolctl("history --csv");
+  for (const std::string& id : {running, waiting, after})
+    EXPECT_NE(history.find(id + ","), std::string::npos) << history;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "support/etcd_cluster.hpp"
 
@@ -152,6 +153,49 @@ int runProgram(const std::vector<std::string>& argv, std::string* out, const std
   waitpid(pid, &status, 0);
   if (out) *out = text;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+PooldReplicas::PooldReplicas(const std::string& etcd, int n, const std::filesystem::path& dir,
+                             std::filesystem::path tokens, std::vector<std::string> extra)
+    : dir_(dir), tokens_(std::move(tokens)), etcd_(etcd), extra_(std::move(extra)) {
+  static std::atomic<int> count{0};
+  prefix_ = "/replicas-" + std::to_string(getpid()) + "-" + std::to_string(++count);
+  for (int i = 0; i < n; ++i) ports_.push_back(freePort());
+  procs_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    start(i);
+    if (i == 0) leader(std::chrono::seconds(10));  // the first leads
+  }
+}
+
+void PooldReplicas::start(int i) {
+  const std::string port = std::to_string(ports_[static_cast<size_t>(i)]);
+  std::vector<std::string> options = {"--store",       etcd_,
+                                      "--etcd-prefix", prefix_,
+                                      "--advertise",   "http://127.0.0.1:" + port,
+                                      "--etcd-ttl",    std::to_string(kEtcdTtl)};
+  options.insert(options.end(), extra_.begin(), extra_.end());
+  procs_[static_cast<size_t>(i)] = std::make_unique<PooldProcess>(
+      dir_ / ("state" + std::to_string(i)), tokens_, options, ports_[static_cast<size_t>(i)]);
+}
+
+std::string PooldReplicas::uri() const {
+  std::string out;
+  for (int p : ports_) out += (out.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
+  return out;
+}
+
+int PooldReplicas::leader(std::chrono::milliseconds limit, int except) const {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    for (size_t i = 0; i < ports_.size(); ++i) {
+      if (static_cast<int>(i) == except) continue;
+      const std::string reply = httpGet(ports_[i], "/healthz", std::chrono::milliseconds(500));
+      if (reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200")) return static_cast<int>(i);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace poolrun::test

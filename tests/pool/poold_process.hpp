@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,33 @@ class PooldProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   std::string uri_;
+};
+
+// poold replicas of one pool on a test's etcd: one etcd prefix, a port and a state directory each,
+// --etcd-ttl 3 (a standby takes over about 3 s after the leader dies; the default 5 s would add
+// 2 s per failover). The first started leads.
+class PooldReplicas {
+ public:
+  static constexpr int kEtcdTtl = 3;
+  // `etcd`: the store's URI (EtcdCluster::uri()); `extra`: more options for every replica.
+  PooldReplicas(const std::string& etcd, int n, const std::filesystem::path& dir,
+                std::filesystem::path tokens, std::vector<std::string> extra = {});
+  void start(int i);  // replica i, again after a kill
+  PooldProcess& at(int i) { return *procs_[static_cast<size_t>(i)]; }
+  int port(int i) const { return ports_[static_cast<size_t>(i)]; }
+  const std::string& prefix() const { return prefix_; }
+  // Every replica, as clients name the pool.
+  std::string uri() const;
+  // The replica that serves as the leader (GET /healthz 200; a standby answers 503, a dead or
+  // stopped one nothing), other than `except`; -1 when none does within `limit`.
+  int leader(std::chrono::milliseconds limit, int except = -1) const;
+
+ private:
+  std::filesystem::path dir_, tokens_;
+  std::string etcd_, prefix_;
+  std::vector<std::string> extra_;
+  std::vector<int> ports_;
+  std::vector<std::unique_ptr<PooldProcess>> procs_;
 };
 
 // The poold options that keep its state in `store`: "sqlite" (the state directory: none) or "etcd"

@@ -372,67 +372,13 @@ TEST_P(Crash, SigkillUnderLoadLosesNoAcknowledgedChange) {
 // members. Each test starts its own three-member etcd and its replicas, with --etcd-ttl 3 (a
 // standby takes over about 3 s after the leader dies; the default 5 s would add 2 s per failover).
 
-constexpr int kTestEtcdTtl = 3;
+constexpr int kTestEtcdTtl = test::PooldReplicas::kEtcdTtl;
 
-// poold replicas of one pool: one etcd prefix, a port and a state directory each.
-class Replicas {
+// poold replicas of the simulated HGX cluster.
+class Replicas : public test::PooldReplicas {
  public:
   Replicas(const test::EtcdCluster& etcd, int n, const test::TempDir& dir, std::filesystem::path tokens)
-      : dir_(dir),
-        tokens_(std::move(tokens)),
-        etcd_(etcd.uri()),
-        prefix_("/failover-" + std::to_string(getpid()) + "-" + std::to_string(++count_)) {
-    for (int i = 0; i < n; ++i) ports_.push_back(test::freePort());
-    procs_.resize(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      start(i);
-      if (i == 0) leader(std::chrono::seconds(10));  // the first leads
-    }
-  }
-  void start(int i) {
-    const std::string port = std::to_string(ports_[static_cast<size_t>(i)]);
-    procs_[static_cast<size_t>(i)] = std::make_unique<test::PooldProcess>(
-        dir_.path() / ("state" + std::to_string(i)), tokens_,
-        std::vector<std::string>{"--store", etcd_, "--etcd-prefix", prefix_, "--advertise",
-                                 "http://127.0.0.1:" + port, "--etcd-ttl", std::to_string(kTestEtcdTtl),
-                                 "--cluster", test::hgxCluster()},
-        ports_[static_cast<size_t>(i)]);
-  }
-  test::PooldProcess& at(int i) { return *procs_[static_cast<size_t>(i)]; }
-  int port(int i) const { return ports_[static_cast<size_t>(i)]; }
-  const std::string& prefix() const { return prefix_; }
-  // Every replica, as clients name the pool.
-  std::string uri() const {
-    std::string out;
-    for (int p : ports_)
-      out += (out.empty() ? "" : ",") + std::string("http://127.0.0.1:") + std::to_string(p);
-    return out;
-  }
-  // The replica that serves as the leader (GET /healthz 200; a standby answers 503, a dead or
-  // stopped one nothing), other than `except`; -1 when none does within `limit`.
-  int leader(std::chrono::milliseconds limit, int except = -1) const {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      for (size_t i = 0; i < ports_.size(); ++i) {
-        if (static_cast<int>(i) == except) continue;
-        httplib::Client c("127.0.0.1", ports_[i]);
-        c.set_connection_timeout(0, 200'000);
-        c.set_read_timeout(0, 500'000);
-        auto r = c.Get("/healthz");
-        if (r && r->status == 200) return static_cast<int>(i);
-      }
-      if (std::chrono::steady_clock::now() >= deadline) return -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
- private:
-  static inline std::atomic<int> count_{0};
-  const test::TempDir& dir_;
-  std::filesystem::path tokens_;
-  std::string etcd_, prefix_;
-  std::vector<int> ports_;
-  std::vector<std::unique_ptr<test::PooldProcess>> procs_;
+      : PooldReplicas(etcd.uri(), n, dir.path(), std::move(tokens), {"--cluster", test::hgxCluster()}) {}
 };
 
 std::unique_ptr<PoolControl> rootOf(const std::string& uri) {
