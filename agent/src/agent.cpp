@@ -365,6 +365,13 @@ struct Agent::State {
                      : "its launcher does not run here")
             << std::endl;
         job_reports.push_back({s.id, {pool::JobReport::Kind::kSignalled, {}}});
+        // A job whose launcher no record here knows (the agent's records lost) ends with its cancel.
+        if (!here)
+          job_reports.push_back(
+              {s.id,
+               {pool::JobReport::Kind::kEnded,
+                {1, 0,
+                 "its launcher does not run on node " + name() + " (poold-agent has no record of it)"}}});
       }
     }
     for (auto& [id, report] : runner->reap()) {
@@ -380,6 +387,7 @@ struct Agent::State {
         if (e.code() == ErrorCode::kIo) throw;
         log << "poold-agent: poold refused the report of job " << id << ": " << e.what() << std::endl;
       }
+      if (report.kind == pool::JobReport::Kind::kEnded) runner->reported(id);
       job_reports.erase(job_reports.begin());
     }
   }
@@ -490,7 +498,11 @@ int Agent::run() {
     for (;;) {
       const auto left = std::chrono::duration_cast<milliseconds>(due - s_->clock.now());
       if (left <= milliseconds(0)) break;
-      if (!s_->clock.sleep(left)) return 0;
+      // A launcher taken back from the records is no child of this agent (no SIGCHLD): its end is
+      // looked for every second while there is one.
+      const bool foster = s_->runner && s_->runner->takenBack() > 0;
+      if (!s_->clock.sleep(foster ? std::min(left, milliseconds(1000)) : left)) return 0;
+      if (foster) s_->reap_due = true;
       if (*s_->work_due || s_->reap_due) s_->jobRound();
     }
   }

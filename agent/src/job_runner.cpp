@@ -9,8 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 
 #include "poolrun/agent/jobs.hpp"
@@ -50,7 +55,6 @@ void failIn(int fd, const char* what, const char* path) {
 }
 
 [[noreturn]] void runChild(const ChildPlan& p, int fd) {
-  setsid();  // a session of its own: a cancel signals the launcher and all it started
   if (geteuid() == 0) {
     if (setgroups(p.groups.size(), p.groups.data()) != 0) failIn(fd, "cannot set the job's groups", nullptr);
     if (setgid(p.gid) != 0) failIn(fd, "cannot set the job's group id", nullptr);
@@ -77,9 +81,139 @@ void failIn(int fd, const char* what, const char* path) {
   _exit(127);
 }
 
+// `value` as decimal text ending at `end`; where it begins. No allocator, no stdio: the watcher is a
+// child of a threaded process that never execs.
+char* decimal(char* end, long long value) {
+  const bool negative = value < 0;
+  unsigned long long v = negative ? 0ULL - static_cast<unsigned long long>(value) : value;
+  do {
+    *--end = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  if (negative) *--end = '-';
+  return end;
+}
+
+// The job's watcher: leads the job's session (a cancel signals the group: the launcher and all it
+// started; the watcher holds them blocked), starts the launcher, keeps none of the agent's files
+// open, waits for the launcher and writes how it ended to `exitTmp`, renamed to `exitPath`.
+[[noreturn]] void runWatcher(const ChildPlan& p, const char* exitTmp, const char* exitPath, int fd) {
+  setsid();
+  signal(SIGCHLD, SIG_DFL);
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);
+  const pid_t launcher = fork();
+  if (launcher == 0) runChild(p, fd);
+  if (launcher < 0) failIn(fd, "cannot fork the job's launcher", nullptr);
+  const int null = open("/dev/null", O_RDWR);
+  if (null >= 0) dup2(null, 0), dup2(null, 1), dup2(null, 2);
+  if (close_range(3, ~0U, 0) != 0)
+    for (int f = 3; f < 4096; ++f) close(f);
+  int status = 0;
+  pid_t r;
+  while ((r = waitpid(launcher, &status, 0)) < 0 && errno == EINTR) {
+  }
+  // exit_status=N signal=S; N is -1 where waitpid failed (the end is unknown).
+  const long long code = r < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const long long sig = r >= 0 && WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  char text[96];
+  char* end = text + sizeof text;
+  *--end = '\n';
+  end = decimal(end, sig);
+  static const char kSignal[] = " signal=", kStatus[] = "exit_status=";
+  end -= sizeof kSignal - 1;
+  memcpy(end, kSignal, sizeof kSignal - 1);
+  end = decimal(end, code);
+  end -= sizeof kStatus - 1;
+  memcpy(end, kStatus, sizeof kStatus - 1);
+  const int out = open(exitTmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out >= 0) {
+    const size_t n = static_cast<size_t>(text + sizeof text - end);
+    const bool whole = write(out, end, n) == static_cast<ssize_t>(n);
+    fsync(out);
+    close(out);
+    if (whole) rename(exitTmp, exitPath);
+  }
+  _exit(0);
+}
+
+// The start of process `pid` in clock ticks after boot (/proc/PID/stat's 22nd field); 0 where it
+// is gone or a zombie.
+unsigned long long processStart(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');  // the command's name may hold spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 1));
+  std::string field;
+  unsigned long long start = 0;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 3 && field == "Z") return 0;
+    if (i == 22) start = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return start;
+}
+
+// A record's job id: what poold gives (J12, J12_3), nothing that could name another file.
+bool recordId(const std::string& id) {
+  return !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
 }  // namespace
 
-JobRunner::JobRunner(JobRunnerOptions options) : options_(std::move(options)) {}
+JobRunner::JobRunner(JobRunnerOptions options) : options_(std::move(options)) {
+  takeBack();
+}
+
+void JobRunner::takeBack() {
+  std::error_code ec;
+  if (options_.records.empty() || !std::filesystem::is_directory(options_.records, ec)) return;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.records, ec)) {
+    const std::filesystem::path file = entry.path();
+    const std::string id = file.stem().string();
+    if (file.extension() == ".tmp") std::filesystem::remove(file, ec);
+    if (!recordId(id) || (file.extension() != ".job" && file.extension() != ".exit")) continue;
+    Watcher& w = watched_[id];
+    if (file.extension() != ".job") continue;
+    std::ifstream in(file);
+    long long pid = 0;
+    in >> pid >> w.start;
+    if (pid > 0 && pid <= INT32_MAX) w.pid = static_cast<pid_t>(pid);
+  }
+}
+
+bool JobRunner::alive(const Watcher& w) const {
+  return w.pid > 0 && w.start != 0 && processStart(w.pid) == w.start;
+}
+
+pool::JobReport JobRunner::endOf(const std::string& id) const {
+  pool::JobReport report;
+  report.kind = pool::JobReport::Kind::kEnded;
+  std::ifstream in(options_.records / (id + ".exit"));
+  std::string status, sig;
+  long long code = -1, number = 0;
+  if (in >> status >> sig && status.starts_with("exit_status=") && sig.starts_with("signal=")) {
+    code = std::strtoll(status.c_str() + 12, nullptr, 10);
+    number = std::strtoll(sig.c_str() + 7, nullptr, 10);
+  }
+  if (code < 0 || code > 255 || number < 0 || number > 64) {
+    report.exit.exit_status = 1;
+    report.exit.reason = "the end of its launcher on node " + options_.node +
+                         " was not recorded (its watcher was killed, or the node restarted)";
+    return report;
+  }
+  report.exit.exit_status = static_cast<int>(code);
+  report.exit.signal = static_cast<int>(number);
+  return report;
+}
+
+void JobRunner::reported(const std::string& id) {
+  std::error_code ec;
+  for (const char* ext : {".job", ".exit"}) std::filesystem::remove(options_.records / (id + ext), ec);
+}
 
 std::string JobRunner::checkUser(const pool::JobLaunch& l, Account& account) const {
   passwd pw{};
@@ -111,7 +245,7 @@ std::string JobRunner::checkUser(const pool::JobLaunch& l, Account& account) con
 }
 
 pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
-  if (children_.count(l.id)) return {};
+  if (watched_.count(l.id)) return {};
   Account account;
   if (std::string why = checkUser(l, account); !why.empty()) return notStarted(why);
   if (access(options_.poolrun.c_str(), X_OK) != 0)
@@ -144,6 +278,15 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   plan.argv.push_back(nullptr);
   for (std::string& e : env) plan.envp.push_back(e.data());
   plan.envp.push_back(nullptr);
+  std::error_code ec;
+  std::filesystem::create_directories(options_.records, ec);
+  if (ec || access(options_.records.c_str(), W_OK) != 0)
+    return notStarted("poold-agent on node " + options_.node + " cannot keep its job records in " +
+                      options_.records.string() + (ec ? ": " + ec.message() : ": not writable") +
+                      " (poold-agent --job-dir)");
+  std::filesystem::permissions(options_.records, std::filesystem::perms::owner_all, ec);
+  const std::string exitPath = (options_.records / (l.id + ".exit")).string();
+  const std::string exitTmp = exitPath + ".tmp";
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return notStarted(std::string("cannot make a pipe: ") + strerror(errno));
   const pid_t pid = fork();
@@ -154,7 +297,7 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   }
   if (pid == 0) {
     close(fds[0]);
-    runChild(plan, fds[1]);
+    runWatcher(plan, exitTmp.c_str(), exitPath.c_str(), fds[1]);
   }
   close(fds[1]);
   std::string why;
@@ -167,40 +310,39 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   close(fds[0]);
   if (!why.empty()) {
     waitpid(pid, nullptr, 0);
+    reported(l.id);
     return notStarted(why + " (on node " + options_.node + ", as " + l.owner + ")");
   }
-  children_[l.id] = pid;
+  const Watcher w{pid, processStart(pid), true};
+  watched_[l.id] = w;
+  std::ofstream record(options_.records / (l.id + ".job"));
+  record << w.pid << " " << w.start << "\n";
   return {};
 }
 
 bool JobRunner::signal(const std::string& id, int sig) {
-  auto it = children_.find(id);
-  if (it == children_.end()) return false;
-  kill(-it->second, sig);
+  auto it = watched_.find(id);
+  if (it == watched_.end() || !(it->second.child || alive(it->second))) return false;
+  kill(-it->second.pid, sig);
   return true;
 }
 
 std::vector<std::pair<std::string, pool::JobReport>> JobRunner::reap() {
   std::vector<std::pair<std::string, pool::JobReport>> out;
-  for (auto it = children_.begin(); it != children_.end();) {
-    int status = 0;
-    const pid_t r = waitpid(it->second, &status, WNOHANG);
-    if (r == 0 || (r < 0 && errno == EINTR)) {
+  for (auto it = watched_.begin(); it != watched_.end();) {
+    const Watcher& w = it->second;
+    if (w.child) {
+      const pid_t r = waitpid(w.pid, nullptr, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) {
+        ++it;
+        continue;
+      }
+    } else if (alive(w)) {
       ++it;
       continue;
     }
-    pool::JobReport report;
-    report.kind = pool::JobReport::Kind::kEnded;
-    if (r > 0 && WIFEXITED(status)) report.exit.exit_status = WEXITSTATUS(status);
-    if (r > 0 && WIFSIGNALED(status)) {
-      report.exit.signal = WTERMSIG(status);
-      report.exit.exit_status = 128 + WTERMSIG(status);
-    }
-    if (r < 0)
-      report.exit.reason =
-          "its launcher was lost to poold-agent (waitpid: " + std::string(strerror(errno)) + ")";
-    out.emplace_back(it->first, report);
-    it = children_.erase(it);
+    out.emplace_back(it->first, endOf(it->first));
+    it = watched_.erase(it);
   }
   return out;
 }

@@ -31,7 +31,7 @@ std::string agentUsage() {
          "                   [--ca FILE] [--tls-cert FILE --tls-key FILE]\n"
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
-         "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH]\n"
+         "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH] [--job-dir DIR]\n"
          "       poold-agent --help | --version\n"
          "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
          "every interval; keeps running while poold is down (see docs/agent.md).\n"
@@ -67,6 +67,11 @@ std::string agentUsage() {
          "                              $POOLRUN_MPS_DIR must name the same)\n"
          "  --mps-control PROGRAM       the MPS control daemon (default nvidia-cuda-mps-control, on PATH)\n"
          "  --poolrun PATH              the launcher of detached jobs (default: poolrun beside poold-agent)\n"
+         "  --job-dir DIR               where the detached jobs started here are recorded until poold has\n"
+         "                              their ends, DIR/NODE/ID.job and ID.exit (default " +
+         std::string(kDefaultJobDir) +
+         "):\n"
+         "                              a restarted agent reports what its jobs became from there\n"
          "  --switch NAME               the node's leaf switch, for placement under one switch\n"
          "  --label KEY=VALUE           a label of the node (repeatable)\n"
          "exit status: 0 when stopped (SIGTERM, SIGINT), 1 when poold refuses the node's registration\n"
@@ -141,6 +146,10 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       o.poolrun = value();
       if (!o.poolrun.is_absolute())
         throw badInput("--poolrun '" + common::printable(o.poolrun.string()) + "': not an absolute path");
+    } else if (a == "--job-dir") {
+      o.job_dir = value();
+      if (!o.job_dir.is_absolute())
+        throw badInput("--job-dir '" + common::printable(o.job_dir.string()) + "': not an absolute path");
     } else if (a == "--mps-control") {
       o.mps_control = value();
       if (o.mps_control.empty()) throw badInput("--mps-control needs a program");

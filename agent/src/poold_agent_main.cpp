@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
         !o.poolrun.empty()
             ? o.poolrun
             : std::filesystem::read_symlink("/proc/self/exe", self_ec).parent_path() / "poolrun",
-        o.ca_file};
+        o.ca_file, o.job_dir / config.node.name};
     config.node.topology = std::make_shared<const topo::NodeTopology>(std::move(t));
     agent::LinkFactory link = [o] {
       return pool::openAgentLink(o.pool, agent::linkOptions(o, agent::readTokenFile(o.token_file)));

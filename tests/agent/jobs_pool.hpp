@@ -38,6 +38,7 @@ class JobsPoolTest : public ::testing::Test {
   std::unique_ptr<PooldProcess> poold;  // where the pool is one poold
   std::string uri;                      // the pool's URI
   std::unique_ptr<AgentRun> agent;
+  std::string agentArgs;
 
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "the agent runs jobs as a user the test makes: needs root";
@@ -58,11 +59,11 @@ class JobsPoolTest : public ::testing::Test {
     // poll and of its launchers' ends from SIGCHLD, so that these jobs run and end in a second or two, never
     // a heartbeat later.
     uri = startPool(tokens, {"--heartbeat-interval", "120"});
-    agent =
-        std::make_unique<AgentRun>("--pool " + uri + " --token-file " + (dir.path() / "token-n01").string() +
-                                       " --node n01 --interval 120 --from " + topology + " --proc-root " +
-                                       (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY,
-                                   dir.path() / "agent-err", fakeNvmlEnv(dir.path() / "nvml.json"));
+    agentArgs = "--pool " + uri + " --token-file " + (dir.path() / "token-n01").string() +
+                " --node n01 --interval 120 --from " + topology + " --proc-root " +
+                (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY + " --job-dir " +
+                (dir.path() / "jobs").string();
+    startAgent();
     // Jobs are submitted once the node is in the pool: before, a job of its 8 GPUs could never run.
     for (auto end = std::chrono::steady_clock::now() + seconds(30); std::chrono::steady_clock::now() < end;) {
       std::string nodes;
@@ -79,6 +80,11 @@ class JobsPoolTest : public ::testing::Test {
                                 const std::vector<std::string>& options) {
     poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens, options);
     return poold->uri();
+  }
+
+  // The agent of node n01, started (again) with the fixture's options, its stderr in `err`.
+  void startAgent(const std::string& err = "agent-err") {
+    agent = std::make_unique<AgentRun>(agentArgs, dir.path() / err, fakeNvmlEnv(dir.path() / "nvml.json"));
   }
 
   void TearDown() override {

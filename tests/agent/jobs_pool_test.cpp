@@ -147,6 +147,31 @@ TEST_F(JobsPoolTest, JobsLiveThroughPooldKilledAndStartedAgain) {
   EXPECT_EQ(cancelled["cancelled_by"], "root");
 }
 
+// poold-agent killed (SIGKILL, as a crash) while three jobs run, and started again. One job ends
+// while no agent runs: the restarted agent finds its end in its records (--job-dir) and reports it
+// with its exit status. One ends after: the agent, no longer its parent, notices and reports it. The
+// third's record is lost: a cancel ends it all the same. The records go once poold has the ends.
+TEST_F(JobsPoolTest, AnAgentKilledAndStartedAgainReportsWhatItsJobsBecame) {
+  script("early.sh", "#!/bin/sh\nsleep 1\nexit 3\n");
+  const std::string early = submit("-n 2 ./early.sh");
+  const std::string late = submit("-n 2 /bin/sleep 6");
+  const std::string lost = submit("-n 2 /bin/sleep 300");
+  for (const std::string& id : {early, late, lost}) waitForState(id, "RUNNING");
+  agent->kill9();
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_EQ(job(early)["state"], "RUNNING") << "no agent could have told poold";
+  std::filesystem::remove(dir.path() / "jobs" / "n01" / (lost + ".job"));
+  startAgent("agent-err-2");
+  const json failed = waitForState(early, "FAILED", seconds(20));
+  EXPECT_EQ(failed["exit_status"], 3) << failed.dump();
+  const json done = waitForState(late, "COMPLETED", seconds(30));
+  EXPECT_EQ(done["exit_status"], 0) << done.dump();
+  EXPECT_NE(poolctl("cancel " + lost), "");
+  const json cancelled = waitForState(lost, "CANCELLED", seconds(20));
+  EXPECT_NE(cancelled.value("reason", "").find("cancelled by root"), std::string::npos) << cancelled.dump();
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() / "jobs" / "n01")) << "the records go once reported";
+}
+
 // The pool as two poold replicas on a three-member etcd (tests/pool/poold_process.hpp).
 class JobsReplicasTest : public JobsPoolTest {
  protected:

@@ -26,7 +26,8 @@ TEST(AgentOptions, ReadsEveryOption) {
   agent::AgentOptions o = agent::parseAgentOptions(words(
       "--pool http://127.0.0.1:7450 --token-file /t --node n01 --interval 60 --from f.xml --sysfs-root " +
       (sys.path() / "sys").string() + " --proc-root " + sys.path().string() +
-      " --dcgm-job-mapping-dir /run/dcgm --switch leaf1 --label rack=r1 --label zone=a"));
+      " --dcgm-job-mapping-dir /run/dcgm --switch leaf1 --label rack=r1 --label zone=a --job-dir /srv/jobs"));
+  EXPECT_EQ(o.job_dir, "/srv/jobs");
   EXPECT_EQ(o.pool, "http://127.0.0.1:7450");
   EXPECT_EQ(o.token_file, "/t");
   EXPECT_EQ(o.node, "n01");
@@ -37,6 +38,8 @@ TEST(AgentOptions, ReadsEveryOption) {
   EXPECT_EQ(o.labels, (std::map<std::string, std::string>{{"rack", "r1"}, {"zone", "a"}}));
   EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).interval,
             std::chrono::seconds(5));
+  EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).job_dir,
+            agent::kDefaultJobDir);
 }
 
 struct Case {
@@ -53,6 +56,8 @@ TEST(AgentOptions, RefusesABadCommandLineNamingTheValue) {
            {ok + "--interval x", "--interval x: not a whole number (1 to 3600)"},
            {ok + "--interval 1e3", "--interval 1e3: not a whole number"},
            {ok + "--interval", "--interval needs a value"},
+           {ok + "--job-dir jobs", "--job-dir 'jobs': not an absolute path"},
+           {ok + "--job-dir", "--job-dir needs a value"},
            {"--token-file /t", "needs --pool http://HOST:PORT"},
            {"--pool http://127.0.0.1:7450", "needs --token-file FILE"},
            {"--pool https://127.0.0.1:7450 --token-file /t --ca /nonexistent/ca.pem", "/nonexistent/ca.pem"},

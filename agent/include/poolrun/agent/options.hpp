@@ -26,6 +26,9 @@ inline constexpr pool::Range<int64_t> kIntervalRange{1, 3600};  // --interval, a
 // StateDirectory).
 inline constexpr const char* kJoinedTokenFile = "/var/lib/poold-agent/node.token";
 
+// Where the agent records the detached jobs it starts (the unit's StateDirectory).
+inline constexpr const char* kDefaultJobDir = "/var/lib/poold-agent/jobs";
+
 struct AgentOptions {
   std::string pool;                  // http://HOST:PORT
   std::filesystem::path token_file;  // with --join and none given: kJoinedTokenFile
@@ -42,6 +45,7 @@ struct AgentOptions {
   std::filesystem::path mps_dir = pool::kDefaultMpsDirectory;  // --mps-dir
   std::string mps_control = "nvidia-cuda-mps-control";         // --mps-control
   std::filesystem::path poolrun;  // --poolrun: detached jobs' launcher; empty: beside poold-agent
+  std::filesystem::path job_dir = kDefaultJobDir;  // --job-dir
   std::string switch_name;
   std::map<std::string, std::string> labels;
   bool help = false;

@@ -1,0 +1,134 @@
+// The agent's records of its detached jobs (jobs.hpp): a launcher's end written by its watcher and
+// found by another JobRunner (a restarted agent), damaged records, and a record's removal once
+// reported. The launcher here is a script that runs the job's command in place of poolrun.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "poolrun/agent/jobs.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::test {
+namespace {
+
+using agent::JobRunner;
+
+class JobRunnerTest : public ::testing::Test {
+ protected:
+  TempDir dir;
+  agent::JobRunnerOptions options;
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "runs a job as root, which only root may";
+    // poolrun --pool URI --adopt-lease LEASE COMMAND...: the command alone.
+    const std::filesystem::path launcher = dir.write("launcher", "#!/bin/sh\nshift 4\nexec \"$@\"\n");
+    std::filesystem::permissions(launcher, std::filesystem::perms::owner_all);
+    options = {"n01", "http://127.0.0.1:1", launcher, "", dir.path() / "records"};
+  }
+
+  pool::JobLaunch launch(const std::string& id, const std::string& shell) {
+    pool::JobLaunch l;
+    l.id = id;
+    l.lease = "L1";
+    l.owner = "root";
+    l.allow_root = true;
+    l.command = {"/bin/sh", "-c", shell};
+    l.cwd = dir.path().string();
+    l.output = l.error = (dir.path() / (id + ".out")).string();
+    return l;
+  }
+
+  void write(const std::string& name, const std::string& text) {
+    std::filesystem::create_directories(options.records);
+    std::ofstream(options.records / name) << text;
+  }
+
+  // reap() until `count` reports came, 10 s at most.
+  static std::map<std::string, pool::JobReport> reapAll(JobRunner& runner, size_t count) {
+    std::map<std::string, pool::JobReport> out;
+    for (int i = 0; i < 1000 && out.size() < count; ++i) {
+      for (auto& [id, r] : runner.reap()) out[id] = r;
+      if (out.size() < count) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return out;
+  }
+};
+
+TEST_F(JobRunnerTest, ALaunchersEndIsFoundByTheNextAgentInTheRecords) {
+  {
+    JobRunner first(options);
+    EXPECT_EQ(first.start(launch("J1", "sleep 0.3; exit 5")).kind, pool::JobReport::Kind::kStarted);
+    EXPECT_EQ(first.start(launch("J2", "kill -TERM $$")).kind, pool::JobReport::Kind::kStarted);
+    EXPECT_TRUE(std::filesystem::exists(options.records / "J1.job"));
+    EXPECT_EQ(first.takenBack(), 0u);
+  }  // the agent gone, its launchers running
+  JobRunner second(options);
+  EXPECT_EQ(second.running(), 2u);
+  EXPECT_EQ(second.takenBack(), 2u);
+  EXPECT_EQ(second.start(launch("J1", "exit 0")).kind, pool::JobReport::Kind::kStarted)
+      << "a job it took back is not started twice";
+  auto reports = reapAll(second, 2);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports["J1"].kind, pool::JobReport::Kind::kEnded);
+  EXPECT_EQ(reports["J1"].exit.exit_status, 5);
+  EXPECT_EQ(reports["J1"].exit.reason, "");
+  EXPECT_EQ(reports["J2"].exit.signal, SIGTERM);
+  EXPECT_EQ(reports["J2"].exit.exit_status, 128 + SIGTERM);
+  EXPECT_TRUE(std::filesystem::exists(options.records / "J1.exit")) << "kept until reported";
+  second.reported("J1");
+  second.reported("J2");
+  EXPECT_TRUE(std::filesystem::is_empty(options.records));
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {  // the watchers are this test's children
+  }
+}
+
+TEST_F(JobRunnerTest, ACancelReachesTheLauncherAndTheWatcherRecordsIt) {
+  JobRunner runner(options);
+  runner.start(launch("J3", "sleep 30"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(runner.signal("J3", SIGTERM));
+  EXPECT_FALSE(runner.signal("J4", SIGTERM)) << "not a job of this node";
+  auto reports = reapAll(runner, 1);
+  ASSERT_EQ(reports.count("J3"), 1u);
+  EXPECT_EQ(reports["J3"].exit.signal, SIGTERM) << "the launcher, not the watcher, took the signal";
+}
+
+TEST_F(JobRunnerTest, DamagedRecordsAreReportedAsUnrecordedEndsAndStrayFilesLeftAlone) {
+  write("J5.job", "not a pid\n");
+  write("J6.exit", "exit_status=7 signal=0\n");
+  write("J7.exit", "exit_status=99999999999999999999 signal=x\n");
+  write("J8.job", "1 1\n");  // pid 1 did not start at tick 1: a reused pid is no watcher
+  write("J9.exit", std::string(1 << 20, '\xff'));
+  write("not an id!.job", "1 1\n");
+  write("J10.exit.tmp", "exit_status=0");
+  JobRunner runner(options);
+  EXPECT_FALSE(runner.signal("J8", SIGTERM)) << "a reused pid is never signalled";
+  auto reports = reapAll(runner, 5);
+  ASSERT_EQ(reports.size(), 5u);
+  EXPECT_EQ(reports["J6"].exit.exit_status, 7);
+  EXPECT_EQ(reports["J6"].exit.reason, "");
+  for (const char* id : {"J5", "J7", "J8", "J9"}) {
+    EXPECT_EQ(reports[id].kind, pool::JobReport::Kind::kEnded) << id;
+    EXPECT_NE(reports[id].exit.reason.find("was not recorded"), std::string::npos) << id;
+  }
+  EXPECT_FALSE(std::filesystem::exists(options.records / "J10.exit.tmp")) << "a half-written end is dropped";
+  EXPECT_TRUE(std::filesystem::exists(options.records / "not an id!.job"));
+}
+
+TEST_F(JobRunnerTest, RecordsThatCannotBeKeptRefuseTheStart) {
+  options.records = dir.write("a-file", "") / "records";
+  JobRunner runner(options);
+  const pool::JobReport r = runner.start(launch("J11", "exit 0"));
+  EXPECT_EQ(r.kind, pool::JobReport::Kind::kEnded);
+  EXPECT_NE(r.exit.reason.find("cannot keep its job records in"), std::string::npos) << r.exit.reason;
+  EXPECT_NE(r.exit.reason.find("--job-dir"), std::string::npos) << r.exit.reason;
+}
+
+}  // namespace
+}  // namespace poolrun::test
