@@ -91,11 +91,12 @@ class JobsPoolTest : public ::testing::Test {
     if (!work.empty()) std::filesystem::remove_all(work);
   }
 
-  // poolrun run as the test's user in its submit directory, with its token.
-  ProcessResult asUser(const std::string& args) {
+  // poolrun run as the test's user in its submit directory, with its token, after `wrapper` (a
+  // command that runs it: "timeout 1 ").
+  ProcessResult asUser(const std::string& args, const std::string& wrapper = "") {
     return runShell(users->as(user, "cd " + work.string() + " && env POOLRUN_TOKEN=tok-" + user +
                                         "-0123456789 POOLRUN_STATE_DIR=" + work.string() + "/state " +
-                                        POOLRUN_BINARY + " --pool " + uri + " " + args));
+                                        wrapper + POOLRUN_BINARY + " --pool " + uri + " " + args));
   }
 
   std::string submit(const std::string& args) {

@@ -4,6 +4,8 @@
 // directory, its output lands in the job's file owned by the user, and `poolctl` shows, cancels and
 // refuses what it should.
 
+#include <set>
+
 #include "jobs_pool.hpp"
 #include "support/etcd_cluster.hpp"
 
@@ -83,6 +85,32 @@ TEST_F(JobsPoolTest, WhatCanBeKnownAtSubmissionIsRefusedThen) {
   const ProcessResult local =
       runShell(users->as(user, std::string(POOLRUN_BINARY) + " --detach -n 1 /bin/true"));
   EXPECT_NE(local.err.find("--detach needs a pool that keeps jobs"), std::string::npos) << local.err;
+}
+
+// Submissions killed (SIGKILL) at every point of their 30 ms, 20 of them: each job is stored whole or
+// not at all. Those the pool stored run to COMPLETED, the pool is not harmed, and a submitter that
+// printed an id had its job stored.
+TEST_F(JobsPoolTest, ASubmissionKilledHalfWayLeavesAWholeJobOrNone) {
+  std::vector<std::string> printed;
+  for (int ms = 0; ms < 40; ms += 2) {
+    const ProcessResult r =
+        asUser("--detach --simulate --name cut -n 1 /bin/true",
+               "timeout -s KILL 0." + std::string(ms < 10 ? "00" : "0") + std::to_string(ms) + " ");
+    if (r.status == 0) printed.push_back(r.out.substr(0, r.out.find('\n')));
+  }
+  const json jobs = json::parse(poolctl("--json jobs --name cut"), nullptr, false);
+  ASSERT_TRUE(jobs.is_array()) << jobs.dump();
+  std::set<std::string> stored;
+  for (const json& j : jobs) {
+    stored.insert(j.value("id", ""));
+    EXPECT_EQ(j["spec"]["command"], json::array({"--simulate", "--name=cut", "-n", "1", "--", "/bin/true"}))
+        << j["spec"]["command"].dump();
+    EXPECT_EQ(j["spec"]["owner"], user) << j["id"];
+  }
+  for (const std::string& id : printed) EXPECT_TRUE(stored.count(id)) << id << " was printed, not stored";
+  for (const std::string& id : stored) waitForState(id, "COMPLETED");
+  std::printf("%zu of 20 killed submissions stored, %zu printed their id\n", stored.size(), printed.size());
+  EXPECT_EQ(submit("-n 1 /bin/true").substr(0, 1), "J") << "the pool takes jobs after";
 }
 
 // An array of 20 tasks with %4, from a job script whose #POOLRUN lines hold its options: never more
