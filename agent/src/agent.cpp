@@ -379,6 +379,7 @@ struct Agent::State {
           << std::endl;
       job_reports.push_back({id, std::move(report)});
     }
+    for (const std::string& note : runner->takeNotes()) log << "poold-agent: " << note << std::endl;
     while (!job_reports.empty()) {
       const auto& [id, report] = job_reports.front();
       try {

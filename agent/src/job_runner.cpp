@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "poolrun/agent/jobs.hpp"
+#include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
 
 namespace poolrun::agent {
@@ -43,6 +44,7 @@ struct ChildPlan {
   const char* output;
   const char* error;  // null: with the output
   std::vector<char*> argv, envp;
+  std::vector<const char*> cgroup_procs;  // the lease's cgroup: joined before the user is taken
 };
 
 void failIn(int fd, const char* what, const char* path) {
@@ -55,6 +57,11 @@ void failIn(int fd, const char* what, const char* path) {
 }
 
 [[noreturn]] void runChild(const ChildPlan& p, int fd) {
+  for (const char* file : p.cgroup_procs) {
+    const int procs = open(file, O_WRONLY | O_CLOEXEC);
+    if (procs < 0 || write(procs, "0", 1) != 1) failIn(fd, "cannot join the lease's cgroup", file);
+    close(procs);
+  }
   if (geteuid() == 0) {
     if (setgroups(p.groups.size(), p.groups.data()) != 0) failIn(fd, "cannot set the job's groups", nullptr);
     if (setgid(p.gid) != 0) failIn(fd, "cannot set the job's group id", nullptr);
@@ -180,7 +187,8 @@ void JobRunner::takeBack() {
     if (file.extension() != ".job") continue;
     std::ifstream in(file);
     long long pid = 0;
-    in >> pid >> w.start;
+    in >> pid >> w.start >> w.lease;
+    if (!recordId(w.lease)) w.lease.clear();  // a damaged record names no cgroup
     if (pid > 0 && pid <= INT32_MAX) w.pid = static_cast<pid_t>(pid);
   }
 }
@@ -208,6 +216,74 @@ pool::JobReport JobRunner::endOf(const std::string& id) const {
   report.exit.exit_status = static_cast<int>(code);
   report.exit.signal = static_cast<int>(number);
   return report;
+}
+
+// The job's launcher has ended: what it left in its lease's cgroup is killed, and the cgroup goes.
+void JobRunner::endCgroup(const Watcher& w) {
+  if (!options_.cgroup || w.lease.empty()) return;
+  try {
+    LeaseCgroup cgroup(options_.cgroup_mounts, *options_.cgroup, options_.cgroup_parent, w.lease, {});
+    if (const size_t killed = cgroup.destroy(std::chrono::seconds(5)); killed > 0)
+      notes_.push_back("lease " + w.lease + ": " + std::to_string(killed) +
+                       " processes outlived the job's launcher on node " + options_.node + ", killed");
+  } catch (const Error& e) {
+    notes_.push_back("lease " + w.lease + ": its cgroup on node " + options_.node + " is left: " + e.what());
+  }
+}
+
+namespace {
+
+// GPU `gpu`'s minor number, from the NVIDIA driver's information file (Device Minor: N); nullopt
+// where the driver says none.
+std::optional<uint32_t> driverMinor(const std::filesystem::path& proc, const topo::Gpu& gpu) {
+  std::ifstream in(proc / "driver" / "nvidia" / "gpus" / gpu.pci.str() / "information");
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("Device Minor:")) continue;
+    const unsigned long minor = std::strtoul(line.c_str() + 13, nullptr, 10);
+    if (minor < 255) return static_cast<uint32_t>(minor);  // 255 is nvidiactl
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void confineJobs(JobRunnerOptions& options, const std::string& cgroup, const std::string& parent,
+                 const topo::NodeTopology& topology, const std::filesystem::path& proc, std::ostream& log) {
+  options.cgroup_mounts = readCgroupMounts();
+  options.cgroup_parent = parent;
+  const CgroupMounts& m = options.cgroup_mounts;
+  if (cgroup == "v1" && !m.controllers.count("devices"))
+    throw badInput("--cgroup v1: this node mounts no cgroup v1 devices hierarchy (/proc/self/mountinfo)");
+  if (cgroup == "v2" && m.unified.empty())
+    throw badInput("--cgroup v2: this node mounts no cgroup2 hierarchy (/proc/self/mountinfo)");
+  if (cgroup == "v1") options.cgroup = CgroupVersion::kV1;
+  if (cgroup == "v2") options.cgroup = CgroupVersion::kV2;
+  if (cgroup == "auto" && geteuid() == 0) options.cgroup = defaultCgroupVersion(m);
+  for (const topo::Gpu& g : topology.gpus)
+    options.gpu_minors.push_back(driverMinor(proc, g).value_or(static_cast<uint32_t>(g.index)));
+  for (const topo::MigUnit& u : topo::migUnits(topology)) options.mig_gpus.push_back(u.gpu);
+  if (options.cgroup)
+    log << "poold-agent: each lease's jobs are confined to a cgroup of their own (cgroup "
+        << (options.cgroup == CgroupVersion::kV1 ? "v1" : "v2") << ", under " << parent << ")" << std::endl;
+  else if (cgroup != "none")
+    log << "poold-agent: warning: leases are not confined to their GPUs ("
+        << (geteuid() != 0 ? "the agent is not root" : "this node mounts no cgroup hierarchy it can use")
+        << ")" << std::endl;
+}
+
+Confinement confinementOf(const JobRunnerOptions& options, const pool::JobLaunch& launch) {
+  const size_t gpus = options.gpu_minors.size();
+  std::vector<bool> held(gpus, false);
+  for (size_t unit : launch.gpus) {
+    if (unit < gpus)
+      held[unit] = true;
+    else if (unit - gpus < options.mig_gpus.size() && options.mig_gpus[unit - gpus] < gpus)
+      held[options.mig_gpus[unit - gpus]] = true;  // a MIG instance needs its GPU's node
+  }
+  Confinement c;
+  for (size_t g = 0; g < gpus; ++g)
+    if (!held[g]) c.deny.push_back({kNvidiaMajor, options.gpu_minors[g]});
+  return c;
 }
 
 void JobRunner::reported(const std::string& id) {
@@ -251,6 +327,22 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   if (access(options_.poolrun.c_str(), X_OK) != 0)
     return notStarted("node " + options_.node + " has no launcher at " + options_.poolrun.string() +
                       " (poold-agent --poolrun PATH)");
+  // The lease's cgroup on this node, made before the launcher starts and joined by it.
+  std::optional<LeaseCgroup> cgroup;
+  if (options_.cgroup) {
+    try {
+      cgroup.emplace(options_.cgroup_mounts, *options_.cgroup, options_.cgroup_parent, l.lease,
+                     confinementOf(options_, l));
+    } catch (const Error& e) {
+      return notStarted("cannot confine the job to its lease on node " + options_.node + ": " + e.what() +
+                        " (poold-agent --cgroup)");
+    }
+  }
+  // What does not start leaves no cgroup behind.
+  auto fail = [&](const std::string& why) {
+    if (cgroup) endCgroup({l.lease, 0, 0, true});
+    return notStarted(why);
+  };
   // argv: poolrun --pool URI --adopt-lease LEASE COMMAND...
   std::vector<std::string> args = {options_.poolrun.string(), "--pool", options_.pool, "--adopt-lease",
                                    l.lease};
@@ -273,27 +365,30 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
                  l.output.c_str(),
                  l.error == l.output ? nullptr : l.error.c_str(),
                  {},
+                 {},
                  {}};
   for (std::string& a : args) plan.argv.push_back(a.data());
   plan.argv.push_back(nullptr);
   for (std::string& e : env) plan.envp.push_back(e.data());
   plan.envp.push_back(nullptr);
+  if (cgroup)
+    for (const std::filesystem::path& file : cgroup->procsFiles()) plan.cgroup_procs.push_back(file.c_str());
   std::error_code ec;
   std::filesystem::create_directories(options_.records, ec);
   if (ec || access(options_.records.c_str(), W_OK) != 0)
-    return notStarted("poold-agent on node " + options_.node + " cannot keep its job records in " +
-                      options_.records.string() + (ec ? ": " + ec.message() : ": not writable") +
-                      " (poold-agent --job-dir)");
+    return fail("poold-agent on node " + options_.node + " cannot keep its job records in " +
+                options_.records.string() + (ec ? ": " + ec.message() : ": not writable") +
+                " (poold-agent --job-dir)");
   std::filesystem::permissions(options_.records, std::filesystem::perms::owner_all, ec);
   const std::string exitPath = (options_.records / (l.id + ".exit")).string();
   const std::string exitTmp = exitPath + ".tmp";
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return notStarted(std::string("cannot make a pipe: ") + strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0) return fail(std::string("cannot make a pipe: ") + strerror(errno));
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
-    return notStarted(std::string("cannot fork: ") + strerror(errno));
+    return fail(std::string("cannot fork: ") + strerror(errno));
   }
   if (pid == 0) {
     close(fds[0]);
@@ -311,12 +406,12 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   if (!why.empty()) {
     waitpid(pid, nullptr, 0);
     reported(l.id);
-    return notStarted(why + " (on node " + options_.node + ", as " + l.owner + ")");
+    return fail(why + " (on node " + options_.node + ", as " + l.owner + ")");
   }
-  const Watcher w{pid, processStart(pid), true};
+  const Watcher w{cgroup ? l.lease : "", pid, processStart(pid), true};
   watched_[l.id] = w;
   std::ofstream record(options_.records / (l.id + ".job"));
-  record << w.pid << " " << w.start << "\n";
+  record << w.pid << " " << w.start << " " << w.lease << "\n";
   return {};
 }
 
@@ -342,6 +437,7 @@ std::vector<std::pair<std::string, pool::JobReport>> JobRunner::reap() {
       continue;
     }
     out.emplace_back(it->first, endOf(it->first));
+    endCgroup(w);
     it = watched_.erase(it);
   }
   return out;

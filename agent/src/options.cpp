@@ -32,6 +32,7 @@ std::string agentUsage() {
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
          "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH] [--job-dir DIR]\n"
+         "                   [--cgroup auto|v1|v2|none] [--cgroup-parent NAME]\n"
          "       poold-agent --help | --version\n"
          "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
          "every interval; keeps running while poold is down (see docs/agent.md).\n"
@@ -72,6 +73,12 @@ std::string agentUsage() {
          std::string(kDefaultJobDir) +
          "):\n"
          "                              a restarted agent reports what its jobs became from there\n"
+         "  --cgroup auto|v1|v2|none    confine each lease's jobs to a cgroup of their own, refused the\n"
+         "                              node's GPUs the lease does not hold and all killed at its end\n"
+         "                              (default auto: v1 where a v1 devices hierarchy is mounted, else\n"
+         "                              v2; none where the agent is not root or the node has neither)\n"
+         "  --cgroup-parent NAME        the cgroup the leases' cgroups are made in, in each hierarchy\n"
+         "                              (default poolrun)\n"
          "  --switch NAME               the node's leaf switch, for placement under one switch\n"
          "  --label KEY=VALUE           a label of the node (repeatable)\n"
          "exit status: 0 when stopped (SIGTERM, SIGINT), 1 when poold refuses the node's registration\n"
@@ -150,6 +157,16 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       o.job_dir = value();
       if (!o.job_dir.is_absolute())
         throw badInput("--job-dir '" + common::printable(o.job_dir.string()) + "': not an absolute path");
+    } else if (a == "--cgroup") {
+      o.cgroup = value();
+      if (o.cgroup != "auto" && o.cgroup != "v1" && o.cgroup != "v2" && o.cgroup != "none")
+        throw badInput("--cgroup '" + common::printable(o.cgroup) + "': give auto, v1, v2 or none");
+    } else if (a == "--cgroup-parent") {
+      o.cgroup_parent = value();
+      if (o.cgroup_parent.empty() || o.cgroup_parent.find('/') != std::string::npos ||
+          o.cgroup_parent == "." || o.cgroup_parent == ".." || o.cgroup_parent.size() > 64)
+        throw badInput("--cgroup-parent '" + common::printable(o.cgroup_parent) +
+                       "': give one cgroup name (no '/', at most 64 bytes)");
     } else if (a == "--mps-control") {
       o.mps_control = value();
       if (o.mps_control.empty()) throw badInput("--mps-control needs a program");

@@ -28,6 +28,11 @@ TEST(AgentOptions, ReadsEveryOption) {
       (sys.path() / "sys").string() + " --proc-root " + sys.path().string() +
       " --dcgm-job-mapping-dir /run/dcgm --switch leaf1 --label rack=r1 --label zone=a --job-dir /srv/jobs"));
   EXPECT_EQ(o.job_dir, "/srv/jobs");
+  EXPECT_EQ(
+      agent::parseAgentOptions(words("--pool http://h:1 --token-file t --cgroup v2 --cgroup-parent site"))
+          .cgroup,
+      "v2");
+  EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).cgroup, "auto");
   EXPECT_EQ(o.pool, "http://127.0.0.1:7450");
   EXPECT_EQ(o.token_file, "/t");
   EXPECT_EQ(o.node, "n01");
@@ -57,6 +62,9 @@ TEST(AgentOptions, RefusesABadCommandLineNamingTheValue) {
            {ok + "--interval 1e3", "--interval 1e3: not a whole number"},
            {ok + "--interval", "--interval needs a value"},
            {ok + "--job-dir jobs", "--job-dir 'jobs': not an absolute path"},
+           {ok + "--cgroup v3", "--cgroup 'v3': give auto, v1, v2 or none"},
+           {ok + "--cgroup-parent a/b", "--cgroup-parent 'a/b': give one cgroup name"},
+           {ok + "--cgroup-parent ..", "--cgroup-parent '..': give one cgroup name"},
            {ok + "--job-dir", "--job-dir needs a value"},
            {"--token-file /t", "needs --pool http://HOST:PORT"},
            {"--pool http://127.0.0.1:7450", "needs --token-file FILE"},

@@ -158,6 +158,9 @@ std::vector<std::string> execStrings(const JsonFields& f, std::string_view key, 
   return v;
 }
 
+// The most units a launch names, and the highest unit number (a node's GPUs and MIG instances).
+constexpr size_t kMaxLaunchGpus = 4096;
+
 json launchJson(const JobLaunch& l) {
   return {{"id", l.id},
           {"lease", l.lease},
@@ -174,7 +177,8 @@ json launchJson(const JobLaunch& l) {
           {"umask", l.umask},
           {"time_limit_s", l.time_limit ? json(l.time_limit->count()) : json(nullptr)},
           {"credential", l.credential},
-          {"allow_root", l.allow_root}};
+          {"allow_root", l.allow_root},
+          {"gpus", l.gpus}};
 }
 
 JobLaunch launchFromJson(const json& doc) {
@@ -199,6 +203,16 @@ JobLaunch launchFromJson(const json& doc) {
     l.time_limit = std::chrono::seconds(f.integer<int64_t>("time_limit_s", 1, kStoredSecondsMax));
   l.credential = f.string("credential");
   l.allow_root = f.boolean("allow_root", false);
+  if (f.has("gpus")) {
+    const json& gpus = f.need("gpus");
+    if (!gpus.is_array() || gpus.size() > kMaxLaunchGpus)
+      f.failField("gpus", "not a list of at most 4096 units");
+    for (const json& g : gpus) {
+      if (!g.is_number_unsigned() || g.get<uint64_t>() >= kMaxLaunchGpus)
+        f.failField("gpus", "'" + g.dump() + "' is not a unit number");
+      l.gpus.push_back(g.get<size_t>());
+    }
+  }
   return l;
 }
 

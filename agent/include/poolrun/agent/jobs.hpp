@@ -11,10 +11,14 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "poolrun/agent/lease_cgroup.hpp"
 #include "poolrun/pool/job_json.hpp"
+#include "poolrun/topo/topology.hpp"
 
 namespace poolrun::agent {
 
@@ -26,7 +30,26 @@ struct JobRunnerOptions {
   // The records of the jobs started here (ID.job: the watcher's pid and start; ID.exit: how the
   // launcher ended), kept until poold has the job's end. Made at the first start.
   std::filesystem::path records;
+  // Confinement (lease_cgroup.hpp): the cgroup version leases are confined with, none where they
+  // are not; the mounts, the parent cgroup, and per GPU index its /dev/nvidiaN minor, per MIG unit k
+  // (the pool's unit gpus + k) its GPU's index.
+  std::optional<CgroupVersion> cgroup = {};
+  CgroupMounts cgroup_mounts = {};
+  std::string cgroup_parent = "poolrun";
+  std::vector<uint32_t> gpu_minors = {};
+  std::vector<size_t> mig_gpus = {};
 };
+
+// Sets `options`' confinement from poold-agent's --cgroup (auto, v1, v2, none) and
+// --cgroup-parent: the version (auto: v1 where a v1 devices hierarchy is mounted, else v2; none
+// where the agent is not root or neither is mounted), the mounts, and the GPUs' minor numbers (from
+// PROC/driver/nvidia/gpus/PCI/information, else the GPU's index). Says on `log` what it chose.
+// Throws poolrun::Error (kBadInput) where the version asked for is not mounted.
+void confineJobs(JobRunnerOptions& options, const std::string& cgroup, const std::string& parent,
+                 const topo::NodeTopology& topology, const std::filesystem::path& proc, std::ostream& log);
+
+// What a job's launcher on this node may do: the node's GPUs its lease does not hold are refused.
+Confinement confinementOf(const JobRunnerOptions& options, const pool::JobLaunch& launch);
 
 // Each launcher runs under a watcher of its own, a process forked from the agent (as slurmstepd is
 // to slurmd) that waits for it and writes how it ended into the records: the launcher outlives its
@@ -53,6 +76,9 @@ class JobRunner {
   // Poold has job `id`'s end (or refused it for good): its records go.
   void reported(const std::string& id);
   size_t running() const { return watched_.size(); }
+  // What went wrong since the last call that no report says (a lease's cgroup left behind), for the
+  // agent's log.
+  std::vector<std::string> takeNotes() { return std::exchange(notes_, {}); }
   // The jobs taken back from the records whose end reap() has not seen yet.
   size_t takenBack() const {
     return static_cast<size_t>(
@@ -61,10 +87,10 @@ class JobRunner {
 
  private:
   struct Watcher {
-    pid_t pid = 0;  // 0: none known (the end is in the records, or lost)
-    unsigned long long start =
-        0;               // its start in clock ticks after boot (/proc/PID/stat), against reused pids
-    bool child = false;  // started by this agent (waitpid), else taken back from the records
+    std::string lease;             // its cgroup's name, where confined
+    pid_t pid = 0;                 // 0: none known (the end is in the records, or lost)
+    unsigned long long start = 0;  // its start in ticks after boot (/proc/PID/stat), against reused pids
+    bool child = false;            // started by this agent (waitpid), else taken back from the records
   };
   bool alive(const Watcher& w) const;
   void takeBack();
@@ -79,6 +105,8 @@ class JobRunner {
   std::string checkUser(const pool::JobLaunch& launch, Account& account) const;
   JobRunnerOptions options_;
   std::map<std::string, Watcher> watched_;  // by job id
+  std::vector<std::string> notes_;
+  void endCgroup(const Watcher& w);
 };
 
 }  // namespace poolrun::agent

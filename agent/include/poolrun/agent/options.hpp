@@ -46,6 +46,8 @@ struct AgentOptions {
   std::string mps_control = "nvidia-cuda-mps-control";         // --mps-control
   std::filesystem::path poolrun;  // --poolrun: detached jobs' launcher; empty: beside poold-agent
   std::filesystem::path job_dir = kDefaultJobDir;  // --job-dir
+  std::string cgroup = "auto";                     // --cgroup auto|v1|v2|none
+  std::string cgroup_parent = "poolrun";           // --cgroup-parent
   std::string switch_name;
   std::map<std::string, std::string> labels;
   bool help = false;

@@ -153,6 +153,9 @@ json nodeJobWork(ServerCore& m, Context& c) {
       const JobRecord copy = *job;  // setJobCredential changes the record `job` points at
       s.setJobCredential(node, copy.id, secretHash(credential));
       work.start.push_back(launchOf(copy, std::move(credential), m.opt.jobs.allow_root));
+      if (auto lease = s.leaseMap().find(copy.lease); lease != s.leaseMap().end())
+        for (const GpuRef& g : lease->second.gpus)
+          if (g.node == node) work.start.back().gpus.push_back(g.index);
     }
     return toJson(work);
   });

@@ -51,6 +51,9 @@ struct JobLaunch {
   std::optional<std::chrono::seconds> time_limit;
   std::string credential;
   bool allow_root = false;
+  // The lease's units on the launcher's node, as the pool numbers them (GpuRef::index): its GPUs,
+  // MIG instances past them. The agent confines the launcher to them.
+  std::vector<size_t> gpus = {};
   bool operator==(const JobLaunch&) const = default;
 };
 struct JobSignal {

@@ -1,0 +1,206 @@
+// A lease's cgroup with the real kernel, on both cgroup versions this machine mounts (a v1 devices,
+// pids and freezer hierarchy, and cgroup2 at /sys/fs/cgroup/unified): GPU device nodes made with
+// mknod under NVIDIA's major (never the machine's own devices), a process in the cgroup refused the
+// GPUs the lease does not hold and reaching the driver of those it does, a process limit, and every
+// process killed at the end (one that double-forked into a session of its own, one that ignores
+// SIGTERM) with the cgroup removed.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <thread>
+
+#include "poolrun/agent/lease_cgroup.hpp"
+#include "poolrun/common/error.hpp"
+#include "support/temp_dir.hpp"
+
+namespace poolrun::test {
+namespace {
+
+using agent::CgroupVersion;
+using agent::CharDevice;
+using agent::LeaseCgroup;
+
+TEST(CgroupMounts, ReadsAHybridAndAPureV2Node) {
+  TempDir dir;
+  const auto hybrid =
+      dir.write("hybrid",
+                "30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+                "35 30 0:32 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
+                "36 30 0:33 / /sys/fs/cgroup/freezer rw,relatime shared:9 - cgroup cgroup rw,freezer\n"
+                "38 30 0:35 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
+                "40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+                "garbage without a dash\n");
+  agent::CgroupMounts m = agent::readCgroupMounts(hybrid);
+  EXPECT_EQ(m.unified, "/sys/fs/cgroup/unified");
+  EXPECT_EQ(m.controllers.at("devices"), "/sys/fs/cgroup/devices");
+  EXPECT_EQ(m.controllers.at("freezer"), "/sys/fs/cgroup/freezer");
+  EXPECT_EQ(m.controllers.at("pids"), "/sys/fs/cgroup/pids");
+  EXPECT_EQ(agent::defaultCgroupVersion(m), CgroupVersion::kV1);
+  const auto pure =
+      dir.write("pure", "29 22 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
+  m = agent::readCgroupMounts(pure);
+  EXPECT_EQ(m.unified, "/sys/fs/cgroup");
+  EXPECT_TRUE(m.controllers.empty());
+  EXPECT_EQ(agent::defaultCgroupVersion(m), CgroupVersion::kV2);
+  EXPECT_EQ(agent::defaultCgroupVersion(agent::readCgroupMounts(dir.write("none", ""))), std::nullopt);
+}
+
+class LeaseCgroupTest : public ::testing::TestWithParam<CgroupVersion> {
+ protected:
+  TempDir dev;
+  agent::CgroupMounts mounts = agent::readCgroupMounts();
+  const std::string parent = "poolrun-test-" + std::to_string(getpid());
+
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "cgroups and mknod need root";
+    if (GetParam() == CgroupVersion::kV1 && !mounts.controllers.count("devices"))
+      GTEST_SKIP() << "no cgroup v1 devices hierarchy here";
+    if (GetParam() == CgroupVersion::kV2 && mounts.unified.empty()) GTEST_SKIP() << "no cgroup2 mount here";
+    for (unsigned minor = 0; minor < 4; ++minor) {
+      const std::string node = (dev.path() / ("nvidia" + std::to_string(minor))).string();
+      ASSERT_EQ(mknod(node.c_str(), S_IFCHR | 0666, makedev(agent::kNvidiaMajor, minor)), 0)
+          << strerror(errno);
+    }
+  }
+
+  void TearDown() override {
+    for (const auto& [controller, mount] : mounts.controllers) rmdir((mount / parent).c_str());
+    if (!mounts.unified.empty()) rmdir((mounts.unified / parent).c_str());
+  }
+
+  LeaseCgroup make(const agent::Confinement& c) { return LeaseCgroup(mounts, GetParam(), parent, "L1", c); }
+
+  // A child that joins `cg` and runs `body`; its exit status is body's.
+  template <typename Body>
+  pid_t inCgroup(const LeaseCgroup& cg, Body body) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (const auto& file : cg.procsFiles()) {
+        const int fd = open(file.c_str(), O_WRONLY);
+        if (fd < 0 || write(fd, "0", 1) != 1) _exit(100);
+        close(fd);
+      }
+      _exit(body());
+    }
+    return pid;
+  }
+
+  static int exitOf(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+// Opening /dev/nvidiaN: EPERM where the cgroup refuses it, else what the driver says (ENXIO: no
+// NVIDIA driver here, so an allowed node reaches the kernel's lookup and finds none).
+int openErrno(const std::filesystem::path& node) {
+  const int fd = open(node.c_str(), O_RDWR);
+  if (fd >= 0) {
+    close(fd);
+    return 0;
+  }
+  return errno;
+}
+
+TEST_P(LeaseCgroupTest, AProcessInTheLeaseIsRefusedTheGpusItDoesNotHold) {
+  LeaseCgroup cg = make({{{agent::kNvidiaMajor, 1}, {agent::kNvidiaMajor, 3}}, std::nullopt});
+  const pid_t child = inCgroup(cg, [&] {
+    // Bit N set: nvidiaN refused with EPERM.
+    int refused = 0;
+    for (int n = 0; n < 4; ++n)
+      if (openErrno(dev.path() / ("nvidia" + std::to_string(n))) == EPERM) refused |= 1 << n;
+    return refused;
+  });
+  EXPECT_EQ(exitOf(child), 0b1010) << "nvidia1 and nvidia3 refused, nvidia0 and nvidia2 not";
+  EXPECT_NE(openErrno(dev.path() / "nvidia1"), EPERM) << "a process outside the lease is not confined";
+  EXPECT_EQ(cg.destroy(std::chrono::seconds(5)), 0u);
+  for (const auto& folder : cg.folders()) EXPECT_FALSE(std::filesystem::exists(folder)) << folder;
+}
+
+TEST_P(LeaseCgroupTest, EveryProcessIsKilledAtTheEndHoweverItWasStarted) {
+  LeaseCgroup cg = make({{}, std::nullopt});
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = inCgroup(cg, [&] {
+    signal(SIGTERM, SIG_IGN);
+    if (fork() == 0) {  // double-forked, in a session of its own: its parent gone, init's child
+      setsid();
+      if (fork() == 0) {
+        signal(SIGTERM, SIG_IGN);
+        (void)!write(ready[1], "x", 1);
+        for (;;) pause();
+      }
+      _exit(0);
+    }
+    for (;;) pause();
+    return 0;
+  });
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  close(ready[1]);
+  const std::vector<pid_t> before = cg.pids();
+  EXPECT_GE(before.size(), 2u) << "the child and the double-forked grandchild";
+  EXPECT_GE(cg.destroy(std::chrono::seconds(5)), 2u);
+  EXPECT_EQ(exitOf(child), 128 + SIGKILL);
+  for (pid_t pid : before)
+    if (pid != child) {
+      for (int i = 0; i < 500 && kill(pid, 0) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      EXPECT_NE(kill(pid, 0), 0) << "process " << pid << " outlived its lease";
+    }
+  for (const auto& folder : cg.folders()) EXPECT_FALSE(std::filesystem::exists(folder)) << folder;
+}
+
+TEST_P(LeaseCgroupTest, AProcessLimitRefusesForksPastIt) {
+  agent::Confinement c;
+  c.pids_max = 3;
+  std::optional<LeaseCgroup> cg;
+  try {
+    cg.emplace(make(c));
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();  // cgroup v2 here offers no pids controller
+  }
+  const pid_t child = inCgroup(*cg, [] {
+    int made = 0;
+    for (int i = 0; i < 6; ++i) {
+      const pid_t p = fork();
+      if (p == 0) {
+        pause();
+        _exit(0);
+      }
+      if (p > 0) ++made;
+    }
+    return made;
+  });
+  EXPECT_EQ(exitOf(child), 2) << "the child and two of its own: three";
+  cg->destroy(std::chrono::seconds(5));
+}
+
+TEST_P(LeaseCgroupTest, AMadeCgroupIsTakenAgainAndABadNameRefused) {
+  LeaseCgroup first = make({{{agent::kNvidiaMajor, 2}}, std::nullopt});
+  LeaseCgroup again = make({{{agent::kNvidiaMajor, 2}}, std::nullopt});  // an agent restarted
+  EXPECT_EQ(again.folders(), first.folders());
+  const pid_t child = inCgroup(again, [&] { return openErrno(dev.path() / "nvidia2") == EPERM ? 0 : 1; });
+  EXPECT_EQ(exitOf(child), 0);
+  again.destroy(std::chrono::seconds(5));
+  EXPECT_THROW(LeaseCgroup(mounts, GetParam(), parent, "../escape", {}), Error);
+  EXPECT_THROW(LeaseCgroup(mounts, GetParam(), parent, "", {}), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, LeaseCgroupTest, ::testing::Values(CgroupVersion::kV1, CgroupVersion::kV2),
+                         [](const auto& version) {
+                           return version.param == CgroupVersion::kV1 ? "V1" : "V2";
+                         });
+
+}  // namespace
+}  // namespace poolrun::test
