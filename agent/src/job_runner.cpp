@@ -258,7 +258,24 @@ void confineJobs(JobRunnerOptions& options, const std::string& cgroup, const std
     throw badInput("--cgroup v2: this node mounts no cgroup2 hierarchy (/proc/self/mountinfo)");
   if (cgroup == "v1") options.cgroup = CgroupVersion::kV1;
   if (cgroup == "v2") options.cgroup = CgroupVersion::kV2;
-  if (cgroup == "auto" && geteuid() == 0) options.cgroup = defaultCgroupVersion(m);
+  std::string unusable;
+  if (cgroup == "auto" && geteuid() == 0) {
+    options.cgroup = defaultCgroupVersion(m);
+    // Auto confines where the node lets it: a cgroup made and removed (a device program loaded on
+    // v2), else the jobs run unconfined, with a warning (a container's read-only cgroups).
+    try {
+      if (options.cgroup) {
+        LeaseCgroup probe(m, *options.cgroup, parent, "probe-" + std::to_string(getpid()),
+                          {{{kNvidiaMajor, 254}}, {}});
+        probe.destroy(std::chrono::seconds(5));
+        // The parent too where no lease's cgroup is in it (an agent that never runs a job leaves none).
+        for (const auto& folder : probe.folders()) rmdir(folder.parent_path().c_str());
+      }
+    } catch (const Error& e) {
+      options.cgroup.reset();
+      unusable = e.what();
+    }
+  }
   for (const topo::Gpu& g : topology.gpus)
     options.gpu_minors.push_back(driverMinor(proc, g).value_or(static_cast<uint32_t>(g.index)));
   for (const topo::MigUnit& u : topo::migUnits(topology)) options.mig_gpus.push_back(u.gpu);
@@ -267,7 +284,9 @@ void confineJobs(JobRunnerOptions& options, const std::string& cgroup, const std
         << (options.cgroup == CgroupVersion::kV1 ? "v1" : "v2") << ", under " << parent << ")" << std::endl;
   else if (cgroup != "none")
     log << "poold-agent: warning: leases are not confined to their GPUs ("
-        << (geteuid() != 0 ? "the agent is not root" : "this node mounts no cgroup hierarchy it can use")
+        << (geteuid() != 0      ? "the agent is not root"
+            : !unusable.empty() ? unusable
+                                : "this node mounts no cgroup hierarchy it can use")
         << ")" << std::endl;
 }
 

@@ -39,6 +39,7 @@ class JobsPoolTest : public ::testing::Test {
   std::string uri;                      // the pool's URI
   std::unique_ptr<AgentRun> agent;
   std::string agentArgs;
+  const std::string cgroupParent = "poolrun-test-" + std::to_string(getpid());  // the leases' cgroups
 
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "the agent runs jobs as a user the test makes: needs root";
@@ -62,7 +63,7 @@ class JobsPoolTest : public ::testing::Test {
     agentArgs = "--pool " + uri + " --token-file " + (dir.path() / "token-n01").string() +
                 " --node n01 --interval 120 --from " + topology + " --proc-root " +
                 (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY + " --job-dir " +
-                (dir.path() / "jobs").string();
+                (dir.path() / "jobs").string() + " --cgroup-parent " + cgroupParent;
     startAgent();
     // Jobs are submitted once the node is in the pool: before, a job of its 8 GPUs could never run.
     for (auto end = std::chrono::steady_clock::now() + seconds(30); std::chrono::steady_clock::now() < end;) {
@@ -89,6 +90,14 @@ class JobsPoolTest : public ::testing::Test {
 
   void TearDown() override {
     if (!work.empty()) std::filesystem::remove_all(work);
+    // The leases' cgroups of jobs the test left running (their processes are killed with the
+    // test's users), then the test's parent cgroup, in every hierarchy.
+    agent.reset();
+    users.reset();
+    for (const char* hierarchy : {"devices", "freezer", "pids", "memory", "unified"})
+      runShell("d=/sys/fs/cgroup/" + std::string(hierarchy) + "/" + cgroupParent +
+               "; [ -d $d ] && for i in $(seq 100); do rmdir $d/* $d 2>/dev/null; [ -d $d ] || break; sleep "
+               "0.05; done");
   }
 
   // poolrun run as the test's user in its submit directory, with its token, after `wrapper` (a
