@@ -181,7 +181,8 @@ void JobRunner::takeBack() {
   for (const auto& entry : std::filesystem::directory_iterator(options_.records, ec)) {
     const std::filesystem::path file = entry.path();
     const std::string id = file.stem().string();
-    if (file.extension() == ".tmp") std::filesystem::remove(file, ec);
+    // ID.exit.tmp: an end being written (a watcher alive now renames it) or never finished; not
+    // an end either way, and removed with the job's records.
     if (!recordId(id) || (file.extension() != ".job" && file.extension() != ".exit")) continue;
     Watcher& w = watched_[id];
     if (file.extension() != ".job") continue;
@@ -307,7 +308,8 @@ Confinement confinementOf(const JobRunnerOptions& options, const pool::JobLaunch
 
 void JobRunner::reported(const std::string& id) {
   std::error_code ec;
-  for (const char* ext : {".job", ".exit"}) std::filesystem::remove(options_.records / (id + ext), ec);
+  for (const char* ext : {".job", ".exit", ".exit.tmp"})
+    std::filesystem::remove(options_.records / (id + ext), ec);
 }
 
 std::string JobRunner::checkUser(const pool::JobLaunch& l, Account& account) const {
