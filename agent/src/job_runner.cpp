@@ -246,6 +246,51 @@ std::optional<uint32_t> driverMinor(const std::filesystem::path& proc, const top
   return std::nullopt;
 }
 
+// The major of the driver's device `name` in PROC/devices ("nvidia-caps"); nullopt where none.
+std::optional<uint32_t> charMajor(const std::filesystem::path& proc, const std::string& name) {
+  std::ifstream in(proc / "devices");
+  bool character = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("Character devices:")) character = true;
+    if (line.starts_with("Block devices:")) character = false;
+    std::istringstream words(line);
+    unsigned long major = 0;
+    std::string device;
+    if (character && words >> major >> device && device == name && major < 4096)
+      return static_cast<uint32_t>(major);
+  }
+  return std::nullopt;
+}
+
+// A MIG capability's device node, from its access file in the driver's capabilities tree
+// ("DeviceFileMinor: N").
+std::optional<CharDevice> capability(const std::filesystem::path& access, std::optional<uint32_t> major) {
+  if (!major) return std::nullopt;
+  std::ifstream in(access);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("DeviceFileMinor:")) continue;
+    const unsigned long minor = std::strtoul(line.c_str() + 16, nullptr, 10);
+    if (minor < (1u << 20)) return CharDevice{*major, static_cast<uint32_t>(minor)};
+  }
+  return std::nullopt;
+}
+
+std::vector<JobRunnerOptions::MigUnitDevices> migUnitDevices(const topo::NodeTopology& topology,
+                                                             const std::vector<uint32_t>& minors,
+                                                             const std::filesystem::path& proc) {
+  const std::optional<uint32_t> caps = charMajor(proc, "nvidia-caps");
+  std::vector<JobRunnerOptions::MigUnitDevices> out;
+  for (const topo::MigUnit& u : topo::migUnits(topology)) {
+    const topo::MigInstance& i = topology.gpus[u.gpu].mig.instances[u.instance];
+    const std::filesystem::path gi = proc / "driver" / "nvidia" / "capabilities" /
+                                     ("gpu" + std::to_string(minors[u.gpu])) / "mig" /
+                                     ("gi" + std::to_string(i.gpu_instance));
+    out.push_back({u.gpu, capability(gi / "access", caps),
+                   capability(gi / ("ci" + std::to_string(i.compute_instance)) / "access", caps)});
+  }
+  return out;
+}
+
 }  // namespace
 
 void confineJobs(JobRunnerOptions& options, const std::string& cgroup, const std::string& parent,
@@ -279,7 +324,7 @@ void confineJobs(JobRunnerOptions& options, const std::string& cgroup, const std
   }
   for (const topo::Gpu& g : topology.gpus)
     options.gpu_minors.push_back(driverMinor(proc, g).value_or(static_cast<uint32_t>(g.index)));
-  for (const topo::MigUnit& u : topo::migUnits(topology)) options.mig_gpus.push_back(u.gpu);
+  options.mig_units = migUnitDevices(topology, options.gpu_minors, proc);
   if (options.cgroup)
     log << "poold-agent: each lease's jobs are confined to a cgroup of their own (cgroup "
         << (options.cgroup == CgroupVersion::kV1 ? "v1" : "v2") << ", under " << parent << ")" << std::endl;
@@ -293,16 +338,29 @@ void confineJobs(JobRunnerOptions& options, const std::string& cgroup, const std
 
 Confinement confinementOf(const JobRunnerOptions& options, const pool::JobLaunch& launch) {
   const size_t gpus = options.gpu_minors.size();
-  std::vector<bool> held(gpus, false);
+  std::vector<bool> held(gpus, false), unitHeld(options.mig_units.size(), false);
   for (size_t unit : launch.gpus) {
-    if (unit < gpus)
+    if (unit < gpus) {
       held[unit] = true;
-    else if (unit - gpus < options.mig_gpus.size() && options.mig_gpus[unit - gpus] < gpus)
-      held[options.mig_gpus[unit - gpus]] = true;  // a MIG instance needs its GPU's node
+    } else if (unit - gpus < options.mig_units.size() && options.mig_units[unit - gpus].gpu < gpus) {
+      unitHeld[unit - gpus] = true;
+      held[options.mig_units[unit - gpus].gpu] = true;  // a MIG instance needs its GPU's node
+    }
   }
   Confinement c;
   for (size_t g = 0; g < gpus; ++g)
     if (!held[g]) c.deny.push_back({kNvidiaMajor, options.gpu_minors[g]});
+  // The capabilities of the units it does not hold, less those it needs (a GPU instance shared by
+  // a compute instance it holds).
+  std::vector<CharDevice> allowed;
+  for (size_t k = 0; k < unitHeld.size(); ++k)
+    for (const auto& cap : {options.mig_units[k].gpu_instance, options.mig_units[k].compute_instance})
+      if (cap && unitHeld[k]) allowed.push_back(*cap);
+  for (size_t k = 0; k < unitHeld.size(); ++k)
+    for (const auto& cap : {options.mig_units[k].gpu_instance, options.mig_units[k].compute_instance})
+      if (cap && !unitHeld[k] && std::find(allowed.begin(), allowed.end(), *cap) == allowed.end() &&
+          std::find(c.deny.begin(), c.deny.end(), *cap) == c.deny.end())
+        c.deny.push_back(*cap);
   return c;
 }
 

@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "poolrun/agent/jobs.hpp"
@@ -17,6 +19,7 @@
 namespace poolrun::test {
 namespace {
 
+using agent::CharDevice;
 using agent::JobRunner;
 
 class JobRunnerTest : public ::testing::Test {
@@ -130,6 +133,68 @@ TEST_F(JobRunnerTest, RecordsThatCannotBeKeptRefuseTheStart) {
   EXPECT_EQ(r.kind, pool::JobReport::Kind::kEnded);
   EXPECT_NE(r.exit.reason.find("cannot keep its job records in"), std::string::npos) << r.exit.reason;
   EXPECT_NE(r.exit.reason.find("--job-dir"), std::string::npos) << r.exit.reason;
+}
+
+// What a launcher is refused on a node of two GPUs (minors 4 and 6 by the driver, not their
+// indexes), the second in MIG mode with three compute instances in two GPU instances: read from a
+// fake /proc (the driver's information and capability files, /proc/devices).
+TEST(JobConfinement, RefusesTheGpusAndMigCapabilitiesOfOtherLeases) {
+  TempDir proc;
+  topo::NodeTopology t;
+  t.gpus.resize(2);
+  for (size_t g = 0; g < 2; ++g) {
+    t.gpus[g].index = g;
+    t.gpus[g].pci = {0, static_cast<uint8_t>(0x18 + g), 0, 0};
+    proc.write("driver/nvidia/gpus/" + t.gpus[g].pci.str() + "/information",
+               "Model: H100\nDevice Minor: " + std::to_string(4 + 2 * g) + "\n");
+  }
+  t.gpus[1].mig.capable = t.gpus[1].mig.enabled = t.gpus[1].mig.pending = true;
+  for (const auto& [gi, ci] : std::vector<std::pair<int, int>>{{2, 1}, {1, 0}, {2, 0}}) {
+    topo::MigInstance i;
+    i.gpu_instance = gi;
+    i.compute_instance = ci;
+    t.gpus[1].mig.instances.push_back(i);
+  }
+  proc.write("devices",
+             "Character devices:\n  1 mem\n195 nvidia\n236 nvidia-caps\n\nBlock devices:\n236 sd\n");
+  const std::map<std::string, int> caps = {
+      {"gi1", 15}, {"gi1/ci0", 16}, {"gi2", 24}, {"gi2/ci0", 25}, {"gi2/ci1", 26}};
+  for (const auto& [path, minor] : caps)
+    proc.write("driver/nvidia/capabilities/gpu6/mig/" + path + "/access",
+               "DeviceFileMinor: " + std::to_string(minor) + "\nDeviceFileMode: 292\n");
+  agent::JobRunnerOptions o;
+  std::ostringstream log;
+  agent::confineJobs(o, "none", "poolrun", t, proc.path(), log);
+  EXPECT_EQ(o.cgroup, std::nullopt);
+  EXPECT_EQ(log.str(), "") << "none was asked for: nothing to warn of";
+  EXPECT_EQ(o.gpu_minors, (std::vector<uint32_t>{4, 6}));
+  ASSERT_EQ(o.mig_units.size(), 3u);
+  auto denied = [&](std::vector<size_t> units) {
+    pool::JobLaunch l;
+    l.gpus = std::move(units);
+    std::vector<std::string> out;
+    for (const CharDevice& d : agent::confinementOf(o, l).deny)
+      out.push_back(std::to_string(d.major) + ":" + std::to_string(d.minor));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // Units: 0 and 1 the GPUs, 2 = gi1/ci0, 3 = gi2/ci0, 4 = gi2/ci1 (by GPU instance, then compute).
+  EXPECT_EQ(denied({0}),
+            (std::vector<std::string>{"195:6", "236:15", "236:16", "236:24", "236:25", "236:26"}));
+  EXPECT_EQ(denied({3}), (std::vector<std::string>{"195:4", "236:15", "236:16", "236:26"}))
+      << "its GPU's node, its GPU instance and its compute instance are its own";
+  EXPECT_EQ(denied({3, 4}), (std::vector<std::string>{"195:4", "236:15", "236:16"}));
+  EXPECT_EQ(denied({0, 1}), (std::vector<std::string>{"236:15", "236:16", "236:24", "236:25", "236:26"}))
+      << "a whole GPU in MIG mode is held through its instances, not its node";
+  EXPECT_EQ(denied({99, 5000}),
+            (std::vector<std::string>{"195:4", "195:6", "236:15", "236:16", "236:24", "236:25", "236:26"}))
+      << "units the node does not have give nothing";
+  // Without the driver's files: the GPUs' indexes, no capabilities.
+  TempDir bare;
+  agent::JobRunnerOptions b;
+  agent::confineJobs(b, "none", "poolrun", t, bare.path(), log);
+  EXPECT_EQ(b.gpu_minors, (std::vector<uint32_t>{0, 1}));
+  EXPECT_FALSE(b.mig_units.at(0).gpu_instance.has_value());
 }
 
 }  // namespace

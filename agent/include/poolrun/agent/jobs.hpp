@@ -31,13 +31,19 @@ struct JobRunnerOptions {
   // launcher ended), kept until poold has the job's end. Made at the first start.
   std::filesystem::path records;
   // Confinement (lease_cgroup.hpp): the cgroup version leases are confined with, none where they
-  // are not; the mounts, the parent cgroup, and per GPU index its /dev/nvidiaN minor, per MIG unit k
-  // (the pool's unit gpus + k) its GPU's index.
+  // are not; the mounts, the parent cgroup, and per GPU index its /dev/nvidiaN minor.
   std::optional<CgroupVersion> cgroup = {};
   CgroupMounts cgroup_mounts = {};
   std::string cgroup_parent = "poolrun";
   std::vector<uint32_t> gpu_minors = {};
-  std::vector<size_t> mig_gpus = {};
+  // Per MIG unit k (the pool's unit gpus + k): its GPU's index and the capability device nodes
+  // (/dev/nvidia-caps/nvidia-capN) of its GPU instance and compute instance, where the driver has
+  // them; a lease may open those of its own units alone.
+  struct MigUnitDevices {
+    size_t gpu = 0;
+    std::optional<CharDevice> gpu_instance, compute_instance;
+  };
+  std::vector<MigUnitDevices> mig_units = {};
 };
 
 // Sets `options`' confinement from poold-agent's --cgroup (auto, v1, v2, none) and
