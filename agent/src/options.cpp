@@ -32,7 +32,7 @@ std::string agentUsage() {
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
          "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH] [--job-dir DIR]\n"
-         "                   [--cgroup auto|v1|v2|none] [--cgroup-parent NAME]\n"
+         "                   [--cgroup auto|v1|v2|none] [--cgroup-parent NAME] [--lease-pids N]\n"
          "       poold-agent --help | --version\n"
          "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
          "every interval; keeps running while poold is down (see docs/agent.md).\n"
@@ -79,6 +79,8 @@ std::string agentUsage() {
          "                              v2; none where the agent is not root or the node has neither)\n"
          "  --cgroup-parent NAME        the cgroup the leases' cgroups are made in, in each hierarchy\n"
          "                              (default poolrun)\n"
+         "  --lease-pids N              at most N processes and threads in a lease's cgroup on this\n"
+         "                              node (default: no limit; 1 to 4194304)\n"
          "  --switch NAME               the node's leaf switch, for placement under one switch\n"
          "  --label KEY=VALUE           a label of the node (repeatable)\n"
          "exit status: 0 when stopped (SIGTERM, SIGINT), 1 when poold refuses the node's registration\n"
@@ -167,6 +169,8 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
           o.cgroup_parent == "." || o.cgroup_parent == ".." || o.cgroup_parent.size() > 64)
         throw badInput("--cgroup-parent '" + common::printable(o.cgroup_parent) +
                        "': give one cgroup name (no '/', at most 64 bytes)");
+    } else if (a == "--lease-pids") {
+      o.lease_pids = common::parseOption<int64_t>(a, value(), 1, 4194304);
     } else if (a == "--mps-control") {
       o.mps_control = value();
       if (o.mps_control.empty()) throw badInput("--mps-control needs a program");

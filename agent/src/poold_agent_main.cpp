@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
             ? o.poolrun
             : std::filesystem::read_symlink("/proc/self/exe", self_ec).parent_path() / "poolrun",
         o.ca_file, o.job_dir / config.node.name};
+    if (o.lease_pids > 0) config.jobs->lease_pids = o.lease_pids;
     agent::confineJobs(*config.jobs, o.cgroup, o.cgroup_parent, t,
                        o.proc_root.empty() ? "/proc" : o.proc_root, std::cerr);
     config.node.topology = std::make_shared<const topo::NodeTopology>(std::move(t));

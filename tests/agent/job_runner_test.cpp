@@ -189,6 +189,9 @@ TEST(JobConfinement, RefusesTheGpusAndMigCapabilitiesOfOtherLeases) {
   EXPECT_EQ(denied({99, 5000}),
             (std::vector<std::string>{"195:4", "195:6", "236:15", "236:16", "236:24", "236:25", "236:26"}))
       << "units the node does not have give nothing";
+  EXPECT_EQ(agent::confinementOf(o, {}).pids_max, std::nullopt) << "no limit unless the agent is given one";
+  o.lease_pids = 512;  // poold-agent --lease-pids 512
+  EXPECT_EQ(agent::confinementOf(o, {}).pids_max, 512);
   // Without the driver's files: the GPUs' indexes, no capabilities.
   TempDir bare;
   agent::JobRunnerOptions b;

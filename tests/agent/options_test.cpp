@@ -33,6 +33,8 @@ TEST(AgentOptions, ReadsEveryOption) {
           .cgroup,
       "v2");
   EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).cgroup, "auto");
+  EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t --lease-pids 512")).lease_pids,
+            512);
   EXPECT_EQ(o.pool, "http://127.0.0.1:7450");
   EXPECT_EQ(o.token_file, "/t");
   EXPECT_EQ(o.node, "n01");
@@ -63,6 +65,8 @@ TEST(AgentOptions, RefusesABadCommandLineNamingTheValue) {
            {ok + "--interval", "--interval needs a value"},
            {ok + "--job-dir jobs", "--job-dir 'jobs': not an absolute path"},
            {ok + "--cgroup v3", "--cgroup 'v3': give auto, v1, v2 or none"},
+           {ok + "--lease-pids 0", "--lease-pids 0: out of range (1 to 4194304)"},
+           {ok + "--lease-pids -5", "--lease-pids -5: out of range"},
            {ok + "--cgroup-parent a/b", "--cgroup-parent 'a/b': give one cgroup name"},
            {ok + "--cgroup-parent ..", "--cgroup-parent '..': give one cgroup name"},
            {ok + "--job-dir", "--job-dir needs a value"},

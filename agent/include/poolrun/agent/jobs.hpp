@@ -35,6 +35,7 @@ struct JobRunnerOptions {
   std::optional<CgroupVersion> cgroup = {};
   CgroupMounts cgroup_mounts = {};
   std::string cgroup_parent = "poolrun";
+  std::optional<int64_t> lease_pids = {};  // at most so many processes and threads per lease
   std::vector<uint32_t> gpu_minors = {};
   // Per MIG unit k (the pool's unit gpus + k): its GPU's index and the capability device nodes
   // (/dev/nvidia-caps/nvidia-capN) of its GPU instance and compute instance, where the driver has

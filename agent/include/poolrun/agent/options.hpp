@@ -48,6 +48,7 @@ struct AgentOptions {
   std::filesystem::path job_dir = kDefaultJobDir;  // --job-dir
   std::string cgroup = "auto";                     // --cgroup auto|v1|v2|none
   std::string cgroup_parent = "poolrun";           // --cgroup-parent
+  int64_t lease_pids = 0;                          // --lease-pids: 0, no limit
   std::string switch_name;
   std::map<std::string, std::string> labels;
   bool help = false;
