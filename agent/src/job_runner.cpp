@@ -349,6 +349,7 @@ Confinement confinementOf(const JobRunnerOptions& options, const pool::JobLaunch
   }
   Confinement c;
   c.pids_max = options.lease_pids;
+  if (launch.memory_bytes > 0) c.memory_max = launch.memory_bytes;
   for (size_t g = 0; g < gpus; ++g)
     if (!held[g]) c.deny.push_back({kNvidiaMajor, options.gpu_minors[g]});
   // The capabilities of the units it does not hold, less those it needs (a GPU instance shared by

@@ -211,11 +211,16 @@ LeaseCgroup::LeaseCgroup(const CgroupMounts& mounts, CgroupVersion version, cons
       const fs::path top = mounts.unified / parent;
       makeFolder(top);
       if (confinement.pids_max) enableControllerV2(top, "pids");
+      if (confinement.memory_max) enableControllerV2(top, "memory");
       folders_.push_back(top / name);
       makeFolder(folders_.back());
       procs_.push_back(folders_.back() / "cgroup.procs");
       if (!confinement.deny.empty()) attachDeviceProgram(folders_.back(), confinement.deny);
       if (confinement.pids_max) put(folders_.back() / "pids.max", std::to_string(*confinement.pids_max));
+      if (confinement.memory_max) {
+        put(folders_.back() / "memory.max", std::to_string(*confinement.memory_max));
+        put(folders_.back() / "memory.swap.max", "0");  // the limit is on memory, not moved to swap
+      }
       return;
     }
     auto hierarchy = [&](const std::string& controller) -> std::optional<fs::path> {
@@ -233,9 +238,14 @@ LeaseCgroup::LeaseCgroup(const CgroupMounts& mounts, CgroupVersion version, cons
       put(*devices / "devices.deny", "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm");
     if (const std::optional<fs::path> freezer = hierarchy("freezer")) freezer_ = *freezer;
     const std::optional<fs::path> pids = hierarchy("pids");
+    const std::optional<fs::path> memory = hierarchy("memory");
     if (confinement.pids_max) {
       if (!pids) throw ioError("this node has no cgroup v1 pids hierarchy for a process limit");
       put(*pids / "pids.max", std::to_string(*confinement.pids_max));
+    }
+    if (confinement.memory_max) {
+      if (!memory) throw ioError("this node has no cgroup v1 memory hierarchy for a memory limit");
+      put(*memory / "memory.limit_in_bytes", std::to_string(*confinement.memory_max));
     }
   } catch (...) {
     for (auto it = folders_.rbegin(); it != folders_.rend(); ++it) rmdir(it->c_str());

@@ -28,8 +28,9 @@ namespace {
 // The options the stored command keeps: the agent gives the pool and the credential, and the
 // detach options are the pool's, not the launcher's.
 bool keptOption(const std::string& a) {
-  for (const char* dropped : {"--detach", "--output=", "--error=", "--chdir=", "--export=", "--dependency=",
-                              "--array=", "--pool=", "--token-file=", "--ca=", "--adopt-lease="})
+  for (const char* dropped :
+       {"--detach", "--output=", "--error=", "--chdir=", "--export=", "--dependency=", "--array=", "--pool=",
+        "--token-file=", "--ca=", "--adopt-lease=", "--mem-per-gpu="})
     if (a == dropped || (std::string_view(dropped).ends_with('=') && a.starts_with(dropped))) return false;
   return true;
 }
@@ -147,6 +148,7 @@ int submitDetached(const RunOptions& o, std::ostream& out, std::ostream& err) {
     if (!o.dependency.empty()) s.dependencies = pool::parseDependencies(o.dependency);
     s.time_limit = o.timeout;
     s.requeue = o.requeue;
+    s.mem_per_gpu = o.mem_per_gpu;
     if (!o.array.empty()) sub.array = pool::parseArray(o.array);
     pool::JobRecord probe;
     probe.id = "J1";

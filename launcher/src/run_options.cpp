@@ -16,6 +16,7 @@
 #include "poolrun/launcher/commands.hpp"
 #include "poolrun/pool/client.hpp"
 #include "poolrun/pool/http_pool.hpp"
+#include "poolrun/pool/job_json.hpp"
 #include "poolrun/pool/jobs.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/request_options.hpp"
@@ -239,9 +240,30 @@ void parseRanks(const std::string& text, RunOptions& o) {
     throw badInput("-n '" + common::printable(text) + "': MIN:MAX with MAX at least MIN");
 }
 
+// --mem-per-gpu SIZE: a whole number with K, M (the default), G or T (powers of 1024), as Slurm's.
+uint64_t parseMemPerGpu(const std::string& text) {
+  const auto bad = [&] {
+    return badInput("--mem-per-gpu '" + common::printable(text) +
+                    "': give a size such as 4096 (MiB), 512M, 80G, more than 0 and at most 16T");
+  };
+  size_t digits = 0;
+  while (digits < text.size() && digits < 12 && std::isdigit(static_cast<unsigned char>(text[digits])))
+    ++digits;
+  if (digits == 0 || text.size() > digits + 1) throw bad();
+  const uint64_t number = std::stoull(text.substr(0, digits));
+  int shift = 20;
+  if (text.size() == digits + 1) {
+    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : unit == 'T' ? 40 : -1;
+    if (shift < 0) throw bad();
+  }
+  if (number == 0 || number > (pool::kMaxMemPerGpu >> shift)) throw bad();
+  return number << shift;
+}
+
 // The options of detached jobs make sense with --detach alone, and --detach with a poold alone.
 void checkDetachOptions(const po::variables_map& vm, const RunOptions& o) {
-  for (const char* name : {"output", "error", "chdir", "export", "dependency", "array"})
+  for (const char* name : {"output", "error", "chdir", "export", "dependency", "array", "mem-per-gpu"})
     if (vm.count(name) && !o.detach)
       throw badInput(std::string("--") + name + " is for a detached job: add --detach");
   if (!o.detach) return;
@@ -263,7 +285,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
-  std::string ranks, mig, share, gpuMemory, model, minMemory;
+  std::string ranks, mig, share, gpuMemory, model, minMemory, memPerGpu;
   std::vector<std::string> labels;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
@@ -342,6 +364,9 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("array", po::value(&o.array)->value_name("SPEC"),
        "--detach: one job per index, 0-99 or 1,3,5-7 or 0-15:4, %N for at most N at once "
        "($POOLRUN_ARRAY_TASK_ID in every rank)")
+      ("mem-per-gpu", po::value(&memPerGpu)->value_name("SIZE"),
+       "--detach: the most memory the job's processes on a node may use, per GPU it leases there "
+       "(SIZE[K|M|G|T], default M; enforced by the node's agent)")
       ("adopt-lease", po::value(&o.adopt_lease)->value_name("LEASE"),
        "(poold-agent) run on this lease, granted to a detached job, instead of acquiring one");
   // clang-format on
@@ -431,6 +456,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     o.preemptible = vm.count("preemptible") > 0;
     o.requeue = vm.count("requeue") > 0;
     o.detach = vm.count("detach") > 0;
+    if (vm.count("mem-per-gpu")) o.mem_per_gpu = parseMemPerGpu(memPerGpu);
     checkDetachOptions(vm, o);
     checkValues(vm, tuner, mpiFlavor, launcher, preemptSignal, o);
     if (o.job_name.empty()) o.job_name = std::filesystem::path(o.program[0]).filename().string();

@@ -68,6 +68,7 @@ struct RunOptions {
   std::string output, error, chdir;      // --output, --error (patterns: %j %a %u %x), --chdir
   std::string export_mode = "ALL";       // --export ALL|NONE|VAR,...
   std::string dependency, array;         // --dependency, --array, as given
+  uint64_t mem_per_gpu = 0;              // --mem-per-gpu, bytes; 0: none
   std::string adopt_lease;               // --adopt-lease LEASE: run on this lease, acquire none
   std::vector<std::string> option_args;  // the options as given (--name=VALUE), for the stored job
 };

@@ -252,6 +252,19 @@ TEST_F(JobsPoolTest, AJobIsRefusedTheGpusOfItsNodeItDoesNotLeaseAndLeavesNothing
       << slurp(dir.path() / "agent-err");
 }
 
+// --mem-per-gpu: the lease's cgroup on the node holds the job's processes to that much memory per
+// GPU. A job that stays under it completes; one whose program keeps taking memory is ended by the
+// kernel's OOM killer and FAILED.
+TEST_F(JobsPoolTest, AJobPastItsMemoryPerGpuIsEndedByTheKernel) {
+  script("hog.sh", "#!/bin/sh\nhead -c 4G /dev/zero | tail\n");  // tail holds the one line whole
+  const std::string hog = submit("-n 1 --mem-per-gpu 256M --output hog.out ./hog.sh");
+  const std::string fits = submit("-n 2 --mem-per-gpu 256M /bin/true");
+  const json failed = waitForState(hog, "FAILED", seconds(120));
+  EXPECT_NE(failed.value("reason", ""), "") << failed.dump();
+  EXPECT_EQ(failed["spec"]["mem_per_gpu_bytes"], 256 << 20);
+  waitForState(fits, "COMPLETED");
+}
+
 // The pool as two poold replicas on a three-member etcd (tests/pool/poold_process.hpp).
 class JobsReplicasTest : public JobsPoolTest {
  protected:

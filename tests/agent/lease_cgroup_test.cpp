@@ -15,7 +15,9 @@
 
 #include <array>
 #include <chrono>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "poolrun/agent/lease_cgroup.hpp"
 #include "poolrun/common/error.hpp"
@@ -183,6 +185,27 @@ TEST_P(LeaseCgroupTest, AProcessLimitRefusesForksPastIt) {
     return made;
   });
   EXPECT_EQ(exitOf(child), 2) << "the child and two of its own: three";
+  cg->destroy(std::chrono::seconds(5));
+}
+
+TEST_P(LeaseCgroupTest, AMemoryLimitEndsTheProcessPastIt) {
+  agent::Confinement c;
+  c.memory_max = 32 << 20;
+  std::optional<LeaseCgroup> cg;
+  try {
+    cg.emplace(make(c));
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();  // cgroup v2 here offers no memory controller
+  }
+  auto touch = [](size_t bytes) {
+    return [bytes] {
+      std::vector<char> block(bytes);
+      for (size_t i = 0; i < block.size(); i += 4096) block[i] = 1;
+      return static_cast<int>(block[bytes / 2]);
+    };
+  };
+  EXPECT_EQ(exitOf(inCgroup(*cg, touch(8 << 20))), 1) << "8 MiB fits under 32";
+  EXPECT_EQ(exitOf(inCgroup(*cg, touch(256 << 20))), 128 + SIGKILL) << "256 MiB: the kernel's OOM killer";
   cg->destroy(std::chrono::seconds(5));
 }
 

@@ -48,7 +48,8 @@ json specFields(const JobSpec& s) {
           {"error", s.error},
           {"umask", s.umask},
           {"request", toJson(s.request)},
-          {"requeue", s.requeue}};
+          {"requeue", s.requeue},
+          {"mem_per_gpu_bytes", s.mem_per_gpu}};
 }
 
 }  // namespace
@@ -134,6 +135,7 @@ JobRecord jobFromJson(const json& doc) {
     spec.time_limit = std::chrono::seconds(s.integer<int64_t>("time_limit_s", 1, kStoredSecondsMax));
   spec.requeue = s.boolean("requeue", false);
   spec.umask = s.integer<uint32_t>("umask", 0, 0777, 022);
+  spec.mem_per_gpu = s.integer<uint64_t>("mem_per_gpu_bytes", 0, kMaxMemPerGpu, 0);
   return j;
 }
 
@@ -178,7 +180,8 @@ json launchJson(const JobLaunch& l) {
           {"time_limit_s", l.time_limit ? json(l.time_limit->count()) : json(nullptr)},
           {"credential", l.credential},
           {"allow_root", l.allow_root},
-          {"gpus", l.gpus}};
+          {"gpus", l.gpus},
+          {"memory_bytes", l.memory_bytes}};
 }
 
 JobLaunch launchFromJson(const json& doc) {
@@ -203,6 +206,7 @@ JobLaunch launchFromJson(const json& doc) {
     l.time_limit = std::chrono::seconds(f.integer<int64_t>("time_limit_s", 1, kStoredSecondsMax));
   l.credential = f.string("credential");
   l.allow_root = f.boolean("allow_root", false);
+  l.memory_bytes = f.integer<uint64_t>("memory_bytes", 0, kMaxMemPerGpu * kMaxLaunchGpus, 0);
   if (f.has("gpus")) {
     const json& gpus = f.need("gpus");
     if (!gpus.is_array() || gpus.size() > kMaxLaunchGpus)
@@ -236,7 +240,7 @@ JobSubmission jobSubmissionFromJson(const json& doc) {
   const JsonFields f =
       clientFields(doc,
                    {"name", "uid", "gid", "groups", "command", "cwd", "env", "output", "error", "umask",
-                    "request", "dependency", "time_limit_s", "requeue", "array"},
+                    "request", "dependency", "time_limit_s", "requeue", "array", "mem_per_gpu_bytes"},
                    "the job");
   JobSubmission sub;
   JobSpec& s = sub.spec;
@@ -258,6 +262,7 @@ JobSubmission jobSubmissionFromJson(const json& doc) {
   if (f.has("time_limit_s"))
     s.time_limit = std::chrono::seconds(f.integer<int64_t>("time_limit_s", 1, kStoredSecondsMax));
   s.requeue = f.boolean("requeue", false);
+  s.mem_per_gpu = f.integer<uint64_t>("mem_per_gpu_bytes", 0, kMaxMemPerGpu, 0);
   if (f.has("array")) sub.array = parseArray(f.string("array"));
   // The output paths' patterns are checked now, against a record of the job as it will be.
   JobRecord probe;

@@ -28,6 +28,7 @@ pool::NodeJobWork sample() {
   l.output = l.error = "/home/alice/poolrun-J12_3.out";
   l.credential = "pj-secret";
   l.gpus = {0, 5, 9};
+  l.memory_bytes = uint64_t{3} << 30;
   return {{l}, {{"J11", 15}}};
 }
 
@@ -37,6 +38,14 @@ TEST(JobWork, RoundTripsWithTheLeasesUnits) {
   json doc = pool::toJson(work);
   doc["start"][0].erase("gpus");  // from a poold before units were sent: none
   EXPECT_TRUE(pool::nodeJobWorkFromJson(doc).start.at(0).gpus.empty());
+}
+
+TEST(JobWork, RefusesAMemoryLimitOutOfRange) {
+  for (const json& bad : {json(-1), json("1G"), json(1.5), json(uint64_t{1} << 63)}) {
+    json doc = pool::toJson(sample());
+    doc["start"][0]["memory_bytes"] = bad;
+    EXPECT_THROW(pool::nodeJobWorkFromJson(doc), Error) << bad.dump();
+  }
 }
 
 TEST(JobWork, RefusesUnitsThatAreNotAList) {

@@ -48,6 +48,8 @@ std::optional<CgroupVersion> defaultCgroupVersion(const CgroupMounts& mounts);
 struct Confinement {
   std::vector<CharDevice> deny;     // devices they may not open: the node's GPUs the lease does not hold
   std::optional<int64_t> pids_max;  // at most so many processes and threads
+  std::optional<uint64_t> memory_max =
+      {};  // at most so many bytes of memory (past it, the kernel's OOM killer)
 };
 
 class LeaseCgroup {

@@ -156,6 +156,7 @@ json nodeJobWork(ServerCore& m, Context& c) {
       if (auto lease = s.leaseMap().find(copy.lease); lease != s.leaseMap().end())
         for (const GpuRef& g : lease->second.gpus)
           if (g.node == node) work.start.back().gpus.push_back(g.index);
+      work.start.back().memory_bytes = copy.spec.mem_per_gpu * work.start.back().gpus.size();
     }
     return toJson(work);
   });

@@ -99,6 +99,7 @@ struct JobSpec {
   std::optional<std::chrono::seconds> time_limit;  // --time
   bool requeue = false;                            // --requeue: a preempted job waits again
   uint32_t umask = 022;                            // the submitter's: its output files' modes
+  uint64_t mem_per_gpu = 0;                        // --mem-per-gpu: bytes per leased unit; 0: none
   bool operator==(const JobSpec&) const = default;
 };
 

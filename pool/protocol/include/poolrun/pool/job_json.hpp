@@ -15,6 +15,9 @@
 
 namespace poolrun::pool {
 
+// --mem-per-gpu: the most a job may ask per unit (16 TiB).
+inline constexpr uint64_t kMaxMemPerGpu = uint64_t{1} << 44;
+
 inline constexpr const char* kJobSchema = "poolrun.job/1";
 
 nlohmann::json toJson(const JobRecord& job);
@@ -54,6 +57,9 @@ struct JobLaunch {
   // The lease's units on the launcher's node, as the pool numbers them (GpuRef::index): its GPUs,
   // MIG instances past them. The agent confines the launcher to them.
   std::vector<size_t> gpus = {};
+  // The most memory its processes on the node may use (--mem-per-gpu times its units there); 0: no
+  // limit.
+  uint64_t memory_bytes = 0;
   bool operator==(const JobLaunch&) const = default;
 };
 struct JobSignal {
