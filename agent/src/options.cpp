@@ -26,7 +26,8 @@ pool::ClientOptions linkOptions(const AgentOptions& o, const std::string& token)
 
 std::string agentUsage() {
   auto n = [](int64_t v) { return std::to_string(v); };
-  return "usage: poold-agent --pool URI (--token-file FILE | --join TOKEN [--token-file FILE])\n"
+  return "usage: poold-agent --pool URI (--token-file FILE | (--join TOKEN | --join-file FILE)\n"
+         "                   [--token-file FILE])\n"
          "                   [--node NAME] [--interval SECONDS]\n"
          "                   [--ca FILE] [--tls-cert FILE --tls-key FILE]\n"
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
@@ -50,6 +51,9 @@ std::string agentUsage() {
          "                              0600; default " +
          std::string(kJoinedTokenFile) +
          "); ignored once the file is there\n"
+         "  --join-file FILE            the same, the join token read from FILE (its first word; owned\n"
+         "                              by root or this user, writable by nobody else), so that it is\n"
+         "                              not on the command line; read only while the node has not joined\n"
          "  --node NAME                 the node's name in the pool (default: the host name)\n"
          "  --interval SECONDS          between heartbeats (default 5, " +
          n(kIntervalRange.min) + " to " + n(kIntervalRange.max) +
@@ -126,6 +130,8 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       if (!pool::isSecretOf(pool::kJoinTokenPrefix, o.join))
         throw badInput("--join: that is not a join token (" + std::string(pool::kJoinTokenPrefix) +
                        " and 64 hex digits, as `poolctl node-token create` prints it)");
+    } else if (a == "--join-file") {
+      o.join_file = value();
     } else if (a == "--ca") {
       o.ca_file = value();
     } else if (a == "--tls-cert") {
@@ -192,7 +198,17 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
     }
   }
   if (o.pool.empty()) throw badInput("poold-agent needs --pool http://HOST:PORT (the poold to report to)");
-  if (o.token_file.empty() && !o.join.empty()) o.token_file = kJoinedTokenFile;
+  if (!o.join.empty() && !o.join_file.empty())
+    throw badInput("--join and --join-file: give one or the other");
+  if (o.token_file.empty() && (!o.join.empty() || !o.join_file.empty())) o.token_file = kJoinedTokenFile;
+  // The join file is read where the node has not joined yet (an administrator may remove it after).
+  if (std::error_code ec; !o.join_file.empty() && !std::filesystem::exists(o.token_file, ec)) {
+    o.join = readTokenFile(o.join_file);
+    if (!pool::isSecretOf(pool::kJoinTokenPrefix, o.join))
+      throw badInput("--join-file " + o.join_file.string() + ": that is not a join token (" +
+                     std::string(pool::kJoinTokenPrefix) +
+                     " and 64 hex digits, as `poolctl node-token create` prints it)");
+  }
   if (o.token_file.empty())
     throw badInput(
         "poold-agent needs --token-file FILE (a token of role node for this node), or --join TOKEN (a "

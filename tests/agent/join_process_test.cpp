@@ -145,6 +145,26 @@ TEST(NodeJoin, ANodeJoinsOnceRegistersWithItsCredentialAndIsCutOffWhenRevoked) {
   EXPECT_NE(out.find("node_revoked auth=token by=root from=127.0.0.1 node=n01"), std::string::npos) << out;
 }
 
+// --join-file: the token from a file (not on the command line), the file removed once the node has
+// joined, and the agent started again with the same options runs on its credential.
+TEST(NodeJoin, ANodeJoinsWithItsTokenInAFile) {
+  JoinPool pool;
+  const auto file = pool.dir.writeSecret("join-n05", pool.newToken() + "\n");
+  const auto credential = pool.dir.path() / "n05.token";
+  const auto err = pool.dir.path() / "err";
+  const std::string args = pool.agentArgs("n05", credential) + " --join-file " + file.string();
+  {
+    AgentRun agent(args, err);
+    ASSERT_TRUE(waitForText(err, "registered node n05", seconds(20))) << slurp(err);
+    EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(err);
+  }
+  std::filesystem::remove(file);
+  const auto err2 = pool.dir.path() / "err2";
+  AgentRun again(args, err2);
+  ASSERT_TRUE(waitForText(err2, "registered node n05", seconds(20))) << slurp(err2);
+  EXPECT_EQ(pool.list()["tokens"][0]["state"], "used");
+}
+
 TEST(NodeJoin, AnExpiredTokenIsRefusedAndAUserMayNotMakeTokens) {
   JoinPool pool;
   const std::string token = pool.newToken("1s");

@@ -49,6 +49,31 @@ TEST(AgentOptions, ReadsEveryOption) {
             agent::kDefaultJobDir);
 }
 
+// --join-file: the join token from a file, read only while the node has not joined.
+TEST(AgentOptions, ReadsTheJoinTokenFromAFileUntilTheNodeHasJoined) {
+  TempDir dir;
+  const std::string token = "pj-" + std::string(64, 'a');
+  const auto file = dir.writeSecret("join", "# from poolctl node-token create\n" + token + "\n");
+  const std::string joined = (dir.path() / "node.token").string();
+  const std::string base = "--pool http://h:1 --token-file " + joined + " --join-file ";
+  EXPECT_EQ(agent::parseAgentOptions(words(base + file.string())).join, token);
+  dir.writeSecret("node.token", "tok-node-0123456789\n");
+  EXPECT_EQ(agent::parseAgentOptions(words(base + (dir.path() / "gone").string())).join, "")
+      << "a node that joined reads no join file (it may be removed)";
+  std::filesystem::remove(joined);
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {base + (dir.path() / "gone").string(), "gone"},
+           {base + dir.writeSecret("bad", "tok-not-a-join-token\n").string(), "that is not a join token"},
+           {base + file.string() + " --join " + token, "--join and --join-file: give one or the other"}}) {
+    try {
+      agent::parseAgentOptions(words(args));
+      ADD_FAILURE() << args << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 struct Case {
   std::string args;
   std::string message;  // a part of the error

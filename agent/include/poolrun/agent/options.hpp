@@ -33,6 +33,7 @@ struct AgentOptions {
   std::string pool;                  // http://HOST:PORT
   std::filesystem::path token_file;  // with --join and none given: kJoinedTokenFile
   std::string join;                  // --join: a one-time join token (poolctl node-token create)
+  std::filesystem::path join_file;   // --join-file: the join token read from there (not in `ps`)
   std::filesystem::path ca_file;     // https: --ca, else $POOLRUN_CA; empty: the system's CAs
   std::filesystem::path cert_file;   // https: --tls-cert, the node's client certificate
   std::filesystem::path key_file;    // --tls-key
