@@ -281,9 +281,18 @@ size_t LeaseCgroup::destroy(milliseconds limit) {
   // The killed are gone from cgroup.procs once they are reaped; rmdir waits for that.
   while (!isEmpty(procs_) && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::microseconds(200));
+  // A killed process counts until it is reaped (on v2 the cgroup stays populated, and rmdir says
+  // EBUSY, while an orphan waits for init to reap it).
   for (auto it = folders_.rbegin(); it != folders_.rend(); ++it) {
-    if (rmdir(it->c_str()) != 0 && errno != ENOENT)
-      throw ioError("cannot remove cgroup " + it->string() + ": " + strerror(errno) + " (" +
+    int err = 0;
+    while (rmdir(it->c_str()) != 0 && errno != ENOENT) {
+      err = errno;
+      if (err != EBUSY || std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::sleep_for(milliseconds(1));
+      err = 0;
+    }
+    if (err != 0)
+      throw ioError("cannot remove cgroup " + it->string() + ": " + strerror(err) + " (" +
                     std::to_string(pids().size()) + " processes left in it)");
   }
   return killed;

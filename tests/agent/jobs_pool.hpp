@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "agent_run.hpp"
@@ -64,6 +66,7 @@ class JobsPoolTest : public ::testing::Test {
                 " --node n01 --interval 120 --from " + topology + " --proc-root " +
                 (dir.path() / "proc").string() + " --poolrun " + POOLRUN_BINARY + " --job-dir " +
                 (dir.path() / "jobs").string() + " --cgroup-parent " + cgroupParent;
+    agentArgs += agentOptions();
     startAgent();
     // Jobs are submitted once the node is in the pool: before, a job of its 8 GPUs could never run.
     for (auto end = std::chrono::steady_clock::now() + seconds(30); std::chrono::steady_clock::now() < end;) {
@@ -81,6 +84,59 @@ class JobsPoolTest : public ::testing::Test {
                                 const std::vector<std::string>& options) {
     poold = std::make_unique<PooldProcess>(dir.path() / "state", tokens, options);
     return poold->uri();
+  }
+
+  // More options for the agent (a test's subclass).
+  virtual std::string agentOptions() const { return ""; }
+
+  // A detached job of two ranks probes the node's eight fake GPU device nodes (mknod, major 195) and
+  // leaves a process in its own session after SIGKILLing its launcher: it must be refused the six
+  // GPUs its lease does not hold, and the process killed with the lease's cgroup.
+  void expectConfinedToItsLease() {
+    const std::filesystem::path dev = work / "dev";
+    std::filesystem::create_directories(dev);
+    for (int n = 0; n < 8; ++n)
+      ASSERT_EQ(runShell("mknod -m 666 " + (dev / ("nvidia" + std::to_string(n))).string() + " c 195 " +
+                         std::to_string(n))
+                    .status,
+                0);
+    script("probe.sh",
+           "#!/bin/sh\n"
+           "for n in 0 1 2 3 4 5 6 7; do\n"
+           "  if cat " +
+               dev.string() +
+               "/nvidia$n 2>&1 | grep -q 'not permitted'; then echo refused $n; fi\n"
+               "done\n"
+               "echo visible $CUDA_VISIBLE_DEVICES\n"
+               "[ \"$OMPI_COMM_WORLD_RANK\" = 0 ] || exit 0\n"
+               "sleep 1\n"  // the output on its way to the file
+               "setsid sleep 300 </dev/null >/dev/null 2>&1 &\n"
+               "pkill -KILL -u $(id -u) -f -- --adopt-lease\n"
+               "sleep 5\n");
+    // No rank's reaper (POOLRUN_REAP=0) and the launcher killed: the sleep escapes every process of the
+    // job's that would end it. The lease's cgroup has it still.
+    const std::string id = submit("-n 2 -x POOLRUN_REAP=0 --output probe.out ./probe.sh");
+    const json failed = waitForState(id, "FAILED");
+    EXPECT_EQ(failed["signal"], SIGKILL) << failed.dump();
+    const std::string out = slurp(work / "probe.out");
+    std::multiset<std::string> visible, refused;
+    std::istringstream lines(out);
+    for (std::string word, value; lines >> word >> value;)
+      (word == "visible" ? visible : refused).insert(value);
+    EXPECT_EQ(visible.size(), 2u) << out;
+    for (int n = 0; n < 8; ++n) {
+      const std::string gpu = std::to_string(n);
+      EXPECT_EQ(refused.count(gpu), 2 * (1 - visible.count(gpu)))
+          << "GPU " << n << ": each rank refused it unless leased\n"
+          << out;
+    }
+    // Its sleep, double-forked away from the job, went with the lease's cgroup.
+    for (int i = 0; i < 100 && runShell("pgrep -u " + user + " -f 'sleep 300'").status == 0; ++i)
+      std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_NE(runShell("pgrep -u " + user + " -f 'sleep 300'").status, 0) << "a process outlived its lease";
+    EXPECT_NE(slurp(dir.path() / "agent-err").find("outlived the job's launcher on node n01, killed"),
+              std::string::npos)
+        << slurp(dir.path() / "agent-err");
   }
 
   // The agent of node n01, started (again) with the fixture's options, its stderr in `err`.

@@ -206,50 +206,19 @@ TEST_F(JobsPoolTest, AnAgentKilledAndStartedAgainReportsWhatItsJobsBecame) {
 // with mknod under NVIDIA's major, minor = the GPU's index: no NVIDIA driver here), and a process it
 // left in a session of its own, its launcher SIGKILLed, is killed with the lease's cgroup.
 TEST_F(JobsPoolTest, AJobIsRefusedTheGpusOfItsNodeItDoesNotLeaseAndLeavesNothingBehind) {
-  const std::filesystem::path dev = work / "dev";
-  std::filesystem::create_directories(dev);
-  for (int n = 0; n < 8; ++n)
-    ASSERT_EQ(runShell("mknod -m 666 " + (dev / ("nvidia" + std::to_string(n))).string() + " c 195 " +
-                       std::to_string(n))
-                  .status,
-              0);
-  script("probe.sh",
-         "#!/bin/sh\n"
-         "for n in 0 1 2 3 4 5 6 7; do\n"
-         "  if cat " +
-             dev.string() +
-             "/nvidia$n 2>&1 | grep -q 'not permitted'; then echo refused $n; fi\n"
-             "done\n"
-             "echo visible $CUDA_VISIBLE_DEVICES\n"
-             "[ \"$OMPI_COMM_WORLD_RANK\" = 0 ] || exit 0\n"
-             "sleep 1\n"  // the output on its way to the file
-             "setsid sleep 300 </dev/null >/dev/null 2>&1 &\n"
-             "pkill -KILL -u $(id -u) -f -- --adopt-lease\n"
-             "sleep 5\n");
-  // No rank's reaper (POOLRUN_REAP=0) and the launcher killed: the sleep escapes every process of the
-  // job's that would end it. The lease's cgroup has it still.
-  const std::string id = submit("-n 2 -x POOLRUN_REAP=0 --output probe.out ./probe.sh");
-  const json failed = waitForState(id, "FAILED");
-  EXPECT_EQ(failed["signal"], SIGKILL) << failed.dump();
-  const std::string out = slurp(work / "probe.out");
-  std::multiset<std::string> visible, refused;
-  std::istringstream lines(out);
-  for (std::string word, value; lines >> word >> value;)
-    (word == "visible" ? visible : refused).insert(value);
-  EXPECT_EQ(visible.size(), 2u) << out;
-  for (int n = 0; n < 8; ++n) {
-    const std::string gpu = std::to_string(n);
-    EXPECT_EQ(refused.count(gpu), 2 * (1 - visible.count(gpu)))
-        << "GPU " << n << ": each rank refused it unless leased\n"
-        << out;
-  }
-  // Its sleep, double-forked away from the job, went with the lease's cgroup.
-  for (int i = 0; i < 100 && runShell("pgrep -u " + user + " -f 'sleep 300'").status == 0; ++i)
-    std::this_thread::sleep_for(milliseconds(50));
-  EXPECT_NE(runShell("pgrep -u " + user + " -f 'sleep 300'").status, 0) << "a process outlived its lease";
-  EXPECT_NE(slurp(dir.path() / "agent-err").find("outlived the job's launcher on node n01, killed"),
-            std::string::npos)
-      << slurp(dir.path() / "agent-err");
+  expectConfinedToItsLease();
+}
+
+// The same with the agent told cgroup v2 (a BPF device program, cgroup.kill) on this hybrid machine.
+class JobsPoolV2Test : public JobsPoolTest {
+ protected:
+  std::string agentOptions() const override { return " --cgroup v2"; }
+};
+
+TEST_F(JobsPoolV2Test, AJobIsRefusedTheGpusOfItsNodeItDoesNotLeaseAndLeavesNothingBehind) {
+  if (runShell("grep -q ' - cgroup2 ' /proc/self/mountinfo").status != 0)
+    GTEST_SKIP() << "no cgroup2 mount here";
+  expectConfinedToItsLease();
 }
 
 // --mem-per-gpu: the lease's cgroup on the node holds the job's processes to that much memory per
