@@ -210,7 +210,8 @@ class JobsPoolTest : public ::testing::Test {
       std::this_thread::sleep_for(milliseconds(200));
     }
     ADD_FAILURE() << id << " never reached " << state << ": " << j.dump()
-                  << "\nagent: " << slurp(dir.path() / "agent-err");
+                  << "\nagent: " << slurp(dir.path() / "agent-err")
+                  << "\nits default output: " << slurp(work / ("poolrun-" + id + ".out"));
     return j;
   }
 };
