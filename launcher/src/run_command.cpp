@@ -611,6 +611,27 @@ void checkJobDirectories(const RunOptions& options) {
   }
 }
 
+// A detached job's launcher takes the lease its job was granted (docs/jobs.md). poold may be
+// restarting or failing over as the agent starts it: an unreachable poold is tried again, with a
+// warning, while the lease could still be alive (its TTL); any other refusal ends the launch.
+pool::Lease adoptLease(pool::PoolClient& pool, const RunOptions& options, std::ostream& err) {
+  const auto deadline = std::chrono::steady_clock::now() + options.lease_ttl;
+  std::chrono::milliseconds wait(200);
+  for (bool said = false;;) {
+    try {
+      return pool.renew(options.adopt_lease);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kIo || std::chrono::steady_clock::now() + wait >= deadline) throw;
+      if (!said)
+        err << "poolrun: warning: " << e.what() << "; trying again while lease " << options.adopt_lease
+            << " may be alive (" << options.lease_ttl.count() << " s)\n";
+      said = true;
+      std::this_thread::sleep_for(wait);
+      wait = std::min(wait * 2, std::chrono::milliseconds(2000));
+    }
+  }
+}
+
 // One run of the job: a lease, the plan, the doctor, the job directory, the launch, the release.
 // An elastic lease's job is started again on the lease's GPUs each time it changes size, under the
 // same lease. `dir_path`: the job directory, chosen by the first run (the first lease's) and kept by
@@ -620,7 +641,7 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
            std::filesystem::path& dir_path, bool& preempted, std::ostream& out, std::ostream& err) {
   // A detached job's launcher runs on the lease the pool granted its job (docs/jobs.md).
   pool::Lease lease = options.adopt_lease.empty() ? acquireLease(pool, leaseRequest(options), err)
-                                                  : pool.renew(options.adopt_lease);
+                                                  : adoptLease(pool, options, err);
   LeaseGuard release(pool, lease.id, err);
   std::chrono::milliseconds ran{0};  // the job's time in its starts so far: --timeout spans them
   if (lease.elastic)

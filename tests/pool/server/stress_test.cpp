@@ -432,6 +432,44 @@ void waitForALease(PoolControl& pool) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
+// A detached job's launcher (poolrun --adopt-lease, as the agent starts it) that finds poold down,
+// killed as the job was granted, waits for it with one warning and runs the job on its lease once
+// poold is back on its port; a lease that is gone ends it at once.
+TEST_P(Crash, ALauncherAdoptingItsLeaseWaitsForARestartingPoold) {
+  test::TempDir dir;
+  auto tokens = dir.writeSecret("tokens", test::kTokens);
+  const int port = test::freePort();
+  const std::vector<std::string> opts = options(port);
+  auto poold = std::make_unique<test::PooldProcess>(dir.path() / "state", tokens, opts, port);
+  ASSERT_TRUE(poold->waitServing());
+  ClientOptions bob;
+  bob.token = "tok-bob-0123456789";
+  LeaseRequest request;
+  request.gpus = 2;
+  request.ttl = std::chrono::seconds(30);
+  request.wait = std::chrono::seconds(0);
+  const std::string lease = openPoolControl(poold->uri(), bob)->acquire(request, nullptr).id;
+  poold->kill9();
+  const std::string err = (dir.path() / "err").string();
+  auto launch = [&](const std::string& id) {
+    return test::spawnShell(
+        "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 POOLRUN_TOKEN=tok-bob-0123456789 "
+        "POOLRUN_STATE_DIR=" +
+        (dir.path() / "job").string() + " " + POOLRUN_BINARY + " --pool " + poold->uri() + " --adopt-lease " +
+        id + " --simulate --no-doctor -n 2 -- /bin/true 2>" + err);
+  };
+  test::Reaped job{launch(lease)};
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  poold = std::make_unique<test::PooldProcess>(dir.path() / "state", tokens, opts, port);
+  ASSERT_TRUE(poold->waitServing());
+  EXPECT_EQ(job.wait(), 0) << test::slurp(err);
+  EXPECT_EQ(test::occurrences(test::slurp(err), "trying again while lease " + lease), 1u) << test::slurp(err);
+  EXPECT_TRUE(rootOf(poold->uri())->leases().empty()) << "the launcher released its lease";
+  test::Reaped gone{launch(lease)};
+  EXPECT_NE(gone.wait(), 0) << "a lease that is gone is not waited for";
+  EXPECT_EQ(test::slurp(err).find("trying again"), std::string::npos) << test::slurp(err);
+}
+
 // An acquire retried with its request id after poold went (its reply lost with it) gets the lease
 // the first one was granted, from the restarted poold or the standby that leads now: the request
 // ids are in the store, not in the process.
