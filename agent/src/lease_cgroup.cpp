@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -147,25 +148,21 @@ void enableControllerV2(const fs::path& parent, const std::string& controller) {
                 " (its cgroup.controllers): enable it for the agent's cgroups, or leave the limit out");
 }
 
-// Kills what is in `procs` until nothing is, or `until` passes; the number of processes killed.
-size_t killUntilEmpty(const std::vector<fs::path>& procs, std::chrono::steady_clock::time_point until) {
-  size_t killed = 0;
+// Kills what is in `procs` until nothing is (a killed process leaves cgroup.procs once it has
+// exited), or `until` passes; every process seen is added to `seen`.
+void killUntilEmpty(const std::vector<fs::path>& procs, std::chrono::steady_clock::time_point until,
+                    std::set<pid_t>& seen) {
   for (;;) {
     bool empty = true;
     for (const fs::path& file : procs)
       for (pid_t pid : readPids(file)) {
         empty = false;
-        if (kill(pid, SIGKILL) == 0) ++killed;
+        seen.insert(pid);
+        kill(pid, SIGKILL);
       }
-    if (empty || std::chrono::steady_clock::now() >= until) return killed;
+    if (empty || std::chrono::steady_clock::now() >= until) return;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-}
-
-bool isEmpty(const std::vector<fs::path>& procs) {
-  for (const fs::path& file : procs)
-    if (!readPids(file).empty()) return false;
-  return true;
 }
 
 }  // namespace
@@ -263,9 +260,9 @@ std::vector<pid_t> LeaseCgroup::pids() const {
 
 size_t LeaseCgroup::destroy(milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
-  size_t killed = 0;
+  std::set<pid_t> seen;
   if (version_ == CgroupVersion::kV2 && fs::exists(folders_.front() / "cgroup.kill")) {
-    killed = pids().size();
+    for (pid_t pid : pids()) seen.insert(pid);
     put(folders_.front() / "cgroup.kill", "1");
   } else if (!freezer_.empty()) {
     // Held still, none can fork while the others are killed; the kill lands as they thaw.
@@ -273,14 +270,13 @@ size_t LeaseCgroup::destroy(milliseconds limit) {
     while (slurp(freezer_ / "freezer.state").starts_with("FREEZING") &&
            std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    for (pid_t pid : readPids(freezer_ / "cgroup.procs"))
-      if (kill(pid, SIGKILL) == 0) ++killed;
+    for (pid_t pid : readPids(freezer_ / "cgroup.procs")) {
+      seen.insert(pid);
+      kill(pid, SIGKILL);
+    }
     put(freezer_ / "freezer.state", "THAWED");
   }
-  killed += killUntilEmpty(procs_, until);
-  // The killed are gone from cgroup.procs once they are reaped; rmdir waits for that.
-  while (!isEmpty(procs_) && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  killUntilEmpty(procs_, until, seen);
   // A killed process counts until it is reaped (on v2 the cgroup stays populated, and rmdir says
   // EBUSY, while an orphan waits for init to reap it).
   for (auto it = folders_.rbegin(); it != folders_.rend(); ++it) {
@@ -295,7 +291,7 @@ size_t LeaseCgroup::destroy(milliseconds limit) {
       throw ioError("cannot remove cgroup " + it->string() + ": " + strerror(err) + " (" +
                     std::to_string(pids().size()) + " processes left in it)");
   }
-  return killed;
+  return seen.size();
 }
 
 }  // namespace poolrun::agent

@@ -225,7 +225,7 @@ TEST_F(JobsPoolV2Test, AJobIsRefusedTheGpusOfItsNodeItDoesNotLeaseAndLeavesNothi
 // GPU. A job that stays under it completes; one whose program keeps taking memory is ended by the
 // kernel's OOM killer and FAILED.
 TEST_F(JobsPoolTest, AJobPastItsMemoryPerGpuIsEndedByTheKernel) {
-  script("hog.sh", "#!/bin/sh\nhead -c 4G /dev/zero | tail\n");  // tail holds the one line whole
+  script("hog.sh", "#!/bin/sh\nhead -c 1G /dev/zero | tail\n");  // tail holds the one line whole
   const std::string hog = submit("-n 1 --mem-per-gpu 256M --output hog.out ./hog.sh");
   const std::string fits = submit("-n 2 --mem-per-gpu 256M /bin/true");
   const json failed = waitForState(hog, "FAILED", seconds(120));
