@@ -500,8 +500,8 @@ int Agent::run() {
       const auto left = std::chrono::duration_cast<milliseconds>(due - s_->clock.now());
       if (left <= milliseconds(0)) break;
       // A launcher taken back from the records is no child of this agent (no SIGCHLD): its end is
-      // looked for every second while there is one.
-      const bool foster = s_->runner && s_->runner->takenBack() > 0;
+      // looked for every second while there is one, as a lease's cgroup not removed yet is tried again.
+      const bool foster = s_->runner && s_->runner->wantsPolling();
       if (!s_->clock.sleep(foster ? std::min(left, milliseconds(1000)) : left)) return 0;
       if (foster) s_->reap_due = true;
       if (*s_->work_due || s_->reap_due) s_->jobRound();

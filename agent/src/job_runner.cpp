@@ -220,15 +220,24 @@ pool::JobReport JobRunner::endOf(const std::string& id) const {
 }
 
 // The job's launcher has ended: what it left in its lease's cgroup is killed, and the cgroup goes.
-void JobRunner::endCgroup(const Watcher& w) {
-  if (!options_.cgroup || w.lease.empty()) return;
+// One that cannot go yet (a process that will not die in time) is tried again at each reap().
+void JobRunner::endCgroup(const std::string& lease, std::chrono::milliseconds limit) {
+  if (!options_.cgroup || lease.empty()) return;
+  const bool again = cgroups_left_.count(lease) > 0;
   try {
-    LeaseCgroup cgroup(options_.cgroup_mounts, *options_.cgroup, options_.cgroup_parent, w.lease, {});
-    if (const size_t killed = cgroup.destroy(std::chrono::seconds(5)); killed > 0)
-      notes_.push_back("lease " + w.lease + ": " + std::to_string(killed) +
-                       " processes outlived the job's launcher on node " + options_.node + ", killed");
+    LeaseCgroup cgroup(options_.cgroup_mounts, *options_.cgroup, options_.cgroup_parent, lease, {});
+    if (const size_t killed = cgroup.destroy(limit); killed > 0)
+      notes_.push_back("lease " + lease + ": " + std::to_string(killed) +
+                       " processes outlived the job's launcher on node " + options_.node + ", killed" +
+                       (again ? " (at a later try)" : ""));
+    else if (again)
+      notes_.push_back("lease " + lease + ": its cgroup on node " + options_.node + " is removed at last");
+    cgroups_left_.erase(lease);
   } catch (const Error& e) {
-    notes_.push_back("lease " + w.lease + ": its cgroup on node " + options_.node + " is left: " + e.what());
+    if (!again)
+      notes_.push_back("lease " + lease + ": its cgroup on node " + options_.node +
+                       " is left for now (tried again each second): " + e.what());
+    cgroups_left_.insert(lease);
   }
 }
 
@@ -421,7 +430,7 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   }
   // What does not start leaves no cgroup behind.
   auto fail = [&](const std::string& why) {
-    if (cgroup) endCgroup({l.lease, 0, 0, true});
+    if (cgroup) endCgroup(l.lease, std::chrono::seconds(5));
     return notStarted(why);
   };
   // argv: poolrun --pool URI --adopt-lease LEASE COMMAND...
@@ -518,9 +527,11 @@ std::vector<std::pair<std::string, pool::JobReport>> JobRunner::reap() {
       continue;
     }
     out.emplace_back(it->first, endOf(it->first));
-    endCgroup(w);
+    endCgroup(w.lease, std::chrono::seconds(5));
     it = watched_.erase(it);
   }
+  for (const std::string& lease : std::vector<std::string>(cgroups_left_.begin(), cgroups_left_.end()))
+    endCgroup(lease, std::chrono::milliseconds(200));
   return out;
 }
 

@@ -148,6 +148,22 @@ void enableControllerV2(const fs::path& parent, const std::string& controller) {
                 " (its cgroup.controllers): enable it for the agent's cgroups, or leave the limit out");
 }
 
+// "PID (COMMAND) STATE" for each of `pids` (the first few), from /proc: what a cgroup that could
+// not be removed still holds, and why it may not die (D: asleep uninterruptibly).
+std::string describe(const std::vector<pid_t>& pids) {
+  if (pids.empty()) return "no process; a child cgroup?";
+  std::string out = std::to_string(pids.size()) + " processes:";
+  for (size_t i = 0; i < pids.size() && i < 5; ++i) {
+    // /proc/PID/stat: PID (COMM) STATE ...; COMM may hold spaces and parentheses.
+    const std::string stat = slurp(fs::path("/proc") / std::to_string(pids[i]) / "stat");
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    out += " " + std::to_string(pids[i]);
+    if (open != std::string::npos && close != std::string::npos && close > open && close + 2 < stat.size())
+      out += " " + stat.substr(open, close - open + 1) + " " + stat[close + 2];
+  }
+  return out;
+}
+
 // Kills what is in `procs` until nothing is (a killed process leaves cgroup.procs once it has
 // exited), or `until` passes; every process seen is added to `seen`.
 void killUntilEmpty(const std::vector<fs::path>& procs, std::chrono::steady_clock::time_point until,
@@ -265,10 +281,13 @@ size_t LeaseCgroup::destroy(milliseconds limit) {
     for (pid_t pid : pids()) seen.insert(pid);
     put(folders_.front() / "cgroup.kill", "1");
   } else if (!freezer_.empty()) {
-    // Held still, none can fork while the others are killed; the kill lands as they thaw.
+    // Held still, none can fork while the others are killed; the kill lands as they thaw. A task
+    // the freezer cannot stop (asleep uninterruptibly, under load) gets a quarter of the time: the
+    // kills that follow must have the rest.
     put(freezer_ / "freezer.state", "FROZEN");
+    const auto frozenBy = std::chrono::steady_clock::now() + limit / 4;
     while (slurp(freezer_ / "freezer.state").starts_with("FREEZING") &&
-           std::chrono::steady_clock::now() < until)
+           std::chrono::steady_clock::now() < frozenBy)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     for (pid_t pid : readPids(freezer_ / "cgroup.procs")) {
       seen.insert(pid);
@@ -288,8 +307,8 @@ size_t LeaseCgroup::destroy(milliseconds limit) {
       err = 0;
     }
     if (err != 0)
-      throw ioError("cannot remove cgroup " + it->string() + ": " + strerror(err) + " (" +
-                    std::to_string(pids().size()) + " processes left in it)");
+      throw ioError("cannot remove cgroup " + it->string() + ": " + strerror(err) +
+                    " (left in it: " + describe(pids()) + ")");
   }
   return seen.size();
 }

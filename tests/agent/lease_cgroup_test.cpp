@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "poolrun/agent/jobs.hpp"
 #include "poolrun/agent/lease_cgroup.hpp"
 #include "poolrun/common/error.hpp"
 #include "support/temp_dir.hpp"
@@ -218,6 +219,55 @@ TEST_P(LeaseCgroupTest, AMadeCgroupIsTakenAgainAndABadNameRefused) {
   again.destroy(std::chrono::seconds(5));
   EXPECT_THROW(LeaseCgroup(mounts, GetParam(), parent, "../escape", {}), Error);
   EXPECT_THROW(LeaseCgroup(mounts, GetParam(), parent, "", {}), Error);
+}
+
+// A lease's cgroup the agent cannot remove when its job ends (here a child cgroup the job made in
+// it; in the field a process that would not die in time) is said once, with what holds it, and
+// tried again at each reap() until it goes.
+TEST_P(LeaseCgroupTest, AJobsCgroupThatCannotGoYetIsTriedAgainUntilItGoes) {
+  const std::filesystem::path launcher = dev.write("launcher", "#!/bin/sh\nshift 4\nexec \"$@\"\n");
+  std::filesystem::permissions(launcher, std::filesystem::perms::owner_all);
+  agent::JobRunnerOptions options{"n01", "http://127.0.0.1:1", launcher, "", dev.path() / "records"};
+  options.cgroup = GetParam();
+  options.cgroup_mounts = mounts;
+  options.cgroup_parent = parent;
+  const std::filesystem::path lease =
+      (GetParam() == CgroupVersion::kV1 ? mounts.controllers.at("devices") : mounts.unified) / parent / "L1";
+  pool::JobLaunch l;
+  l.id = "J1";
+  l.lease = "L1";
+  l.owner = "root";
+  l.allow_root = true;
+  l.command = {"/bin/mkdir", (lease / "held").string()};
+  l.cwd = dev.path().string();
+  l.output = l.error = (dev.path() / "J1.out").string();
+  agent::JobRunner runner(options);
+  ASSERT_EQ(runner.start(l).kind, pool::JobReport::Kind::kStarted) << runner.takeNotes().size();
+  std::vector<std::pair<std::string, pool::JobReport>> ended;
+  for (int i = 0; i < 500 && ended.empty(); ++i) {
+    ended = runner.reap();
+    if (ended.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].second.exit.exit_status, 0) << "mkdir " << (lease / "held");
+  std::vector<std::string> notes = runner.takeNotes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("lease L1: its cgroup on node n01 is left for now (tried again each second)"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[0].find("no process; a child cgroup?"), std::string::npos) << notes[0];
+  EXPECT_TRUE(runner.wantsPolling());
+  EXPECT_TRUE(runner.reap().empty());
+  EXPECT_TRUE(runner.takeNotes().empty()) << "said once";
+  ASSERT_EQ(rmdir((lease / "held").c_str()), 0) << strerror(errno);
+  runner.reap();
+  notes = runner.takeNotes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "lease L1: its cgroup on node n01 is removed at last");
+  EXPECT_FALSE(runner.wantsPolling());
+  EXPECT_FALSE(std::filesystem::exists(lease));
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {  // the watcher is this test's child
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, LeaseCgroupTest, ::testing::Values(CgroupVersion::kV1, CgroupVersion::kV2),

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +92,9 @@ class JobRunner {
     return static_cast<size_t>(
         std::count_if(watched_.begin(), watched_.end(), [](const auto& w) { return !w.second.child; }));
   }
+  // Whether reap() has work without a SIGCHLD: jobs taken back, or leases' cgroups that could not be
+  // removed yet (tried again at each reap()).
+  bool wantsPolling() const { return takenBack() > 0 || !cgroups_left_.empty(); }
 
  private:
   struct Watcher {
@@ -113,7 +117,10 @@ class JobRunner {
   JobRunnerOptions options_;
   std::map<std::string, Watcher> watched_;  // by job id
   std::vector<std::string> notes_;
-  void endCgroup(const Watcher& w);
+  std::set<std::string> cgroups_left_;  // leases whose cgroup destroy() could not remove yet
+  // Kills what lease `lease`'s cgroup holds and removes it, within `limit`; a failure is noted once
+  // and the lease kept in cgroups_left_.
+  void endCgroup(const std::string& lease, std::chrono::milliseconds limit);
 };
 
 }  // namespace poolrun::agent
