@@ -144,6 +144,7 @@ struct Agent::State {
     r.node = config.node;
     r.node.topology = topology;
     r.agent_version = config.agent_version;
+    r.launch = config.launch;
     link->registerNode(r);
     registered = true;
     topology_hash = pool::topologyHash(*topology);

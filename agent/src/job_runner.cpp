@@ -21,6 +21,7 @@
 #include "poolrun/agent/jobs.hpp"
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
+#include "user_process.hpp"
 
 namespace poolrun::agent {
 namespace {
@@ -31,61 +32,6 @@ pool::JobReport notStarted(std::string reason) {
   r.exit.exit_status = 127;
   r.exit.reason = std::move(reason);
   return r;
-}
-
-// What the child does between fork and exec, each step's failure written to `fd` (the parent reads
-// it as the reason the job did not start). Only async-signal-safe calls: the agent has threads.
-struct ChildPlan {
-  uid_t uid;
-  gid_t gid;
-  std::vector<gid_t> groups;
-  mode_t umask;
-  const char* cwd;
-  const char* output;
-  const char* error;  // null: with the output
-  std::vector<char*> argv, envp;
-  std::vector<const char*> cgroup_procs;  // the lease's cgroup: joined before the user is taken
-};
-
-void failIn(int fd, const char* what, const char* path) {
-  const char* why = strerror(errno);  // not async-signal-safe in theory; glibc's is a table lookup
-  for (const char* part : {what, path ? " " : "", path ? path : "", ": ", why}) {
-    ssize_t n = write(fd, part, strlen(part));
-    (void)n;
-  }
-  _exit(127);
-}
-
-[[noreturn]] void runChild(const ChildPlan& p, int fd) {
-  for (const char* file : p.cgroup_procs) {
-    const int procs = open(file, O_WRONLY | O_CLOEXEC);
-    if (procs < 0 || write(procs, "0", 1) != 1) failIn(fd, "cannot join the lease's cgroup", file);
-    close(procs);
-  }
-  if (geteuid() == 0) {
-    if (setgroups(p.groups.size(), p.groups.data()) != 0) failIn(fd, "cannot set the job's groups", nullptr);
-    if (setgid(p.gid) != 0) failIn(fd, "cannot set the job's group id", nullptr);
-    if (setuid(p.uid) != 0) failIn(fd, "cannot become the job's user", nullptr);
-  }
-  umask(p.umask);
-  if (chdir(p.cwd) != 0) failIn(fd, "cannot change to the job's directory", p.cwd);
-  const int out = open(p.output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (out < 0) failIn(fd, "cannot open the job's output file", p.output);
-  int err = out;
-  if (p.error != nullptr) {
-    err = open(p.error, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (err < 0) failIn(fd, "cannot open the job's error file", p.error);
-  }
-  const int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (in < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-    failIn(fd, "cannot set up the job's standard streams", nullptr);
-  signal(SIGPIPE, SIG_DFL);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  execve(p.argv[0], p.argv.data(), p.envp.data());
-  failIn(fd, "cannot run the launcher", p.argv[0]);
-  _exit(127);
 }
 
 // `value` as decimal text ending at `end`; where it begins. No allocator, no stdio: the watcher is a
@@ -382,31 +328,21 @@ void JobRunner::reported(const std::string& id) {
 }
 
 std::string JobRunner::checkUser(const pool::JobLaunch& l, Account& account) const {
-  passwd pw{};
-  passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  if (getpwnam_r(l.owner.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr)
+  const std::optional<UserAccount> user = lookUpUser(l.owner);
+  if (!user)
     return "user " + l.owner + " is not known on node " + options_.node +
            " (its password database has no such user): the job runs as the user who submitted it";
-  if (pw.pw_uid != l.uid)
-    return "user " + l.owner + " is uid " + std::to_string(pw.pw_uid) + " on node " + options_.node +
+  if (user->uid != l.uid)
+    return "user " + l.owner + " is uid " + std::to_string(user->uid) + " on node " + options_.node +
            ", but uid " + std::to_string(l.uid) +
            " where the job was submitted: the nodes' password databases " + "must agree";
-  if (pw.pw_uid == 0 && !l.allow_root)
+  if (user->uid == 0 && !l.allow_root)
     return "the job would run as root, which this pool refuses (poold --allow-root-jobs allows it)";
-  if (geteuid() != 0 && geteuid() != pw.pw_uid)
+  if (geteuid() != 0 && geteuid() != user->uid)
     return "poold-agent on node " + options_.node + " runs as uid " + std::to_string(geteuid()) +
            " and can run jobs of that user alone, not of " + l.owner + ": run poold-agent as root";
-  account.login_env = {std::string("HOME=") + pw.pw_dir, "USER=" + l.owner, "LOGNAME=" + l.owner,
-                       std::string("SHELL=") + (*pw.pw_shell ? pw.pw_shell : "/bin/sh")};
-  std::vector<gid_t>& groups = account.groups;
-  int count = 64;
-  groups.assign(static_cast<size_t>(count), 0);
-  if (getgrouplist(l.owner.c_str(), pw.pw_gid, groups.data(), &count) < 0) {
-    groups.assign(static_cast<size_t>(count), 0);
-    getgrouplist(l.owner.c_str(), pw.pw_gid, groups.data(), &count);
-  }
-  groups.resize(static_cast<size_t>(std::max(count, 0)));
+  account.login_env = user->login_env;
+  account.groups = user->groups;
   return "";
 }
 
@@ -447,22 +383,15 @@ pool::JobReport JobRunner::start(const pool::JobLaunch& l) {
   env.push_back("POOLRUN_JOB_ID=" + l.id);
   if (l.task) env.push_back("POOLRUN_ARRAY_TASK_ID=" + std::to_string(*l.task));
   if (!options_.ca_file.empty()) env.push_back("POOLRUN_CA=" + options_.ca_file.string());
-  ChildPlan plan{l.uid,
-                 l.gid,
-                 account.groups,
-                 static_cast<mode_t>(l.umask & 0777),
-                 l.cwd.c_str(),
-                 l.output.c_str(),
-                 l.error == l.output ? nullptr : l.error.c_str(),
-                 {},
-                 {},
-                 {}};
-  for (std::string& a : args) plan.argv.push_back(a.data());
-  plan.argv.push_back(nullptr);
-  for (std::string& e : env) plan.envp.push_back(e.data());
-  plan.envp.push_back(nullptr);
-  if (cgroup)
-    for (const std::filesystem::path& file : cgroup->procsFiles()) plan.cgroup_procs.push_back(file.c_str());
+  ChildPlan plan;
+  plan.uid = l.uid;
+  plan.gid = l.gid;
+  plan.groups = account.groups;
+  plan.umask = static_cast<mode_t>(l.umask & 0777);
+  plan.cwd = l.cwd.c_str();
+  plan.output = l.output.c_str();
+  plan.error = l.error == l.output ? nullptr : l.error.c_str();
+  plan.point(args, env, cgroup ? &cgroup->procsFiles() : nullptr);
   std::error_code ec;
   std::filesystem::create_directories(options_.records, ec);
   if (ec || access(options_.records.c_str(), W_OK) != 0)

@@ -34,6 +34,8 @@ std::string agentUsage() {
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
          "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH] [--job-dir DIR]\n"
          "                   [--cgroup auto|v1|v2|none] [--cgroup-parent NAME] [--lease-pids N]\n"
+         "                   [--launch-listen HOST:PORT [--launch-advertise HOST:PORT]\n"
+         "                    [--allow-root-launches] [--simulated-node]]\n"
          "       poold-agent --help | --version\n"
          "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
          "every interval; keeps running while poold is down (see docs/agent.md).\n"
@@ -85,6 +87,16 @@ std::string agentUsage() {
          "                              (default poolrun)\n"
          "  --lease-pids N              at most N processes and threads in a lease's cgroup on this\n"
          "                              node (default: no limit; 1 to 4194304)\n"
+         "  --launch-listen HOST:PORT   start jobs' daemons here for mpirun on a poold pool "
+         "(docs/launch.md):\n"
+         "                              a daemon runs as the lease's owner, in the lease's cgroup, only\n"
+         "                              with a launch credential poold signed for this node (port 0: any\n"
+         "                              free one). Without it, jobs reach this node over ssh\n"
+         "  --launch-advertise HOST:PORT  the address launchers are told (default: the listening port at\n"
+         "                              the address the agent's registration comes from)\n"
+         "  --allow-root-launches       start the daemons of root's leases too (refused by default)\n"
+         "  --simulated-node            daemons take the node's name as their host name (a UTS\n"
+         "                              namespace): several simulated nodes on one machine\n"
          "  --switch NAME               the node's leaf switch, for placement under one switch\n"
          "  --label KEY=VALUE           a label of the node (repeatable)\n"
          "exit status: 0 when stopped (SIGTERM, SIGINT), 1 when poold refuses the node's registration\n"
@@ -175,6 +187,18 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
           o.cgroup_parent == "." || o.cgroup_parent == ".." || o.cgroup_parent.size() > 64)
         throw badInput("--cgroup-parent '" + common::printable(o.cgroup_parent) +
                        "': give one cgroup name (no '/', at most 64 bytes)");
+    } else if (a == "--launch-listen") {
+      o.launch_listen = value();
+    } else if (a == "--launch-advertise") {
+      o.launch_advertise = value();
+      if (std::string why = pool::launchAddressProblem(o.launch_advertise);
+          !why.empty() || o.launch_advertise.starts_with(":"))
+        throw badInput("--launch-advertise '" + common::printable(o.launch_advertise) +
+                       "': expected HOST:PORT" + (why.empty() ? "" : " (it " + why + ")"));
+    } else if (a == "--allow-root-launches") {
+      o.allow_root_launches = true;
+    } else if (a == "--simulated-node") {
+      o.simulated_node = true;
     } else if (a == "--lease-pids") {
       o.lease_pids = common::parseOption<int64_t>(a, value(), 1, 4194304);
     } else if (a == "--mps-control") {
@@ -230,6 +254,11 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
     throw badInput("--tls-cert with --pool " + common::printable(o.pool) +
                    ": a client certificate is for an https:// poold");
   }
+  if (o.launch_listen.empty() && (!o.launch_advertise.empty() || o.allow_root_launches || o.simulated_node))
+    throw badInput(std::string(!o.launch_advertise.empty() ? "--launch-advertise"
+                               : o.allow_root_launches     ? "--allow-root-launches"
+                                                           : "--simulated-node") +
+                   " without --launch-listen HOST:PORT: it is about the launch port");
   for (const auto& [option, dir] : {std::pair{"--sysfs-root", o.sysfs_root}, {"--proc-root", o.proc_root}}) {
     std::error_code ec;
     if (!dir.empty() && !std::filesystem::is_directory(dir, ec))

@@ -13,6 +13,7 @@
 
 #include "poolrun/agent/agent.hpp"
 #include "poolrun/agent/join.hpp"
+#include "poolrun/agent/launch_server.hpp"
 #include "poolrun/agent/options.hpp"
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
@@ -123,6 +124,27 @@ int main(int argc, char** argv) {
     agent::LinkFactory link = [o] {
       return pool::openAgentLink(o.pool, agent::linkOptions(o, agent::readTokenFile(o.token_file)));
     };
+    // The launch port: jobs' daemons started here for mpirun (docs/launch.md).
+    std::unique_ptr<agent::LaunchServer> launches;
+    if (!o.launch_listen.empty()) {
+      agent::LaunchServerOptions lo;
+      lo.node = config.node.name;
+      lo.listen = o.launch_listen;
+      lo.launch_key = [link, node = config.node.name] { return link()->launchKey(node); };
+      lo.confinement = *config.jobs;
+      lo.allow_root = o.allow_root_launches;
+      lo.node_hostname = o.simulated_node;
+      lo.log = [](const std::string& line) {
+        static std::mutex mu;
+        std::lock_guard<std::mutex> lock(mu);
+        std::cerr << line << std::endl;
+      };
+      launches = std::make_unique<agent::LaunchServer>(std::move(lo));
+      config.launch =
+          o.launch_advertise.empty() ? ":" + std::to_string(launches->port()) : o.launch_advertise;
+      std::cerr << "poold-agent: starting jobs' daemons for launch credentials at port " << launches->port()
+                << std::endl;
+    }
 
     // Shared with the signal thread, which may still wait on them as main returns (a mutex or a
     // condition variable destroyed under it makes it throw, and the process abort).

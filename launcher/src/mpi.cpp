@@ -257,8 +257,19 @@ MpiCommand buildMpiCommand(const LaunchSpec& spec, const MpiInstall& mpi) {
   auto runtimeMca = [&](const std::string& k, const std::string& v) {
     a.insert(a.end(), {ompi4 ? "--mca" : "--prtemca", k, v});
   };
+  if (!spec.rsh_agent.empty()) {
+    // Each node's daemon from mpirun itself, never from another daemon (a tree spawn would need the
+    // launch file and a credential on that node).
+    runtimeMca(ompi4 ? "plm_rsh_agent" : "plm_ssh_agent", spec.rsh_agent);
+    runtimeMca(ompi4 ? "plm_rsh_no_tree_spawn" : "plm_ssh_no_tree_spawn", "1");
+    // Without a tree, Open MPI has each daemon fork into the background and its remote shell end:
+    // attached, a daemon stays in its agent's session, which lasts as long as it (and ends its
+    // lease's cgroup there with it).
+    a.push_back("--leave-session-attached");
+    cmd.env.emplace_back("POOLRUN_LAUNCH_FILE", spec.launch_file.string());
+  }
   if (spec.simulated) {
-    runtimeMca(ompi4 ? "plm_rsh_agent" : "plm_ssh_agent", spec.sim_agent);
+    if (spec.rsh_agent.empty()) runtimeMca(ompi4 ? "plm_rsh_agent" : "plm_ssh_agent", spec.sim_agent);
     // A simulated node's name is in no resolver. Open MPI asks DNS whether each host of the rankfile
     // is this machine; where the DNS server drops the query, mpirun waits out the resolver's 5 s
     // timeout (1 launch in 7 here). Open MPI 4.x asks through OPAL, 5.x through PMIx.

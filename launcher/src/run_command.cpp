@@ -375,13 +375,20 @@ std::optional<nlohmann::ordered_json> jobTuner(const JobPlan& plan, const RunOpt
 }
 
 // The one line that says which node mpirun could not start the job on, and what to do.
-std::string unreachableLine(const DaemonFailure& f, const JobPlan& plan, const JobSite& where) {
+std::string unreachableLine(const DaemonFailure& f, const JobPlan& plan, const JobSite& where,
+                            bool viaAgents) {
   std::vector<std::string> nodes;
   for (const NodePlan& n : plan.nodes) nodes.push_back(n.name);
   std::string line = "mpirun could not start the job on " +
                      (f.node.empty() ? "one of the leased nodes (" + topo::compressHostlist(nodes) + ")"
                                      : "node " + f.node) +
                      " (" + f.reason + ")";
+  if (viaAgents)
+    return line +
+           ": the ranks on a poold pool's nodes are started by the nodes' agents (docs/launch.md), so " +
+           "each leased node's poold-agent must run with --launch-listen and be reachable from here, or "
+           "use " +
+           "--launch ssh. Exit status " + std::to_string(kExitRefused);
   if (where.site == pool::RankSite::kRemoteNodes)
     return line +
            ": the ranks on a poold pool's nodes are started from here over ssh, so every leased node " +
@@ -396,10 +403,52 @@ std::string unreachableLine(const DaemonFailure& f, const JobPlan& plan, const J
 constexpr const char* kDeadlineFile = "preempt-deadline";
 constexpr int kMaxRestarts = 10;
 
+// Where the nodes' agents start the job's daemons (docs/launch.md): the launch file, with each node's
+// agent and the credential poold signed for it, written to the job directory (mode 0600); empty
+// where mpirun starts them over ssh (--launch ssh; auto where a node's agent starts none). Throws
+// poolrun::Error where --launch agents cannot be had.
+std::filesystem::path agentLaunchFile(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan,
+                                      const JobSite& where, const RunOptions& o, const JobDirectory& dir) {
+  if (o.launch == "ssh" || o.srun) return {};
+  if (where.site != pool::RankSite::kRemoteNodes) {
+    if (o.launch == "agents")
+      throw badInput(
+          "--launch agents is for a poold pool's nodes, whose agents start the daemons (pool here: '" +
+          o.pool + "')");
+    return {};
+  }
+  pool::LaunchCredentials credentials;
+  try {
+    credentials = pool.launchCredentials(lease.id);
+  } catch (const Error& e) {
+    if (o.launch == "agents") throw;
+    return {};  // auto: a poold without launch credentials (an older one) has its nodes take ssh
+  }
+  nlohmann::json nodes = nlohmann::json::object();
+  for (const pool::LaunchNode& n : credentials.nodes)
+    nodes[n.node] = {{"agent", n.agent}, {"credential", n.credential}};
+  for (const NodePlan& n : plan.nodes) {
+    if (nodes.contains(n.name) && !nodes[n.name]["agent"].get<std::string>().empty()) continue;
+    if (o.launch == "auto") return {};
+    throw Error(
+        ErrorCode::kUnsupported,
+        "--launch agents: the agent of node " + n.name +
+            " starts no daemons (start it with poold-agent --launch-listen HOST:PORT), or use --launch ssh");
+  }
+  const nlohmann::json file = {{"lease", lease.id}, {"expires", credentials.expires}, {"nodes", nodes}};
+  using std::filesystem::perms;
+  return dir.write("launch.json", file.dump() + "\n", perms::owner_read | perms::owner_write);
+}
+
 LaunchSpec launchSpec(const JobPlan& plan, const pool::Lease& lease, const JobSite& where,
                       const RunOptions& o, const JobDirectory& dir,
-                      const std::optional<nlohmann::ordered_json>& tuner, int restart) {
+                      const std::optional<nlohmann::ordered_json>& tuner, int restart,
+                      const std::filesystem::path& launchFile) {
   LaunchSpec spec;
+  if (!launchFile.empty()) {
+    spec.rsh_agent = sibling("poolrun-rsh");
+    spec.launch_file = launchFile;
+  }
   spec.plan = &plan;
   spec.job_dir = dir.path();
   spec.rank_wrapper = sibling("poolrun-rank");
@@ -467,11 +516,13 @@ Launch writeLaunch(const JobDirectory& dir, MpiCommand cmd,
 
 // The job directory with everything the launch needs: the plan's files, the tuner configuration,
 // the mpirun (or srun) command and its files.
-Launch prepareLaunch(const JobPlan& plan, const pool::Lease& lease, const JobSite& where, const RunOptions& o,
-                     const JobDirectory& dir, int restart, std::ostream& err) {
+Launch prepareLaunch(pool::PoolClient& pool, const JobPlan& plan, const pool::Lease& lease,
+                     const JobSite& where, const RunOptions& o, const JobDirectory& dir, int restart,
+                     std::ostream& err) {
   dir.writePlan(plan);
   const std::optional<nlohmann::ordered_json> tuner = jobTuner(plan, o, err);
-  const LaunchSpec spec = launchSpec(plan, lease, where, o, dir, tuner, restart);
+  const LaunchSpec spec = launchSpec(plan, lease, where, o, dir, tuner, restart,
+                                     agentLaunchFile(pool, lease, plan, where, o, dir));
   return writeLaunch(
       dir, o.srun ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(o.mpirun, o.mpi_flavor)),
       tuner);
@@ -540,7 +591,10 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
       pruneJobDirs(stateDir() / "jobs", 100, std::chrono::hours(24 * 7), std::chrono::minutes(60));
   };
   SuperviseResult r = supervise(so, err);
-  if (r.unreachable) err << "poolrun: error: " << unreachableLine(*r.unreachable, plan, where) << "\n";
+  const bool viaAgents = std::any_of(launch.cmd.env.begin(), launch.cmd.env.end(),
+                                     [](const auto& kv) { return kv.first == "POOLRUN_LAUNCH_FILE"; });
+  if (r.unreachable)
+    err << "poolrun: error: " << unreachableLine(*r.unreachable, plan, where, viaAgents) << "\n";
   // A preempted or resized job's ranks ended by the signal were sent it: no failure to report.
   bool expected = (r.preempted || r.resized) && r.failure && r.failure->signal != 0;
   if (r.failure && !expected && r.failure->rank >= 0 &&
@@ -675,7 +729,7 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
     if (own_dir) dir.write(kJobMarkerFile, dir_path.filename().string() + "\n");
     std::error_code ec;
     std::filesystem::remove(dir.file(kDeadlineFile), ec);  // an earlier run's notice is not this run's
-    const Launch launch = prepareLaunch(plan, lease, where, options, dir, restart, err);
+    const Launch launch = prepareLaunch(pool, plan, lease, where, options, dir, restart, err);
     if (options.dry_run) {
       printDryRun(plan, lease, pool, where, dir, launch, out);
       return 0;

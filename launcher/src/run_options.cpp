@@ -183,6 +183,8 @@ void checkValues(const po::variables_map& vm, const std::string& tuner, const st
     o.mpi_flavor = MpiFlavor::kOmpi5;
   else if (mpiFlavor != "auto")
     throw badInput("--mpi-flavor '" + mpiFlavor + "': use auto, ompi4 or ompi5");
+  if (o.launch != "auto" && o.launch != "agents" && o.launch != "ssh")
+    throw badInput("--launch '" + common::printable(o.launch) + "': use auto, agents or ssh");
   // The shell's values of what the plan sets never override it (a stray WORLD_SIZE=1 or
   // CUDA_VISIBLE_DEVICES=3); only -x does. They are named once the plan is made.
   o.shell_env = shellPlannedVariables(o.exports);
@@ -337,6 +339,9 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("mpirun", po::value(&o.mpirun)->value_name("PATH"), "the mpirun (or prterun) binary")
       ("dry-run", "print the plan and the command, write the job directory with its run.sh; start nothing")
       ("simulate", "run the leased nodes on this machine, as a sim: pool's are (to try a pool's job here)")
+      ("launch", po::value(&o.launch)->value_name("auto|agents|ssh"),
+       "how a poold pool's nodes start the job's daemons: through their agents with a credential poold "
+       "signs (no ssh keys), over ssh, or auto (default: the agents where each node's starts daemons)")
       ("no-doctor", "start even when the pre-launch checks find a port, GID or GPUDirect problem")
       ("job-dir", po::value(&o.job_dir)->value_name("DIR"), "job directory (default: under the state directory)")
       ("lease-ttl", po::value(&leaseTtl)->value_name("SECONDS"),

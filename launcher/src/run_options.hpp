@@ -61,7 +61,10 @@ struct RunOptions {
   bool tag_output = false;
   bool dry_run = false;
   bool simulate = false;  // --simulate: the leased nodes run on this machine
-  bool doctor = true;     // false: --no-doctor
+  // --launch: how mpirun starts a poold pool's nodes' daemons: through their agents (launch.md),
+  // over ssh, or auto (the agents where every node's agent starts daemons, else ssh).
+  std::string launch = "auto";
+  bool doctor = true;  // false: --no-doctor
   // Detached jobs (docs/jobs.md): --detach submits the job to a poold and returns its id; the pool
   // keeps it and a node's agent starts it later with --adopt-lease, the lease granted to it.
   bool detach = false;

@@ -408,6 +408,10 @@ std::optional<DaemonFailure> parseDaemonFailure(const std::string& text) {
     auto named = [&](std::string_view node) {
       return DaemonFailure{std::string(node), std::string(common::trim(line))};
     };
+    // poolrun-rsh's: "poolrun: cannot start the job's daemon on node N: why".
+    if (takePrefix(rest, "poolrun: cannot start the job's daemon on node "))
+      return DaemonFailure{std::string(rest.substr(0, rest.find(':'))),
+                           std::string(common::trim(rest.substr(std::min(rest.size(), rest.find(':') + 2))))};
     // ssh's own lines: "ssh: Could not resolve hostname N: ...", "ssh: connect to host N port 22: ...".
     if (takePrefix(rest, "ssh: Could not resolve hostname ") || takePrefix(rest, "ssh: connect to host "))
       return named(rest.substr(0, std::min(rest.find(':'), rest.find(' '))));

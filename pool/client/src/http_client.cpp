@@ -278,6 +278,23 @@ class HttpPool : public PoolControl, public AgentLink {
              json{{"token", token}, {"credential", credential}}, {milliseconds(2000), milliseconds(10000)});
     return !reply.value("again", false);
   }
+  std::string launchKey(const std::string& node) override {
+    return call("GET", "/v1/nodes/" + segment(node) + "/launch-key", nullptr,
+                {milliseconds(2000), milliseconds(10000)})
+        .at("key")
+        .get<std::string>();
+  }
+  LaunchCredentials launchCredentials(const std::string& id) override {
+    const json reply = call("POST", "/v1/leases/" + segment(id) + "/launch", json::object());
+    LaunchCredentials out;
+    out.lease = reply.at("lease").get<std::string>();
+    out.expires = reply.at("expires").get<int64_t>();
+    for (const json& n : reply.at("nodes"))
+      out.nodes.push_back({n.at("node").get<std::string>(),
+                           n.at("agent").is_string() ? n.at("agent").get<std::string>() : "",
+                           n.at("credential").get<std::string>()});
+    return out;
+  }
   NodeJobWork jobWork(const std::string& node) override {
     return nodeJobWorkFromJson(call("GET", "/v1/nodes/" + segment(node) + "/jobs", nullptr,
                                     {milliseconds(2000), milliseconds(10000)}));
@@ -626,6 +643,14 @@ std::vector<JobView> PoolControl::job(const std::string&) {
 }
 std::vector<std::string> PoolControl::cancelJob(const std::string&, int) {
   throw noJobs();
+}
+std::string AgentLink::launchKey(const std::string&) {
+  throw Error(ErrorCode::kUnsupported, "this link to the pool carries no launch key");
+}
+LaunchCredentials PoolClient::launchCredentials(const std::string&) {
+  throw Error(
+      ErrorCode::kUnsupported,
+      "this pool's nodes have no agents to start a job's daemons: use --launch ssh (the default here)");
 }
 NodeJobWork AgentLink::jobWork(const std::string&) {
   throw Error(ErrorCode::kUnsupported, "this link to the pool carries no jobs");

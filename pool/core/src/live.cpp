@@ -59,6 +59,7 @@ void PoolState::registerAgentNode(const NodeRegistration& registration, TimePoin
   registerNode(registration.node, true);
   PoolNode& node = nodes_.at(registration.node.name);
   node.agent = registration.agent_version.empty() ? "unknown" : registration.agent_version;
+  node.launch = registration.launch;
   node.live.last_heartbeat = now;
   node.live.unreachable = false;
   view_time_ = std::max(view_time_, now);

@@ -74,16 +74,38 @@ json toJson(const topo::NicPortSample& n) {
 
 }  // namespace
 
+std::string launchAddressProblem(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "has no :PORT";
+  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) < 1 || std::stoi(port) > 65535)
+    return "has no port from 1 to 65535 after its last ':'";
+  const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  const std::string allowed = bracketed ? "0123456789abcdefABCDEF:.[]"
+                                        : "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-";
+  if (host.size() > 255 || host.find_first_not_of(allowed) != std::string::npos)
+    return "has no host name or IP address before its port (an IPv6 address goes in brackets)";
+  return "";
+}
+
 json toJson(const NodeRegistration& r) {
-  return {{"schema", kRegistrationSchema}, {"node", toJson(r.node)}, {"agent", r.agent_version}};
+  json doc = {{"schema", kRegistrationSchema}, {"node", toJson(r.node)}, {"agent", r.agent_version}};
+  if (!r.launch.empty()) doc["launch"] = r.launch;
+  return doc;
 }
 
 NodeRegistration nodeRegistrationFromJson(const json& doc) {
-  JsonFields f = clientFields(doc, {"schema", "node", "agent"}, "the node registration");
+  JsonFields f = clientFields(doc, {"schema", "node", "agent", "launch"}, "the node registration");
   checkSchema(f, kRegistrationSchema);
   NodeRegistration r;
   r.node = clusterNodeFromJson(f.need("node"));
   r.agent_version = text(f, "agent", kMaxVersionBytes, Text::kClient);
+  if (f.has("launch")) {
+    r.launch = text(f, "launch", 300, Text::kClient);
+    if (std::string why = launchAddressProblem(r.launch); !why.empty())
+      throw badInput("field 'launch' of the node registration: '" + common::printable(r.launch) + "' " + why);
+  }
   return r;
 }
 

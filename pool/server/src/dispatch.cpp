@@ -198,12 +198,13 @@ std::optional<Caller> ServerCore::launcherOfJob(const std::string& token, bool n
 namespace {
 
 // What a detached job's launcher may do with its credential: what poolrun does with its lease (read
-// the pool's nodes and replicas, renew, shrink and release the lease), and nothing else.
+// the pool's nodes and replicas, renew, shrink and release the lease, ask for its launch
+// credentials), and nothing else.
 bool launcherMay(const Caller& who, const Route& r, const std::vector<std::string>& params) {
   const std::string& p = r.spec.pattern;
   if (r.spec.method == "GET" && (p == "/v1/nodes/*" || p == "/v1/replicas" || p == "/v1/status")) return true;
   const bool leaseRoute = p == "/v1/leases/*/renew" || p == "/v1/leases/*/shrink" ||
-                          (p == "/v1/leases/*" && r.spec.method == "DELETE");
+                          p == "/v1/leases/*/launch" || (p == "/v1/leases/*" && r.spec.method == "DELETE");
   return leaseRoute && params.at(0) == who.job_lease;
 }
 
@@ -212,11 +213,11 @@ bool launcherMay(const Caller& who, const Route& r, const std::vector<std::strin
 // Whether the caller's role may call the route: a node's token its own node's agent routes only.
 void ServerCore::authorize(const Caller& who, const Route& r, const std::vector<std::string>& params) const {
   if (!who.job_lease.empty() && !launcherMay(who, r, params))
-    throw HttpError("forbidden", "the credential of a detached job's launcher is for its lease " +
-                                     who.job_lease +
-                                     " alone (renew, shrink, release) and the pool's nodes; it may not " +
-                                     (std::string(r.spec.what).empty() ? r.spec.method + " " + r.spec.pattern
-                                                                       : std::string(r.spec.what)));
+    throw HttpError("forbidden",
+                    "the credential of a detached job's launcher is for its lease " + who.job_lease +
+                        " alone (renew, shrink, release, launch) and the pool's nodes; it may not " +
+                        (std::string(r.spec.what).empty() ? r.spec.method + " " + r.spec.pattern
+                                                          : std::string(r.spec.what)));
   const bool agent = r.spec.role == Role::kAgent;
   if (who.node != agent && !who.admin)
     throw HttpError("forbidden", who.node ? "the token of node " + who.owner +

@@ -42,7 +42,7 @@ std::string serverHelp(const ServerOptions& d) {
          "             [--max-connections-per-peer N] [--header-timeout SECONDS] [--body-timeout SECONDS]\n"
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
          "             [--max-queued-per-owner N] [--max-jobs-per-owner N] [--job-retention SECONDS]\n"
-         "             [--allow-root-jobs]\n"
+         "             [--allow-root-jobs] [--launch-key FILE]\n"
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
@@ -68,6 +68,9 @@ std::string serverHelp(const ServerOptions& d) {
          "                      members are administrators\n"
          "  --insecure-http     serve plain HTTP on an address other than loopback: tokens and all the\n"
          "                      pool's traffic then cross the network in clear (refused without it)\n"
+         "  --launch-key FILE   the Ed25519 key (PEM) poold signs launch credentials with: what lets an\n"
+         "                      agent start a job's daemon on its node (default DIR/launch-key.pem, made\n"
+         "                      at the first start; the replicas of one pool share one file)\n"
          "  --token-file FILE   one `TOKEN OWNER ROLE` line per token (ROLE user, admin, or node for\n"
          "                      an agent, OWNER its node; # comments); re-read when it changes\n"
          "  --cluster FILE      register the nodes of a cluster file at start (keeps their state)\n"
@@ -340,6 +343,7 @@ const std::map<std::string, OptionRow>& optionTable() {
       {"--listen", {true, listen}},
       {"--state", {true, [](O& o, S, S v) { o.server.state_dir = v; }}},
       {"--token-file", {true, [](O& o, S, S v) { o.server.token_file = v; }}},
+      {"--launch-key", {true, [](O& o, S, S v) { o.server.launch_key_file = v; }}},
       {"--tls-cert", {true, [](O& o, S, S v) { o.server.tls_cert_file = v; }}},
       {"--tls-key", {true, [](O& o, S, S v) { o.server.tls_key_file = v; }}},
       {"--tls-client-ca", {true, [](O& o, S, S v) { o.server.tls_client_ca_file = v; }}},

@@ -74,6 +74,8 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
   m.tokens = std::make_unique<TokenStore>(
       m.opt.token_file, [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; });
   auto warn = [](const std::string& w) { std::cerr << "poold: warning: " << w << "\n"; };
+  m.launch_signer = std::make_unique<common::LaunchSigner>(common::LaunchSigner::loadOrCreate(
+      m.opt.launch_key_file.empty() ? m.opt.state_dir / "launch-key.pem" : m.opt.launch_key_file));
   if (m.opt.munge) {
     std::string why;
     std::shared_ptr<Munge> munge = Munge::open(why);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "poolrun/common/launch_credential.hpp"
 #include "poolrun/common/regular_file.hpp"
 #include "poolrun/pool/committed_state.hpp"
 #include "poolrun/pool/event_log.hpp"
@@ -68,6 +69,7 @@ struct ServerCore {
   int lock_fd = -1;
   std::unique_ptr<TokenStore> tokens;
   std::unique_ptr<MungeUsers> munge_users;  // where opt.munge
+  std::unique_ptr<common::LaunchSigner> launch_signer;
   std::unique_ptr<CommittedState> pool;
   ServerMetrics metrics;
   std::unique_ptr<MetricsAccess> metrics_access;

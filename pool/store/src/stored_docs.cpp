@@ -10,6 +10,7 @@ using nlohmann::json;
 json healthToJson(const PoolNode& n) {
   json doc = json::object();
   if (!n.agent.empty()) doc["agent"] = n.agent;
+  if (!n.launch.empty()) doc["launch"] = n.launch;
   for (const auto& [index, f] : n.failures)
     doc["failures"][std::to_string(index)] = {{"reason", f.reason}, {"time_ms", toMillis(f.time)}};
   for (const auto& [index, count] : n.ecc_acknowledged)
@@ -21,6 +22,7 @@ json healthToJson(const PoolNode& n) {
 void healthFromJson(const json& doc, PoolNode& n) {
   if (!doc.is_object()) return;
   n.agent = doc.value("agent", "");
+  n.launch = doc.value("launch", "");
   auto index = [](const std::string& key) { return static_cast<size_t>(std::stoul(key)); };
   if (auto f = doc.find("failures"); f != doc.end() && f->is_object())
     for (const auto& [key, v] : f->items())

@@ -121,6 +121,8 @@ struct AgentConfig {
   // Runs the MPS control daemons poold asks for (HeartbeatReply::mps_gpus); empty functions: every
   // start fails, saying this agent cannot.
   MpsControl mps;
+  // Where the node's agent starts jobs' daemons (NodeRegistration::launch); empty: it does not.
+  std::string launch;
   // Runs the detached jobs poold gives the node (HeartbeatReply::jobs); nullopt: none is asked for.
   std::optional<JobRunnerOptions> jobs;
 };

@@ -50,6 +50,10 @@ struct AgentOptions {
   std::string cgroup = "auto";                     // --cgroup auto|v1|v2|none
   std::string cgroup_parent = "poolrun";           // --cgroup-parent
   int64_t lease_pids = 0;                          // --lease-pids: 0, no limit
+  std::string launch_listen;                       // --launch-listen HOST:PORT; empty: no launch port
+  std::string launch_advertise;                    // --launch-advertise; empty: the port, poold's view
+  bool allow_root_launches = false;
+  bool simulated_node = false;
   std::string switch_name;
   std::map<std::string, std::string> labels;
   bool help = false;

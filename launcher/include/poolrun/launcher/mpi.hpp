@@ -38,6 +38,10 @@ struct LaunchSpec {
   // Simulated cluster: every node runs here, started by this agent, over loopback.
   bool simulated = false;
   std::string sim_agent;
+  // The nodes' daemons started by their agents (docs/launch.md): poolrun-rsh as mpirun's remote
+  // shell, reading the nodes' agents and credentials from launch_file. Empty: ssh, or sim_agent.
+  std::string rsh_agent;
+  std::filesystem::path launch_file;
   int local_cores = 1;  // cores (or hardware threads) of this machine the sim rankfile maps onto
   int local_threads = 1;
   // Variables every rank gets (-x NAME, value set in mpirun's environment).

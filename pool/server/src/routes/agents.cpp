@@ -11,11 +11,19 @@ namespace {
 
 using nlohmann::json;
 
+// The address a registration came from, as a launch address's host: IPv6 in brackets, an
+// IPv4-mapped one as IPv4.
+std::string peerHost(const std::string& peer) {
+  if (peer.starts_with("::ffff:") && peer.find('.') != std::string::npos) return peer.substr(7);
+  return peer.find(':') != std::string::npos ? "[" + peer + "]" : peer;
+}
+
 json registerAgentNode(ServerCore& m, Context& c) {
   NodeRegistration r = nodeRegistrationFromJson(parseBody(c.req.body));
   if (r.node.name != c.params[0])
     throw badRequest("the registration names node '" + r.node.name + "', the path node '" +
                      common::printable(c.params[0]) + "'");
+  if (r.launch.starts_with(":")) r.launch = peerHost(c.req.peer) + r.launch;
   return m.mutate([&](PoolState& s, TimePoint now) {
     s.registerAgentNode(r, now);  // starts what its GPUs let start; no tick (O(nodes) each)
     return json{{"registered", r.node.name}, {"interval_s", m.opt.live.heartbeat_interval.count()}};
@@ -50,10 +58,16 @@ QuickBody quickHeartbeat(ServerCore& m, Context& c) {
       [change = std::move(*change)]() mutable { return json(heartbeatReplyText(change.settle())); });
 }
 
+// poold's public launch key (PEM), with which an agent checks the launch credentials it is shown.
+json launchKey(ServerCore& m, Context&) {
+  return json{{"key", m.launch_signer->publicKeyPem()}, {"key_id", m.launch_signer->keyId()}};
+}
+
 }  // namespace
 
 std::vector<RouteSpec> agentRoutes() {
   return {
+      {"GET", "/v1/nodes/*/launch-key", Role::kAgent, StateLock::kNone, "read the launch key", launchKey},
       {"POST", "/v1/nodes/*/register", Role::kAgent, StateLock::kChange, "register a node",
        registerAgentNode},
       {"POST", "/v1/nodes/*/heartbeat", Role::kAgent, StateLock::kChange, "send heartbeats", takeHeartbeat,

@@ -121,6 +121,56 @@ json releaseLease(ServerCore& m, Context& c) {
   });
 }
 
+// A launch credential per node of a lease (launch_credential.hpp), for its owner: each lets that
+// node's agent start a daemon of the job there, as the owner, for the next kLaunchCredentialLife.
+constexpr std::chrono::seconds kLaunchCredentialLife{300};
+
+json launchCredentials(ServerCore& m, Context& c) {
+  takesNoFields(c.req.body);
+  const std::string& id = c.params[0];
+  if (std::string why = common::leaseIdProblem(id); !why.empty())
+    throw badRequest("'" + common::printable(id) + "' is no lease id: " + why);
+  std::vector<std::pair<common::LaunchGrant, std::string>> grants;  // with the node's launch address
+  const TimePoint now = std::chrono::system_clock::now();
+  m.read([&](const PoolState& s) {
+    auto held = s.leaseMap().find(id);
+    if (held == s.leaseMap().end())
+      throw PoolError(PoolFailure::kGone, ErrorCode::kNotFound,
+                      "no lease " + id + " (it ended, or never was)");
+    const Lease& lease = held->second;
+    if ((lease.owner != c.who.owner && !c.who.admin) || (!c.who.job_lease.empty() && c.who.job_lease != id))
+      throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
+                      "owner " + c.who.owner + " may not start the daemons of lease " + id + " of " +
+                          lease.owner + " (only its owner may)");
+    for (const GpuRef& g : lease.gpus) {
+      auto it =
+          std::find_if(grants.begin(), grants.end(), [&](const auto& x) { return x.first.node == g.node; });
+      if (it == grants.end()) {
+        common::LaunchGrant grant;
+        grant.lease = id;
+        grant.node = g.node;
+        grant.user = lease.owner;
+        grant.expires =
+            std::chrono::duration_cast<std::chrono::seconds>((now + kLaunchCredentialLife).time_since_epoch())
+                .count();
+        auto node = s.nodeMap().find(g.node);
+        grants.emplace_back(grant, node == s.nodeMap().end() ? "" : node->second.launch);
+        it = std::prev(grants.end());
+      }
+      it->first.units.push_back(g.index);
+    }
+  });
+  json nodes = json::array();
+  int64_t expires = 0;
+  for (auto& [grant, launch] : grants) {
+    expires = grant.expires;
+    nodes.push_back({{"node", grant.node},
+                     {"agent", launch.empty() ? json(nullptr) : json(launch)},
+                     {"credential", m.launch_signer->sign(grant)}});
+  }
+  return json{{"lease", id}, {"expires", expires}, {"nodes", nodes}};
+}
+
 }  // namespace
 
 std::vector<RouteSpec> leaseRoutes() {
@@ -129,6 +179,7 @@ std::vector<RouteSpec> leaseRoutes() {
       {"POST", "/v1/leases", Role::kUser, StateLock::kChange, "", acquireLease},
       {"POST", "/v1/leases/*/renew", Role::kUser, StateLock::kChange, "", renewLease},
       {"POST", "/v1/leases/*/shrink", Role::kUser, StateLock::kChange, "", shrinkLease},
+      {"POST", "/v1/leases/*/launch", Role::kUser, StateLock::kRead, "", launchCredentials},
       {"DELETE", "/v1/leases/*", Role::kUser, StateLock::kChange, "", releaseLease},
   };
 }

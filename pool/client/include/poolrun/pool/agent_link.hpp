@@ -32,6 +32,9 @@ class AgentLink {
   // where it has (ask jobWork), false where it has none yet. poold answers at once where its long
   // polls are all taken; the caller then waits for its heartbeats.
   virtual bool awaitJobs(const std::string& node, std::chrono::milliseconds wait);
+  // poold's public launch key (PEM) with which the agent checks launch credentials
+  // (launch_credential.hpp). A link of a pool without one throws kUnsupported.
+  virtual std::string launchKey(const std::string& node);
   virtual std::string describe() const = 0;
 };
 

@@ -76,6 +76,19 @@ enum class RankSite {
   kRemoteNodes,      // http://: other machines, reached by mpirun's remote shell
 };
 
+// Per node of a lease, where its agent starts the job's daemon and the credential that lets it
+// (POST /v1/leases/ID/launch; docs/launch.md).
+struct LaunchNode {
+  std::string node;
+  std::string agent;       // HOST:PORT; empty where the node's agent starts no daemons
+  std::string credential;  // common/launch_credential.hpp's text
+};
+struct LaunchCredentials {
+  std::string lease;
+  int64_t expires = 0;  // Unix seconds
+  std::vector<LaunchNode> nodes;
+};
+
 class PoolClient {
  public:
   virtual ~PoolClient() = default;
@@ -101,6 +114,10 @@ class PoolClient {
   // costs the job nothing: the embedded pools checkpoint their file, so that the next launch
   // opens a short write-ahead log. Errors are swallowed: the next call tries again.
   virtual void idle() {}
+
+  // A launch credential for each node of lease `lease_id`, for its owner. Throws kUnsupported where
+  // the pool's nodes have no agents to start daemons (every pool but poold's), as renew otherwise.
+  virtual LaunchCredentials launchCredentials(const std::string& lease_id);
 
   // The node as the pool knows it: name, topology, leaf switch, labels, fabric override.
   virtual topo::ClusterNode node(const std::string& name) = 0;

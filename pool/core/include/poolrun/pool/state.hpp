@@ -57,6 +57,7 @@ struct PoolNode {
   std::map<size_t, uint64_t> ecc_acknowledged;  // uncorrected ECC counts an administrator accepted
   int64_t order = 0;                            // registration order: "pool order"
   std::string agent;          // the agent's version, for a node its agent registered; empty: no agent
+  std::string launch;         // HOST:PORT where its agent starts jobs' daemons; empty: it does not
   std::string topology_hash;  // topologyHash(*topology), kept for heartbeats to compare with
   NodeLive live;
 

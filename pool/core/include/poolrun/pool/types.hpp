@@ -281,6 +281,9 @@ struct PoolReplicas {
 struct NodeRegistration {
   topo::ClusterNode node;     // name, topology, switch, rail group, labels, fabric
   std::string agent_version;  // "poold-agent 0.9.0"
+  // Where its agent starts jobs' daemons (docs/launch.md): "HOST:PORT"; ":PORT" for the address
+  // the registration came from; empty where it does not.
+  std::string launch = {};
 };
 
 struct Heartbeat {

@@ -49,6 +49,11 @@ inline constexpr std::string_view kJobCredentialPrefix = "pr-";
 // Whether `text` is `prefix` and 64 lower-case hex digits.
 bool isSecretOf(std::string_view prefix, std::string_view text);
 
+// "" where `address` is where an agent starts jobs' daemons: HOST:PORT, HOST a name or an IPv4
+// address or a [bracketed] IPv6 one (empty in a registration: its sender's), PORT 1 to 65535;
+// else what is wrong with it.
+std::string launchAddressProblem(const std::string& address);
+
 nlohmann::json toJson(const NodeRegistration& registration);
 NodeRegistration nodeRegistrationFromJson(const nlohmann::json& doc);
 nlohmann::json toJson(const Heartbeat& heartbeat);

@@ -47,6 +47,9 @@ struct ServerOptions {
   int port = 7450;  // 0: any free port (bind() returns it)
   std::filesystem::path state_dir;
   std::filesystem::path token_file;
+  // The key launch credentials are signed with (launch_credential.hpp); empty: DIR/launch-key.pem,
+  // made where there is none.
+  std::filesystem::path launch_key_file;
   // HTTPS (HttpServerOptions has what each does): certificate and key, PEM files taken again when
   // they change; with a client CA, a node's token is taken only with a certificate for that node.
   std::filesystem::path tls_cert_file, tls_key_file, tls_client_ca_file;
