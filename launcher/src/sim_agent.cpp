@@ -5,14 +5,41 @@
 //   poolrun-sim-agent [ssh-style options] HOST COMMAND...
 
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
 
 #include "poolrun/topo/version.hpp"
+
+namespace {
+
+// Without a UTS namespace (a user who is not root), every simulated node's daemon is this machine
+// by name, and Open MPI gives them one session directory: the daemons of one job then write the
+// same hwloc topology file there at once, and one in seven jobs of two nodes died of it (orted's
+// SIGSEGV in hwloc_shmem_topology_write, 2026-12-06). Each node gets a directory of its own, which
+// its daemon and ranks take as their temporary base: TMPDIR/poolrun-sim-UID-HOST, made 0700 and
+// used only where it is this user's own directory (never another's, or a link).
+void ownSessionDirectory(const std::string& host) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string base = std::string(tmp != nullptr && *tmp == '/' ? tmp : "/tmp") + "/poolrun-sim-" +
+                           std::to_string(getuid()) + "-" + host;
+  mkdir(base.c_str(), 0700);
+  struct stat st {};
+  if (lstat(base.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
+    std::cerr << "poolrun-sim-agent: warning: " << base << " is not a directory of this user's: node " << host
+              << "'s daemon shares this machine's Open MPI session directory\n";
+    return;
+  }
+  setenv("OMPI_MCA_orte_tmpdir_base", base.c_str(), 1);  // Open MPI 4
+  setenv("PRTE_MCA_prte_tmpdir_base", base.c_str(), 1);  // Open MPI 5 (PRRTE)
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Open MPI starts it as `AGENT [ssh options] HOST COMMAND`: --version alone is never that.
@@ -37,6 +64,8 @@ int main(int argc, char** argv) {
       std::cerr << "poolrun-sim-agent: warning: cannot set the host name to " << host << ": "
                 << std::strerror(errno) << "\n";
     }
+  } else {
+    ownSessionDirectory(host);
   }
   execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
   std::cerr << "poolrun-sim-agent: error: cannot run /bin/sh: " << std::strerror(errno) << "\n";

@@ -3,8 +3,10 @@
 // --dry-run on a simulated cluster under timeout(1), so that a value accepted by mistake ends.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -329,12 +331,37 @@ TEST(OptionsTest, EveryBinaryHasVersion) {
        std::vector<std::pair<std::string, std::string>>{{"poolrun", POOLRUN_BINARY},
                                                         {"poolctl", POOLCTL_BINARY},
                                                         {"poold", POOLD_BINARY},
-                                                        {"poolrun-sim-agent", SIM_AGENT_BINARY}}) {
+                                                        {"poolrun-sim-agent", SIM_AGENT_BINARY},
+                                                        {"poolrun-rsh", RSH_BINARY}}) {
     poolrun::test::ProcessResult r = poolrun::test::runShell("timeout 60 " + binary + " --version");
     EXPECT_EQ(r.status, 0) << binary << "\n" << r.err;
     EXPECT_TRUE(isVersionText(r.out)) << r.out;
     EXPECT_EQ(r.out.substr(0, name.size() + 1), name + " ") << r.out;
   }
+}
+
+// poolrun-sim-agent gives each simulated node a host name of its own (a UTS namespace, as root) or,
+// for a user who may make none, an Open MPI session directory of its own: one shared by two nodes'
+// daemons made one job in seven of two nodes die in hwloc_shmem_topology_write.
+TEST(OptionsTest, TheSimulatedAgentKeepsEachNodesDaemonApart) {
+  const std::string agent = std::string("timeout 60 ") + SIM_AGENT_BINARY;
+  const std::string asUser = geteuid() == 0 ? "setpriv --reuid=nobody --regid=nogroup --clear-groups " : "";
+  const std::string uid = geteuid() == 0 ? "65534" : std::to_string(geteuid());
+  std::set<std::string> bases;
+  for (const std::string host : {"n07", "n08"}) {
+    poolrun::test::ProcessResult r =
+        poolrun::test::runShell(asUser + agent + " -x " + host + " 'echo $OMPI_MCA_orte_tmpdir_base'");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("/poolrun-sim-" + uid + "-" + host + "\n"), std::string::npos) << r.out;
+    bases.insert(r.out);
+  }
+  EXPECT_EQ(bases.size(), 2u);
+  if (geteuid() == 0) {
+    poolrun::test::ProcessResult r =
+        poolrun::test::runShell(agent + " n07 'hostname; echo \"[$OMPI_MCA_orte_tmpdir_base]\"'");
+    EXPECT_EQ(r.out, "n07\n[]\n") << r.err;
+  }
+  poolrun::test::runShell("rmdir /tmp/poolrun-sim-" + uid + "-n07 /tmp/poolrun-sim-" + uid + "-n08");
 }
 
 // Every help names its values (no Boost "arg"), poolrun's lists the commands and the environment,
