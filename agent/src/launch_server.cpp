@@ -64,19 +64,33 @@ struct LaunchServer::Impl {
   std::atomic<bool> stopping{false};
   std::thread acceptor;
 
-  std::mutex mu;  // everything below
+  std::mutex mu;  // the sessions, their daemons and the leases' locks; never held across a wait
   std::condition_variable ended;
   size_t sessions = 0;
-  std::set<pid_t> daemons;              // their sessions' leaders, killed at the end
+  size_t unproven = 0;                  // sessions whose credential is not taken yet
+  std::set<pid_t> daemons;              // their sessions' leaders not reaped yet, killed at the end
   std::map<std::string, int> by_lease;  // daemons running per lease
+  // Per lease, held while its cgroup is made and a daemon forked into it, or while the cgroup of its
+  // last daemon is ended: a new daemon never lands in a cgroup being destroyed.
+  std::map<std::string, std::shared_ptr<std::mutex>> lease_locks;
+  std::shared_ptr<std::mutex> leaseLock(const std::string& lease) {
+    std::lock_guard lock(mu);
+    auto& l = lease_locks[lease];
+    if (!l) l = std::make_shared<std::mutex>();
+    return l;
+  }
+
+  std::mutex key_mu;  // the key and the spent nonces (taking the key from poold holds this alone)
   std::optional<common::LaunchVerifier> verifier;
+  common::SpentNonces spent;  // apart from the key: taking it again forgets none
   std::optional<steady_clock::time_point> key_asked;
 
   void log(const std::string& line) const {
     if (opt.log) opt.log(line);
   }
   void acceptLoop();
-  void session(int fd, const std::string& peer);
+  // `proven` set once the client's credential is taken (it no longer counts as unproven).
+  void session(int fd, const std::string& peer, bool& proven);
 
   struct Request {
     std::string command;
@@ -93,6 +107,7 @@ struct LaunchServer::Impl {
                                      const std::function<void(const std::string&)>& refuse);
   std::optional<Daemon> start(const Request& r, const std::function<void(const std::string&)>& refuse);
   int relay(int fd, FrameReader& in, Daemon& d, bool& clientGone);
+  static bool toDaemon(FrameReader& in, Daemon& d);
   void end(const std::string& lease, Daemon& d);
   // The grant of `credential`, or throws saying why it is refused.
   common::LaunchGrant take(const std::string& credential);
@@ -169,32 +184,58 @@ void LaunchServer::Impl::acceptLoop() {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors (EMFILE, ENFILE) or memory: the connection waits in the backlog, and the
+      // loop does not spin on it.
+      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+        std::this_thread::sleep_for(milliseconds(100));
+      continue;
+    }
+    // A client that stops reading cannot hold its session's thread for ever: a send waits 30 s.
+    const timeval sendLimit{30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &sendLimit, sizeof sendLimit);
     char host[INET6_ADDRSTRLEN] = "?";
     if (addr.ss_family == AF_INET)
       inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, host, sizeof host);
     else if (addr.ss_family == AF_INET6)
       inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, host, sizeof host);
-    std::lock_guard lock(mu);
-    if (sessions >= opt.max_sessions) {
-      sendFrame(
-          fd, common::kLaunchFrameRefused,
-          "node " + opt.node + " runs " + std::to_string(sessions) + " launches, the most its agent takes");
+    std::unique_lock lock(mu);
+    // Connections that have shown no credential yet have a small share of the sessions: a flood of
+    // idle ones cannot take the launches of jobs.
+    const std::string full = sessions >= opt.max_sessions ? std::to_string(sessions) + " launches"
+                             : unproven >= kMaxUnproven
+                                 ? std::to_string(unproven) + " connections that have shown no credential yet"
+                                 : "";
+    if (!full.empty()) {
+      lock.unlock();
+      sendFrame(fd, common::kLaunchFrameRefused,
+                "node " + opt.node + "'s agent has " + full + ", the most it takes: try again");
       close(fd);
       continue;
     }
     ++sessions;
-    std::thread([this, fd, peer = std::string(host)] {
-      try {
-        session(fd, peer);
-      } catch (const std::exception& e) {
-        log("poold-agent: a launch from " + peer + " failed: " + e.what());
-      }
-      close(fd);
-      std::lock_guard done(mu);
+    ++unproven;
+    try {
+      std::thread([this, fd, peer = std::string(host)] {
+        bool proven = false;
+        try {
+          session(fd, peer, proven);
+        } catch (const std::exception& e) {
+          log("poold-agent: a launch from " + peer + " failed: " + e.what());
+        }
+        close(fd);
+        std::lock_guard done(mu);
+        if (!proven) --unproven;
+        --sessions;
+        ended.notify_all();
+      }).detach();
+    } catch (const std::exception& e) {  // no thread to be had (the node's task limit)
       --sessions;
-      ended.notify_all();
-    }).detach();
+      --unproven;
+      lock.unlock();
+      log(std::string("poold-agent: cannot take a launch now: ") + e.what());
+      close(fd);
+    }
   }
 }
 
@@ -202,15 +243,18 @@ common::LaunchGrant LaunchServer::Impl::take(const std::string& credential) {
   const int64_t now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
-  std::lock_guard lock(mu);
+  std::lock_guard lock(key_mu);
   // poold's key, asked at the first launch and again where a credential names another (at most once
-  // a minute: a stranger's credentials must not make the agent call poold at their pace).
+  // a minute: a stranger's credentials must not make the agent call poold at their pace). What
+  // failed is logged, not told to a client that showed no good credential.
   auto askKey = [&] {
     key_asked = steady_clock::now();
     try {
       verifier.emplace(opt.launch_key());
     } catch (const std::exception& e) {
-      throw Error(ErrorCode::kIo, std::string("the agent cannot get poold's launch key: ") + e.what());
+      log(std::string("poold-agent: cannot get poold's launch key: ") + e.what());
+      throw Error(ErrorCode::kIo,
+                  "the agent of node " + opt.node + " cannot get poold's launch key now: try again");
     }
   };
   const bool mayAsk = !key_asked || steady_clock::now() - *key_asked >= std::chrono::minutes(1);
@@ -219,12 +263,12 @@ common::LaunchGrant LaunchServer::Impl::take(const std::string& credential) {
     if (!verifier) throw Error(ErrorCode::kIo, "the agent has no launch key of poold's yet: try again");
   }
   try {
-    return verifier->take(credential, opt.node, now);
+    return verifier->take(credential, opt.node, now, spent);
   } catch (const Error& e) {
     if (!mayAsk || std::string(e.what()).find("signed with key") == std::string::npos) throw;
   }
   askKey();
-  return verifier->take(credential, opt.node, now);
+  return verifier->take(credential, opt.node, now, spent);
 }
 
 namespace {
@@ -308,6 +352,17 @@ std::optional<LaunchServer::Impl::Request> LaunchServer::Impl::readRequest(
            "(poold-agent --allow-root-launches)");
     return std::nullopt;
   }
+  if (user->uid != 0 && user->uid < opt.min_uid) {
+    refuse("lease " + r.grant.lease + " is " + r.grant.user + "'s, uid " + std::to_string(user->uid) +
+           ", a system account whose daemons this agent does not start (poold-agent --launch-min-uid " +
+           std::to_string(opt.min_uid) + ")");
+    return std::nullopt;
+  }
+  if (geteuid() != 0 && geteuid() != user->uid) {
+    refuse("poold-agent on node " + opt.node + " runs as uid " + std::to_string(geteuid()) +
+           " and starts daemons of that user alone, not of " + r.grant.user + ": run poold-agent as root");
+    return std::nullopt;
+  }
   r.user = std::move(*user);
   // The daemon's environment: the login's, the node's name, and Open MPI's variables the client sent.
   r.env = r.user.login_env;
@@ -323,10 +378,23 @@ std::optional<LaunchServer::Impl::Request> LaunchServer::Impl::readRequest(
 }
 
 // Forks the daemon of `r`: its own session, in the lease's cgroup (made by the first daemon of the
-// lease here), as the user. Counted in by_lease from the fork on (end() counts it out). nullopt
-// where it could not start (`refuse` has said why).
+// lease here), as the user. Counted in by_lease before its cgroup is made (end() counts it out);
+// the lease's lock held meanwhile. nullopt where it could not start (`refuse` has said why).
 std::optional<LaunchServer::Impl::Daemon> LaunchServer::Impl::start(
     const Request& r, const std::function<void(const std::string&)>& refuse) {
+  const std::shared_ptr<std::mutex> leaseMu = leaseLock(r.grant.lease);
+  std::unique_lock leaseHeld(*leaseMu);
+  {
+    std::lock_guard lock(mu);
+    ++by_lease[r.grant.lease];
+  }
+  Daemon d;
+  auto fail = [&](const std::string& why) {
+    leaseHeld.unlock();
+    end(r.grant.lease, d);
+    refuse(why);
+    return std::nullopt;
+  };
   std::optional<LeaseCgroup> cgroup;
   if (opt.confinement.cgroup) {
     pool::JobLaunch units;
@@ -335,8 +403,7 @@ std::optional<LaunchServer::Impl::Daemon> LaunchServer::Impl::start(
       cgroup.emplace(opt.confinement.cgroup_mounts, *opt.confinement.cgroup, opt.confinement.cgroup_parent,
                      r.grant.lease, confinementOf(opt.confinement, units));
     } catch (const Error& e) {
-      refuse("cannot confine lease " + r.grant.lease + " on node " + opt.node + ": " + e.what());
-      return std::nullopt;
+      return fail("cannot confine lease " + r.grant.lease + " on node " + opt.node + ": " + e.what());
     }
   }
   std::vector<std::string> args = {"/bin/sh", "-c", r.command}, env = r.env;
@@ -348,30 +415,35 @@ std::optional<LaunchServer::Impl::Daemon> LaunchServer::Impl::start(
   plan.new_session = true;
   plan.hostname = opt.node_hostname ? opt.node.c_str() : nullptr;
   plan.point(args, env, cgroup ? &cgroup->procsFiles() : nullptr);
-  int stdinPipe[2], outPipe[2], errPipe[2], status[2];
-  if (pipe2(stdinPipe, O_CLOEXEC) != 0 || pipe2(outPipe, O_CLOEXEC) != 0 || pipe2(errPipe, O_CLOEXEC) != 0 ||
-      pipe2(status, O_CLOEXEC) != 0) {
-    refuse(std::string("the agent cannot make a pipe: ") + std::strerror(errno));
-    return std::nullopt;
-  }
+  // Its stdin, stdout and stderr, and the pipe its exec closes (what it wrote before: why it failed).
+  int pipes[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
+  for (auto& p : pipes)
+    if (pipe2(p, O_CLOEXEC) != 0) {
+      const std::string why = std::string("the agent cannot make a pipe: ") + std::strerror(errno);
+      for (auto& q : pipes)
+        for (int f : q)
+          if (f >= 0) close(f);
+      return fail(why);
+    }
+  auto& [stdinPipe, outPipe, errPipe, status] = pipes;
   plan.stdio[0] = stdinPipe[0];
   plan.stdio[1] = outPipe[1];
   plan.stdio[2] = errPipe[1];
-  std::unique_lock lock(mu);
-  ++by_lease[r.grant.lease];
-  Daemon d;
-  d.pid = fork();
-  if (d.pid == 0) {
-    close(status[0]);
-    runChild(plan, status[1]);
+  {
+    std::lock_guard lock(mu);
+    d.pid = fork();
+    if (d.pid == 0) {
+      close(status[0]);
+      runChild(plan, status[1]);
+    }
+    if (d.pid > 0) daemons.insert(d.pid);
   }
-  if (d.pid > 0) daemons.insert(d.pid);
-  lock.unlock();
   for (int f : {stdinPipe[0], outPipe[1], errPipe[1], status[1]}) close(f);
   d.in = stdinPipe[1];
   d.out = outPipe[0];
   d.err = errPipe[0];
-  // The child's exec closes the status pipe; what it wrote before is why it did not start.
+  // What the daemon does not read of its stdin is dropped, never waited for (as the relay's comment says).
+  fcntl(d.in, F_SETFL, fcntl(d.in, F_GETFL) | O_NONBLOCK);
   std::string failed;
   char buf[4096];
   for (ssize_t n; d.pid > 0 && (n = read(status[0], buf, sizeof buf)) != 0;) {
@@ -385,19 +457,42 @@ std::optional<LaunchServer::Impl::Daemon> LaunchServer::Impl::start(
     return d;
   }
   const std::string why = d.pid < 0 ? std::string("cannot fork: ") + std::strerror(errno) : failed;
-  if (d.pid > 0) waitpid(d.pid, nullptr, 0);
-  end(r.grant.lease, d);
-  refuse(why + " (on node " + opt.node + ", as " + r.grant.user + ")");
-  return std::nullopt;
+  if (d.pid > 0) {
+    waitpid(d.pid, nullptr, 0);
+    std::lock_guard lock(mu);
+    daemons.erase(d.pid);
+  }
+  return fail(why + " (on node " + opt.node + ", as " + r.grant.user + ")");
 }
 
 // The daemon's streams to the client and the client's stdin to it, until the daemon has ended and
 // its streams closed (or a second after its end: what it left running may hold them), or the client
 // goes (the daemon's session then gets SIGTERM, and SIGKILL 2 s later). Its exit status.
+// The client's frames read so far given to daemon `d`: stdin bytes (what its full pipe does not
+// take is dropped: never waited for), stdin's end. False where a frame is longer than allowed.
+bool LaunchServer::Impl::toDaemon(FrameReader& in, Daemon& d) {
+  bool tooLong = false;
+  while (auto frame = in.next(tooLong)) {
+    if (frame->first == common::kLaunchFrameStdin && d.in >= 0) {
+      const ssize_t w = write(d.in, frame->second.data(), frame->second.size());
+      (void)w;
+    } else if (frame->first == common::kLaunchFrameStdinClosed && d.in >= 0) {
+      close(std::exchange(d.in, -1));
+    }
+  }
+  return !tooLong;
+}
+
 int LaunchServer::Impl::relay(int fd, FrameReader& in, Daemon& d, bool& clientGone) {
   std::optional<int> exitStatus;
   std::optional<steady_clock::time_point> exitedAt, killAt;
   char buf[65536];
+  // Frames that came with the request line, before the first look at the socket.
+  if (!toDaemon(in, d)) {
+    clientGone = true;
+    kill(-d.pid, SIGTERM);
+    killAt = steady_clock::now() + std::chrono::seconds(2);
+  }
   for (;;) {
     if (!exitStatus) {
       int st = 0;
@@ -406,11 +501,13 @@ int LaunchServer::Impl::relay(int fd, FrameReader& in, Daemon& d, bool& clientGo
         exitedAt = steady_clock::now();
         if (d.exited >= 0) close(d.exited);
         d.exited = -1;
+        std::lock_guard lock(mu);
+        daemons.erase(d.pid);  // reaped: its pid may be another's from now on, never signalled again
       }
     }
     const auto now = steady_clock::now();
     if (exitStatus && ((d.out < 0 && d.err < 0) || now - *exitedAt > std::chrono::seconds(1))) break;
-    if ((killAt && now >= *killAt) || stopping) kill(-d.pid, SIGKILL);
+    if (!exitStatus && ((killAt && now >= *killAt) || stopping)) kill(-d.pid, SIGKILL);
     // Asleep until something happens: the daemon's end wakes its pidfd (where there is none, a look
     // every 50 ms); a kill or the second after the end, their own time.
     int timeout = d.exited >= 0 || exitStatus ? -1 : 50;
@@ -426,20 +523,10 @@ int LaunchServer::Impl::relay(int fd, FrameReader& in, Daemon& d, bool& clientGo
         {clientGone ? -1 : fd, POLLIN, 0}, {d.out, POLLIN, 0}, {d.err, POLLIN, 0}, {d.exited, POLLIN, 0}};
     if (poll(p, 4, timeout) < 0 && errno != EINTR) break;
     if (p[0].revents != 0) {
-      bool alive = in.fill(fd), tooLong = false;
-      while (auto frame = in.next(tooLong)) {
-        if (frame->first == common::kLaunchFrameStdin && d.in >= 0) {
-          const ssize_t w = write(d.in, frame->second.data(), frame->second.size());
-          (void)w;  // a daemon that does not read its stdin loses it, as over ssh
-        } else if (frame->first == common::kLaunchFrameStdinClosed && d.in >= 0) {
-          close(d.in);
-          d.in = -1;
-        }
-      }
-      alive = alive && !tooLong;
+      const bool alive = in.fill(fd) && toDaemon(in, d);
       if (!alive) {  // the client has gone: so does its daemon
         clientGone = true;
-        kill(-d.pid, SIGTERM);
+        if (!exitStatus) kill(-d.pid, SIGTERM);
         killAt = steady_clock::now() + std::chrono::seconds(2);
       }
     }
@@ -459,25 +546,28 @@ int LaunchServer::Impl::relay(int fd, FrameReader& in, Daemon& d, bool& clientGo
   if (!exitStatus) {  // the client went, or the agent stops: killed above; reaped here
     kill(-d.pid, SIGKILL);
     waitpid(d.pid, nullptr, 0);
+    std::lock_guard lock(mu);
+    daemons.erase(d.pid);
     exitStatus = 128 + SIGKILL;
   }
   return *exitStatus;
 }
 
-// The daemon `d` of `lease` is done with: its descriptors closed, and the lease's cgroup ended where
-// it was the lease's last daemon here.
+// The daemon `d` of `lease` is done with (or never started): its descriptors closed, and the
+// lease's cgroup ended where it was the lease's last daemon here, under the lease's lock.
 void LaunchServer::Impl::end(const std::string& lease, Daemon& d) {
   for (int* f : {&d.in, &d.out, &d.err, &d.exited})
     if (*f >= 0) close(std::exchange(*f, -1));
+  const std::shared_ptr<std::mutex> leaseMu = leaseLock(lease);
+  std::lock_guard leaseHeld(*leaseMu);
   std::unique_lock lock(mu);
-  daemons.erase(d.pid);
   const bool last = --by_lease[lease] == 0;
   if (last) by_lease.erase(lease);
   lock.unlock();
   if (last) endLease(lease);
 }
 
-void LaunchServer::Impl::session(int fd, const std::string& peer) {
+void LaunchServer::Impl::session(int fd, const std::string& peer, bool& proven) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   auto refuse = [&](const std::string& why) {
@@ -487,6 +577,11 @@ void LaunchServer::Impl::session(int fd, const std::string& peer) {
   FrameReader in;
   const std::optional<Request> r = readRequest(fd, in, refuse);
   if (!r) return;
+  {
+    std::lock_guard lock(mu);
+    --unproven;
+    proven = true;
+  }
   std::optional<Daemon> d = start(*r, refuse);
   if (!d) return;
   log("poold-agent: started a daemon of lease " + r->grant.lease + " for " + r->grant.user + " (from " +

@@ -35,7 +35,7 @@ std::string agentUsage() {
          "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH] [--job-dir DIR]\n"
          "                   [--cgroup auto|v1|v2|none] [--cgroup-parent NAME] [--lease-pids N]\n"
          "                   [--launch-listen HOST:PORT [--launch-advertise HOST:PORT]\n"
-         "                    [--allow-root-launches] [--simulated-node]]\n"
+         "                    [--allow-root-launches] [--launch-min-uid N] [--simulated-node]]\n"
          "       poold-agent --help | --version\n"
          "Registers this node with poold and sends it a heartbeat with the GPUs' and NIC ports' telemetry\n"
          "every interval; keeps running while poold is down (see docs/agent.md).\n"
@@ -95,6 +95,8 @@ std::string agentUsage() {
          "  --launch-advertise HOST:PORT  the address launchers are told (default: the listening port at\n"
          "                              the address the agent's registration comes from)\n"
          "  --allow-root-launches       start the daemons of root's leases too (refused by default)\n"
+         "  --launch-min-uid N          refuse the daemons of users below uid N, system accounts (default\n"
+         "                              1000)\n"
          "  --simulated-node            daemons take the node's name as their host name (a UTS\n"
          "                              namespace): several simulated nodes on one machine\n"
          "  --switch NAME               the node's leaf switch, for placement under one switch\n"
@@ -195,6 +197,8 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
           !why.empty() || o.launch_advertise.starts_with(":"))
         throw badInput("--launch-advertise '" + common::printable(o.launch_advertise) +
                        "': expected HOST:PORT" + (why.empty() ? "" : " (it " + why + ")"));
+    } else if (a == "--launch-min-uid") {
+      o.launch_min_uid = common::parseOption<int64_t>(a, value(), 1, 4294967294);
     } else if (a == "--allow-root-launches") {
       o.allow_root_launches = true;
     } else if (a == "--simulated-node") {
@@ -254,10 +258,12 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
     throw badInput("--tls-cert with --pool " + common::printable(o.pool) +
                    ": a client certificate is for an https:// poold");
   }
-  if (o.launch_listen.empty() && (!o.launch_advertise.empty() || o.allow_root_launches || o.simulated_node))
+  if (o.launch_listen.empty() &&
+      (!o.launch_advertise.empty() || o.allow_root_launches || o.simulated_node || o.launch_min_uid != 1000))
     throw badInput(std::string(!o.launch_advertise.empty() ? "--launch-advertise"
                                : o.allow_root_launches     ? "--allow-root-launches"
-                                                           : "--simulated-node") +
+                               : o.simulated_node          ? "--simulated-node"
+                                                           : "--launch-min-uid") +
                    " without --launch-listen HOST:PORT: it is about the launch port");
   for (const auto& [option, dir] : {std::pair{"--sysfs-root", o.sysfs_root}, {"--proc-root", o.proc_root}}) {
     std::error_code ec;

@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
       lo.launch_key = [link, node = config.node.name] { return link()->launchKey(node); };
       lo.confinement = *config.jobs;
       lo.allow_root = o.allow_root_launches;
+      lo.min_uid = static_cast<uid_t>(o.launch_min_uid);
       lo.node_hostname = o.simulated_node;
       lo.log = [](const std::string& line) {
         static std::mutex mu;

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/close_range.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
@@ -49,7 +50,7 @@ void ChildPlan::point(std::vector<std::string>& args, std::vector<std::string>& 
 }
 
 void failIn(int fd, const char* what, const char* path) {
-  const char* why = strerror(errno);  // not async-signal-safe in theory; glibc's is a table lookup
+  const char* why = strerrordesc_np(errno);  // no locale, no lock: safe between fork and exec
   for (const char* part : {what, path ? " " : "", path ? path : "", ": ", why}) {
     ssize_t n = write(fd, part, strlen(part));
     (void)n;
@@ -92,6 +93,9 @@ void runChild(const ChildPlan& p, int fd) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Nothing of the agent's reaches the program: a descriptor another thread opened without
+  // O_CLOEXEC (a record being written) closes at the exec too.
+  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
   execve(p.argv[0], p.argv.data(), p.envp.data());
   failIn(fd, "cannot run", p.argv[0]);
 }

@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -167,6 +169,15 @@ LaunchSigner LaunchSigner::fromPem(const std::string& pem, const std::string& wh
 LaunchSigner LaunchSigner::loadOrCreate(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (in) {
+    // The key signs who may start what as whom on every node: a file others may read is refused.
+    struct stat st {};
+    if (stat(file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+      throw Error(ErrorCode::kBadInput,
+                  "launch key file " + file.string() + " may be read by others (mode " + mode +
+                      "): chmod 600 it (and remove it for a new key where others read it)");
+    }
     std::stringstream text;
     text << in.rdbuf();
     return fromPem(text.str(), "launch key file " + file.string());
@@ -233,7 +244,20 @@ LaunchVerifier::LaunchVerifier(LaunchVerifier&&) noexcept = default;
 LaunchVerifier& LaunchVerifier::operator=(LaunchVerifier&&) noexcept = default;
 LaunchVerifier::~LaunchVerifier() = default;
 
-LaunchGrant LaunchVerifier::take(const std::string& credential, const std::string& node, int64_t now) {
+void SpentNonces::spend(const LaunchGrant& grant, int64_t now) {
+  for (auto it = spent_.begin(); it != spent_.end();)
+    it = it->second <= now ? spent_.erase(it) : std::next(it);
+  if (!spent_.emplace(grant.nonce, grant.expires).second) throw refused("it was used already (a replay)");
+}
+
+LaunchGrant LaunchVerifier::take(const std::string& credential, const std::string& node, int64_t now,
+                                 SpentNonces& spent) const {
+  LaunchGrant g = check(credential, node, now);
+  spent.spend(g, now);
+  return g;
+}
+
+LaunchGrant LaunchVerifier::check(const std::string& credential, const std::string& node, int64_t now) const {
   if (credential.size() > kMaxLaunchCredentialBytes)
     throw refused("it is " + std::to_string(credential.size()) + " bytes, more than " +
                   std::to_string(kMaxLaunchCredentialBytes));
@@ -262,9 +286,6 @@ LaunchGrant LaunchVerifier::take(const std::string& credential, const std::strin
   if (g.node != node) throw refused("it is for node " + printable(g.node) + ", not " + node);
   if (g.expires <= now)
     throw refused("it expired " + std::to_string(now - g.expires) + " s ago (ask poold for a new one)");
-  for (auto it = spent_.begin(); it != spent_.end();)
-    it = it->second <= now ? spent_.erase(it) : std::next(it);
-  if (!spent_.emplace(g.nonce, g.expires).second) throw refused("it was used already (a replay)");
   return g;
 }
 

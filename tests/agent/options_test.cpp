@@ -35,6 +35,13 @@ TEST(AgentOptions, ReadsEveryOption) {
   EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).cgroup, "auto");
   EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t --lease-pids 512")).lease_pids,
             512);
+  const agent::AgentOptions launch = agent::parseAgentOptions(
+      words("--pool http://h:1 --token-file t --launch-listen 0.0.0.0:7141 --launch-advertise n01.ib:7141 "
+            "--launch-min-uid 5000 --allow-root-launches --simulated-node"));
+  EXPECT_EQ(launch.launch_listen, "0.0.0.0:7141");
+  EXPECT_EQ(launch.launch_advertise, "n01.ib:7141");
+  EXPECT_EQ(launch.launch_min_uid, 5000);
+  EXPECT_TRUE(launch.allow_root_launches && launch.simulated_node);
   EXPECT_EQ(o.pool, "http://127.0.0.1:7450");
   EXPECT_EQ(o.token_file, "/t");
   EXPECT_EQ(o.node, "n01");
@@ -94,6 +101,13 @@ TEST(AgentOptions, RefusesABadCommandLineNamingTheValue) {
            {ok + "--lease-pids -5", "--lease-pids -5: out of range"},
            {ok + "--cgroup-parent a/b", "--cgroup-parent 'a/b': give one cgroup name"},
            {ok + "--cgroup-parent ..", "--cgroup-parent '..': give one cgroup name"},
+           {ok + "--simulated-node", "--simulated-node without --launch-listen HOST:PORT"},
+           {ok + "--launch-min-uid 10", "--launch-min-uid without --launch-listen HOST:PORT"},
+           {ok + "--launch-listen :1 --launch-advertise :7141",
+            "--launch-advertise ':7141': expected HOST:PORT"},
+           {ok + "--launch-listen :1 --launch-advertise h:99999",
+            "--launch-advertise 'h:99999': expected HOST:PORT"},
+           {ok + "--launch-listen :1 --launch-min-uid 0", "--launch-min-uid 0: out of range"},
            {ok + "--job-dir", "--job-dir needs a value"},
            {"--token-file /t", "needs --pool http://HOST:PORT"},
            {"--pool http://127.0.0.1:7450", "needs --token-file FILE"},

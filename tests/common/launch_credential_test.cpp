@@ -70,6 +70,16 @@ TEST_F(LaunchCredentialTest, TheKeyFileIsKeptPrivateAndReadAgain) {
   const LaunchSigner again = LaunchSigner::loadOrCreate(file);
   EXPECT_EQ(again.keyId(), signer.keyId()) << "a restarted poold keeps its key";
   EXPECT_EQ(refusal(verifier, again.sign(grant())), "");
+  std::filesystem::permissions(file, std::filesystem::perms::group_read, std::filesystem::perm_options::add);
+  try {
+    LaunchSigner::loadOrCreate(file);
+    ADD_FAILURE() << "a key file others may read is taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("may be read by others (mode 640): chmod 600 it"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::permissions(file, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::remove);
   std::ofstream(dir.path() / "bad.pem") << "-----BEGIN PRIVATE KEY-----\nnot a key\n";
   EXPECT_THROW(LaunchSigner::loadOrCreate(dir.path() / "bad.pem"), Error);
   EXPECT_THROW(LaunchSigner::loadOrCreate(dir.path() / "no-such-dir" / "key.pem"), Error);

@@ -20,11 +20,15 @@
 #include <memory>
 #include <string>
 
+#include <sys/types.h>
+
 #include "poolrun/agent/jobs.hpp"
 
 namespace poolrun::agent {
 
-inline constexpr size_t kMaxLaunchHeaderBytes = 256 * 1024;  // the request line (frames: launch_frames.hpp)
+inline constexpr size_t kMaxLaunchHeaderBytes = 256 * 1024;
+// Connections that have shown no credential yet, at most (the rest of max_sessions is for launches).
+inline constexpr size_t kMaxUnproven = 64;  // the request line (frames: launch_frames.hpp)
 
 struct LaunchServerOptions {
   std::string node;
@@ -38,6 +42,7 @@ struct LaunchServerOptions {
   // detached job's launcher of a lease runs here, its cgroup is left to end with the launcher.
   JobRunnerOptions confinement;
   bool allow_root = false;     // a lease of root may start daemons (poold --allow-root-jobs's twin)
+  uid_t min_uid = 1000;        // a user below it (a system account, but root) may not
   bool node_hostname = false;  // daemons take the node's name as their host name (a simulated node)
   size_t max_sessions = 512;
   std::chrono::milliseconds header_timeout{10000};

@@ -53,6 +53,7 @@ struct AgentOptions {
   std::string launch_listen;                       // --launch-listen HOST:PORT; empty: no launch port
   std::string launch_advertise;                    // --launch-advertise; empty: the port, poold's view
   bool allow_root_launches = false;
+  int64_t launch_min_uid = 1000;  // --launch-min-uid
   bool simulated_node = false;
   std::string switch_name;
   std::map<std::string, std::string> labels;

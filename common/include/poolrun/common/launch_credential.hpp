@@ -54,8 +54,19 @@ class LaunchSigner {
   std::string key_id_;
 };
 
-// The agent's side: checks credentials against one public key and remembers the nonces it took
-// until they expire. Not thread-safe: one caller at a time.
+// The nonces of the credentials an agent took, each until its credential expires: a second use is
+// a replay. Kept apart from the key, so that taking poold's key again forgets none. Not thread-safe.
+class SpentNonces {
+ public:
+  // Throws poolrun::Error (kBadInput) where `grant`'s nonce was spent already; spends it.
+  void spend(const LaunchGrant& grant, int64_t now);
+  size_t size() const { return spent_.size(); }
+
+ private:
+  std::map<std::string, int64_t> spent_;  // nonce -> expiry
+};
+
+// The agent's side: checks credentials against one public key. Not thread-safe: one caller at a time.
 class LaunchVerifier {
  public:
   // Throws kBadInput where `pem` is no Ed25519 public key.
@@ -64,17 +75,23 @@ class LaunchVerifier {
   LaunchVerifier& operator=(LaunchVerifier&&) noexcept;
   ~LaunchVerifier();
 
-  // The grant of `credential`, taken for `node` at Unix time `now` (its nonce is then spent).
-  // Throws poolrun::Error (kBadInput) saying why it is refused: malformed, another key, a bad
-  // signature, another node, expired, or used already.
-  LaunchGrant take(const std::string& credential, const std::string& node, int64_t now);
+  // The grant of `credential` for `node` at Unix time `now`. Throws poolrun::Error (kBadInput)
+  // saying why it is refused: malformed, another key, a bad signature, another node, expired.
+  LaunchGrant check(const std::string& credential, const std::string& node, int64_t now) const;
+  // check(), then its nonce spent in `spent` (a replay refused).
+  LaunchGrant take(const std::string& credential, const std::string& node, int64_t now,
+                   SpentNonces& spent) const;
+  // take() with nonces of this verifier's own.
+  LaunchGrant take(const std::string& credential, const std::string& node, int64_t now) {
+    return take(credential, node, now, spent_);
+  }
   std::string keyId() const { return key_id_; }
 
  private:
   struct Key;
   std::unique_ptr<Key> key_;
   std::string key_id_;
-  std::map<std::string, int64_t> spent_;  // nonce -> expiry
+  SpentNonces spent_;
 };
 
 // The 16-hex-digit id of a public key (the start of the SHA-256 of its PEM text).

@@ -150,9 +150,10 @@ json launchCredentials(ServerCore& m, Context& c) {
         grant.lease = id;
         grant.node = g.node;
         grant.user = lease.owner;
-        grant.expires =
-            std::chrono::duration_cast<std::chrono::seconds>((now + kLaunchCredentialLife).time_since_epoch())
-                .count();
+        // No longer than the lease is sure to hold (its TTL's end: renewals push it on).
+        grant.expires = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::min(now + kLaunchCredentialLife, lease.expires).time_since_epoch())
+                            .count();
         auto node = s.nodeMap().find(g.node);
         grants.emplace_back(grant, node == s.nodeMap().end() ? "" : node->second.launch);
         it = std::prev(grants.end());
