@@ -103,9 +103,12 @@ TestUsers::TestUsers() {
 TestUsers::~TestUsers() {
   // userdel refuses a user with processes: what the user's jobs left (a rank still exiting) is
   // killed and waited for first (2 s at most).
+  // The simulated cluster's session directories of the user's daemons (poolrun-sim-agent's
+  // /tmp/poolrun-sim-UID-NODE) go with it.
   for (const std::string& u : users_)
     runShell("pkill -KILL -u " + u + "; for i in $(seq 40); do pgrep -u " + u +
-             " >/dev/null || break; sleep 0.05; done; /usr/sbin/userdel " + u + " 2>/dev/null");
+             " >/dev/null || break; sleep 0.05; done; uid=$(id -u " + u +
+             " 2>/dev/null) && rm -rf /tmp/poolrun-sim-$uid-*; /usr/sbin/userdel " + u + " 2>/dev/null");
   for (const std::string& g : groups_) runShell("/usr/sbin/groupdel " + g + " 2>/dev/null");
 }
 
