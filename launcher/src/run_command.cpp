@@ -15,7 +15,9 @@
 #include <sstream>
 #include <thread>
 
+#include "agent_launch.hpp"
 #include "command_options.hpp"
+#include "job_tuner.hpp"
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/regular_file.hpp"
 #include "poolrun/launcher/commands.hpp"
@@ -77,44 +79,6 @@ MpiInstall detectMpiCached(const std::string& mpirun, std::optional<MpiFlavor> f
   } catch (const Error&) {
   }
   return found;
-}
-
-// The tuner configuration ("poolrun.tuner/1") for the job's hardware.
-nlohmann::ordered_json tunerConfig(const JobPlan& plan) {
-  const RankPlan& r0 = plan.ranks.front();
-  const topo::NodeTopology& t = *plan.nodeOf(r0).node.topology;
-  const topo::Gpu& gpu = t.gpus[r0.gpu];
-  // MIG instances reach each other through host memory, never NVLink (planner.cpp: rankEnv): the
-  // tuner models the node without it.
-  const bool mig = !r0.mig.empty();
-  int links = mig ? 0 : gpu.nvswitch_links;
-  for (const topo::NvLinkPeer& p : gpu.nvlinks) links += p.gpu != topo::kNoIndex && !mig ? p.count : 0;
-  double perLink = gpu.sm >= 100 ? 50 : gpu.sm == 60 ? 20 : 25;  // GB/s per link and direction
-  std::set<std::string> nics;
-  bool gdr = true;
-  for (const RankPlan& r : plan.ranks) {
-    if (r.node_index != 0) break;
-    for (const NicChoice& n : r.nics) nics.insert(n.name);
-    gdr = gdr && r.gdr;
-  }
-  std::string vendor = t.packages.empty() ? "" : t.packages.front().vendor;
-  return {{"schema", "poolrun.tuner/1"},
-          {"fabric", toString(plan.fabric)},
-          {"nodes", plan.nodes.size()},
-          {"gpus_per_node", plan.nodes.front().ranks},
-          {"gpu",
-           {{"sm", gpu.sm},
-            {"nvlink_gbyte_s", links * perLink},
-            {"nvswitch", t.nvswitch && !mig},
-            {"nvls", t.nvswitch && gpu.sm >= 90 && !mig}}},
-          {"net",
-           {{"nics_per_node", nics.size()},
-            {"nic_gbit_s", r0.nics.empty() ? 0.0 : r0.nics.front().rate_gbps},
-            {"gdr", gdr && !nics.empty()},
-            {"sharp", false}}},
-          {"cpu_vendor", vendor == "AuthenticAMD"   ? "amd"
-                         : vendor == "GenuineIntel" ? "intel"
-                                                    : "other"}};
 }
 
 // Releases the lease on every way out of the scope.
@@ -244,6 +208,10 @@ JobSite jobSite(const pool::PoolClient& pool, RunOptions& o) {
   if (!where.slurm() && (o.srun || !o.topology_file.empty()))
     throw badInput(std::string(o.srun ? "--launcher srun" : "--topology") +
                    " needs --pool slurm or slurm:PARTITION (pool here: '" + o.pool + "')");
+  if (o.launch == "agents" && where.site != pool::RankSite::kRemoteNodes)
+    throw badInput(
+        "--launch agents is for a poold pool's nodes, whose agents start the daemons (pool here: '" + o.pool +
+        "'); leave it out");
   if (where.slurm() && o.simulate)
     throw badInput(
         "--simulate runs a pool's nodes on this machine; a Slurm allocation's nodes run under Slurm (pool "
@@ -403,43 +371,6 @@ std::string unreachableLine(const DaemonFailure& f, const JobPlan& plan, const J
 constexpr const char* kDeadlineFile = "preempt-deadline";
 constexpr int kMaxRestarts = 10;
 
-// Where the nodes' agents start the job's daemons (docs/launch.md): the launch file, with each node's
-// agent and the credential poold signed for it, written to the job directory (mode 0600); empty
-// where mpirun starts them over ssh (--launch ssh; auto where a node's agent starts none). Throws
-// poolrun::Error where --launch agents cannot be had.
-std::filesystem::path agentLaunchFile(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan,
-                                      const JobSite& where, const RunOptions& o, const JobDirectory& dir) {
-  if (o.launch == "ssh" || o.srun) return {};
-  if (where.site != pool::RankSite::kRemoteNodes) {
-    if (o.launch == "agents")
-      throw badInput(
-          "--launch agents is for a poold pool's nodes, whose agents start the daemons (pool here: '" +
-          o.pool + "')");
-    return {};
-  }
-  pool::LaunchCredentials credentials;
-  try {
-    credentials = pool.launchCredentials(lease.id);
-  } catch (const Error& e) {
-    if (o.launch == "agents") throw;
-    return {};  // auto: a poold without launch credentials (an older one) has its nodes take ssh
-  }
-  nlohmann::json nodes = nlohmann::json::object();
-  for (const pool::LaunchNode& n : credentials.nodes)
-    nodes[n.node] = {{"agent", n.agent}, {"credential", n.credential}};
-  for (const NodePlan& n : plan.nodes) {
-    if (nodes.contains(n.name) && !nodes[n.name]["agent"].get<std::string>().empty()) continue;
-    if (o.launch == "auto") return {};
-    throw Error(
-        ErrorCode::kUnsupported,
-        "--launch agents: the agent of node " + n.name +
-            " starts no daemons (start it with poold-agent --launch-listen HOST:PORT), or use --launch ssh");
-  }
-  const nlohmann::json file = {{"lease", lease.id}, {"expires", credentials.expires}, {"nodes", nodes}};
-  using std::filesystem::perms;
-  return dir.write("launch.json", file.dump() + "\n", perms::owner_read | perms::owner_write);
-}
-
 LaunchSpec launchSpec(const JobPlan& plan, const pool::Lease& lease, const JobSite& where,
                       const RunOptions& o, const JobDirectory& dir,
                       const std::optional<nlohmann::ordered_json>& tuner, int restart,
@@ -522,7 +453,7 @@ Launch prepareLaunch(pool::PoolClient& pool, const JobPlan& plan, const pool::Le
   dir.writePlan(plan);
   const std::optional<nlohmann::ordered_json> tuner = jobTuner(plan, o, err);
   const LaunchSpec spec = launchSpec(plan, lease, where, o, dir, tuner, restart,
-                                     agentLaunchFile(pool, lease, plan, where, o, dir));
+                                     agentLaunchFile(pool, lease, plan, where.site, o, dir));
   return writeLaunch(
       dir, o.srun ? buildSrunCommand(spec) : buildMpiCommand(spec, detectMpiCached(o.mpirun, o.mpi_flavor)),
       tuner);

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "poolrun/agent/jobs.hpp"
+#include "poolrun/agent/launch_server.hpp"
+#include "poolrun/common/error.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::test {
@@ -198,6 +200,35 @@ TEST(JobConfinement, RefusesTheGpusAndMigCapabilitiesOfOtherLeases) {
   agent::confineJobs(b, "none", "poolrun", t, bare.path(), log);
   EXPECT_EQ(b.gpu_minors, (std::vector<uint32_t>{0, 1}));
   EXPECT_FALSE(b.mig_units.at(0).gpu_instance.has_value());
+}
+
+// poold-agent --launch-listen: what is not HOST:PORT is refused naming it; an address this machine
+// does not have cannot be bound, and says so; port 0 takes a free one.
+TEST(LaunchListen, ABadAddressIsRefusedNamingItAndPortZeroTakesAFreeOne) {
+  for (const std::string bad : {"", "7141", "h:", "h:x", "h:-1", "h:65536", "h:99999999999", "[::1:1"}) {
+    agent::LaunchServerOptions o;
+    o.node = "n01";
+    o.listen = bad;
+    try {
+      agent::LaunchServer server(std::move(o));
+      ADD_FAILURE() << "listening at '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--launch-listen '" + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  agent::LaunchServerOptions away;
+  away.listen = "192.0.2.1:0";  // TEST-NET-1: on no machine
+  try {
+    agent::LaunchServer server(std::move(away));
+    ADD_FAILURE() << "bound an address this machine does not have";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot listen for launches at 192.0.2.1:0"), std::string::npos)
+        << e.what();
+  }
+  agent::LaunchServerOptions any;
+  any.listen = "127.0.0.1:0";
+  agent::LaunchServer server(std::move(any));
+  EXPECT_GT(server.port(), 0);
 }
 
 }  // namespace

@@ -119,6 +119,23 @@ TEST_F(LaunchPoolTest, AForgedReplayedOrAnotherNodesCredentialIsRefusedByTheAgen
   for (const json& n : launch["nodes"]) nodes[n["node"].get<std::string>()] = n;
   ASSERT_EQ(nodes.size(), 2u) << launch.dump();
   ASSERT_TRUE(nodes["n02"]["agent"].is_string()) << launch.dump();
+  // The route itself: a lease that is not, an id that is none, a body with fields.
+  {
+    httplib::Client http("127.0.0.1", poold->port());
+    const httplib::Headers auth = {{"Authorization", "Bearer tok-" + user + "-0123456789"}};
+    auto gone = http.Post("/v1/leases/L0123456789abcdef/launch", auth, "", "application/json");
+    ASSERT_TRUE(gone);
+    EXPECT_NE(gone->status, 200);
+    EXPECT_NE(gone->body.find("no lease L0123456789abcdef"), std::string::npos) << gone->body;
+    auto bad = http.Post("/v1/leases/L%FF%00x/launch", auth, "", "application/json");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400) << bad->body;
+    auto fields = http.Post("/v1/leases/" + launch["lease"].get<std::string>() + "/launch", auth,
+                            R"({"node": "n02"})", "application/json");
+    ASSERT_TRUE(fields);
+    EXPECT_EQ(fields->status, 400) << fields->body;
+    EXPECT_NE(fields->body.find("takes no fields"), std::string::npos) << fields->body;
+  }
   file["nodes"]["n02"] = nodes["n02"];
   ProcessResult good = rsh(file, "n02", "id -un; echo $POOLRUN_NODE; echo err >&2; exit 3");
   EXPECT_EQ(good.status, 3) << good.err;

@@ -65,6 +65,8 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
       {"-n 2 --tag-output --launcher srun",
        "poolrun: error: --tag-output is for mpirun, and --launcher srun starts the ranks with srun"},
       {"-n 2 --tuner maybe", "poolrun: error: --tuner 'maybe': use on or off"},
+      {"-n 2 --launch rsh", "poolrun: error: --launch 'rsh': use auto, agents or ssh"},
+      {"-n 2 --launch ''", "poolrun: error: the argument for option '--launch'"},
       {"-n 2 --fabric myrinet", "poolrun: error: unknown fabric 'myrinet'"},
       {"-n 2 --preempt-signal KILL",
        "poolrun: error: --preempt-signal 'KILL': use TERM (the default), INT, HUP, USR1 or USR2, by name "
@@ -98,6 +100,17 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
     EXPECT_FALSE(std::filesystem::exists(job + "/plan.json")) << c.args << ": a plan was written";
     std::filesystem::remove_all(job);
   }
+  // What the pool cannot do is refused as the pool is opened (125, as the pool's refusals), before
+  // a lease: --launch agents where no agent starts daemons.
+  poolrun::test::ProcessResult r = poolrun::test::runShell(
+      "POOLRUN_STATE_DIR=" + (tmp.path() / "state").string() + " timeout 60 " + std::string(POOLRUN_BINARY) +
+      " --pool sim:" + cluster + " --dry-run --job-dir " + job + " -n 2 --launch agents /bin/true");
+  EXPECT_EQ(r.status, 125) << r.err;
+  EXPECT_EQ(firstLine(r.err),
+            "poolrun: error: --launch agents is for a poold pool's nodes, whose agents start "
+            "the daemons (pool here: 'sim:" +
+                cluster + "'); leave it out");
+  EXPECT_FALSE(std::filesystem::exists(job + "/plan.json")) << "a plan was written";
 }
 
 // Every command reads its options one way: a missing value names the option, its value and what it

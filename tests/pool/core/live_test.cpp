@@ -757,6 +757,38 @@ TEST(AgentProtocol, RegistrationIsReadStrictly) {
   EXPECT_THROW(nodeRegistrationFromJson(doc), Error);
 }
 
+// A registration's launch address (where the agent starts jobs' daemons): HOST:PORT, or :PORT for
+// the address it came from; anything else refused, naming the value.
+TEST(AgentProtocol, ALaunchAddressIsHostAndPortOrRefused) {
+  topo::ClusterNode node;
+  node.name = "n01";
+  node.topology = std::make_shared<topo::NodeTopology>();
+  NodeRegistration r{node, "poold-agent 1"};
+  for (const std::string good : {":7141", "10.0.0.1:7141", "n01.ib:1", "[::1]:65535", "[fe80::1]:7141"}) {
+    r.launch = good;
+    EXPECT_EQ(nodeRegistrationFromJson(json::parse(toJson(r).dump())).launch, good);
+  }
+  r.launch = "";
+  EXPECT_FALSE(toJson(r).contains("launch")) << "none sent where the agent starts no daemons";
+  for (const std::string& bad :
+       {std::string(""), std::string("n01"), std::string("n01:"), std::string("n01:0"),
+        std::string("n01:65536"), std::string("n01:-1"), std::string("n01:99999999999"),
+        std::string("n 01:7141"), std::string("::1:7141"), std::string("\xff\xfe:7141"),
+        std::string(400, 'a') + ":1", std::string(250, 'a') + ":1x"}) {
+    json doc = toJson(NodeRegistration{node, "poold-agent 1"});
+    doc["launch"] = json(bad);
+    try {
+      nodeRegistrationFromJson(doc);
+      ADD_FAILURE() << "taken: " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("launch"), std::string::npos) << e.what();
+    }
+  }
+  json doc = toJson(NodeRegistration{node, "poold-agent 1"});
+  doc["launch"] = json::array({json::object({{"a", 1}})});
+  EXPECT_THROW(nodeRegistrationFromJson(doc), Error);
+}
+
 // poold writes a heartbeat's reply as text (heartbeatReplyText): the same document as toJson, for
 // replies empty and full, and with text that needs escaping or is not UTF-8 (replaced, as in every
 // reply of poold).
