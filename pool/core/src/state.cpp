@@ -111,12 +111,13 @@ void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances)
     slotsChanged();
   }
   node.name = cn.name;
-  node.setTopology(cn.topology);
+  TopologyBook::Shared topology = topologies_.share(cn.topology);
+  node.setTopology(topology.topology);
   node.switch_name = cn.switch_name;
   node.rail_group = cn.rail_group;
   node.fabric = cn.fabric;
   node.labels = cn.labels;
-  node.topology_hash = topologyHash(*cn.topology);
+  node.topology_hash = std::move(topology.hash);
   replan_ = true;
   std::erase_if(node.failed, [&](size_t i) { return i >= node.gpuCount(); });
   std::erase_if(node.failures, [&](const auto& f) { return !node.failed.count(f.first); });
@@ -376,8 +377,9 @@ void PoolState::loadNode(PoolNode node) {
   next_order_ = std::max(next_order_, node.order + 1);
   std::string name = node.name;
   if (node.topology) {
-    node.topology_hash = topologyHash(*node.topology);
-    node.setTopology(node.topology);
+    TopologyBook::Shared topology = topologies_.share(node.topology);
+    node.topology_hash = std::move(topology.hash);
+    node.setTopology(std::move(topology.topology));
   }
   node.live = NodeLive{};
   nodes_[name] = std::move(node);

@@ -89,13 +89,17 @@ NodeState nodeStateFromString(std::string_view text) {
   throw badInput("unknown node state '" + std::string(text) + "' (use up, draining or down)");
 }
 
-std::string topologyHash(const topo::NodeTopology& topology) {
+std::string topologyDoc(const topo::NodeTopology& topology) {
   // Where the topology was read from, and what its reader warned of, are not part of it: the
   // reader of a registration names its own source and has no warnings.
   nlohmann::ordered_json doc = topo::toJson(topology);
   doc.erase("source");
   doc.erase("warnings");
-  return common::fnv1aHex(doc.dump());
+  return doc.dump();
+}
+
+std::string topologyHash(const topo::NodeTopology& topology) {
+  return common::fnv1aHex(topologyDoc(topology));
 }
 
 std::string newLeaseId() {

@@ -265,21 +265,28 @@ TEST(Queue, AnEnqueueBehindEveryWaitingRequestPlansItAloneAsAPassWould) {
   EXPECT_EQ(state.checkInvariants(), "");
 }
 
-TEST(Queue, TheTimelinesIndexPlansAsAWalkOfThePoolDoes) {
-  std::mt19937 rng(3);
+// A random workload on `inventory`, planned by the timeline's indexes (fast) and by a walk of the
+// pool (slow), step by step: the same grants, GPUs and planned starts.
+struct Workload {
+  const char* inventory;
+  unsigned seed;
+  int rounds, steps, largest;  // requests of 1 to `largest` GPUs
+  bool preemption = false;     // a third of the requests preemptible (victims of higher priorities)
+};
+void plansAsAWalkDoes(const Workload& w) {
+  std::mt19937 rng(w.seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  for (int round = 0; round < 6; ++round) {
+  for (int round = 0; round < w.rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     PoolState fast, slow;
     slow.setSlowScheduling(true);
-    const char* inventory = "n[01-04]/gpu[0-7]@leaf1; n[05-06]/gpu[0-3]@leaf2; n06 failed 1";
-    addInventory(fast, inventory, t0());
-    addInventory(slow, inventory, t0());
+    addInventory(fast, w.inventory, t0());
+    addInventory(slow, w.inventory, t0());
     TimePoint now = t0();
     std::vector<std::pair<std::string, std::string>> held;  // the same lease in each: (fast, slow)
     std::set<int64_t> waiting;
     int planned = 0;
-    for (int step = 0; step < 80; ++step) {
+    for (int step = 0; step < w.steps; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));
       now += seconds(uniform(1, 20));
       if (uniform(0, 2) == 0 && !held.empty()) {
@@ -288,11 +295,12 @@ TEST(Queue, TheTimelinesIndexPlansAsAWalkOfThePoolDoes) {
         slow.release(held[i].second, "alice", true, now);
         held.erase(held.begin() + static_cast<long>(i));
       } else {
-        std::string spec = std::to_string(uniform(1, 16));
+        std::string spec = std::to_string(uniform(1, w.largest));
         if (uniform(0, 3) == 0) spec = std::to_string(4 * uniform(1, 3)) + " ppn=4";
         if (uniform(0, 4) == 0) spec += " one-switch";
         if (uniform(0, 2) == 0) spec += " max=" + std::to_string(uniform(20, 300));
         if (uniform(0, 3) == 0) spec += " prio=" + std::to_string(uniform(1, 3));
+        if (w.preemption && uniform(0, 2) == 0) spec += " preemptible";
         SubmitResult a = fast.submit(parseRequest(spec), now);
         SubmitResult b = slow.submit(parseRequest(spec), now);
         ASSERT_EQ(a.lease.has_value(), b.lease.has_value()) << spec;
@@ -327,6 +335,20 @@ TEST(Queue, TheTimelinesIndexPlansAsAWalkOfThePoolDoes) {
     }
     EXPECT_GT(planned, 0) << "the workload never planned a start";
   }
+}
+
+TEST(Queue, TheTimelinesIndexPlansAsAWalkOfThePoolDoes) {
+  plansAsAWalkDoes({"n[01-04]/gpu[0-7]@leaf1; n[05-06]/gpu[0-3]@leaf2; n06 failed 1", 3, 6, 80, 16});
+}
+
+// The same on a pool of four switches kept full, where most requests wait behind promises and
+// their starts come from the index of when each GPU is first free, and victims preempted for
+// higher priorities end early (their GPUs free sooner in the index).
+TEST(Queue, TheTimelinesIndexPlansAsAWalkOfABiggerFullerPoolDoes) {
+  plansAsAWalkDoes(
+      {"n[01-16]/gpu[0-7]@leaf1; n[17-32]/gpu[0-7]@leaf2; n[33-40]/gpu[0-3]@leaf3; "
+       "n[41-48]/gpu[0-7]@leaf4; n07 failed 2; n44 failed 0-1",
+       17, 3, 250, 64, true});
 }
 
 TEST(Queue, RandomWorkloadsNeverDelayTheHead) {

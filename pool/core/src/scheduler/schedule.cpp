@@ -2,6 +2,7 @@
 // next enqueue, and the elastic growth it leaves room for.
 
 #include <algorithm>
+#include <functional>
 
 #include "lease_times.hpp"
 #include "node_views.hpp"
@@ -96,8 +97,16 @@ class PoolState::EarliestStart {
     const PoolNode& node = *in_order_[s].node;
     return nodeUsable(s) && node.placeable(i) && unitMatches(node, i, r_);
   }
+  struct FreeFrom {
+    TimePoint at;
+    size_t slot, gpu;
+  };
+  // Each call: the next usable GPU in order of when it is free for the request's length.
+  using FreeFor = std::function<std::optional<FreeFrom>()>;
   Fit forGood();
   Fit withLength();
+  FreeFor freeForByIndex();
+  FreeFor freeForByWalk();
 
   const PoolState& pool_;
   const LeaseRequest& r_;
@@ -144,41 +153,39 @@ PoolState::EarliestStart::Fit PoolState::EarliestStart::forGood() {
   return fit;
 }
 
+// Requests with a maximum duration: the GPUs the request may use, in order of the earliest time
+// each is free for its length. No start comes before the r.gpus-th of those times (each start
+// tried is a placement, and a full pool has a start time for every lease end), and a placement at
+// t looks only at the GPUs free for the length by t, found in the order they free up rather than
+// by a walk over the pool (the index of when each GPU is first free).
 PoolState::EarliestStart::Fit PoolState::EarliestStart::withLength() {
-  // No start can come before the r.gpus-th earliest time a GPU that matches is free for the
-  // request's length: start times before it are not tried (each try is a placement over the
-  // pool, and a full pool has a start time for every lease end).
-  // Each matching GPU with the earliest time it is free for the request's length: a GPU free
-  // from t on for it has that time at or before t, so a placement at t looks at those only
-  // (on a full pool a few GPUs, not the pool).
-  struct FreeFrom {
-    TimePoint at;
-    size_t slot, gpu;
+  std::vector<FreeFrom> taken;  // usable GPUs free for the length by the last start tried, in pool order
+  FreeFor next = pool_.slow_scheduling_ ? freeForByWalk() : freeForByIndex();
+  while (taken.size() < static_cast<size_t>(r_.gpus))
+    if (std::optional<FreeFrom> f = next())
+      taken.push_back(*f);
+    else
+      return std::nullopt;
+  const TimePoint bound = taken.back().at;
+  auto inPoolOrder = [](const FreeFrom& a, const FreeFrom& b) {
+    return std::pair(a.slot, a.gpu) < std::pair(b.slot, b.gpu);
   };
-  std::vector<FreeFrom> freeFrom;
-  for (size_t s = 0; s < in_order_.size(); ++s) {
-    if (!nodeUsable(s)) continue;
-    const PoolNode& node = *in_order_[s].node;
-    for (size_t i = 0; i < node.unitCount(); ++i)
-      if (node.placeable(i) && unitMatches(node, i, r_))
-        freeFrom.push_back({timeline_.earliestFree(s, i, now_, r_.max_duration), s, i});
-  }
-  if (freeFrom.size() < static_cast<size_t>(r_.gpus)) return std::nullopt;
-  auto nth = freeFrom.begin() + (r_.gpus - 1);
-  std::nth_element(freeFrom.begin(), nth, freeFrom.end(),
-                   [](const FreeFrom& a, const FreeFrom& b) { return a.at < b.at; });
-  const TimePoint bound = nth->at;
-  auto seen = freeFrom.begin();  // [begin, seen): the GPUs free for the length by the last t tried
+  std::sort(taken.begin(), taken.end(), inPoolOrder);
+  std::optional<FreeFrom> ahead;  // taken from `next` but free for the length only after the last start tried
   Fit fit;
   timeline_.eachStart(now_, bound, [&](TimePoint t) {
+    const auto before = static_cast<std::ptrdiff_t>(taken.size());
+    for (;;) {
+      if (!ahead) ahead = next();
+      if (!ahead || ahead->at > t) break;
+      taken.push_back(*ahead);
+      ahead.reset();
+    }
+    std::sort(taken.begin() + before, taken.end(), inPoolOrder);
+    std::inplace_merge(taken.begin(), taken.begin() + before, taken.end(), inPoolOrder);
     TimePoint to = (t == kNever || !r_.max_duration) ? kNever : addSaturating(t, *r_.max_duration);
-    seen = std::partition(seen, freeFrom.end(), [&](const FreeFrom& f) { return f.at <= t; });
-    std::vector<FreeFrom> maybe(freeFrom.begin(), seen);
-    std::sort(maybe.begin(), maybe.end(), [](const FreeFrom& a, const FreeFrom& b) {
-      return std::pair(a.slot, a.gpu) < std::pair(b.slot, b.gpu);
-    });
     std::vector<NodeView> views;
-    for (const FreeFrom& f : maybe) {
+    for (const FreeFrom& f : taken) {
       if (!timeline_.freeOn(f.slot, t, to)(f.gpu)) continue;
       const PoolNode* node = in_order_[f.slot].node;
       if (views.empty() || views.back().node != node) views.push_back({node, {}, false});
@@ -189,6 +196,42 @@ PoolState::EarliestStart::Fit PoolState::EarliestStart::withLength() {
     return fit.has_value();
   });
   return fit;
+}
+
+// The usable GPUs by the timeline's index of when each is first free: a GPU's time for the length
+// is never before its first free moment, so one is handed out once no GPU still in the index can
+// come before it.
+PoolState::EarliestStart::FreeFor PoolState::EarliestStart::freeForByIndex() {
+  auto later = [](const FreeFrom& a, const FreeFrom& b) { return a.at > b.at; };
+  return [this, later, index = timeline_.byFirstFree().begin(),
+          heap = std::vector<FreeFrom>()]() mutable -> std::optional<FreeFrom> {
+    for (; index != timeline_.byFirstFree().end(); ++index) {
+      const auto& [first, s, i] = *index;
+      if (!heap.empty() && heap.front().at <= first) break;
+      if (!usable(s, i)) continue;
+      heap.push_back({timeline_.earliestFree(s, i, now_, r_.max_duration), s, i});
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
+    if (heap.empty()) return std::nullopt;
+    std::pop_heap(heap.begin(), heap.end(), later);
+    FreeFrom f = heap.back();
+    heap.pop_back();
+    return f;
+  };
+}
+
+// The same GPUs in the same order by a walk over the pool (the reference the index is tested
+// against).
+PoolState::EarliestStart::FreeFor PoolState::EarliestStart::freeForByWalk() {
+  std::vector<FreeFrom> all;
+  for (size_t s = 0; s < in_order_.size(); ++s)
+    for (size_t i = 0; i < in_order_[s].node->unitCount(); ++i)
+      if (usable(s, i)) all.push_back({timeline_.earliestFree(s, i, now_, r_.max_duration), s, i});
+  std::stable_sort(all.begin(), all.end(), [](const FreeFrom& a, const FreeFrom& b) { return a.at < b.at; });
+  return [all = std::move(all), n = size_t{0}]() mutable -> std::optional<FreeFrom> {
+    if (n == all.size()) return std::nullopt;
+    return all[n++];
+  };
 }
 
 void PoolState::countGranted(const Lease& lease, QuotaBook& book) const {

@@ -24,7 +24,7 @@ class Timeline {
   template <class Slots>
   Timeline(const Slots& slots, const std::unordered_map<std::string_view, size_t>& slotOf,
            const std::map<std::string, Lease>& leases, const PreemptOptions& preempt, TimePoint now)
-      : slot_of_(slotOf), busy_(slots.size()) {
+      : slot_of_(slotOf), busy_(slots.size()), now_(now) {
     for (size_t s = 0; s < slots.size(); ++s) busy_[s].resize(slots[s].node->unitCount());
     // A lease past its end holds its GPUs until a tick drops it (a submit between two ticks
     // plans with it still there): busy now, free an instant later.
@@ -42,10 +42,24 @@ class Timeline {
       hold(lease.shrink_gpus, now,
            std::min(end, std::max(shrinkEnd(lease, preempt), now + TimePoint::duration(1))), &lease);
     }
+    // Both indexes from sorted runs: a set filled in order takes each at its end, in constant time.
+    std::vector<std::tuple<TimePoint, size_t, size_t>> ends, frees;
     for (size_t s = 0; s < busy_.size(); ++s)
-      for (size_t i = 0; i < busy_[s].size(); ++i) by_end_.insert({busy_[s][i].end(), s, i});
+      for (size_t i = 0; i < busy_[s].size(); ++i) {
+        ends.emplace_back(busy_[s][i].end(), s, i);
+        frees.emplace_back(busy_[s][i].firstFree(now_), s, i);
+      }
+    std::sort(ends.begin(), ends.end());
+    std::sort(frees.begin(), frees.end());
+    by_end_.insert(ends.begin(), ends.end());
+    by_free_.insert(frees.begin(), frees.end());
     indexed_ = true;
   }
+
+  // Every GPU by the first moment from the pass's start on at which it is free, the earliest
+  // first: (moment, slot, GPU). No GPU is free for any length before that moment (the first of
+  // its gaps), so a request walks this index only as far as the GPUs it may take.
+  const std::set<std::tuple<TimePoint, size_t, size_t>>& byFirstFree() const { return by_free_; }
 
   // The GPUs free for good from t on (every interval of theirs over by t; t not kNever), in the
   // order they become so: f(slot, gpu, since) for each, until f returns false. For a request
@@ -127,7 +141,7 @@ class Timeline {
       auto s = slot_of_.find(g.node);
       if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
       Gpu& gpu = busy_[s->second][g.index];
-      const TimePoint before = gpu.end();
+      const Keys before = keysOf(gpu);
       auto at = std::upper_bound(gpu.busy.begin(), gpu.busy.end(), from,
                                  [](TimePoint x, const Interval& iv) { return x < iv.from; });
       size_t i = static_cast<size_t>(at - gpu.busy.begin());
@@ -145,7 +159,7 @@ class Timeline {
       auto s = slot_of_.find(g.node);
       if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
       Gpu& gpu = busy_[s->second][g.index];
-      const TimePoint before = gpu.end();
+      const Keys before = keysOf(gpu);
       for (Interval& iv : gpu.busy)
         if (iv.lease == &lease) iv.to = std::min(iv.to, end);
       gpu.reckon(0);
@@ -169,19 +183,39 @@ class Timeline {
     }
     // From when it is free for good; TimePoint::min() when never busy.
     TimePoint end() const { return max_to.empty() ? TimePoint::min() : max_to.back(); }
+    // The first moment from `now` on that no interval covers (kNever: none).
+    TimePoint firstFree(TimePoint now) const {
+      TimePoint t = now;
+      for (const Interval& iv : busy) {  // by start: those that begin by t carry it to their end
+        if (iv.from > t || t == kNever) break;
+        t = std::max(t, iv.to);
+      }
+      return t;
+    }
   };
-  void reindex(size_t slot, size_t gpu, TimePoint before) {
+  struct Keys {
+    TimePoint end, free;
+  };
+  Keys keysOf(const Gpu& gpu) const { return {gpu.end(), gpu.firstFree(now_)}; }
+  void reindex(size_t slot, size_t gpu, Keys before) {
     if (!indexed_) return;
-    TimePoint after = busy_[slot][gpu].end();
-    if (after == before) return;
-    by_end_.erase({before, slot, gpu});
-    by_end_.insert({after, slot, gpu});
+    const Keys after = keysOf(busy_[slot][gpu]);
+    if (after.end != before.end) {
+      by_end_.erase({before.end, slot, gpu});
+      by_end_.insert({after.end, slot, gpu});
+    }
+    if (after.free != before.free) {
+      by_free_.erase({before.free, slot, gpu});
+      by_free_.insert({after.free, slot, gpu});
+    }
   }
-  std::set<std::tuple<TimePoint, size_t, size_t>> by_end_;  // (free for good from, slot, GPU)
+  std::set<std::tuple<TimePoint, size_t, size_t>> by_end_;   // (free for good from, slot, GPU)
+  std::set<std::tuple<TimePoint, size_t, size_t>> by_free_;  // (first free from now_, slot, GPU)
   bool indexed_ = false;
   const std::unordered_map<std::string_view, size_t>& slot_of_;
   std::vector<std::vector<Gpu>> busy_;  // per node (slot), per GPU
   std::set<TimePoint> ends_;
+  TimePoint now_;  // the pass's start
 };
 
 }  // namespace poolrun::pool

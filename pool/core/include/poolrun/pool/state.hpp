@@ -18,6 +18,7 @@
 #include "poolrun/pool/job_book.hpp"
 #include "poolrun/pool/membership.hpp"
 #include "poolrun/pool/quotas.hpp"
+#include "poolrun/pool/topology_book.hpp"
 #include "poolrun/pool/types.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/telemetry.hpp"
@@ -565,6 +566,7 @@ class PoolState {
   uint64_t leases_granted_ = 0;
   int64_t next_ticket_ = 1;
   int64_t next_order_ = 0;
+  TopologyBook topologies_;  // the nodes' topologies, one copy per kind of node
   Dirty dirty_;
   Membership members_;
   JobBook jobs_;

@@ -331,8 +331,9 @@ struct HeartbeatReply {
   bool jobs = false;
 };
 
-// The hash a heartbeat names its node's topology by: FNV-1a of the topology's JSON, without
-// its `source` and `warnings` (which are the reader's, not the node's).
+// The hash a heartbeat names its node's topology by: FNV-1a of topologyDoc, the topology's JSON
+// without its `source` and `warnings` (which are the reader's, not the node's).
+std::string topologyDoc(const topo::NodeTopology& topology);
 std::string topologyHash(const topo::NodeTopology& topology);
 
 // Who makes a request of the pool, as poold knows it from the request's credential (a token of its
