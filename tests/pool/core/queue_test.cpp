@@ -271,7 +271,8 @@ struct Workload {
   const char* inventory;
   unsigned seed;
   int rounds, steps, largest;  // requests of 1 to `largest` GPUs
-  bool preemption = false;     // a third of the requests preemptible (victims of higher priorities)
+  bool preemption = false;     // a third of the requests preemptible (victims of higher priorities), a
+                               // sixth elastic (shrunk for them)
 };
 void plansAsAWalkDoes(const Workload& w) {
   std::mt19937 rng(w.seed);
@@ -282,6 +283,9 @@ void plansAsAWalkDoes(const Workload& w) {
     slow.setSlowScheduling(true);
     addInventory(fast, w.inventory, t0());
     addInventory(slow, w.inventory, t0());
+    if (w.preemption)  // victims from 20 s on (the steps are 1 to 20 s apart)
+      for (PoolState* state : {&fast, &slow})
+        state->setPreemptOptions({seconds(30), seconds(20), seconds(5)});
     TimePoint now = t0();
     std::vector<std::pair<std::string, std::string>> held;  // the same lease in each: (fast, slow)
     std::set<int64_t> waiting;
@@ -301,6 +305,7 @@ void plansAsAWalkDoes(const Workload& w) {
         if (uniform(0, 2) == 0) spec += " max=" + std::to_string(uniform(20, 300));
         if (uniform(0, 3) == 0) spec += " prio=" + std::to_string(uniform(1, 3));
         if (w.preemption && uniform(0, 2) == 0) spec += " preemptible";
+        if (w.preemption && uniform(0, 5) == 0) spec += " upto=" + std::to_string(2 * w.largest);
         SubmitResult a = fast.submit(parseRequest(spec), now);
         SubmitResult b = slow.submit(parseRequest(spec), now);
         ASSERT_EQ(a.lease.has_value(), b.lease.has_value()) << spec;
@@ -332,8 +337,13 @@ void plansAsAWalkDoes(const Workload& w) {
         it = waiting.erase(it);
       }
       ASSERT_EQ(fast.checkInvariants(), "");
+      ASSERT_EQ(fast.leasesPreempted(), slow.leasesPreempted());
+      ASSERT_EQ(fast.leasesResized(), slow.leasesResized());
     }
     EXPECT_GT(planned, 0) << "the workload never planned a start";
+    if (w.preemption) {
+      EXPECT_GE(fast.leasesPreempted(), 10u) << "the workload seldom preempted";
+    }
   }
 }
 

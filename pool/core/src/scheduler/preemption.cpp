@@ -123,7 +123,21 @@ class PoolState::Preemption {
   }
   bool mayTake(const Lease* l) const { return reclaimable(l) || l->priority < r_.priority; }
   Timeline::Ignoring ignoring(const Chosen& chosen) const;
-  void findReach();
+  bool usable(size_t slot, size_t i) {
+    const PoolNode& node = *pool_.slots()[slot].node;
+    if (node_ok_.empty()) node_ok_.assign(pool_.slots().size(), -1);
+    if (node_ok_[slot] < 0) node_ok_[slot] = nodeMatches(node, r_) ? 1 : 0;
+    return node_ok_[slot] == 1 && i < node.unitCount() && node.placeable(i) && unitMatches(node, i, r_);
+  }
+  void reachFreeAnyway();
+  void reachThrough(size_t k);
+  void mergeReach(size_t from);
+  void findReachByWalk();
+  std::optional<size_t> shortestRun();
+  std::optional<size_t> shortestRunByHalving();
+  std::optional<std::vector<GpuRef>> placeTakingFirst(size_t k) const;
+  template <class Taken>
+  std::optional<std::vector<GpuRef>> placeWhere(Taken taken) const;
   std::optional<std::vector<GpuRef>> placeIgnoring(const Chosen& chosen) const;
   static Chosen prefix(size_t k) {
     Chosen out;
@@ -151,7 +165,9 @@ class PoolState::Preemption {
   TimePoint from_{}, to_{};
   std::vector<Unit> cands_;
   std::set<const Lease*> reclaimed_;
-  std::vector<Reach> reach_;
+  std::vector<Reach> reach_;          // in pool order
+  size_t reached_ = 0;                // the candidates whose GPUs reach_ holds: [0, reached_)
+  std::vector<signed char> node_ok_;  // per slot: -1 unknown, 0 no, 1 the request may use the node
 };
 
 bool PoolState::Preemption::gather(const std::vector<const Lease*>& pool,
@@ -190,11 +206,69 @@ Timeline::Ignoring PoolState::Preemption::ignoring(const Chosen& chosen) const {
   return out;
 }
 
-// The GPUs the request could use from `from_` were every candidate taken, each with the
-// candidates that free it: a placement for a set of candidates then reads flags rather than the
-// timeline, over these GPUs only (a pass chooses victims for many requests, each with a dozen
-// placements, on pools of 100,000 GPUs).
-void PoolState::Preemption::findReach() {
+// The GPUs the request could use from `from_` were candidates taken, each with the candidates that
+// free it: a placement for a set of candidates then reads flags rather than the timeline, over these
+// GPUs only (a pass chooses victims for many requests, each with a dozen placements, on pools of
+// 100,000 GPUs). First those free anyway, found through the timeline's index of when GPUs are
+// first free (a GPU free from `from_` on is first free by then), not by a walk over the pool.
+void PoolState::Preemption::reachFreeAnyway() {
+  for (const auto& [first, slot, i] : timeline_.byFirstFree()) {
+    if (first > from_) break;
+    if (usable(slot, i) && timeline_.freeOn(slot, from_, to_)(i)) reach_.push_back({slot, i});
+  }
+  mergeReach(0);
+}
+
+// Then the GPUs of candidates [reached_, k) (only the first candidates are ever looked at where
+// they make room).
+void PoolState::Preemption::reachThrough(size_t k) {
+  const size_t before = reach_.size();
+  for (; reached_ < std::min(k, cands_.size()); ++reached_) {
+    const Unit& c = cands_[reached_];
+    const bool whole = c.gpus.empty();
+    Timeline::Ignoring taking;  // a GPU has one lease's interval: what taking this candidate frees
+    taking.leases.insert(c.lease);
+    for (const GpuRef& g : whole ? c.lease->gpus : c.gpus) {
+      auto at = pool_.slot_cache_.index.find(g.node);
+      if (at == pool_.slot_cache_.index.end() || !usable(at->second, g.index)) continue;
+      const size_t slot = at->second;
+      if (!timeline_.freeOn(slot, from_, to_, &taking)(g.index)) continue;
+      Reach x{slot, g.index};
+      if (!timeline_.freeOn(slot, from_, to_)(g.index))
+        (whole ? x.whole : x.shrink) = static_cast<int>(reached_);
+      reach_.push_back(x);
+    }
+  }
+  mergeReach(before);
+}
+
+// reach_ in pool order again, each GPU once (free anyway, or freed by its whole lease or a shrink
+// of it), after [from, end) was added to it.
+void PoolState::Preemption::mergeReach(size_t from) {
+  auto inPoolOrder = [](const Reach& a, const Reach& b) {
+    return std::pair(a.slot, a.gpu) < std::pair(b.slot, b.gpu);
+  };
+  const auto mid = reach_.begin() + static_cast<std::ptrdiff_t>(from);
+  std::sort(mid, reach_.end(), inPoolOrder);
+  std::inplace_merge(reach_.begin(), mid, reach_.end(), inPoolOrder);
+  size_t kept = 0;
+  for (size_t i = 0; i < reach_.size(); ++i) {
+    const Reach& x = reach_[i];
+    if (kept == 0 || reach_[kept - 1].slot != x.slot || reach_[kept - 1].gpu != x.gpu) {
+      reach_[kept++] = x;
+      continue;
+    }
+    Reach& same = reach_[kept - 1];
+    const bool anyway = (same.whole < 0 && same.shrink < 0) || (x.whole < 0 && x.shrink < 0);
+    same.whole = anyway ? -1 : std::max(same.whole, x.whole);
+    same.shrink = anyway ? -1 : std::max(same.shrink, x.shrink);
+  }
+  reach_.resize(kept);
+}
+
+// Every candidate's at once, by a walk over the pool (the reference the above are tested against).
+void PoolState::Preemption::findReachByWalk() {
+  reached_ = cands_.size();
   std::unordered_map<const Lease*, int> wholeUnit;
   std::map<std::pair<size_t, size_t>, int> shrinkUnit;
   for (size_t u = 0; u < cands_.size(); ++u) {
@@ -228,11 +302,20 @@ void PoolState::Preemption::findReach() {
 std::optional<std::vector<GpuRef>> PoolState::Preemption::placeIgnoring(const Chosen& chosen) const {
   std::vector<char> taken(cands_.size(), 0);
   for (size_t u : chosen) taken[u] = 1;
+  return placeWhere([&](int u) { return u >= 0 && taken[static_cast<size_t>(u)]; });
+}
+
+// The same for the first k candidates.
+std::optional<std::vector<GpuRef>> PoolState::Preemption::placeTakingFirst(size_t k) const {
+  return placeWhere([k](int u) { return u >= 0 && static_cast<size_t>(u) < k; });
+}
+
+// A placement on the GPUs of reach_ free anyway and those whose candidate `taken` says is taken.
+template <class Taken>
+std::optional<std::vector<GpuRef>> PoolState::Preemption::placeWhere(Taken taken) const {
   std::vector<NodeView> views;
   for (const Reach& x : reach_) {
-    const bool free = (x.whole < 0 && x.shrink < 0) ||
-                      (x.whole >= 0 && taken[static_cast<size_t>(x.whole)]) ||
-                      (x.shrink >= 0 && taken[static_cast<size_t>(x.shrink)]);
+    const bool free = (x.whole < 0 && x.shrink < 0) || taken(x.whole) || taken(x.shrink);
     if (!free) continue;
     const PoolNode* node = pool_.slots()[x.slot].node;
     if (views.empty() || views.back().node != node) views.push_back({node, {}, false});
@@ -260,9 +343,45 @@ PoolState::Preemption::Chosen PoolState::Preemption::takenFrom(const std::vector
 }
 
 std::optional<PoolState::Preemption::Chosen> PoolState::Preemption::choose() {
-  findReach();
-  if (!placeIgnoring(prefix(cands_.size()))) return std::nullopt;  // not even every candidate would make room
-  // The shortest run of candidates that makes room (room only grows with the run).
+  std::optional<size_t> run = pool_.slow_scheduling_ ? shortestRunByHalving() : shortestRun();
+  if (!run) return std::nullopt;  // not even every candidate would make room
+  // Of those, the ones whose GPUs the placement takes; then each whole lease it can do without is
+  // spared, then each shrink it can do without.
+  Chosen chosen = prefix(*run);
+  chosen = takenFrom(*placeIgnoring(chosen), chosen);
+  return spareShrinks(spareWholeLeases(std::move(chosen)));
+}
+
+// The shortest run of candidates that makes room (room only grows with the run): runs twice as
+// long each time until one does, then halved between the longest that did not and it. A placement
+// reads the GPUs of the run's candidates only, so a request that takes a few victims of thousands
+// costs a few small placements.
+std::optional<size_t> PoolState::Preemption::shortestRun() {
+  reachFreeAnyway();
+  size_t fails = 0, fits = 1;
+  for (;;) {
+    reachThrough(fits);
+    if (placeTakingFirst(fits)) break;
+    if (fits >= cands_.size()) return std::nullopt;
+    fails = fits;
+    fits = std::min(cands_.size(), 2 * fits);
+  }
+  size_t lo = fails + 1, hi = fits;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (placeTakingFirst(mid))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+// The same by halving over every candidate, each placement over all their GPUs (the reference
+// shortestRun is tested against).
+std::optional<size_t> PoolState::Preemption::shortestRunByHalving() {
+  findReachByWalk();
+  if (!placeIgnoring(prefix(cands_.size()))) return std::nullopt;
   size_t lo = 1, hi = cands_.size();
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -271,11 +390,7 @@ std::optional<PoolState::Preemption::Chosen> PoolState::Preemption::choose() {
     else
       lo = mid + 1;
   }
-  // Of those, the ones whose GPUs the placement takes; then each whole lease it can do without is
-  // spared, then each shrink it can do without.
-  Chosen chosen = prefix(lo);
-  chosen = takenFrom(*placeIgnoring(chosen), chosen);
-  return spareShrinks(spareWholeLeases(std::move(chosen)));
+  return lo;
 }
 
 // Each whole lease the placement can do without is spared, the largest first, then the oldest (a
