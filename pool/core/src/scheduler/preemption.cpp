@@ -212,10 +212,11 @@ Timeline::Ignoring PoolState::Preemption::ignoring(const Chosen& chosen) const {
 // 100,000 GPUs). First those free anyway, found through the timeline's index of when GPUs are
 // first free (a GPU free from `from_` on is first free by then), not by a walk over the pool.
 void PoolState::Preemption::reachFreeAnyway() {
-  for (const auto& [first, slot, i] : timeline_.byFirstFree()) {
-    if (first > from_) break;
+  timeline_.byFirstFree().each([&](TimePoint first, size_t slot, size_t i) {
+    if (first > from_) return false;
     if (usable(slot, i) && timeline_.freeOn(slot, from_, to_)(i)) reach_.push_back({slot, i});
-  }
+    return true;
+  });
   mergeReach(0);
 }
 

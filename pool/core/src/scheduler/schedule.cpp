@@ -203,10 +203,10 @@ PoolState::EarliestStart::Fit PoolState::EarliestStart::withLength() {
 // come before it.
 PoolState::EarliestStart::FreeFor PoolState::EarliestStart::freeForByIndex() {
   auto later = [](const FreeFrom& a, const FreeFrom& b) { return a.at > b.at; };
-  return [this, later, index = timeline_.byFirstFree().begin(),
+  return [this, later, index = timeline_.byFirstFree().cursor(),
           heap = std::vector<FreeFrom>()]() mutable -> std::optional<FreeFrom> {
-    for (; index != timeline_.byFirstFree().end(); ++index) {
-      const auto& [first, s, i] = *index;
+    for (; index.get() != nullptr; index.advance()) {
+      const auto& [first, s, i] = *index.get();
       if (!heap.empty() && heap.front().at <= first) break;
       if (!usable(s, i)) continue;
       heap.push_back({timeline_.earliestFree(s, i, now_, r_.max_duration), s, i});

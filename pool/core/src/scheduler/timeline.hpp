@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,6 +16,7 @@
 
 #include "lease_times.hpp"
 #include "poolrun/pool/state.hpp"
+#include "scheduler/gpu_index.hpp"
 
 namespace poolrun::pool {
 
@@ -24,7 +26,7 @@ class Timeline {
   template <class Slots>
   Timeline(const Slots& slots, const std::unordered_map<std::string_view, size_t>& slotOf,
            const std::map<std::string, Lease>& leases, const PreemptOptions& preempt, TimePoint now)
-      : slot_of_(slotOf), busy_(slots.size()), now_(now) {
+      : by_end_(EndOf{this}), by_free_(FirstFreeOf{this}), slot_of_(slotOf), busy_(slots.size()), now_(now) {
     for (size_t s = 0; s < slots.size(); ++s) busy_[s].resize(slots[s].node->unitCount());
     // A lease past its end holds its GPUs until a tick drops it (a submit between two ticks
     // plans with it still there): busy now, free an instant later.
@@ -42,24 +44,36 @@ class Timeline {
       hold(lease.shrink_gpus, now,
            std::min(end, std::max(shrinkEnd(lease, preempt), now + TimePoint::duration(1))), &lease);
     }
-    // Both indexes from sorted runs: a set filled in order takes each at its end, in constant time.
     std::vector<std::tuple<TimePoint, size_t, size_t>> ends, frees;
+    size_t units = 0;
+    for (const std::vector<Gpu>& node : busy_) units += node.size();
+    ends.reserve(units);
+    frees.reserve(units);
     for (size_t s = 0; s < busy_.size(); ++s)
       for (size_t i = 0; i < busy_[s].size(); ++i) {
-        ends.emplace_back(busy_[s][i].end(), s, i);
-        frees.emplace_back(busy_[s][i].firstFree(now_), s, i);
+        Gpu& g = busy_[s][i];
+        g.base = keysOf(g);
+        ends.emplace_back(g.base.end, s, i);
+        frees.emplace_back(g.base.free, s, i);
       }
-    std::sort(ends.begin(), ends.end());
-    std::sort(frees.begin(), frees.end());
-    by_end_.insert(ends.begin(), ends.end());
-    by_free_.insert(frees.begin(), frees.end());
+    by_end_.build(std::move(ends));
+    by_free_.build(std::move(frees));
     indexed_ = true;
   }
+  // Its indexes know it by its address.
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
 
   // Every GPU by the first moment from the pass's start on at which it is free, the earliest
   // first: (moment, slot, GPU). No GPU is free for any length before that moment (the first of
   // its gaps), so a request walks this index only as far as the GPUs it may take.
-  const std::set<std::tuple<TimePoint, size_t, size_t>>& byFirstFree() const { return by_free_; }
+  struct FirstFreeOf {
+    const Timeline* timeline;
+    TimePoint operator()(size_t slot, size_t gpu) const {
+      return timeline->busy_[slot][gpu].firstFree(timeline->now_);
+    }
+  };
+  const GpuIndex<FirstFreeOf>& byFirstFree() const { return by_free_; }
 
   // The GPUs free for good from t on (every interval of theirs over by t; t not kNever), in the
   // order they become so: f(slot, gpu, since) for each, until f returns false. For a request
@@ -67,9 +81,7 @@ class Timeline {
   // found without a walk over the pool.
   template <class F>
   void freeForGoodBy(TimePoint t, F f) const {
-    for (const auto& [end, slot, gpu] : by_end_) {
-      if (end > t || !f(slot, gpu, end)) return;
-    }
+    by_end_.each([&](TimePoint end, size_t slot, size_t gpu) { return end <= t && f(slot, gpu, end); });
   }
 
   // What a preemption may take: whole leases, and single GPUs of elastic leases (a shrink), by
@@ -137,10 +149,12 @@ class Timeline {
   // `gpus` busy from `from` to `to`: held by `lease`, or promised to a waiting request (null).
   void hold(const std::vector<GpuRef>& gpus, TimePoint from, TimePoint to, const Lease* lease) {
     if (to != kNever) ends_.insert(to);
-    for (const GpuRef& g : gpus) {
-      auto s = slot_of_.find(g.node);
-      if (s == slot_of_.end() || g.index >= busy_[s->second].size()) continue;
-      Gpu& gpu = busy_[s->second][g.index];
+    std::optional<size_t> slot;  // of the GPU before, where it is on the same node (most are)
+    for (size_t k = 0; k < gpus.size(); ++k) {
+      const GpuRef& g = gpus[k];
+      if (k == 0 || g.node != gpus[k - 1].node) slot = slotOf(g.node);
+      if (!slot || g.index >= busy_[*slot].size()) continue;
+      Gpu& gpu = busy_[*slot][g.index];
       const Keys before = keysOf(gpu);
       auto at = std::upper_bound(gpu.busy.begin(), gpu.busy.end(), from,
                                  [](TimePoint x, const Interval& iv) { return x < iv.from; });
@@ -148,7 +162,7 @@ class Timeline {
       gpu.busy.insert(at, {from, to, lease});
       gpu.endless_promise |= !lease && to == kNever;
       gpu.reckon(i);
-      reindex(s->second, g.index, before);
+      reindex(*slot, g.index, before);
     }
   }
 
@@ -172,11 +186,18 @@ class Timeline {
     TimePoint from, to;
     const Lease* lease;  // null: promised to a waiting request
   };
+  struct Keys {
+    TimePoint end, free;  // when it is free for good, when first free (its times in the indexes)
+  };
+  // Most GPUs have one interval (their lease) or two (and a promise): kept inline, 100,000 GPUs
+  // make no allocation each (a pass builds its timeline anew).
   struct Gpu {
-    std::vector<Interval> busy;     // sorted by `from`
-    std::vector<TimePoint> max_to;  // per interval: the latest `to` of it and those before it
-    bool endless_promise = false;   // a promise without an end
-    void reckon(size_t from) {      // max_to again from interval `from` on
+    boost::container::small_vector<Interval, 2> busy;  // sorted by `from`
+    boost::container::small_vector<TimePoint, 2>
+        max_to;                    // per interval: the latest `to` of it and those before it
+    bool endless_promise = false;  // a promise without an end
+    Keys base;                     // its times in the indexes' sorted runs
+    void reckon(size_t from) {     // max_to again from interval `from` on
       max_to.resize(busy.size());
       for (size_t i = from; i < busy.size(); ++i)
         max_to[i] = i == 0 ? busy[i].to : std::max(max_to[i - 1], busy[i].to);
@@ -193,24 +214,24 @@ class Timeline {
       return t;
     }
   };
-  struct Keys {
-    TimePoint end, free;
-  };
   Keys keysOf(const Gpu& gpu) const { return {gpu.end(), gpu.firstFree(now_)}; }
+  std::optional<size_t> slotOf(const std::string& node) const {
+    auto s = slot_of_.find(node);
+    return s == slot_of_.end() ? std::nullopt : std::optional(s->second);
+  }
   void reindex(size_t slot, size_t gpu, Keys before) {
     if (!indexed_) return;
-    const Keys after = keysOf(busy_[slot][gpu]);
-    if (after.end != before.end) {
-      by_end_.erase({before.end, slot, gpu});
-      by_end_.insert({after.end, slot, gpu});
-    }
-    if (after.free != before.free) {
-      by_free_.erase({before.free, slot, gpu});
-      by_free_.insert({after.free, slot, gpu});
-    }
+    const Gpu& g = busy_[slot][gpu];
+    const Keys after = keysOf(g);
+    by_end_.moved(slot, gpu, g.base.end, before.end, after.end);
+    by_free_.moved(slot, gpu, g.base.free, before.free, after.free);
   }
-  std::set<std::tuple<TimePoint, size_t, size_t>> by_end_;   // (free for good from, slot, GPU)
-  std::set<std::tuple<TimePoint, size_t, size_t>> by_free_;  // (first free from now_, slot, GPU)
+  struct EndOf {
+    const Timeline* timeline;
+    TimePoint operator()(size_t slot, size_t gpu) const { return timeline->busy_[slot][gpu].end(); }
+  };
+  GpuIndex<EndOf> by_end_;         // (free for good from, slot, GPU)
+  GpuIndex<FirstFreeOf> by_free_;  // (first free from now_, slot, GPU)
   bool indexed_ = false;
   const std::unordered_map<std::string_view, size_t>& slot_of_;
   std::vector<std::vector<Gpu>> busy_;  // per node (slot), per GPU
