@@ -143,6 +143,14 @@ std::string nodeName(int i) {
 volatile pid_t g_poold = -1;
 
 // The pid of the poold this process started: its child whose command is poold.
+// A process's resident memory (VmRSS), in MiB; 0 where it cannot be read.
+double residentMiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("VmRSS:")) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
+  return 0;
+}
+
 pid_t pooldPid() {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     std::string name = e.path().filename().string();
@@ -474,8 +482,8 @@ int run(const Options& o) {
     fprintf(stderr, "heartbeat_bench: %s\n", errors.first_error.c_str());
     return 1;
   }
-  printf("registered %d nodes (%d GPUs) in %.1f s\n", o.nodes, o.nodes * kGpusPerNode,
-         std::chrono::duration<double>(Clock::now() - t).count());
+  printf("registered %d nodes (%d GPUs) in %.1f s; poold resident %.0f MiB\n", o.nodes, o.nodes * kGpusPerNode,
+         std::chrono::duration<double>(Clock::now() - t).count(), residentMiB(pid));
 
   // The long leases of the busy part of the pool (whole nodes, an hour each).
   const int held = static_cast<int>(o.held * o.nodes) / kNodesPerHeldLease * kNodesPerHeldLease;
@@ -509,10 +517,11 @@ int run(const Options& o) {
     fprintf(stderr, "heartbeat_bench: %s\n", errors.first_error.c_str());
     return 1;
   }
-  printf("%d nodes held by %d long leases of %d GPUs in %.1f s; %d nodes (%d GPUs) free for the clients\n",
+  printf("%d nodes held by %d long leases of %d GPUs in %.1f s; %d nodes (%d GPUs) free for the clients; "
+         "poold resident %.0f MiB\n",
          held, held / kNodesPerHeldLease, kNodesPerHeldLease * kGpusPerNode,
-         std::chrono::duration<double>(Clock::now() - t).count(), o.nodes - held,
-         (o.nodes - held) * kGpusPerNode);
+         std::chrono::duration<double>(Clock::now() - t).count(), o.nodes - held, (o.nodes - held) * kGpusPerNode,
+         residentMiB(pid));
 
   std::vector<Beat> beats;
   size_t documentBytes = 0;
