@@ -482,8 +482,8 @@ int run(const Options& o) {
     fprintf(stderr, "heartbeat_bench: %s\n", errors.first_error.c_str());
     return 1;
   }
-  printf("registered %d nodes (%d GPUs) in %.1f s; poold resident %.0f MiB\n", o.nodes, o.nodes * kGpusPerNode,
-         std::chrono::duration<double>(Clock::now() - t).count(), residentMiB(pid));
+  printf("registered %d nodes (%d GPUs) in %.1f s; poold resident %.0f MiB\n", o.nodes,
+         o.nodes * kGpusPerNode, std::chrono::duration<double>(Clock::now() - t).count(), residentMiB(pid));
 
   // The long leases of the busy part of the pool (whole nodes, an hour each).
   const int held = static_cast<int>(o.held * o.nodes) / kNodesPerHeldLease * kNodesPerHeldLease;
@@ -517,11 +517,12 @@ int run(const Options& o) {
     fprintf(stderr, "heartbeat_bench: %s\n", errors.first_error.c_str());
     return 1;
   }
-  printf("%d nodes held by %d long leases of %d GPUs in %.1f s; %d nodes (%d GPUs) free for the clients; "
-         "poold resident %.0f MiB\n",
-         held, held / kNodesPerHeldLease, kNodesPerHeldLease * kGpusPerNode,
-         std::chrono::duration<double>(Clock::now() - t).count(), o.nodes - held, (o.nodes - held) * kGpusPerNode,
-         residentMiB(pid));
+  printf(
+      "%d nodes held by %d long leases of %d GPUs in %.1f s; %d nodes (%d GPUs) free for the clients; "
+      "poold resident %.0f MiB\n",
+      held, held / kNodesPerHeldLease, kNodesPerHeldLease * kGpusPerNode,
+      std::chrono::duration<double>(Clock::now() - t).count(), o.nodes - held,
+      (o.nodes - held) * kGpusPerNode, residentMiB(pid));
 
   std::vector<Beat> beats;
   size_t documentBytes = 0;

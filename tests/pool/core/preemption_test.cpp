@@ -240,5 +240,55 @@ TEST(Preemption, NoticesSurviveTheStateFileAsEveryLeaseField) {
   EXPECT_TRUE(after.preemptible);
 }
 
+// 128 nodes of 8 GPUs, each GPU held by a preemptible lease of its own, the youngest the highest
+// numbered (ids G0000..G1023; ages from 5,000 s down to 908 s).
+std::string oneGpuLeases() {
+  std::string spec = "n[001-128]/gpu[0-7]";
+  for (int n = 0; n < 128; ++n)
+    for (int g = 0; g < 8; ++g) {
+      char line[96];
+      const int id = n * 8 + g;
+      std::snprintf(line, sizeof line, "; n%03d leased %d preemptible age=%d id=G%04d", n + 1, g,
+                    5000 - 4 * id, id);
+      spec += line;
+    }
+  return spec;
+}
+
+// A request for the whole pool against 1,024 leases of one GPU: every one a victim (the search
+// for the shortest run of candidates goes all the way), none for a request larger than the pool.
+TEST(Preemption, ARequestForTheWholePoolTakesEveryOneGpuLease) {
+  PoolState s;
+  addInventory(s, oneGpuLeases(), t0());
+  SubmitResult r = s.submit(parseRequest("1024 prio=5"), t0());
+  ASSERT_FALSE(r.lease);
+  EXPECT_EQ(test::leasesUnderNotice(s).size(), 1024u);
+  const PreemptOptions& o = s.preemptOptions();
+  EXPECT_EQ(s.plannedStart(r.ticket), t0() + o.grace + o.kill_margin);
+  EXPECT_THROW(s.submit(parseRequest("1025 prio=9"), t0()), PoolError) << "larger than the pool";
+  EXPECT_EQ(s.leasesPreempted(), 1024u);
+  EXPECT_EQ(s.checkInvariants(), "");
+}
+
+// The fewest of a thousand: 100 GPUs take the 100 youngest one-GPU leases, no more, and a wave of
+// requests behind it that could never fit preempts nobody else.
+TEST(Preemption, AHundredGpusTakeTheHundredYoungestOfAThousandLeases) {
+  PoolState s;
+  addInventory(s, oneGpuLeases(), t0());
+  SubmitResult r = s.submit(parseRequest("100 prio=5"), t0());
+  ASSERT_FALSE(r.lease);
+  std::vector<std::string> expected;
+  for (int id = 1023; id > 1023 - 100; --id) {
+    char name[8];
+    std::snprintf(name, sizeof name, "G%04d", id);
+    expected.push_back(name);
+  }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(test::leasesUnderNotice(s), expected);
+  for (int i = 0; i < 50; ++i) EXPECT_THROW(s.submit(parseRequest("2000 prio=9"), t0()), PoolError);
+  EXPECT_EQ(s.leasesPreempted(), 100u);
+  EXPECT_EQ(s.checkInvariants(), "");
+}
+
 }  // namespace
 }  // namespace poolrun::pool

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "inventory.hpp"
@@ -86,6 +87,24 @@ TEST(TopologyBook, NodesRegisteredWithEqualTopologiesHoldOneAndANewOneTheirOwn) 
   EXPECT_EQ(state.nodeMap().at("n02").gpuCount(), 4u);
   EXPECT_EQ(state.nodeMap().at("n02").topology_hash, topologyHash(*madeTopology(4)));
   EXPECT_EQ(state.nodeMap().at("n01").gpuCount(), 8u);
+}
+
+// A registration storm: 1,000 nodes register, then all again (as after poold's restart), each
+// with a topology parsed anew: one copy is held throughout, and the book does not grow.
+TEST(TopologyBook, NodesRegisteringAgainAndAgainHoldOneCopy) {
+  PoolState state;
+  const auto parsed = madeTopology(8);
+  for (int round = 0; round < 2; ++round)
+    for (int n = 0; n < 1000; ++n) {
+      topo::ClusterNode node;
+      node.name = "n" + std::to_string(n);
+      node.topology = std::make_shared<topo::NodeTopology>(*parsed);  // a copy of its own
+      state.registerNode(node);
+    }
+  std::set<const topo::NodeTopology*> held;
+  for (const auto& [name, node] : state.nodeMap()) held.insert(node.topology.get());
+  EXPECT_EQ(held.size(), 1u);
+  EXPECT_EQ(state.nodeMap().size(), 1000u);
 }
 
 }  // namespace
