@@ -56,7 +56,7 @@ void countXids(NodeLive& live, size_t i, const std::vector<topo::XidEvent>& even
 }  // namespace
 
 void PoolState::registerAgentNode(const NodeRegistration& registration, TimePoint now) {
-  registerNode(registration.node, true);
+  registerNode(registration.node, true, registration.topology_doc);
   PoolNode& node = nodes_.at(registration.node.name);
   node.agent = registration.agent_version.empty() ? "unknown" : registration.agent_version;
   node.launch = registration.launch;

@@ -47,7 +47,7 @@ PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
   return o;
 }
 
-void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances) {
+void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances, std::string topologyDoc) {
   if (cn.name.empty()) throw badInput("cannot register a node without a name");
   common::checkNodeName(cn.name, "cannot register node");  // the last guard, whatever the entry point
   if (!cn.topology) throw badInput("cannot register node " + cn.name + " without a topology");
@@ -111,7 +111,7 @@ void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances)
     slotsChanged();
   }
   node.name = cn.name;
-  TopologyBook::Shared topology = topologies_.share(cn.topology);
+  TopologyBook::Shared topology = topologies_.share(cn.topology, std::move(topologyDoc));
   node.setTopology(topology.topology);
   node.switch_name = cn.switch_name;
   node.rail_group = cn.rail_group;

@@ -7,11 +7,12 @@
 
 namespace poolrun::pool {
 
-TopologyBook::Shared TopologyBook::share(std::shared_ptr<const topo::NodeTopology> topology) {
+TopologyBook::Shared TopologyBook::share(std::shared_ptr<const topo::NodeTopology> topology,
+                                         std::string doc) {
   if (auto known = hash_of_.find(topology.get()); known != hash_of_.end())
     if (auto e = by_hash_.find(known->second); e != by_hash_.end() && e->second.topology.lock() == topology)
       return {std::move(topology), known->second};
-  std::string doc = topologyDoc(*topology);
+  if (doc.empty()) doc = topologyDoc(*topology);
   std::string hash = common::fnv1aHex(doc);
   Entry& entry = by_hash_[hash];
   if (std::shared_ptr<const topo::NodeTopology> held = entry.topology.lock()) {

@@ -24,6 +24,7 @@ json registerAgentNode(ServerCore& m, Context& c) {
     throw badRequest("the registration names node '" + r.node.name + "', the path node '" +
                      common::printable(c.params[0]) + "'");
   if (r.launch.starts_with(":")) r.launch = peerHost(c.req.peer) + r.launch;
+  r.topology_doc = topologyDoc(*r.node.topology);  // its serialization, outside the state's lock
   return m.mutate([&](PoolState& s, TimePoint now) {
     s.registerAgentNode(r, now);  // starts what its GPUs let start; no tick (O(nodes) each)
     return json{{"registered", r.node.name}, {"interval_s", m.opt.live.heartbeat_interval.count()}};

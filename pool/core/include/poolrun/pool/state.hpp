@@ -216,7 +216,9 @@ class PoolState {
   // topology, found by its UUID). Throws kBadInput for a node without a name, and for a topology
   // without a GPU or MIG instance a lease holds, unless `endLostInstances` (an agent's report: the
   // instance is gone): the leases holding such instances then end.
-  void registerNode(const topo::ClusterNode& node, bool endLostInstances = false);
+  // `topologyDoc`: topologyDoc(*node.topology) where the caller has it (empty: worked out here).
+  void registerNode(const topo::ClusterNode& node, bool endLostInstances = false,
+                    std::string topologyDoc = {});
   void setNodeState(const std::string& node, NodeState state);  // throws kNotFound
   // An administrator's failure of a GPU; throws kNotFound / kBadInput.
   void failGpu(const std::string& node, size_t index, TimePoint now);

@@ -17,8 +17,9 @@ class TopologyBook {
     std::string hash;  // topologyHash of it
   };
   // The copy held already where one has the same content (compared whole, not by hash alone),
-  // else `topology`, kept for the next. Either way with its topologyHash.
-  Shared share(std::shared_ptr<const topo::NodeTopology> topology);
+  // else `topology`, kept for the next. Either way with its topologyHash. `doc`: its topologyDoc
+  // where the caller has it (empty: worked out here, unless the topology is shared already).
+  Shared share(std::shared_ptr<const topo::NodeTopology> topology, std::string doc = {});
   // Topologies remembered: those nodes hold, and the gone ones of late (at most twice as many as
   // were held at the last clean-up, and 17).
   size_t size() const { return by_hash_.size(); }

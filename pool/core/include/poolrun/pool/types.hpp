@@ -284,6 +284,9 @@ struct NodeRegistration {
   // Where its agent starts jobs' daemons (docs/launch.md): "HOST:PORT"; ":PORT" for the address
   // the registration came from; empty where it does not.
   std::string launch = {};
+  // topologyDoc(*node.topology) where the caller worked it out already (poold does, before it
+  // takes its state's lock); empty: worked out as the node registers.
+  std::string topology_doc = {};
 };
 
 struct Heartbeat {
