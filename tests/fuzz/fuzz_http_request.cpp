@@ -20,11 +20,16 @@
 
 namespace {
 
+char g_root[] = "/tmp/poolrun-fuzz-http-XXXXXX";  // the server's state and tokens, gone at exit
+
 poolrun::pool::PoolServer& server() {
   static poolrun::pool::PoolServer* s = [] {
-    char dir[] = "/tmp/poolrun-fuzz-http-XXXXXX";
-    if (mkdtemp(dir) == nullptr) std::abort();
-    std::filesystem::path root(dir);
+    if (mkdtemp(g_root) == nullptr) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(g_root, ec);
+    });
+    std::filesystem::path root(g_root);
     std::ofstream(root / "tokens") << "tok-root-0123456789 root admin\ntok-alice-0123456789 alice user\n";
     poolrun::pool::ServerOptions o;
     o.state_dir = root / "state";
