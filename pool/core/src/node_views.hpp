@@ -11,6 +11,17 @@
 
 namespace poolrun::pool {
 
+// Whether `r` may take unit i of the node at slot s of `slots` at all (its node, its state, its
+// kind), whenever that would be. `nodeOk` keeps each node's answer: per slot -1 unknown, 0 no, 1 yes.
+template <class Slots>
+bool usableUnit(const Slots& slots, std::vector<signed char>& nodeOk, const LeaseRequest& r, size_t s,
+                size_t i) {
+  const PoolNode& node = *slots[s].node;
+  if (nodeOk.empty()) nodeOk.assign(slots.size(), -1);
+  if (nodeOk[s] < 0) nodeOk[s] = nodeMatches(node, r) ? 1 : 0;
+  return nodeOk[s] == 1 && i < node.unitCount() && node.placeable(i) && unitMatches(node, i, r);
+}
+
 // The nodes of `slots` (PoolState's, in pool order) that match `r` and have a GPU to give, as
 // placement sees them: each with its GPUs that are free (`freeOn(slot index, slot)(gpu)`), not
 // failed, and match. `everUsable`: as if every node that is not down were up (whether the pool

@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "node_views.hpp"
 #include "poolrun/pool/placement.hpp"
 #include "poolrun/pool/state.hpp"
 #include "scheduler/timeline.hpp"
@@ -123,12 +124,7 @@ class PoolState::Preemption {
   }
   bool mayTake(const Lease* l) const { return reclaimable(l) || l->priority < r_.priority; }
   Timeline::Ignoring ignoring(const Chosen& chosen) const;
-  bool usable(size_t slot, size_t i) {
-    const PoolNode& node = *pool_.slots()[slot].node;
-    if (node_ok_.empty()) node_ok_.assign(pool_.slots().size(), -1);
-    if (node_ok_[slot] < 0) node_ok_[slot] = nodeMatches(node, r_) ? 1 : 0;
-    return node_ok_[slot] == 1 && i < node.unitCount() && node.placeable(i) && unitMatches(node, i, r_);
-  }
+  bool usable(size_t slot, size_t i) { return usableUnit(pool_.slots(), node_ok_, r_, slot, i); }
   void reachFreeAnyway();
   void reachThrough(size_t k);
   void mergeReach(size_t from);

@@ -88,15 +88,7 @@ class PoolState::EarliestStart {
   }
 
  private:
-  bool nodeUsable(size_t s) {
-    if (node_ok_.empty()) node_ok_.assign(in_order_.size(), -1);
-    if (node_ok_[s] < 0) node_ok_[s] = nodeMatches(*in_order_[s].node, r_) ? 1 : 0;
-    return node_ok_[s] == 1;
-  }
-  bool usable(size_t s, size_t i) {
-    const PoolNode& node = *in_order_[s].node;
-    return nodeUsable(s) && node.placeable(i) && unitMatches(node, i, r_);
-  }
+  bool usable(size_t s, size_t i) { return usableUnit(in_order_, node_ok_, r_, s, i); }
   struct FreeFrom {
     TimePoint at;
     size_t slot, gpu;
