@@ -127,6 +127,10 @@ struct Agent::State {
   std::shared_ptr<std::atomic<bool>> work_due = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> reap_due = false;
   std::unique_ptr<JobWatch> watch;
+  // Leases' cgroups: what listing them last failed with, those of ended leases not removed yet.
+  std::string cgroup_failure;
+  std::set<std::string> cgroups_left;
+  std::map<std::string, int> unlisted;  // replies in a row that did not list a confined lease
 
   State(AgentConfig c, LinkFactory l, Sampler s, AgentClock k, std::ostream& o)
       : config(std::move(c)), open_link(std::move(l)), sample(std::move(s)), clock(std::move(k)), log(o) {
@@ -343,6 +347,46 @@ struct Agent::State {
     return kRefusedRetry;
   }
 
+  std::set<std::string> listLeaseCgroups() {
+    if (!config.lease_cgroups.list) return {};
+    try {
+      std::set<std::string> leases = config.lease_cgroups.list();
+      cgroup_failure.clear();
+      return leases;
+    } catch (const std::exception& e) {
+      if (e.what() != cgroup_failure)
+        log << "poold-agent: cannot list the leases' cgroups: " << e.what() << std::endl;
+      cgroup_failure = e.what();
+      return {};
+    }
+  }
+
+  // The cgroups of `confined` (listed before the heartbeat) whose lease this reply and the one before
+  // do not list: ended, each said once (a cgroup that cannot go yet is tried again after the next
+  // heartbeat). Two replies, not one: a detached job's launcher releases its lease as its last act,
+  // and is given an interval to exit with its own status.
+  void endLeases(const std::set<std::string>& confined, const pool::HeartbeatReply& reply) {
+    if (!reply.leases || !config.lease_cgroups.end) return;
+    std::erase_if(unlisted,
+                  [&](const auto& l) { return !confined.count(l.first) || reply.leases->count(l.first); });
+    for (const std::string& lease : confined) {
+      if (reply.leases->count(lease) || ++unlisted[lease] < 2) continue;
+      try {
+        const size_t killed = config.lease_cgroups.end(lease);
+        log << "poold-agent: lease " << lease << " has ended (poold lists it no more on node " << name()
+            << "): its cgroup removed";
+        if (killed > 0) log << ", " << killed << " process" << (killed == 1 ? "" : "es") << " in it killed";
+        log << std::endl;
+        cgroups_left.erase(lease);
+        unlisted.erase(lease);
+      } catch (const std::exception& e) {
+        if (cgroups_left.insert(lease).second)
+          log << "poold-agent: lease " << lease << " has ended, but its cgroup on node " << name()
+              << " is left for now (tried again after each heartbeat): " << e.what() << std::endl;
+      }
+    }
+  }
+
   // Detached jobs: the work poold has for the node where its reply says so (launchers started,
   // cancels' signals sent), the launchers that ended, and every report poold has not taken yet (kept
   // while poold cannot be reached; one it refuses is dropped, saying why).
@@ -437,6 +481,9 @@ struct Agent::State {
         registerNode();
         registering = false;
       }
+      // The lease cgroups before the heartbeat: a lease's cgroup made after it was sent may belong
+      // to a lease granted after poold answered, so only these may be ended by the reply.
+      const std::set<std::string> confined = listLeaseCgroups();
       pool::HeartbeatReply reply = link->heartbeat(heartbeatOf(s));
       mig_results.clear();  // told
       mps_errors.clear();
@@ -447,6 +494,7 @@ struct Agent::State {
       if (!reply.register_again) writeJobMapping(reply);
       if (!reply.register_again) makeMigLayouts(reply);
       if (!reply.register_again) manageMps(reply);
+      if (!reply.register_again) endLeases(confined, reply);
       if (!reply.register_again) {
         runJobs(reply.jobs);
         if (reply.jobs && watch) watch->handled();

@@ -82,7 +82,9 @@ struct LaunchServer::Impl {
 
   std::mutex key_mu;  // the key and the spent nonces (taking the key from poold holds this alone)
   std::optional<common::LaunchVerifier> verifier;
-  common::SpentNonces spent;  // apart from the key: taking it again forgets none
+  // Apart from the key: taking it again forgets none. In the job records' folder where there is one,
+  // so that a restarted agent refuses a replay too.
+  std::unique_ptr<common::SpentNonces> spent;
   std::optional<steady_clock::time_point> key_asked;
 
   void log(const std::string& line) const {
@@ -152,6 +154,17 @@ LaunchServer::LaunchServer(LaunchServerOptions options) : impl_(std::make_unique
   getsockname(m.listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
   m.port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  try {
+    m.spent = m.opt.confinement.records.empty() ? std::make_unique<common::SpentNonces>()
+                                                : std::make_unique<common::SpentNonces>(
+                                                      m.opt.confinement.records / "launch-nonces",
+                                                      std::chrono::duration_cast<std::chrono::seconds>(
+                                                          std::chrono::system_clock::now().time_since_epoch())
+                                                          .count());
+  } catch (...) {
+    close(m.listen_fd);
+    throw;
+  }
   m.stop_fd = eventfd(0, EFD_CLOEXEC);
   if (m.stop_fd < 0) {
     close(m.listen_fd);
@@ -263,12 +276,12 @@ common::LaunchGrant LaunchServer::Impl::take(const std::string& credential) {
     if (!verifier) throw Error(ErrorCode::kIo, "the agent has no launch key of poold's yet: try again");
   }
   try {
-    return verifier->take(credential, opt.node, now, spent);
+    return verifier->take(credential, opt.node, now, *spent);
   } catch (const Error& e) {
     if (!mayAsk || std::string(e.what()).find("signed with key") == std::string::npos) throw;
   }
   askKey();
-  return verifier->take(credential, opt.node, now, spent);
+  return verifier->take(credential, opt.node, now, *spent);
 }
 
 namespace {
@@ -299,6 +312,14 @@ void LaunchServer::Impl::endLease(const std::string& lease) {
   } catch (const Error& e) {
     log("poold-agent: lease " + lease + ": its cgroup on node " + opt.node + " is left: " + e.what());
   }
+}
+
+size_t LaunchServer::leaseEnded(const std::string& lease) {
+  const JobRunnerOptions& c = impl_->opt.confinement;
+  if (!c.cgroup) return 0;
+  const std::shared_ptr<std::mutex> leaseMu = impl_->leaseLock(lease);
+  std::lock_guard leaseHeld(*leaseMu);
+  return LeaseCgroup(c.cgroup_mounts, *c.cgroup, c.cgroup_parent, lease, {}).destroy(std::chrono::seconds(5));
 }
 
 // The launch request: its JSON line, read within the header timeout, its credential taken, its

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "poolrun/common/error.hpp"
+#include "poolrun/common/names.hpp"
 
 namespace poolrun::agent {
 namespace {
@@ -210,6 +211,31 @@ std::optional<CgroupVersion> defaultCgroupVersion(const CgroupMounts& mounts) {
   if (mounts.controllers.count("devices")) return CgroupVersion::kV1;
   if (!mounts.unified.empty()) return CgroupVersion::kV2;
   return std::nullopt;
+}
+
+std::set<std::string> leaseCgroupNames(const CgroupMounts& mounts, CgroupVersion version,
+                                       const std::string& parent) {
+  std::vector<fs::path> tops;
+  if (version == CgroupVersion::kV2) {
+    if (!mounts.unified.empty()) tops.push_back(mounts.unified / parent);
+  } else {
+    for (const char* controller : {"devices", "freezer", "pids", "memory"})
+      if (auto it = mounts.controllers.find(controller); it != mounts.controllers.end())
+        tops.push_back(it->second / parent);
+  }
+  std::set<std::string> out;
+  for (const fs::path& top : tops) {
+    std::error_code ec;
+    if (!fs::exists(top, ec)) continue;
+    for (fs::directory_iterator it(top, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code kind;
+      if (it->is_directory(kind) && common::leaseIdProblem(name).empty() && !name.starts_with("probe-"))
+        out.insert(name);
+    }
+    if (ec) throw ioError("cannot list the leases' cgroups in " + top.string() + ": " + ec.message());
+  }
+  return out;
 }
 
 LeaseCgroup::LeaseCgroup(const CgroupMounts& mounts, CgroupVersion version, const std::string& parent,

@@ -14,6 +14,7 @@
 #include "poolrun/agent/agent.hpp"
 #include "poolrun/agent/join.hpp"
 #include "poolrun/agent/launch_server.hpp"
+#include "poolrun/agent/lease_cgroup.hpp"
 #include "poolrun/agent/options.hpp"
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
@@ -145,6 +146,19 @@ int main(int argc, char** argv) {
           o.launch_advertise.empty() ? ":" + std::to_string(launches->port()) : o.launch_advertise;
       std::cerr << "poold-agent: starting jobs' daemons for launch credentials at port " << launches->port()
                 << std::endl;
+    }
+
+    // Where leases are confined: the cgroups of those that ended are ended after the heartbeats
+    // (through the launch port where there is one: it holds the lease's lock).
+    if (const agent::JobRunnerOptions& c = *config.jobs; c.cgroup) {
+      config.lease_cgroups.list = [c] {
+        return agent::leaseCgroupNames(c.cgroup_mounts, *c.cgroup, c.cgroup_parent);
+      };
+      config.lease_cgroups.end = [c, server = launches.get()](const std::string& lease) {
+        return server ? server->leaseEnded(lease)
+                      : agent::LeaseCgroup(c.cgroup_mounts, *c.cgroup, c.cgroup_parent, lease, {})
+                            .destroy(std::chrono::seconds(5));
+      };
     }
 
     // Shared with the signal thread, which may still wait on them as main returns (a mutex or a

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
@@ -31,6 +32,12 @@ namespace {
 
 using nlohmann::json;
 constexpr const char* kPrefix = "PRL1.";
+
+// A nonce as poold makes them: lower-case hex digits (32 of them; at most 64 taken).
+bool nonceText(const std::string& nonce) {
+  return !nonce.empty() && nonce.size() <= 64 &&
+         nonce.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
 
 Error refused(const std::string& why) {
   return Error(ErrorCode::kBadInput, "launch credential refused: " + why);
@@ -128,6 +135,7 @@ LaunchGrant grantOf(const std::string& payload) {
   g.node = text("node", 255);
   g.user = text("user", 255);
   g.nonce = text("nonce", 64);
+  if (!nonceText(g.nonce)) throw refused("its field 'nonce' is not lower-case hexadecimal digits");
   g.key_id = text("kid", 64);
   auto exp = doc.find("exp");
   if (exp == doc.end() || !exp->is_number_integer())
@@ -244,10 +252,97 @@ LaunchVerifier::LaunchVerifier(LaunchVerifier&&) noexcept = default;
 LaunchVerifier& LaunchVerifier::operator=(LaunchVerifier&&) noexcept = default;
 LaunchVerifier::~LaunchVerifier() = default;
 
+namespace {
+
+Error journalError(const std::filesystem::path& file, const std::string& what) {
+  return Error(ErrorCode::kIo, "launch nonces' journal " + file.string() + ": " + what + ": " +
+                                   strerror(errno) + " (check the agent's --job-dir)");
+}
+
+int openJournal(const std::filesystem::path& file) {
+  const int fd = open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) throw journalError(file, "cannot open it");
+  return fd;
+}
+
+}  // namespace
+
+SpentNonces::SpentNonces(std::filesystem::path journal, int64_t now) : journal_(std::move(journal)) {
+  std::error_code ec;
+  std::filesystem::create_directories(journal_.parent_path(), ec);
+  const auto status = std::filesystem::symlink_status(journal_, ec);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    errno = EINVAL;
+    throw journalError(journal_, "it is not a regular file (move it away)");
+  }
+  {
+    std::ifstream in(journal_);
+    for (std::string line; std::getline(in, line);) {
+      ++lines_;
+      std::istringstream words(line);
+      long long expires = 0;
+      std::string nonce, rest;
+      if (words >> expires >> nonce && !(words >> rest) && nonceText(nonce) && expires > now)
+        spent_.emplace(nonce, expires);
+    }
+  }
+  fd_ = openJournal(journal_);
+  if (lines_ > spent_.size()) rewrite();
+}
+
+SpentNonces::~SpentNonces() {
+  if (fd_ >= 0) close(fd_);
+}
+
+SpentNonces::SpentNonces(SpentNonces&& other) noexcept
+    : spent_(std::move(other.spent_)),
+      journal_(std::move(other.journal_)),
+      fd_(std::exchange(other.fd_, -1)),
+      lines_(other.lines_) {}
+
+SpentNonces& SpentNonces::operator=(SpentNonces&& other) noexcept {
+  if (this == &other) return *this;
+  if (fd_ >= 0) close(fd_);
+  spent_ = std::move(other.spent_);
+  journal_ = std::move(other.journal_);
+  fd_ = std::exchange(other.fd_, -1);
+  lines_ = other.lines_;
+  return *this;
+}
+
+// The journal written anew with the nonces kept, under a temporary name synced and renamed over it.
+void SpentNonces::rewrite() {
+  const std::filesystem::path tmp = journal_.string() + ".tmp";
+  std::string text;
+  for (const auto& [nonce, expires] : spent_) text += std::to_string(expires) + " " + nonce + "\n";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw journalError(tmp, "cannot write it");
+  const bool written =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  close(fd);
+  if (!written || rename(tmp.c_str(), journal_.c_str()) != 0) {
+    unlink(tmp.c_str());
+    throw journalError(journal_, "cannot write it anew");
+  }
+  close(fd_);
+  fd_ = openJournal(journal_);
+  lines_ = spent_.size();
+}
+
 void SpentNonces::spend(const LaunchGrant& grant, int64_t now) {
   for (auto it = spent_.begin(); it != spent_.end();)
     it = it->second <= now ? spent_.erase(it) : std::next(it);
-  if (!spent_.emplace(grant.nonce, grant.expires).second) throw refused("it was used already (a replay)");
+  if (spent_.count(grant.nonce)) throw refused("it was used already (a replay)");
+  if (fd_ >= 0) {
+    const std::string line = std::to_string(grant.expires) + " " + grant.nonce + "\n";
+    if (write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) || fdatasync(fd_) != 0)
+      throw journalError(journal_,
+                         "cannot record the credential's nonce (the launch is refused: its replay "
+                         "could not be told after a restart)");
+    ++lines_;
+  }
+  spent_.emplace(grant.nonce, grant.expires);
+  if (fd_ >= 0 && lines_ > 2 * spent_.size() + 64) rewrite();
 }
 
 LaunchGrant LaunchVerifier::take(const std::string& credential, const std::string& node, int64_t now,

@@ -432,5 +432,77 @@ TEST(AgentLoop, RunsAnMpsDaemonForEachGpuWithShares) {
   EXPECT_EQ(bare.link->heartbeats[2].mps_errors.at(0), "this poold-agent does not run MPS daemons");
 }
 
+// The cgroups of leases poold lists no more on the node are ended after the second reply that
+// leaves them out; a lease listed again is kept; a cgroup made while a heartbeat was on its way is
+// not judged by its reply; one that cannot go is said once and tried again; a reply without the list
+// (a poold before it) or asking for the node again ends nothing.
+TEST(AgentLoop, EndsTheCgroupsOfLeasesThatPooldListsNoMore) {
+  Loop t;
+  std::set<std::string> cgroups{"La", "Lb", "Lc", "Le"};
+  std::vector<std::string> ended;
+  int refusals = 0;
+  t.config.lease_cgroups.list = [&] { return cgroups; };
+  t.config.lease_cgroups.end = [&](const std::string& lease) -> size_t {
+    if (lease == "Le" && refusals++ < 2)
+      throw Error(ErrorCode::kIo, "2 processes outlived 5 s: 4242 (sleep) D");
+    ended.push_back(lease);
+    cgroups.erase(lease);
+    return lease == "La" ? 3 : 0;
+  };
+  std::vector<std::vector<std::string>> endedBy;  // what had been ended when each heartbeat was sent
+  t.link->on_heartbeat = [&](int n) {
+    endedBy.push_back(ended);
+    pool::HeartbeatReply r;
+    r.leases = std::set<std::string>{"Lb"};
+    if (n == 1) r.leases = std::set<std::string>{"La", "Lb", "Lc", "Le"};
+    if (n == 3) r.leases->insert("Lc");  // listed again: its count starts over
+    if (n == 2) cgroups.insert("Ld");    // made during the heartbeat: this reply does not judge it
+    if (n == 5) r.leases.reset();        // a poold that sends no list
+    if (n == 6) r.register_again = true;
+    return r;
+  };
+  t.run(9);
+  ASSERT_EQ(endedBy.size(), 9u) << t.log.str();
+  EXPECT_EQ(endedBy[2], std::vector<std::string>{}) << "one reply without them is not enough";
+  EXPECT_EQ(endedBy[3], std::vector<std::string>{"La"}) << t.log.str();
+  EXPECT_EQ(endedBy[4], (std::vector<std::string>{"La", "Ld"})) << "Ld: left out by replies 3 and 4";
+  EXPECT_EQ(endedBy[6], (std::vector<std::string>{"La", "Ld"})) << "no list, or a registration, ends nothing";
+  EXPECT_EQ(ended, (std::vector<std::string>{"La", "Ld", "Lc", "Le"})) << t.log.str();
+  EXPECT_EQ(cgroups, std::set<std::string>{"Lb"});
+  EXPECT_EQ(countLines(t.log.str(),
+                       "lease La has ended (poold lists it no more on node n01): its cgroup "
+                       "removed, 3 processes in it killed"),
+            1)
+      << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(),
+                       "lease Le has ended, but its cgroup on node n01 is left for now (tried "
+                       "again after each heartbeat): 2 processes outlived 5 s"),
+            1)
+      << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "lease Le has ended (poold lists it no more"), 1) << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "lease Lb"), 0) << t.log.str();
+}
+
+// An agent whose cgroups cannot be listed says so once and goes on heartbeating.
+TEST(AgentLoop, LeasesCgroupsThatCannotBeListedAreSaidOnce) {
+  Loop t;
+  t.config.lease_cgroups.list = []() -> std::set<std::string> {
+    throw Error(ErrorCode::kIo,
+                "cannot list the leases' cgroups in /sys/fs/cgroup/poolrun: Permission denied");
+  };
+  t.config.lease_cgroups.end = [](const std::string&) -> size_t {
+    ADD_FAILURE() << "nothing listed, nothing to end";
+    return 0;
+  };
+  t.link->on_heartbeat = [](int) {
+    pool::HeartbeatReply r;
+    r.leases.emplace();
+    return r;
+  };
+  EXPECT_EQ(t.run(3), 0);
+  EXPECT_EQ(t.link->count("heartbeat"), 3);
+  EXPECT_EQ(countLines(t.log.str(), "cannot list the leases' cgroups"), 1) << t.log.str();
+}
+
 }  // namespace
 }  // namespace poolrun::test

@@ -26,10 +26,21 @@ class LaunchPoolTest : public JobsPoolTest {
                             // Two nodes on one machine: their leases' cgroups apart, as on two machines.
                             {"--cgroup-parent " + cgroupParent, "--cgroup-parent " + cgroupParent + "-n02"}})
       args.replace(args.find(from), from.size(), to);
-    second =
-        std::make_unique<AgentRun>(args, dir.path() / "agent2-err", fakeNvmlEnv(dir.path() / "nvml.json"));
+    secondArgs = args;
+    startSecond();
+  }
+
+  std::string secondArgs;
+  // Starts node n02's agent (again) and waits until it has registered.
+  void startSecond() {
+    second.reset();
+    std::filesystem::remove(dir.path() / "agent2-err");
+    second = std::make_unique<AgentRun>(secondArgs, dir.path() / "agent2-err",
+                                        fakeNvmlEnv(dir.path() / "nvml.json"));
     for (auto end = std::chrono::steady_clock::now() + seconds(30); std::chrono::steady_clock::now() < end;) {
-      if (poolctl("--json nodes").find("\"n02\"") != std::string::npos) return;
+      if (slurp(dir.path() / "agent2-err").find("registered node n02") != std::string::npos &&
+          poolctl("--json nodes").find("\"n02\"") != std::string::npos)
+        return;
       std::this_thread::sleep_for(milliseconds(50));
     }
     FAIL() << "node n02 never registered: " << slurp(dir.path() / "agent2-err");

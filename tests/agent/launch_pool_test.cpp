@@ -193,6 +193,39 @@ TEST_F(LaunchPoolTest, AForgedReplayedOrAnotherNodesCredentialIsRefusedByTheAgen
   EXPECT_EQ(after.out, "alive\n");
 }
 
+// A credential used before the agent restarted is still refused after: its nonce is in the agent's
+// journal (JOB_DIR/NODE/launch-nonces), not in its memory alone.
+TEST_F(LaunchPoolTest, ACredentialUsedBeforeTheAgentRestartedIsRefusedAfter) {
+  const json launch = leaseAndCredentials(16);
+  json file = {{"nodes", json::object()}};
+  for (const json& n : launch["nodes"])
+    if (n["node"] == "n02") file["nodes"]["n02"] = n;
+  ProcessResult good = rsh(file, "n02", "echo ran");
+  ASSERT_EQ(good.status, 0) << good.err;
+  startSecond();
+  ASSERT_FALSE(HasFatalFailure());
+  // The restarted agent listens at another port: its address from a fresh set of credentials.
+  httplib::Client http("127.0.0.1", poold->port());
+  auto again = http.Post("/v1/leases/" + launch["lease"].get<std::string>() + "/launch",
+                         {{"Authorization", "Bearer tok-" + user + "-0123456789"}}, "", "application/json");
+  ASSERT_TRUE(again && again->status == 200);
+  const json credentials = json::parse(again->body);
+  json fresh;
+  for (const json& n : credentials["nodes"])
+    if (n["node"] == "n02") fresh = n;
+  ASSERT_TRUE(fresh["agent"].is_string()) << again->body << slurp(dir.path() / "agent2-err");
+  file["nodes"]["n02"]["agent"] = fresh["agent"];
+  ProcessResult replay = rsh(file, "n02", "touch " + (work / "replayed").string());
+  EXPECT_EQ(replay.status, 255);
+  EXPECT_NE(replay.err.find("launch credential refused: it was used already (a replay)"), std::string::npos)
+      << replay.err;
+  EXPECT_FALSE(std::filesystem::exists(work / "replayed"));
+  file["nodes"]["n02"] = fresh;
+  ProcessResult after = rsh(file, "n02", "echo alive");
+  EXPECT_EQ(after.status, 0) << after.err;
+  EXPECT_EQ(after.out, "alive\n");
+}
+
 // A client that goes away (mpirun killed, and its remote shell with it) ends its daemon.
 TEST_F(LaunchPoolTest, AClientThatGoesAwayEndsItsDaemon) {
   const json launch = leaseAndCredentials(16);
@@ -217,6 +250,70 @@ TEST_F(LaunchPoolTest, AClientThatGoesAwayEndsItsDaemon) {
   EXPECT_NE(runShell("pgrep -u " + user + " -f 'sleep 301'").status, 0) << "the daemon outlived its client";
   EXPECT_TRUE(waitForText(dir.path() / "agent2-err", "ended (exit status 143)", seconds(5)))
       << slurp(dir.path() / "agent2-err");
+}
+
+// Heartbeats every second: the agent hears of a lease's end within two of them.
+class LaunchPoolEndsTest : public LaunchPoolTest {
+ protected:
+  std::string agentOptions() const override { return LaunchPoolTest::agentOptions() + " --interval 1"; }
+
+  // A daemon of a lease on n02 that would run on (a process it left in the background beside it)
+  // is killed, all of it, when the lease is released under it: by the agent, at the lease's end.
+  void expectAnEndedLeasesProcessesKilled() {
+    const json launch = leaseAndCredentials(16);
+    json file = {{"nodes", json::object()}};
+    for (const json& n : launch["nodes"])
+      if (n["node"] == "n02") file["nodes"]["n02"] = n;
+    const std::filesystem::path path = dir.path() / "launch.json";
+    std::ofstream(path) << file.dump();
+    const std::filesystem::path out = dir.path() / "rsh-out";
+    const pid_t client =
+        spawnShell("env POOLRUN_LAUNCH_FILE=" + path.string() + " " + POOLRUN_RSH_BINARY +
+                   " n02 '(setsid sleep 303 &); exec sleep 302' </dev/null >" + out.string() + " 2>&1");
+    auto running = [&](const char* what) {
+      return runShell("pgrep -u " + user + " -f '" + what + "'").status == 0;
+    };
+    for (int i = 0; i < 200 && !(running("sleep 302") && running("sleep 303")); ++i)
+      std::this_thread::sleep_for(milliseconds(25));
+    ASSERT_TRUE(running("sleep 302") && running("sleep 303"))
+        << slurp(out) << slurp(dir.path() / "agent2-err");
+    const std::string lease = launch["lease"].get<std::string>();
+    httplib::Client http("127.0.0.1", poold->port());
+    auto released =
+        http.Delete("/v1/leases/" + lease, {{"Authorization", "Bearer tok-" + user + "-0123456789"}});
+    ASSERT_TRUE(released && released->status == 200) << (released ? released->body : "no reply");
+    for (int i = 0; i < 400 && (running("sleep 302") || running("sleep 303")); ++i)
+      std::this_thread::sleep_for(milliseconds(25));
+    EXPECT_FALSE(running("sleep 302")) << "the daemon outlived its lease";
+    EXPECT_FALSE(running("sleep 303")) << "what it left in the background outlived its lease";
+    int status = 0;
+    waitpid(client, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << status << " " << slurp(out);
+    EXPECT_TRUE(waitForText(dir.path() / "agent2-err",
+                            "lease " + lease +
+                                " has ended (poold lists it no more on node n02): its cgroup removed, 2 "
+                                "processes in it killed",
+                            seconds(5)))
+        << slurp(dir.path() / "agent2-err");
+    // n01 held the other half of the lease, but no daemon ran there: no cgroup, nothing to end.
+    EXPECT_EQ(slurp(dir.path() / "agent-err").find("has ended"), std::string::npos)
+        << slurp(dir.path() / "agent-err");
+  }
+};
+
+TEST_F(LaunchPoolEndsTest, AnEndedLeasesProcessesAreKilledWhereverTheyRun) {
+  expectAnEndedLeasesProcessesKilled();
+}
+
+class LaunchPoolEndsV2Test : public LaunchPoolEndsTest {
+ protected:
+  std::string agentOptions() const override { return LaunchPoolEndsTest::agentOptions() + " --cgroup v2"; }
+};
+
+TEST_F(LaunchPoolEndsV2Test, AnEndedLeasesProcessesAreKilledWhereverTheyRun) {
+  if (runShell("grep -q ' - cgroup2 ' /proc/self/mountinfo").status != 0)
+    GTEST_SKIP() << "no cgroup2 mount here";
+  expectAnEndedLeasesProcessesKilled();
 }
 
 }  // namespace

@@ -56,6 +56,28 @@ TEST(CgroupMounts, ReadsAHybridAndAPureV2Node) {
   EXPECT_EQ(agent::defaultCgroupVersion(agent::readCgroupMounts(dir.write("none", ""))), std::nullopt);
 }
 
+// The leases with a cgroup are the folders named as lease ids under the parent, in any hierarchy
+// the version uses (a v1 cgroup half made or half removed counts); files, a probe's cgroup and
+// names that are no lease id are not leases; a parent not made yet holds none.
+TEST(LeaseCgroupNames, AreTheFoldersNamedAsLeasesInAnyHierarchy) {
+  TempDir dir;
+  agent::CgroupMounts m;
+  m.unified = dir.path() / "unified";
+  m.controllers["devices"] = dir.path() / "devices";
+  m.controllers["pids"] = dir.path() / "pids";
+  EXPECT_TRUE(agent::leaseCgroupNames(m, CgroupVersion::kV2, "poolrun").empty());
+  EXPECT_TRUE(agent::leaseCgroupNames(m, CgroupVersion::kV1, "poolrun").empty());
+  for (const char* folder :
+       {"unified/poolrun/L1", "unified/poolrun/probe-4242", "unified/poolrun/not a lease",
+        "devices/poolrun/L2", "pids/poolrun/L2", "pids/poolrun/L3", "unified/other/L9"})
+    std::filesystem::create_directories(dir.path() / folder);
+  dir.write("unified/poolrun/L4", "a file");
+  dir.write("unified/poolrun/cgroup.procs", "");
+  EXPECT_EQ(agent::leaseCgroupNames(m, CgroupVersion::kV2, "poolrun"), std::set<std::string>{"L1"});
+  EXPECT_EQ(agent::leaseCgroupNames(m, CgroupVersion::kV1, "poolrun"), (std::set<std::string>{"L2", "L3"}));
+  EXPECT_TRUE(agent::leaseCgroupNames(agent::CgroupMounts{}, CgroupVersion::kV2, "poolrun").empty());
+}
+
 class LeaseCgroupTest : public ::testing::TestWithParam<CgroupVersion> {
  protected:
   TempDir dev;
@@ -208,6 +230,16 @@ TEST_P(LeaseCgroupTest, AMemoryLimitEndsTheProcessPastIt) {
   EXPECT_EQ(exitOf(inCgroup(*cg, touch(8 << 20))), 1) << "8 MiB fits under 32";
   EXPECT_EQ(exitOf(inCgroup(*cg, touch(256 << 20))), 128 + SIGKILL) << "256 MiB: the kernel's OOM killer";
   cg->destroy(std::chrono::seconds(5));
+}
+
+TEST_P(LeaseCgroupTest, TheLeasesWithACgroupAreListed) {
+  LeaseCgroup one = make({});
+  LeaseCgroup two(mounts, GetParam(), parent, "L2", {{{agent::kNvidiaMajor, 1}}, std::nullopt});
+  EXPECT_EQ(agent::leaseCgroupNames(mounts, GetParam(), parent), (std::set<std::string>{"L1", "L2"}));
+  two.destroy(std::chrono::seconds(5));
+  EXPECT_EQ(agent::leaseCgroupNames(mounts, GetParam(), parent), std::set<std::string>{"L1"});
+  one.destroy(std::chrono::seconds(5));
+  EXPECT_TRUE(agent::leaseCgroupNames(mounts, GetParam(), parent).empty());
 }
 
 TEST_P(LeaseCgroupTest, AMadeCgroupIsTakenAgainAndABadNameRefused) {

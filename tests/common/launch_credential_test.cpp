@@ -62,6 +62,80 @@ TEST_F(LaunchCredentialTest, AGoodOneIsTakenOnceWithItsGrant) {
   EXPECT_EQ(refusal(verifier, signer.sign(grant())), "") << "each credential has a nonce of its own";
 }
 
+// An agent restarted within a credential's life refuses its replay: the nonces it spent are read
+// back from its journal, less the expired and the damaged lines.
+TEST_F(LaunchCredentialTest, ASpentNonceOutlivesTheAgentInItsJournal) {
+  const auto journal = dir.path() / "jobs" / "n02" / "launch-nonces";
+  const std::string c = signer.sign(grant());
+  LaunchGrant shortLived = grant();
+  shortLived.expires = kNow + 10;
+  const std::string brief = signer.sign(shortLived);
+  {
+    common::SpentNonces spent(journal, kNow);
+    verifier.take(c, "n02", kNow, spent);
+    verifier.take(brief, "n02", kNow, spent);
+    EXPECT_EQ(spent.size(), 2u);
+  }
+  struct stat st {};
+  ASSERT_EQ(stat(journal.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::ofstream(journal, std::ios::app) << "garbage\n9999999999 NOTHEX\n9999999999 abc extra\n\xff\xfe\n"
+                                        << "-5 0123\n"
+                                        << "9999999999\n";
+  common::SpentNonces again(journal, kNow + 20);  // the brief one has expired
+  EXPECT_EQ(again.size(), 1u);
+  try {
+    verifier.take(c, "n02", kNow + 20, again);
+    ADD_FAILURE() << "a replay after a restart was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("used already (a replay)"), std::string::npos) << e.what();
+  }
+  std::ifstream in(journal);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1)
+      << "written anew without what it cannot use: " << text;
+  // Past every expiry nothing is kept, and a fresh credential is taken.
+  common::SpentNonces later(journal, kNow + 1000);
+  EXPECT_EQ(later.size(), 0u);
+}
+
+// The journal is written anew once most of its lines have expired, not left to grow.
+TEST_F(LaunchCredentialTest, TheJournalDoesNotGrowWithoutBound) {
+  const auto journal = dir.path() / "launch-nonces";
+  common::SpentNonces spent(journal, kNow);
+  LaunchGrant g = grant();
+  g.expires = kNow + 1;
+  for (int i = 0; i < 100; ++i) {
+    g.nonce = "";
+    verifier.take(signer.sign(g), "n02", kNow, spent);
+  }
+  EXPECT_EQ(spent.size(), 100u);
+  verifier.take(signer.sign(grant()), "n02", kNow + 2, spent);
+  EXPECT_EQ(spent.size(), 1u);
+  EXPECT_LT(std::filesystem::file_size(journal), 100u);
+  LaunchGrant more = grant();
+  more.nonce = "00ff";
+  spent.spend(more, kNow + 2);  // each spend still appends
+  EXPECT_GT(std::filesystem::file_size(journal), 20u);
+}
+
+// A journal that cannot be made, or that is no regular file (a folder, a device that reads without
+// end), stops the agent from taking launches, naming the file, rather than dropping replay checks.
+TEST_F(LaunchCredentialTest, AJournalThatCannotBeKeptIsAnErrorNamingIt) {
+  dir.write("file", "x");
+  std::filesystem::create_directories(dir.path() / "folder");
+  for (const std::filesystem::path& bad :
+       {dir.path() / "file" / "launch-nonces", dir.path() / "folder", std::filesystem::path("/dev/zero")}) {
+    try {
+      common::SpentNonces spent(bad, kNow);
+      ADD_FAILURE() << "kept in " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo);
+      EXPECT_NE(std::string(e.what()).find(bad.string()), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_F(LaunchCredentialTest, TheKeyFileIsKeptPrivateAndReadAgain) {
   const auto file = dir.path() / "launch-key.pem";
   struct stat st {};

@@ -102,6 +102,10 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   for (size_t i = 0; i < held.holder.size() && i < node.gpuCount(); ++i)
     if (!held.holder[i].empty()) reply.gpu_leases[i] = held.holder[i];
   for (const auto& [gpu, ids] : held.sharers) reply.mps_gpus.insert(gpu);
+  reply.leases.emplace();
+  for (const std::string& lease : held.holder)
+    if (!lease.empty()) reply.leases->insert(lease);
+  for (const auto& [gpu, ids] : held.sharers) reply.leases->insert(ids.begin(), ids.end());
   node.live.mps_asked = reply.mps_gpus;
   reply.jobs = jobs_.workOf(node.name) != nullptr;
   if (freed && planNow)

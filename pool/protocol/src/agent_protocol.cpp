@@ -141,13 +141,15 @@ json toJson(const HeartbeatReply& r) {
   json layouts = json::array();
   for (const auto& [index, profiles] : r.mig_layouts)
     layouts.push_back({{"index", index}, {"profiles", profiles}});
-  return {{"schema", kHeartbeatReplySchema},
-          {"register_again", r.register_again},
-          {"interval_s", r.interval.count()},
-          {"gpu_leases", leases},
-          {"mig_layouts", layouts},
-          {"mps_gpus", r.mps_gpus},
-          {"jobs", r.jobs}};
+  json doc = {{"schema", kHeartbeatReplySchema},
+              {"register_again", r.register_again},
+              {"interval_s", r.interval.count()},
+              {"gpu_leases", leases},
+              {"mig_layouts", layouts},
+              {"mps_gpus", r.mps_gpus},
+              {"jobs", r.jobs}};
+  if (r.leases) doc["leases"] = *r.leases;
+  return doc;
 }
 
 std::string heartbeatReplyText(const HeartbeatReply& r) {
@@ -172,6 +174,10 @@ std::string heartbeatReplyText(const HeartbeatReply& r) {
   out += ',';
   appendArray(out, "mps_gpus", r.mps_gpus, [&](size_t gpu) { out += std::to_string(gpu); });
   out += r.jobs ? R"(,"jobs":true)" : R"(,"jobs":false)";
+  if (r.leases) {
+    out += ',';
+    appendArray(out, "leases", *r.leases, [&](const std::string& lease) { appendString(out, lease); });
+  }
   out += '}';
   return out;
 }
@@ -212,6 +218,20 @@ HeartbeatReply heartbeatReplyFromJson(const json& doc) {
     r.mps_gpus.insert(mps[i].get<size_t>());
   }
   r.jobs = f.boolean("jobs", false);
+  if (f.has("leases")) {
+    const json& held = f.array("leases");
+    if (held.size() > kMaxNodeLeases)
+      f.failField("leases", "at most " + std::to_string(kMaxNodeLeases) + " leases, not " +
+                                std::to_string(held.size()));
+    r.leases.emplace();
+    for (size_t i = 0; i < held.size(); ++i) {
+      if (!held[i].is_string())
+        f.failField("leases", "expected a list of lease ids, not " + common::shownJson(held[i]));
+      const std::string& id = held[i].get_ref<const std::string&>();
+      common::checkLeaseId(id, "field '" + f.element("leases", i) + "'");
+      r.leases->insert(id);
+    }
+  }
   return r;
 }
 

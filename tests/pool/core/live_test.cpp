@@ -412,6 +412,37 @@ TEST(LivePool, ReplyNamesTheLeaseOfEveryHeldGpu) {
   EXPECT_EQ(r.interval, seconds(5));
 }
 
+// The reply lists every lease on the node, whatever it holds (the agent ends the cgroups of the
+// others), and a released or expired lease is gone from it.
+TEST(LivePool, ReplyListsEveryLeaseOnTheNodeAndNoEndedOne) {
+  PoolState state = livePool("n[01-02]/gpu[0-3]");
+  const Lease a = *state.submit(parseRequest("3"), t0()).lease;
+  LeaseRequest shortLived = parseRequest("2");
+  shortLived.ttl = seconds(60);
+  const Lease b = *state.submit(shortLived, t0()).lease;
+  const Lease other = *state.submit(parseRequest("3"), t0()).lease;
+  // Which node holds what: found from the leases, not assumed of placement.
+  std::map<std::string, std::set<std::string>> onNode;
+  for (const Lease* l : {&a, &b, &other})
+    for (const GpuRef& g : l->gpus) onNode[g.node].insert(l->id);
+  ASSERT_EQ(onNode.size(), 2u);
+  ASSERT_EQ(onNode["n01"].size() + onNode["n02"].size(), 4u) << "one lease over both nodes";
+  for (const std::string node : {"n01", "n02"}) {
+    const HeartbeatReply r = state.heartbeat(beat(state, node), t0());
+    ASSERT_TRUE(r.leases);
+    EXPECT_EQ(*r.leases, onNode[node]) << node;
+  }
+  ASSERT_TRUE(state.release(a.id, a.owner, false, t0()));
+  state.tick(t0() + seconds(61));  // b's TTL ends
+  for (const std::string node : {"n01", "n02"}) {
+    const HeartbeatReply r = state.heartbeat(beat(state, node), t0() + seconds(61));
+    ASSERT_TRUE(r.leases) << "an empty list is a list: the agent ends what it confines";
+    EXPECT_EQ(*r.leases,
+              onNode[node].count(other.id) ? std::set<std::string>{other.id} : std::set<std::string>{})
+        << node;
+  }
+}
+
 TEST(LivePool, FailuresAndTheAgentSurviveTheStateFile) {
   test::TempDir dir;
   PoolState state = livePool("n01/gpu[0-3]");
@@ -799,6 +830,8 @@ TEST(HeartbeatReplyText, IsTheDocumentToJsonMakes) {
   replies[2].gpu_leases = {{0, "L1"}, {7, "L-2-abc"}};
   replies[2].mig_layouts = {{3, {"1g.10gb", "1g.10gb", "3g.40gb"}}, {5, {"7g.80gb"}}};
   replies[2].mps_gpus = {1, 2, 6};
+  replies[2].leases = std::set<std::string>{"L1", "L-2-abc", "L3"};
+  replies[3].leases = std::set<std::string>{};
   replies[3].gpu_leases = {{1, "quote\" back\\slash\ttab"}, {2, std::string("\xff\xfe not UTF-8")}, {3, ""}};
   replies[3].mig_layouts = {{0, {"\u00e9"}}};
   for (const HeartbeatReply& r : replies) {
@@ -811,7 +844,34 @@ TEST(HeartbeatReplyText, IsTheDocumentToJsonMakes) {
   EXPECT_EQ(back.gpu_leases, replies[2].gpu_leases);
   EXPECT_EQ(back.mig_layouts, replies[2].mig_layouts);
   EXPECT_EQ(back.mps_gpus, replies[2].mps_gpus);
+  EXPECT_EQ(back.leases, replies[2].leases);
   EXPECT_TRUE(heartbeatReplyFromJson(json::parse(heartbeatReplyText(replies[1]))).register_again);
+  EXPECT_FALSE(heartbeatReplyFromJson(json::parse(heartbeatReplyText(replies[0]))).leases)
+      << "no list from a reply without one (a poold before the list): the agent ends nothing by it";
+}
+
+// The list of the node's leases is read strictly: a hostile or broken poold's reply is refused,
+// naming the field, rather than taken as "no lease" (which would end every job's processes).
+TEST(HeartbeatReplyText, TheNodesLeasesAreReadStrictly) {
+  HeartbeatReply r;
+  r.leases = std::set<std::string>{"L1", "L2"};
+  EXPECT_EQ(heartbeatReplyFromJson(json::parse(heartbeatReplyText(r))).leases, r.leases);
+  r.leases->clear();
+  ASSERT_TRUE(heartbeatReplyFromJson(json::parse(heartbeatReplyText(r))).leases);
+  json many = json::array();
+  for (size_t i = 0; i <= kMaxNodeLeases; ++i) many.push_back("L" + std::to_string(i));
+  for (const json& bad : {json("L1"), json(7), json::array({1}), json::array({""}), json::array({"L 1"}),
+                          json::array({std::string("\xff")}), json::array({std::string(129, 'a')}),
+                          json::array({json::array({"L1"})}), json::object({{"L1", true}}), many}) {
+    json doc = toJson(HeartbeatReply{});
+    doc["leases"] = bad;
+    try {
+      heartbeatReplyFromJson(doc);
+      ADD_FAILURE() << "taken: " << bad.dump().substr(0, 80);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("leases"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

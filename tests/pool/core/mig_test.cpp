@@ -225,6 +225,28 @@ TEST(Mig, ALayoutBodyIsReadStrictly) {
   }
 }
 
+// A lease of MIG instances is on its node's list in the heartbeat's reply (its GPU index is not
+// the lease's, so the job-mapping list leaves it out), and off it once released.
+TEST(Mig, ALeaseOfInstancesIsOnItsNodesListOfLeases) {
+  PoolState state;
+  addInventory(state, "n01/gpu[0-1] layout=0:1g.10gb*7", t0());
+  NodeRegistration reg;
+  reg.node.name = "n01";
+  reg.node.topology = state.nodeMap().at("n01").topology;
+  reg.agent_version = "poold-agent test";
+  state.registerAgentNode(reg, t0());
+  const Lease l = *state.submit(parseRequest("2 mig=1g.10gb"), t0(), false).lease;
+  Heartbeat hb;
+  hb.node = "n01";
+  hb.topology_hash = state.nodeMap().at("n01").topology_hash;
+  HeartbeatReply reply = state.heartbeat(hb, t0());
+  EXPECT_TRUE(reply.gpu_leases.empty());
+  ASSERT_TRUE(reply.leases);
+  EXPECT_EQ(*reply.leases, std::set<std::string>{l.id});
+  ASSERT_TRUE(state.release(l.id, l.owner, false, t0()));
+  EXPECT_TRUE(state.heartbeat(hb, t0()).leases->empty());
+}
+
 // poolctl mig's rules in the state: no agent, no MIG, a bad index are refused; a request keeps the
 // GPU and its instances from new leases, and a failed result fails the GPU.
 TEST(Mig, ALayoutRequestHoldsTheGpuBackAndAFailedOneFailsIt) {

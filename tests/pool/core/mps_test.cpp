@@ -215,6 +215,8 @@ TEST(Mps, TheAgentIsToldWhichGpusHaveShares) {
   HeartbeatReply reply = state.heartbeat(hb, t0());
   EXPECT_EQ(reply.mps_gpus, (std::set<size_t>{0, 1}));
   EXPECT_TRUE(reply.gpu_leases.empty()) << "a shared GPU has no one lease";
+  ASSERT_TRUE(reply.leases);
+  EXPECT_EQ(reply.leases->size(), 1u) << "the share's lease is the node's all the same";
   EXPECT_EQ(heartbeatReplyFromJson(toJson(reply)).mps_gpus, reply.mps_gpus);
   // A daemon that would not start fails its GPU, with why.
   hb.mps_errors[1] = "nvidia-cuda-mps-control -d exited with status 1";

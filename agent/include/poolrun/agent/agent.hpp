@@ -109,6 +109,19 @@ class StopSignal {
 // The steady clock, a sleep that `stop` ends, a seeded random generator.
 AgentClock systemClock(StopSignal& stop);
 
+// The cgroups of leases on the node (docs/confinement.md). After each heartbeat the agent ends the
+// cgroup of every lease that had one before the heartbeat was sent and that poold's replies to it
+// and to the heartbeat before no longer list on the node (HeartbeatReply::leases): the lease was
+// released, expired, preempted or cancelled, so whatever still runs in it is killed, however it
+// was started (a daemon of the launch port, a detached job's launcher, what either forked, what an
+// agent that crashed left). Two replies: a launcher that released its lease may still be exiting.
+struct LeaseCgroups {
+  std::function<std::set<std::string>()> list;  // the leases with a cgroup on the node now
+  // Kills what lease's cgroup holds and removes it: the number of processes killed. Throws
+  // poolrun::Error where it cannot (tried again after the next heartbeat).
+  std::function<size_t(const std::string& lease)> end;
+};
+
 struct AgentConfig {
   topo::ClusterNode node;  // name, topology (probed or read), switch, labels
   std::string agent_version = "poold-agent";
@@ -125,6 +138,8 @@ struct AgentConfig {
   std::string launch;
   // Runs the detached jobs poold gives the node (HeartbeatReply::jobs); nullopt: none is asked for.
   std::optional<JobRunnerOptions> jobs;
+  // Where leases are confined to cgroups: those of ended leases ended. Empty functions: none.
+  LeaseCgroups lease_cgroups;
 };
 
 // How long the agent waits before it tries again after a refusal (401, 403, 404): long enough not
@@ -145,8 +160,8 @@ class Agent {
   // Each round: register where needed; sample; where a NIC port's state differs from the
   // registered topology's, update the topology and register it again; heartbeat; where the reply
   // says register_again, register again, else write the job-mapping files (a reply asking for the
-  // node says nothing of its leases); wait the interval (poold's reply interval where it is
-  // shorter). At most three calls to poold a round.
+  // node says nothing of its leases) and end the cgroups of leases that ended (LeaseCgroups); wait
+  // the interval (poold's reply interval where it is shorter). At most three calls to poold a round.
   //
   // poold unreachable (poolrun::Error kIo): one line when it starts, one when poold answers again;
   // meanwhile retries after 1 s, 2 s, 4 s ... up to the interval, each within +-25% (jitter).

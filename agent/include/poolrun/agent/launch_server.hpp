@@ -59,6 +59,11 @@ class LaunchServer {
   LaunchServer(const LaunchServer&) = delete;
   LaunchServer& operator=(const LaunchServer&) = delete;
   int port() const;
+  // Lease `lease` has ended (poold lists it no more on the node): its cgroup here is ended now,
+  // whatever runs in it (its daemons, a detached job's launcher), under the lease's lock so that no
+  // daemon is started into it meanwhile. Returns the processes killed; throws poolrun::Error (kIo)
+  // where some outlived the wait. Without confinement: nothing to end, 0.
+  size_t leaseEnded(const std::string& lease);
 
  private:
   struct Impl;

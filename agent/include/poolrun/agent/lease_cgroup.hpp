@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,12 @@ struct Confinement {
   std::optional<uint64_t> memory_max =
       {};  // at most so many bytes of memory (past it, the kernel's OOM killer)
 };
+
+// The leases with a cgroup under PARENT now, in any hierarchy `version` uses (the folders whose name
+// is a lease id; others, such as a probe's, are not leases'). Throws poolrun::Error (kIo) where a
+// hierarchy's PARENT exists but cannot be read.
+std::set<std::string> leaseCgroupNames(const CgroupMounts& mounts, CgroupVersion version,
+                                       const std::string& parent);
 
 class LeaseCgroup {
  public:

@@ -58,12 +58,30 @@ class LaunchSigner {
 // a replay. Kept apart from the key, so that taking poold's key again forgets none. Not thread-safe.
 class SpentNonces {
  public:
-  // Throws poolrun::Error (kBadInput) where `grant`'s nonce was spent already; spends it.
+  // In memory alone: an agent restarted forgets them.
+  SpentNonces() = default;
+  // Kept in `journal` too, so that an agent restarted within a credential's life still refuses its
+  // replay: the journal's nonces not expired at `now` are read back (a line that is not
+  // "EXPIRY NONCE" is skipped), and each nonce spent is appended and synced before spend() returns;
+  // the journal is written anew, without the expired, once most of its lines are. Throws
+  // poolrun::Error (kIo) naming the file where it cannot be opened or made.
+  SpentNonces(std::filesystem::path journal, int64_t now);
+  ~SpentNonces();
+  SpentNonces(SpentNonces&& other) noexcept;
+  SpentNonces& operator=(SpentNonces&& other) noexcept;
+
+  // Throws poolrun::Error: kBadInput where `grant`'s nonce was spent already (a replay); kIo where it
+  // cannot be written to the journal (the launch is then refused: its replay could not be told
+  // after a restart). Spends it.
   void spend(const LaunchGrant& grant, int64_t now);
   size_t size() const { return spent_.size(); }
 
  private:
+  void rewrite();
   std::map<std::string, int64_t> spent_;  // nonce -> expiry
+  std::filesystem::path journal_;         // empty: none
+  int fd_ = -1;                           // the journal, open for appending
+  size_t lines_ = 0;                      // in the journal
 };
 
 // The agent's side: checks credentials against one public key. Not thread-safe: one caller at a time.

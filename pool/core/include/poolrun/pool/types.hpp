@@ -322,6 +322,11 @@ struct HeartbeatReply {
   std::chrono::seconds interval{5};  // how often poold expects heartbeats
   // Per GPU index, the lease that holds it now (for the dcgm-exporter job-mapping files).
   std::map<size_t, std::string> gpu_leases;
+  // Every lease that holds something on the node now: whole GPUs, MIG instances, MPS shares. The
+  // agent ends the cgroup of a lease not listed in the reply to a heartbeat sent after the cgroup
+  // was made (the lease has ended: released, expired, preempted, cancelled). nullopt from a poold
+  // that does not send it: the agent then ends no lease by it.
+  std::optional<std::set<std::string>> leases;
   // MIG layouts an administrator asked for (poolctl mig), per GPU index no lease holds any more:
   // the GPU instance profiles to make, in order. The agent makes them and says how it went in its
   // next heartbeat (Heartbeat::mig_results).
