@@ -131,6 +131,11 @@ struct Agent::State {
   std::string cgroup_failure;
   std::set<std::string> cgroups_left;
   std::map<std::string, int> unlisted;  // replies in a row that did not list a confined lease
+  // The health checks: what they last said (nullopt: not run yet), when they are due again, and
+  // whether the last reply found the node idle (no lease holds anything on it).
+  std::optional<std::string> health;
+  std::chrono::steady_clock::time_point health_due{};
+  bool idle = true;
 
   State(AgentConfig c, LinkFactory l, Sampler s, AgentClock k, std::ostream& o)
       : config(std::move(c)), open_link(std::move(l)), sample(std::move(s)), clock(std::move(k)), log(o) {
@@ -286,6 +291,7 @@ struct Agent::State {
     h.process_leases = processLeases(h.gpus, config.proc_root);
     h.mig_results = mig_results;
     h.mps_errors = mps_errors;
+    h.health_failure = health;
     // The MPS server of a GPU the agent runs a daemon for is the pool's, not a process outside it.
     if (mps_running)
       for (topo::GpuSample& g : h.gpus)
@@ -345,6 +351,27 @@ struct Agent::State {
     refusal = what;
     registered = false;
     return kRefusedRetry;
+  }
+
+  // The health checks, at the start and then every interval while the node is idle: each change of
+  // what they say is one line (poold drains the node, or resumes it, from the heartbeat).
+  void checkHealth() {
+    if (!config.health_check || (health && (!idle || clock.now() < health_due))) return;
+    std::string now;
+    try {
+      now = config.health_check();
+    } catch (const std::exception& e) {
+      now = std::string("the health checks could not run: ") + e.what();
+    }
+    health_due = clock.now() + config.health_interval;
+    if (health == now) return;
+    if (!now.empty())
+      log << "poold-agent: health checks fail: " << now << " (poold drains node " << name()
+          << " until they pass)" << std::endl;
+    else
+      log << "poold-agent: health checks pass" << (health ? " again" : "") << " (run every "
+          << config.health_interval.count() << " s while no lease holds the node)" << std::endl;
+    health = std::move(now);
   }
 
   std::set<std::string> listLeaseCgroups() {
@@ -472,6 +499,7 @@ struct Agent::State {
         reached();
       }
       registering = false;
+      checkHealth();
       NodeSamples s = sample();
       noteLostGpus(s);
       const bool ports = takePortChanges(s), mig = takeMigChanges(s);
@@ -495,6 +523,8 @@ struct Agent::State {
       if (!reply.register_again) makeMigLayouts(reply);
       if (!reply.register_again) manageMps(reply);
       if (!reply.register_again) endLeases(confined, reply);
+      if (!reply.register_again)
+        idle = reply.leases ? reply.leases->empty() : reply.gpu_leases.empty() && reply.mps_gpus.empty();
       if (!reply.register_again) {
         runJobs(reply.jobs);
         if (reply.jobs && watch) watch->handled();

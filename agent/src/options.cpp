@@ -34,6 +34,7 @@ std::string agentUsage() {
          "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
          "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH] [--job-dir DIR]\n"
          "                   [--cgroup auto|v1|v2|none] [--cgroup-parent NAME] [--lease-pids N]\n"
+         "                   [--health-interval SECONDS]\n"
          "                   [--launch-listen HOST:PORT [--launch-advertise HOST:PORT]\n"
          "                    [--allow-root-launches] [--launch-min-uid N] [--simulated-node]]\n"
          "       poold-agent --help | --version\n"
@@ -87,6 +88,12 @@ std::string agentUsage() {
          "                              (default poolrun)\n"
          "  --lease-pids N              at most N processes and threads in a lease's cgroup on this\n"
          "                              node (default: no limit; 1 to 4194304)\n"
+         "  --health-interval SECONDS   run the doctor's checks of the node's GPUs and NIC ports at the\n"
+         "                              start and every SECONDS while no lease holds any of its GPUs; a\n"
+         "                              FAIL drains the node (in poold, with what failed), and a pass\n"
+         "                              resumes a node they drained (default 300; 0: never, " +
+         n(kHealthIntervalRange.min) + " to " + n(kHealthIntervalRange.max) +
+         ")\n"
          "  --launch-listen HOST:PORT   start jobs' daemons here for mpirun on a poold pool "
          "(docs/launch.md):\n"
          "                              a daemon runs as the lease's owner, in the lease's cgroup, only\n"
@@ -203,6 +210,9 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
       o.allow_root_launches = true;
     } else if (a == "--simulated-node") {
       o.simulated_node = true;
+    } else if (a == "--health-interval") {
+      o.health_interval = std::chrono::seconds(
+          common::parseOption<int64_t>(a, value(), kHealthIntervalRange.min, kHealthIntervalRange.max));
     } else if (a == "--lease-pids") {
       o.lease_pids = common::parseOption<int64_t>(a, value(), 1, 4194304);
     } else if (a == "--mps-control") {

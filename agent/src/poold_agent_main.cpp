@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "poolrun/agent/agent.hpp"
+#include "poolrun/agent/health.hpp"
 #include "poolrun/agent/join.hpp"
 #include "poolrun/agent/launch_server.hpp"
 #include "poolrun/agent/lease_cgroup.hpp"
@@ -148,6 +149,14 @@ int main(int argc, char** argv) {
                 << std::endl;
     }
 
+    // The health checks: the doctor's GPU and NIC port checks (docs/agent.md).
+    if (o.health_interval.count() > 0) {
+      config.health_check = agent::doctorHealthCheck(
+          o.sysfs_root.empty() ? "/sys" : o.sysfs_root,
+          (std::filesystem::read_symlink("/proc/self/exe", self_ec).parent_path() / "poolrun-cuda-probe")
+              .string());
+      config.health_interval = o.health_interval;
+    }
     // Where leases are confined: the cgroups of those that ended are ended after the heartbeats
     // (through the launch port where there is one: it holds the lease's lock).
     if (const agent::JobRunnerOptions& c = *config.jobs; c.cgroup) {

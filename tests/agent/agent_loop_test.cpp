@@ -6,6 +6,8 @@
 
 #include "agent_fakes.hpp"
 #include "poolrun/agent/agent.hpp"
+#include "poolrun/agent/health.hpp"
+#include "poolrun/common/names.hpp"
 #include "support/process.hpp"
 #include "support/synthetic.hpp"
 #include "support/temp_dir.hpp"
@@ -481,6 +483,76 @@ TEST(AgentLoop, EndsTheCgroupsOfLeasesThatPooldListsNoMore) {
       << t.log.str();
   EXPECT_EQ(countLines(t.log.str(), "lease Le has ended (poold lists it no more"), 1) << t.log.str();
   EXPECT_EQ(countLines(t.log.str(), "lease Lb"), 0) << t.log.str();
+}
+
+// The health checks run at the start, then every interval while the node is idle (never while a lease
+// holds it); each heartbeat carries what they last said; each change is one line; a check that
+// throws counts as a failure, with why.
+TEST(AgentLoop, RunsTheHealthChecksWhileIdleAndTellsPooldWhatFailed) {
+  Loop t;
+  std::vector<std::string> said = {"", "gpu.retired_pages GPU 2 (0000:3a:00.0): a row remapping failed", "",
+                                   "throw"};
+  size_t runs = 0;
+  std::vector<int> ranBefore;  // the heartbeat each run came before
+  t.config.health_interval = seconds(10);
+  t.config.health_check = [&] {
+    ranBefore.push_back(t.link->count("heartbeat") + 1);
+    const std::string s = said[std::min(runs++, said.size() - 1)];
+    if (s == "throw") throw Error(ErrorCode::kIo, "NVML answered nothing");
+    return s;
+  };
+  t.link->on_heartbeat = [](int n) {
+    pool::HeartbeatReply r;
+    r.leases.emplace();
+    if (n >= 3 && n <= 6) r.leases->insert("L1");  // busy from the 3rd reply to the 6th
+    return r;
+  };
+  // Heartbeats 5 s apart: checks due every other one while idle.
+  t.run(12);
+  EXPECT_EQ(ranBefore, (std::vector<int>{1, 3, 8, 10, 12})) << "not while busy (after replies 3 to 6)";
+  ASSERT_EQ(t.link->heartbeats.size(), 12u);
+  EXPECT_EQ(t.link->heartbeats[0].health_failure, "");
+  EXPECT_EQ(t.link->heartbeats[1].health_failure, "") << "carried between checks";
+  EXPECT_EQ(t.link->heartbeats[2].health_failure, said[1]);
+  EXPECT_EQ(t.link->heartbeats[6].health_failure, said[1]) << "not checked again while busy";
+  EXPECT_EQ(t.link->heartbeats[7].health_failure, "");
+  EXPECT_EQ(t.link->heartbeats[9].health_failure, "the health checks could not run: NVML answered nothing");
+  EXPECT_EQ(countLines(t.log.str(), "health checks pass (run every 10 s while no lease holds the node)"), 1)
+      << t.log.str();
+  EXPECT_EQ(
+      countLines(t.log.str(), "health checks fail: " + said[1] + " (poold drains node n01 until they pass)"),
+      1)
+      << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "health checks pass again"), 1) << t.log.str();
+  EXPECT_EQ(countLines(t.log.str(), "health checks fail: the health checks could not run"), 1)
+      << "said once, not at each run: " << t.log.str();
+  // An agent without checks sends nothing of them.
+  Loop bare;
+  bare.run(2);
+  EXPECT_FALSE(bare.link->heartbeats[1].health_failure);
+}
+
+// What a heartbeat says of the doctor's report: its FAILs alone, as UTF-8 poold takes, within bounds.
+TEST(HealthFailure, IsTheFailsAloneAsBoundedUtf8) {
+  doctor::Report r;
+  r.add({"gpu.clocks", doctor::Status::kWarn, "GPU 0", "clocks event reasons 0x8", "check cooling", ""});
+  EXPECT_EQ(agent::healthFailure(r), "") << "a WARN drains nothing";
+  r.add({"rdma.port", doctor::Status::kFail, "mlx5_0/1", "state 1: DOWN (/sys/...)", "", ""});
+  r.add({"gpu.ecc", doctor::Status::kFail, "GPU 1 (0000:18:00.0)", "2 uncorrected ECC errors", "", ""});
+  r.add({"rdma", doctor::Status::kSkip, "node", "no RDMA device", "", ""});
+  EXPECT_EQ(
+      agent::healthFailure(r),
+      "rdma.port mlx5_0/1: state 1: DOWN (/sys/...); gpu.ecc GPU 1 (0000:18:00.0): 2 uncorrected ECC errors");
+  doctor::Report odd;
+  odd.add({"rdma.port", doctor::Status::kFail, "mlx5_\xff", "state \xc3", "", ""});
+  EXPECT_EQ(agent::healthFailure(odd), "rdma.port mlx5_\\xff: state \\xc3");
+  doctor::Report many;
+  for (int i = 0; i < 2000; ++i)
+    many.add({"gpu.ecc", doctor::Status::kFail, "GPU \u00e9", "2 uncorrected ECC errors", "", ""});
+  const std::string cut = agent::healthFailure(many);
+  EXPECT_LE(cut.size(), pool::kMaxHealthBytes);
+  EXPECT_TRUE(cut.ends_with("...")) << cut.substr(cut.size() - 20);
+  EXPECT_EQ(common::utf8ErrorOffset(cut), cut.size());
 }
 
 // An agent whose cgroups cannot be listed says so once and goes on heartbeating.

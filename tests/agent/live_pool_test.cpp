@@ -90,12 +90,12 @@ class LivePoolTest : public ::testing::Test {
 
   std::filesystem::path nvmlFile(const std::string& node) { return dir.path() / ("nvml-" + node + ".json"); }
 
-  void startAgent(const std::string& node) {
-    agents[node] = std::make_unique<AgentRun>("--pool " + poold->uri() + " --token-file " +
-                                                  (dir.path() / ("token-" + node)).string() + " --node " +
-                                                  node + " --interval 1 --from " + fixtureTopology() +
-                                                  " --proc-root " + (dir.path() / ("proc-" + node)).string(),
-                                              dir.path() / ("err-" + node), fakeNvmlEnv(nvmlFile(node)));
+  void startAgent(const std::string& node, const std::string& more = "") {
+    agents[node] = std::make_unique<AgentRun>(
+        "--pool " + poold->uri() + " --token-file " + (dir.path() / ("token-" + node)).string() + " --node " +
+            node + " --interval 1 --from " + fixtureTopology() + " --proc-root " +
+            (dir.path() / ("proc-" + node)).string() + more,
+        dir.path() / ("err-" + node), fakeNvmlEnv(nvmlFile(node)));
   }
 
   std::string agentErrors() {
@@ -195,6 +195,46 @@ TEST_F(LivePoolTest, AnEccErrorFailsTheGpuAndAProcessOfNoLeaseMakesItForeign) {
   ASSERT_TRUE(waitForNode("n03", [](const json& n) { return n["gpus"][5]["state"] == "free"; }))
       << node("n03").dump();
   EXPECT_EQ(node("n03")["gpus"][6]["state"], "foreign");
+}
+
+// The agent's health checks (the doctor's, every second here) find a GPU whose row remapping failed:
+// poold drains the node with what failed; once the GPU is replaced (the fake NVML fixed), they pass
+// and the node is resumed. A node an administrator drained stays drained whatever they say.
+TEST_F(LivePoolTest, AFailingHealthCheckDrainsTheNodeAndFixingItResumesIt) {
+  agents["n02"].reset();
+  startAgent("n02", " --health-interval 1");
+  ASSERT_TRUE(waitFor([&](const json&) {
+    return slurp(dir.path() / "err-n02").find("health checks pass") != std::string::npos;
+  })) << agentErrors();
+  nvml["n02"]["gpus"][2]["remapped_rows"] = {{"failure", true}};
+  writeFakeNvml(nvmlFile("n02"), nvml["n02"]);
+  ASSERT_TRUE(waitForNode("n02", [](const json& n) { return n["state"] == "draining"; }))
+      << node("n02").dump() << agentErrors();
+  const std::string reason = node("n02").value("drain_reason", "");
+  EXPECT_TRUE(reason.starts_with("health check failed: gpu.retired_pages GPU2 ")) << reason;
+  EXPECT_NE(reason.find("a row remapping failed"), std::string::npos) << reason;
+  std::string table;
+  runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "nodes"}, &table);
+  EXPECT_NE(table.find("  drained by its agent: health check failed: gpu.retired_pages GPU2 "),
+            std::string::npos)
+      << table;
+  EXPECT_TRUE(poolctl({"acquire", "-n", "17", "--wait", "0"}).is_null()) << "n02 takes no new lease";
+  EXPECT_NE(slurp(dir.path() / "err-n02").find("health checks fail: gpu.retired_pages GPU2 "),
+            std::string::npos)
+      << agentErrors();
+
+  nvml["n02"]["gpus"][2].erase("remapped_rows");
+  writeFakeNvml(nvmlFile("n02"), nvml["n02"]);
+  ASSERT_TRUE(waitForNode("n02", [](const json& n) { return n["state"] == "up"; })) << node("n02").dump();
+  EXPECT_FALSE(node("n02").contains("drain_reason")) << node("n02").dump();
+  std::string events;
+  runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "events"}, &events);
+  EXPECT_NE(events.find("health checks"), std::string::npos) << events;
+
+  // An administrator's drain: the checks pass, and it stays.
+  ASSERT_FALSE(poolctl({"drain", "n02"}).is_null());
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_EQ(node("n02")["state"], "draining") << node("n02").dump();
 }
 
 TEST_F(LivePoolTest, AnIdleJobIsReclaimedItsPoolrunEndsWith126AndTheQueuedRequestStarts) {

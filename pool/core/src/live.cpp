@@ -87,6 +87,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   node.live.gpus.resize(node.gpuCount());
   node.live.nics = hb.nics;
   bool freed = takeAgentResults(node, hb, now) || cameBack;
+  freed |= takeHealth(node, hb);
   const Occupancy& held = occupancy(node.name);
   for (const topo::GpuSample& sample : hb.gpus) freed |= takeSample(node, held, hb, sample, now);
   // The layouts whose GPU no lease holds any more (itself or one of its instances): the agent makes
@@ -113,6 +114,35 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   else if (freed)
     replan_ = true;  // the next tick plans
   return reply;
+}
+
+// The agent's health checks, where what they say changed: a failure drains a node that is up; a pass
+// resumes a node they drained (never one an administrator drained). Whether the node was resumed.
+bool PoolState::takeHealth(PoolNode& node, const Heartbeat& hb) {
+  if (!hb.health_failure || hb.health_failure == node.live.health_failure) return false;
+  node.live.health_failure = hb.health_failure;
+  const std::string& failure = *hb.health_failure;
+  if (!failure.empty() && node.state == NodeState::kUp) {
+    node.state = NodeState::kDraining;
+    node.drain_reason = "health check failed: " + failure;
+    node.drained_by_agent = true;
+    node_events_.push_back({NodeEvent::Kind::kDrained, node.name, 0, node.drain_reason});
+  } else if (!failure.empty() && node.drained_by_agent) {
+    node.drain_reason = "health check failed: " + failure;  // failing otherwise now
+  } else if (failure.empty() && node.drained_by_agent) {
+    node.state = NodeState::kUp;
+    node.drain_reason.clear();
+    node.drained_by_agent = false;
+    node_events_.push_back({NodeEvent::Kind::kResumed, node.name, 0, "its agent's health checks pass again"});
+    dirty_.nodes.insert(node.name);
+    replan_ = true;
+    return true;
+  } else {
+    return false;
+  }
+  dirty_.nodes.insert(node.name);
+  replan_ = true;
+  return false;
 }
 
 // The layouts the agent made or failed to make, and the MPS daemons it could not start; whether GPUs

@@ -148,6 +148,9 @@ void PoolState::setNodeState(const std::string& name, NodeState state) {
   if (it == nodes_.end())
     throw Error(ErrorCode::kNotFound, "no node '" + name + "' in the pool (see `poolctl nodes`)");
   it->second.state = state;
+  // An administrator's drain or resume: the node is theirs to resume, whatever its agent says.
+  it->second.drain_reason.clear();
+  it->second.drained_by_agent = false;
   replan_ = true;
   dirty_.nodes.insert(name);
 }

@@ -69,6 +69,7 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
     info.fabric = topo::toString(topo::nodeFabrics(*node->topology, node->fabric).front());
     info.labels = node->labels;
     info.state = node->state;
+    info.drain_reason = node->drain_reason;
     info.unreachable = node->live.unreachable;
     info.agent = node->agent;
     if (node->live.last_heartbeat != TimePoint{}) info.last_heartbeat = node->live.last_heartbeat;

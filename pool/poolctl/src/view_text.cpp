@@ -272,24 +272,30 @@ std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::ti
       {"NODE", "STATE", "SWITCH", "FABRIC", "AGENT", "HEARTBEAT", "GPUS (free/leased/failed/foreign)"}};
   std::vector<std::vector<std::string>> gpuRows{
       {"  GPU", "STATE", "UTIL", "MEM GiB", "TEMP", "POWER", "LEASE", "NOTE"}};
-  std::vector<std::pair<bool, size_t>> order;
+  enum class Row { kNode, kGpu, kNote };
+  std::vector<std::pair<Row, size_t>> order;
+  std::vector<std::string> notes;  // under a node's line: why it drains, where its agent drained it
   for (const NodeInfo& n : nodes) {
     GpuCounts c = countGpus(n);
-    order.push_back({true, nodeRows.size()});
+    order.push_back({Row::kNode, nodeRows.size()});
     nodeRows.push_back({n.name, nodeStateText(n), orDash(n.switch_name), orDash(n.fabric), agentText(n),
                         heartbeatText(n, now),
                         std::to_string(n.gpus.size()) + " (" + std::to_string(c.free) + "/" +
                             std::to_string(c.leased) + "/" + std::to_string(c.failed) + "/" +
                             std::to_string(c.foreign) + ")"});
+    if (!n.drain_reason.empty()) {
+      order.push_back({Row::kNote, notes.size()});
+      notes.push_back("  drained by its agent: " + n.drain_reason);
+    }
     for (const GpuInfo& g : n.gpus) {
       if (!gpuShown(n, g)) continue;
-      order.push_back({false, gpuRows.size()});
+      order.push_back({Row::kGpu, gpuRows.size()});
       gpuRows.push_back({"  " + std::to_string(g.index), toString(g.state), percent(g.utilization),
                          memoryText(g, false), rounded(g.temperature_c, "C"), rounded(g.power_w, "W"),
                          orDash(g.lease), gpuNote(g, now)});
       // Its MIG instances, as GPU/GPU-instance.compute-instance (nvidia-smi's GI and CI ids).
       for (const MigInstanceInfo& m : g.mig_instances) {
-        order.push_back({false, gpuRows.size()});
+        order.push_back({Row::kGpu, gpuRows.size()});
         gpuRows.push_back({"   " + std::to_string(g.index) + "/" + std::to_string(m.gpu_instance) + "." +
                                std::to_string(m.compute_instance),
                            toString(m.state), "-", gib(m.memory_bytes), "-", "-", orDash(m.lease),
@@ -297,7 +303,7 @@ std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::ti
       }
       // Its MPS shares, one line each: the share's SMs and memory.
       for (const GpuInfo::Share& sh : g.shares) {
-        order.push_back({false, gpuRows.size()});
+        order.push_back({Row::kGpu, gpuRows.size()});
         gpuRows.push_back(
             {"   " + std::to_string(g.index) + "~", "share", "-",
              sh.memory_bytes > 0 ? gib(sh.memory_bytes) : "-", "-", "-", sh.lease,
@@ -308,7 +314,8 @@ std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::ti
   std::vector<std::string> nodeLines = alignColumns(nodeRows), gpuLines = alignColumns(gpuRows);
   std::vector<std::string> out{nodeLines[0]};
   if (gpuRows.size() > 1) out.push_back(gpuLines[0]);
-  for (const auto& [isNode, i] : order) out.push_back(isNode ? nodeLines[i] : gpuLines[i]);
+  for (const auto& [row, i] : order)
+    out.push_back(row == Row::kNode ? nodeLines[i] : row == Row::kGpu ? gpuLines[i] : notes[i]);
   for (std::string& line : out) line = fitWidth(line, line.size());
   return out;
 }

@@ -123,16 +123,18 @@ json toJson(const Heartbeat& h) {
   for (const topo::NicPortSample& n : h.nics) nics.push_back(toJson(n));
   json owners = json::array();
   for (const auto& [pid, lease] : h.process_leases) owners.push_back({{"pid", pid}, {"lease", lease}});
-  return {{"schema", kHeartbeatSchema},
-          {"node", h.node},
-          {"agent", h.agent_version},
-          {"time_ms", toMillis(h.time)},
-          {"topology_hash", h.topology_hash},
-          {"gpus", gpus},
-          {"nics", nics},
-          {"process_leases", owners},
-          {"mig_results", migResults(h.mig_results)},
-          {"mps_errors", migResults(h.mps_errors)}};
+  json doc = {{"schema", kHeartbeatSchema},
+              {"node", h.node},
+              {"agent", h.agent_version},
+              {"time_ms", toMillis(h.time)},
+              {"topology_hash", h.topology_hash},
+              {"gpus", gpus},
+              {"nics", nics},
+              {"process_leases", owners},
+              {"mig_results", migResults(h.mig_results)},
+              {"mps_errors", migResults(h.mps_errors)}};
+  if (h.health_failure) doc["health_failure"] = *h.health_failure;
+  return doc;
 }
 
 json toJson(const HeartbeatReply& r) {

@@ -527,6 +527,7 @@ json toJson(const NodeInfo& n) {
               {"gpus", std::move(gpus)}};
   doc["agent"] = n.agent.empty() ? json(nullptr) : json(n.agent);
   doc["last_heartbeat"] = n.last_heartbeat ? json(rfc3339(*n.last_heartbeat)) : json(nullptr);
+  if (!n.drain_reason.empty()) doc["drain_reason"] = n.drain_reason;
   return doc;
 }
 
@@ -542,6 +543,7 @@ NodeInfo nodeInfoFromJson(const json& doc) {
   n.unreachable = state == "unreachable";
   n.state = nodeStateFromString(f.has("admin_state") ? text(f, "admin_state", 0, Text::kStored) : state);
   n.agent = textOr(f, "agent", 0, Text::kStored);
+  n.drain_reason = textOr(f, "drain_reason", 0, Text::kStored);
   if (f.has("last_heartbeat")) n.last_heartbeat = rfc3339Field(f, "last_heartbeat");
   const json& gpus = f.array("gpus");
   for (size_t i = 0; i < gpus.size(); ++i) {

@@ -360,9 +360,9 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
 }
 
 Heartbeat heartbeat(sj::value& v) {
-  constexpr std::array<std::string_view, 10> kFields{"schema",        "node",      "agent", "time_ms",
-                                                     "topology_hash", "gpus",      "nics",  "process_leases",
-                                                     "mig_results",   "mps_errors"};
+  constexpr std::array<std::string_view, 11> kFields{
+      "schema", "node",           "agent",       "time_ms",    "topology_hash", "gpus",
+      "nics",   "process_leases", "mig_results", "mps_errors", "health_failure"};
   const Path root;
   Heartbeat h;
   uint64_t seen = eachField(v, root, kFields, "the heartbeat", [&](size_t i, sj::value& x, const Path& at) {
@@ -452,6 +452,9 @@ Heartbeat heartbeat(sj::value& v) {
         }
         break;
       }
+      case 10:
+        h.health_failure = text(x, at, kMaxHealthBytes);
+        break;
     }
   });
   need(seen, root, kFields, {0, 1, 2, 3, 4, 5});

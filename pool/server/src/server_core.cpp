@@ -128,6 +128,13 @@ uint64_t ServerCore::recordLeaseEvents(PoolState& s, TimePoint now) {
     if (e.kind == NodeEvent::Kind::kGpuFailed)
       events->record("gpu_failed",
                      {{"node", e.node}, {"index", e.gpu}, {"reason", e.reason}, {"by", "agent"}}, now);
+    else if (e.kind == NodeEvent::Kind::kDrained || e.kind == NodeEvent::Kind::kResumed)
+      events->record("node_state",
+                     {{"node", e.node},
+                      {"state", e.kind == NodeEvent::Kind::kDrained ? "draining" : "up"},
+                      {"by", "health checks"},
+                      {"reason", e.reason}},
+                     now);
     else
       events->record("node_state",
                      {{"node", e.node},

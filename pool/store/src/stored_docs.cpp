@@ -16,6 +16,7 @@ json healthToJson(const PoolNode& n) {
   for (const auto& [index, count] : n.ecc_acknowledged)
     doc["ecc_acknowledged"][std::to_string(index)] = count;
   for (const auto& [index, profiles] : n.mig_layouts) doc["mig_layouts"][std::to_string(index)] = profiles;
+  if (n.drained_by_agent) doc["drained_by_agent"] = n.drain_reason;
   return doc;
 }
 
@@ -31,6 +32,11 @@ void healthFromJson(const json& doc, PoolNode& n) {
     for (const auto& [key, v] : e->items()) n.ecc_acknowledged[index(key)] = v.get<uint64_t>();
   if (auto m = doc.find("mig_layouts"); m != doc.end() && m->is_object())
     for (const auto& [key, v] : m->items()) n.mig_layouts[index(key)] = v.get<std::vector<std::string>>();
+  if (auto d = doc.find("drained_by_agent");
+      d != doc.end() && d->is_string() && n.state == NodeState::kDraining) {
+    n.drained_by_agent = true;
+    n.drain_reason = d->get<std::string>();
+  }
 }
 
 json requestDoc(const RememberedRequest& r) {

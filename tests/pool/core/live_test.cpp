@@ -468,6 +468,80 @@ TEST(LivePool, FailuresAndTheAgentSurviveTheStateFile) {
   EXPECT_EQ(n.topology_hash, state.nodeMap().at("n01").topology_hash);
 }
 
+// The agent's health checks: a failure drains an up node with what failed, once; a pass resumes a
+// node they drained, never one an administrator drained; an administrator's resume holds until what
+// they say changes; a node drained by them stays so, with its reason, through the state file.
+TEST(LivePool, HealthChecksDrainAndResumeTheNodeTheyDrainedAlone) {
+  test::TempDir dir;
+  PoolState state = livePool("n[01-02]/gpu[0-3]");
+  const std::string remap = "gpu.retired_pages GPU 2 (0000:3a:00.0): a row remapping failed";
+  Heartbeat hb = beat(state, "n01");
+  hb.health_failure = "";
+  state.heartbeat(hb, t0());
+  EXPECT_EQ(state.nodeMap().at("n01").state, NodeState::kUp);
+  EXPECT_TRUE(state.takeNodeEvents().empty());
+  hb.health_failure = remap;
+  state.heartbeat(hb, t0());
+  const PoolNode& n = state.nodeMap().at("n01");
+  EXPECT_EQ(n.state, NodeState::kDraining);
+  EXPECT_EQ(n.drain_reason, "health check failed: " + remap);
+  std::vector<NodeEvent> events = state.takeNodeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, NodeEvent::Kind::kDrained);
+  EXPECT_EQ(events[0].reason, "health check failed: " + remap);
+  EXPECT_EQ(state.nodeInfos().at(0).drain_reason, "health check failed: " + remap);
+  EXPECT_FALSE(state.submit(parseRequest("5"), t0(), false).lease) << "4 GPUs left to place on: n02's";
+  state.heartbeat(hb, t0());
+  EXPECT_TRUE(state.takeNodeEvents().empty()) << "the same again is no news";
+  // Through the state file: still drained by its agent, with why.
+  {
+    Store store(dir.path() / "pool.sqlite", Durability::kNormal);
+    store.begin();
+    Dirty all;
+    for (const auto& [name, node] : state.nodeMap()) all.nodes.insert(name);
+    store.write(state, all);
+    store.commit();
+  }
+  PoolState loaded;
+  Store(dir.path() / "pool.sqlite", Durability::kNormal).load(loaded);
+  EXPECT_EQ(loaded.nodeMap().at("n01").state, NodeState::kDraining);
+  EXPECT_TRUE(loaded.nodeMap().at("n01").drained_by_agent);
+  EXPECT_EQ(loaded.nodeMap().at("n01").drain_reason, "health check failed: " + remap);
+  // They pass: resumed, and the queued request may start.
+  hb.health_failure = "";
+  state.heartbeat(hb, t0());
+  EXPECT_EQ(n.state, NodeState::kUp);
+  EXPECT_TRUE(n.drain_reason.empty());
+  events = state.takeNodeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, NodeEvent::Kind::kResumed);
+  // An administrator's drain is theirs: a pass does not resume it, a failure does not take it over.
+  state.setNodeState("n01", NodeState::kDraining);
+  hb.health_failure = remap;
+  state.heartbeat(hb, t0());
+  hb.health_failure = "";
+  state.heartbeat(hb, t0());
+  EXPECT_EQ(n.state, NodeState::kDraining);
+  EXPECT_FALSE(n.drained_by_agent);
+  EXPECT_TRUE(n.drain_reason.empty());
+  // The agent drains; the administrator resumes while the failure stands: up until it changes.
+  state.setNodeState("n01", NodeState::kUp);
+  hb.health_failure = remap;
+  state.heartbeat(hb, t0());
+  ASSERT_EQ(n.state, NodeState::kDraining);
+  state.setNodeState("n01", NodeState::kUp);
+  state.heartbeat(hb, t0());
+  EXPECT_EQ(n.state, NodeState::kUp) << "the administrator's resume holds while nothing changes";
+  hb.health_failure =
+      remap + "; gpu.ecc GPU 1 (0000:18:00.0): 2 uncorrected ECC errors since the driver loaded";
+  state.heartbeat(hb, t0());
+  EXPECT_EQ(n.state, NodeState::kDraining) << "a new failure drains it again";
+  // An agent that runs no checks says nothing of them.
+  hb.health_failure.reset();
+  state.heartbeat(hb, t0());
+  EXPECT_EQ(n.state, NodeState::kDraining);
+}
+
 // --- the documents
 
 Heartbeat sampleHeartbeat() {
@@ -512,6 +586,12 @@ TEST(AgentProtocol, HeartbeatRoundTrips) {
   EXPECT_EQ(back.nics, h.nics);
   EXPECT_EQ(back.process_leases, h.process_leases);
   EXPECT_FALSE(back.gpus[1].sm_utilization) << "unknown stays unknown, not 0";
+  EXPECT_FALSE(back.health_failure) << "an agent that runs no health checks sends none";
+  for (const std::string& health : std::vector<std::string>{
+           "", "gpu.ecc GPU 1 (0000:18:00.0): 2 uncorrected ECC errors", std::string(kMaxHealthBytes, 'x')}) {
+    h.health_failure = health;
+    EXPECT_EQ(heartbeatFromText(toJson(h).dump()).health_failure, health);
+  }
 }
 
 struct BadHeartbeat {
@@ -575,6 +655,10 @@ const BadHeartbeat kBadHeartbeats[] = {
      "'gpus[0].sm_utilization': [...] is not a number"},
     {"time before 1970", [](json& d) { d["time_ms"] = -5; }, "'time_ms'"},
     {"gpus not a list", [](json& d) { d["gpus"] = json::object(); }, "'gpus'"},
+    {"health past its bound", [](json& d) { d["health_failure"] = std::string(kMaxHealthBytes + 1, 'x'); },
+     "'health_failure'"},
+    {"health as a number", [](json& d) { d["health_failure"] = 1; }, "'health_failure'"},
+    {"health as a list", [](json& d) { d["health_failure"] = json::array({"gpu.ecc"}); }, "'health_failure'"},
 };
 
 class BadHeartbeatTest : public ::testing::TestWithParam<BadHeartbeat> {};

@@ -140,6 +140,11 @@ struct AgentConfig {
   std::optional<JobRunnerOptions> jobs;
   // Where leases are confined to cgroups: those of ended leases ended. Empty functions: none.
   LeaseCgroups lease_cgroups;
+  // The node's health checks (poold-agent --health-interval, health.hpp): "" where they pass, else
+  // what failed (Heartbeat::health_failure). Run at the start and every health_interval while no
+  // lease holds anything on the node (as the last reply said); empty: none.
+  std::function<std::string()> health_check;
+  std::chrono::seconds health_interval{300};
 };
 
 // How long the agent waits before it tries again after a refusal (401, 403, 404): long enough not

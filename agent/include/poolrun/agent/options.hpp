@@ -20,7 +20,8 @@
 
 namespace poolrun::agent {
 
-inline constexpr pool::Range<int64_t> kIntervalRange{1, 3600};  // --interval, as poold reads it
+inline constexpr pool::Range<int64_t> kIntervalRange{1, 3600};         // --interval, as poold reads it
+inline constexpr pool::Range<int64_t> kHealthIntervalRange{0, 86400};  // --health-interval; 0: never
 
 // Where a node that joins keeps its credential unless --token-file names another file (the unit's
 // StateDirectory).
@@ -50,6 +51,7 @@ struct AgentOptions {
   std::string cgroup = "auto";                     // --cgroup auto|v1|v2|none
   std::string cgroup_parent = "poolrun";           // --cgroup-parent
   int64_t lease_pids = 0;                          // --lease-pids: 0, no limit
+  std::chrono::seconds health_interval{300};       // --health-interval; 0: no health checks
   std::string launch_listen;                       // --launch-listen HOST:PORT; empty: no launch port
   std::string launch_advertise;                    // --launch-advertise; empty: the port, poold's view
   bool allow_root_launches = false;

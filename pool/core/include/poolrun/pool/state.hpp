@@ -43,6 +43,9 @@ struct NodeLive {
   std::map<std::pair<size_t, uint64_t>, uint64_t> xid_counts;  // (GPU, XID): events since poold started
   // The GPUs the last heartbeat's reply asked MPS daemons for (nullopt: no reply since poold started).
   std::optional<std::set<size_t>> mps_asked;
+  // What the agent's health checks last said (Heartbeat::health_failure; nullopt: nothing since
+  // poold started): only a change drains or resumes the node.
+  std::optional<std::string> health_failure;
 };
 
 struct PoolNode {
@@ -53,6 +56,10 @@ struct PoolNode {
   std::optional<topo::Fabric> fabric;  // where the cluster file says; else topo::nodeFabrics decides
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;
+  // Why it drains, where its agent's health checks drained it ("health check failed: ..."); a node
+  // an administrator drained has none, and its agent never resumes it.
+  std::string drain_reason;
+  bool drained_by_agent = false;
   std::set<size_t> failed;                      // failed GPU indexes
   std::map<size_t, GpuFailure> failures;        // why, per failed GPU (where known)
   std::map<size_t, uint64_t> ecc_acknowledged;  // uncorrected ECC counts an administrator accepted
@@ -170,11 +177,11 @@ struct LeaseEvent {
 // What the live pool's rules saw happen to a node: its agent went quiet or came back, or a GPU
 // failed by what the agent reported. For poold's event log.
 struct NodeEvent {
-  enum class Kind { kUnreachable, kReachable, kGpuFailed };
+  enum class Kind { kUnreachable, kReachable, kGpuFailed, kDrained, kResumed };
   Kind kind = Kind::kUnreachable;
   std::string node;
   size_t gpu = 0;      // kGpuFailed
-  std::string reason;  // kGpuFailed: why; kUnreachable: since when nothing was heard
+  std::string reason;  // kGpuFailed, kDrained: why; kUnreachable: since when nothing was heard
 };
 
 // What an acquire with a client request id got (poolrun and poolctl send one, and the same one
@@ -597,6 +604,7 @@ class PoolState {
   // A heartbeat's parts (live.cpp): the agent's MIG layouts and MPS daemons, and one GPU's sample;
   // each says whether GPUs may have been freed for queued requests.
   bool takeAgentResults(PoolNode& node, const Heartbeat& hb, TimePoint now);
+  bool takeHealth(PoolNode& node, const Heartbeat& hb);
   bool takeSample(PoolNode& node, const Occupancy& held, const Heartbeat& hb, const topo::GpuSample& sample,
                   TimePoint now);
   void updateLiveness(TimePoint now);

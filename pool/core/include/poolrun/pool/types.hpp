@@ -226,6 +226,7 @@ struct NodeInfo {
   std::string fabric;  // "ib", "roce", "tcp"
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;  // the administrator's state
+  std::string drain_reason;          // where its agent's health checks drained it: what failed
   bool unreachable = false;          // its agent has gone quiet (shown as state "unreachable")
   std::string agent;                 // the agent's version; empty: registered without an agent
   std::optional<std::chrono::system_clock::time_point> last_heartbeat;
@@ -307,6 +308,10 @@ struct Heartbeat {
   // MPS control daemons poold asked for (HeartbeatReply::mps_gpus) that the agent could not start
   // since its last heartbeat: per GPU index, what failed.
   std::map<size_t, std::string> mps_errors;
+  // The agent's health checks (the doctor's node checks, poold-agent --health-interval): nullopt
+  // where it runs none (or none yet), "" where the last passed, else what failed (each FAIL's check,
+  // subject and evidence, "; " between). A change drains the node, or resumes one its agent drained.
+  std::optional<std::string> health_failure;
 };
 
 // Where the MPS control daemon of GPU `gpu` of a node listens (its CUDA_MPS_PIPE_DIRECTORY):
