@@ -41,8 +41,12 @@ using poolrun::common::sendFrame;
 
 constexpr int kUnreachable = 255;  // ssh's status for a connection that failed
 
-int fail(const std::string& host, const std::string& why) {
-  const std::string line = "poolrun: cannot start the job's daemon on node " + host + ": " + why;
+// `lost`: the daemon may have run, and its agent went away under it (the node or the agent went
+// down), not a launch refused or failed.
+int fail(const std::string& host, const std::string& why, bool lost = false) {
+  const std::string line =
+      (lost ? "poolrun: lost the job's daemon on node " : "poolrun: cannot start the job's daemon on node ") +
+      host + ": " + why;
   std::cerr << line << "\n";
   if (const char* record = std::getenv("POOLRUN_LAUNCH_FAILURES"); record != nullptr && *record)
     std::ofstream(record, std::ios::app) << line << "\n";
@@ -168,7 +172,11 @@ int main(int argc, char** argv) {
     }
     if (p[0].revents == 0) continue;
     if (!in.fill(fd))
-      return fail(host, "its agent at " + agent + " closed the connection before the daemon ended");
+      return fail(host,
+                  "its agent at " + agent +
+                      " closed the connection before the daemon ended (the node or its agent "
+                      "went down)",
+                  true);
     bool tooLong = false;
     while (auto frame = in.next(tooLong)) {
       const auto& [type, body] = *frame;

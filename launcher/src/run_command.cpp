@@ -347,6 +347,10 @@ std::string unreachableLine(const DaemonFailure& f, const JobPlan& plan, const J
                             bool viaAgents) {
   std::vector<std::string> nodes;
   for (const NodePlan& n : plan.nodes) nodes.push_back(n.name);
+  // A daemon that ran and was lost with its node or agent: not a setup to fix.
+  if (f.reason.find("closed the connection before the daemon ended") != std::string::npos)
+    return "mpirun lost the job's daemon on node " + f.node + " (" + f.reason + "); exit status " +
+           std::to_string(kExitRefused);
   std::string line = "mpirun could not start the job on " +
                      (f.node.empty() ? "one of the leased nodes (" + topo::compressHostlist(nodes) + ")"
                                      : "node " + f.node) +
@@ -474,11 +478,37 @@ void printDryRun(const JobPlan& plan, const pool::Lease& lease, const pool::Pool
       << launch.command;
 }
 
+// How a run of the job failed, for --retries: whether it failed of itself (a rank exited non-zero,
+// a node's daemon could not start or was lost; not the user's signal, --timeout, the lease's loss, a
+// preemption or a refusal before the start), and the nodes with the evidence against each.
+struct RunFailure {
+  bool failed = false;
+  std::map<std::string, std::string> nodes;  // node -> what failed there
+};
+
+// The nodes of a failed run with evidence against them: the daemon mpirun lost or could not start
+// (its remote shell's line names the node), and those of the lease whose agents poold says went
+// quiet (asked once the job has ended; a pool that cannot be asked adds none).
+RunFailure runFailure(pool::PoolClient& pool, const pool::Lease& lease, const SuperviseResult& r) {
+  RunFailure f;
+  const bool stopped = r.forwarded_signal != 0 || r.timed_out || r.lease_lost || r.preempted || r.resized;
+  if (stopped || r.exit_status == 0) return f;
+  f.failed = true;
+  if (r.lost && !r.lost->node.empty()) f.nodes[r.lost->node] = r.lost->reason;
+  try {
+    for (const std::string& node : pool.renew(lease.id).at_risk_nodes)
+      f.nodes.emplace(node, "its agent has gone quiet (poold marks the node unreachable)");
+  } catch (const std::exception&) {
+  }
+  return f;
+}
+
 // Runs the launch to its end while the lease is renewed on a thread of its own, retried until the
 // lease's expiry when the pool cannot be reached (lease_keeper.hpp); says which rank failed first.
 int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan, const Launch& launch,
                  const JobSite& where, const RunOptions& o, const JobDirectory& dir,
-                 std::chrono::milliseconds ran_before, bool& preempted, bool& resized, std::ostream& err) {
+                 std::chrono::milliseconds ran_before, bool& preempted, bool& resized, RunFailure& failure,
+                 std::ostream& err) {
   using std::chrono::milliseconds;
   SuperviseOptions so;
   so.argv = launch.cmd.argv;
@@ -538,6 +568,7 @@ int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan
   }
   preempted = r.preempted;
   resized = r.resized;
+  failure = runFailure(pool, lease, r);
   return r.exit_status;
 }
 
@@ -623,7 +654,8 @@ pool::Lease adoptLease(pool::PoolClient& pool, const RunOptions& options, std::o
 // restarts; `restart` counts the starts before this one. `preempted`: whether the pool preempted it
 // (not a program that exits 75 of its own accord).
 int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& options, int& restart,
-           std::filesystem::path& dir_path, bool& preempted, std::ostream& out, std::ostream& err) {
+           std::filesystem::path& dir_path, bool& preempted, RunFailure& failure, std::ostream& out,
+           std::ostream& err) {
   // A detached job's launcher runs on the lease the pool granted its job (docs/jobs.md).
   pool::Lease lease = options.adopt_lease.empty() ? acquireLease(pool, leaseRequest(options), err)
                                                   : adoptLease(pool, options, err);
@@ -668,7 +700,7 @@ int runJob(pool::PoolClient& pool, const JobSite& where, const RunOptions& optio
     bool resized = false;
     const auto started = std::chrono::steady_clock::now();
     const int status =
-        superviseJob(pool, lease, plan, launch, where, options, dir, ran, preempted, resized, err);
+        superviseJob(pool, lease, plan, launch, where, options, dir, ran, preempted, resized, failure, err);
     ran += std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
     if (!resized) return status;
     // The job has left every GPU: those under a shrink notice go back now (a plain renewal where
@@ -721,6 +753,7 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   lr.gpu_model = o.placement.gpu_model;
   lr.min_memory_bytes = o.placement.min_memory_bytes;
   lr.labels = o.placement.labels;
+  lr.exclude_nodes = o.placement.exclude_nodes;
   lr.one_switch = o.placement.one_switch;
   lr.owner = pool::currentUser();
   lr.job_name = o.job_name;
@@ -742,20 +775,43 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     // --requeue: a preempted run is followed by the next, queued at once with the same request; the
     // lease of the one before has been released (the preemptor's start waits for it). `restart`
     // counts every start before the next (an elastic job's restarts too), `requeues` the requeues.
-    for (int restart = 0, requeues = 0;; ++restart, ++requeues) {
+    // --retries: a failed run is followed by the next on a new lease, without the nodes that failed.
+    for (int restart = 0, requeues = 0, retries = 0;; ++restart) {
       bool preempted = false;
-      int status = runJob(*pool, where, options, restart, dir, preempted, out, err);
+      RunFailure failure;
+      int status = runJob(*pool, where, options, restart, dir, preempted, failure, out, err);
+      if (failure.failed && options.adopt_lease.empty()) {
+        std::string evidence;
+        for (const auto& [node, why] : failure.nodes) evidence += "; node " + node + ": " + why;
+        if (retries == options.retries) {
+          if (!failure.nodes.empty())
+            err << "poolrun: the job ended NODE_FAIL (exit status " << status << evidence << ")"
+                << (options.retries > 0 ? ", after " + std::to_string(retries) + " restarts (--retries)" : "")
+                << "\n";
+          return status;
+        }
+        ++retries;
+        std::string without;
+        for (const auto& [node, why] : failure.nodes) {
+          options.placement.exclude_nodes.insert(node);
+          without += (without.empty() ? "" : ",") + node;
+        }
+        err << "poolrun: the job failed (exit status " << status << evidence << "); restarting it"
+            << (without.empty() ? "" : " on a lease without " + without) << " (retry " << retries << " of "
+            << options.retries << "), in the same job directory " << dir.string() << "\n";
+        continue;
+      }
       if (preempted && !options.requeue)
         err << "poolrun: the job was preempted and has ended; exit status " << status
             << " (try again later: rerun it, or give --requeue to have poolrun queue it again itself)\n";
       // A detached job's launcher ends: its pool requeues the job (a new lease, a new launcher).
       if (!preempted || !options.requeue || !options.adopt_lease.empty()) return status;
-      if (requeues == kMaxRestarts) {
+      if (requeues++ == kMaxRestarts) {
         err << "poolrun: not requeued: the job has been restarted " << kMaxRestarts
             << " times, the most --requeue does (exit status " << kExitPreempted << ")\n";
         return status;
       }
-      err << "poolrun: requeued the preempted job (restart " << requeues + 1 << " of at most " << kMaxRestarts
+      err << "poolrun: requeued the preempted job (restart " << requeues << " of at most " << kMaxRestarts
           << "), with the same request and job directory " << dir.string() << "\n";
     }
   } catch (const pool::PoolError& e) {

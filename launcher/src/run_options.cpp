@@ -269,6 +269,11 @@ void checkDetachOptions(const po::variables_map& vm, const RunOptions& o) {
     if (vm.count(name) && !o.detach)
       throw badInput(std::string("--") + name + " is for a detached job: add --detach");
   if (!o.detach) return;
+  if (o.retries > 0)
+    throw badInput(
+        "--retries with --detach: not yet (the pool restarts a detached job only after a "
+        "preemption, with --requeue); run the job in the foreground to have it restarted after a "
+        "failure");
   if (!pool::isPooldUri(o.pool))
     throw badInput(
         "--detach needs a pool that keeps jobs: a poold (--pool http://HOST:PORT or "
@@ -287,8 +292,8 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
-  std::string ranks, mig, share, gpuMemory, model, minMemory, memPerGpu;
-  std::vector<std::string> labels;
+  std::string ranks, mig, share, gpuMemory, model, minMemory, memPerGpu, retries;
+  std::vector<std::string> labels, excluded;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
   o.pool = defaultPool();
@@ -309,6 +314,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("min-memory-gib", po::value(&minMemory)->value_name("G"), "only GPUs with at least G GiB of memory")
       ("label", po::value(&labels)->value_name("KEY=VALUE"), "only nodes with that label (repeatable)")
       ("one-switch", "only nodes under one leaf switch")
+      ("exclude", po::value(&excluded)->value_name("NODES"), "never these nodes (n01,n[05-08]; repeatable)")
       ("mig", po::value(&mig)->value_name("PROFILE"),
        "one MIG instance of PROFILE (1g.10gb, 3g.40gb; PROFILE+: that or larger) per rank instead of a GPU, "
        "packed onto as few GPUs as possible (docs/mig.md)")
@@ -323,6 +329,9 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("preempt-signal", po::value(&preemptSignal)->value_name("SIG"),
        "what a preempted job is sent: TERM (default), INT, HUP, USR1 or USR2; SIGKILL at the deadline")
       ("requeue", "a preempted job is queued again with the same request and job directory, and restarted")
+      ("retries", po::value(&retries)->value_name("N"),
+       "a job that fails (a rank exits non-zero, a node's agent or daemon is lost, a GPU fails) is "
+       "restarted at once, up to N times, on a lease without the nodes that failed (default 0; 0 to 100)")
       ("wait", po::value(&wait)->value_name("SECONDS"),
        "seconds to wait in the queue (default: while the pool could ever fit it)")
       ("name", po::value(&o.job_name)->value_name("NAME"), "job name (default: the program's)")
@@ -447,6 +456,8 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     if (vm.count("model")) pool::setGpuModel(o.placement, model, "--model");
     if (vm.count("min-memory-gib")) pool::setMinMemoryGib(o.placement, minMemory, "--min-memory-gib");
     for (const std::string& label : labels) pool::addLabel(o.placement, label, "--label");
+    for (const std::string& nodes : excluded) pool::addExcludedNodes(o.placement, nodes, "--exclude");
+    if (vm.count("retries")) o.retries = common::parseOption<int>("--retries", retries, 0, kMaxRetries);
     if (fabric != "auto") o.request.fabric = topo::fabricFromString(fabric);
     o.request.gdr = gdrModeFromString(gdr);
     if (vm.count("roce-tc")) o.request.roce_tc = vm["roce-tc"].as<int>();

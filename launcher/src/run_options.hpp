@@ -18,6 +18,8 @@
 
 namespace poolrun::launcher {
 
+inline constexpr int kMaxRetries = 100;  // --retries' bound
+
 struct RunOptions {
   std::vector<std::string> program;  // PROGRAM [ARGS...]
   PlanRequest request;               // -n, --gpus-per-node, --fabric, --gdr, --roce-tc, the user's variables
@@ -33,6 +35,7 @@ struct RunOptions {
   bool preemptible = false;      // --preemptible: a waiting request of higher priority may preempt the lease
   int preempt_signal = SIGTERM;  // --preempt-signal: what a preempted job is sent
   bool requeue = false;          // --requeue: a preempted job is queued again and restarted
+  int retries = 0;               // --retries: a failed job restarted so many times, without failed nodes
   // -n MIN:MAX: an elastic lease of request.ranks (MIN) to max_ranks GPUs; the job is restarted
   // at each new size (docs/elastic.md). 0: -n N, a fixed size.
   int max_ranks = 0;

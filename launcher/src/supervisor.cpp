@@ -408,8 +408,9 @@ std::optional<DaemonFailure> parseDaemonFailure(const std::string& text) {
     auto named = [&](std::string_view node) {
       return DaemonFailure{std::string(node), std::string(common::trim(line))};
     };
-    // poolrun-rsh's: "poolrun: cannot start the job's daemon on node N: why".
-    if (takePrefix(rest, "poolrun: cannot start the job's daemon on node "))
+    // poolrun-rsh's: "poolrun: cannot start the job's daemon on node N: why", or "lost the job's daemon".
+    if (takePrefix(rest, "poolrun: cannot start the job's daemon on node ") ||
+        takePrefix(rest, "poolrun: lost the job's daemon on node "))
       return DaemonFailure{std::string(rest.substr(0, rest.find(':'))),
                            std::string(common::trim(rest.substr(std::min(rest.size(), rest.find(':') + 2))))};
     // ssh's own lines: "ssh: Could not resolve hostname N: ...", "ssh: connect to host N port 22: ...".
@@ -643,7 +644,8 @@ SuperviseResult supervise(const SuperviseOptions& options, std::ostream& err) {
   // for (and compiling the patterns would cost every job about a millisecond).
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     result.failure = parseMpiFailure(errText);
-    if (!result.failure) result.unreachable = parseDaemonFailure(errText);
+    result.lost = parseDaemonFailure(errText);
+    if (!result.failure) result.unreachable = result.lost;
   }
   // A job stopped for its lease's change of size is restarted only where nothing else ended it:
   // the user's signal, --timeout or the lease's loss win.

@@ -252,6 +252,75 @@ TEST_F(LaunchPoolTest, AClientThatGoesAwayEndsItsDaemon) {
       << slurp(dir.path() / "agent2-err");
 }
 
+// A job of 8 ranks, 4 on each node (the test holds 4 GPUs of n01), whose n02 agent is killed while
+// its ranks run: mpirun loses that node's daemon. With --retries 1 the job is restarted at once on
+// a lease without n02 (n01's 8 GPUs, once the test lets its 4 go) and completes; without, it ends
+// NODE_FAIL naming n02.
+class LaunchPoolRetriesTest : public LaunchPoolTest {
+ protected:
+  ProcessResult runThroughANodeFailure(const std::string& options) {
+    httplib::Client http("127.0.0.1", poold->port());
+    const httplib::Headers auth = {{"Authorization", "Bearer tok-" + user + "-0123456789"}};
+    auto blocker =
+        http.Post("/v1/leases", auth, json{{"gpus", 4}, {"ttl_s", 120}}.dump(), "application/json");
+    EXPECT_TRUE(blocker && blocker->status == 200) << (blocker ? blocker->body : "no reply");
+    const json held = json::parse(blocker->body)["lease"];
+    EXPECT_EQ(held["gpus"][0]["node"], "n01") << held.dump();
+    script("job.sh",
+           "#!/bin/sh\n"
+           "if [ \"$POOLRUN_RESTART_COUNT\" = 0 ] && [ \"$POOLRUN_NODE\" = n02 ]; then\n"
+           "  touch " +
+               (work / "ran-n02-").string() +
+               "$OMPI_COMM_WORLD_RANK; sleep 30\n"
+               "fi\n"
+               "echo rank $OMPI_COMM_WORLD_RANK node $POOLRUN_NODE restart $POOLRUN_RESTART_COUNT\n");
+    const std::filesystem::path out = dir.path() / "job-out", errFile = dir.path() / "job-err";
+    Reaped job{spawnShell(users->as(user, "cd " + work.string() + " && env POOLRUN_TOKEN=tok-" + user +
+                                              "-0123456789 POOLRUN_STATE_DIR=" + work.string() + "/state " +
+                                              POOLRUN_BINARY + " --pool " + uri +
+                                              " --simulate -n 8 --launch agents " + options + " ./job.sh") +
+                          " >" + out.string() + " 2>" + errFile.string())};
+    bool running = false;
+    for (int i = 0; i < 600 && !running; ++i) {
+      running = std::filesystem::exists(work / "ran-n02-4") || std::filesystem::exists(work / "ran-n02-7");
+      if (!running) std::this_thread::sleep_for(milliseconds(50));
+    }
+    EXPECT_TRUE(running) << slurp(errFile) << slurp(dir.path() / "agent2-err");
+    second->kill9();
+    auto released = http.Delete("/v1/leases/" + held["id"].get<std::string>(), auth);
+    EXPECT_TRUE(released && released->status == 200);
+    ProcessResult r;
+    r.status = job.wait();
+    r.out = slurp(out);
+    r.err = slurp(errFile);
+    runShell("pkill -9 -u " + user + " -f 'sleep 30'");  // n02's ranks, its agent gone
+    return r;
+  }
+};
+
+TEST_F(LaunchPoolRetriesTest, AJobWhoseNodeFailsIsRestartedWithoutIt) {
+  const ProcessResult r = runThroughANodeFailure("--retries 1");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("node n02: its agent at"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("restarting it on a lease without n02 (retry 1 of 1)"), std::string::npos) << r.err;
+  int restarted = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("restart 1") == std::string::npos) continue;
+    ++restarted;
+    EXPECT_NE(line.find("node n01"), std::string::npos) << line;
+  }
+  EXPECT_EQ(restarted, 8) << r.out << r.err;
+}
+
+TEST_F(LaunchPoolRetriesTest, WithoutRetriesAJobWhoseNodeFailsEndsNodeFailNamingIt) {
+  const ProcessResult r = runThroughANodeFailure("");
+  EXPECT_NE(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("poolrun: the job ended NODE_FAIL (exit status"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("node n02: its agent at"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("restart 1"), std::string::npos) << r.out;
+}
+
 // Heartbeats every second: the agent hears of a lease's end within two of them.
 class LaunchPoolEndsTest : public LaunchPoolTest {
  protected:

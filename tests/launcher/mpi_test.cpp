@@ -303,6 +303,19 @@ TEST(MpiFailureTest, ParsesDaemonsThatCouldNotStart) {
   ASSERT_TRUE(onlyBanner);
   EXPECT_EQ(onlyBanner->node, "");
   EXPECT_EQ(onlyBanner->reason, "ORTE was unable to reliably start one or more daemons.");
+  // poolrun-rsh's lines: a daemon that could not start, and one lost with its node's agent.
+  auto agent = parseDaemonFailure(
+      "poolrun: cannot start the job's daemon on node n02: its agent refused: launch credential refused\n" +
+      banner);
+  ASSERT_TRUE(agent);
+  EXPECT_EQ(agent->node, "n02");
+  EXPECT_EQ(agent->reason, "its agent refused: launch credential refused");
+  auto lost = parseDaemonFailure(
+      banner +
+      "poolrun: lost the job's daemon on node n-07: its agent at 10.0.0.7:7141 closed the connection\n");
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(lost->node, "n-07");
+  EXPECT_EQ(lost->reason, "its agent at 10.0.0.7:7141 closed the connection");
   auto prrte = parseDaemonFailure("PRTE has lost communication with a remote daemon.\n");
   ASSERT_TRUE(prrte);
   EXPECT_EQ(prrte->node, "");

@@ -80,6 +80,15 @@ TEST(OptionsTest, RunRefusesBadValuesBeforeLeasing) {
       {"-n 2 --preempt-signal --",
        "poolrun: error: --preempt-signal needs a value: SIG, what a preempted job is sent"},
       {"-n 2 --mem-per-gpu 4G", "poolrun: error: --mem-per-gpu is for a detached job: add --detach"},
+      {"-n 2 --retries -1", "poolrun: error: --retries -1: out of range (0 to 100)"},
+      {"-n 2 --retries 101", "poolrun: error: --retries 101: out of range (0 to 100)"},
+      {"-n 2 --retries x", "poolrun: error: --retries x: not a whole number (0 to 100)"},
+      {"-n 2 --retries 1 --detach", "poolrun: error: --retries with --detach: not yet"},
+      {"-n 2 --exclude ''", "poolrun: error: the argument for option '--exclude'"},
+      {"-n 2 --exclude ,", "poolrun: error: --exclude: bad hostlist ','"},
+      {"-n 2 --exclude 'n[01-'", "poolrun: error: --exclude: "},
+      {"-n 2 --exclude 'n[1-2000]'", "poolrun: error: --exclude: "},
+      {"-n 2 --exclude 'a b'", "poolrun: error: --exclude 'a b': "},
       {"-n 2 --mem-per-gpu 0",
        "poolrun: error: --mem-per-gpu '0': give a size such as 4096 (MiB), 512M, 80G"},
       {"-n 2 --mem-per-gpu 17T", "poolrun: error: --mem-per-gpu '17T': give a size"},
@@ -176,10 +185,11 @@ TEST(OptionsTest, PlacementOptionsAreThoseOfPoolctlAcquire) {
     const std::string line = firstLine(text);
     return line.starts_with(prefix) ? line.substr(prefix.size()) : "(no '" + prefix + "' in) " + line;
   };
-  for (const std::string& args :
-       std::vector<std::string>{"--label rack", "--label =r1", "--min-memory-gib 17179869184",
-                                "--min-memory-gib 1.5", "--model \"$(printf 'a\\033b')\"",
-                                "--whole-nodes --gpus-per-node 4", "--model A100", "--min-memory-gib 4096"}) {
+  for (const std::string& args : std::vector<std::string>{
+           "--label rack", "--label =r1", "--min-memory-gib 17179869184", "--min-memory-gib 1.5",
+           "--model \"$(printf 'a\\033b')\"", "--whole-nodes --gpus-per-node 4", "--model A100",
+           "--min-memory-gib 4096", "--exclude ,", "--exclude 'hgx[01-'", "--exclude 'a b'",
+           "--exclude 'hgx[01-16]'"}) {
     auto run = poolrun::test::runShell(env + POOLRUN_BINARY + " --pool sim:" + cluster + " -n 16 --dry-run " +
                                        args + " /bin/true");
     auto acquire =
@@ -204,6 +214,9 @@ TEST(OptionsTest, PlacementOptionsAreThoseOfPoolctlAcquire) {
   for (const std::string& n : nodesOf("-n 16 --label rack=r2")) EXPECT_GE(n, "hgx09") << n;
   EXPECT_EQ(nodesOf("-n 16 --label rack=r2").size(), 2u);
   EXPECT_EQ(nodesOf("-n 12 --label gpu=h100 --one-switch --gpus-per-node 4").size(), 3u);
+  const std::set<std::string> without = nodesOf("-n 16 --exclude 'hgx[01-02]' --exclude hgx04");
+  EXPECT_EQ(without.size(), 2u);
+  for (const char* n : {"hgx01", "hgx02", "hgx04"}) EXPECT_FALSE(without.count(n)) << n;
   // Whole nodes: a rank on every GPU of each, and a note where -n asked for fewer.
   auto whole = poolrun::test::runShell(env + POOLRUN_BINARY + " --pool sim:" + cluster +
                                        " --dry-run -n 4 --whole-nodes /bin/true");

@@ -301,6 +301,44 @@ TEST_F(RunTest, FailingRankExitCodeAndWhere) {
   EXPECT_TRUE(leases(src("clusters/sim-ib.toml")).empty());
 }
 
+// --retries: a job whose rank exits non-zero is restarted at once on a new lease, with the restart
+// count its ranks see, up to N times; what the user or --timeout ended is not.
+TEST_F(RunTest, AFailedJobIsRestartedUpToRetriesTimes) {
+  const std::filesystem::path job = tmp_.path() / "job.sh";
+  std::ofstream(job) << "#!/bin/sh\n"
+                        "[ \"$POOLRUN_RESTART_COUNT\" = 0 ] && [ \"$OMPI_COMM_WORLD_RANK\" = 3 ] && exit 7\n"
+                        "echo run $POOLRUN_RESTART_COUNT rank $OMPI_COMM_WORLD_RANK\n";
+  std::filesystem::permissions(job, std::filesystem::perms::owner_all);
+  const std::string cluster = src("clusters/sim-ib.toml");
+  Result r = poolrun("--pool sim:" + cluster + " -n 4 --gpus-per-node 2 --retries 2 " + job.string());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("poolrun: rank 3 on node ib02 (GPU 1) exited with code 7"), std::string::npos)
+      << r.err;
+  EXPECT_NE(
+      r.err.find("poolrun: the job failed (exit status 7); restarting it (retry 1 of 2), in the same job "
+                 "directory "),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("retry 2"), std::string::npos) << r.err;
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(r.out.find("run 1 rank " + std::to_string(rank)), std::string::npos) << r.out;
+  EXPECT_TRUE(leases(cluster).empty());
+
+  // Failing every time: restarted once, then its status; no node to blame, so no NODE_FAIL.
+  r = poolrun("--pool sim:" + cluster + " -n 4 --gpus-per-node 2 --retries 1 " + RANK_REPORT + " --exit 3 7");
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_NE(r.err.find("restarting it (retry 1 of 1)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("retry 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("NODE_FAIL"), std::string::npos) << r.err;
+  EXPECT_TRUE(leases(cluster).empty());
+
+  // --timeout's end is the job's answer, not a failure to retry.
+  r = poolrun("--pool sim:" + cluster + " -n 2 --gpus-per-node 1 --timeout 2 --retries 3 " + RANK_REPORT +
+              " --sleep 60");
+  EXPECT_EQ(r.status, 124) << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+}
+
 TEST_F(RunTest, RankKilledBySignal) {
   Result r = poolrun("--pool sim:" + src("clusters/sim-ib.toml") + " -n 2 --gpus-per-node 1 " + RANK_REPORT +
                      " --signal 1 9");

@@ -161,6 +161,12 @@ TEST(SlurmSalloc, ArgumentsOfARequest) {
   wide.wait = std::chrono::seconds(90);
   EXPECT_EQ(sallocArguments(wide, "gpu")[7], "--switches=1@1:30");
 
+  // poolrun --exclude, and a job restarted without the nodes that failed (--retries).
+  LeaseRequest without = one;
+  without.exclude_nodes = {"dgx03", "dgx01", "dgx02", "login1"};
+  Strings c = sallocArguments(without, "debug");
+  EXPECT_NE(std::find(c.begin(), c.end(), "--exclude=dgx[01-03],login1"), c.end()) << c.size();
+
   LeaseRequest uneven;
   uneven.gpus = 6;
   uneven.gpus_per_node = 4;

@@ -600,6 +600,9 @@ std::vector<std::string> sallocArguments(const LeaseRequest& request, const std:
     a.push_back("--gpus-per-task=1");
   }
   if (request.whole_nodes) a.push_back("--exclusive");
+  if (!request.exclude_nodes.empty())
+    a.push_back("--exclude=" +
+                topo::compressHostlist({request.exclude_nodes.begin(), request.exclude_nodes.end()}));
   if (request.max_duration) {
     long minutes = static_cast<long>(std::ceil(static_cast<double>(request.max_duration->count()) / 60.0));
     a.push_back("--time=" + std::to_string(std::max(1L, minutes)));

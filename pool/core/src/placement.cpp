@@ -229,6 +229,7 @@ std::vector<size_t> pickMigUnits(const PoolNode& node, const std::vector<size_t>
 bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState) {
   if ((!anyState && (node.state != NodeState::kUp || node.live.unreachable)) || !node.topology) return false;
   if (request.fabric && !topo::nodeCarries(*node.topology, node.fabric, *request.fabric)) return false;
+  if (!request.exclude_nodes.empty() && request.exclude_nodes.count(node.name)) return false;
   for (const auto& [key, value] : request.labels) {
     auto it = node.labels.find(key);
     if (it == node.labels.end() || it->second != value) return false;

@@ -99,6 +99,10 @@ void checkNames(const LeaseRequest& r, RequestCheck check) {
     common::checkText(key, common::kMaxLabelBytes, "bad lease request: a key of field 'labels'");
     common::checkText(value, common::kMaxLabelBytes, field + "labels." + key + "'");
   }
+  if (r.exclude_nodes.size() > kMaxExcludedNodes)
+    bad("field 'exclude_nodes' names " + std::to_string(r.exclude_nodes.size()) + " nodes, more than " +
+        std::to_string(kMaxExcludedNodes));
+  for (const std::string& node : r.exclude_nodes) common::checkNodeName(node, field + "exclude_nodes'");
 }
 
 // What the fields ask for together.

@@ -12,6 +12,7 @@
 #include "poolrun/common/names.hpp"
 #include "poolrun/common/options.hpp"
 #include "poolrun/pool/limits.hpp"
+#include "poolrun/topo/hostlist.hpp"
 
 namespace poolrun::pool {
 
@@ -54,6 +55,24 @@ void addLabel(LeaseRequest& request, std::string_view text, const std::string& o
                    "file or the node's registration gives it)");
   common::checkText(text, 2 * common::kMaxLabelBytes, option);
   request.labels[std::string(text.substr(0, eq))] = std::string(text.substr(eq + 1));
+}
+
+void addExcludedNodes(LeaseRequest& request, std::string_view text, const std::string& option) {
+  std::vector<std::string> nodes;
+  try {
+    nodes = topo::expandHostlist(text, kMaxExcludedNodes + 1);
+  } catch (const Error& e) {
+    throw badInput(option + ": " + e.what());
+  }
+  if (nodes.empty())
+    throw badInput(option + " '" + common::printable(text) + "': names no node (n01,n[05-08])");
+  for (const std::string& node : nodes) {
+    common::checkNodeName(node, option);
+    request.exclude_nodes.insert(node);
+  }
+  if (request.exclude_nodes.size() > kMaxExcludedNodes)
+    throw badInput(option + " '" + common::printable(text) + "': more than " +
+                   std::to_string(kMaxExcludedNodes) + " nodes");
 }
 
 void setSharePercent(LeaseRequest& request, std::string_view text, const std::string& option) {

@@ -201,7 +201,8 @@ std::string PoolState::waitReason(int64_t ticket) const {
       if (isFree(i) && node.placeable(i) && unitMatches(node, i, r)) ++n;
     if (n > 0 && nodeMatches(node, r)) free += n;  // most nodes of a busy pool have none
   }
-  const bool constrained = !r.gpu_model.empty() || r.min_memory_bytes > 0 || r.fabric || !r.labels.empty();
+  const bool constrained = !r.gpu_model.empty() || r.min_memory_bytes > 0 || r.fabric || !r.labels.empty() ||
+                           !r.exclude_nodes.empty();
   std::string text = "needs " + std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs") + shapeText(r) +
                      ", " + std::to_string(free) + " free" + (constrained ? " that match" : "");
   // A request its quota's limit holds back is not about to start, whatever is free.

@@ -87,6 +87,8 @@ LeaseRequest acquireRequest(const std::vector<std::string>& args) {
       r.preemptible = true;
     } else if (a == "--label") {
       addLabel(r, value(), a);
+    } else if (a == "--exclude") {
+      addExcludedNodes(r, value(), a);
     } else {
       throw badInput("acquire: unknown option '" + a + "'");
     }

@@ -303,8 +303,31 @@ json toJson(const LeaseRequest& r) {
   }
   if (r.share_percent > 0) doc["share_percent"] = r.share_percent;
   if (r.share_memory_bytes > 0) doc["share_memory_bytes"] = r.share_memory_bytes;
+  if (!r.exclude_nodes.empty()) doc["exclude_nodes"] = r.exclude_nodes;
   return doc;
 }
+
+namespace {
+
+// A request's excluded nodes: a list of node names, at most kMaxExcludedNodes.
+std::set<std::string> excludedNodes(const JsonFields& f) {
+  std::set<std::string> out;
+  if (!f.has("exclude_nodes")) return out;
+  const json& nodes = f.array("exclude_nodes");
+  if (nodes.size() > kMaxExcludedNodes)
+    f.failField("exclude_nodes", "at most " + std::to_string(kMaxExcludedNodes) + " nodes, not " +
+                                     std::to_string(nodes.size()));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i].is_string())
+      f.failField("exclude_nodes", "expected a list of node names, not " + common::shownJson(nodes[i]));
+    const std::string& name = nodes[i].get_ref<const std::string&>();
+    common::checkNodeName(name, "field '" + f.element("exclude_nodes", i) + "'");
+    out.insert(name);
+  }
+  return out;
+}
+
+}  // namespace
 
 // A request's number is read as a whole number in the range core's one check gives its field
 // (requestFieldRange, limits.hpp), so that a value past the field's type is refused in the client's
@@ -339,6 +362,7 @@ LeaseRequest requestFromJson(const json& doc) {
                                "mig_or_larger",
                                "share_percent",
                                "share_memory_bytes",
+                               "exclude_nodes",
                                "request_id"},
                               "the lease request");
   LeaseRequest r;
@@ -357,6 +381,7 @@ LeaseRequest requestFromJson(const json& doc) {
     }
   }
   r.labels = labelsOr(f, "labels", Text::kAny);
+  r.exclude_nodes = excludedNodes(f);
   r.one_switch = f.boolean("one_switch", false);
   r.priority = integerOr(f, "priority", requestRange<int>("priority"), 0);
   r.owner = textOr(f, "owner", 0, Text::kAny);
@@ -396,6 +421,7 @@ LeaseRequest storedRequestFromJson(const json& doc) {
     }
   }
   r.labels = labelsOr(f, "labels", Text::kStored);
+  r.exclude_nodes = excludedNodes(f);
   r.one_switch = f.boolean("one_switch", false);
   r.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
   r.owner = textOr(f, "owner", 0, Text::kStored);

@@ -77,6 +77,33 @@ TEST(LivePool, AHeartbeatTakenWithoutPlanningLeavesTheQueuedRequestToTheNextTick
   EXPECT_EQ(gpuList(p.lease->gpus), "n01:0-7 n02:0-7");
 }
 
+// A request that excludes a node (poolrun --exclude, a job restarted after the node failed) is never
+// placed there: neither at once nor from the queue when the node's GPUs come free; and what it
+// waits for says so.
+TEST(LivePool, AnExcludedNodeIsNeverPlacedOn) {
+  PoolState state = livePool("n[01-02]/gpu[0-3]");
+  LeaseRequest four = parseRequest("4");
+  four.exclude_nodes = {"n01"};
+  const Lease first = *state.submit(four, t0()).lease;
+  EXPECT_EQ(gpuList(first.gpus), "n02:0-3");
+  const Lease other = *state.submit(parseRequest("4"), t0()).lease;
+  EXPECT_EQ(gpuList(other.gpus), "n01:0-3");
+  SubmitResult waiting = state.submit(four, t0());
+  ASSERT_FALSE(waiting.lease);
+  ASSERT_TRUE(state.release(other.id, other.owner, false, t0()));
+  state.tick(t0());
+  EXPECT_EQ(state.poll(waiting.ticket, t0()).status, QueueEntry::Status::kWaiting)
+      << "n01 is free, and excluded";
+  ASSERT_TRUE(state.release(first.id, first.owner, false, t0()));
+  state.tick(t0());
+  PollResult p = state.poll(waiting.ticket, t0());
+  ASSERT_EQ(p.status, QueueEntry::Status::kGranted);
+  EXPECT_EQ(gpuList(p.lease->gpus), "n02:0-3");
+  LeaseRequest nowhere = parseRequest("1");
+  nowhere.exclude_nodes = {"n01", "n02"};
+  EXPECT_THROW(state.submit(nowhere, t0()), Error) << "excluding every node: it could never start";
+}
+
 TEST(LivePool, SilentNodeBecomesUnreachableAndPlacementAvoidsIt) {
   PoolState state = livePool("n[01-02]/gpu[0-7]");
   state.heartbeat(beat(state, "n01"), t0() + seconds(10));

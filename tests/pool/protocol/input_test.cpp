@@ -128,6 +128,7 @@ TEST(InputTest, WhatTheClientWritesReadsBack) {
   r.min_memory_bytes = uint64_t{80} << 30;
   r.fabric = topo::Fabric::kIb;
   r.labels = {{"rack", "r1"}};
+  r.exclude_nodes = {"dgx07", "dgx08"};
   r.priority = -3;
   r.owner = "alice@EXAMPLE.ORG";
   r.job_name = "train résumé";
@@ -196,6 +197,22 @@ TEST(InputTest, RequestStringsAreCheckedWhereRead) {
       {"request id with CR-LF", [](json& d) { d["request_id"] = "L1\r\nX: y"; },
        "field 'request_id' 'L1\\x0d\\x0aX: y': "},
       {"request id a number", [](json& d) { d["request_id"] = 7; }, "field 'request_id': 7 is not a string"},
+      {"excluded nodes a string", [](json& d) { d["exclude_nodes"] = "n01"; }, "field 'exclude_nodes'"},
+      {"excluded node a number", [](json& d) { d["exclude_nodes"] = json::array({1}); },
+       "field 'exclude_nodes': expected a list of node names, not 1"},
+      {"excluded node with a slash", [](json& d) { d["exclude_nodes"] = json::array({"../n01"}); },
+       "field 'exclude_nodes[0]' '../n01'"},
+      {"excluded node empty", [](json& d) { d["exclude_nodes"] = json::array({""}); },
+       "field 'exclude_nodes[0]'"},
+      {"excluded node Latin-1", [](json& d) { d["exclude_nodes"] = json::array({"n\xe9"}); },
+       "field 'exclude_nodes[0]' 'n\\xe9'"},
+      {"too many excluded nodes",
+       [](json& d) {
+         d["exclude_nodes"] = json::array();
+         for (size_t i = 0; i <= kMaxExcludedNodes; ++i)
+           d["exclude_nodes"].push_back("n" + std::to_string(i));
+       },
+       "field 'exclude_nodes': at most 1024 nodes, not 1025"},
   };
   for (const BadField& c : cases) {
     json doc = goodRequest();

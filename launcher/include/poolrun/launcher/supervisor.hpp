@@ -88,6 +88,9 @@ struct SuperviseResult {
   bool resized = false;    // the elastic lease changed size and the job was ended to restart on it
   // mpirun could not start the job on a node (its exit status is then kExitRefused).
   std::optional<DaemonFailure> unreachable;
+  // A node's daemon that could not start or was lost (its remote shell's line, mpirun's banner),
+  // whatever else failed: the evidence poolrun --retries restarts the job without the node by.
+  std::optional<DaemonFailure> lost;
 };
 
 // The file execvp would run for `name`: `name` itself where it has a slash, else the first

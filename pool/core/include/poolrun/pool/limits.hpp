@@ -62,6 +62,8 @@ inline constexpr size_t kMaxErrorBytes = 1024;   // a sample's error text
 inline constexpr size_t kMaxHealthBytes = 4096;  // what a node's failed health checks say
 inline constexpr Range<uint32_t> kPidRange{1, 1u << 30};
 inline constexpr size_t kMaxMigLayoutProfiles = 8;  // GPU instances in one layout (7 on an A100/H100)
+// Nodes one lease request may exclude (LeaseRequest::exclude_nodes).
+inline constexpr size_t kMaxExcludedNodes = 1024;
 // Leases one heartbeat's reply lists on its node (every unit and MPS share of a node held apart).
 inline constexpr size_t kMaxNodeLeases = 65536;
 

@@ -28,5 +28,7 @@ void setShareMemory(LeaseRequest& request, std::string_view text, const std::str
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option);
 void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option);
 void addLabel(LeaseRequest& request, std::string_view text, const std::string& option);
+// --exclude NODES: a hostlist ("n01,n[05-08]"), each a node name; added to those excluded already.
+void addExcludedNodes(LeaseRequest& request, std::string_view text, const std::string& option);
 
 }  // namespace poolrun::pool

@@ -56,8 +56,11 @@ struct LeaseRequest {
   uint64_t min_memory_bytes = 0;
   std::optional<topo::Fabric> fabric;
   std::map<std::string, std::string> labels;  // every label must match
-  bool one_switch = false;                    // all nodes under one leaf switch
-  int priority = 0;                           // higher first
+  // Nodes it must not be placed on (poolrun --exclude, and a job restarted after a node failed:
+  // poolrun --retries); at most kMaxExcludedNodes.
+  std::set<std::string> exclude_nodes;
+  bool one_switch = false;  // all nodes under one leaf switch
+  int priority = 0;         // higher first
   std::string owner;
   std::string job_name;
   std::optional<std::chrono::seconds> wait;  // nullopt: wait while the pool could ever satisfy it
