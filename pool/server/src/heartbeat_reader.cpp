@@ -359,6 +359,26 @@ topo::NicPortSample nicSample(sj::value& v, const Path& p) {
   return n;
 }
 
+// mig_results and mps_errors: per GPU index, what the agent says of it ({"index", "error"} each).
+void agentResults(sj::value& x, const Path& at, std::map<size_t, std::string>& results) {
+  constexpr std::array<std::string_view, 2> kResultFields{"index", "error"};
+  size_t n = 0;
+  for (sj::value e : list(x, at)) {
+    if (n == kGpuIndexRange.max + 1) fail(at, "more results than a node has GPUs");
+    const Path ep = at.element(n++);
+    size_t index = 0;
+    std::string error;
+    uint64_t got = eachField(e, ep, kResultFields, {}, [&](size_t k, sj::value& y, const Path& yp) {
+      if (k == 0)
+        index = whole(y, yp, kGpuIndexRange.min, kGpuIndexRange.max);
+      else
+        error = text(y, yp, kMaxErrorBytes);
+    });
+    need(got, ep, kResultFields, {0, 1});
+    results[index] = std::move(error);
+  }
+}
+
 Heartbeat heartbeat(sj::value& v) {
   constexpr std::array<std::string_view, 11> kFields{
       "schema", "node",           "agent",       "time_ms",    "topology_hash", "gpus",
@@ -432,26 +452,9 @@ Heartbeat heartbeat(sj::value& v) {
         break;
       }
       case 8:
-      case 9: {
-        std::map<size_t, std::string>& results = i == 8 ? h.mig_results : h.mps_errors;
-        constexpr std::array<std::string_view, 2> kResultFields{"index", "error"};
-        size_t n = 0;
-        for (sj::value e : list(x, at)) {
-          if (n == kGpuIndexRange.max + 1) fail(at, "more results than a node has GPUs");
-          const Path ep = at.element(n++);
-          size_t index = 0;
-          std::string error;
-          uint64_t got = eachField(e, ep, kResultFields, {}, [&](size_t k, sj::value& y, const Path& yp) {
-            if (k == 0)
-              index = whole(y, yp, kGpuIndexRange.min, kGpuIndexRange.max);
-            else
-              error = text(y, yp, kMaxErrorBytes);
-          });
-          need(got, ep, kResultFields, {0, 1});
-          results[index] = std::move(error);
-        }
+      case 9:
+        agentResults(x, at, i == 8 ? h.mig_results : h.mps_errors);
         break;
-      }
       case 10:
         h.health_failure = text(x, at, kMaxHealthBytes);
         break;
