@@ -275,7 +275,12 @@ LeaseCgroup::LeaseCgroup(const CgroupMounts& mounts, CgroupVersion version, cons
     if (!devices) throw ioError("this node has no cgroup v1 devices hierarchy: confine with cgroup v2");
     for (const CharDevice& d : confinement.deny)
       put(*devices / "devices.deny", "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm");
-    if (const std::optional<fs::path> freezer = hierarchy("freezer")) freezer_ = *freezer;
+    if (const std::optional<fs::path> freezer = hierarchy("freezer")) {
+      freezer_ = *freezer;
+      // Taken again after an agent died between freezing it and thawing it (destroy()): thawed, or
+      // a process that joins it would stay frozen, and its agent wait on its exec for ever.
+      if (!slurp(freezer_ / "freezer.state").starts_with("THAWED")) put(freezer_ / "freezer.state", "THAWED");
+    }
     const std::optional<fs::path> pids = hierarchy("pids");
     const std::optional<fs::path> memory = hierarchy("memory");
     if (confinement.pids_max) {

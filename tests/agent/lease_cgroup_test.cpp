@@ -15,6 +15,7 @@
 
 #include <array>
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "poolrun/agent/jobs.hpp"
 #include "poolrun/agent/lease_cgroup.hpp"
 #include "poolrun/common/error.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 namespace poolrun::test {
@@ -240,6 +242,23 @@ TEST_P(LeaseCgroupTest, TheLeasesWithACgroupAreListed) {
   EXPECT_EQ(agent::leaseCgroupNames(mounts, GetParam(), parent), std::set<std::string>{"L1"});
   one.destroy(std::chrono::seconds(5));
   EXPECT_TRUE(agent::leaseCgroupNames(mounts, GetParam(), parent).empty());
+}
+
+// An agent killed in destroy() between freezing the cgroup and thawing it leaves it frozen: taken
+// again (an agent restarted, a daemon of the lease started), it is thawed, so that a process that
+// joins it runs rather than staying frozen (as one did, and its agent waited on its exec for ever).
+TEST_P(LeaseCgroupTest, ACgroupLeftFrozenIsThawedWhenTakenAgain) {
+  if (GetParam() != CgroupVersion::kV1 || !mounts.controllers.count("freezer"))
+    GTEST_SKIP() << "the freezer is cgroup v1's";
+  LeaseCgroup first = make({});
+  const std::filesystem::path state = mounts.controllers.at("freezer") / parent / "L1" / "freezer.state";
+  std::ofstream(state) << "FROZEN";
+  ASSERT_TRUE(slurp(state).starts_with("FROZEN") || slurp(state).starts_with("FREEZING"));
+  LeaseCgroup again = make({});
+  ASSERT_TRUE(slurp(state).starts_with("THAWED")) << slurp(state);  // else the child below stays frozen
+  const pid_t child = inCgroup(again, [] { return 7; });
+  EXPECT_EQ(exitOf(child), 7) << "a process that joins it runs";
+  again.destroy(std::chrono::seconds(5));
 }
 
 TEST_P(LeaseCgroupTest, AMadeCgroupIsTakenAgainAndABadNameRefused) {

@@ -62,8 +62,8 @@ std::set<std::string> leaseCgroupNames(const CgroupMounts& mounts, CgroupVersion
 class LeaseCgroup {
  public:
   // Makes (or takes again, after an agent's restart) cgroup PARENT/NAME in each hierarchy `version`
-  // uses and sets `confinement` on it. Throws poolrun::Error (kIo) naming the file and what it
-  // refused; nothing is left made where it throws.
+  // uses and sets `confinement` on it; one left frozen (an agent killed in destroy()) is thawed. Throws
+  // poolrun::Error (kIo) naming the file and what it refused; nothing is left made where it throws.
   LeaseCgroup(const CgroupMounts& mounts, CgroupVersion version, const std::string& parent,
               const std::string& name, const Confinement& confinement);
   // Leaves the cgroup as it is: destroy() ends it.
