@@ -91,7 +91,8 @@ std::string agentUsage() {
          "  --health-interval SECONDS   run the doctor's checks of the node's GPUs and NIC ports at the\n"
          "                              start and every SECONDS while no lease holds any of its GPUs; a\n"
          "                              FAIL drains the node (in poold, with what failed), and a pass\n"
-         "                              resumes a node they drained (default 300; 0: never, " +
+         "                              resumes a node they drained (default 0: never; 300 is a good\n"
+         "                              choice once `poolrun doctor` passes on the node; " +
          n(kHealthIntervalRange.min) + " to " + n(kHealthIntervalRange.max) +
          ")\n"
          "  --launch-listen HOST:PORT   start jobs' daemons here for mpirun on a poold pool "

@@ -540,6 +540,7 @@ TEST(HealthFailure, IsTheFailsAloneAsBoundedUtf8) {
   r.add({"rdma.port", doctor::Status::kFail, "mlx5_0/1", "state 1: DOWN (/sys/...)", "", ""});
   r.add({"gpu.ecc", doctor::Status::kFail, "GPU 1 (0000:18:00.0)", "2 uncorrected ECC errors", "", ""});
   r.add({"rdma", doctor::Status::kSkip, "node", "no RDMA device", "", ""});
+  r.add({"rdma.memlock", doctor::Status::kFail, "ulimit -l", "8 MiB", "", ""});  // the agent's, not a job's
   EXPECT_EQ(
       agent::healthFailure(r),
       "rdma.port mlx5_0/1: state 1: DOWN (/sys/...); gpu.ecc GPU 1 (0000:18:00.0): 2 uncorrected ECC errors");

@@ -15,7 +15,8 @@ namespace poolrun::agent {
 
 // What the FAILs of `report` say, for a heartbeat: "CHECK SUBJECT: EVIDENCE" each, "; " between,
 // cut to pool::kMaxHealthBytes at a character's boundary, bytes that are not UTF-8 shown as \xNN;
-// "" where none failed. WARN and SKIP do not drain a node.
+// "" where none failed. WARN and SKIP do not drain a node, nor rdma.memlock (the limit the doctor
+// reads is the agent's own process's, not its jobs').
 std::string healthFailure(const doctor::Report& report);
 
 // The doctor's node checks (doctor::checkNode) of RDMA ports under `sysfs_root` ("/sys" on a real

@@ -51,7 +51,7 @@ struct AgentOptions {
   std::string cgroup = "auto";                     // --cgroup auto|v1|v2|none
   std::string cgroup_parent = "poolrun";           // --cgroup-parent
   int64_t lease_pids = 0;                          // --lease-pids: 0, no limit
-  std::chrono::seconds health_interval{300};       // --health-interval; 0: no health checks
+  std::chrono::seconds health_interval{0};         // --health-interval; 0 (the default): none
   std::string launch_listen;                       // --launch-listen HOST:PORT; empty: no launch port
   std::string launch_advertise;                    // --launch-advertise; empty: the port, poold's view
   bool allow_root_launches = false;
