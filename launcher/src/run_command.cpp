@@ -17,6 +17,7 @@
 
 #include "agent_launch.hpp"
 #include "command_options.hpp"
+#include "job_retries.hpp"
 #include "job_tuner.hpp"
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/regular_file.hpp"
@@ -478,31 +479,6 @@ void printDryRun(const JobPlan& plan, const pool::Lease& lease, const pool::Pool
       << launch.command;
 }
 
-// How a run of the job failed, for --retries: whether it failed of itself (a rank exited non-zero,
-// a node's daemon could not start or was lost; not the user's signal, --timeout, the lease's loss, a
-// preemption or a refusal before the start), and the nodes with the evidence against each.
-struct RunFailure {
-  bool failed = false;
-  std::map<std::string, std::string> nodes;  // node -> what failed there
-};
-
-// The nodes of a failed run with evidence against them: the daemon mpirun lost or could not start
-// (its remote shell's line names the node), and those of the lease whose agents poold says went
-// quiet (asked once the job has ended; a pool that cannot be asked adds none).
-RunFailure runFailure(pool::PoolClient& pool, const pool::Lease& lease, const SuperviseResult& r) {
-  RunFailure f;
-  const bool stopped = r.forwarded_signal != 0 || r.timed_out || r.lease_lost || r.preempted || r.resized;
-  if (stopped || r.exit_status == 0) return f;
-  f.failed = true;
-  if (r.lost && !r.lost->node.empty()) f.nodes[r.lost->node] = r.lost->reason;
-  try {
-    for (const std::string& node : pool.renew(lease.id).at_risk_nodes)
-      f.nodes.emplace(node, "its agent has gone quiet (poold marks the node unreachable)");
-  } catch (const std::exception&) {
-  }
-  return f;
-}
-
 // Runs the launch to its end while the lease is renewed on a thread of its own, retried until the
 // lease's expiry when the pool cannot be reached (lease_keeper.hpp); says which rank failed first.
 int superviseJob(pool::PoolClient& pool, const pool::Lease& lease, const JobPlan& plan, const Launch& launch,
@@ -780,25 +756,9 @@ int runCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       bool preempted = false;
       RunFailure failure;
       int status = runJob(*pool, where, options, restart, dir, preempted, failure, out, err);
+      // A run that failed of itself (a detached job's launcher leaves what follows to its pool).
       if (failure.failed && options.adopt_lease.empty()) {
-        std::string evidence;
-        for (const auto& [node, why] : failure.nodes) evidence += "; node " + node + ": " + why;
-        if (retries == options.retries) {
-          if (!failure.nodes.empty())
-            err << "poolrun: the job ended NODE_FAIL (exit status " << status << evidence << ")"
-                << (options.retries > 0 ? ", after " + std::to_string(retries) + " restarts (--retries)" : "")
-                << "\n";
-          return status;
-        }
-        ++retries;
-        std::string without;
-        for (const auto& [node, why] : failure.nodes) {
-          options.placement.exclude_nodes.insert(node);
-          without += (without.empty() ? "" : ",") + node;
-        }
-        err << "poolrun: the job failed (exit status " << status << evidence << "); restarting it"
-            << (without.empty() ? "" : " on a lease without " + without) << " (retry " << retries << " of "
-            << options.retries << "), in the same job directory " << dir.string() << "\n";
+        if (!retryAfterFailure(failure, status, retries, options, dir, err)) return status;
         continue;
       }
       if (preempted && !options.requeue)

@@ -35,6 +35,11 @@ TEST(AgentOptions, ReadsEveryOption) {
   EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).cgroup, "auto");
   EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t --lease-pids 512")).lease_pids,
             512);
+  EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).health_interval.count(), 0)
+      << "health checks are off until a site turns them on";
+  EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t --health-interval 300"))
+                .health_interval.count(),
+            300);
   const agent::AgentOptions launch = agent::parseAgentOptions(
       words("--pool http://h:1 --token-file t --launch-listen 0.0.0.0:7141 --launch-advertise n01.ib:7141 "
             "--launch-min-uid 5000 --allow-root-launches --simulated-node"));
@@ -99,6 +104,12 @@ TEST(AgentOptions, RefusesABadCommandLineNamingTheValue) {
            {ok + "--cgroup v3", "--cgroup 'v3': give auto, v1, v2 or none"},
            {ok + "--lease-pids 0", "--lease-pids 0: out of range (1 to 4194304)"},
            {ok + "--lease-pids -5", "--lease-pids -5: out of range"},
+           {ok + "--health-interval -1", "--health-interval -1: out of range (0 to 86400)"},
+           {ok + "--health-interval 86401", "--health-interval 86401: out of range (0 to 86400)"},
+           {ok + "--health-interval 99999999999999999999",
+            "--health-interval 99999999999999999999: out of range"},
+           {ok + "--health-interval 5m", "--health-interval 5m: not a whole number"},
+           {ok + "--health-interval", "--health-interval needs a value"},
            {ok + "--cgroup-parent a/b", "--cgroup-parent 'a/b': give one cgroup name"},
            {ok + "--cgroup-parent ..", "--cgroup-parent '..': give one cgroup name"},
            {ok + "--simulated-node", "--simulated-node without --launch-listen HOST:PORT"},
