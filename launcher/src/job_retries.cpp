@@ -28,7 +28,8 @@ bool retryAfterFailure(const RunFailure& failure, int status, int& retries, RunO
   if (retries == options.retries) {
     if (!failure.nodes.empty())
       err << "poolrun: the job ended NODE_FAIL (exit status " << status << evidence << ")"
-          << (options.retries > 0 ? ", after " + std::to_string(retries) + " restarts (--retries)" : "") << "\n";
+          << (options.retries > 0 ? ", after " + std::to_string(retries) + " restarts (--retries)" : "")
+          << "\n";
     return false;
   }
   ++retries;
