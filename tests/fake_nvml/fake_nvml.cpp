@@ -314,6 +314,7 @@ struct Gpu {
   std::optional<std::pair<int, int>> compute_capability;
   std::optional<Utilization> utilization;
   std::optional<unsigned> temperature_c, power_mw;
+  std::optional<unsigned long long> total_energy_mj;  // nvmlDeviceGetTotalEnergyConsumption
   std::optional<bool> persistence;
   std::optional<unsigned long long> ecc_uncorrected_volatile;
   std::optional<bool> retired_pages_pending;
@@ -673,6 +674,7 @@ Gpu parseGpu(const Json& j, size_t index) {
              "utilization",
              "temperature_c",
              "power_mw",
+             "total_energy_mj",
              "persistence",
              "ecc_uncorrected_volatile",
              "retired_pages_pending",
@@ -703,6 +705,7 @@ Gpu parseGpu(const Json& j, size_t index) {
   }
   g.temperature_c = optional<unsigned>(j, where, "temperature_c");
   g.power_mw = optional<unsigned>(j, where, "power_mw");
+  g.total_energy_mj = optional<unsigned long long>(j, where, "total_energy_mj");
   g.persistence = optional<bool>(j, where, "persistence");
   g.ecc_uncorrected_volatile = optional<unsigned long long>(j, where, "ecc_uncorrected_volatile");
   g.retired_pages_pending = optional<bool>(j, where, "retired_pages_pending");
@@ -1416,6 +1419,12 @@ FAKE_NVML_API Return nvmlDeviceGetTemperature(nvmlDevice_st* device, int sensor,
 FAKE_NVML_API Return nvmlDeviceGetPowerUsage(nvmlDevice_st* device, unsigned* milliwatts) {
   return withGpu("nvmlDeviceGetPowerUsage", device,
                  [&](const Gpu& g) { return give(g.power_mw, milliwatts); });
+}
+
+FAKE_NVML_API Return nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_st* device,
+                                                         unsigned long long* millijoules) {
+  return withGpu("nvmlDeviceGetTotalEnergyConsumption", device,
+                 [&](const Gpu& g) { return give(g.total_energy_mj, millijoules); });
 }
 
 FAKE_NVML_API Return nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_st* device, unsigned* count,

@@ -29,6 +29,7 @@ struct Calls {
   Return (*memory)(Device, nvml::Memory*) = nullptr;
   Return (*temperature)(Device, int, unsigned*) = nullptr;
   Return (*power)(Device, unsigned*) = nullptr;
+  Return (*energy)(Device, unsigned long long*) = nullptr;
   Return (*ecc)(Device, int, int, unsigned long long*) = nullptr;
   Return (*retired_pending)(Device, int*) = nullptr;
   Return (*remapped)(Device, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
@@ -44,6 +45,7 @@ struct Calls {
     memory = s.get<Return(Device, nvml::Memory*)>("nvmlDeviceGetMemoryInfo");
     temperature = s.get<Return(Device, int, unsigned*)>("nvmlDeviceGetTemperature");
     power = s.get<Return(Device, unsigned*)>("nvmlDeviceGetPowerUsage");
+    energy = s.get<Return(Device, unsigned long long*)>("nvmlDeviceGetTotalEnergyConsumption");
     ecc = s.get<Return(Device, int, int, unsigned long long*)>("nvmlDeviceGetTotalEccErrors");
     retired_pending = s.get<Return(Device, int*)>("nvmlDeviceGetRetiredPagesPendingStatus");
     remapped = s.get<Return(Device, unsigned*, unsigned*, unsigned*, unsigned*)>("nvmlDeviceGetRemappedRows");
@@ -215,6 +217,12 @@ struct TelemetrySampler::Impl {
       unsigned milliwatts = 0;
       Return r = calls.power(dev, &milliwatts);
       if (r == kSuccess) s.power_w = milliwatts / 1000.0;
+      return r;
+    });
+    check("energy", "nvmlDeviceGetTotalEnergyConsumption", calls.energy, [&] {
+      unsigned long long millijoules = 0;
+      Return r = calls.energy(dev, &millijoules);
+      if (r == kSuccess) s.energy_mj = millijoules;
       return r;
     });
     check("ECC", "nvmlDeviceGetTotalEccErrors", calls.ecc, [&] {

@@ -19,6 +19,7 @@
 #include "poolrun/pool/munge.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/state.hpp"
+#include "poolrun/pool/usage_json.hpp"
 
 namespace poolrun::pool {
 namespace {
@@ -329,6 +330,15 @@ class HttpPool : public PoolControl, public AgentLink {
     if (q.ended_after) add("ended_after_ms", std::to_string(toMillis(*q.ended_after)));
     if (q.ended_before) add("ended_before_ms", std::to_string(toMillis(*q.ended_before)));
     return jobViews(call("GET", "/v1/jobs" + query, nullptr));
+  }
+  std::vector<UsageTotals> usage(const UsageQuery& q) override {
+    std::string target = "/v1/usage?by=" + toString(q.by);
+    if (q.since != TimePoint{}) target += "&since_ms=" + std::to_string(toMillis(q.since));
+    if (q.until != kNever) target += "&until_ms=" + std::to_string(toMillis(q.until));
+    const json reply = call("GET", target, nullptr);
+    std::vector<UsageTotals> out;
+    for (const json& row : reply.at("rows")) out.push_back(usageTotalsFromJson(row));
+    return out;
   }
   std::vector<JobView> job(const std::string& id) override {
     return jobViews(call("GET", "/v1/jobs/" + segment(id), nullptr));
@@ -643,6 +653,9 @@ std::vector<JobView> PoolControl::job(const std::string&) {
 }
 std::vector<std::string> PoolControl::cancelJob(const std::string&, int) {
   throw noJobs();
+}
+std::vector<UsageTotals> PoolControl::usage(const UsageQuery&) {
+  throw badInput("only a poold (--pool http://HOST:PORT or https://HOST:PORT) keeps a usage ledger");
 }
 std::string AgentLink::launchKey(const std::string&) {
   throw Error(ErrorCode::kUnsupported, "this link to the pool carries no launch key");

@@ -90,6 +90,7 @@ bool PoolState::growNow(Lease& lease, QuotaBook& book, TimePoint now, bool resiz
   lease.gpus.insert(lease.gpus.end(), extra.begin(), extra.end());
   poolOrder(lease.gpus);
   if (q != nullptr) book.used[q] += static_cast<int>(extra.size());
+  accountLease(lease, now);
   dirty_.leases.insert(lease.id);
   if (!dirty_.new_leases.count(lease.id)) dirty_.resized.insert(lease.id);
   if (!resize) {
@@ -148,6 +149,7 @@ void PoolState::applyShrink(Lease& lease, TimePoint now, const std::string& why)
   lease.shrink_at.reset();
   lease.shrink_reason.clear();
   lease.shrunk_for = 0;
+  accountLease(lease, now);
   const TimePoint since = lease.resized;
   ++lease.resizes;
   lease.resized = now;

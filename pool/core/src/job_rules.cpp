@@ -187,6 +187,7 @@ void PoolState::collectJobGrants(TimePoint now) {
         return;
       }
       j.lease = lease->second.id;
+      usage_.setJob(j.lease, j.id, dirty_);
       j.node = lease->second.gpus.front().node;
       j.launched = false;
       j.credential.clear();
@@ -280,7 +281,7 @@ void PoolState::jobEnded(const std::string& node, const std::string& id, const J
                    "requeued after preemption (restart " + std::to_string(j.restarts) + ")", now);
     j.ended = TimePoint{};
   });
-  if (leases_.count(lease)) dropLease(lease, LeaseEvent::Kind::kReleased, "its job " + id + " ended");
+  if (leases_.count(lease)) dropLease(lease, now, LeaseEvent::Kind::kReleased, "its job " + id + " ended");
 }
 
 namespace {

@@ -56,6 +56,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   if (lease.elastic) elastic_leases_.insert(lease.id);
   last_busy_[lease.id] = now;
   lease_events_.push_back({LeaseEvent::Kind::kGranted, lease, {}});
+  accountLease(lease, now);
   ++leases_granted_;
   dirty_.counters = true;
   dirty_.leases.insert(lease.id);
@@ -63,9 +64,14 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   return lease;
 }
 
-void PoolState::dropLease(const std::string& id, LeaseEvent::Kind end, std::string reason) {
+void PoolState::dropLease(const std::string& id, TimePoint now, LeaseEvent::Kind end, std::string reason) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
+  usage_.ended(id,
+               it->second.preempt_at               ? "preempted"
+               : end == LeaseEvent::Kind::kExpired ? "expired"
+                                                   : "released",
+               now, dirty_);
   lease_events_.push_back({end, it->second, std::move(reason)});
   replan_ = true;
   for (const GpuRef& g : it->second.gpus) {
@@ -242,7 +248,7 @@ void PoolState::cancel(int64_t ticket, TimePoint now) {
   auto it = queue_.find(ticket);
   if (it == queue_.end()) return;
   if (it->second.status == QueueEntry::Status::kGranted)
-    dropLease(it->second.lease_id, LeaseEvent::Kind::kReleased, "its queued request was withdrawn");
+    dropLease(it->second.lease_id, now, LeaseEvent::Kind::kReleased, "its queued request was withdrawn");
   dequeue(it);
   dirty_.queue.insert(ticket);
   schedule(now);
@@ -263,7 +269,7 @@ Lease PoolState::renew(const std::string& id, const std::string& owner, bool adm
                         " (only its owner or an administrator may)");
   TimePoint end = leaseEnd(lease, preempt_);
   if (now >= lease.expires || now >= end) {
-    dropLease(id, LeaseEvent::Kind::kExpired);
+    dropLease(id, now, LeaseEvent::Kind::kExpired);
     schedule(now);
     throw gone(id);
   }
@@ -292,7 +298,7 @@ bool PoolState::release(const std::string& id, const std::string& owner, bool ad
     throw PoolError(PoolFailure::kForbidden, ErrorCode::kBadInput,
                     "owner " + owner + " may not release lease " + id + " of " + it->second.owner +
                         " (only its owner or an administrator may)");
-  dropLease(id);
+  dropLease(id, now);
   schedule(now);
   return true;
 }
@@ -313,11 +319,11 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
     else if (lease.expires <= now)
       expired.push_back(id);
   }
-  for (const std::string& id : expired) dropLease(id, LeaseEvent::Kind::kExpired);
+  for (const std::string& id : expired) dropLease(id, now, LeaseEvent::Kind::kExpired);
   for (const std::string& id : preempted) {
     std::string why = leases_.at(id).preempt_reason + ", and its holder had not released it " +
                       std::to_string(preempt_.kill_margin.count()) + " s after the deadline";
-    dropLease(id, LeaseEvent::Kind::kExpired, why);
+    dropLease(id, now, LeaseEvent::Kind::kExpired, why);
     endedByPool(id, std::move(why));
   }
   advanceJobs(now);
@@ -326,7 +332,8 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
     if (now - e.heartbeat > stale_after) stale.push_back(ticket);
   for (int64_t ticket : stale) {
     if (queue_.at(ticket).status == QueueEntry::Status::kGranted)
-      dropLease(queue_.at(ticket).lease_id, LeaseEvent::Kind::kExpired, "its queued client stopped polling");
+      dropLease(queue_.at(ticket).lease_id, now, LeaseEvent::Kind::kExpired,
+                "its queued client stopped polling");
     dequeue(queue_.find(ticket));
     dirty_.queue.insert(ticket);
     replan_ = true;

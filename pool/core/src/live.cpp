@@ -186,6 +186,7 @@ bool PoolState::takeSample(PoolNode& node, const Occupancy& held, const Heartbea
                            const topo::GpuSample& sample, TimePoint now) {
   bool freed = false;
   size_t i = sample.index;
+  accountSample(node, held, node.live.gpus[i], sample, now);
   node.live.gpus[i] = sample;
   countXids(node.live, i, sample.xid_events);
   auto acknowledged = node.ecc_acknowledged.find(i);
@@ -318,7 +319,7 @@ void PoolState::reclaimIdle(TimePoint now) {
     std::string why = "reclaimed: its GPUs were idle (under " +
                       std::to_string(static_cast<int>(live_.idle_utilization * 100)) + "% utilisation) for " +
                       std::to_string(minutes) + " min, and poold reclaims idle leases";
-    dropLease(id, LeaseEvent::Kind::kReleased, why);
+    dropLease(id, now, LeaseEvent::Kind::kReleased, why);
     endedByPool(id, std::move(why));
     ++leases_reclaimed_;
   }

@@ -22,6 +22,7 @@ void Dirty::merge(const Dirty& other) {
   join_tokens.insert(other.join_tokens.begin(), other.join_tokens.end());
   credentials.insert(other.credentials.begin(), other.credentials.end());
   jobs.insert(other.jobs.begin(), other.jobs.end());
+  usage.insert(other.usage.begin(), other.usage.end());
   leases.insert(other.leases.begin(), other.leases.end());
   new_leases.insert(other.new_leases.begin(), other.new_leases.end());
   resized.insert(other.resized.begin(), other.resized.end());
@@ -72,7 +73,7 @@ void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances,
                                           ") is gone, as the node's agent reports");
     }
     for (auto& [id, why] : lost) {
-      dropLease(id, LeaseEvent::Kind::kReleased, why);
+      dropLease(id, view_time_, LeaseEvent::Kind::kReleased, why);
       endedByPool(id, std::move(why));
     }
   }
@@ -497,6 +498,8 @@ void PoolState::clear() {
   requests_by_time_.clear();
   members_.clear();
   jobs_.clear();
+  usage_ = UsageLedger{};
+  usage_unchecked_ = false;
   leases_granted_ = 0;
   next_ticket_ = 1;
   next_order_ = 0;

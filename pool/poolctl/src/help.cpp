@@ -33,6 +33,7 @@ const char* const kUsage =
     "  job ID                              everything about one job (an array's number: every task)\n"
     "  cancel ID...|--name N|--user U [--signal SIG]  end jobs: a pending one at once, a running one by SIG\n"
     "  history [--since T] [--until T] [--user U] [--csv]  jobs that have ended (sacct's view)\n"
+    "  usage [--by B] [--since T] [--until T] [--format F]  GPU-hours used and idle, energy (sreport)\n"
     "  events [--since SEQ] [--follow]     poold's event log: grants, releases, expiries, nodes, GPUs\n"
     "options:\n"
     "  --pool URI        local (default, or $POOLRUN_POOL), sim:CLUSTER_FILE, http://HOST:PORT or\n"
@@ -195,6 +196,15 @@ const std::map<std::string, const char*> kHelp = {
      "name, user, state, exit status or signal, start, end, run time, GPUs, node. --since/--until:\n"
      "those that ended from T on, before T; T is a time (2026-12-01T08:00:00Z), a day (2026-12-01,\n"
      "UTC) or how long ago (12h, 7d). --csv: one line a job with a header, for a spreadsheet.\n"},
+    {"usage",
+     "usage: poolctl --pool URI usage [--by owner|account|job|node|gpu-model] [--since T] [--until T]\n"
+     "                                [--format table|csv|json]\n"
+     "The usage ledger (poold's, kept across restarts): per owner (default), account (the owner's\n"
+     "quota group), job, node or GPU model, the leases counted, GPU-hours allocated, used (each GPU's\n"
+     "utilisation integrated) and idle (under poold's --idle-utilization), efficiency (used over\n"
+     "allocated) and energy in kWh; the most allocated first, then a total. --since/--until: a lease\n"
+     "that ran partly inside counts in proportion; T is a time (2026-12-01T08:00:00Z), a day\n"
+     "(2026-12-01, UTC) or how long ago (12h, 7d). Running leases count up to their last heartbeat.\n"},
     {"fail",
      "usage: poolctl [--pool URI] fail NODE:GPU | NODE\n"
      "(admin) Marks GPU (its index) of NODE failed, or every GPU of NODE: leased no more until\n"

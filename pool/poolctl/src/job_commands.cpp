@@ -12,11 +12,7 @@
 #include "poolrun/pool/job_json.hpp"
 
 namespace poolrun::pool::ctl {
-namespace {
 
-using nlohmann::json;
-
-// The value of option `name` in `args` (and the option taken out of them); "" where absent.
 std::string takeOption(std::vector<std::string>& args, const std::string& name) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] != name) continue;
@@ -28,6 +24,10 @@ std::string takeOption(std::vector<std::string>& args, const std::string& name) 
   }
   return "";
 }
+
+namespace {
+
+using nlohmann::json;
 
 std::string when(TimePoint t) {
   return t == TimePoint{} ? "-" : common::rfc3339(t);
@@ -119,27 +119,6 @@ int showJob(const Command& c) {
   return 0;
 }
 
-// --since/--until: an RFC 3339 time (2026-12-01T08:00:00Z), a day (2026-12-01, from its midnight
-// UTC), or a duration before now (90m, 12h, 7d).
-TimePoint timeOption(const std::string& option, const std::string& text) {
-  if (auto t = common::parseRfc3339(text)) return *t;
-  if (text.size() == 10 && text[4] == '-' && text[7] == '-')
-    if (auto t = common::parseRfc3339(text + "T00:00:00Z")) return *t;
-  if (!text.empty() && text.find_first_not_of("0123456789smhd") == std::string::npos)
-    return std::chrono::time_point_cast<TimePoint::duration>(std::chrono::system_clock::now() -
-                                                             durationSeconds(option, text));
-  throw badInput(option + " '" + common::printable(text) +
-                 "': give a time (2026-12-01T08:00:00Z), a day (2026-12-01) or how long ago (12h, 7d)");
-}
-
-// A CSV field (RFC 4180): quoted where it holds a comma, a quote or a line break.
-std::string csvField(const std::string& text) {
-  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return out + "\"";
-}
-
 std::string exitText(const JobRecord& j) {
   if (j.signal) return "signal " + std::to_string(*j.signal);
   return j.exit_status ? std::to_string(*j.exit_status) : "-";
@@ -174,6 +153,24 @@ void historyCsv(const std::vector<JobView>& jobs) {
 }
 
 }  // namespace
+
+TimePoint timeOption(const std::string& option, const std::string& text) {
+  if (auto t = common::parseRfc3339(text)) return *t;
+  if (text.size() == 10 && text[4] == '-' && text[7] == '-')
+    if (auto t = common::parseRfc3339(text + "T00:00:00Z")) return *t;
+  if (!text.empty() && text.find_first_not_of("0123456789smhd") == std::string::npos)
+    return std::chrono::time_point_cast<TimePoint::duration>(std::chrono::system_clock::now() -
+                                                             durationSeconds(option, text));
+  throw badInput(option + " '" + common::printable(text) +
+                 "': give a time (2026-12-01T08:00:00Z), a day (2026-12-01) or how long ago (12h, 7d)");
+}
+
+std::string csvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
 
 int historyCommand(const Command& c) {
   std::vector<std::string> args = c.args;

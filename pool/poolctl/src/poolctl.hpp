@@ -83,6 +83,16 @@ int jobsCommand(const Command& c);
 int jobCommand(const Command& c);
 int cancelCommand(const Command& c);
 int historyCommand(const Command& c);
+// The value of option `name` (kBadInput where it has none), taken out of `args`; "" where absent.
+std::string takeOption(std::vector<std::string>& args, const std::string& name);
+// --since/--until: an RFC 3339 time (2026-12-01T08:00:00Z), a day (2026-12-01, from its midnight
+// UTC), or a duration before now (90m, 12h, 7d); kBadInput naming `option` otherwise.
+TimePoint timeOption(const std::string& option, const std::string& text);
+// A CSV field (RFC 4180): quoted where it holds a comma, a quote or a line break.
+std::string csvField(const std::string& text);
+// usage_command.cpp: usage [--by owner|account|job|node|gpu-model] [--since T] [--until T]
+// [--format table|csv|json].
+int usageCommand(const Command& c);
 // A signal by name (TERM, SIGTERM, usr1) or number (1 to 64); nullopt for anything else.
 std::optional<int> signalNumber(const std::string& text);
 

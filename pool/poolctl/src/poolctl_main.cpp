@@ -39,6 +39,7 @@ const std::map<std::string, int (*)(const Command&)>& commands() {
                                                                     {"job", jobCommand},
                                                                     {"cancel", cancelCommand},
                                                                     {"history", historyCommand},
+                                                                    {"usage", usageCommand},
                                                                     {"events", eventsCommand}};
   return table;
 }

@@ -56,6 +56,7 @@ json toJson(const topo::GpuSample& g) {
           {"memory_total_bytes", optional(g.memory_total_bytes)},
           {"temperature_c", optional(g.temperature_c)},
           {"power_w", optional(g.power_w)},
+          {"energy_mj", optional(g.energy_mj)},
           {"ecc_uncorrected_volatile", optional(g.ecc_uncorrected_volatile)},
           {"retired_pages_pending", g.retired_pages_pending},
           {"remapping_failure", g.remapping_failure},

@@ -220,7 +220,7 @@ void need(uint64_t seen, const Path& p, const std::array<std::string_view, N>& k
     if (!(seen & (uint64_t{1} << i))) throw badInput("missing field '" + p.field(known[i]).text() + "'");
 }
 
-constexpr std::array<std::string_view, 16> kGpuFields{"index",
+constexpr std::array<std::string_view, 17> kGpuFields{"index",
                                                       "uuid",
                                                       "pci",
                                                       "time_ms",
@@ -235,7 +235,8 @@ constexpr std::array<std::string_view, 16> kGpuFields{"index",
                                                       "remapping_failure",
                                                       "xid_events",
                                                       "processes",
-                                                      "error"};
+                                                      "error",
+                                                      "energy_mj"};
 
 topo::GpuSample gpuSample(sj::value& v, const Path& p) {
   topo::GpuSample g;
@@ -322,6 +323,9 @@ topo::GpuSample gpuSample(sj::value& v, const Path& p) {
       }
       case 15:
         g.error = text(x, at, kMaxErrorBytes);
+        break;
+      case 16:
+        g.energy_mj = whole<uint64_t>(x, at, 0, UINT64_MAX);
         break;
     }
   });

@@ -43,6 +43,7 @@ std::string serverHelp(const ServerOptions& d) {
          "             [--idle-timeout SECONDS] [--max-ttl SECONDS] [--max-user-priority P]\n"
          "             [--max-queued-per-owner N] [--max-jobs-per-owner N] [--job-retention SECONDS]\n"
          "             [--allow-root-jobs] [--launch-key FILE]\n"
+         "             [--account-interval SECONDS] [--usage-detail SECONDS] [--usage-retention SECONDS]\n"
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
@@ -116,7 +117,16 @@ std::string serverHelp(const ServerOptions& d) {
          "  --job-retention SECONDS       how long ended jobs' records are kept (default " +
          n(d.jobs.retention.count()) +
          ")\n"
-         "  --allow-root-jobs             let detached jobs run as root (refused by default)\n";
+         "  --allow-root-jobs             let detached jobs run as root (refused by default)\n"
+         "  --account-interval SECONDS    how often running leases' usage is stored (default " +
+         n(d.usage.interval.count()) +
+         ", 10 to 86400):\n"
+         "                                what a kill -9 of poold may lose of it\n"
+         "  --usage-detail SECONDS        usage rows are kept per lease this long, then per day (default " +
+         n(d.usage.detail.count()) +
+         ")\n"
+         "  --usage-retention SECONDS     usage rows are kept this long (default " +
+         n(d.usage.retention.count()) + "); each owner's total stays\n";
 }
 
 // The options of node agents, idle leases, preemption, quotas, metrics and the dashboard.
@@ -335,6 +345,17 @@ void checkTls(PooldOptions& o) {
         "HOST:PORT");
 }
 
+// --account-interval (10 s to a day), --usage-detail and --usage-retention (a day to 100 years).
+void usageOption(PooldOptions& o, const std::string& a, const std::string& v) {
+  const Range<int64_t> age{86'400, int64_t{36'600} * 86'400};
+  if (a == "--account-interval")
+    o.server.usage.interval = secondsIn(a, v, Range<int64_t>{10, 86'400});
+  else if (a == "--usage-detail")
+    o.server.usage.detail = secondsIn(a, v, age);
+  else
+    o.server.usage.retention = secondsIn(a, v, age);
+}
+
 // Every option but --help, --version and --node-timeout (which depends on the heartbeat interval).
 const std::map<std::string, OptionRow>& optionTable() {
   using O = PooldOptions;
@@ -379,6 +400,9 @@ const std::map<std::string, OptionRow>& optionTable() {
           o.server.jobs.retention = secondsIn(a, v, Range<int64_t>{60, 3660 * 86'400});
         }}},
       {"--allow-root-jobs", {false, [](O& o, S, S) { o.server.jobs.allow_root = true; }}},
+      {"--account-interval", {true, usageOption}},
+      {"--usage-detail", {true, usageOption}},
+      {"--usage-retention", {true, usageOption}},
       {"--heartbeat-interval",
        {true, [](O& o, S a, S v) { o.server.live.heartbeat_interval = secondsIn(a, v, kIntervalRange); }}},
       {"--history-interval",
@@ -469,6 +493,12 @@ PooldOptions parsePooldOptions(const std::vector<std::string>& args) {
                    " is not longer than the heartbeat interval (" +
                    std::to_string(live.heartbeat_interval.count()) +
                    " s): every node would be unreachable between two heartbeats");
+  const UsageOptions& usage = o.server.usage;
+  if (usage.detail > usage.retention)
+    throw badInput("--usage-detail " + std::to_string(usage.detail.count()) +
+                   " is longer than --usage-retention " + std::to_string(usage.retention.count()) +
+                   ": rows would be forgotten before they are folded into days; give a detail no longer than "
+                   "the retention");
   checkTls(o);
   checkEtcdSecurity(o);
   checkMunge(o.server);

@@ -105,11 +105,12 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     s.setLiveOptions(m.opt.live);
     s.setPreemptOptions(m.opt.preempt);
     s.setJobOptions(m.opt.jobs);
+    s.setUsageOptions(m.opt.usage);
     s.setQuotas(std::move(quotas));
     return 0;
   });
   for (const auto& table : {statusRoutes(), nodeRoutes(), agentRoutes(), memberRoutes(), jobRoutes(),
-                            leaseRoutes(), queueRoutes(), eventRoutes()})
+                            usageRoutes(), leaseRoutes(), queueRoutes(), eventRoutes()})
     for (const RouteSpec& spec : table) m.routes.emplace_back(spec);
   for (const ServerRoute& extra : m.opt.routes) m.routes.emplace_back(routeOf(extra));
 }
@@ -169,6 +170,12 @@ void PoolServer::run() {
       m.reloadQuotas();
       m.mutate([&m](PoolState& s, TimePoint now) {
         s.tick(now, m.opt.stale_after);
+        // The ledger's running rows stored every --account-interval (and at the first tick: rows
+        // a restart found without their lease are closed).
+        if (now - m.last_account >= m.opt.usage.interval || now < m.last_account) {
+          s.accountUsage(now);
+          m.last_account = now;
+        }
         return 0;
       });
       m.metrics.observeWaits(m.pool->takeWaitSeconds());

@@ -121,7 +121,7 @@ void ServerCore::failByAdmin(PoolState& s, const std::string& name, size_t index
 
 uint64_t ServerCore::recordLeaseEvents(PoolState& s, TimePoint now) {
   for (const LeaseEvent& e : s.takeLeaseEvents()) {
-    metrics.observeLease(e, now);
+    metrics.observeLease(e);
     events->record(leaseEventKind(e.kind), leaseEventFields(e, now), now);
   }
   for (const NodeEvent& e : s.takeNodeEvents()) {

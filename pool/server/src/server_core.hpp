@@ -82,6 +82,7 @@ struct ServerCore {
   std::condition_variable stop_cv;
   bool stopping = false;
   std::thread ticker;
+  TimePoint last_account{};        // the ticker's last PoolState::accountUsage
   common::FileWatch quotas_watch;  // of the quotas file
 
   // Reads the quotas file again when it changed; keeps the quotas before it when it cannot.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 
@@ -130,36 +131,21 @@ void Histogram::write(std::ostream& out, const std::string& name, const std::str
 ServerMetrics::ServerMetrics()
     : waits_(kWaitBounds), start_(std::chrono::system_clock::now()), version_(projectVersion()) {}
 
-int64_t ServerMetrics::sinceStart(const Lease& lease, TimePoint now) const {
-  // An elastic lease's GPU-seconds before its last change of size were counted at the change.
-  int64_t from = std::max({millisOf(lease.created), millisOf(lease.resized), millisOf(start_)});
-  return std::max<int64_t>(0, millisOf(now) - from) * static_cast<int64_t>(lease.gpus.size());
-}
-
-void ServerMetrics::observeLease(const LeaseEvent& event, TimePoint now) {
+void ServerMetrics::observeLease(const LeaseEvent& event) {
   using Kind = LeaseEvent::Kind;
-  if (event.kind == Kind::kGranted || event.kind == Kind::kPreempted || event.kind == Kind::kShrinking)
-    return;
+  if (event.kind != Kind::kReleased && event.kind != Kind::kExpired) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (event.kind == Kind::kGrown || event.kind == Kind::kShrunk) {
-    int64_t from = std::max({millisOf(event.lease.created), millisOf(event.since), millisOf(start_)});
-    ended_millis_[event.lease.owner] +=
-        std::max<int64_t>(0, millisOf(now) - from) * static_cast<int64_t>(event.gpus_before);
-    return;
-  }
-  ++(event.kind == LeaseEvent::Kind::kExpired ? expiries_ : releases_);
-  ended_millis_[event.lease.owner] += sinceStart(event.lease, now);
+  ++(event.kind == Kind::kExpired ? expiries_ : releases_);
 }
 
-std::map<std::string, int64_t> ServerMetrics::gpuMillis(const std::map<std::string, Lease>& held,
-                                                        TimePoint now) {
+std::map<std::string, int64_t> ServerMetrics::gpuMillis(
+    const std::map<std::string, double, std::less<>>& ledger) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::string, int64_t> out = ended_millis_;
-  for (const auto& [id, lease] : held) out[lease.owner] += sinceStart(lease, now);
-  for (auto& [owner, ms] : out) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [owner, seconds] : ledger) {
     int64_t& shown = shown_millis_[owner];
-    ms = std::max(ms, shown);
-    shown = ms;
+    shown = std::max(shown, static_cast<int64_t>(std::llround(seconds * 1000)));
+    out[owner] = shown;
   }
   return out;
 }
@@ -257,7 +243,9 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
         "counter");
   out << "poolrun_lease_expiries_total " << expiries_ << "\n";
   gauge(out, "poolrun_gpu_seconds_total",
-        "GPU-seconds held by each owner's leases since poold started, those still held included.", "counter");
+        "GPU-seconds held by each owner's leases, those still held included, from the usage ledger (kept "
+        "across restarts and failovers).",
+        "counter");
   for (const auto& [owner, ms] : gpuMillis)
     out << "poolrun_gpu_seconds_total{owner=\"" << labelValue(owner) << "\"} " << millisText(ms) << "\n";
   return out.str() + renderProcess();

@@ -6,6 +6,7 @@
 #include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/pool/job_json.hpp"
 #include "poolrun/pool/json.hpp"
+#include "poolrun/pool/usage_json.hpp"
 #include "poolrun/topo/writers.hpp"
 #include "stored_docs.hpp"
 
@@ -64,6 +65,23 @@ void EtcdStore::loadJobs(PoolState& state, const std::vector<const EtcdKeyValue*
 
 std::string EtcdStore::jobKey(const std::string& id) const {
   return prefix_ + "/jobs/" + id;
+}
+
+std::string EtcdStore::usageKey(uint64_t id) const {
+  return prefix_ + "/usage/" + std::to_string(id);
+}
+
+void EtcdStore::loadUsage(PoolState& state, const std::vector<const EtcdKeyValue*>& rows) {
+  for (const EtcdKeyValue* kv : rows) {
+    try {
+      UsageRecord r = usageRecordFromJson(json::parse(kv->value));
+      if (kv->key != usageKey(r.id)) throw std::runtime_error("it holds usage row " + std::to_string(r.id));
+      state.loadUsage(std::move(r));
+    } catch (const std::exception& e) {
+      throw damaged(kv->key, e.what());
+    }
+  }
+  state.finishUsageLoad();
 }
 
 std::string EtcdStore::requestKey(const std::string& id) const {
@@ -147,12 +165,29 @@ void EtcdStore::loadMembership(PoolState& state, const std::vector<const EtcdKey
   }
 }
 
+void EtcdStore::loadCounters(PoolState& state, const EtcdKeyValue* counters) {
+  uint64_t granted = 0;
+  int64_t next = 1;
+  if (counters) {
+    try {
+      json doc = json::parse(counters->value);
+      granted = doc.at("leases_granted").get<uint64_t>();
+      next = doc.at("next_ticket").get<int64_t>();
+      if (doc.contains("next_job")) state.loadNextJob(doc.at("next_job").get<int64_t>());
+      if (doc.contains("next_usage")) state.loadNextUsage(doc.at("next_usage").get<uint64_t>());
+    } catch (const std::exception& e) {
+      throw damaged(counters->key, e.what());
+    }
+  }
+  state.loadCounters(granted, next);
+}
+
 void EtcdStore::load(PoolState& state) {
   const std::string dir = prefix_ + "/";
   int64_t revision = 0;
   std::vector<EtcdKeyValue> kvs = client_->range(dir, EtcdClient::prefixEnd(dir), &revision);
   std::map<std::string, std::string> topologies;  // hash -> doc
-  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests, join_tokens, credentials, jobs;
+  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests, join_tokens, credentials, jobs, usage;
   const EtcdKeyValue* counters = nullptr;
   const EtcdKeyValue* generation = nullptr;
   for (const EtcdKeyValue& kv : kvs) {
@@ -173,6 +208,8 @@ void EtcdStore::load(PoolState& state) {
       credentials.push_back(&kv);
     else if (rel.starts_with("jobs/"))
       jobs.push_back(&kv);
+    else if (rel.starts_with("usage/"))
+      usage.push_back(&kv);
     else if (rel == "counters")
       counters = &kv;
     else if (rel == "generation")
@@ -217,19 +254,8 @@ void EtcdStore::load(PoolState& state) {
   }
   loadMembership(state, join_tokens, credentials);
   loadJobs(state, jobs);
-  uint64_t granted = 0;
-  int64_t next = 1;
-  if (counters) {
-    try {
-      json doc = json::parse(counters->value);
-      granted = doc.at("leases_granted").get<uint64_t>();
-      next = doc.at("next_ticket").get<int64_t>();
-      if (doc.contains("next_job")) state.loadNextJob(doc.at("next_job").get<int64_t>());
-    } catch (const std::exception& e) {
-      throw damaged(counters->key, e.what());
-    }
-  }
-  state.loadCounters(granted, next);
+  loadUsage(state, usage);
+  loadCounters(state, counters);
   generation_ = 0;
   generationRevision_ = 0;
   if (generation) {
@@ -316,12 +342,19 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
         job ? std::optional<std::string>(toJson(*job).dump(-1, ' ', false, json::error_handler_t::replace))
             : std::nullopt;
   }
+  for (uint64_t id : dirty.usage) {
+    const UsageRecord* r = state.usage().find(id);
+    ops_[usageKey(id)] =
+        r ? std::optional<std::string>(toJson(*r).dump(-1, ' ', false, json::error_handler_t::replace))
+          : std::nullopt;
+  }
   if (dirty.counters)
     ops_[prefix_ + "/counters"] = json{
         {"leases_granted", state.leasesGranted()},
         {"next_ticket", state.nextTicket()},
-        {"next_job",
-         state.jobs().nextNumber()}}.dump();
+        {"next_job", state.jobs().nextNumber()},
+        {"next_usage",
+         state.usage().nextId()}}.dump();
 }
 
 void EtcdStore::commit() {

@@ -34,6 +34,10 @@ class Step {
     sqlite3_bind_int64(st_, ++n_, v);
     return *this;
   }
+  Step& bindReal(double v) {
+    sqlite3_bind_double(st_, ++n_, v);
+    return *this;
+  }
   Step& bindNull() {
     sqlite3_bind_null(st_, ++n_);
     return *this;

@@ -35,7 +35,8 @@ using nlohmann::json;
 // 2: nodes.health (the agent's version, why GPUs failed, accepted ECC counts).
 // 3: join_tokens and node_credentials (nodes that join: membership.hpp).
 // 4: jobs (jobs the pool keeps: job_book.hpp), and meta's next_job.
-constexpr int64_t kSchemaVersion = 4;
+// 5: usage (the usage ledger: usage.hpp), and meta's next_usage.
+constexpr int64_t kSchemaVersion = 5;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topologies(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -52,6 +53,11 @@ CREATE TABLE IF NOT EXISTS requests(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS join_tokens(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS node_credentials(node TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS usage(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, lease TEXT NOT NULL,
+  job TEXT NOT NULL, owner TEXT NOT NULL, account TEXT NOT NULL, node TEXT NOT NULL,
+  model TEXT NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, running INTEGER NOT NULL,
+  gpus REAL NOT NULL, allocated_s REAL NOT NULL, used_s REAL NOT NULL, idle_s REAL NOT NULL,
+  energy_j REAL NOT NULL, ended TEXT NOT NULL);
 )sql";
 
 // FILE.generation: one line of fixed length, rewritten in place with one pwrite (which a crash of
@@ -475,6 +481,7 @@ void Store::load(PoolState& state) {
   loadRequests(state);
   loadMembership(state);
   loadJobs(state);
+  loadUsage(state);
   loadCounters(state);
   state.takeDirty();
 }
@@ -632,6 +639,7 @@ void Store::loadCounters(PoolState& state) {
       if (key == "leases_granted") granted = static_cast<uint64_t>(sqlite3_column_int64(st, 1));
       if (key == "next_ticket") next = sqlite3_column_int64(st, 1);
       if (key == "next_job") state.loadNextJob(sqlite3_column_int64(st, 1));
+      if (key == "next_usage") state.loadNextUsage(static_cast<uint64_t>(sqlite3_column_int64(st, 1)));
     }
   }
   state.loadCounters(granted, next);
@@ -735,7 +743,11 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
   }
   writeMembership(state, dirty);
   writeJobs(state, dirty);
+  writeUsage(state, dirty);
   if (dirty.counters) {
+    Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('next_usage', ?)"))
+        .bind(static_cast<int64_t>(state.usage().nextId()))
+        .run();
     Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('next_job', ?)"))
         .bind(state.jobs().nextNumber())
         .run();

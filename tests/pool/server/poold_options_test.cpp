@@ -29,6 +29,14 @@ TEST(PooldOptionsTest, ReadsValuesAndKeepsDefaults) {
   EXPECT_EQ(o.etcd_prefix, "/poolrun");
   EXPECT_EQ(o.etcd_ttl, seconds(5));
   EXPECT_EQ(o.server.max_ttl, ServerOptions().max_ttl);
+  EXPECT_EQ(o.server.usage.interval, seconds(60));
+  EXPECT_EQ(o.server.usage.detail, seconds(30 * 86'400));
+  EXPECT_EQ(o.server.usage.retention, seconds(400 * 86'400));
+  const PooldOptions u = parsePooldOptions(
+      {"--account-interval", "10", "--usage-detail", "86400", "--usage-retention", "172800"});
+  EXPECT_EQ(u.server.usage.interval, seconds(10));
+  EXPECT_EQ(u.server.usage.detail, seconds(86'400));
+  EXPECT_EQ(u.server.usage.retention, seconds(172'800));
 }
 
 TEST(PooldOptionsTest, HelpAndVersionStopTheReading) {
@@ -63,6 +71,14 @@ TEST(PooldOptionsTest, RefusesWhatItCannotServe) {
       {{"--tls-key", "k.pem"}, "--tls-key without --tls-cert: give both"},
       {{"--tls-client-ca", "ca.pem"}, "--tls-client-ca needs --tls-cert and --tls-key"},
       {{"--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"}, "/nonexistent/c.pem"},
+      {{"--account-interval", "9"}, "--account-interval"},
+      {{"--account-interval", "-60"}, "--account-interval"},
+      {{"--account-interval", "86401"}, "--account-interval"},
+      {{"--account-interval", "1m"}, "--account-interval"},
+      {{"--usage-detail", "3600"}, "--usage-detail"},
+      {{"--usage-retention", "99999999999999999999"}, "--usage-retention"},
+      {{"--usage-detail", "864000", "--usage-retention", "86400"},
+       "--usage-detail 864000 is longer than --usage-retention 86400"},
   };
   for (const RefusalCase& c : cases) {
     try {

@@ -17,5 +17,6 @@ std::vector<RouteSpec> queueRoutes();  // queue.cpp: /v1/queue...
 std::vector<RouteSpec> eventRoutes();  // events.cpp: /v1/events
 std::vector<RouteSpec> memberRoutes();  // members.cpp: join tokens, a node's join, revocation
 std::vector<RouteSpec> jobRoutes();     // jobs.cpp: /v1/jobs..., a node's jobs
+std::vector<RouteSpec> usageRoutes();   // usage.cpp: /v1/usage
 
 }  // namespace poolrun::pool

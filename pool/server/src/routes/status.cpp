@@ -36,7 +36,7 @@ json prometheusText(ServerCore& m, Context&) {
   std::ostringstream live;
   m.read([&](const PoolState& st) {
     s = st.status();
-    gpuMillis = m.metrics.gpuMillis(st.leaseMap(), std::chrono::system_clock::now());
+    gpuMillis = m.metrics.gpuMillis(st.usage().allocatedByOwner(std::chrono::system_clock::now()));
     writeLiveMetrics(live, st, std::chrono::system_clock::now());
     return 0;
   });

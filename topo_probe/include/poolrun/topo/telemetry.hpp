@@ -45,6 +45,10 @@ struct GpuSample {
   std::optional<uint64_t> memory_total_bytes;
   std::optional<double> temperature_c;
   std::optional<double> power_w;
+  // Energy the GPU has drawn since its driver loaded, in millijoules
+  // (nvmlDeviceGetTotalEnergyConsumption; Volta and later): the usage ledger's energy, exact between
+  // samples however far apart.
+  std::optional<uint64_t> energy_mj;
   std::optional<uint64_t> ecc_uncorrected_volatile;  // since the driver loaded
   bool retired_pages_pending = false;                // a page retirement waits for a reset
   bool remapping_failure = false;                    // row remapping failed: the GPU needs service

@@ -13,6 +13,7 @@
 #include "poolrun/pool/jobs.hpp"
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/types.hpp"
+#include "poolrun/pool/usage.hpp"
 
 namespace poolrun::pool {
 
@@ -91,6 +92,9 @@ class PoolControl : public PoolClient {
   virtual std::vector<JobView> jobs(const JobQuery& query);
   virtual std::vector<JobView> job(const std::string& id);
   virtual std::vector<std::string> cancelJob(const std::string& id, int signal);
+  // The usage ledger's report (a poold's; other pools throw kBadInput saying so): one line per
+  // owner, account, job, node or GPU model, the most allocated first.
+  virtual std::vector<UsageTotals> usage(const UsageQuery& query);
 };
 
 }  // namespace poolrun::pool

@@ -20,6 +20,7 @@
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/topology_book.hpp"
 #include "poolrun/pool/types.hpp"
+#include "poolrun/pool/usage.hpp"
 #include "poolrun/topo/cluster.hpp"
 #include "poolrun/topo/telemetry.hpp"
 
@@ -152,10 +153,11 @@ struct Dirty {
   std::set<std::string> join_tokens;  // by hash (membership.hpp): upsert, or delete where gone
   std::set<std::string> credentials;  // node credentials, by node: upsert, or delete where gone
   std::set<std::string> jobs;         // job records (job_book.hpp), by id: upsert, or delete where gone
+  std::set<uint64_t> usage;           // usage ledger rows (usage.hpp), by id: upsert, or delete where gone
   bool counters = false;
   bool empty() const {
     return nodes.empty() && leases.empty() && queue.empty() && requests.empty() && join_tokens.empty() &&
-           credentials.empty() && jobs.empty() && !counters;
+           credentials.empty() && jobs.empty() && usage.empty() && !counters;
   }
   void merge(const Dirty& other);
 };
@@ -397,6 +399,13 @@ class PoolState {
   void jobEnded(const std::string& node, const std::string& id, const JobExit& exit, TimePoint now);
   std::vector<JobEvent> takeJobEvents() { return jobs_.takeEvents(); }
 
+  // --- the usage ledger (usage.hpp): rows opened, resized and closed with the leases, fed by the
+  // heartbeats' samples, stored every UsageOptions::interval by accountUsage (poold's ticker).
+  void setUsageOptions(const UsageOptions& options) { usage_options_ = options; }
+  const UsageOptions& usageOptions() const { return usage_options_; }
+  const UsageLedger& usage() const { return usage_; }
+  void accountUsage(TimePoint now);
+
   // --- persistence: stores load rows with these and write what takeDirty() names.
   void loadNode(PoolNode node);
   void loadLease(Lease lease);  // throws kInternal if a GPU is already held (never leased twice)
@@ -407,6 +416,14 @@ class PoolState {
   void loadCredential(NodeCredential credential) { members_.loadCredential(std::move(credential)); }
   void loadJob(JobRecord job) { jobs_.load(std::move(job)); }
   void loadNextJob(int64_t next) { jobs_.loadNextNumber(next); }
+  void loadUsage(UsageRecord row) { usage_.load(std::move(row)); }
+  void loadNextUsage(uint64_t next) { usage_.loadNextId(next); }
+  // After the usage rows: the ledger's indexes built; rows of leases the state no longer has are
+  // closed by the next accountUsage.
+  void finishUsageLoad() {
+    usage_.finishLoad();
+    usage_unchecked_ = true;
+  }
   Dirty takeDirty();
   void clear();
 
@@ -466,7 +483,7 @@ class PoolState {
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
   // A waiting request's lease, granted now: the entry marked granted, its wait kept for metrics.
   Lease grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now);
-  void dropLease(const std::string& id, LeaseEvent::Kind end = LeaseEvent::Kind::kReleased,
+  void dropLease(const std::string& id, TimePoint now, LeaseEvent::Kind end = LeaseEvent::Kind::kReleased,
                  std::string reason = {});
   bool everFits(const LeaseRequest& request) const;
   // The leases that may be preempted now (preemptible, not yet under notice, past the minimum
@@ -580,6 +597,14 @@ class PoolState {
   Membership members_;
   JobBook jobs_;
   JobOptions job_options_;
+  UsageLedger usage_;
+  UsageOptions usage_options_;
+  bool usage_unchecked_ = false;  // loaded, and its running rows not yet matched to the leases
+  // The ledger's side of a lease granted or resized (its rows hold what it holds now), and of a
+  // GPU's sample (what the GPU did, for the leases holding it); live.cpp.
+  void accountLease(const Lease& lease, TimePoint now);
+  void accountSample(const PoolNode& node, const Occupancy& held, const topo::GpuSample& before,
+                     const topo::GpuSample& sample, TimePoint now);
   // The tick's part for jobs (job_rules.cpp): before its pass, pending jobs queued where they may
   // start, their entries kept from going stale, running ones whose lease ended without them; after
   // it, grants and failures of queued jobs taken into their records.

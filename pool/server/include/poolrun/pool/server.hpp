@@ -84,6 +84,8 @@ struct ServerOptions {
 
   // Detached jobs (poolrun/pool/job_book.hpp): the cap per owner, the retention, root.
   JobOptions jobs;
+  // The usage ledger (poolrun/pool/usage.hpp): --account-interval, --usage-detail, --usage-retention.
+  UsageOptions usage;
   // Heartbeats, node timeout, idle leases (poolrun/pool/state.hpp).
   LiveOptions live;
   PreemptOptions preempt;

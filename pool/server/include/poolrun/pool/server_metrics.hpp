@@ -47,13 +47,11 @@ class ServerMetrics {
   // `route` is a fixed label ("/v1/leases"), never a client's text.
   void observeRequest(const std::string& method, const std::string& route, int status, double seconds);
   void observeWaits(const std::vector<double>& seconds);
-  // A lease that ended at `now` (released or expired; grants are ignored): counted, and its
-  // GPU-seconds since poold started added to its owner's. Under the state's lock, like
-  // gpuMillis(), so that a scrape never sees a lease both held and ended.
-  void observeLease(const LeaseEvent& event, TimePoint now);
-  // GPU-milliseconds per owner since poold started: of the leases ended, and of `held` up to
-  // `now`. Never less than a previous answer for an owner (a clock stepped back).
-  std::map<std::string, int64_t> gpuMillis(const std::map<std::string, Lease>& held, TimePoint now);
+  // A lease that ended (released or expired; grants, growths and shrinks are ignored): counted.
+  void observeLease(const LeaseEvent& event);
+  // GPU-milliseconds per owner of the usage ledger (UsageLedger::allocatedByOwner: since the ledger
+  // began, across restarts). Never less than a previous answer for an owner (a clock stepped back).
+  std::map<std::string, int64_t> gpuMillis(const std::map<std::string, double, std::less<>>& ledger);
   std::string render(const PoolStatus& pool, const HttpServerStats& http,
                      const std::map<std::string, int64_t>& gpu_millis) const;
   // The process's series alone (poolrun_build_info, process_start_time_seconds), which render()
@@ -61,8 +59,6 @@ class ServerMetrics {
   std::string renderProcess() const;
 
  private:
-  int64_t sinceStart(const Lease& lease, TimePoint now) const;  // its GPU-ms since poold started
-
   mutable std::mutex mu_;
   std::map<std::string, Histogram> latency_;   // by labels
   std::map<std::string, uint64_t> responses_;  // by labels
@@ -71,7 +67,6 @@ class ServerMetrics {
   std::string version_;
   uint64_t releases_ = 0;
   uint64_t expiries_ = 0;
-  std::map<std::string, int64_t> ended_millis_;  // GPU-ms of ended leases, by owner
   std::map<std::string, int64_t> shown_millis_;  // the last gpuMillis() answer, by owner
 };
 

@@ -87,7 +87,10 @@ class EtcdStore final : public StateStore {
   std::string requestKey(const std::string& id) const;  // an acquire's "OWNER/REQUEST_ID"
   std::string jobKey(const std::string& id) const;
   void loadJobs(PoolState& state, const std::vector<const EtcdKeyValue*>& jobs);
-  void commitBatch(std::vector<EtcdOp> success);  // one transaction, fenced
+  std::string usageKey(uint64_t id) const;
+  void loadUsage(PoolState& state, const std::vector<const EtcdKeyValue*>& rows);
+  void loadCounters(PoolState& state, const EtcdKeyValue* counters);  // P/counters, where present
+  void commitBatch(std::vector<EtcdOp> success);                      // one transaction, fenced
 
   std::shared_ptr<EtcdClient> client_;
   std::string prefix_;

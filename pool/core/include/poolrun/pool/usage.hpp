@@ -1,0 +1,148 @@
+#pragma once
+
+// The usage ledger (docs/accounting.md): who held which GPUs, for how long, how much of that time
+// they computed, and the energy the GPUs drew. A row per lease and node, opened when the lease is
+// granted, brought up to date by its node's heartbeats and every accounting interval, closed when
+// the lease ends; after UsageOptions::detail, ended rows are folded into a row per day, owner,
+// account, node and GPU model; after UsageOptions::retention they are forgotten (their GPU-seconds
+// stay in each owner's total, which never goes down). Part of PoolState: stored, replicated and
+// restored with it. No clock of its own.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "poolrun/pool/types.hpp"
+
+namespace poolrun::pool {
+
+struct Dirty;  // state.hpp
+
+// poold's options for accounting.
+struct UsageOptions {
+  std::chrono::seconds interval{60};             // --account-interval: running rows are stored this often
+  std::chrono::seconds detail{30 * 86'400};      // --usage-detail: rows older are folded into days
+  std::chrono::seconds retention{400 * 86'400};  // --usage-retention: rows older are forgotten
+};
+
+// One row of the ledger.
+struct UsageRecord {
+  enum class Kind { kLease, kDay, kTotal };
+  uint64_t id = 0;  // the ledger's own, increasing: the store's key
+  Kind kind = Kind::kLease;
+  std::string lease;                        // kLease
+  std::string job;                          // kLease: the job the lease ran ("" where none)
+  std::string owner, account, node, model;  // kTotal: owner only
+  TimePoint start{}, end{};  // kLease: end is when it was last brought up to date while it runs
+  bool running = false;
+  double gpus = 0;  // GPUs held on the node now (a MIG instance or MPS share as a part of one)
+  double allocated_s = 0, used_s = 0, idle_s = 0, energy_j = 0;  // GPU-seconds, joules
+  std::string ended;  // kLease: "released", "expired", "preempted", "lost"; "" while running
+  bool operator==(const UsageRecord&) const = default;
+};
+
+std::string toString(UsageRecord::Kind kind);  // "lease", "day", "total"
+std::optional<UsageRecord::Kind> usageKindOf(std::string_view text);
+
+// What a GPU did between two samples, for the leases holding it.
+struct GpuSpan {
+  double seconds = 0;                 // between the samples
+  std::optional<double> utilization;  // the later sample's (0 to 1)
+  std::optional<double> energy_j;     // the energy counter's growth, else power x seconds
+  double idle_below = 0.05;           // a utilisation under this is idle
+};
+
+// A report's grouping: poolctl usage --by.
+enum class UsageBy { kOwner, kAccount, kJob, kNode, kGpuModel };
+std::string toString(UsageBy by);  // "owner", "account", "job", "node", "gpu-model"
+std::optional<UsageBy> usageByOf(std::string_view text);
+
+struct UsageQuery {
+  UsageBy by = UsageBy::kOwner;
+  TimePoint since{};  // rows overlapping [since, until) count pro rata to their overlap
+  TimePoint until = kNever;
+};
+
+// One line of a report.
+struct UsageTotals {
+  std::string name;  // the owner, account, job, node or GPU model ("" where the rows have none)
+  double allocated_s = 0, used_s = 0, idle_s = 0, energy_j = 0;
+  size_t leases = 0;  // lease rows counted (folded days count none)
+  bool operator==(const UsageTotals&) const = default;
+};
+
+class UsageLedger {
+ public:
+  // Rows kept at most: past it, the oldest ended rows are folded into days early. An hour's lease
+  // churn of a busy pool cannot grow the state without bound.
+  static constexpr size_t kMaxRows = 2'000'000;
+
+  struct Holding {  // a lease's part of one node
+    std::string node, model;
+    double gpus = 0;
+  };
+
+  // A lease was granted or resized: its rows, brought up to `now`, hold `holdings` from now on (a
+  // node it left keeps its row at 0 GPUs until the lease ends).
+  void holds(const Lease& lease, const std::string& account, const std::vector<Holding>& holdings,
+             TimePoint now, Dirty& dirty);
+  void setJob(const std::string& lease, const std::string& job, Dirty& dirty);
+  // A lease ended `how` ("released", "expired", "preempted").
+  void ended(const std::string& lease, std::string_view how, TimePoint now, Dirty& dirty);
+  // What a GPU of `node` did, for the lease holding `share` of it.
+  void sample(const std::string& lease, const std::string& node, double share, const GpuSpan& span,
+              TimePoint now);
+  // Every interval: running rows brought up to `now` and stored; rows past the detail folded into
+  // days, rows past the retention forgotten.
+  void checkpoint(TimePoint now, const UsageOptions& options, Dirty& dirty);
+  // After a load: rows left running by a lease the state no longer has are closed as "lost" at
+  // their last update.
+  void closeLost(const std::set<std::string, std::less<>>& leases, Dirty& dirty);
+
+  // Running rows count their GPUs up to `now` (their use, up to their last sample).
+  std::vector<UsageTotals> report(const UsageQuery& query, TimePoint now) const;
+  // GPU-seconds allocated per owner since the ledger began, forgotten rows included, running rows
+  // up to `now` (a counter).
+  std::map<std::string, double, std::less<>> allocatedByOwner(TimePoint now) const;
+  // The rows of a lease, or of a job's leases.
+  std::vector<UsageRecord> ofLease(std::string_view lease) const;
+  std::vector<UsageRecord> ofJob(std::string_view job) const;
+
+  // The store's side.
+  const UsageRecord* find(uint64_t id) const;
+  size_t size() const { return rows_.size() - dead_; }
+  uint64_t nextId() const { return next_id_; }
+  void load(UsageRecord row);  // rows in any order; then finishLoad()
+  void loadNextId(uint64_t next) { next_id_ = std::max(next_id_, next); }
+  void finishLoad();
+  template <typename F>
+  void forEach(F f) const {
+    for (size_t i = 0; i < rows_.size(); ++i)
+      if (!gone_[i]) f(rows_[i]);
+  }
+
+ private:
+  UsageRecord* row(uint64_t id);
+  uint64_t add(UsageRecord r, Dirty& dirty);
+  void remove(uint64_t id, Dirty& dirty);
+  void accrue(UsageRecord& r, TimePoint now);
+  void fold(TimePoint before, Dirty& dirty);
+  void forget(TimePoint before, Dirty& dirty);
+  void pack();
+
+  std::vector<UsageRecord> rows_;  // by id (ids increase)
+  std::vector<bool> gone_;         // per row: removed (until pack())
+  size_t dead_ = 0;
+  uint64_t next_id_ = 1;
+  std::unordered_map<std::string, std::vector<uint64_t>> open_;  // running leases: their rows
+  std::map<std::string, double, std::less<>> totals_;            // allocated GPU-seconds per owner
+  std::map<std::string, uint64_t, std::less<>> total_rows_;      // the kTotal row of each owner
+};
+
+}  // namespace poolrun::pool

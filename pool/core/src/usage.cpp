@@ -1,0 +1,392 @@
+#include "poolrun/pool/usage.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include "poolrun/pool/state.hpp"
+
+namespace poolrun::pool {
+
+namespace {
+
+constexpr auto kDay = std::chrono::hours(24);
+
+double secondsOf(TimePoint::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+TimePoint dayOf(TimePoint t) {
+  return TimePoint(std::chrono::floor<std::chrono::days>(t.time_since_epoch()));
+}
+
+const std::string& nameBy(const UsageRecord& r, UsageBy by) {
+  switch (by) {
+    case UsageBy::kOwner:
+      return r.owner;
+    case UsageBy::kAccount:
+      return r.account;
+    case UsageBy::kJob:
+      return r.job;
+    case UsageBy::kNode:
+      return r.node;
+    case UsageBy::kGpuModel:
+      return r.model;
+  }
+  return r.owner;
+}
+
+void addScaled(UsageRecord& to, const UsageRecord& from, double f) {
+  to.allocated_s += from.allocated_s * f;
+  to.used_s += from.used_s * f;
+  to.idle_s += from.idle_s * f;
+  to.energy_j += from.energy_j * f;
+}
+
+}  // namespace
+
+std::string toString(UsageRecord::Kind kind) {
+  switch (kind) {
+    case UsageRecord::Kind::kLease:
+      return "lease";
+    case UsageRecord::Kind::kDay:
+      return "day";
+    case UsageRecord::Kind::kTotal:
+      return "total";
+  }
+  return "lease";
+}
+
+std::optional<UsageRecord::Kind> usageKindOf(std::string_view text) {
+  for (auto k : {UsageRecord::Kind::kLease, UsageRecord::Kind::kDay, UsageRecord::Kind::kTotal})
+    if (toString(k) == text) return k;
+  return std::nullopt;
+}
+
+std::string toString(UsageBy by) {
+  switch (by) {
+    case UsageBy::kOwner:
+      return "owner";
+    case UsageBy::kAccount:
+      return "account";
+    case UsageBy::kJob:
+      return "job";
+    case UsageBy::kNode:
+      return "node";
+    case UsageBy::kGpuModel:
+      return "gpu-model";
+  }
+  return "owner";
+}
+
+std::optional<UsageBy> usageByOf(std::string_view text) {
+  for (auto b : {UsageBy::kOwner, UsageBy::kAccount, UsageBy::kJob, UsageBy::kNode, UsageBy::kGpuModel})
+    if (toString(b) == text) return b;
+  return std::nullopt;
+}
+
+UsageRecord* UsageLedger::row(uint64_t id) {
+  auto it = std::lower_bound(rows_.begin(), rows_.end(), id,
+                             [](const UsageRecord& r, uint64_t v) { return r.id < v; });
+  if (it == rows_.end() || it->id != id || gone_[static_cast<size_t>(it - rows_.begin())]) return nullptr;
+  return &*it;
+}
+
+const UsageRecord* UsageLedger::find(uint64_t id) const {
+  return const_cast<UsageLedger*>(this)->row(id);
+}
+
+uint64_t UsageLedger::add(UsageRecord r, Dirty& dirty) {
+  r.id = next_id_++;
+  totals_[r.owner] += r.allocated_s;
+  if (r.kind == UsageRecord::Kind::kTotal) total_rows_[r.owner] = r.id;
+  if (r.running) open_[r.lease].push_back(r.id);
+  rows_.push_back(std::move(r));
+  gone_.push_back(false);
+  dirty.usage.insert(rows_.back().id);
+  dirty.counters = true;  // the next id
+  return rows_.back().id;
+}
+
+void UsageLedger::remove(uint64_t id, Dirty& dirty) {
+  auto it = std::lower_bound(rows_.begin(), rows_.end(), id,
+                             [](const UsageRecord& r, uint64_t v) { return r.id < v; });
+  const size_t i = static_cast<size_t>(it - rows_.begin());
+  if (it == rows_.end() || it->id != id || gone_[i]) return;
+  gone_[i] = true;
+  ++dead_;
+  dirty.usage.insert(id);
+}
+
+void UsageLedger::accrue(UsageRecord& r, TimePoint now) {
+  if (!r.running || now <= r.end) return;
+  const double gpuSeconds = r.gpus * secondsOf(now - r.end);
+  r.allocated_s += gpuSeconds;
+  totals_[r.owner] += gpuSeconds;
+  r.end = now;
+}
+
+void UsageLedger::holds(const Lease& lease, const std::string& account, const std::vector<Holding>& holdings,
+                        TimePoint now, Dirty& dirty) {
+  std::vector<uint64_t>& ids = open_[lease.id];
+  std::string job;
+  for (uint64_t id : ids) {
+    UsageRecord& r = *row(id);
+    accrue(r, now);
+    r.gpus = 0;
+    job = r.job;
+    dirty.usage.insert(id);
+  }
+  for (const Holding& h : holdings) {
+    auto same = std::find_if(ids.begin(), ids.end(), [&](uint64_t id) { return row(id)->node == h.node; });
+    if (same != ids.end()) {
+      row(*same)->gpus = h.gpus;
+      continue;
+    }
+    UsageRecord r;
+    r.lease = lease.id;
+    r.job = job;
+    r.owner = lease.owner;
+    r.account = account;
+    r.node = h.node;
+    r.model = h.model;
+    r.start = r.end = now;
+    r.running = true;
+    r.gpus = h.gpus;
+    add(std::move(r), dirty);  // appends to open_[lease.id], which `ids` is
+  }
+}
+
+void UsageLedger::setJob(const std::string& lease, const std::string& job, Dirty& dirty) {
+  auto it = open_.find(lease);
+  if (it == open_.end()) return;
+  for (uint64_t id : it->second) {
+    row(id)->job = job;
+    dirty.usage.insert(id);
+  }
+}
+
+void UsageLedger::ended(const std::string& lease, std::string_view how, TimePoint now, Dirty& dirty) {
+  auto it = open_.find(lease);
+  if (it == open_.end()) return;
+  for (uint64_t id : it->second) {
+    UsageRecord& r = *row(id);
+    accrue(r, now);
+    r.running = false;
+    r.ended = std::string(how);
+    dirty.usage.insert(id);
+  }
+  open_.erase(it);
+}
+
+void UsageLedger::sample(const std::string& lease, const std::string& node, double share, const GpuSpan& span,
+                         TimePoint now) {
+  auto it = open_.find(lease);
+  if (it == open_.end()) return;
+  for (uint64_t id : it->second) {
+    UsageRecord& r = *row(id);
+    if (r.node != node) continue;
+    accrue(r, now);
+    if (span.utilization) {
+      r.used_s += *span.utilization * span.seconds * share;
+      if (*span.utilization < span.idle_below) r.idle_s += span.seconds * share;
+    }
+    if (span.energy_j) r.energy_j += *span.energy_j * share;
+    return;
+  }
+}
+
+void UsageLedger::checkpoint(TimePoint now, const UsageOptions& options, Dirty& dirty) {
+  for (const auto& [lease, ids] : open_)
+    for (uint64_t id : ids) {
+      accrue(*row(id), now);
+      dirty.usage.insert(id);
+    }
+  fold(now - options.detail, dirty);
+  forget(now - options.retention, dirty);
+  pack();
+}
+
+void UsageLedger::closeLost(const std::set<std::string, std::less<>>& leases, Dirty& dirty) {
+  for (auto it = open_.begin(); it != open_.end();) {
+    if (leases.count(it->first)) {
+      ++it;
+      continue;
+    }
+    for (uint64_t id : it->second) {
+      UsageRecord& r = *row(id);
+      r.running = false;
+      r.ended = "lost";
+      dirty.usage.insert(id);
+    }
+    it = open_.erase(it);
+  }
+}
+
+// Ended lease rows that ended before `before` (and, past kMaxRows, the oldest others) become parts
+// of a row per day, owner, account, node and GPU model, each day taking its share of the row's time.
+void UsageLedger::fold(TimePoint before, Dirty& dirty) {
+  size_t excess = size() > kMaxRows ? size() - kMaxRows * 9 / 10 : 0;
+  using DayKey = std::tuple<TimePoint, std::string, std::string, std::string, std::string>;
+  std::map<DayKey, uint64_t> days;
+  bool indexed = false;
+  std::vector<uint64_t> folded;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const UsageRecord& r = rows_[i];
+    if (gone_[i] || r.kind != UsageRecord::Kind::kLease || r.running) continue;
+    const bool old = r.end < before;
+    if (!old && excess == 0) continue;
+    if (!old) --excess;
+    if (!indexed) {
+      for (size_t k = 0; k < rows_.size(); ++k)
+        if (!gone_[k] && rows_[k].kind == UsageRecord::Kind::kDay)
+          days[{rows_[k].start, rows_[k].owner, rows_[k].account, rows_[k].node, rows_[k].model}] =
+              rows_[k].id;
+      indexed = true;
+    }
+    folded.push_back(r.id);
+  }
+  for (uint64_t id : folded) {
+    const UsageRecord r = *row(id);
+    const double length = secondsOf(r.end - r.start);
+    for (TimePoint day = dayOf(r.start); day <= r.end; day += kDay) {
+      const double overlap = secondsOf(std::min(r.end, day + kDay) - std::max(r.start, day));
+      const double f = length > 0 ? overlap / length : 1.0;
+      if (length > 0 && overlap <= 0) continue;
+      auto [at, fresh] = days.try_emplace({day, r.owner, r.account, r.node, r.model}, 0);
+      if (fresh) {
+        UsageRecord d;
+        d.kind = UsageRecord::Kind::kDay;
+        d.owner = r.owner;
+        d.account = r.account;
+        d.node = r.node;
+        d.model = r.model;
+        d.start = day;
+        d.end = day + kDay;
+        at->second = add(std::move(d), dirty);
+      }
+      UsageRecord& d = *row(at->second);
+      addScaled(d, r, f);
+      dirty.usage.insert(d.id);
+      if (length <= 0) break;
+    }
+    remove(id, dirty);  // its figures moved to its days: the owner's sum is unchanged
+  }
+}
+
+// Rows that ended before `before` are forgotten; their figures stay in their owner's total row.
+void UsageLedger::forget(TimePoint before, Dirty& dirty) {
+  std::vector<uint64_t> old;
+  for (size_t i = 0; i < rows_.size(); ++i)
+    if (!gone_[i] && rows_[i].kind != UsageRecord::Kind::kTotal && !rows_[i].running && rows_[i].end < before)
+      old.push_back(rows_[i].id);
+  for (uint64_t id : old) {
+    const UsageRecord r = *row(id);
+    auto t = total_rows_.find(r.owner);
+    if (t == total_rows_.end()) {
+      UsageRecord total;
+      total.kind = UsageRecord::Kind::kTotal;
+      total.owner = r.owner;
+      t = total_rows_.emplace(r.owner, add(std::move(total), dirty)).first;
+    }
+    UsageRecord& total = *row(t->second);
+    addScaled(total, r, 1.0);
+    dirty.usage.insert(total.id);
+    remove(id, dirty);  // its allocated seconds moved to the total: the owner's sum is unchanged
+  }
+}
+
+void UsageLedger::pack() {
+  if (dead_ == 0 || dead_ < rows_.size() / 4) return;
+  size_t out = 0;
+  for (size_t i = 0; i < rows_.size(); ++i)
+    if (!gone_[i]) rows_[out++] = std::move(rows_[i]);
+  rows_.resize(out);
+  gone_.assign(out, false);
+  dead_ = 0;
+}
+
+std::vector<UsageTotals> UsageLedger::report(const UsageQuery& query, TimePoint now) const {
+  std::map<std::string, UsageTotals, std::less<>> by;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (gone_[i] || rows_[i].kind == UsageRecord::Kind::kTotal) continue;
+    UsageRecord accrued;
+    if (rows_[i].running && now > rows_[i].end) {
+      accrued = rows_[i];
+      accrued.allocated_s += accrued.gpus * secondsOf(now - accrued.end);
+      accrued.end = now;
+    }
+    const UsageRecord& r = accrued.id != 0 ? accrued : rows_[i];
+    double f = 1.0;
+    if (r.end > r.start) {
+      const auto overlap = std::min(r.end, query.until) - std::max(r.start, query.since);
+      if (overlap <= TimePoint::duration::zero()) continue;
+      f = secondsOf(overlap) / secondsOf(r.end - r.start);
+    } else if (r.start < query.since || r.start >= query.until) {
+      continue;
+    }
+    const std::string& name = nameBy(r, query.by);
+    auto it = by.find(name);
+    if (it == by.end()) it = by.emplace(name, UsageTotals{.name = name}).first;
+    UsageTotals& t = it->second;
+    t.allocated_s += r.allocated_s * f;
+    t.used_s += r.used_s * f;
+    t.idle_s += r.idle_s * f;
+    t.energy_j += r.energy_j * f;
+    if (r.kind == UsageRecord::Kind::kLease) ++t.leases;
+  }
+  std::vector<UsageTotals> out;
+  out.reserve(by.size());
+  for (auto& [name, t] : by) out.push_back(std::move(t));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const UsageTotals& a, const UsageTotals& b) { return a.allocated_s > b.allocated_s; });
+  return out;
+}
+
+std::map<std::string, double, std::less<>> UsageLedger::allocatedByOwner(TimePoint now) const {
+  std::map<std::string, double, std::less<>> out = totals_;
+  for (const auto& [lease, ids] : open_)
+    for (uint64_t id : ids) {
+      const UsageRecord& r = *find(id);
+      if (now > r.end) out[r.owner] += r.gpus * secondsOf(now - r.end);
+    }
+  return out;
+}
+
+std::vector<UsageRecord> UsageLedger::ofLease(std::string_view lease) const {
+  std::vector<UsageRecord> out;
+  forEach([&](const UsageRecord& r) {
+    if (r.kind == UsageRecord::Kind::kLease && r.lease == lease) out.push_back(r);
+  });
+  return out;
+}
+
+std::vector<UsageRecord> UsageLedger::ofJob(std::string_view job) const {
+  std::vector<UsageRecord> out;
+  forEach([&](const UsageRecord& r) {
+    if (r.kind == UsageRecord::Kind::kLease && !job.empty() && r.job == job) out.push_back(r);
+  });
+  return out;
+}
+
+void UsageLedger::load(UsageRecord r) {
+  rows_.push_back(std::move(r));
+  gone_.push_back(false);
+}
+
+void UsageLedger::finishLoad() {
+  std::sort(rows_.begin(), rows_.end(),
+            [](const UsageRecord& a, const UsageRecord& b) { return a.id < b.id; });
+  gone_.assign(rows_.size(), false);
+  dead_ = 0;
+  open_.clear();
+  totals_.clear();
+  total_rows_.clear();
+  for (const UsageRecord& r : rows_) {
+    next_id_ = std::max(next_id_, r.id + 1);
+    totals_[r.owner] += r.allocated_s;
+    if (r.kind == UsageRecord::Kind::kTotal) total_rows_[r.owner] = r.id;
+    if (r.running) open_[r.lease].push_back(r.id);
+  }
+}
+
+}  // namespace poolrun::pool
