@@ -56,6 +56,12 @@ grep -q '^poold:' "$root/etc/passwd" || fail "the poold package made no user poo
 [ -d "$root/etc/poold" ] || fail "the poold package made no /etc/poold in $root"
 grep -q '^ExecStart=/usr/bin/poold ' "$root/usr/lib/systemd/system/poold.service" || fail "poold.service does not start /usr/bin/poold"
 grep -q '^User=poold$' "$root/usr/lib/systemd/system/poold.service" || fail "poold.service does not run as poold"
+# The agent's children (jobs' launchers, ranks' daemons) inherit its unit's sandbox: none that
+# would keep a job from /home, /tmp or setuid programs.
+if grep -E '^(ProtectSystem|ProtectHome|NoNewPrivileges|PrivateTmp|ReadOnlyPaths)=' \
+    "$root/usr/lib/systemd/system/poold-agent.service"; then
+  fail "poold-agent.service sandboxes the agent, and with it every job it starts"
+fi
 # The units as systemd reads them: every key known, every program there (a copy under another
 # name, naming the root's programs). Any word from systemd-analyze is a failure.
 if command -v systemd-analyze >/dev/null; then

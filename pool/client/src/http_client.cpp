@@ -362,8 +362,10 @@ class HttpPool : public PoolControl, public AgentLink {
       if (doc.contains("planned_start_ms") && doc["planned_start_ms"].is_number_integer())
         v.planned_start = fromMillis(doc["planned_start_ms"].get<int64_t>());
       v.wait_reason = doc.value("wait_reason", "");
+      if (doc.contains("usage")) v.usage = usageTotalsFromJson(doc["usage"]);
       doc.erase("planned_start_ms");
       doc.erase("wait_reason");
+      doc.erase("usage");
       v.record = jobFromJson(doc);
       out.push_back(std::move(v));
     }
@@ -655,7 +657,9 @@ std::vector<std::string> PoolControl::cancelJob(const std::string&, int) {
   throw noJobs();
 }
 std::vector<UsageTotals> PoolControl::usage(const UsageQuery&) {
-  throw badInput("only a poold (--pool http://HOST:PORT or https://HOST:PORT) keeps a usage ledger");
+  throw badInput(
+      "this pool keeps no usage ledger (Slurm's is sreport): a poold's (--pool http://HOST:PORT) and the "
+      "embedded pools' do");
 }
 std::string AgentLink::launchKey(const std::string&) {
   throw Error(ErrorCode::kUnsupported, "this link to the pool carries no launch key");

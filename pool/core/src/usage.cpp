@@ -100,6 +100,7 @@ uint64_t UsageLedger::add(UsageRecord r, Dirty& dirty) {
   totals_[r.owner] += r.allocated_s;
   if (r.kind == UsageRecord::Kind::kTotal) total_rows_[r.owner] = r.id;
   if (r.running) open_[r.lease].push_back(r.id);
+  if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
   rows_.push_back(std::move(r));
   gone_.push_back(false);
   dirty.usage.insert(rows_.back().id);
@@ -162,6 +163,7 @@ void UsageLedger::setJob(const std::string& lease, const std::string& job, Dirty
   for (uint64_t id : it->second) {
     row(id)->job = job;
     dirty.usage.insert(id);
+    if (!job.empty()) by_job_[job].push_back(id);
   }
 }
 
@@ -303,6 +305,9 @@ void UsageLedger::pack() {
   rows_.resize(out);
   gone_.assign(out, false);
   dead_ = 0;
+  by_job_.clear();
+  for (const UsageRecord& r : rows_)
+    if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
 }
 
 std::vector<UsageTotals> UsageLedger::report(const UsageQuery& query, TimePoint now) const {
@@ -362,10 +367,23 @@ std::vector<UsageRecord> UsageLedger::ofLease(std::string_view lease) const {
 
 std::vector<UsageRecord> UsageLedger::ofJob(std::string_view job) const {
   std::vector<UsageRecord> out;
-  forEach([&](const UsageRecord& r) {
-    if (r.kind == UsageRecord::Kind::kLease && !job.empty() && r.job == job) out.push_back(r);
-  });
+  auto it = by_job_.find(std::string(job));
+  if (it == by_job_.end()) return out;
+  for (uint64_t id : it->second)
+    if (const UsageRecord* r = find(id); r != nullptr && r->job == job) out.push_back(*r);
   return out;
+}
+
+UsageTotals UsageLedger::ofJobTotals(std::string_view job, TimePoint now) const {
+  UsageTotals t{.name = std::string(job)};
+  for (const UsageRecord& r : ofJob(job)) {
+    t.allocated_s += r.allocated_s + (r.running && now > r.end ? r.gpus * secondsOf(now - r.end) : 0.0);
+    t.used_s += r.used_s;
+    t.idle_s += r.idle_s;
+    t.energy_j += r.energy_j;
+    ++t.leases;
+  }
+  return t;
 }
 
 void UsageLedger::load(UsageRecord r) {
@@ -381,7 +399,9 @@ void UsageLedger::finishLoad() {
   open_.clear();
   totals_.clear();
   total_rows_.clear();
+  by_job_.clear();
   for (const UsageRecord& r : rows_) {
+    if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
     next_id_ = std::max(next_id_, r.id + 1);
     totals_[r.owner] += r.allocated_s;
     if (r.kind == UsageRecord::Kind::kTotal) total_rows_[r.owner] = r.id;

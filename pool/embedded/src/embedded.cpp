@@ -180,6 +180,10 @@ class EmbeddedPool : public PoolControl {
   std::vector<QuotaUse> quotas() override {
     return transact([](PoolState& s, TimePoint) { return s.quotaUse(); });
   }
+  // The rows of the leases this pool granted and ended (no accounting interval: no heartbeats).
+  std::vector<UsageTotals> usage(const UsageQuery& query) override {
+    return transact([&](PoolState& s, TimePoint now) { return s.usage().report(query, now); });
+  }
   void registerNodes(const std::vector<topo::ClusterNode>& nodes) override {
     requireAdmin("register nodes");
     transact([&](PoolState& s, TimePoint now) {

@@ -10,6 +10,7 @@
 #include "poolctl.hpp"
 #include "poolrun/common/time_text.hpp"
 #include "poolrun/pool/job_json.hpp"
+#include "poolrun/pool/usage_json.hpp"
 
 namespace poolrun::pool::ctl {
 
@@ -50,6 +51,7 @@ json viewJson(const JobView& v) {
   doc.erase("credential");
   doc["planned_start"] = v.planned_start ? json(common::rfc3339(*v.planned_start)) : json(nullptr);
   if (!v.wait_reason.empty()) doc["wait_reason"] = v.wait_reason;
+  if (v.usage) doc["usage"] = toJson(*v.usage);
   return doc;
 }
 
@@ -115,6 +117,7 @@ int showJob(const Command& c) {
     if (!j.cancelled_by.empty()) std::cout << "  cancelled by " << j.cancelled_by << "\n";
     if (v.planned_start) std::cout << "  planned start " << common::rfc3339(*v.planned_start) << "\n";
     if (!v.wait_reason.empty()) std::cout << "  waiting   " << v.wait_reason << "\n";
+    if (v.usage) std::cout << "  usage     " << usageLine(*v.usage) << "\n";
   }
   return 0;
 }
@@ -126,7 +129,7 @@ std::string exitText(const JobRecord& j) {
 
 void historyCsv(const std::vector<JobView>& jobs) {
   std::cout << "job,name,user,state,exit_status,signal,gpus,node,submitted,started,ended,elapsed_s,restarts,"
-               "reason\n";
+               "reason,allocated_gpu_hours,used_gpu_hours,energy_kwh\n";
   for (const JobView& v : jobs) {
     const JobRecord& j = v.record;
     const int64_t seconds =
@@ -146,7 +149,10 @@ void historyCsv(const std::vector<JobView>& jobs) {
                                              j.ended == TimePoint{} ? "" : common::rfc3339(j.ended),
                                              std::to_string(seconds),
                                              std::to_string(j.restarts),
-                                             j.reason};
+                                             j.reason,
+                                             v.usage ? decimal(v.usage->allocated_s / 3600, 4) : "",
+                                             v.usage ? decimal(v.usage->used_s / 3600, 4) : "",
+                                             v.usage ? decimal(v.usage->energy_j / 3.6e6, 6) : ""};
     for (size_t i = 0; i < fields.size(); ++i) std::cout << (i ? "," : "") << csvField(fields[i]);
     std::cout << "\n";
   }

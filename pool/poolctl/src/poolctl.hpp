@@ -90,6 +90,10 @@ std::string takeOption(std::vector<std::string>& args, const std::string& name);
 TimePoint timeOption(const std::string& option, const std::string& text);
 // A CSV field (RFC 4180): quoted where it holds a comma, a quote or a line break.
 std::string csvField(const std::string& text);
+// `v` with `digits` after the point.
+std::string decimal(double v, int digits);
+// What a job's leases used, in a line: "2.00 GPU-h allocated, 0.80 used (40.0%), 0.10 idle, 0.500 kWh".
+std::string usageLine(const UsageTotals& t);
 // usage_command.cpp: usage [--by owner|account|job|node|gpu-model] [--since T] [--until T]
 // [--format table|csv|json].
 int usageCommand(const Command& c);

@@ -14,20 +14,14 @@ namespace poolrun::pool::ctl {
 
 namespace {
 
-std::string fixed(double v, int digits) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(digits) << v;
-  return out.str();
-}
-
 std::string hours(double seconds) {
-  return fixed(seconds / 3600.0, 2);
+  return decimal(seconds / 3600.0, 2);
 }
 std::string kwh(double joules) {
-  return fixed(joules / 3.6e6, 3);
+  return decimal(joules / 3.6e6, 3);
 }
 std::string efficiency(const UsageTotals& t) {
-  return t.allocated_s > 0 ? fixed(100.0 * t.used_s / t.allocated_s, 1) + "%" : "-";
+  return t.allocated_s > 0 ? decimal(100.0 * t.used_s / t.allocated_s, 1) + "%" : "-";
 }
 
 std::string shown(const std::string& name) {
@@ -35,6 +29,17 @@ std::string shown(const std::string& name) {
 }
 
 }  // namespace
+
+std::string decimal(double v, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << v;
+  return out.str();
+}
+
+std::string usageLine(const UsageTotals& t) {
+  return hours(t.allocated_s) + " GPU-h allocated, " + hours(t.used_s) + " used (" + efficiency(t) + "), " +
+         hours(t.idle_s) + " idle, " + kwh(t.energy_j) + " kWh";
+}
 
 int usageCommand(const Command& c) {
   std::vector<std::string> args = c.args;
@@ -69,10 +74,10 @@ int usageCommand(const Command& c) {
     std::cout << column
               << ",leases,allocated_gpu_hours,used_gpu_hours,idle_gpu_hours,efficiency_percent,energy_kwh\n";
     for (const UsageTotals& t : rows)
-      std::cout << csvField(t.name) << "," << t.leases << "," << fixed(t.allocated_s / 3600, 4) << ","
-                << fixed(t.used_s / 3600, 4) << "," << fixed(t.idle_s / 3600, 4) << ","
-                << (t.allocated_s > 0 ? fixed(100.0 * t.used_s / t.allocated_s, 2) : "") << ","
-                << fixed(t.energy_j / 3.6e6, 6) << "\n";
+      std::cout << csvField(t.name) << "," << t.leases << "," << decimal(t.allocated_s / 3600, 4) << ","
+                << decimal(t.used_s / 3600, 4) << "," << decimal(t.idle_s / 3600, 4) << ","
+                << (t.allocated_s > 0 ? decimal(100.0 * t.used_s / t.allocated_s, 2) : "") << ","
+                << decimal(t.energy_j / 3.6e6, 6) << "\n";
     return 0;
   }
   size_t width = column.size();

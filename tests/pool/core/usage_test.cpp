@@ -263,6 +263,32 @@ TEST(UsageLedger, AReportCountsARowInProportionToItsTimeInsideTheRange) {
   EXPECT_EQ(s.usage().ofLease(running).at(0).allocated_s, 0) << "the row itself waits for a checkpoint";
 }
 
+// A job's rows are found by its id: every node of its lease (one it grew onto too), and the lease of
+// its next run (a requeued job); after a load as well.
+TEST(UsageLedger, AJobsLeasesAreFoundByItsIdAcrossGrowthRequeuesAndLoads) {
+  UsageLedger ledger;
+  Dirty dirty;
+  Lease first;
+  first.id = "L1";
+  first.owner = "alice";
+  ledger.holds(first, "", {{"n01", "H100", 4}}, t0(), dirty);
+  ledger.setJob("L1", "J7", dirty);
+  ledger.holds(first, "", {{"n01", "H100", 4}, {"n02", "H100", 2}}, t0() + seconds(10), dirty);
+  ledger.ended("L1", "released", t0() + seconds(20), dirty);
+  Lease again = first;
+  again.id = "L2";
+  ledger.holds(again, "", {{"n03", "H100", 1}}, t0() + seconds(30), dirty);
+  ledger.setJob("L2", "J7", dirty);
+  const UsageTotals t = ledger.ofJobTotals("J7", t0() + seconds(40));
+  EXPECT_EQ(t.leases, 3u);
+  EXPECT_DOUBLE_EQ(t.allocated_s, 4 * 20 + 2 * 10 + 1 * 10.0) << "the running lease up to now";
+  EXPECT_TRUE(ledger.ofJob("J8").empty());
+  UsageLedger loaded;
+  ledger.forEach([&](const UsageRecord& r) { loaded.load(r); });
+  loaded.finishLoad();
+  EXPECT_EQ(loaded.ofJob("J7"), ledger.ofJob("J7"));
+}
+
 // A stored row is read as strictly as any: each wrong field named.
 TEST(UsageLedger, ADamagedRowIsRefusedNamingWhatIsWrong) {
   UsageRecord r;

@@ -119,6 +119,10 @@ std::optional<double> sample(const std::string& metrics, const std::string& name
   return std::nullopt;
 }
 
+// What an event's gpu_seconds is exact to for bob's lease of 16 GPUs: its times are whole
+// milliseconds.
+constexpr double kEventResolution = 16 * 0.001;
+
 class Operations : public ::testing::Test {
  protected:
   Operations() : tokens_(dir_.writeSecret("tokens", test::kTokens)), scrape_(dir_.write("scrape", kScrape)) {}
@@ -282,8 +286,9 @@ TEST_F(Operations, CountersGpuSecondsBuildAndStartTime) {
   EXPECT_EQ(sample(m, "poolrun_gpus{state=\"failed\"}"), 1);
   EXPECT_EQ(sample(m, "poolrun_gpus{state=\"leased\"}"), 8);
 
-  // bob's only lease ended: his GPU-seconds are its event's. alice's count her expired lease and
-  // the one she still holds, which goes on adding.
+  // bob's only lease ended: his GPU-seconds are its event's, to the event's resolution (its times
+  // in whole milliseconds: 1 ms for each of the lease's 16 GPUs; the ledger's are nanoseconds).
+  // alice's count her expired lease and the one she still holds, which goes on adding.
   json all = events();
   double bobEvent = -1, aliceExpired = -1;
   for (const json& e : all["events"]) {
@@ -292,14 +297,15 @@ TEST_F(Operations, CountersGpuSecondsBuildAndStartTime) {
   }
   ASSERT_GE(bobEvent, 0) << all.dump();
   ASSERT_GE(aliceExpired, 0) << all.dump();
-  EXPECT_NEAR(sample(m, "poolrun_gpu_seconds_total{owner=\"bob\"}").value_or(-1), bobEvent, 0.0005);
+  EXPECT_NEAR(sample(m, "poolrun_gpu_seconds_total{owner=\"bob\"}").value_or(-1), bobEvent, kEventResolution);
   double alice = sample(m, "poolrun_gpu_seconds_total{owner=\"alice\"}").value_or(-1);
   EXPECT_GT(alice, aliceExpired);
   std::this_thread::sleep_for(50ms);
   std::string later = metrics();
   EXPECT_GT(sample(later, "poolrun_gpu_seconds_total{owner=\"alice\"}").value_or(-1), alice)
       << "a lease still held counts at every scrape";
-  EXPECT_NEAR(sample(later, "poolrun_gpu_seconds_total{owner=\"bob\"}").value_or(-1), bobEvent, 0.0005);
+  EXPECT_NEAR(sample(later, "poolrun_gpu_seconds_total{owner=\"bob\"}").value_or(-1), bobEvent,
+              kEventResolution);
   EXPECT_FALSE(sample(m, "poolrun_gpu_seconds_total{owner=\"root\"}")) << "root held nothing";
 
   std::string version;
@@ -310,6 +316,53 @@ TEST_F(Operations, CountersGpuSecondsBuildAndStartTime) {
   ASSERT_TRUE(started) << m;
   EXPECT_GE(*started, before - 1);
   EXPECT_LE(*started, after + 1);
+}
+
+// The usage ledger behind /metrics and GET /v1/usage: bob's released lease counts what its event
+// says, before and after a restart of poold (the counter no longer starts again at 0); the report's
+// hostile queries get 400 naming the value.
+TEST_F(Operations, UsageOutlivesARestartAndBadReportQueriesAreRefused) {
+  start();
+  scenario();
+  double bobEvent = -1;
+  const json all = events();
+  for (const json& e : all["events"])
+    if (e["kind"] == "release" && e["lease"] == released_) bobEvent = e["gpu_seconds"];
+  ASSERT_GE(bobEvent, 0);
+  auto bobIn = [&](const json& report) {
+    for (const json& row : report["rows"])
+      if (row["name"] == "bob") return row["allocated_s"].get<double>();
+    return -1.0;
+  };
+  const double bobLedger = bobIn(ok(call("GET", "/v1/usage", kBob)));
+  EXPECT_NEAR(bobLedger, bobEvent, kEventResolution);
+  const int port = poold_->port();
+  poold_->stop();
+  start({}, port);
+  EXPECT_NEAR(sample(metrics(), "poolrun_gpu_seconds_total{owner=\"bob\"}").value_or(-1), bobLedger, 0.0005)
+      << "counted on from the ledger";
+  const json report = ok(call("GET", "/v1/usage?by=node", kAlice));
+  EXPECT_EQ(report["by"], "node");
+  EXPECT_FALSE(report["rows"].empty()) << report.dump();
+  EXPECT_TRUE(ok(call("GET", "/v1/usage?since_ms=0&until_ms=1000", kAlice))["rows"].empty());
+
+  for (const std::string q : {"by=week", "by=", "since_ms=-1", "since_ms=abc", "since_ms=1.5",
+                              "until_ms=99999999999999999999", "until_ms=253402300800000", "since_ms=%00"}) {
+    auto r = call("GET", "/v1/usage?" + q, kAlice);
+    ASSERT_TRUE(r) << q;
+    EXPECT_EQ(r->status, 400) << q << ": " << r->body;
+    const std::string value = q.substr(q.find('=') + 1);
+    if (value != "%00" && !value.empty()) {
+      EXPECT_NE(r->body.find(value), std::string::npos) << r->body;
+    }
+  }
+  auto inverted = call("GET", "/v1/usage?since_ms=10&until_ms=5", kAlice);
+  ASSERT_TRUE(inverted);
+  EXPECT_EQ(inverted->status, 400);
+  EXPECT_NE(inverted->body.find("since_ms 10 is not before until_ms 5"), std::string::npos) << inverted->body;
+  EXPECT_EQ(call("GET", "/v1/usage?since_ms=5&until_ms=5", kAlice)->status, 400);
+  EXPECT_EQ(call("GET", "/v1/usage", "")->status, 401);
+  EXPECT_EQ(call("POST", "/v1/usage", kAlice)->status, 405);
 }
 
 // The quotas are a file: a change to it is an event of the audit trail, naming the file's owner as

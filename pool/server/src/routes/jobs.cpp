@@ -12,6 +12,7 @@
 #include "poolrun/pool/job_plan.hpp"
 #include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/service.hpp"
+#include "poolrun/pool/usage_json.hpp"
 #include "routes.hpp"
 #include "server_core.hpp"
 
@@ -36,6 +37,9 @@ json jobView(const PoolState& s, const JobRecord& job, const Caller& who, bool d
     doc["planned_start_ms"] = planned ? json(toMillis(*planned)) : json(nullptr);
     if (detail && job.ticket != 0) doc["wait_reason"] = s.waitReason(job.ticket);
   }
+  // What its leases used (the usage ledger, docs/accounting.md), where it ran.
+  const UsageTotals used = s.usage().ofJobTotals(job.id, std::chrono::system_clock::now());
+  if (used.leases > 0) doc["usage"] = toJson(used);
   return doc;
 }
 

@@ -45,7 +45,8 @@ struct JobSubmission;  // job_json.hpp
 struct JobView {
   JobRecord record;
   std::optional<TimePoint> planned_start;
-  std::string wait_reason;  // poolctl job's detail
+  std::string wait_reason;           // poolctl job's detail
+  std::optional<UsageTotals> usage;  // what its leases used (the usage ledger), where it ran
 };
 
 // Which jobs a list holds (GET /v1/jobs's query): every field given must match. `ended`: the jobs

@@ -110,9 +110,11 @@ class UsageLedger {
   // GPU-seconds allocated per owner since the ledger began, forgotten rows included, running rows
   // up to `now` (a counter).
   std::map<std::string, double, std::less<>> allocatedByOwner(TimePoint now) const;
-  // The rows of a lease, or of a job's leases.
+  // The rows of a lease (a walk of the ledger), or of a job's leases (indexed).
   std::vector<UsageRecord> ofLease(std::string_view lease) const;
   std::vector<UsageRecord> ofJob(std::string_view job) const;
+  // What a job's leases used, running ones up to `now` (leases 0: none counted, or folded into days).
+  UsageTotals ofJobTotals(std::string_view job, TimePoint now) const;
 
   // The store's side.
   const UsageRecord* find(uint64_t id) const;
@@ -140,9 +142,10 @@ class UsageLedger {
   std::vector<bool> gone_;         // per row: removed (until pack())
   size_t dead_ = 0;
   uint64_t next_id_ = 1;
-  std::unordered_map<std::string, std::vector<uint64_t>> open_;  // running leases: their rows
-  std::map<std::string, double, std::less<>> totals_;            // allocated GPU-seconds per owner
-  std::map<std::string, uint64_t, std::less<>> total_rows_;      // the kTotal row of each owner
+  std::unordered_map<std::string, std::vector<uint64_t>> open_;    // running leases: their rows
+  std::unordered_map<std::string, std::vector<uint64_t>> by_job_;  // jobs: their leases' rows (some gone)
+  std::map<std::string, double, std::less<>> totals_;              // allocated GPU-seconds per owner
+  std::map<std::string, uint64_t, std::less<>> total_rows_;        // the kTotal row of each owner
 };
 
 }  // namespace poolrun::pool
