@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "poolrun/pool/state.hpp"
 
@@ -17,29 +18,6 @@ double secondsOf(TimePoint::duration d) {
 
 TimePoint dayOf(TimePoint t) {
   return TimePoint(std::chrono::floor<std::chrono::days>(t.time_since_epoch()));
-}
-
-const std::string& nameBy(const UsageRecord& r, UsageBy by) {
-  switch (by) {
-    case UsageBy::kOwner:
-      return r.owner;
-    case UsageBy::kAccount:
-      return r.account;
-    case UsageBy::kJob:
-      return r.job;
-    case UsageBy::kNode:
-      return r.node;
-    case UsageBy::kGpuModel:
-      return r.model;
-  }
-  return r.owner;
-}
-
-void addScaled(UsageRecord& to, const UsageRecord& from, double f) {
-  to.allocated_s += from.allocated_s * f;
-  to.used_s += from.used_s * f;
-  to.idle_s += from.idle_s * f;
-  to.energy_j += from.energy_j * f;
 }
 
 }  // namespace
@@ -84,21 +62,54 @@ std::optional<UsageBy> usageByOf(std::string_view text) {
   return std::nullopt;
 }
 
-UsageRecord* UsageLedger::row(uint64_t id) {
-  auto it = std::lower_bound(rows_.begin(), rows_.end(), id,
-                             [](const UsageRecord& r, uint64_t v) { return r.id < v; });
+uint32_t UsageLedger::nameOf(std::string_view t) {
+  auto [it, fresh] = name_ids_.try_emplace(std::string(t), static_cast<uint32_t>(names_.size()));
+  if (fresh) names_.emplace_back(t);
+  return it->second;
+}
+
+UsageRecord UsageLedger::record(const Row& r) const {
+  UsageRecord out;
+  out.id = r.id;
+  out.kind = r.kind;
+  out.lease = r.lease;
+  out.job = r.job;
+  out.owner = text(r.owner);
+  out.account = text(r.account);
+  out.node = text(r.node);
+  out.model = text(r.model);
+  out.start = r.start;
+  out.end = r.end;
+  out.running = r.running;
+  out.gpus = r.gpus;
+  out.allocated_s = r.allocated_s;
+  out.used_s = r.used_s;
+  out.idle_s = r.idle_s;
+  out.energy_j = r.energy_j;
+  out.ended = text(r.ended);
+  return out;
+}
+
+const UsageLedger::Row* UsageLedger::row(uint64_t id) const {
+  auto it =
+      std::lower_bound(rows_.begin(), rows_.end(), id, [](const Row& r, uint64_t v) { return r.id < v; });
   if (it == rows_.end() || it->id != id || gone_[static_cast<size_t>(it - rows_.begin())]) return nullptr;
   return &*it;
 }
 
-const UsageRecord* UsageLedger::find(uint64_t id) const {
-  return const_cast<UsageLedger*>(this)->row(id);
+UsageLedger::Row* UsageLedger::row(uint64_t id) {
+  return const_cast<Row*>(std::as_const(*this).row(id));
 }
 
-uint64_t UsageLedger::add(UsageRecord r, Dirty& dirty) {
+std::optional<UsageRecord> UsageLedger::find(uint64_t id) const {
+  const Row* r = row(id);
+  return r ? std::optional<UsageRecord>(record(*r)) : std::nullopt;
+}
+
+uint64_t UsageLedger::add(Row r, Dirty& dirty) {
   r.id = next_id_++;
-  totals_[r.owner] += r.allocated_s;
-  if (r.kind == UsageRecord::Kind::kTotal) total_rows_[r.owner] = r.id;
+  totals_[text(r.owner)] += r.allocated_s;
+  if (r.kind == UsageRecord::Kind::kTotal) total_rows_[text(r.owner)] = r.id;
   if (r.running) open_[r.lease].push_back(r.id);
   if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
   rows_.push_back(std::move(r));
@@ -109,8 +120,8 @@ uint64_t UsageLedger::add(UsageRecord r, Dirty& dirty) {
 }
 
 void UsageLedger::remove(uint64_t id, Dirty& dirty) {
-  auto it = std::lower_bound(rows_.begin(), rows_.end(), id,
-                             [](const UsageRecord& r, uint64_t v) { return r.id < v; });
+  auto it =
+      std::lower_bound(rows_.begin(), rows_.end(), id, [](const Row& r, uint64_t v) { return r.id < v; });
   const size_t i = static_cast<size_t>(it - rows_.begin());
   if (it == rows_.end() || it->id != id || gone_[i]) return;
   gone_[i] = true;
@@ -118,11 +129,11 @@ void UsageLedger::remove(uint64_t id, Dirty& dirty) {
   dirty.usage.insert(id);
 }
 
-void UsageLedger::accrue(UsageRecord& r, TimePoint now) {
+void UsageLedger::accrue(Row& r, TimePoint now) {
   if (!r.running || now <= r.end) return;
   const double gpuSeconds = r.gpus * secondsOf(now - r.end);
   r.allocated_s += gpuSeconds;
-  totals_[r.owner] += gpuSeconds;
+  totals_[text(r.owner)] += gpuSeconds;
   r.end = now;
 }
 
@@ -131,25 +142,26 @@ void UsageLedger::holds(const Lease& lease, const std::string& account, const st
   std::vector<uint64_t>& ids = open_[lease.id];
   std::string job;
   for (uint64_t id : ids) {
-    UsageRecord& r = *row(id);
+    Row& r = *row(id);
     accrue(r, now);
     r.gpus = 0;
     job = r.job;
     dirty.usage.insert(id);
   }
   for (const Holding& h : holdings) {
-    auto same = std::find_if(ids.begin(), ids.end(), [&](uint64_t id) { return row(id)->node == h.node; });
+    const uint32_t node = nameOf(h.node);
+    auto same = std::find_if(ids.begin(), ids.end(), [&](uint64_t id) { return row(id)->node == node; });
     if (same != ids.end()) {
       row(*same)->gpus = h.gpus;
       continue;
     }
-    UsageRecord r;
+    Row r;
     r.lease = lease.id;
     r.job = job;
-    r.owner = lease.owner;
-    r.account = account;
-    r.node = h.node;
-    r.model = h.model;
+    r.owner = nameOf(lease.owner);
+    r.account = nameOf(account);
+    r.node = node;
+    r.model = nameOf(h.model);
     r.start = r.end = now;
     r.running = true;
     r.gpus = h.gpus;
@@ -170,11 +182,12 @@ void UsageLedger::setJob(const std::string& lease, const std::string& job, Dirty
 void UsageLedger::ended(const std::string& lease, std::string_view how, TimePoint now, Dirty& dirty) {
   auto it = open_.find(lease);
   if (it == open_.end()) return;
+  const uint32_t ended = nameOf(how);
   for (uint64_t id : it->second) {
-    UsageRecord& r = *row(id);
+    Row& r = *row(id);
     accrue(r, now);
     r.running = false;
-    r.ended = std::string(how);
+    r.ended = ended;
     dirty.usage.insert(id);
   }
   open_.erase(it);
@@ -185,8 +198,8 @@ void UsageLedger::sample(const std::string& lease, const std::string& node, doub
   auto it = open_.find(lease);
   if (it == open_.end()) return;
   for (uint64_t id : it->second) {
-    UsageRecord& r = *row(id);
-    if (r.node != node) continue;
+    Row& r = *row(id);
+    if (text(r.node) != node) continue;
     accrue(r, now);
     if (span.utilization) {
       r.used_s += *span.utilization * span.seconds * share;
@@ -203,21 +216,26 @@ void UsageLedger::checkpoint(TimePoint now, const UsageOptions& options, Dirty& 
       accrue(*row(id), now);
       dirty.usage.insert(id);
     }
+  // Days and retention are days' business: their walk of every row is done once an hour (and
+  // at once past kMaxRows).
+  if (now - last_fold_ < std::chrono::hours(1) && now >= last_fold_ && size() <= kMaxRows) return;
+  last_fold_ = now;
   fold(now - options.detail, dirty);
   forget(now - options.retention, dirty);
   pack();
 }
 
 void UsageLedger::closeLost(const std::set<std::string, std::less<>>& leases, Dirty& dirty) {
+  const uint32_t lost = nameOf("lost");
   for (auto it = open_.begin(); it != open_.end();) {
     if (leases.count(it->first)) {
       ++it;
       continue;
     }
     for (uint64_t id : it->second) {
-      UsageRecord& r = *row(id);
+      Row& r = *row(id);
       r.running = false;
-      r.ended = "lost";
+      r.ended = lost;
       dirty.usage.insert(id);
     }
     it = open_.erase(it);
@@ -228,12 +246,12 @@ void UsageLedger::closeLost(const std::set<std::string, std::less<>>& leases, Di
 // of a row per day, owner, account, node and GPU model, each day taking its share of the row's time.
 void UsageLedger::fold(TimePoint before, Dirty& dirty) {
   size_t excess = size() > kMaxRows ? size() - kMaxRows * 9 / 10 : 0;
-  using DayKey = std::tuple<TimePoint, std::string, std::string, std::string, std::string>;
+  using DayKey = std::tuple<TimePoint, uint32_t, uint32_t, uint32_t, uint32_t>;
   std::map<DayKey, uint64_t> days;
   bool indexed = false;
   std::vector<uint64_t> folded;
   for (size_t i = 0; i < rows_.size(); ++i) {
-    const UsageRecord& r = rows_[i];
+    const Row& r = rows_[i];
     if (gone_[i] || r.kind != UsageRecord::Kind::kLease || r.running) continue;
     const bool old = r.end < before;
     if (!old && excess == 0) continue;
@@ -248,7 +266,7 @@ void UsageLedger::fold(TimePoint before, Dirty& dirty) {
     folded.push_back(r.id);
   }
   for (uint64_t id : folded) {
-    const UsageRecord r = *row(id);
+    const Row r = *row(id);
     const double length = secondsOf(r.end - r.start);
     for (TimePoint day = dayOf(r.start); day <= r.end; day += kDay) {
       const double overlap = secondsOf(std::min(r.end, day + kDay) - std::max(r.start, day));
@@ -256,7 +274,7 @@ void UsageLedger::fold(TimePoint before, Dirty& dirty) {
       if (length > 0 && overlap <= 0) continue;
       auto [at, fresh] = days.try_emplace({day, r.owner, r.account, r.node, r.model}, 0);
       if (fresh) {
-        UsageRecord d;
+        Row d;
         d.kind = UsageRecord::Kind::kDay;
         d.owner = r.owner;
         d.account = r.account;
@@ -266,8 +284,11 @@ void UsageLedger::fold(TimePoint before, Dirty& dirty) {
         d.end = day + kDay;
         at->second = add(std::move(d), dirty);
       }
-      UsageRecord& d = *row(at->second);
-      addScaled(d, r, f);
+      Row& d = *row(at->second);
+      d.allocated_s += r.allocated_s * f;
+      d.used_s += r.used_s * f;
+      d.idle_s += r.idle_s * f;
+      d.energy_j += r.energy_j * f;
       dirty.usage.insert(d.id);
       if (length <= 0) break;
     }
@@ -282,16 +303,19 @@ void UsageLedger::forget(TimePoint before, Dirty& dirty) {
     if (!gone_[i] && rows_[i].kind != UsageRecord::Kind::kTotal && !rows_[i].running && rows_[i].end < before)
       old.push_back(rows_[i].id);
   for (uint64_t id : old) {
-    const UsageRecord r = *row(id);
-    auto t = total_rows_.find(r.owner);
+    const Row r = *row(id);
+    auto t = total_rows_.find(text(r.owner));
     if (t == total_rows_.end()) {
-      UsageRecord total;
+      Row total;
       total.kind = UsageRecord::Kind::kTotal;
       total.owner = r.owner;
-      t = total_rows_.emplace(r.owner, add(std::move(total), dirty)).first;
+      t = total_rows_.emplace(text(r.owner), add(std::move(total), dirty)).first;
     }
-    UsageRecord& total = *row(t->second);
-    addScaled(total, r, 1.0);
+    Row& total = *row(t->second);
+    total.allocated_s += r.allocated_s;
+    total.used_s += r.used_s;
+    total.idle_s += r.idle_s;
+    total.energy_j += r.energy_j;
     dirty.usage.insert(total.id);
     remove(id, dirty);  // its allocated seconds moved to the total: the owner's sum is unchanged
   }
@@ -306,34 +330,46 @@ void UsageLedger::pack() {
   gone_.assign(out, false);
   dead_ = 0;
   by_job_.clear();
-  for (const UsageRecord& r : rows_)
+  for (const Row& r : rows_)
     if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
 }
 
 std::vector<UsageTotals> UsageLedger::report(const UsageQuery& query, TimePoint now) const {
-  std::map<std::string, UsageTotals, std::less<>> by;
+  std::unordered_map<std::string_view, UsageTotals> by;
   for (size_t i = 0; i < rows_.size(); ++i) {
-    if (gone_[i] || rows_[i].kind == UsageRecord::Kind::kTotal) continue;
-    UsageRecord accrued;
-    if (rows_[i].running && now > rows_[i].end) {
-      accrued = rows_[i];
-      accrued.allocated_s += accrued.gpus * secondsOf(now - accrued.end);
-      accrued.end = now;
-    }
-    const UsageRecord& r = accrued.id != 0 ? accrued : rows_[i];
+    const Row& r = rows_[i];
+    if (gone_[i] || r.kind == UsageRecord::Kind::kTotal) continue;
+    // A running row counts its GPUs up to now.
+    const TimePoint end = r.running && now > r.end ? now : r.end;
+    const double allocated = r.allocated_s + (end > r.end ? r.gpus * secondsOf(end - r.end) : 0.0);
     double f = 1.0;
-    if (r.end > r.start) {
-      const auto overlap = std::min(r.end, query.until) - std::max(r.start, query.since);
+    if (end > r.start) {
+      const auto overlap = std::min(end, query.until) - std::max(r.start, query.since);
       if (overlap <= TimePoint::duration::zero()) continue;
-      f = secondsOf(overlap) / secondsOf(r.end - r.start);
+      f = secondsOf(overlap) / secondsOf(end - r.start);
     } else if (r.start < query.since || r.start >= query.until) {
       continue;
     }
-    const std::string& name = nameBy(r, query.by);
-    auto it = by.find(name);
-    if (it == by.end()) it = by.emplace(name, UsageTotals{.name = name}).first;
-    UsageTotals& t = it->second;
-    t.allocated_s += r.allocated_s * f;
+    std::string_view name;
+    switch (query.by) {
+      case UsageBy::kOwner:
+        name = text(r.owner);
+        break;
+      case UsageBy::kAccount:
+        name = text(r.account);
+        break;
+      case UsageBy::kJob:
+        name = r.job;
+        break;
+      case UsageBy::kNode:
+        name = text(r.node);
+        break;
+      case UsageBy::kGpuModel:
+        name = text(r.model);
+        break;
+    }
+    UsageTotals& t = by[name];
+    t.allocated_s += allocated * f;
     t.used_s += r.used_s * f;
     t.idle_s += r.idle_s * f;
     t.energy_j += r.energy_j * f;
@@ -341,9 +377,13 @@ std::vector<UsageTotals> UsageLedger::report(const UsageQuery& query, TimePoint 
   }
   std::vector<UsageTotals> out;
   out.reserve(by.size());
-  for (auto& [name, t] : by) out.push_back(std::move(t));
-  std::stable_sort(out.begin(), out.end(),
-                   [](const UsageTotals& a, const UsageTotals& b) { return a.allocated_s > b.allocated_s; });
+  for (auto& [name, t] : by) {
+    t.name = std::string(name);
+    out.push_back(std::move(t));
+  }
+  std::sort(out.begin(), out.end(), [](const UsageTotals& a, const UsageTotals& b) {
+    return a.allocated_s != b.allocated_s ? a.allocated_s > b.allocated_s : a.name < b.name;
+  });
   return out;
 }
 
@@ -351,17 +391,17 @@ std::map<std::string, double, std::less<>> UsageLedger::allocatedByOwner(TimePoi
   std::map<std::string, double, std::less<>> out = totals_;
   for (const auto& [lease, ids] : open_)
     for (uint64_t id : ids) {
-      const UsageRecord& r = *find(id);
-      if (now > r.end) out[r.owner] += r.gpus * secondsOf(now - r.end);
+      const Row& r = *row(id);
+      if (now > r.end) out[text(r.owner)] += r.gpus * secondsOf(now - r.end);
     }
   return out;
 }
 
 std::vector<UsageRecord> UsageLedger::ofLease(std::string_view lease) const {
   std::vector<UsageRecord> out;
-  forEach([&](const UsageRecord& r) {
-    if (r.kind == UsageRecord::Kind::kLease && r.lease == lease) out.push_back(r);
-  });
+  for (size_t i = 0; i < rows_.size(); ++i)
+    if (!gone_[i] && rows_[i].kind == UsageRecord::Kind::kLease && rows_[i].lease == lease)
+      out.push_back(record(rows_[i]));
   return out;
 }
 
@@ -370,7 +410,7 @@ std::vector<UsageRecord> UsageLedger::ofJob(std::string_view job) const {
   auto it = by_job_.find(std::string(job));
   if (it == by_job_.end()) return out;
   for (uint64_t id : it->second)
-    if (const UsageRecord* r = find(id); r != nullptr && r->job == job) out.push_back(*r);
+    if (const Row* r = row(id); r != nullptr && r->job == job) out.push_back(record(*r));
   return out;
 }
 
@@ -386,25 +426,42 @@ UsageTotals UsageLedger::ofJobTotals(std::string_view job, TimePoint now) const 
   return t;
 }
 
-void UsageLedger::load(UsageRecord r) {
+void UsageLedger::load(const UsageRecord& u) {
+  Row r;
+  r.id = u.id;
+  r.kind = u.kind;
+  r.lease = u.lease;
+  r.job = u.job;
+  r.owner = nameOf(u.owner);
+  r.account = nameOf(u.account);
+  r.node = nameOf(u.node);
+  r.model = nameOf(u.model);
+  r.ended = nameOf(u.ended);
+  r.running = u.running;
+  r.start = u.start;
+  r.end = u.end;
+  r.gpus = u.gpus;
+  r.allocated_s = u.allocated_s;
+  r.used_s = u.used_s;
+  r.idle_s = u.idle_s;
+  r.energy_j = u.energy_j;
   rows_.push_back(std::move(r));
   gone_.push_back(false);
 }
 
 void UsageLedger::finishLoad() {
-  std::sort(rows_.begin(), rows_.end(),
-            [](const UsageRecord& a, const UsageRecord& b) { return a.id < b.id; });
+  std::sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) { return a.id < b.id; });
   gone_.assign(rows_.size(), false);
   dead_ = 0;
   open_.clear();
   totals_.clear();
   total_rows_.clear();
   by_job_.clear();
-  for (const UsageRecord& r : rows_) {
+  for (const Row& r : rows_) {
     if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
     next_id_ = std::max(next_id_, r.id + 1);
-    totals_[r.owner] += r.allocated_s;
-    if (r.kind == UsageRecord::Kind::kTotal) total_rows_[r.owner] = r.id;
+    totals_[text(r.owner)] += r.allocated_s;
+    if (r.kind == UsageRecord::Kind::kTotal) total_rows_[text(r.owner)] = r.id;
     if (r.running) open_[r.lease].push_back(r.id);
   }
 }

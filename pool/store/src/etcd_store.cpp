@@ -343,7 +343,7 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
             : std::nullopt;
   }
   for (uint64_t id : dirty.usage) {
-    const UsageRecord* r = state.usage().find(id);
+    const std::optional<UsageRecord> r = state.usage().find(id);
     ops_[usageKey(id)] =
         r ? std::optional<std::string>(toJson(*r).dump(-1, ' ', false, json::error_handler_t::replace))
           : std::nullopt;

@@ -62,8 +62,8 @@ void Store::loadUsage(PoolState& state) {
 
 void Store::writeUsage(const PoolState& state, const Dirty& dirty) {
   for (uint64_t id : dirty.usage) {
-    const UsageRecord* r = state.usage().find(id);
-    if (r == nullptr) {
+    const std::optional<UsageRecord> r = state.usage().find(id);
+    if (!r) {
       Step(db_.get(), prepare("DELETE FROM usage WHERE id = ?")).bind(static_cast<int64_t>(id)).run();
       continue;
     }

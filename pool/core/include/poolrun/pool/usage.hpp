@@ -117,35 +117,53 @@ class UsageLedger {
   UsageTotals ofJobTotals(std::string_view job, TimePoint now) const;
 
   // The store's side.
-  const UsageRecord* find(uint64_t id) const;
+  std::optional<UsageRecord> find(uint64_t id) const;
   size_t size() const { return rows_.size() - dead_; }
   uint64_t nextId() const { return next_id_; }
-  void load(UsageRecord row);  // rows in any order; then finishLoad()
+  void load(const UsageRecord& row);  // rows in any order; then finishLoad()
   void loadNextId(uint64_t next) { next_id_ = std::max(next_id_, next); }
   void finishLoad();
   template <typename F>
   void forEach(F f) const {
     for (size_t i = 0; i < rows_.size(); ++i)
-      if (!gone_[i]) f(rows_[i]);
+      if (!gone_[i]) f(record(rows_[i]));
   }
 
  private:
-  UsageRecord* row(uint64_t id);
-  uint64_t add(UsageRecord r, Dirty& dirty);
+  // A row as the ledger keeps it: the names that repeat (owner, account, node, model, how it
+  // ended) are indexes into names_, so that a million rows take a third of UsageRecord's memory.
+  struct Row {
+    uint64_t id = 0;
+    std::string lease, job;
+    uint32_t owner = 0, account = 0, node = 0, model = 0, ended = 0;
+    UsageRecord::Kind kind = UsageRecord::Kind::kLease;
+    bool running = false;
+    TimePoint start{}, end{};
+    double gpus = 0, allocated_s = 0, used_s = 0, idle_s = 0, energy_j = 0;
+  };
+  uint32_t nameOf(std::string_view text);
+  const std::string& text(uint32_t name) const { return names_[name]; }
+  UsageRecord record(const Row& r) const;
+  Row* row(uint64_t id);
+  const Row* row(uint64_t id) const;
+  uint64_t add(Row r, Dirty& dirty);
   void remove(uint64_t id, Dirty& dirty);
-  void accrue(UsageRecord& r, TimePoint now);
+  void accrue(Row& r, TimePoint now);
   void fold(TimePoint before, Dirty& dirty);
   void forget(TimePoint before, Dirty& dirty);
   void pack();
 
-  std::vector<UsageRecord> rows_;  // by id (ids increase)
-  std::vector<bool> gone_;         // per row: removed (until pack())
+  std::vector<Row> rows_;   // by id (ids increase)
+  std::vector<bool> gone_;  // per row: removed (until pack())
   size_t dead_ = 0;
   uint64_t next_id_ = 1;
+  std::vector<std::string> names_{""};  // never shrinks: owners, accounts, nodes, models are few
+  std::unordered_map<std::string, uint32_t> name_ids_{{"", 0}};
   std::unordered_map<std::string, std::vector<uint64_t>> open_;    // running leases: their rows
   std::unordered_map<std::string, std::vector<uint64_t>> by_job_;  // jobs: their leases' rows (some gone)
   std::map<std::string, double, std::less<>> totals_;              // allocated GPU-seconds per owner
   std::map<std::string, uint64_t, std::less<>> total_rows_;        // the kTotal row of each owner
+  TimePoint last_fold_{};  // folding and forgetting walk every row: once an hour
 };
 
 }  // namespace poolrun::pool
