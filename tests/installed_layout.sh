@@ -15,6 +15,16 @@ rm -f "$prefix.log"
 for program in poolrun poolctl poold poold-agent poolrun-rank; do
   [ -x "$prefix/bin/$program" ] || { echo "$program is not installed in $prefix/bin"; exit 1; }
 done
+# The NCCL tuner plugin where NCCL looks for it (NCCL_TUNER_PLUGIN=poolrun: libnccl-tuner-poolrun.so
+# on the library path), the documentation, and the systemd units naming this install's programs.
+for file in lib/libnccl-tuner-poolrun.so share/doc/poolrun/README.md share/doc/poolrun/accounting.md \
+    share/doc/poolrun/index.md lib/systemd/system/poold.service lib/systemd/system/poold-agent.service; do
+  [ -f "$prefix/$file" ] || { echo "$file is not installed in $prefix"; ls -R "$prefix" | head -40; exit 1; }
+done
+for unit in poold poold-agent; do
+  grep -q "^ExecStart=$prefix/bin/$unit " "$prefix/lib/systemd/system/$unit.service" ||
+    { echo "$unit.service does not start $prefix/bin/$unit:"; grep ExecStart "$prefix/lib/systemd/system/$unit.service"; exit 1; }
+done
 module="$prefix/lib/poolrun/libpoolrun-tls.so"
 [ -f "$module" ] || { echo "the TLS module is not installed at $module"; exit 1; }
 # Port 1 of loopback takes no connection: the module is opened, then the connection is refused.
@@ -25,4 +35,4 @@ fi
 if ! printf '%s\n' "$out" | grep -q "cannot reach poold at https://127.0.0.1:1"; then
   echo "the installed poolctl did not try https://127.0.0.1:1:"; printf '%s\n' "$out" | grep error | head -5; exit 1
 fi
-echo "installed in $prefix: the programs, and the TLS module the installed poolctl opens"
+echo "installed in $prefix: the programs, the tuner plugin, the documentation, the units, and the TLS module the installed poolctl opens"

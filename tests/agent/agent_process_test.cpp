@@ -360,6 +360,21 @@ TEST(AgentProcess, OverHttpsAnAgentWithItsNodesCertificateRegistersAndOthersAreT
       r.err.find("this poold serves HTTPS only: use https://HOST:" + std::to_string(live.poold->port())),
       std::string::npos)
       << r.err;
+
+  // poolrun over HTTPS: a job on the agent's node with --ca, and with POOLRUN_CA; without either,
+  // told why before anything runs.
+  const std::string job =
+      " --token-file " + live.admin + " --simulate --no-doctor -n 2 --lease-ttl 30 -- /bin/true";
+  const std::string env = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+  r = runShell(env + POOLRUN_BINARY + " --pool " + live.poold->uri() + " --ca " + live.ca + job);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  r = runShell(env + "POOLRUN_CA=" + live.ca + " " + POOLRUN_BINARY + " --pool " + live.poold->uri() + job);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  r = runShell(env + POOLRUN_BINARY + " --pool " + live.poold->uri() + job);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.err.find("which is not among the system's CAs (no --ca or POOLRUN_CA given)"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(agent.stop(seconds(10)), 0) << slurp(live.err);
 }
 

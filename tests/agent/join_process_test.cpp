@@ -165,6 +165,28 @@ TEST(NodeJoin, ANodeJoinsWithItsTokenInAFile) {
   EXPECT_EQ(pool.list()["tokens"][0]["state"], "used");
 }
 
+// POST `body` to `path` of the poold at 127.0.0.1:`port` as raw bytes: the reply's status line and
+// body; `headers`: more header lines, each ending in CRLF.
+std::string rawPost(int port, const std::string& path, const std::string& body,
+                    const std::string& headers = "") {
+  const int fd = connectLoopback(port);
+  if (fd < 0) return "cannot connect";
+  const std::string request =
+      "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + headers +
+      "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "cannot send";
+  }
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) reply.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t end = reply.find("\r\n");
+  const size_t body_at = reply.find("\r\n\r\n");
+  return reply.substr(0, end) + " " + (body_at == std::string::npos ? "" : reply.substr(body_at + 4));
+}
+
 TEST(NodeJoin, AnExpiredTokenIsRefusedAndAUserMayNotMakeTokens) {
   JoinPool pool;
   const std::string token = pool.newToken("1s");
@@ -184,27 +206,25 @@ TEST(NodeJoin, AnExpiredTokenIsRefusedAndAUserMayNotMakeTokens) {
                  &out),
       4);
   EXPECT_EQ(out, "");
-}
 
-// POST `body` to `path` of the poold at 127.0.0.1:`port` as raw bytes: the reply's status line and
-// body.
-std::string rawPost(int port, const std::string& path, const std::string& body) {
-  const int fd = connectLoopback(port);
-  if (fd < 0) return "cannot connect";
-  const std::string request =
-      "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
-      "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "cannot send";
+  // An administrator's hostile token requests: each a 400 naming what was wrong.
+  const std::string admin = "Authorization: Bearer tok-root-0123456789\r\n";
+  for (const auto& [body, why] :
+       std::vector<std::pair<std::string, std::string>>{{R"({"expires_s": 0})", "expires_s"},
+                                                        {R"({"expires_s": 2592001})", "2592001"},
+                                                        {R"({"expires_s": -5})", "-5"},
+                                                        {R"({"expires_s": "1h"})", "expires_s"},
+                                                        {R"({"expires_s": 1.5})", "expires_s"},
+                                                        {R"({"expires_s": 60, "node": "n09"})", "node"},
+                                                        {"[]", "\"error\""},
+                                                        {"{", "\"error\""}}) {
+    const std::string reply = rawPost(pool.poold->port(), "/v1/node-tokens", body, admin);
+    EXPECT_TRUE(reply.starts_with("HTTP/1.1 400 ")) << body << ": " << reply;
+    EXPECT_NE(reply.find(why), std::string::npos) << body << ": " << reply;
   }
-  std::string reply;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) reply.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const size_t end = reply.find("\r\n");
-  const size_t body_at = reply.find("\r\n\r\n");
-  return reply.substr(0, end) + " " + (body_at == std::string::npos ? "" : reply.substr(body_at + 4));
+  EXPECT_TRUE(rawPost(pool.poold->port(), "/v1/node-tokens", R"({"expires_s": 60})", admin)
+                  .starts_with("HTTP/1.1 200 "))
+      << "the pool serves on";
 }
 
 // The join route as a hostile client sends it: each a 4xx naming what was wrong, the pool serving on.

@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "agent_run.hpp"
@@ -208,6 +209,18 @@ TEST_F(MigPoolTest, RepartitioningWaitsForTheLeaseThenTheAgentMakesTheLayout) {
   EXPECT_EQ(waiting.wait(), 0) << slurp(out) << slurp(err) << slurp(dir.path() / "agent-err");
   EXPECT_NE(slurp(out).find("n01:0: MIG layout 3g.40gb,3g.40gb made: 2 instances"), std::string::npos)
       << slurp(out);
+  // The audit trail: who asked for the layout, how they were known, from where.
+  std::string events;
+  runProgram({POOLCTL_BINARY, "--pool", poold->uri(), "--token-file", admin, "--json", "events"}, &events);
+  bool audited = false;
+  std::istringstream lines(events);
+  for (std::string line; std::getline(lines, line);) {
+    const json e = json::parse(line, nullptr, false);
+    audited = audited || (e.is_object() && e.value("kind", "") == "mig_layout_asked" &&
+                          e.value("node", "") == "n01" && e.value("by", "") == "root" &&
+                          e.value("auth", "") == "token" && e.value("from", "") == "127.0.0.1");
+  }
+  EXPECT_TRUE(audited) << events;
   json now = instances();
   ASSERT_EQ(now.size(), 2u) << now.dump();
   EXPECT_EQ(now[0]["profile"], "3g.40gb");

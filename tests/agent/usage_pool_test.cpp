@@ -5,6 +5,7 @@
 // (SQLite) and of the leading replica (etcd), and `poolctl usage` as a table and CSV.
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <cmath>
 #include <map>
@@ -153,6 +154,14 @@ TEST_P(UsagePoolTest, TwoOwnersUsageIsExactAcrossAKilledPoold) {
   EXPECT_NEAR(usageOf("alice")["energy_j"].get<double>(), 10'000, 1e-6) << "the counters' growth, exactly";
   EXPECT_NEAR(usageOf("bob")["energy_j"].get<double>(), 7'000, 1e-6);
   EXPECT_GT(usageOf("alice")["used_s"].get<double>(), 0) << "40% utilisation integrated";
+  if (single) {  // /metrics' counters from the ledger
+    httplib::Client c("127.0.0.1", single->port());
+    auto r = c.Get("/metrics", {{"Authorization", "Bearer tok-root-0123456789"}});
+    ASSERT_TRUE(r && r->status == 200);
+    EXPECT_NE(r->body.find("poolrun_gpu_energy_joules_total{owner=\"alice\"} 10000.000\n"), std::string::npos)
+        << r->body;
+    EXPECT_NE(r->body.find("poolrun_gpu_used_seconds_total{owner=\"bob\"} "), std::string::npos) << r->body;
+  }
 
   // Past an accounting interval, poold dies; what it stored is there after the restart (or on the
   // replica that takes over), and the leases, still held, count on.

@@ -108,7 +108,7 @@ std::optional<UsageRecord> UsageLedger::find(uint64_t id) const {
 
 uint64_t UsageLedger::add(Row r, Dirty& dirty) {
   r.id = next_id_++;
-  totals_[text(r.owner)] += r.allocated_s;
+  count(r);
   if (r.kind == UsageRecord::Kind::kTotal) total_rows_[text(r.owner)] = r.id;
   if (r.running) open_[r.lease].push_back(r.id);
   if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
@@ -133,7 +133,7 @@ void UsageLedger::accrue(Row& r, TimePoint now) {
   if (!r.running || now <= r.end) return;
   const double gpuSeconds = r.gpus * secondsOf(now - r.end);
   r.allocated_s += gpuSeconds;
-  totals_[text(r.owner)] += gpuSeconds;
+  totals_[text(r.owner)].allocated_s += gpuSeconds;
   r.end = now;
 }
 
@@ -201,11 +201,19 @@ void UsageLedger::sample(const std::string& lease, const std::string& node, doub
     Row& r = *row(id);
     if (text(r.node) != node) continue;
     accrue(r, now);
+    UsageTotals& owner = totals_[text(r.owner)];
     if (span.utilization) {
       r.used_s += *span.utilization * span.seconds * share;
-      if (*span.utilization < span.idle_below) r.idle_s += span.seconds * share;
+      owner.used_s += *span.utilization * span.seconds * share;
+      if (*span.utilization < span.idle_below) {
+        r.idle_s += span.seconds * share;
+        owner.idle_s += span.seconds * share;
+      }
     }
-    if (span.energy_j) r.energy_j += *span.energy_j * share;
+    if (span.energy_j) {
+      r.energy_j += *span.energy_j * share;
+      owner.energy_j += *span.energy_j * share;
+    }
     return;
   }
 }
@@ -387,12 +395,22 @@ std::vector<UsageTotals> UsageLedger::report(const UsageQuery& query, TimePoint 
   return out;
 }
 
-std::map<std::string, double, std::less<>> UsageLedger::allocatedByOwner(TimePoint now) const {
-  std::map<std::string, double, std::less<>> out = totals_;
+void UsageLedger::count(const Row& r) {
+  UsageTotals& t = totals_[text(r.owner)];
+  t.name = text(r.owner);
+  t.allocated_s += r.allocated_s;
+  t.used_s += r.used_s;
+  t.idle_s += r.idle_s;
+  t.energy_j += r.energy_j;
+  if (r.kind == UsageRecord::Kind::kLease) ++t.leases;
+}
+
+std::map<std::string, UsageTotals, std::less<>> UsageLedger::totalsByOwner(TimePoint now) const {
+  std::map<std::string, UsageTotals, std::less<>> out = totals_;
   for (const auto& [lease, ids] : open_)
     for (uint64_t id : ids) {
       const Row& r = *row(id);
-      if (now > r.end) out[text(r.owner)] += r.gpus * secondsOf(now - r.end);
+      if (now > r.end) out[text(r.owner)].allocated_s += r.gpus * secondsOf(now - r.end);
     }
   return out;
 }
@@ -460,7 +478,7 @@ void UsageLedger::finishLoad() {
   for (const Row& r : rows_) {
     if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
     next_id_ = std::max(next_id_, r.id + 1);
-    totals_[text(r.owner)] += r.allocated_s;
+    count(r);
     if (r.kind == UsageRecord::Kind::kTotal) total_rows_[text(r.owner)] = r.id;
     if (r.running) open_[r.lease].push_back(r.id);
   }

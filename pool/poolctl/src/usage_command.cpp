@@ -63,7 +63,9 @@ int usageCommand(const Command& c) {
   if (c.json && format != "json") throw badInput("usage: give --json or --format " + format + ", not both");
   if (!since.empty()) q.since = timeOption("--since", since);
   if (!until.empty()) q.until = timeOption("--until", until);
-  if (q.until <= q.since) throw badInput("usage: --until " + until + " is not after --since " + since);
+  if (q.until <= q.since)
+    throw badInput("usage: --until " + until + " is not after " +
+                   (since.empty() ? std::string("the ledger's start (1970)") : "--since " + since));
   const std::vector<UsageTotals> rows = c.pool().usage(q);
   if (format == "json") {
     printJsonList(rows);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "poolrun/pool/quotas.hpp"
@@ -49,13 +50,20 @@ void ServerCore::reloadQuotas() {
     struct stat st {};
     const std::string owner =
         ::stat(opt.quotas_file.c_str(), &st) == 0 ? common::userText(st.st_uid) : std::string("unknown");
+    // From where: the file is on poold's machine, so whoever changed it did so there.
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
     mutate([&](PoolState& s, TimePoint now) {
       const std::vector<std::string> changes = quotaChanges(s.quotas(), *q);
       s.setQuotas(std::move(*q));
       if (!changes.empty())
-        events->record(
-            "quotas_changed",
-            {{"file", opt.quotas_file.string()}, {"changes", changes}, {"by", owner}, {"auth", "file"}}, now);
+        events->record("quotas_changed",
+                       {{"file", opt.quotas_file.string()},
+                        {"changes", changes},
+                        {"by", owner},
+                        {"auth", "file"},
+                        {"from", std::string(host)}},
+                       now);
       s.tick(now, opt.stale_after);
       return 0;
     });

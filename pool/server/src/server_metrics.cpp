@@ -251,6 +251,28 @@ std::string ServerMetrics::render(const PoolStatus& s, const HttpServerStats& h,
   return out.str() + renderProcess();
 }
 
+std::string ServerMetrics::renderUsage(const std::map<std::string, UsageTotals, std::less<>>& owners) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [owner, t] : owners) {
+    auto& [used, joules] = shown_usage_[owner];
+    used = std::max(used, t.used_s);
+    joules = std::max(joules, t.energy_j);
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3);
+  gauge(out, "poolrun_gpu_used_seconds_total",
+        "GPU-seconds each owner's leases computed (utilisation integrated), from the usage ledger.",
+        "counter");
+  for (const auto& [owner, v] : shown_usage_)
+    out << "poolrun_gpu_used_seconds_total{owner=\"" << labelValue(owner) << "\"} " << v.first << "\n";
+  gauge(out, "poolrun_gpu_energy_joules_total",
+        "Energy the GPUs of each owner's leases drew, from the usage ledger (NVML's energy counter).",
+        "counter");
+  for (const auto& [owner, v] : shown_usage_)
+    out << "poolrun_gpu_energy_joules_total{owner=\"" << labelValue(owner) << "\"} " << v.second << "\n";
+  return out.str();
+}
+
 std::string ServerMetrics::renderProcess() const {
   std::ostringstream out;
   gauge(out, "poolrun_build_info", "poold's version; the value is 1.", "gauge");

@@ -87,7 +87,10 @@ TEST(UsageLedger, ALeaseCountsItsGpuSecondsItsUseAndItsEnergyFromGrantToRelease)
   const UsageTotals alice = only(s.usage().report({}, t0() + seconds(200)), "alice");
   EXPECT_EQ(alice.leases, 1u);
   EXPECT_DOUBLE_EQ(alice.allocated_s, 400);
-  EXPECT_DOUBLE_EQ(s.usage().allocatedByOwner(t0() + seconds(500)).at("alice"), 400) << "it ended";
+  const UsageTotals owner = s.usage().totalsByOwner(t0() + seconds(500)).at("alice");
+  EXPECT_DOUBLE_EQ(owner.allocated_s, 400) << "it ended";
+  EXPECT_DOUBLE_EQ(owner.used_s, 200);
+  EXPECT_DOUBLE_EQ(owner.energy_j, 4 * 20 * 300.0);
 }
 
 // A GPU under --idle-utilization counts idle; a GPU without an energy counter counts its power over
@@ -188,7 +191,7 @@ TEST(UsageLedger, RowsSurviveTheStateFileAndALeaseLostMeanwhileIsClosed) {
   EXPECT_DOUBLE_EQ(back.usage().ofLease(kept).at(0).allocated_s, 2 * 90.0) << "counted on after the load";
   EXPECT_DOUBLE_EQ(back.usage().ofLease(lost).at(0).allocated_s, 2 * 70.0);
   EXPECT_EQ(back.usage().ofLease(ended).at(0).ended, "released");
-  EXPECT_DOUBLE_EQ(back.usage().allocatedByOwner(t0() + seconds(90)).at("carol"), 30);
+  EXPECT_DOUBLE_EQ(back.usage().totalsByOwner(t0() + seconds(90)).at("carol").allocated_s, 30);
 
   // A state whose lease vanished without its row being closed (a restore from an older backup):
   // the first checkpoint closes the row as lost where it was last counted.
@@ -217,7 +220,7 @@ TEST(UsageLedger, OldRowsAreFoldedIntoDaysThenForgottenAndTheOwnersTotalStays) {
   const TimePoint start = midnight + hours(18);
   const std::string id = s.submit(parseRequest("2"), start).lease->id;
   s.release(id, "alice", false, start + hours(12));  // 6 h on the first day, 6 on the next
-  const double total = s.usage().allocatedByOwner(start + hours(12)).at("alice");
+  const double total = s.usage().totalsByOwner(start + hours(12)).at("alice").allocated_s;
   EXPECT_DOUBLE_EQ(total, 2 * 12 * 3600.0);
   s.accountUsage(start + hours(24));
   EXPECT_EQ(s.usage().ofLease(id).size(), 1u) << "within the detail";
@@ -232,7 +235,7 @@ TEST(UsageLedger, OldRowsAreFoldedIntoDaysThenForgottenAndTheOwnersTotalStays) {
   EXPECT_DOUBLE_EQ(days[0].allocated_s, 2 * 6 * 3600.0);
   EXPECT_EQ(days[1].start, midnight + hours(24));
   EXPECT_DOUBLE_EQ(days[1].allocated_s, 2 * 6 * 3600.0);
-  EXPECT_DOUBLE_EQ(s.usage().allocatedByOwner(start + hours(72)).at("alice"), total);
+  EXPECT_DOUBLE_EQ(s.usage().totalsByOwner(start + hours(72)).at("alice").allocated_s, total);
   // A report of the second day alone.
   UsageQuery second{.by = UsageBy::kOwner, .since = midnight + hours(24), .until = midnight + hours(48)};
   EXPECT_DOUBLE_EQ(only(s.usage().report(second, start + hours(72)), "alice").allocated_s, 2 * 6 * 3600.0);
@@ -244,7 +247,7 @@ TEST(UsageLedger, OldRowsAreFoldedIntoDaysThenForgottenAndTheOwnersTotalStays) {
   });
   EXPECT_EQ(left, 1u) << "only alice's total";
   EXPECT_TRUE(s.usage().report({}, start + hours(24 * 12)).empty());
-  EXPECT_DOUBLE_EQ(s.usage().allocatedByOwner(start + hours(24 * 12)).at("alice"), total);
+  EXPECT_DOUBLE_EQ(s.usage().totalsByOwner(start + hours(24 * 12)).at("alice").allocated_s, total);
 }
 
 // A report over part of a row counts that part of it.

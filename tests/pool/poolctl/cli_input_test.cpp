@@ -57,6 +57,29 @@ TEST(CliInputTest, PoolctlOptionValues) {
        "'.' "
        "and '@', not starting with '-')"},
       {"--role root status", "poolctl: error: --role 'root': use user or admin"},
+      {"node-token create --expires 0", "poolctl: error: --expires 0: a join token lives 1s to 30d"},
+      {"node-token create --expires 31d", "poolctl: error: --expires 31d: a join token lives 1s to 30d"},
+      {"node-token create --expires -1h",
+       "poolctl: error: --expires '-1h': expected a duration such as 90s, 30m, 1h or 7d"},
+      {"node-token create --expires 1y",
+       "poolctl: error: --expires '1y': expected a duration such as 90s, 30m, 1h or 7d"},
+      {"node-token create --expires 9999999999999d",
+       "poolctl: error: --expires '9999999999999d': expected a duration such as 90s, 30m, 1h or 7d"},
+      {"node-token create --ttl 1h",
+       "poolctl: error: node-token create: unexpected '--ttl' (it takes [--expires DURATION])"},
+      {"usage --by week", "poolctl: error: usage: --by 'week': give owner, account, job, node or gpu-model"},
+      {"usage --by", "poolctl: error: --by needs a value"},
+      {"usage --format xml", "poolctl: error: usage: --format 'xml': give table, csv or json"},
+      {"--json usage --format csv", "poolctl: error: usage: give --json or --format csv, not both"},
+      {"usage --since yesterday",
+       "poolctl: error: --since 'yesterday': give a time (2026-12-01T08:00:00Z), a day (2026-12-01) or how "
+       "long ago (12h, 7d)"},
+      {"usage --since 2026-12-02 --until 2026-12-01",
+       "poolctl: error: usage: --until 2026-12-01 is not after --since 2026-12-02"},
+      {"usage --until 1970-01-01",
+       "poolctl: error: usage: --until 1970-01-01 is not after the ledger's start (1970)"},
+      {"usage extra",
+       "poolctl: error: usage takes --by B, --since T, --until T and --format F (got 'extra')"},
   };
   for (const CliCase& c : cases) {
     test::ProcessResult r = test::runShell(kPoolctl + c.args);

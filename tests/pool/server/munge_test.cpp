@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <pwd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -84,10 +85,14 @@ TEST(Munge, UsersNeedNoTokenActOnTheirOwnLeasesAndTheAdminGroupOnAnyWithAnAuditT
   EXPECT_EQ(r.status, 0) << "carol is in " << pool.admins << ": " << r.err;
   r = pool.poolctl(pool.carol, "drain hgx01");
   EXPECT_EQ(r.status, 0) << r.err;
+  r = pool.poolctl(pool.carol, "resume hgx01");
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = pool.poolctl(pool.carol, "fail hgx02:3");
+  EXPECT_EQ(r.status, 0) << r.err;
 
-  // The audit trail: who, how, from where.
-  bool released = false, drained = false;
-  for (int i = 0; i < 50 && !(released && drained); ++i) {
+  // The audit trail: who, how, from where, for each administrator's action.
+  bool released = false, drained = false, resumed = false, failed = false;
+  for (int i = 0; i < 50 && !(released && drained && resumed && failed); ++i) {
     std::ifstream log(pool.dir.path() / "state" / "events.jsonl");
     for (std::string line; std::getline(log, line);) {
       const nlohmann::json e = nlohmann::json::parse(line, nullptr, false);
@@ -96,12 +101,38 @@ TEST(Munge, UsersNeedNoTokenActOnTheirOwnLeasesAndTheAdminGroupOnAnyWithAnAuditT
                            e.value("from", "") == "127.0.0.1";
       released = released || (e.value("kind", "") == "lease_released_by_admin" &&
                               e.value("owner", "") == pool.alice && e.value("lease", "") == id && audited);
-      drained = drained || (e.value("kind", "") == "node_state" && e.value("node", "") == "hgx01" && audited);
+      const bool hgx01 = e.value("kind", "") == "node_state" && e.value("node", "") == "hgx01" && audited;
+      drained = drained || (hgx01 && e.value("state", "") == "draining");
+      resumed = resumed || (hgx01 && e.value("state", "") == "up");
+      failed = failed || (e.value("kind", "") == "gpu_failed" && e.value("node", "") == "hgx02" &&
+                          e.value("index", -1) == 3 && audited);
     }
-    if (!(released && drained)) std::this_thread::sleep_for(milliseconds(100));
+    if (!(released && drained && resumed && failed)) std::this_thread::sleep_for(milliseconds(100));
   }
   EXPECT_TRUE(released) << slurp(pool.dir.path() / "state" / "events.jsonl");
   EXPECT_TRUE(drained) << slurp(pool.dir.path() / "state" / "events.jsonl");
+  EXPECT_TRUE(resumed) << slurp(pool.dir.path() / "state" / "events.jsonl");
+  EXPECT_TRUE(failed) << slurp(pool.dir.path() / "state" / "events.jsonl");
+
+  // poolrun as alice, with no token either: her job's lease is hers (its grant event names her).
+  const std::filesystem::path home = pool.dir.path() / "alice-home";
+  std::filesystem::create_directories(home);
+  const struct passwd* pw = getpwnam(pool.alice.c_str());
+  ASSERT_NE(pw, nullptr);
+  ASSERT_EQ(::chown(home.c_str(), pw->pw_uid, pw->pw_gid), 0);
+  const ProcessResult job = runShell(
+      pool.users.as(pool.alice, "HOME=" + home.string() + " POOLRUN_MUNGE_SOCKET=" + pool.munged.socket() +
+                                    " " + POOLRUN_BINARY + " --pool " + pool.poold->uri() +
+                                    " --simulate --no-doctor -n 2 --name munge-job -- /bin/true"));
+  EXPECT_EQ(job.status, 0) << job.out << job.err;
+  bool granted = false;
+  std::ifstream log(pool.dir.path() / "state" / "events.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json e = nlohmann::json::parse(line, nullptr, false);
+    granted = granted || (e.is_object() && e.value("kind", "") == "grant" &&
+                          e.value("owner", "") == pool.alice && e.value("job", "") == "munge-job");
+  }
+  EXPECT_TRUE(granted) << slurp(pool.dir.path() / "state" / "events.jsonl");
 
   // Tokens still work beside MUNGE.
   const std::string token = pool.dir.writeSecret("alice-token", "tok-alice-0123456789\n").string();

@@ -273,6 +273,24 @@ TEST_F(Operations, PooldRefusesBadMetricsOptionsNamingTheValue) {
   EXPECT_FALSE(std::filesystem::exists(state() / "pool.sqlite")) << "refused before the state was touched";
 }
 
+// --insecure-http says at every start that tokens cross the network in clear (on loopback here: the
+// words are the same wherever it listens); without it, nothing of the kind.
+TEST_F(Operations, InsecureHttpWarnsAtEveryStart) {
+  const std::string base = "timeout -s TERM 2 " + std::string(POOLD_BINARY) + " --state " + state().string() +
+                           " --token-file " + tokens_.string() + " --listen 127.0.0.1:0";
+  for (int start = 0; start < 2; ++start) {
+    test::ProcessResult r = test::runShell(base + " --insecure-http");
+    EXPECT_NE(r.err.find("poold: warning: serving plain HTTP on 127.0.0.1:0 (--insecure-http): bearer tokens "
+                         "and all the pool's traffic cross the network in clear"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.out.find("listening on http://127.0.0.1:"), std::string::npos) << r.out;
+  }
+  test::ProcessResult plain = test::runShell(base);
+  EXPECT_EQ(plain.err.find("in clear"), std::string::npos) << plain.err;
+  EXPECT_NE(plain.out.find("listening on http://127.0.0.1:"), std::string::npos) << plain.out;
+}
+
 TEST_F(Operations, CountersGpuSecondsBuildAndStartTime) {
   const double before =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -382,6 +400,9 @@ TEST_F(Operations, AChangeOfTheQuotasFileIsAnAuditEvent) {
   ASSERT_FALSE(changed.is_null()) << events().dump();
   EXPECT_EQ(changed["by"], common::userText(geteuid()));  // the file's owner: who wrote it
   EXPECT_EQ(changed["auth"], "file");
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  EXPECT_EQ(changed["from"], std::string(host)) << "poold's machine, where the file is";
   EXPECT_EQ(changed["file"], quotas.string());
   EXPECT_EQ(changed["changes"],
             json({"group vision: guaranteed 16 -> 32", "owner carol added: guaranteed 8, limit none"}));

@@ -113,6 +113,19 @@ TEST(ServerMetrics, CountsReleasesAndExpiriesAndShowsTheLedgersGpuSecondsNeverLe
   std::map<std::string, int64_t> back = m.gpuMillis({{"alice", 79.0}, {"bob", 47.0}});
   EXPECT_EQ(back["alice"], 80'000);
   EXPECT_EQ(back["bob"], 47'000);
+  // The ledger's use and energy, each never less than before.
+  UsageTotals alice{.name = "alice", .used_s = 12.5, .energy_j = 5000};
+  std::string usage = m.renderUsage({{"alice", alice}});
+  EXPECT_NE(usage.find("# TYPE poolrun_gpu_used_seconds_total "
+                       "counter\npoolrun_gpu_used_seconds_total{owner=\"alice\"} 12.500\n"),
+            std::string::npos)
+      << usage;
+  EXPECT_NE(usage.find("poolrun_gpu_energy_joules_total{owner=\"alice\"} 5000.000\n"), std::string::npos)
+      << usage;
+  alice.energy_j = 4000;
+  usage = m.renderUsage({{"alice", alice}});
+  EXPECT_NE(usage.find("poolrun_gpu_energy_joules_total{owner=\"alice\"} 5000.000\n"), std::string::npos)
+      << usage;
 
   std::string text = m.render(PoolStatus{}, HttpServerStats{}, {{"bob", 46'000}, {"a\"b", 1}});
   EXPECT_NE(text.find("poolrun_lease_releases_total 1\n"), std::string::npos) << text;

@@ -264,6 +264,20 @@ TEST(Tls, FilesReplacedUnderARunningServerAreTakenAndAMismatchedPairIsNot) {
   EXPECT_EQ(failureOf("127.0.0.1", s.port(), trustOld), "");
   EXPECT_NE(failureOf("127.0.0.1", s.port(), trustNew), "");
 
+  // The same key again, readable by every user: refused as at start, the old pair stays.
+  fs::copy_file(pki().server.key, dir.path() / "open.key");
+  fs::permissions(dir.path() / "open.key", fs::perms(0644));
+  fs::rename(dir.path() / "open.key", key);
+  bool refusedOpen = false;
+  for (int i = 0; i < 60 && !refusedOpen; ++i) {
+    EXPECT_EQ(failureOf("127.0.0.1", s.port(), trustOld), "") << "the previous pair is kept";
+    for (const std::string& w : s.warnings())
+      refusedOpen = refusedOpen || (w.find("keeping the previous TLS certificate") != std::string::npos &&
+                                    w.find("readable by every user (mode 0644)") != std::string::npos);
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(refusedOpen);
+
   // A key alone, which matches no certificate the server has: the old pair stays.
   fs::copy_file(pki().otherServer.key, dir.path() / "new.key");
   fs::rename(dir.path() / "new.key", key);
@@ -350,6 +364,29 @@ TEST(Tls, AClientCertificateIsAskedForNotRequiredAndOneOfAnotherCaIsRefused) {
       failureOf("127.0.0.1", s.port(), {pki().ca.caCert(), pki().otherNode.cert, pki().otherNode.key}, &kind);
   EXPECT_NE(e.find("refused this client's certificate (--tls-cert)"), std::string::npos) << e;
   EXPECT_EQ(kind, HttpFailed::Kind::kRefused);
+}
+
+// The client CA file replaced under a running server (a site moving its nodes to a new CA): the
+// new CA's clients are taken, the old one's refused, within the files' watch.
+TEST(Tls, AReplacedClientCaIsTaken) {
+  test::TempDir dir;
+  const fs::path ca = dir.path() / "clients.pem";
+  fs::copy_file(pki().ca.caCert(), ca);
+  Served s(tlsOptions(pki().server, ca));
+  const common::TlsClientFiles node1{pki().ca.caCert(), pki().node1.cert, pki().node1.key},
+      other{pki().ca.caCert(), pki().otherNode.cert, pki().otherNode.key};
+  EXPECT_EQ(failureOf("127.0.0.1", s.port(), node1), "");
+  EXPECT_NE(failureOf("127.0.0.1", s.port(), other), "");
+  fs::copy_file(pki().other.caCert(), dir.path() / "new.pem");
+  fs::rename(dir.path() / "new.pem", ca);
+  bool taken = false;
+  for (int i = 0; i < 60 && !taken; ++i) {
+    taken = failureOf("127.0.0.1", s.port(), other).empty();
+    if (!taken) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(taken) << "the new client CA was not taken within 6 s";
+  EXPECT_NE(failureOf("127.0.0.1", s.port(), node1).find("refused this client's certificate"),
+            std::string::npos);
 }
 
 // With --tls-client-ca, a node's token is taken only over a connection whose certificate names

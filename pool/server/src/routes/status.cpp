@@ -33,15 +33,20 @@ json replicaList(ServerCore& m, Context&) {
 json prometheusText(ServerCore& m, Context&) {
   PoolStatus s;
   std::map<std::string, int64_t> gpuMillis;
+  std::string usage;
   std::ostringstream live;
   m.read([&](const PoolState& st) {
     s = st.status();
-    gpuMillis = m.metrics.gpuMillis(st.usage().allocatedByOwner(std::chrono::system_clock::now()));
+    const auto owners = st.usage().totalsByOwner(std::chrono::system_clock::now());
+    std::map<std::string, double, std::less<>> allocated;
+    for (const auto& [owner, t] : owners) allocated[owner] = t.allocated_s;
+    gpuMillis = m.metrics.gpuMillis(allocated);
+    usage = m.metrics.renderUsage(owners);
     writeLiveMetrics(live, st, std::chrono::system_clock::now());
     return 0;
   });
-  return json(m.metrics.render(s, m.http ? m.http->stats() : HttpServerStats{}, gpuMillis) + live.str() +
-              (m.opt.more_metrics ? m.opt.more_metrics() : std::string()));  // unbound: tests
+  return json(m.metrics.render(s, m.http ? m.http->stats() : HttpServerStats{}, gpuMillis) + usage +
+              live.str() + (m.opt.more_metrics ? m.opt.more_metrics() : std::string()));  // unbound: tests
 }
 
 }  // namespace

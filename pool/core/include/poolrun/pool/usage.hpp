@@ -107,9 +107,9 @@ class UsageLedger {
 
   // Running rows count their GPUs up to `now` (their use, up to their last sample).
   std::vector<UsageTotals> report(const UsageQuery& query, TimePoint now) const;
-  // GPU-seconds allocated per owner since the ledger began, forgotten rows included, running rows
-  // up to `now` (a counter).
-  std::map<std::string, double, std::less<>> allocatedByOwner(TimePoint now) const;
+  // Each owner's figures since the ledger began, forgotten rows included, running rows' allocated
+  // GPU-seconds up to `now` (counters: /metrics).
+  std::map<std::string, UsageTotals, std::less<>> totalsByOwner(TimePoint now) const;
   // The rows of a lease (a walk of the ledger), or of a job's leases (indexed).
   std::vector<UsageRecord> ofLease(std::string_view lease) const;
   std::vector<UsageRecord> ofJob(std::string_view job) const;
@@ -149,6 +149,7 @@ class UsageLedger {
   uint64_t add(Row r, Dirty& dirty);
   void remove(uint64_t id, Dirty& dirty);
   void accrue(Row& r, TimePoint now);
+  void count(const Row& r);  // its figures into its owner's totals_
   void fold(TimePoint before, Dirty& dirty);
   void forget(TimePoint before, Dirty& dirty);
   void pack();
@@ -161,7 +162,7 @@ class UsageLedger {
   std::unordered_map<std::string, uint32_t> name_ids_{{"", 0}};
   std::unordered_map<std::string, std::vector<uint64_t>> open_;    // running leases: their rows
   std::unordered_map<std::string, std::vector<uint64_t>> by_job_;  // jobs: their leases' rows (some gone)
-  std::map<std::string, double, std::less<>> totals_;              // allocated GPU-seconds per owner
+  std::map<std::string, UsageTotals, std::less<>> totals_;         // per owner, every row's figures
   std::map<std::string, uint64_t, std::less<>> total_rows_;        // the kTotal row of each owner
   TimePoint last_fold_{};  // folding and forgetting walk every row: once an hour
 };

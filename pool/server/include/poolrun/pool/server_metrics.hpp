@@ -54,6 +54,9 @@ class ServerMetrics {
   std::map<std::string, int64_t> gpuMillis(const std::map<std::string, double, std::less<>>& ledger);
   std::string render(const PoolStatus& pool, const HttpServerStats& http,
                      const std::map<std::string, int64_t>& gpu_millis) const;
+  // The usage ledger's other counters per owner (UsageLedger::totalsByOwner): GPU-seconds used and
+  // joules. Never less than a previous answer for an owner.
+  std::string renderUsage(const std::map<std::string, UsageTotals, std::less<>>& owners);
   // The process's series alone (poolrun_build_info, process_start_time_seconds), which render()
   // ends with: all a standby has of its own besides replicaSeries().
   std::string renderProcess() const;
@@ -67,7 +70,8 @@ class ServerMetrics {
   std::string version_;
   uint64_t releases_ = 0;
   uint64_t expiries_ = 0;
-  std::map<std::string, int64_t> shown_millis_;  // the last gpuMillis() answer, by owner
+  std::map<std::string, int64_t> shown_millis_;                   // the last gpuMillis() answer, by owner
+  std::map<std::string, std::pair<double, double>> shown_usage_;  // renderUsage's: used s, joules
 };
 
 struct EtcdMemberStatus;
