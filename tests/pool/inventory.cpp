@@ -293,6 +293,23 @@ void registerAgent(pool::PoolState& state, const std::string& node, pool::TimePo
   state.registerAgentNode({c, "poold-agent test"}, now);
 }
 
+pool::PoolState livePool(const std::string& spec, pool::LiveOptions options) {
+  pool::PoolState state;
+  state.setLiveOptions(options);
+  addInventory(state, spec, t0());
+  std::vector<topo::ClusterNode> nodes;
+  for (const auto& [name, node] : state.nodeMap()) {
+    topo::ClusterNode c;
+    c.name = name;
+    c.topology = node.topology;
+    c.switch_name = node.switch_name;
+    c.labels = node.labels;
+    nodes.push_back(c);
+  }
+  for (const auto& c : nodes) state.registerAgentNode({c, "poold-agent test"}, t0());
+  return state;
+}
+
 pool::Heartbeat heartbeatOf(const pool::PoolState& state, const std::string& node, double utilization) {
   const pool::PoolNode& n = state.nodeMap().at(node);
   pool::Heartbeat hb;

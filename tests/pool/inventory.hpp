@@ -47,5 +47,7 @@ std::vector<std::string> leasesUnderNotice(const pool::PoolState& state);
 void registerAgent(pool::PoolState& state, const std::string& node, pool::TimePoint now);
 // A heartbeat of agent node `node` with a sample of every GPU at SM utilisation `utilization`.
 pool::Heartbeat heartbeatOf(const pool::PoolState& state, const std::string& node, double utilization);
+// A pool of `spec` (addInventory's) whose nodes all have agents, registered at t0().
+pool::PoolState livePool(const std::string& spec, pool::LiveOptions options = {});
 
 }  // namespace poolrun::test

@@ -9,6 +9,10 @@ namespace poolrun::pool {
 
 namespace {
 
+// What one GPU may draw, at most, for the ledger: an H100 SXM is 700 W, a B200 1,000 W, a GB300
+// 1,400 W. A figure past it is not a GPU's.
+constexpr double kMaxGpuWatts = 10'000;
+
 // The part of a GPU a unit is: a MIG instance its slices of the GPU's (the largest profile's), an
 // MPS share its percentage of the SMs (a share without a limit may use them all: a whole GPU).
 double unitShare(const PoolNode& node, const GpuRef& g) {
@@ -55,9 +59,13 @@ void PoolState::accountSample(const PoolNode& node, const Occupancy& held, const
                      .count();
   span.utilization = sample.sm_utilization;
   span.idle_below = live_.idle_utilization;
-  if (sample.energy_mj && before.energy_mj && *sample.energy_mj >= *before.energy_mj)
+  // The counter's growth, where it grew by what a GPU can draw at most (kMaxGpuWatts over the whole
+  // gap): a counter reset by a driver reload, or an agent's absurd figure, falls back to power.
+  const double gap = std::chrono::duration<double>(sample.time - before.time).count();
+  if (sample.energy_mj && before.energy_mj && *sample.energy_mj >= *before.energy_mj &&
+      static_cast<double>(*sample.energy_mj - *before.energy_mj) / 1000.0 <= kMaxGpuWatts * gap)
     span.energy_j = static_cast<double>(*sample.energy_mj - *before.energy_mj) / 1000.0;
-  else if (sample.power_w)
+  else if (sample.power_w && *sample.power_w <= kMaxGpuWatts)
     span.energy_j = *sample.power_w * span.seconds;
   const size_t gpu = sample.index;
   if (gpu < held.holder.size() && !held.holder[gpu].empty())

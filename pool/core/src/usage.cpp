@@ -225,10 +225,10 @@ void UsageLedger::checkpoint(TimePoint now, const UsageOptions& options, Dirty& 
       dirty.usage.insert(id);
     }
   // Days and retention are days' business: their walk of every row is done once an hour (and
-  // at once past kMaxRows).
-  if (now - last_fold_ < std::chrono::hours(1) && now >= last_fold_ && size() <= kMaxRows) return;
+  // at once past the most rows).
+  if (now - last_fold_ < std::chrono::hours(1) && now >= last_fold_ && size() <= options.max_rows) return;
   last_fold_ = now;
-  fold(now - options.detail, dirty);
+  fold(now - options.detail, options.max_rows, dirty);
   forget(now - options.retention, dirty);
   pack();
 }
@@ -250,10 +250,10 @@ void UsageLedger::closeLost(const std::set<std::string, std::less<>>& leases, Di
   }
 }
 
-// Ended lease rows that ended before `before` (and, past kMaxRows, the oldest others) become parts
+// Ended lease rows that ended before `before` (and, past `maxRows`, the oldest others) become parts
 // of a row per day, owner, account, node and GPU model, each day taking its share of the row's time.
-void UsageLedger::fold(TimePoint before, Dirty& dirty) {
-  size_t excess = size() > kMaxRows ? size() - kMaxRows * 9 / 10 : 0;
+void UsageLedger::fold(TimePoint before, size_t maxRows, Dirty& dirty) {
+  size_t excess = size() > maxRows ? size() - maxRows * 9 / 10 : 0;
   using DayKey = std::tuple<TimePoint, uint32_t, uint32_t, uint32_t, uint32_t>;
   std::map<DayKey, uint64_t> days;
   bool indexed = false;

@@ -10,7 +10,8 @@ import { leaderGone, otherReplicas, strandedMessage } from '/ui/replicas.js';
 
 const POLL_MS = 1000;
 const HISTORY_MS = 10000;
-const REPLICAS_MS = 60000;  // a replica's list changes at a failover, and the leader asks etcd for it
+const REPLICAS_MS = 60000;
+const USAGE_MS = 5000;   // the usage ledger's report: its running leases count up to the heartbeat  // a replica's list changes at a failover, and the leader asks etcd for it
 const TOKEN_KEY = 'poolrun.token';
 
 const $ = (id) => document.getElementById(id);
@@ -119,7 +120,7 @@ function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k === 'class') e.className = v;
-    else if (k.startsWith('data-')) e.setAttribute(k, v);
+    else if (k.startsWith('data-') || k.startsWith('aria-') || k === 'role') e.setAttribute(k, v);
     else e[k] = v;
   }
   for (const c of children) if (c != null) e.append(c);
@@ -828,6 +829,39 @@ async function refreshHistory() {
   setTimeout(refreshHistory, every);
 }
 
+// The usage ledger's report over the chosen range: a row per owner, account, node or GPU model, a
+// bar of the GPU-hours held with those computed inside it (the 50 that held most).
+function renderUsage(rows) {
+  const top = rows.slice(0, 50);
+  const most = Math.max(1e-9, ...top.map((r) => r.allocated_s));
+  const hours = (s) => (s / 3600).toFixed(2);
+  $('usage').tBodies[0].replaceChildren(...top.map((r) => {
+    // Widths through the CSSOM: the page's Content-Security-Policy takes no style attribute.
+    const used = el('div', { class: 'used' }), held = el('div', { class: 'held' }, used);
+    held.style.width = `${(100 * r.allocated_s / most).toFixed(1)}%`;
+    used.style.width = `${r.allocated_s > 0 ? (100 * r.used_s / r.allocated_s).toFixed(1) : 0}%`;
+    return el('tr', { 'data-name': r.name },
+      el('td', { 'data-field': 'name' }, r.name || '(none)'),
+      el('td', {}, el('div', { class: 'usage-bar', role: 'img',
+        'aria-label': `${hours(r.allocated_s)} GPU-hours held, ${hours(r.used_s)} computed` }, held)),
+      el('td', { 'data-field': 'held' }, hours(r.allocated_s)), el('td', {}, hours(r.used_s)),
+      el('td', {}, r.allocated_s > 0 ? `${(100 * r.used_s / r.allocated_s).toFixed(1)}%` : '-'),
+      el('td', {}, `${(r.energy_j / 3.6e6).toFixed(3)} kWh`), el('td', {}, String(r.leases)));
+  }));
+}
+
+let usageTimer = null;
+async function refreshUsage() {
+  clearTimeout(usageTimer);
+  if (!view.token) return;
+  const by = $('usage-by').value, since = Date.now() - Number($('usage-range').value);
+  try {
+    const report = JSON.parse(await request('GET', `/v1/usage?by=${encodeURIComponent(by)}&since_ms=${since}`));
+    if (report.by === $('usage-by').value) renderUsage(report.rows);
+  } catch (e) { /* the main loop reports poold's errors */ }
+  usageTimer = setTimeout(refreshUsage, USAGE_MS);
+}
+
 // `links`: URLs (replicas.js checked them: http or https) shown after the text, one link each.
 function showError(text, links = []) {
   const box = $('error');
@@ -871,6 +905,7 @@ function start() {
   refresh();
   refreshHistory();
   refreshReplicas();
+  refreshUsage();
 }
 
 $('signin-form').addEventListener('submit', (e) => {
@@ -896,6 +931,8 @@ $('find').addEventListener('keydown', (e) => {
   if (e.key === 'Enter' && view.snap) findNode(e.target.value);
 });
 $('lease-filter').addEventListener('input', () => view.snap && renderLeases());
+$('usage-by').addEventListener('change', refreshUsage);
+$('usage-range').addEventListener('change', refreshUsage);
 window.addEventListener('resize', () => {
   clearTimeout(window.resizeTimer);
   window.resizeTimer = setTimeout(() => view.snap && render(), 200);  // a new width lays the groups out again

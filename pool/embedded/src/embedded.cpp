@@ -253,6 +253,8 @@ class EmbeddedPool : public PoolControl {
       }
       TimePoint now = Clock::now();
       state_.tick(now);
+      state_.setUsageOptions(kEmbeddedUsage);
+      state_.accountUsage(now);
       auto result = fn(state_, now);
       store_.write(state_, state_.takeDirty());
       store_.commit();

@@ -29,25 +29,8 @@ using test::addInventory;
 using test::gpuList;
 using test::parseRequest;
 
+using test::livePool;
 using test::t0;
-
-// A pool of `spec` whose nodes all have agents (registered at t0).
-PoolState livePool(const std::string& spec, LiveOptions options = {}) {
-  PoolState state;
-  state.setLiveOptions(options);
-  addInventory(state, spec, t0());
-  std::vector<topo::ClusterNode> nodes;
-  for (const auto& [name, node] : state.nodeMap()) {
-    topo::ClusterNode c;
-    c.name = name;
-    c.topology = node.topology;
-    c.switch_name = node.switch_name;
-    c.labels = node.labels;
-    nodes.push_back(c);
-  }
-  for (const auto& c : nodes) state.registerAgentNode({c, "poold-agent test"}, t0());
-  return state;
-}
 
 // A heartbeat of `node` with every GPU at `utilization`.
 Heartbeat beat(const PoolState& state, const std::string& node, double utilization = 0.5) {

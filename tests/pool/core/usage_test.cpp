@@ -17,24 +17,9 @@ namespace {
 using std::chrono::hours;
 using std::chrono::seconds;
 using test::addInventory;
+using test::livePool;
 using test::parseRequest;
 using test::t0;
-
-PoolState livePool(const std::string& spec, LiveOptions options = {}) {
-  PoolState state;
-  state.setLiveOptions(options);
-  addInventory(state, spec, t0());
-  std::vector<topo::ClusterNode> nodes;
-  for (const auto& [name, node] : state.nodeMap()) {
-    topo::ClusterNode c;
-    c.name = name;
-    c.topology = node.topology;
-    c.switch_name = node.switch_name;
-    nodes.push_back(c);
-  }
-  for (const auto& c : nodes) state.registerAgentNode({c, "poold-agent test"}, t0());
-  return state;
-}
 
 // A heartbeat of `node` at `at`: every GPU at `utilization`, its energy counter at `energy_mj`
 // (none where nullopt) and drawing `power_w`.
@@ -117,6 +102,16 @@ TEST(UsageLedger, IdleTimePowerWithoutACounterAndLongGapsAreCountedAsDocumented)
   EXPECT_DOUBLE_EQ(r.idle_s, 2 * 10.0);
   EXPECT_DOUBLE_EQ(r.used_s, 2 * (0.01 * 10 + 1.0 * 15));
   EXPECT_DOUBLE_EQ(r.energy_j, 2 * (100.0 * 10 + 200.0 * 15));
+
+  // An energy counter that jumps past what a GPU can draw (an agent's absurd figure), or goes back
+  // (its driver reloaded): the span's power counts instead.
+  const std::string next = s.submit(parseRequest("2"), t0() + seconds(80)).lease->id;
+  beat(s, "n01", t0() + seconds(85), 0.5, 1'000, 300.0);
+  beat(s, "n01", t0() + seconds(90), 0.5, 1'000 + 1'000'000'000'000, 300.0);  // 1 GJ in 5 s
+  beat(s, "n01", t0() + seconds(95), 0.5, 500, 300.0);                        // went back
+  beat(s, "n01", t0() + seconds(100), 0.5, 500 + 1'500'000, 300.0);           // 1.5 kJ in 5 s: 300 W
+  s.release(next, "alice", false, t0() + seconds(100));
+  EXPECT_DOUBLE_EQ(s.usage().ofLease(next).at(0).energy_j, 2 * (300.0 * 5 * 3 + 1'500.0));
 }
 
 // MPS shares count their part of the GPU; a lease over two nodes has a row per node; the owner's

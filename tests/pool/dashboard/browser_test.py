@@ -202,15 +202,15 @@ class Scenario:
         self.page_follows("8 GPUs leased", self.counts_match)
 
         # Hovering one of its GPUs shows the lease, its owner and the GPU's readings.
-        from selenium.webdriver.common.action_chains import ActionChains
+        # The pointer moved in the viewport's coordinates (the page may be taller than the window).
+        from selenium.webdriver.common.actions.action_builder import ActionBuilder
         first = lease["gpus"][0]
         point = self.b.execute_script("return window.poolrunGpuPoint(arguments[0], arguments[1])",
                                       first["node"], first["index"])
-        body_el = self.b.find_element("tag name", "body")
-        ActionChains(self.b).move_to_element_with_offset(body_el, 0, 0).perform()
-        size = body_el.size
-        ActionChains(self.b).move_to_element_with_offset(
-            body_el, point["x"] - size["width"] / 2, point["y"] - size["height"] / 2).perform()
+        move = ActionBuilder(self.b)
+        move.pointer_action.move_to_location(0, 0)
+        move.pointer_action.move_to_location(int(point["x"]), int(point["y"]))
+        move.perform()
         d, _ = wait_until(lambda: self.details().get("lease") == lease["id"] and self.details(), "hover details")
         assert d["owner"] == "alice" and d["gpu"] == f"{first['node']}:{first['index']}", d
         want_util = self.pool.nvml[first["node"]]["gpus"][first["index"]]["utilization"]["gpu"]
@@ -283,6 +283,19 @@ class Scenario:
         self.confirm()
         wait_until(lambda: all(l["id"] != bob_lease for l in api.get("/v1/leases")), "poold releasing bob's lease")
         self.page_follows("bob's lease released", lambda: self.lease_row(bob_lease) is None)
+        # The usage ledger's view: alice and bob by owner, as poold reports them, and by node.
+        def usage_rows():
+            return self.b.execute_script(
+                "return [...document.querySelectorAll('#usage tbody tr')].map(r => r.dataset.name)")
+        wait_until(lambda: {"alice", "bob"} <= set(usage_rows()), "alice and bob in the usage view",
+                   timeout=15)
+        report = api.get("/v1/usage?by=owner")
+        assert {r["name"] for r in report["rows"]} == {"alice", "bob"}, report
+        bar = self.b.find_element("css selector", "#usage tr[data-name='alice'] .usage-bar")
+        assert "GPU-hours held" in bar.get_attribute("aria-label"), bar.get_attribute("aria-label")
+        self.b.find_element("id", "usage-by").send_keys("n")  # by node, with the keyboard
+        wait_until(lambda: set(usage_rows()) and set(usage_rows()) <= {"n01", "n02", "n03", "n04"},
+                   "the usage view by node")
         # Every GPU of a node failed from the page (n03 has one failed already, by its ECC errors).
         self.find("n03")
         wait_until(lambda: self.details().get("gpu") == "n03:0", "n03's details")

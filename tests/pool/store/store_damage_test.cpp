@@ -459,6 +459,25 @@ TEST(DamagedStateFile, ALeaseDocumentThatDisagreesWithItsRowsIsRefusedNamingBoth
   EXPECT_EQ(leasesIn(db).size(), 5u) << "put back, it loads";
 }
 
+// The usage ledger's rows (docs/accounting.md): a figure below zero, a kind the ledger does not know,
+// an end before its start. Each named by its row; nothing loaded, nothing written.
+TEST(DamagedStateFile, ABrokenUsageRowIsRefusedNamingIt) {
+  test::TempDir dir;
+  const fs::path db = dir.path() / "pool.sqlite";
+  cleanPool(db, 5);
+  const std::string id = edit(db, "SELECT id FROM usage ORDER BY id LIMIT 1");
+  ASSERT_FALSE(id.empty()) << "the leases' rows are in the file";
+  edit(db, "UPDATE usage SET allocated_s = -1 WHERE id = " + id);
+  expectLoadRefused(db, {"usage row " + id + " is broken (usage row: row " + id + ": 'allocated_s' is -1"});
+  edit(db, "UPDATE usage SET allocated_s = 0, kind = 'week' WHERE id = " + id);
+  expectLoadRefused(db, {"usage row " + id + " is broken (its kind 'week' is none of lease, day, total)"});
+  edit(db, "UPDATE usage SET kind = 'lease', end_ms = start_ms - 1 WHERE id = " + id);
+  expectLoadRefused(db,
+                    {"usage row " + id + " is broken (usage row: row " + id + ": it ends before it starts)"});
+  edit(db, "UPDATE usage SET end_ms = start_ms WHERE id = " + id);
+  EXPECT_EQ(leasesIn(db).size(), 5u) << "put back, it loads";
+}
+
 TEST(DamagedStateFile, TheEmbeddedPoolsRefuseToo) {
   test::TempDir dir;
   ClientOptions o;

@@ -29,7 +29,16 @@ struct UsageOptions {
   std::chrono::seconds interval{60};             // --account-interval: running rows are stored this often
   std::chrono::seconds detail{30 * 86'400};      // --usage-detail: rows older are folded into days
   std::chrono::seconds retention{400 * 86'400};  // --usage-retention: rows older are forgotten
+  // Rows kept at most: past it, the oldest ended rows are folded into days early (an hour's lease
+  // churn of a busy pool cannot grow the state without bound). The embedded pools, which read the
+  // whole file in every process, keep fewer (kEmbeddedUsage).
+  size_t max_rows = 2'000'000;
 };
+
+// The embedded pools' ledger: rows a day, days a month, at most 100,000 rows (each poolctl and
+// poolrun process reads them all: about 0.3 s at the most).
+inline const UsageOptions kEmbeddedUsage{std::chrono::seconds(60), std::chrono::seconds(86'400),
+                                         std::chrono::seconds(30 * 86'400), 100'000};
 
 // One row of the ledger.
 struct UsageRecord {
@@ -79,10 +88,6 @@ struct UsageTotals {
 
 class UsageLedger {
  public:
-  // Rows kept at most: past it, the oldest ended rows are folded into days early. An hour's lease
-  // churn of a busy pool cannot grow the state without bound.
-  static constexpr size_t kMaxRows = 2'000'000;
-
   struct Holding {  // a lease's part of one node
     std::string node, model;
     double gpus = 0;
@@ -150,7 +155,7 @@ class UsageLedger {
   void remove(uint64_t id, Dirty& dirty);
   void accrue(Row& r, TimePoint now);
   void count(const Row& r);  // its figures into its owner's totals_
-  void fold(TimePoint before, Dirty& dirty);
+  void fold(TimePoint before, size_t maxRows, Dirty& dirty);
   void forget(TimePoint before, Dirty& dirty);
   void pack();
 
