@@ -47,21 +47,25 @@ void PoolState::accountLease(const Lease& lease, TimePoint now) {
 }
 
 // What GPU `sample.index` did since `before` (its previous sample), for the leases holding it or
-// its MIG instances or MPS shares. A gap longer than the node timeout counts only that long (the
-// node was unreachable for the rest); the energy counter's growth is exact over any gap, and where
-// the GPU has none, its power is taken as constant since the sample before.
+// its MIG instances or MPS shares. The span is poold's time between the node's two heartbeats (an
+// agent's clock, or its lies, do not stretch it); a gap longer than the node timeout counts only
+// that long (the node was unreachable for the rest); the energy counter's growth is exact over any
+// gap, and where the GPU has none, its power is taken as constant since the sample before.
 void PoolState::accountSample(const PoolNode& node, const Occupancy& held, const topo::GpuSample& before,
                               const topo::GpuSample& sample, TimePoint now) {
-  if (before.time == topo::SampleTime{} || sample.time <= before.time) return;
+  const TimePoint previous = node.live.previous_heartbeat;
+  if (before.time == topo::SampleTime{} || sample.time <= before.time || previous == TimePoint{} ||
+      now <= previous)
+    return;
   GpuSpan span;
-  span.seconds = std::chrono::duration<double>(
-                     std::min<TimePoint::duration>(sample.time - before.time, live_.node_timeout))
-                     .count();
+  span.seconds =
+      std::chrono::duration<double>(std::min<TimePoint::duration>(now - previous, live_.node_timeout))
+          .count();
   span.utilization = sample.sm_utilization;
   span.idle_below = live_.idle_utilization;
   // The counter's growth, where it grew by what a GPU can draw at most (kMaxGpuWatts over the whole
   // gap): a counter reset by a driver reload, or an agent's absurd figure, falls back to power.
-  const double gap = std::chrono::duration<double>(sample.time - before.time).count();
+  const double gap = std::chrono::duration<double>(now - previous).count();
   if (sample.energy_mj && before.energy_mj && *sample.energy_mj >= *before.energy_mj &&
       static_cast<double>(*sample.energy_mj - *before.energy_mj) / 1000.0 <= kMaxGpuWatts * gap)
     span.energy_j = static_cast<double>(*sample.energy_mj - *before.energy_mj) / 1000.0;
@@ -76,13 +80,20 @@ void PoolState::accountSample(const PoolNode& node, const Occupancy& held, const
                     now);
   auto sharers = held.sharers.find(gpu);
   if (sharers == held.sharers.end()) return;
+  // Each share's part of what the GPU did: its SM percentage, in proportion where the shares add up
+  // to more than the GPU (shares without a limit), so that the GPU's energy is counted once.
+  std::vector<std::pair<const std::string*, double>> parts;
+  double sum = 0;
   for (const std::string& id : sharers->second) {
     auto lease = leases_.find(id);
     if (lease == leases_.end()) continue;
     for (const GpuRef& g : lease->second.gpus)
-      if (g.share && g.node == node.name && g.index == gpu)
-        usage_.sample(id, node.name, unitShare(node, g), span, now);
+      if (g.share && g.node == node.name && g.index == gpu) {
+        parts.emplace_back(&id, unitShare(node, g));
+        sum += parts.back().second;
+      }
   }
+  for (const auto& [id, part] : parts) usage_.sample(*id, node.name, sum > 1 ? part / sum : part, span, now);
 }
 
 void PoolState::accountUsage(TimePoint now) {
@@ -90,6 +101,10 @@ void PoolState::accountUsage(TimePoint now) {
     std::set<std::string, std::less<>> ids;
     for (const auto& [id, lease] : leases_) ids.insert(id);
     usage_.closeLost(ids, dirty_);
+    // Leases the ledger does not count (granted before the ledger was: a state file of schema 4)
+    // are counted from now.
+    for (const auto& [id, lease] : leases_)
+      if (!usage_.counts(id)) accountLease(lease, now);
     usage_unchecked_ = false;
   }
   usage_.checkpoint(now, usage_options_, dirty_);

@@ -82,6 +82,7 @@ HeartbeatReply PoolState::heartbeat(const Heartbeat& hb, TimePoint now, bool pla
   view_time_ = std::max(view_time_, now);
   const bool cameBack = node.live.unreachable;  // an unreachable node coming back may start queued requests
   if (node.live.unreachable) node_events_.push_back({NodeEvent::Kind::kReachable, node.name, 0, ""});
+  node.live.previous_heartbeat = node.live.last_heartbeat;
   node.live.last_heartbeat = now;
   node.live.unreachable = false;
   node.live.gpus.resize(node.gpuCount());

@@ -110,7 +110,7 @@ uint64_t UsageLedger::add(Row r, Dirty& dirty) {
   r.id = next_id_++;
   count(r);
   if (r.kind == UsageRecord::Kind::kTotal) total_rows_[text(r.owner)] = r.id;
-  if (r.running) open_[r.lease].push_back(r.id);
+  if (r.running) open_[r.lease][r.node] = r.id;
   if (r.kind == UsageRecord::Kind::kLease && !r.job.empty()) by_job_[r.job].push_back(r.id);
   rows_.push_back(std::move(r));
   gone_.push_back(false);
@@ -139,20 +139,20 @@ void UsageLedger::accrue(Row& r, TimePoint now) {
 
 void UsageLedger::holds(const Lease& lease, const std::string& account, const std::vector<Holding>& holdings,
                         TimePoint now, Dirty& dirty) {
-  std::vector<uint64_t>& ids = open_[lease.id];
   std::string job;
-  for (uint64_t id : ids) {
-    Row& r = *row(id);
-    accrue(r, now);
-    r.gpus = 0;
-    job = r.job;
-    dirty.usage.insert(id);
-  }
+  if (auto open = open_.find(lease.id); open != open_.end())
+    for (const auto& [node, id] : open->second) {
+      Row& r = *row(id);
+      accrue(r, now);
+      r.gpus = 0;
+      job = r.job;
+      dirty.usage.insert(id);
+    }
   for (const Holding& h : holdings) {
     const uint32_t node = nameOf(h.node);
-    auto same = std::find_if(ids.begin(), ids.end(), [&](uint64_t id) { return row(id)->node == node; });
-    if (same != ids.end()) {
-      row(*same)->gpus = h.gpus;
+    auto& rows = open_[lease.id];
+    if (auto same = rows.find(node); same != rows.end()) {
+      row(same->second)->gpus += h.gpus;  // a node listed twice holds both parts
       continue;
     }
     Row r;
@@ -165,27 +165,33 @@ void UsageLedger::holds(const Lease& lease, const std::string& account, const st
     r.start = r.end = now;
     r.running = true;
     r.gpus = h.gpus;
-    add(std::move(r), dirty);  // appends to open_[lease.id], which `ids` is
+    add(std::move(r), dirty);
   }
 }
 
 void UsageLedger::setJob(const std::string& lease, const std::string& job, Dirty& dirty) {
   auto it = open_.find(lease);
   if (it == open_.end()) return;
-  for (uint64_t id : it->second) {
+  for (const auto& [node, id] : it->second) {
     row(id)->job = job;
     dirty.usage.insert(id);
     if (!job.empty()) by_job_[job].push_back(id);
   }
 }
 
-void UsageLedger::ended(const std::string& lease, std::string_view how, TimePoint now, Dirty& dirty) {
+void UsageLedger::ended(const std::string& lease, std::string_view how, TimePoint at, Dirty& dirty) {
   auto it = open_.find(lease);
   if (it == open_.end()) return;
   const uint32_t ended = nameOf(how);
-  for (uint64_t id : it->second) {
+  for (const auto& [node, id] : it->second) {
     Row& r = *row(id);
-    accrue(r, now);
+    accrue(r, at);
+    if (at < r.end) {  // counted past its end (a checkpoint after it expired): taken back
+      const double over = r.gpus * secondsOf(r.end - std::max(at, r.start));
+      r.allocated_s = std::max(0.0, r.allocated_s - over);
+      totals_[text(r.owner)].allocated_s -= over;
+      r.end = std::max(at, r.start);
+    }
     r.running = false;
     r.ended = ended;
     dirty.usage.insert(id);
@@ -196,10 +202,10 @@ void UsageLedger::ended(const std::string& lease, std::string_view how, TimePoin
 void UsageLedger::sample(const std::string& lease, const std::string& node, double share, const GpuSpan& span,
                          TimePoint now) {
   auto it = open_.find(lease);
-  if (it == open_.end()) return;
-  for (uint64_t id : it->second) {
-    Row& r = *row(id);
-    if (text(r.node) != node) continue;
+  auto name = name_ids_.find(node);
+  if (it == open_.end() || name == name_ids_.end()) return;
+  if (auto at = it->second.find(name->second); at != it->second.end()) {
+    Row& r = *row(at->second);
     accrue(r, now);
     UsageTotals& owner = totals_[text(r.owner)];
     if (span.utilization) {
@@ -214,13 +220,12 @@ void UsageLedger::sample(const std::string& lease, const std::string& node, doub
       r.energy_j += *span.energy_j * share;
       owner.energy_j += *span.energy_j * share;
     }
-    return;
   }
 }
 
 void UsageLedger::checkpoint(TimePoint now, const UsageOptions& options, Dirty& dirty) {
-  for (const auto& [lease, ids] : open_)
-    for (uint64_t id : ids) {
+  for (const auto& [lease, rows] : open_)
+    for (const auto& [node, id] : rows) {
       accrue(*row(id), now);
       dirty.usage.insert(id);
     }
@@ -240,7 +245,7 @@ void UsageLedger::closeLost(const std::set<std::string, std::less<>>& leases, Di
       ++it;
       continue;
     }
-    for (uint64_t id : it->second) {
+    for (const auto& [node, id] : it->second) {
       Row& r = *row(id);
       r.running = false;
       r.ended = lost;
@@ -254,7 +259,8 @@ void UsageLedger::closeLost(const std::set<std::string, std::less<>>& leases, Di
 // of a row per day, owner, account, node and GPU model, each day taking its share of the row's time.
 void UsageLedger::fold(TimePoint before, size_t maxRows, Dirty& dirty) {
   size_t excess = size() > maxRows ? size() - maxRows * 9 / 10 : 0;
-  using DayKey = std::tuple<TimePoint, uint32_t, uint32_t, uint32_t, uint32_t>;
+  // A day's row has no node: with one per node, 12,500 nodes would make days as many as leases.
+  using DayKey = std::tuple<TimePoint, uint32_t, uint32_t, uint32_t>;
   std::map<DayKey, uint64_t> days;
   bool indexed = false;
   std::vector<uint64_t> folded;
@@ -267,8 +273,7 @@ void UsageLedger::fold(TimePoint before, size_t maxRows, Dirty& dirty) {
     if (!indexed) {
       for (size_t k = 0; k < rows_.size(); ++k)
         if (!gone_[k] && rows_[k].kind == UsageRecord::Kind::kDay)
-          days[{rows_[k].start, rows_[k].owner, rows_[k].account, rows_[k].node, rows_[k].model}] =
-              rows_[k].id;
+          days[{rows_[k].start, rows_[k].owner, rows_[k].account, rows_[k].model}] = rows_[k].id;
       indexed = true;
     }
     folded.push_back(r.id);
@@ -280,13 +285,12 @@ void UsageLedger::fold(TimePoint before, size_t maxRows, Dirty& dirty) {
       const double overlap = secondsOf(std::min(r.end, day + kDay) - std::max(r.start, day));
       const double f = length > 0 ? overlap / length : 1.0;
       if (length > 0 && overlap <= 0) continue;
-      auto [at, fresh] = days.try_emplace({day, r.owner, r.account, r.node, r.model}, 0);
+      auto [at, fresh] = days.try_emplace({day, r.owner, r.account, r.model}, 0);
       if (fresh) {
         Row d;
         d.kind = UsageRecord::Kind::kDay;
         d.owner = r.owner;
         d.account = r.account;
-        d.node = r.node;
         d.model = r.model;
         d.start = day;
         d.end = day + kDay;
@@ -333,7 +337,10 @@ void UsageLedger::pack() {
   if (dead_ == 0 || dead_ < rows_.size() / 4) return;
   size_t out = 0;
   for (size_t i = 0; i < rows_.size(); ++i)
-    if (!gone_[i]) rows_[out++] = std::move(rows_[i]);
+    if (!gone_[i]) {
+      if (out != i) rows_[out] = std::move(rows_[i]);  // a string moved onto itself is emptied
+      ++out;
+    }
   rows_.resize(out);
   gone_.assign(out, false);
   dead_ = 0;
@@ -407,8 +414,8 @@ void UsageLedger::count(const Row& r) {
 
 std::map<std::string, UsageTotals, std::less<>> UsageLedger::totalsByOwner(TimePoint now) const {
   std::map<std::string, UsageTotals, std::less<>> out = totals_;
-  for (const auto& [lease, ids] : open_)
-    for (uint64_t id : ids) {
+  for (const auto& [lease, rows] : open_)
+    for (const auto& [node, id] : rows) {
       const Row& r = *row(id);
       if (now > r.end) out[text(r.owner)].allocated_s += r.gpus * secondsOf(now - r.end);
     }
@@ -480,7 +487,7 @@ void UsageLedger::finishLoad() {
     next_id_ = std::max(next_id_, r.id + 1);
     count(r);
     if (r.kind == UsageRecord::Kind::kTotal) total_rows_[text(r.owner)] = r.id;
-    if (r.running) open_[r.lease].push_back(r.id);
+    if (r.running) open_[r.lease][r.node] = r.id;
   }
 }
 

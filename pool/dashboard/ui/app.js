@@ -850,16 +850,19 @@ function renderUsage(rows) {
   }));
 }
 
-let usageTimer = null;
+// One chain of requests: a change of the choices starts a new one, and an answer to an older
+// request (or chain) is dropped.
+let usageTimer = null, usageAsked = 0;
 async function refreshUsage() {
   clearTimeout(usageTimer);
   if (!view.token) return;
+  const asked = ++usageAsked;
   const by = $('usage-by').value, since = Date.now() - Number($('usage-range').value);
   try {
     const report = JSON.parse(await request('GET', `/v1/usage?by=${encodeURIComponent(by)}&since_ms=${since}`));
-    if (report.by === $('usage-by').value) renderUsage(report.rows);
+    if (asked === usageAsked) renderUsage(report.rows);
   } catch (e) { /* the main loop reports poold's errors */ }
-  usageTimer = setTimeout(refreshUsage, USAGE_MS);
+  if (asked === usageAsked) usageTimer = setTimeout(refreshUsage, USAGE_MS);
 }
 
 // `links`: URLs (replicas.js checked them: http or https) shown after the text, one link each.

@@ -4,6 +4,7 @@
 
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
+#include "poolrun/pool/json_read.hpp"
 
 namespace poolrun::pool {
 
@@ -39,7 +40,10 @@ int64_t millis(const json& doc, const char* key) {
   auto it = doc.find(key);
   if (it == doc.end() || !it->is_number_integer())
     bad(std::string("field '") + key + "' is missing or not a whole number of milliseconds");
-  return it->get<int64_t>();
+  const int64_t ms = it->get<int64_t>();
+  if (ms < 0 || ms > json_read::kTimeMillisRange.max)
+    bad(std::string("field '") + key + "' is " + std::to_string(ms) + " (a time from 1970 to 2262)");
+  return ms;
 }
 
 }  // namespace
@@ -65,6 +69,9 @@ json toJson(const UsageRecord& r) {
 }
 
 void checkUsageRecord(const UsageRecord& r) {
+  // A figure is 0 or more and at most kMaxFigure (a million GPUs for a century is 3.2e15 GPU-s): past
+  // that it is not the pool's, and it would overflow on the way to infinity.
+  constexpr double kMaxFigure = 1e18;
   if (r.id == 0) bad("id 0 (ids start at 1)");
   const std::string which = "row " + std::to_string(r.id);
   for (auto [name, v] : {std::pair{"gpus", r.gpus},
@@ -72,9 +79,13 @@ void checkUsageRecord(const UsageRecord& r) {
                          {"used_s", r.used_s},
                          {"idle_s", r.idle_s},
                          {"energy_j", r.energy_j}})
-    if (!std::isfinite(v) || v < 0)
-      bad(which + ": '" + name + "' is " + std::to_string(v) + " (a figure is 0 or more)");
+    if (!std::isfinite(v) || v < 0 || v > kMaxFigure)
+      bad(which + ": '" + name + "' is " + std::to_string(v) + " (a figure is 0 to 1e18)");
+  if (r.gpus > 1e6)
+    bad(which + ": 'gpus' is " + std::to_string(r.gpus) + " (a node holds at most 1,000,000)");
   if (r.end < r.start) bad(which + ": it ends before it starts");
+  if (r.kind == UsageRecord::Kind::kDay && r.end - r.start != std::chrono::hours(24))
+    bad(which + ": a day's row does not span one day");
   if (r.kind == UsageRecord::Kind::kLease && r.lease.empty()) bad(which + ": a lease row without its lease");
   if (r.kind != UsageRecord::Kind::kLease && r.running) bad(which + ": only a lease row runs");
   if (r.owner.empty()) bad(which + ": no owner");

@@ -186,6 +186,16 @@ void PoolServer::run() {
   m.http->run();
   stop();
   if (m.ticker.joinable()) m.ticker.join();
+  // The ledger's running rows stored as they are now: a clean stop loses no use or energy, and
+  // /metrics' counters start again where they were.
+  try {
+    m.mutate([](PoolState& s, TimePoint now) {
+      s.accountUsage(now);
+      return 0;
+    });
+  } catch (const std::exception& e) {
+    std::cerr << "poold: warning: the usage ledger's last checkpoint was not stored: " << e.what() << "\n";
+  }
 }
 
 HttpReply PoolServer::handle(const HttpRequest& request) {

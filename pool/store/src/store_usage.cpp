@@ -3,6 +3,7 @@
 
 #include <sqlite3.h>
 
+#include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/store.hpp"
 #include "poolrun/pool/usage_json.hpp"
 #include "sqlite_steps.hpp"
@@ -41,6 +42,12 @@ void Store::loadUsage(PoolState& state) {
       r.account = text(st, 5);
       r.node = text(st, 6);
       r.model = text(st, 7);
+      for (int col : {8, 9}) {
+        const int64_t ms = sqlite3_column_int64(st, col);
+        if (ms < 0 || ms > json_read::kTimeMillisRange.max)
+          throw std::runtime_error("its " + std::string(col == 8 ? "start" : "end") + " " +
+                                   std::to_string(ms) + " ms is no time of the pool's clock (1970 to 2262)");
+      }
       r.start = TimePoint(std::chrono::milliseconds(sqlite3_column_int64(st, 8)));
       r.end = TimePoint(std::chrono::milliseconds(sqlite3_column_int64(st, 9)));
       r.running = sqlite3_column_int64(st, 10) != 0;

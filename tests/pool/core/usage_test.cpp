@@ -245,6 +245,76 @@ TEST(UsageLedger, OldRowsAreFoldedIntoDaysThenForgottenAndTheOwnersTotalStays) {
   EXPECT_DOUBLE_EQ(s.usage().totalsByOwner(start + hours(24 * 12)).at("alice").allocated_s, total);
 }
 
+// A lease older than the rows folded away keeps its row whole through the ledger's compaction: its
+// lease and job ids (a row moved onto itself once lost them, and the store then refused the file).
+TEST(UsageLedger, ALongLeaseKeepsItsRowWhenNewerOnesAreFoldedAway) {
+  UsageOptions options;
+  options.detail = hours(24);
+  UsageLedger ledger;
+  Dirty dirty;
+  Lease old;
+  old.id = "L-old";
+  old.owner = "alice";
+  ledger.holds(old, "", {{"n01", "H100", 8}}, t0(), dirty);
+  ledger.setJob("L-old", "J1", dirty);
+  for (int i = 0; i < 8; ++i) {
+    Lease l;
+    l.id = "L" + std::to_string(i);
+    l.owner = "bob";
+    ledger.holds(l, "", {{"n02", "H100", 1}}, t0() + seconds(i), dirty);
+    ledger.ended(l.id, "released", t0() + seconds(100 + i), dirty);
+  }
+  ledger.checkpoint(t0() + hours(24 * 3), options, dirty);
+  const std::vector<UsageRecord> rows = ledger.ofLease("L-old");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].lease, "L-old");
+  EXPECT_EQ(rows[0].job, "J1");
+  EXPECT_TRUE(rows[0].running);
+  EXPECT_EQ(ledger.ofJob("J1").size(), 1u);
+  ledger.forEach([](const UsageRecord& r) { EXPECT_NO_THROW(checkUsageRecord(r)) << r.id; });
+}
+
+// An expired lease counts up to its expiry, however late the pool saw it; a GPU's span is poold's
+// time between two heartbeats, whatever the agent's clock says; MPS shares without a limit share
+// what the GPU did.
+TEST(UsageLedger, ExpiryAgentClocksAndUnlimitedSharesAreCountedHonestly) {
+  PoolState s = livePool("n01/gpu[0-1]");
+  LeaseRequest r = parseRequest("1");
+  r.ttl = seconds(60);
+  const std::string id = s.submit(r, t0()).lease->id;
+  s.accountUsage(t0() + seconds(30));
+  s.tick(t0() + seconds(600));  // seen expired ten minutes late
+  ASSERT_FALSE(s.leaseMap().count(id));
+  EXPECT_DOUBLE_EQ(s.usage().ofLease(id).at(0).allocated_s, 60);
+  EXPECT_EQ(s.usage().ofLease(id).at(0).ended, "expired");
+
+  // Heartbeats as poold receives them, each GPU at full use drawing 100 W.
+  auto beatAt = [&](TimePoint agent, TimePoint poold) {
+    Heartbeat hb = test::heartbeatOf(s, "n01", 1.0);
+    for (topo::GpuSample& g : hb.gpus) {
+      g.time = agent;
+      g.power_w = 100.0;
+    }
+    s.heartbeat(hb, poold);
+  };
+  beatAt(t0() + seconds(600), t0() + seconds(600));  // the node is back
+  // Two shares of bob's without an SM limit (memory alone): one GPU, each a whole GPU's allocation.
+  const SubmitResult first = s.submit(parseRequest("1 gpumem=10G owner=bob"), t0() + seconds(600));
+  const SubmitResult second = s.submit(parseRequest("1 gpumem=10G owner=bob"), t0() + seconds(600));
+  ASSERT_TRUE(first.lease && second.lease);
+  const std::string a = first.lease->id, b = second.lease->id;
+  ASSERT_EQ(first.lease->gpus[0].index, second.lease->gpus[0].index) << "one GPU, one owner";
+  // 5 s apart as poold receives them; the agent's clock says a day passes between the last ones.
+  beatAt(t0() + seconds(605), t0() + seconds(605));
+  beatAt(t0() + seconds(605 + 86'400), t0() + seconds(610));
+  beatAt(t0() + seconds(605 + 2 * 86'400), t0() + seconds(615));
+  for (const std::string& lease : {a, b}) {
+    const UsageRecord row = s.usage().ofLease(lease).at(0);
+    EXPECT_DOUBLE_EQ(row.used_s, 0.5 * 15) << "half of poold's three spans of 5 s each";
+    EXPECT_DOUBLE_EQ(row.energy_j, 0.5 * 100 * 15) << "the GPU's energy counted once between them";
+  }
+}
+
 // A report over part of a row counts that part of it.
 TEST(UsageLedger, AReportCountsARowInProportionToItsTimeInsideTheRange) {
   PoolState s = livePool("n01/gpu[0-7]");
@@ -352,7 +422,7 @@ TEST(UsageLedger, ADamagedRowIsRefusedNamingWhatIsWrong) {
   refused(
       [&] {
         auto d = doc;
-        d["kind"] = "day";
+        d["kind"] = "total";
         d["running"] = true;
         return d;
       }(),
@@ -371,6 +441,34 @@ TEST(UsageLedger, ADamagedRowIsRefusedNamingWhatIsWrong) {
         return d;
       }(),
       "'start_ms'");
+  refused(
+      [&] {
+        auto d = doc;
+        d["end_ms"] = int64_t{9'300'000'000'000'000};
+        return d;
+      }(),
+      "2262");
+  refused(
+      [&] {
+        auto d = doc;
+        d["start_ms"] = -1;
+        return d;
+      }(),
+      "'start_ms' is -1");
+  refused(
+      [&] {
+        auto d = doc;
+        d["gpus"] = 1e300;
+        return d;
+      }(),
+      "'gpus'");
+  refused(
+      [&] {
+        auto d = doc;
+        d["kind"] = "day";
+        return d;
+      }(),
+      "does not span one day");
 }
 
 }  // namespace

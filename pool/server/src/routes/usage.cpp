@@ -2,6 +2,7 @@
 // node or GPU model over a range of time. Every user may read it, as sreport's.
 
 #include "poolrun/common/names.hpp"
+#include "poolrun/pool/json_read.hpp"
 #include "poolrun/pool/usage_json.hpp"
 #include "routes.hpp"
 #include "server_core.hpp"
@@ -11,8 +12,8 @@ namespace {
 
 using nlohmann::json;
 
-// The latest time a range may name: the last millisecond of 9999 (what a time_point holds with room).
-constexpr int64_t kLatestMillis = 253'402'300'799'999;
+// The latest time a range may name: what the pool's clock holds (about 2262).
+constexpr int64_t kLatestMillis = json_read::kTimeMillisRange.max;
 
 // ?by=owner|account|job|node|gpu-model&since_ms=T&until_ms=T: rows overlapping [since, until) count
 // pro rata to their overlap; no until: up to now.

@@ -36,7 +36,8 @@ struct GpuFailure {
 // What a node's agent last said. In memory only: after a restart, poold waits a node timeout for
 // the next heartbeat before it calls the node unreachable.
 struct NodeLive {
-  TimePoint last_heartbeat{};  // poold's clock; the epoch where none came since poold started
+  TimePoint last_heartbeat{};      // poold's clock; the epoch where none came since poold started
+  TimePoint previous_heartbeat{};  // the one before it (the usage ledger's spans are poold's time)
   bool unreachable = false;
   std::vector<topo::GpuSample> gpus;  // per GPU index, from the last heartbeat (empty: none yet)
   std::vector<topo::NicPortSample> nics;

@@ -98,8 +98,9 @@ class UsageLedger {
   void holds(const Lease& lease, const std::string& account, const std::vector<Holding>& holdings,
              TimePoint now, Dirty& dirty);
   void setJob(const std::string& lease, const std::string& job, Dirty& dirty);
-  // A lease ended `how` ("released", "expired", "preempted").
-  void ended(const std::string& lease, std::string_view how, TimePoint now, Dirty& dirty);
+  // A lease ended `how` ("released", "expired", "preempted") at `at`: its rows counted up to then
+  // (an expired lease's time past its expiry, counted by a checkpoint meanwhile, taken back).
+  void ended(const std::string& lease, std::string_view how, TimePoint at, Dirty& dirty);
   // What a GPU of `node` did, for the lease holding `share` of it.
   void sample(const std::string& lease, const std::string& node, double share, const GpuSpan& span,
               TimePoint now);
@@ -117,6 +118,7 @@ class UsageLedger {
   std::map<std::string, UsageTotals, std::less<>> totalsByOwner(TimePoint now) const;
   // The rows of a lease (a walk of the ledger), or of a job's leases (indexed).
   std::vector<UsageRecord> ofLease(std::string_view lease) const;
+  bool counts(const std::string& lease) const { return open_.count(lease) > 0; }  // has running rows
   std::vector<UsageRecord> ofJob(std::string_view job) const;
   // What a job's leases used, running ones up to `now` (leases 0: none counted, or folded into days).
   UsageTotals ofJobTotals(std::string_view job, TimePoint now) const;
@@ -165,7 +167,9 @@ class UsageLedger {
   uint64_t next_id_ = 1;
   std::vector<std::string> names_{""};  // never shrinks: owners, accounts, nodes, models are few
   std::unordered_map<std::string, uint32_t> name_ids_{{"", 0}};
-  std::unordered_map<std::string, std::vector<uint64_t>> open_;    // running leases: their rows
+  // Running leases: their rows by node (the node's name index), so that a sample finds its row at
+  // once however many nodes its lease has.
+  std::unordered_map<std::string, std::unordered_map<uint32_t, uint64_t>> open_;
   std::unordered_map<std::string, std::vector<uint64_t>> by_job_;  // jobs: their leases' rows (some gone)
   std::map<std::string, UsageTotals, std::less<>> totals_;         // per owner, every row's figures
   std::map<std::string, uint64_t, std::less<>> total_rows_;        // the kTotal row of each owner
