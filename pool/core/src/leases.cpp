@@ -67,13 +67,13 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
 void PoolState::dropLease(const std::string& id, TimePoint now, LeaseEvent::Kind end, std::string reason) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
-  // An expired lease is counted up to its expiry, however late the pool saw it (an outage, an
-  // embedded pool nobody called meanwhile).
+  // Counted up to when the pool ended it: an expired lease's GPUs were held until the pool took them
+  // back (and the counters, which count running leases up to each scrape, never go back).
   usage_.ended(id,
                it->second.preempt_at               ? "preempted"
                : end == LeaseEvent::Kind::kExpired ? "expired"
                                                    : "released",
-               end == LeaseEvent::Kind::kExpired ? std::min(now, it->second.expires) : now, dirty_);
+               now, dirty_);
   lease_events_.push_back({end, it->second, std::move(reason)});
   replan_ = true;
   for (const GpuRef& g : it->second.gpus) {

@@ -274,18 +274,18 @@ TEST(UsageLedger, ALongLeaseKeepsItsRowWhenNewerOnesAreFoldedAway) {
   ledger.forEach([](const UsageRecord& r) { EXPECT_NO_THROW(checkUsageRecord(r)) << r.id; });
 }
 
-// An expired lease counts up to its expiry, however late the pool saw it; a GPU's span is poold's
-// time between two heartbeats, whatever the agent's clock says; MPS shares without a limit share
-// what the GPU did.
+// An expired lease counts up to when the pool ended it (its GPUs were held until then); a GPU's span is
+// poold's time between two heartbeats, whatever the agent's clock says; MPS shares without a limit share what
+// the GPU did.
 TEST(UsageLedger, ExpiryAgentClocksAndUnlimitedSharesAreCountedHonestly) {
   PoolState s = livePool("n01/gpu[0-1]");
   LeaseRequest r = parseRequest("1");
   r.ttl = seconds(60);
   const std::string id = s.submit(r, t0()).lease->id;
   s.accountUsage(t0() + seconds(30));
-  s.tick(t0() + seconds(600));  // seen expired ten minutes late
+  s.tick(t0() + seconds(600));  // seen expired ten minutes late: its GPUs were held until then
   ASSERT_FALSE(s.leaseMap().count(id));
-  EXPECT_DOUBLE_EQ(s.usage().ofLease(id).at(0).allocated_s, 60);
+  EXPECT_DOUBLE_EQ(s.usage().ofLease(id).at(0).allocated_s, 600);
   EXPECT_EQ(s.usage().ofLease(id).at(0).ended, "expired");
 
   // Heartbeats as poold receives them, each GPU at full use drawing 100 W.
