@@ -2,6 +2,8 @@
 
 #include <climits>
 
+#include "poolrun/common/error.hpp"
+
 #include <cstdio>
 
 namespace poolrun::common {
@@ -70,6 +72,46 @@ int digitsValue(std::string_view digits) {
     value = value * 10 + (c - '0');
   }
   return value;
+}
+
+void checkTomlKeyDepth(std::string_view text, const std::string& name, std::string_view hint) {
+  constexpr int kMaxKeyParts = 64;
+  int dots = 0;
+  int line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"' || c == '\'') {
+      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
+      const std::string close = multi ? std::string(3, c) : std::string(1, c);
+      for (i += close.size(); i < text.size(); ++i) {
+        if (text[i] == '\n') {
+          if (!multi) {
+            --i;  // an unterminated string: the parser says so; the line still counts
+            break;
+          }
+          ++line;
+        } else if (c == '"' && text[i] == '\\') {
+          ++i;
+        } else if (text.compare(i, close.size(), close) == 0) {
+          i += close.size() - 1;
+          break;
+        }
+      }
+      continue;  // a quoted key part: the chain goes on
+    }
+    const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-' || c == ' ' || c == '\t';
+    if (c == '.') {
+      if (++dots >= kMaxKeyParts)
+        throw badInput(name + ":" + std::to_string(line) + ": a key nests deeper than " +
+                       std::to_string(kMaxKeyParts) + " levels (" + std::string(hint) + ")");
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (!word) {
+      dots = 0;
+      if (c == '\n') ++line;
+    }
+  }
 }
 
 }  // namespace poolrun::common

@@ -1,7 +1,6 @@
 #include "poolrun/topo/cluster.hpp"
 
 #include <toml++/toml.h>
-#include <cctype>
 #include <cstdlib>
 #include <set>
 
@@ -9,6 +8,7 @@
 #include "poolrun/common/error.hpp"
 #include "poolrun/common/names.hpp"
 #include "poolrun/common/regular_file.hpp"
+#include "poolrun/common/text.hpp"
 #include "poolrun/topo/hostlist.hpp"
 #include "poolrun/topo/sources.hpp"
 
@@ -27,52 +27,6 @@ std::filesystem::path resolveTopology(const std::filesystem::path& clusterFile, 
   return p.lexically_normal();
 }
 
-// A dotted key or table header ("labels.a.b", "[group.a.b]") makes one table per part, and toml++
-// destroys tables recursively: a key of a million parts (2 MiB of "a.") overflows the stack. toml++
-// bounds arrays and inline tables itself (TOML_MAX_NESTED_VALUES, 256); this bounds the keys before
-// parsing. It counts the dots of one chain of key parts outside strings and comments; a value such as
-// 1.5 counts one, which no real file takes near the bound.
-constexpr int kMaxKeyParts = 64;
-
-void checkKeyDepth(std::string_view text, const std::string& name) {
-  int dots = 0;
-  int line = 1;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '"' || c == '\'') {
-      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
-      const std::string close = multi ? std::string(3, c) : std::string(1, c);
-      for (i += close.size(); i < text.size(); ++i) {
-        if (text[i] == '\n') {
-          if (!multi) {
-            --i;  // an unterminated string: the parser says so; the line still counts
-            break;
-          }
-          ++line;
-        } else if (c == '"' && text[i] == '\\') {
-          ++i;
-        } else if (text.compare(i, close.size(), close) == 0) {
-          i += close.size() - 1;
-          break;
-        }
-      }
-      continue;  // a quoted key part: the chain goes on
-    }
-    if (c == '.') {
-      if (++dots >= kMaxKeyParts) {
-        throw badInput(name + ":" + std::to_string(line) + ": a key nests deeper than " +
-                       std::to_string(kMaxKeyParts) + " levels (cluster files nest 3: [[group]] labels.KEY)");
-      }
-    } else if (c == '#') {
-      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
-    } else if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ' ' ||
-                 c == '\t')) {
-      dots = 0;
-      if (c == '\n') ++line;
-    }
-  }
-}
-
 }  // namespace
 
 const ClusterNode* Cluster::node(const std::string& name) const {
@@ -84,7 +38,7 @@ const ClusterNode* Cluster::node(const std::string& name) const {
 
 Cluster readClusterString(const std::string& text, const std::filesystem::path& file) {
   const std::string name = file.string();
-  checkKeyDepth(text, name);
+  common::checkTomlKeyDepth(text, name, "cluster files nest 3: [[group]] labels.KEY");
   toml::table doc;
   try {
     doc = toml::parse(text, name);

@@ -41,9 +41,13 @@ void PoolState::accountLease(const Lease& lease, TimePoint now) {
       holdings.push_back({g.node, modelOf(node->second, g.index), 0});
     holdings.back().gpus += unitShare(node->second, g);
   }
+  // The account charged; without an accounts file, the owner's quota group.
   const Quota* quota = quotas_.of(lease.owner);
-  usage_.holds(lease, quota != nullptr && quota->kind == Quota::Kind::kGroup ? quota->name : std::string(),
-               holdings, now, dirty_);
+  const std::string& account =
+      !lease.account.empty()
+          ? lease.account
+          : (quota != nullptr && quota->kind == Quota::Kind::kGroup ? quota->name : std::string());
+  usage_.holds(lease, account, holdings, now, dirty_);
 }
 
 // What GPU `sample.index` did since `before` (its previous sample), for the leases holding it or

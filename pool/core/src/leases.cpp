@@ -27,6 +27,7 @@ Lease PoolState::grant(const LeaseRequest& request, std::vector<GpuRef> gpus, Ti
   do lease.id = newLeaseId();
   while (leases_.count(lease.id));
   lease.owner = request.owner;
+  lease.account = request.account;
   lease.job_name = request.job_name;
   lease.gpus = std::move(gpus);
   lease.priority = request.priority;
@@ -115,6 +116,7 @@ Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>&
 
 SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) {
   validateRequest(request);
+  chargeAccount(request);
   if (const Quota* q = quotas_.of(request.owner); q && q->limit && request.gpus > *q->limit)
     throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                     "a request for " + std::to_string(request.gpus) + " GPUs can never be satisfied: " +
@@ -141,6 +143,8 @@ SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) 
         resized == leases_resized_) {
       plan->latest_enqueued = now;
       plan->lowest_priority = std::min(plan->lowest_priority, request.priority);
+      if (std::optional<PriorityFactors> f = factorsOf(request, now))
+        plan->lowest_score = std::min(plan->lowest_score, f->score);
       last = true;
     } else {
       kept_plan_.plan.reset();  // a grant or a preemption: lease ends the plan does not track

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "poolrun/common/names.hpp"
+#include "poolrun/pool/accounts.hpp"
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/state.hpp"
 
@@ -94,6 +95,9 @@ void checkNames(const LeaseRequest& r, RequestCheck check) {
     common::checkOwner(r.owner, field + "owner'");
   }
   common::checkText(r.job_name, common::kMaxJobNameBytes, field + "job_name'");
+  if (!r.account.empty())
+    if (std::string p = accountNameProblem(r.account); !p.empty())
+      bad("field 'account' '" + common::printable(r.account) + "': " + p);
   common::checkText(r.gpu_model, common::kMaxLabelBytes, field + "gpu_model'");
   for (const auto& [key, value] : r.labels) {
     common::checkText(key, common::kMaxLabelBytes, "bad lease request: a key of field 'labels'");

@@ -365,18 +365,6 @@ bool PoolState::everFits(const LeaseRequest& request) const {
   return place(nodeViews(slots(), request, allFree<Slot>, true), request).has_value();
 }
 
-std::vector<const QueueEntry*> PoolState::waitingInOrder() const {
-  std::vector<const QueueEntry*> out;
-  for (const auto& [t, e] : queue_)
-    if (e.status == QueueEntry::Status::kWaiting) out.push_back(&e);
-  std::sort(out.begin(), out.end(), [](const QueueEntry* a, const QueueEntry* b) {
-    if (a->request.priority != b->request.priority) return a->request.priority > b->request.priority;
-    if (a->enqueued != b->enqueued) return a->enqueued < b->enqueued;
-    return a->ticket < b->ticket;
-  });
-  return out;
-}
-
 void PoolState::loadNode(PoolNode node) {
   next_order_ = std::max(next_order_, node.order + 1);
   std::string name = node.name;

@@ -1,6 +1,8 @@
 #include "poolrun/pool/usage.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 #include <tuple>
 #include <utility>
 
@@ -134,6 +136,7 @@ void UsageLedger::accrue(Row& r, TimePoint now) {
   const double gpuSeconds = r.gpus * secondsOf(now - r.end);
   r.allocated_s += gpuSeconds;
   totals_[text(r.owner)].allocated_s += gpuSeconds;
+  decay(r, gpuSeconds, r.end, now);
   r.end = now;
 }
 
@@ -190,6 +193,7 @@ void UsageLedger::ended(const std::string& lease, std::string_view how, TimePoin
       const double over = r.gpus * secondsOf(r.end - std::max(at, r.start));
       r.allocated_s = std::max(0.0, r.allocated_s - over);
       totals_[text(r.owner)].allocated_s -= over;
+      decay(r, -over, std::max(at, r.start), r.end);
       r.end = std::max(at, r.start);
     }
     r.running = false;
@@ -489,6 +493,47 @@ void UsageLedger::finishLoad() {
     if (r.kind == UsageRecord::Kind::kTotal) total_rows_[text(r.owner)] = r.id;
     if (r.running) open_[r.lease][r.node] = r.id;
   }
+  rebuildDecayed();
+}
+
+void UsageLedger::decay(const Row& r, double gpuSeconds, TimePoint from, TimePoint to) {
+  if (gpuSeconds == 0 || r.kind == UsageRecord::Kind::kTotal) return;
+  const double h = secondsOf(half_life_);
+  const double span = to > from ? secondsOf(to - from) : 0.0;
+  // Spread evenly over the span, each second's part halved every h until `to`:
+  // the integral of (g / span) 2^(-(to - t) / h) dt.
+  const double atEnd = span > h * 1e-6 ? gpuSeconds * (h / std::numbers::ln2) / span *
+                                             -std::expm1(-span / h * std::numbers::ln2)
+                                       : gpuSeconds;
+  Decayed& d = decayed_[uint64_t{r.account} << 32 | r.owner];
+  if (to >= d.at) {
+    d.value = d.value * std::exp2(-secondsOf(to - d.at) / h) + atEnd;
+    d.at = to;
+  } else {
+    d.value += atEnd * std::exp2(-secondsOf(d.at - to) / h);
+  }
+}
+
+void UsageLedger::rebuildDecayed() {
+  decayed_.clear();
+  for (size_t i = 0; i < rows_.size(); ++i)
+    if (!gone_[i]) decay(rows_[i], rows_[i].allocated_s, rows_[i].start, rows_[i].end);
+}
+
+void UsageLedger::setHalfLife(std::chrono::seconds halfLife) {
+  if (halfLife == half_life_ || halfLife <= std::chrono::seconds(0)) return;
+  half_life_ = halfLife;
+  rebuildDecayed();
+}
+
+std::map<std::pair<std::string, std::string>, double> UsageLedger::decayed(TimePoint now) const {
+  std::map<std::pair<std::string, std::string>, double> out;
+  const double h = secondsOf(half_life_);
+  for (const auto& [k, d] : decayed_) {
+    const double value = now > d.at ? d.value * std::exp2(-secondsOf(now - d.at) / h) : d.value;
+    out[{text(static_cast<uint32_t>(k >> 32)), text(static_cast<uint32_t>(k & 0xffffffffu))}] += value;
+  }
+  return out;
 }
 
 }  // namespace poolrun::pool

@@ -145,6 +145,8 @@ std::vector<QueueInfo> PoolState::queueList() const {
     q.ticket = e->ticket;
     q.position = ++position;
     q.owner = e->request.owner;
+    q.account = e->request.account;
+    if (!accounts_.empty()) q.factors = factorsOf(e->request, e->enqueued);
     q.job_name = e->request.job_name;
     q.gpus = e->request.gpus;
     q.priority = e->request.priority;

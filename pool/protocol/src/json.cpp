@@ -206,6 +206,7 @@ json toJson(const Lease& l) {
               {"expires_ms", toMillis(l.expires)},
               {"ttl_s", l.ttl.count()}};
   doc["max_end_ms"] = l.max_end ? json(toMillis(*l.max_end)) : json(nullptr);
+  if (!l.account.empty()) doc["account"] = l.account;
   if (l.no_reclaim) doc["no_reclaim"] = true;
   if (l.preemptible) doc["preemptible"] = true;
   if (l.preempt_grace.count() > 0) doc["preempt_grace_s"] = l.preempt_grace.count();
@@ -236,6 +237,7 @@ Lease leaseFromJson(const json& doc) {
   Lease l;
   l.id = leaseId(f, "id");
   l.owner = text(f, "owner", 0, Text::kStored);
+  l.account = textOr(f, "account", 0, Text::kStored);
   l.job_name = textOr(f, "job_name", 0, Text::kStored);
   l.gpus = gpuRefsFromJson(f, "gpus");
   l.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
@@ -291,6 +293,7 @@ json toJson(const LeaseRequest& r) {
   doc["fabric"] = r.fabric ? json(topo::toString(*r.fabric)) : json(nullptr);
   doc["wait_s"] = r.wait ? json(r.wait->count()) : json(nullptr);
   doc["max_duration_s"] = r.max_duration ? json(r.max_duration->count()) : json(nullptr);
+  if (!r.account.empty()) doc["account"] = r.account;
   if (r.no_reclaim) doc["no_reclaim"] = true;
   if (r.preemptible) doc["preemptible"] = true;
   if (r.elastic()) {
@@ -350,6 +353,7 @@ LeaseRequest requestFromJson(const json& doc) {
                                "one_switch",
                                "priority",
                                "owner",
+                               "account",
                                "job_name",
                                "wait_s",
                                "ttl_s",
@@ -385,6 +389,7 @@ LeaseRequest requestFromJson(const json& doc) {
   r.one_switch = f.boolean("one_switch", false);
   r.priority = integerOr(f, "priority", requestRange<int>("priority"), 0);
   r.owner = textOr(f, "owner", 0, Text::kAny);
+  r.account = textOr(f, "account", 0, Text::kAny);
   r.job_name = textOr(f, "job_name", 0, Text::kAny);
   r.wait = secondsOr(f, "wait_s", requestRange<int64_t>("wait_s"));
   r.ttl = secondsOr(f, "ttl_s", requestRange<int64_t>("ttl_s")).value_or(seconds(60));
@@ -425,6 +430,7 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.one_switch = f.boolean("one_switch", false);
   r.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
   r.owner = textOr(f, "owner", 0, Text::kStored);
+  r.account = textOr(f, "account", 0, Text::kStored);
   r.job_name = textOr(f, "job_name", 0, Text::kStored);
   r.wait = storedSecondsOr(f, "wait_s");
   r.ttl = storedSecondsOr(f, "ttl_s").value_or(seconds(60));
@@ -635,15 +641,23 @@ NodeInfo nodeInfoFromJson(const json& doc) {
 }
 
 json toJson(const QueueInfo& q) {
-  return {{"ticket", q.ticket},
-          {"position", q.position},
-          {"owner", q.owner},
-          {"job_name", q.job_name},
-          {"gpus", q.gpus},
-          {"priority", q.priority},
-          {"enqueued_ms", toMillis(q.enqueued)},
-          {"reason", q.reason},
-          {"planned_start_ms", q.planned_start ? json(toMillis(*q.planned_start)) : json(nullptr)}};
+  json doc = {{"ticket", q.ticket},
+              {"position", q.position},
+              {"owner", q.owner},
+              {"job_name", q.job_name},
+              {"gpus", q.gpus},
+              {"priority", q.priority},
+              {"enqueued_ms", toMillis(q.enqueued)},
+              {"reason", q.reason},
+              {"planned_start_ms", q.planned_start ? json(toMillis(*q.planned_start)) : json(nullptr)}};
+  if (!q.account.empty()) doc["account"] = q.account;
+  if (q.factors)
+    doc["factors"] = {{"priority", q.factors->priority},
+                      {"fairshare", q.factors->fairshare},
+                      {"age", q.factors->age},
+                      {"size", q.factors->size},
+                      {"score", q.factors->score}};
+  return doc;
 }
 
 QueueInfo queueInfoFromJson(const json& doc) {
@@ -652,8 +666,18 @@ QueueInfo queueInfoFromJson(const json& doc) {
   q.ticket = integer(f, "ticket", Range<int64_t>{0, INT64_MAX});
   q.position = integer(f, "position", Range<int>{0, INT32_MAX});
   q.owner = textOr(f, "owner", 0, Text::kStored);
+  q.account = textOr(f, "account", 0, Text::kStored);
   q.job_name = textOr(f, "job_name", 0, Text::kStored);
   q.gpus = integer(f, "gpus", kGpusRange);
+  if (f.has("factors")) {
+    JsonFields x = f.child(f.need("factors"), "factors");
+    constexpr double kMax = 1e300;
+    q.factors = PriorityFactors{.priority = x.number("priority", -kMax, kMax),
+                                .fairshare = x.number("fairshare", 0, 1),
+                                .age = x.number("age", 0, 1),
+                                .size = x.number("size", 0, 1),
+                                .score = x.number("score", -kMax, kMax)};
+  }
   q.priority = integerOr(f, "priority", kPriorityRange, 0);
   q.enqueued = timeField(f, "enqueued_ms");
   q.reason = textOr(f, "reason", 0, Text::kStored);

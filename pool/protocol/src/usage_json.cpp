@@ -143,4 +143,32 @@ UsageTotals usageTotalsFromJson(const json& doc) {
   return t;
 }
 
+json toJson(const FairShareRow& row) {
+  json doc = {{"account", row.account},
+              {"depth", row.depth},
+              {"raw_shares", row.raw_shares},
+              {"norm_shares", row.norm_shares},
+              {"raw_usage", row.raw_usage},
+              {"norm_usage", row.norm_usage},
+              {"effective_usage", row.effective_usage},
+              {"factor", row.factor}};
+  if (!row.user.empty()) doc["user"] = row.user;
+  return doc;
+}
+
+FairShareRow fairShareRowFromJson(const json& doc) {
+  JsonFields f = fieldsOf(doc);
+  FairShareRow r;
+  r.account = text(f, "account", 0, Text::kStored);
+  r.user = textOr(f, "user", 0, Text::kStored);
+  r.depth = integer(f, "depth", Range<int>{0, INT32_MAX});
+  r.raw_shares = integer(f, "raw_shares", Range<int>{0, Accounts::kMaxShares});
+  r.norm_shares = f.number("norm_shares", 0, 1);
+  r.raw_usage = f.number("raw_usage", 0, 1e30);
+  r.norm_usage = f.number("norm_usage", 0, 1);
+  r.effective_usage = f.number("effective_usage", 0, 1e30);
+  r.factor = f.number("factor", 0, 1);
+  return r;
+}
+
 }  // namespace poolrun::pool

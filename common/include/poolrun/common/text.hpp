@@ -58,4 +58,12 @@ std::optional<T> parseHex(std::string_view text) {
   return value;
 }
 
+// A TOML file's text before toml++ parses it: a dotted key or table header ("labels.a.b",
+// "[group.a.b]") makes one table per part, and toml++ destroys tables recursively, so that a key of a
+// million parts (2 MiB of "a.") overflows the stack. toml++ bounds arrays and inline tables itself
+// (TOML_MAX_NESTED_VALUES, 256); this bounds the keys: it counts the dots of one chain of key parts
+// outside strings and comments (a value such as 1.5 counts one, which no real file takes near the
+// bound) and throws poolrun::Error (kBadInput) "NAME:LINE: a key nests deeper than 64 levels (HINT)".
+void checkTomlKeyDepth(std::string_view text, const std::string& name, std::string_view hint);
+
 }  // namespace poolrun::common

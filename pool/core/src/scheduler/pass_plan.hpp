@@ -25,6 +25,7 @@ struct PoolState::PassPlan {
   // enqueue time of the requests it planned, and plan_epoch_ as it left it.
   TimePoint at{}, valid_until = kNever, latest_enqueued{};
   int lowest_priority = 0;
+  double lowest_score = 0;  // with accounts: the lowest multi-factor priority
   uint64_t epoch = 0;
 };
 

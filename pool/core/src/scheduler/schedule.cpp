@@ -16,6 +16,10 @@ namespace poolrun::pool {
 
 using std::chrono::seconds;
 
+namespace {
+constexpr double kNoScore = 1e300;  // above any multi-factor priority
+}  // namespace
+
 PoolState::KeptPlan::KeptPlan() = default;
 PoolState::KeptPlan::~KeptPlan() = default;
 PoolState::KeptPlan::KeptPlan(const KeptPlan&) {}
@@ -34,6 +38,7 @@ void PoolState::schedule(TimePoint now) {
   replan_ = false;
   last_pass_ = now;
   kept_plan_.plan.reset();
+  if (!accounts_.empty()) refreshPriorities(now);
   std::vector<const QueueEntry*> order = waitingInOrder();
   planned_.clear();
   auto plan = std::make_unique<PassPlan>();
@@ -51,8 +56,17 @@ void PoolState::schedule(TimePoint now) {
   growElastic(now, waiting, book);
   if (!plan->timeline || plan->epoch != plan_epoch_) return;
   plan->at = now;
-  plan->lowest_priority = order.back()->request.priority;  // `order` is by priority, highest first
-  for (const QueueEntry* e : order) plan->latest_enqueued = std::max(plan->latest_enqueued, e->enqueued);
+  plan->lowest_priority = order.back()->request.priority;
+  plan->lowest_score = kNoScore;
+  for (const QueueEntry* e : order) {
+    plan->latest_enqueued = std::max(plan->latest_enqueued, e->enqueued);
+    plan->lowest_priority = std::min(plan->lowest_priority, e->request.priority);
+    if (std::optional<PriorityFactors> f =
+            accounts_.empty() ? std::nullopt : factorsOf(e->request, e->enqueued))
+      plan->lowest_score = std::min(plan->lowest_score, f->score);
+    else if (!accounts_.empty())
+      plan->lowest_score = -kNoScore;  // ordered by its priority alone: no request may count on the plan
+  }
   for (const auto& [id, lease] : leases_) {
     plan->valid_until = std::min(plan->valid_until, leaseEnd(lease, preempt_));
     if (lease.shrink_at) plan->valid_until = std::min(plan->valid_until, shrinkEnd(lease, preempt_));
@@ -69,7 +83,11 @@ PoolState::PassPlan* PoolState::keptPlanFor(const LeaseRequest& request, TimePoi
   if (now < plan->at || now < plan->latest_enqueued || now >= plan->valid_until ||
       now - plan->at >= kReplanEvery)
     return nullptr;
-  return request.priority <= plan->lowest_priority ? plan : nullptr;
+  if (accounts_.empty()) return request.priority <= plan->lowest_priority ? plan : nullptr;
+  // With accounts, the queue's order is the score's (ties: the earlier first, and this one is
+  // the latest).
+  std::optional<PriorityFactors> f = factorsOf(request, now);
+  return f && f->score <= plan->lowest_score ? plan : nullptr;
 }
 
 // Where and when a waiting request fits on the pass's timeline, the earliest start first.
@@ -271,10 +289,14 @@ void PoolState::startTimeline(PassPlan& pass, TimePoint now) {
     if (lease.shrink_at) pass.awaitingVictims.insert(lease.shrunk_for);
     if (lease.elastic) pass.elastic.push_back(&lease);
   }
-  // What they hold beyond their minimum is taken from the lowest priority first, then the
-  // youngest.
-  std::sort(pass.elastic.begin(), pass.elastic.end(), [](const Lease* a, const Lease* b) {
+  // What they hold beyond their minimum is taken from the lowest priority first, then (with
+  // accounts) the lowest fair-share factor, then the youngest.
+  auto share = [this](const Lease* l) {
+    return priorities_.shares.factor(l->account, l->owner).value_or(0.0);
+  };
+  std::sort(pass.elastic.begin(), pass.elastic.end(), [&](const Lease* a, const Lease* b) {
     if (a->priority != b->priority) return a->priority < b->priority;
+    if (!accounts_.empty() && share(a) != share(b)) return share(a) < share(b);
     if (a->created != b->created) return a->created > b->created;
     return a->id < b->id;
   });

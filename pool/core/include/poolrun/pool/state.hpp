@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "poolrun/pool/accounts.hpp"
+#include "poolrun/pool/fairshare.hpp"
 #include "poolrun/pool/job_book.hpp"
 #include "poolrun/pool/membership.hpp"
 #include "poolrun/pool/quotas.hpp"
@@ -314,6 +316,14 @@ class PoolState {
   const Quotas& quotas() const { return quotas_; }
   std::vector<QuotaUse> quotaUse() const;  // in the quotas' order
 
+  // --- the account tree and fair share (accounts.hpp, fairshare.hpp): with accounts, requests are
+  // charged to one and the queue is ordered by the multi-factor priority; without, by priority and
+  // arrival
+  void setAccounts(Accounts accounts);
+  const Accounts& accounts() const { return accounts_; }
+  // The fair-share factors as of `now` (`poolctl fairshare`); empty without accounts.
+  FairShare fairShare(TimePoint now) const;
+
   // --- preemption
   void setPreemptOptions(const PreemptOptions& options) {
     preempt_ = options;
@@ -402,7 +412,10 @@ class PoolState {
 
   // --- the usage ledger (usage.hpp): rows opened, resized and closed with the leases, fed by the
   // heartbeats' samples, stored every UsageOptions::interval by accountUsage (poold's ticker).
-  void setUsageOptions(const UsageOptions& options) { usage_options_ = options; }
+  void setUsageOptions(const UsageOptions& options) {
+    usage_options_ = options;
+    usage_.setHalfLife(options.half_life);
+  }
   const UsageOptions& usageOptions() const { return usage_options_; }
   const UsageLedger& usage() const { return usage_; }
   void accountUsage(TimePoint now);
@@ -481,6 +494,20 @@ class PoolState {
   // The kept plan, where `request` (enqueued now, ticket the newest) may be planned against it.
   PassPlan* keptPlanFor(const LeaseRequest& request, TimePoint now);
   std::vector<const QueueEntry*> waitingInOrder() const;
+  // The multi-factor priority: the fair-share factors as of the last pass (refreshPriorities), so
+  // that the queue's order holds from one pass to the next.
+  struct Priorities {
+    TimePoint at{};
+    FairShare shares;
+    int pool_gpus = 0;
+  };
+  void refreshPriorities(TimePoint now);
+  // Sets the account a request is charged to (Accounts::accountFor), or refuses one where the pool
+  // has no accounts file.
+  void chargeAccount(LeaseRequest& request) const;
+  // nullopt where the request's owner and account have no factor in the snapshot (a user new to
+  // the default account: the next pass counts it).
+  std::optional<PriorityFactors> factorsOf(const LeaseRequest& request, TimePoint enqueued) const;
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
   // A waiting request's lease, granted now: the entry marked granted, its wait kept for metrics.
   Lease grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now);
@@ -638,6 +665,8 @@ class PoolState {
   Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
   PreemptOptions preempt_;
   Quotas quotas_;
+  Accounts accounts_;
+  Priorities priorities_;
   uint64_t leases_preempted_ = 0;
   uint64_t leases_resized_ = 0;
   LiveOptions live_;

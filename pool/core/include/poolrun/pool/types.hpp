@@ -62,6 +62,9 @@ struct LeaseRequest {
   bool one_switch = false;  // all nodes under one leaf switch
   int priority = 0;         // higher first
   std::string owner;
+  // The account charged (poolrun --account, docs/fairshare.md): where the pool has an accounts
+  // file, the pool sets it at submit (the owner's default where empty); empty without one.
+  std::string account;
   std::string job_name;
   std::optional<std::chrono::seconds> wait;  // nullopt: wait while the pool could ever satisfy it
   std::chrono::seconds ttl{60};
@@ -102,6 +105,7 @@ struct LeaseRequest {
 struct Lease {
   std::string id;
   std::string owner;
+  std::string account;  // see LeaseRequest
   std::string job_name;
   std::vector<GpuRef> gpus;  // sorted by node (pool order), then index
   int priority = 0;
@@ -236,10 +240,23 @@ struct NodeInfo {
   std::vector<GpuInfo> gpus;
 };
 
+// A waiting request's multi-factor priority (docs/fairshare.md): each factor as the pool computed it
+// at its last scheduling pass, and the weighted sum that orders the queue.
+struct PriorityFactors {
+  double priority = 0;   // the request's --priority
+  double fairshare = 0;  // 0 to 1: its owner's in its account
+  double age = 0;        // 0 to 1: its wait over the weights' max_age
+  double size = 0;       // 0 to 1: its GPUs over the pool's
+  double score = 0;      // the weighted sum
+  bool operator==(const PriorityFactors&) const = default;
+};
+
 struct QueueInfo {
   int64_t ticket = 0;
   int position = 0;  // 1: the head
   std::string owner;
+  std::string account;
+  std::optional<PriorityFactors> factors;  // where the pool has an accounts file
   std::string job_name;
   int gpus = 0;
   int priority = 0;

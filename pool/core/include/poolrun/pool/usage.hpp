@@ -33,12 +33,15 @@ struct UsageOptions {
   // churn of a busy pool cannot grow the state without bound). The embedded pools, which read the
   // whole file in every process, keep fewer (kEmbeddedUsage).
   size_t max_rows = 2'000'000;
+  // --fairshare-half-life: fair share's usage halves in this time (fairshare.hpp).
+  std::chrono::seconds half_life{7 * 86'400};
 };
 
 // The embedded pools' ledger: rows a day, days a month, at most 100,000 rows (each poolctl and
 // poolrun process reads them all: about 0.3 s at the most).
 inline const UsageOptions kEmbeddedUsage{std::chrono::seconds(60), std::chrono::seconds(86'400),
-                                         std::chrono::seconds(30 * 86'400), 100'000};
+                                         std::chrono::seconds(30 * 86'400), 100'000,
+                                         std::chrono::seconds(7 * 86'400)};
 
 // One row of the ledger.
 struct UsageRecord {
@@ -123,6 +126,15 @@ class UsageLedger {
   // What a job's leases used, running ones up to `now` (leases 0: none counted, or folded into days).
   UsageTotals ofJobTotals(std::string_view job, TimePoint now) const;
 
+  // Fair share's usage: each (account, owner)'s allocated GPU-seconds, each counted at its time and
+  // halved every `half_life` since (Slurm's PriorityDecayHalfLife). Kept as the ledger counts, and
+  // made again from the rows after a load or a new half-life (a row's GPU-seconds spread evenly
+  // over its span: exact for a lease of one size, close for a day's row, which is at least
+  // --usage-detail old). Running rows count up to their last update.
+  void setHalfLife(std::chrono::seconds halfLife);
+  std::chrono::seconds halfLife() const { return half_life_; }
+  std::map<std::pair<std::string, std::string>, double> decayed(TimePoint now) const;
+
   // The store's side.
   std::optional<UsageRecord> find(uint64_t id) const;
   size_t size() const { return rows_.size() - dead_; }
@@ -174,6 +186,17 @@ class UsageLedger {
   std::map<std::string, UsageTotals, std::less<>> totals_;         // per owner, every row's figures
   std::map<std::string, uint64_t, std::less<>> total_rows_;        // the kTotal row of each owner
   TimePoint last_fold_{};  // folding and forgetting walk every row: once an hour
+
+  // Fair share's decayed usage per (account << 32 | owner) name pair: the value at `at`.
+  struct Decayed {
+    double value = 0;
+    TimePoint at{};
+  };
+  // `gpuSeconds` spent evenly over [from, to] into the owner's and account's decayed usage.
+  void decay(const Row& r, double gpuSeconds, TimePoint from, TimePoint to);
+  void rebuildDecayed();
+  std::unordered_map<uint64_t, Decayed> decayed_;
+  std::chrono::seconds half_life_{7 * 86'400};
 };
 
 }  // namespace poolrun::pool

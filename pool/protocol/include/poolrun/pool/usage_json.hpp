@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "poolrun/pool/fairshare.hpp"
 #include "poolrun/pool/usage.hpp"
 
 namespace poolrun::pool {
@@ -24,5 +25,11 @@ void checkUsageRecord(const UsageRecord& row);
 
 nlohmann::json toJson(const UsageTotals& totals);
 UsageTotals usageTotalsFromJson(const nlohmann::json& doc);
+
+// GET /v1/fairshare's rows: {"account": "physics", "user": "alice" (absent for an account's row),
+// "depth": 1, "raw_shares": 10, "norm_shares": 0.2, "raw_usage": 36000 (decayed GPU-seconds),
+// "norm_usage": 0.5, "effective_usage": 0.55, "factor": 0.15}
+nlohmann::json toJson(const FairShareRow& row);
+FairShareRow fairShareRowFromJson(const nlohmann::json& doc);
 
 }  // namespace poolrun::pool
