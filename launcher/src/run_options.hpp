@@ -25,8 +25,8 @@ struct RunOptions {
   PlanRequest request;               // -n, --gpus-per-node, --fabric, --gdr, --roce-tc, the user's variables
   std::string pool;                  // --pool, else $POOLRUN_POOL, else local
   // Where the GPUs may be, as poolctl acquire takes it: only whole_nodes, gpu_model,
-  // min_memory_bytes, labels and one_switch are read from it (--whole-nodes, --model,
-  // --min-memory-gib, --label, --one-switch).
+  // min_memory_bytes, labels, one_switch and account are read from it (--whole-nodes, --model,
+  // --min-memory-gib, --label, --one-switch, --account).
   pool::LeaseRequest placement;
   std::string token_file;
   std::string ca_file;  // --ca: an https pool's CAs

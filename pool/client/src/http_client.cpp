@@ -340,6 +340,9 @@ class HttpPool : public PoolControl, public AgentLink {
     for (const json& row : reply.at("rows")) out.push_back(usageTotalsFromJson(row));
     return out;
   }
+  FairShareReport fairShare() override {
+    return fairShareReportFromJson(call("GET", "/v1/fairshare", nullptr));
+  }
   std::vector<JobView> job(const std::string& id) override {
     return jobViews(call("GET", "/v1/jobs/" + segment(id), nullptr));
   }
@@ -660,6 +663,12 @@ std::vector<UsageTotals> PoolControl::usage(const UsageQuery&) {
   throw badInput(
       "this pool keeps no usage ledger (Slurm's is sreport): a poold's (--pool http://HOST:PORT) and the "
       "embedded pools' do");
+}
+FairShareReport PoolControl::fairShare() {
+  throw badInput(
+      "this pool has no account tree (Slurm's is sshare): a poold's (--pool http://HOST:PORT, --accounts) "
+      "and "
+      "the embedded pools' (POOLRUN_ACCOUNTS) do");
 }
 std::string AgentLink::launchKey(const std::string&) {
   throw Error(ErrorCode::kUnsupported, "this link to the pool carries no launch key");

@@ -36,6 +36,16 @@ FairShare PoolState::fairShare(TimePoint now) const {
   return FairShare(accounts_, usage_.decayed(now), waiting);
 }
 
+FairShareReport PoolState::fairShareReport(TimePoint now) const {
+  FairShareReport r;
+  r.accounts = !accounts_.empty();
+  r.half_life = usage_options_.half_life;
+  r.default_account = accounts_.defaultAccount();
+  r.weights = accounts_.weights();
+  r.rows = fairShare(now).rows();
+  return r;
+}
+
 void PoolState::refreshPriorities(TimePoint now) {
   if (accounts_.empty()) {
     priorities_ = Priorities{};

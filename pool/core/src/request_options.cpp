@@ -3,6 +3,8 @@
 
 #include "poolrun/pool/request_options.hpp"
 
+#include "poolrun/pool/accounts.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -35,6 +37,13 @@ void setMigProfile(LeaseRequest& request, std::string_view text, const std::stri
         "larger one); `poolrun topo` lists the profiles a GPU offers");
   request.mig_profile = std::string(profile);
   request.mig_or_larger = larger;
+}
+
+void setAccount(LeaseRequest& request, std::string_view text, const std::string& option) {
+  if (std::string problem = accountNameProblem(text); !problem.empty())
+    throw badInput(option + " '" + common::printable(text) + "': " + problem +
+                   " (an account of the pool's accounts file: poolctl fairshare lists them)");
+  request.account = std::string(text);
 }
 
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option) {

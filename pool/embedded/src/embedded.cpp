@@ -78,6 +78,14 @@ class EmbeddedPool : public PoolControl {
         throw Error(e.code(), std::string("POOLRUN_QUOTAS: ") + e.what());
       }
     }
+    // The account tree of POOLRUN_ACCOUNTS (an accounts file, as poold's --accounts); none without it.
+    if (const char* a = std::getenv("POOLRUN_ACCOUNTS"); a && *a) {
+      try {
+        state_.setAccounts(readAccountsFile(a));
+      } catch (const Error& e) {
+        throw Error(e.code(), std::string("POOLRUN_ACCOUNTS: ") + e.what());
+      }
+    }
   }
 
   void seed(const std::vector<topo::ClusterNode>& nodes) {
@@ -183,6 +191,9 @@ class EmbeddedPool : public PoolControl {
   // The rows of the leases this pool granted and ended (no accounting interval: no heartbeats).
   std::vector<UsageTotals> usage(const UsageQuery& query) override {
     return transact([&](PoolState& s, TimePoint now) { return s.usage().report(query, now); });
+  }
+  FairShareReport fairShare() override {
+    return transact([](PoolState& s, TimePoint now) { return s.fairShareReport(now); });
   }
   void registerNodes(const std::vector<topo::ClusterNode>& nodes) override {
     requireAdmin("register nodes");

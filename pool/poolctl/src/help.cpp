@@ -14,9 +14,12 @@ const char* const kUsage =
     "commands:\n"
     "  status | nodes | leases | queue     look at the pool\n"
     "  quota                               GPUs used against each quota (poold --quotas)\n"
+    "  fairshare                           the account tree's shares, decayed usage and fair-share\n"
+    "                                      factors (sshare's view; poold --accounts)\n"
+    "  queue --explain                     the queue, and each factor of each request's priority\n"
     "  top [--interval SECONDS] [--once]   a live view of nodes, GPUs, leases and the queue; q quits\n"
     "  acquire -n N|MIN:MAX [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
-    "          [--max-duration SECONDS] [--priority P] [--job NAME] [--model TEXT]\n"
+    "          [--max-duration SECONDS] [--priority P] [--account A] [--job NAME] [--model TEXT]\n"
     "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
     "          [--exclude NODES]\n"
     "          [--no-reclaim] [--preemptible] [--resize-interval SECONDS] [--mig PROFILE[+]]\n"
@@ -84,9 +87,18 @@ const std::map<std::string, const char*> kHelp = {
      "unused: poold --idle-after), expiry, end, and a note: when the pool reclaims it as idle (poold\n"
      "--reclaim-idle), the nodes at risk (unreachable), or that it is never reclaimed (--no-reclaim).\n"},
     {"queue",
-     "usage: poolctl [--pool URI] [--json] queue\n"
+     "usage: poolctl [--pool URI] [--json] queue [--explain]\n"
      "The waiting requests in the order they will be served: position, ticket, GPUs, priority, owner,\n"
-     "job.\n"},
+     "job. Where the pool has accounts (poold --accounts), the order is the multi-factor priority's;\n"
+     "--explain adds each request's factors (fair share, age, size, its priority) and their weighted\n"
+     "sum (docs/fairshare.md). --json has them as each request's `factors`.\n"},
+    {"fairshare",
+     "usage: poolctl [--pool URI] [--json] fairshare\n"
+     "The account tree (poold --accounts, POOLRUN_ACCOUNTS for the embedded pools) as sshare shows it:\n"
+     "each account and user with its shares, normalised shares, usage (allocated GPU-hours, halved\n"
+     "every --fairshare-half-life), normalised and effective usage and fair-share factor (Slurm's\n"
+     "classic formula, 2^(-effective usage / normalised shares)), and the weights of the priority that\n"
+     "orders the queue (docs/fairshare.md).\n"},
     {"quota",
      "usage: poolctl [--pool URI] [--json] quota\n"
      "Each quota of the pool (poold --quotas, POOLRUN_QUOTAS for the embedded pools): the group or\n"
@@ -118,6 +130,7 @@ const std::map<std::string, const char*> kHelp = {
      "  --wait SECONDS           give up queueing after SECONDS (default: while it could ever fit)\n"
      "  --max-duration SECONDS   the lease ends after SECONDS however it is renewed\n"
      "  --priority P             queue priority (higher first)\n"
+     "  --account A              the account charged (the pool's accounts file; default: yours)\n"
      "  --job NAME               the job's name, shown in leases and queue\n"
      "  --model TEXT             only GPUs whose model contains TEXT\n"
      "  --mig PROFILE            N MIG instances of that profile (1g.10gb, 3g.40gb) instead of whole\n"
@@ -199,8 +212,9 @@ const std::map<std::string, const char*> kHelp = {
     {"usage",
      "usage: poolctl --pool URI usage [--by owner|account|job|node|gpu-model] [--since T] [--until T]\n"
      "                                [--format table|csv|json]\n"
-     "The usage ledger (poold's, kept across restarts): per owner (default), account (the owner's\n"
-     "quota group), job, node or GPU model, the leases counted, GPU-hours allocated, used (each GPU's\n"
+     "The usage ledger (poold's, kept across restarts): per owner (default), account (the lease's,\n"
+     "docs/fairshare.md; without accounts the owner's quota group), job, node or GPU model, the leases "
+     "counted, GPU-hours allocated, used (each GPU's\n"
      "utilisation integrated) and idle (under poold's --idle-utilization), efficiency (used over\n"
      "allocated) and energy in kWh; the most allocated first, then a total. --since/--until: a lease\n"
      "that ran partly inside counts in proportion; T is a time (2026-12-01T08:00:00Z), a day\n"

@@ -64,6 +64,8 @@ LeaseRequest acquireRequest(const std::vector<std::string>& args) {
       r.max_duration = std::chrono::seconds(number(a, value(), kMaxDurationSecondsRange));
     } else if (a == "--priority") {
       r.priority = number(a, value(), kPriorityRange);
+    } else if (a == "--account") {
+      setAccount(r, value(), a);
     } else if (a == "--job") {
       r.job_name = value();
       common::checkText(r.job_name, common::kMaxJobNameBytes, a);

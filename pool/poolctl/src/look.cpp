@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "poolctl.hpp"
+#include "poolrun/common/names.hpp"
 #include "poolrun/pool/poolctl_top.hpp"
 #include "poolrun/pool/queue_wait.hpp"
 #include "view_text.hpp"
@@ -123,13 +124,22 @@ int leasesCommand(const Command& c) {
 }
 
 int queueCommand(const Command& c) {
+  bool explain = false;
+  for (const std::string& a : c.args) {
+    if (a != "--explain")
+      throw badInput("queue takes --explain (each factor of each request's priority), not '" +
+                     common::printable(a) + "'");
+    explain = true;
+  }
   std::vector<QueueInfo> queue = c.pool().queue();
-  if (c.json)
-    printJsonList(queue);
-  else if (queue.empty())
+  if (c.json) {
+    printJsonList(queue);  // with each request's factors where the pool has accounts
+  } else if (queue.empty()) {
     std::cout << "queue empty\n";
-  else
+  } else {
     printQueueTable(queue, std::chrono::system_clock::now());
+    if (explain) printQueueFactors(queue, c.pool());
+  }
   return 0;
 }
 

@@ -62,6 +62,9 @@ int statusCommand(const Command& c);
 int nodesCommand(const Command& c);
 int leasesCommand(const Command& c);
 int queueCommand(const Command& c);
+int fairshareCommand(const Command& c);
+// queue --explain: each waiting request's factors and weighted sum (fairshare_command.cpp).
+void printQueueFactors(const std::vector<QueueInfo>& queue, PoolControl& pool);
 int quotaCommand(const Command& c);
 int topCommandOf(const Command& c);
 

@@ -171,4 +171,38 @@ FairShareRow fairShareRowFromJson(const json& doc) {
   return r;
 }
 
+json toJson(const FairShareReport& report) {
+  json rows = json::array();
+  for (const FairShareRow& r : report.rows) rows.push_back(toJson(r));
+  const PriorityWeights& w = report.weights;
+  return json{{"accounts", report.accounts},
+              {"half_life_s", report.half_life.count()},
+              {"default_account", report.default_account},
+              {"weights",
+               {{"priority", w.priority},
+                {"fairshare", w.fairshare},
+                {"age", w.age},
+                {"size", w.size},
+                {"max_age_s", w.max_age.count()}}},
+              {"rows", std::move(rows)}};
+}
+
+FairShareReport fairShareReportFromJson(const json& doc) {
+  JsonFields f = fieldsOf(doc);
+  FairShareReport r;
+  r.accounts = f.boolean("accounts", false);
+  r.half_life = std::chrono::seconds(integer(f, "half_life_s", Range<int64_t>{0, INT64_MAX}));
+  r.default_account = textOr(f, "default_account", 0, Text::kStored);
+  JsonFields w = f.child(f.need("weights"), "weights");
+  constexpr double kMax = 1e12;
+  r.weights.priority = w.number("priority", 0, kMax);
+  r.weights.fairshare = w.number("fairshare", 0, kMax);
+  r.weights.age = w.number("age", 0, kMax);
+  r.weights.size = w.number("size", 0, kMax);
+  r.weights.max_age = std::chrono::seconds(integer(w, "max_age_s", Range<int64_t>{1, INT64_MAX}));
+  const json& rows = f.array("rows");
+  for (size_t i = 0; i < rows.size(); ++i) r.rows.push_back(fairShareRowFromJson(rows[i]));
+  return r;
+}
+
 }  // namespace poolrun::pool

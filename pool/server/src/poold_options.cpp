@@ -8,6 +8,7 @@
 
 #include "poolrun/common/names.hpp"
 #include "poolrun/common/options.hpp"
+#include "poolrun/pool/accounts.hpp"
 #include "poolrun/pool/etcd_client.hpp"
 #include "poolrun/pool/etcd_store.hpp"
 #include "poolrun/pool/http_pool.hpp"
@@ -47,6 +48,7 @@ std::string serverHelp(const ServerOptions& d) {
          "             [--heartbeat-interval SECONDS] [--node-timeout SECONDS] [--idle-utilization PERCENT]\n"
          "             [--idle-after SECONDS] [--reclaim-idle] [--reclaim-grace SECONDS]\n"
          "             [--preempt-grace SECONDS] [--min-runtime SECONDS] [--quotas FILE]\n"
+         "             [--accounts FILE] [--fairshare-half-life SECONDS]\n"
          "             [--metrics-token-file FILE] [--metrics-allow ADDR[,ADDR...]]\n"
          "             [--metrics-host NAME[,NAME...]] [--history-interval SECONDS]\n"
          "             [--store sqlite|etcd[s]://HOST:PORT[,HOST:PORT...] --advertise http[s]://THIS:PORT\n"
@@ -159,6 +161,11 @@ std::string liveHelp(const ServerOptions& d) {
          "                                `group NAME guaranteed=N [limit=N] members=A,B`, `owner NAME\n"
          "                                guaranteed=N [limit=N]`, `default guaranteed=N [limit=N]`;\n"
          "                                re-read when it changes (docs/quotas.md)\n"
+         "  --accounts FILE               the account tree, fair share and the priority's weights (TOML);\n"
+         "                                re-read when it changes (docs/fairshare.md)\n"
+         "  --fairshare-half-life SECONDS  fair share's usage halves in this time (default " +
+         n(d.usage.half_life.count()) +
+         ")\n"
          "  --metrics-token-file FILE     a scrape token (its first word) that may read /metrics only;\n"
          "                                re-read when it changes\n"
          "  --metrics-allow ADDR[,ADDR...]  clients from these addresses or prefixes read /metrics\n"
@@ -229,6 +236,15 @@ void quotas(PooldOptions& o, const std::string& a, const std::string& v) {
   o.server.quotas_file = v;
   try {
     readQuotasFile(o.server.quotas_file);
+  } catch (const Error& e) {
+    throw badInput(a + ": " + e.what());
+  }
+}
+
+void accounts(PooldOptions& o, const std::string& a, const std::string& v) {
+  o.server.accounts_file = v;
+  try {
+    readAccountsFile(o.server.accounts_file);
   } catch (const Error& e) {
     throw badInput(a + ": " + e.what());
   }
@@ -345,11 +361,14 @@ void checkTls(PooldOptions& o) {
         "HOST:PORT");
 }
 
-// --account-interval (10 s to a day), --usage-detail and --usage-retention (a day to 100 years).
+// --account-interval (10 s to a day), --fairshare-half-life (a minute to ten years), --usage-detail
+// and --usage-retention (a day to 100 years).
 void usageOption(PooldOptions& o, const std::string& a, const std::string& v) {
   const Range<int64_t> age{86'400, int64_t{36'600} * 86'400};
   if (a == "--account-interval")
     o.server.usage.interval = secondsIn(a, v, Range<int64_t>{10, 86'400});
+  else if (a == "--fairshare-half-life")
+    o.server.usage.half_life = secondsIn(a, v, Range<int64_t>{60, 3660 * 86'400});
   else if (a == "--usage-detail")
     o.server.usage.detail = secondsIn(a, v, age);
   else
@@ -425,6 +444,8 @@ const std::map<std::string, OptionRow>& optionTable() {
       {"--min-runtime",
        {true, [](O& o, S a, S v) { o.server.preempt.min_runtime = secondsIn(a, v, kPreemptSecondsRange); }}},
       {"--quotas", {true, quotas}},
+      {"--accounts", {true, accounts}},
+      {"--fairshare-half-life", {true, usageOption}},
       {"--metrics-token-file", {true, metricsToken}},
       {"--metrics-allow",
        {true,

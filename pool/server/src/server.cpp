@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "poolrun/pool/accounts.hpp"
 #include "poolrun/pool/quotas.hpp"
 #include "routes/routes.hpp"
 #include "server_core.hpp"
@@ -101,12 +102,20 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     if (stat(m.opt.quotas_file.c_str(), &st) == 0) m.quotas_watch = common::FileWatch(common::identityOf(st));
     quotas = readQuotasFile(m.opt.quotas_file);
   }
-  m.pool->mutate([&m, &quotas](PoolState& s, TimePoint) {
+  Accounts accounts;
+  if (!m.opt.accounts_file.empty()) {
+    struct stat st {};
+    if (stat(m.opt.accounts_file.c_str(), &st) == 0)
+      m.accounts_watch = common::FileWatch(common::identityOf(st));
+    accounts = readAccountsFile(m.opt.accounts_file);
+  }
+  m.pool->mutate([&m, &quotas, &accounts](PoolState& s, TimePoint) {
     s.setLiveOptions(m.opt.live);
     s.setPreemptOptions(m.opt.preempt);
     s.setJobOptions(m.opt.jobs);
     s.setUsageOptions(m.opt.usage);
     s.setQuotas(std::move(quotas));
+    s.setAccounts(std::move(accounts));
     return 0;
   });
   for (const auto& table : {statusRoutes(), nodeRoutes(), agentRoutes(), memberRoutes(), jobRoutes(),
@@ -168,6 +177,7 @@ void PoolServer::run() {
       if (m.stopping) break;
       lock.unlock();
       m.reloadQuotas();
+      m.reloadAccounts();
       m.mutate([&m](PoolState& s, TimePoint now) {
         s.tick(now, m.opt.stale_after);
         // The ledger's running rows stored every --account-interval (and at the first tick: rows

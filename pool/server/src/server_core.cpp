@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "poolrun/pool/accounts.hpp"
 #include "poolrun/pool/quotas.hpp"
 
 namespace poolrun::pool {
@@ -40,37 +41,62 @@ ServerCore::~ServerCore() {
   if (lock_fd >= 0) close(lock_fd);
 }
 
-void ServerCore::reloadQuotas() {
-  if (opt.quotas_file.empty()) return;
+namespace {
+
+// Who changed a configuration file is whoever wrote it: its owner, for the audit trail; from where:
+// the file is on poold's machine, so whoever changed it did so there.
+std::pair<std::string, std::string> writerOf(const std::filesystem::path& file) {
+  struct stat st {};
+  std::string owner = ::stat(file.c_str(), &st) == 0 ? common::userText(st.st_uid) : std::string("unknown");
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  return {std::move(owner), std::string(host)};
+}
+
+}  // namespace
+
+// A configuration file read again once it changed and is whole: `read` parses it, `apply` sets it
+// on the state and returns the changes to record as event `event` (none: no event).
+template <typename T, typename Read, typename Apply>
+void ServerCore::reloadFile(const std::filesystem::path& file, common::FileWatch& watch, const char* what,
+                            const char* event, Read parse, Apply apply) {
+  if (file.empty()) return;
   try {
-    std::optional<Quotas> q =
-        quotas_watch.readIfChanged(opt.quotas_file, [this] { return readQuotasFile(opt.quotas_file); });
-    if (!q) return;  // unchanged, or being written: read it at a later tick
-    // Who changed the quotas is whoever wrote the file: its owner, for the audit trail.
-    struct stat st {};
-    const std::string owner =
-        ::stat(opt.quotas_file.c_str(), &st) == 0 ? common::userText(st.st_uid) : std::string("unknown");
-    // From where: the file is on poold's machine, so whoever changed it did so there.
-    char host[256] = {};
-    if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+    std::optional<T> value = watch.readIfChanged(file, [&] { return parse(file); });
+    if (!value) return;  // unchanged, or being written: read it at a later tick
+    const auto [by, from] = writerOf(file);
     mutate([&](PoolState& s, TimePoint now) {
-      const std::vector<std::string> changes = quotaChanges(s.quotas(), *q);
-      s.setQuotas(std::move(*q));
+      const std::vector<std::string> changes = apply(s, std::move(*value));
       if (!changes.empty())
-        events->record("quotas_changed",
-                       {{"file", opt.quotas_file.string()},
-                        {"changes", changes},
-                        {"by", owner},
-                        {"auth", "file"},
-                        {"from", std::string(host)}},
-                       now);
+        events->record(
+            event,
+            {{"file", file.string()}, {"changes", changes}, {"by", by}, {"auth", "file"}, {"from", from}},
+            now);
       s.tick(now, opt.stale_after);
       return 0;
     });
-    std::cerr << "poold: quotas read again from " << opt.quotas_file.string() << "\n";
+    std::cerr << "poold: " << what << " read again from " << file.string() << "\n";
   } catch (const std::exception& e) {
-    std::cerr << "poold: warning: " << e.what() << "; keeping the quotas read before\n";
+    std::cerr << "poold: warning: " << e.what() << "; keeping the " << what << " read before\n";
   }
+}
+
+void ServerCore::reloadQuotas() {
+  reloadFile<Quotas>(opt.quotas_file, quotas_watch, "quotas", "quotas_changed", readQuotasFile,
+                     [](PoolState& s, Quotas q) {
+                       std::vector<std::string> changes = quotaChanges(s.quotas(), q);
+                       s.setQuotas(std::move(q));
+                       return changes;
+                     });
+}
+
+void ServerCore::reloadAccounts() {
+  reloadFile<Accounts>(opt.accounts_file, accounts_watch, "accounts", "accounts_changed", readAccountsFile,
+                       [](PoolState& s, Accounts a) {
+                         std::vector<std::string> changes = accountChanges(s.accounts(), a);
+                         s.setAccounts(std::move(a));
+                         return changes;
+                       });
 }
 
 void ServerCore::runTickHooks() {

@@ -82,11 +82,17 @@ struct ServerCore {
   std::condition_variable stop_cv;
   bool stopping = false;
   std::thread ticker;
-  TimePoint last_account{};        // the ticker's last PoolState::accountUsage
-  common::FileWatch quotas_watch;  // of the quotas file
+  TimePoint last_account{};          // the ticker's last PoolState::accountUsage
+  common::FileWatch quotas_watch;    // of the quotas file
+  common::FileWatch accounts_watch;  // of the accounts file
 
-  // Reads the quotas file again when it changed; keeps the quotas before it when it cannot.
+  // Read the quotas and accounts files again when they changed; keep what was read before where
+  // they cannot be read.
   void reloadQuotas();
+  void reloadAccounts();
+  template <typename T, typename Read, typename Apply>
+  void reloadFile(const std::filesystem::path& file, common::FileWatch& watch, const char* what,
+                  const char* event, Read parse, Apply apply);
   // What ServerOptions::on_tick asks of each tick.
   void runTickHooks();
   // Runs a function on the state under its lock, for the routes and hooks of ServerOptions.

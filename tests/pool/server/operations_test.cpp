@@ -409,6 +409,90 @@ TEST_F(Operations, AChangeOfTheQuotasFileIsAnAuditEvent) {
             json({"group vision: guaranteed 16 -> 32", "owner carol added: guaranteed 8, limit none"}));
 }
 
+// The account tree on a real poold: bob, who used less, goes ahead of alice's earlier request;
+// `poolctl queue --explain` and `poolctl fairshare` show why; a request for an account its owner may
+// not charge, or one that does not exist, is refused; a change of the file is an audit event.
+TEST_F(Operations, AccountsOrderTheQueueAndPoolctlShowsWhy) {
+  const auto accounts = dir_.write(
+      "accounts.toml", "[accounts.physics]\nusers = [\"alice\"]\n[accounts.biology]\nusers = [\"bob\"]\n");
+  start({"--accounts", accounts.string(), "--fairshare-half-life", "3600"});
+  const std::string small = acquire(kBob, 8, 60);
+  ok(call("DELETE", "/v1/leases/" + small, kBob));
+  const std::string all = acquire(kAlice, 128, 60);
+  std::this_thread::sleep_for(1s);  // alice holds the pool: 128 GPU-seconds a second
+  auto queued = [&](const char* token) {
+    auto r = call("POST", "/v1/leases", token, json{{"gpus", 8}, {"wait_s", 120}}.dump());
+    EXPECT_TRUE(r && r->status == 202) << (r ? r->body : "no answer");  // queued
+    const json reply = r ? json::parse(r->body) : json{{"ticket", 0}, {"position", 0}};
+    return std::pair(reply["ticket"].get<int64_t>(), reply["position"].get<int>());
+  };
+  const auto [aliceTicket, alicePosition] = queued(kAlice);
+  const auto [bobTicket, bobPosition] = queued(kBob);
+  EXPECT_EQ(alicePosition, 1);
+  EXPECT_EQ(bobPosition, 1) << "bob used less: ahead of alice's earlier request";
+  const json queue = ok(call("GET", "/v1/queue", kAlice));
+  ASSERT_EQ(queue.size(), 2u) << queue.dump();
+  const json& head = queue[0];
+  EXPECT_EQ(head["ticket"], bobTicket);
+  EXPECT_EQ(head["account"], "biology");
+  EXPECT_GT(head["factors"]["fairshare"].get<double>(), queue[1]["factors"]["fairshare"].get<double>());
+
+  const std::string env =
+      "POOLRUN_TOKEN=" + std::string(kAlice) + " " + POOLCTL_BINARY + " --pool " + poold_->uri();
+  test::ProcessResult explain = test::runShell(env + " queue --explain");
+  EXPECT_EQ(explain.status, 0) << explain.err;
+  EXPECT_NE(
+      explain.out.find("priority = 1000000 x priority + 10000 x fairshare + 1000 x age (1 after 7 days)"),
+      std::string::npos)
+      << explain.out;
+  EXPECT_NE(explain.out.find("ticket " + std::to_string(bobTicket) + " (bob, biology): "), std::string::npos)
+      << explain.out;
+  EXPECT_LT(explain.out.find("ticket " + std::to_string(bobTicket) + " (bob"),
+            explain.out.find("ticket " + std::to_string(aliceTicket) + " (alice"));
+  test::ProcessResult tree = test::runShell(env + " fairshare");
+  EXPECT_EQ(tree.status, 0) << tree.err;
+  EXPECT_NE(tree.out.find("usage halves every 1 hour;"), std::string::npos) << tree.out;
+  EXPECT_NE(tree.out.find("ACCOUNT/USER"), std::string::npos) << tree.out;
+  EXPECT_NE(tree.out.find("\nbiology "), std::string::npos) << tree.out;
+  EXPECT_NE(tree.out.find("\n  alice "), std::string::npos) << tree.out;
+  const json report = json::parse(test::runShell(env + " --json fairshare").out);
+  EXPECT_TRUE(report["accounts"]);
+  EXPECT_EQ(report["half_life_s"], 3600);
+  ASSERT_EQ(report["rows"].size(), 4u) << report.dump();
+  test::ProcessResult refused = test::runShell(env + " acquire -n 1 --wait 0 --account biology");
+  EXPECT_EQ(refused.status, 4) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("user alice may not charge account biology (its accounts: physics)"),
+            std::string::npos)
+      << refused.err;
+  test::ProcessResult badName = test::runShell(env + " acquire -n 1 --wait 0 --account 'a b'");
+  EXPECT_EQ(badName.status, 2) << badName.err;
+  EXPECT_NE(badName.err.find("--account 'a b': only letters"), std::string::npos) << badName.err;
+  auto unknown =
+      call("POST", "/v1/leases", kAlice, json{{"gpus", 1}, {"wait_s", 0}, {"account", "chem"}}.dump());
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 400) << unknown->body;
+  EXPECT_NE(unknown->body.find("account 'chem' is no account of the pool's accounts file"), std::string::npos)
+      << unknown->body;
+  EXPECT_EQ(call("GET", "/v1/fairshare", "")->status, 401);
+
+  dir_.write("accounts.toml",
+             "[accounts.physics]\nshares = 3\nusers = [\"alice\"]\n[accounts.biology]\nusers = [\"bob\"]\n");
+  json changed;
+  auto end = Steady::now() + 20s;
+  while (changed.is_null() && Steady::now() < end) {
+    const json log = events();
+    for (const json& e : log["events"])
+      if (e["kind"] == "accounts_changed") changed = e;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(changed.is_null()) << events().dump();
+  EXPECT_EQ(changed["changes"], json({"account physics: shares 1 -> 3"}));
+  EXPECT_EQ(changed["by"], common::userText(geteuid()));
+  ok(call("DELETE", "/v1/queue/" + std::to_string(aliceTicket), kAlice));
+  ok(call("DELETE", "/v1/queue/" + std::to_string(bobTicket), kBob));
+  ok(call("DELETE", "/v1/leases/" + all, kAlice));
+}
+
 TEST_F(Operations, MetricsPassPromtoolCheck) {
   if (test::runShell("command -v promtool").status != 0)
     GTEST_SKIP() << "promtool not found: install Debian's prometheus package (scripts/setup-deps.sh)";

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/temp_dir.hpp"
+
 namespace poolrun::pool {
 namespace {
 
@@ -37,6 +39,8 @@ TEST(PooldOptionsTest, ReadsValuesAndKeepsDefaults) {
   EXPECT_EQ(u.server.usage.interval, seconds(10));
   EXPECT_EQ(u.server.usage.detail, seconds(86'400));
   EXPECT_EQ(u.server.usage.retention, seconds(172'800));
+  EXPECT_EQ(o.server.usage.half_life, seconds(7 * 86'400));
+  EXPECT_EQ(parsePooldOptions({"--fairshare-half-life", "3600"}).server.usage.half_life, seconds(3600));
 }
 
 TEST(PooldOptionsTest, HelpAndVersionStopTheReading) {
@@ -79,6 +83,11 @@ TEST(PooldOptionsTest, RefusesWhatItCannotServe) {
       {{"--usage-retention", "99999999999999999999"}, "--usage-retention"},
       {{"--usage-detail", "864000", "--usage-retention", "86400"},
        "--usage-detail 864000 is longer than --usage-retention 86400"},
+      {{"--fairshare-half-life", "59"}, "--fairshare-half-life"},
+      {{"--fairshare-half-life", "-1"}, "--fairshare-half-life"},
+      {{"--fairshare-half-life", "7d"}, "--fairshare-half-life"},
+      {{"--fairshare-half-life", "99999999999999999999"}, "--fairshare-half-life"},
+      {{"--accounts", "/nonexistent/accounts.toml"}, "--accounts: "},
   };
   for (const RefusalCase& c : cases) {
     try {
@@ -89,6 +98,23 @@ TEST(PooldOptionsTest, RefusesWhatItCannotServe) {
       EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
     }
   }
+}
+
+// A bad accounts file stops poold from starting, naming the file, the line and what is wrong.
+TEST(PooldOptionsTest, ABadAccountsFileIsRefusedAtStart) {
+  test::TempDir dir;
+  const auto bad = dir.write("accounts.toml", "[accounts.a]\nparent = \"b\"\n[accounts.b]\nparent = \"a\"\n");
+  try {
+    parsePooldOptions({"--accounts", bad.string()});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("--accounts: " + bad.string() + ":1: the accounts' parents make a cycle"),
+        std::string::npos)
+        << e.what();
+  }
+  const auto good = dir.write("good.toml", "[accounts.a]\nusers = [\"alice\"]\n");
+  EXPECT_EQ(parsePooldOptions({"--accounts", good.string()}).server.accounts_file, good);
 }
 
 // Plain HTTP is served without asking on loopback only: 127/8, ::1 and IPv4's loopback in IPv6.

@@ -1,5 +1,6 @@
 // The usage ledger (docs/accounting.md): GET /v1/usage, a report grouped by owner, account, job,
-// node or GPU model over a range of time. Every user may read it, as sreport's.
+// node or GPU model over a range of time; GET /v1/fairshare, the account tree's fair-share factors
+// (docs/fairshare.md). Every user may read them, as sreport's and sshare's.
 
 #include "poolrun/common/names.hpp"
 #include "poolrun/pool/json_read.hpp"
@@ -43,11 +44,21 @@ json usageReport(ServerCore& m, Context& c) {
   });
 }
 
+// The fair-share tree as of now (sshare's view): every account and user with its shares, decayed
+// usage and factor, the weights and the half-life. Computed under the lock (a walk of the tree and
+// of the decayed usage, not of the ledger's rows), written outside it.
+json fairShare(ServerCore& m, Context&) {
+  const FairShareReport report =
+      m.read([](const PoolState& s) { return s.fairShareReport(std::chrono::system_clock::now()); });
+  return toJson(report);
+}
+
 }  // namespace
 
 std::vector<RouteSpec> usageRoutes() {
   return {
       {"GET", "/v1/usage", Role::kUser, StateLock::kRead, "", usageReport},
+      {"GET", "/v1/fairshare", Role::kUser, StateLock::kRead, "", fairShare},
   };
 }
 

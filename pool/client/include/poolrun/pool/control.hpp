@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "poolrun/pool/client.hpp"
+#include "poolrun/pool/fairshare.hpp"
 #include "poolrun/pool/jobs.hpp"
 #include "poolrun/pool/quotas.hpp"
 #include "poolrun/pool/types.hpp"
@@ -96,6 +97,9 @@ class PoolControl : public PoolClient {
   // The usage ledger's report (a poold's; other pools throw kBadInput saying so): one line per
   // owner, account, job, node or GPU model, the most allocated first.
   virtual std::vector<UsageTotals> usage(const UsageQuery& query);
+  // The account tree's fair-share factors (a poold's and the embedded pools'; others throw
+  // kBadInput): docs/fairshare.md.
+  virtual FairShareReport fairShare();
 };
 
 }  // namespace poolrun::pool

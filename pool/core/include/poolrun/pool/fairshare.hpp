@@ -12,6 +12,7 @@
 //      where nobody has used anything)
 //   F  = 2^(-UE / S): 1 unused, 0.5 used as much as its shares, towards 0 beyond; 0 with no shares
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +36,15 @@ struct FairShareRow {
   int raw_shares = 0;
   double norm_shares = 0, raw_usage = 0, norm_usage = 0, effective_usage = 0, factor = 0;
   bool operator==(const FairShareRow&) const = default;
+};
+
+// What `poolctl fairshare` shows: the tree's rows as of now, and what orders the queue.
+struct FairShareReport {
+  bool accounts = false;  // the pool has an accounts file
+  std::chrono::seconds half_life{};
+  std::string default_account;
+  PriorityWeights weights;
+  std::vector<FairShareRow> rows;
 };
 
 class FairShare {

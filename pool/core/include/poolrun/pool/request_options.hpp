@@ -25,6 +25,8 @@ void setShareMemory(LeaseRequest& request, std::string_view text, const std::str
 // (kBadInput naming `option` and the text): --model TEXT (a substring of the GPU model, text as
 // the name rules take it), --min-memory-gib G (whole GiB, at most kMinMemoryBytesRange), --label
 // KEY=VALUE (repeatable; a key given twice takes the last).
+// Sets request.account (--account A, docs/fairshare.md): an account's name as accounts files take it.
+void setAccount(LeaseRequest& request, std::string_view text, const std::string& option);
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option);
 void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option);
 void addLabel(LeaseRequest& request, std::string_view text, const std::string& option);

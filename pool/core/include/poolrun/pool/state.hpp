@@ -323,6 +323,7 @@ class PoolState {
   const Accounts& accounts() const { return accounts_; }
   // The fair-share factors as of `now` (`poolctl fairshare`); empty without accounts.
   FairShare fairShare(TimePoint now) const;
+  FairShareReport fairShareReport(TimePoint now) const;
 
   // --- preemption
   void setPreemptOptions(const PreemptOptions& options) {

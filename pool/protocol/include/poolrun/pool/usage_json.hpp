@@ -31,5 +31,9 @@ UsageTotals usageTotalsFromJson(const nlohmann::json& doc);
 // "norm_usage": 0.5, "effective_usage": 0.55, "factor": 0.15}
 nlohmann::json toJson(const FairShareRow& row);
 FairShareRow fairShareRowFromJson(const nlohmann::json& doc);
+// GET /v1/fairshare: {"accounts": true, "half_life_s": 604800, "default_account": "",
+// "weights": {"priority", "fairshare", "age", "size", "max_age_s"}, "rows": [row, ...]}
+nlohmann::json toJson(const FairShareReport& report);
+FairShareReport fairShareReportFromJson(const nlohmann::json& doc);
 
 }  // namespace poolrun::pool

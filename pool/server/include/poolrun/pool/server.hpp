@@ -92,6 +92,10 @@ struct ServerOptions {
   // Quotas (poolrun/pool/quotas.hpp): read at start (a bad file stops poold from starting) and
   // again whenever it changes (a bad version is named and the quotas before it kept). Empty: none.
   std::filesystem::path quotas_file;
+  // The account tree, fair share and the priority's weights (poolrun/pool/accounts.hpp): read at
+  // start and again whenever it changes, as the quotas file. Empty: none (the queue is ordered by
+  // priority and arrival).
+  std::filesystem::path accounts_file;
 
   // Who may read /metrics besides users and administrators: whoever sends the token of this file
   // (one token, which reads /metrics only), and clients from these addresses or prefixes
