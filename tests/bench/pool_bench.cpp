@@ -218,9 +218,15 @@ BENCHMARK(BM_HeartbeatParts)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicroseco
 // preemptible; priorities 0-10; a third without an end, the others ending within a day; all past
 // the minimum runtime), and WAITING requests (1 to 64 GPUs, priorities 0-20, half with a maximum
 // duration). The first pass chooses the victims (first_pass_ms); the time is that of each later
-// pass, which plans every request again.
+// pass, which plans every request again. Arg 1 = 1: fair share on (docs/fairshare.md): 1,000 accounts
+// (100 under the root, 9 under each), 10,000 users (10 an account) who hold the leases and ask for
+// the requests, each with a ledger row of past usage; the pass then computes every factor first.
 void BM_SchedulingPass(benchmark::State& state) {
   const int waiting = static_cast<int>(state.range(0));
+  const bool fair = state.range(1) == 1;
+  constexpr int kUsers = 10'000;
+  auto userOf = [](int i) { return "user" + std::to_string(i % kUsers); };
+  auto accountOf = [](int i) { return "acct" + std::to_string((i % kUsers) / 10); };
   std::mt19937 rng(11);
   const TimePoint now = std::chrono::system_clock::now();
   PoolState pool;
@@ -244,7 +250,8 @@ void BM_SchedulingPass(benchmark::State& state) {
   auto lease = [&](int id, std::vector<int> nodes) {
     Lease l;
     l.id = "L" + std::to_string(id);
-    l.owner = "owner" + std::to_string(id % 20);
+    l.owner = fair ? userOf(id) : "owner" + std::to_string(id % 20);
+    if (fair) l.account = accountOf(id);
     for (int n : nodes)
       for (size_t i = 0; i < 8; ++i) l.gpus.push_back({name(n), i});
     l.priority = std::uniform_int_distribution<int>(0, 10)(rng);
@@ -264,7 +271,8 @@ void BM_SchedulingPass(benchmark::State& state) {
     e.ticket = t;
     e.request.gpus = sizes[std::uniform_int_distribution<int>(0, 6)(rng)];
     e.request.priority = std::uniform_int_distribution<int>(0, 20)(rng);
-    e.request.owner = "owner" + std::to_string(t % 20);
+    e.request.owner = fair ? userOf(t * 7) : "owner" + std::to_string(t % 20);
+    if (fair) e.request.account = accountOf(t * 7);
     if (t % 2 == 0)
       e.request.max_duration = std::chrono::seconds(std::uniform_int_distribution<int>(600, 36000)(rng));
     e.enqueued = now - std::chrono::seconds(t);
@@ -272,6 +280,32 @@ void BM_SchedulingPass(benchmark::State& state) {
     pool.loadQueueEntry(std::move(e));
   }
   pool.loadCounters(10000, waiting + 1);
+  if (fair) {
+    std::string tree;
+    for (int a = 0; a < 1000; ++a) {
+      tree += "[accounts.acct" + std::to_string(a) + "]\nshares = " + std::to_string(1 + a % 7) + "\n";
+      if (a % 10 != 0) tree += "parent = \"acct" + std::to_string(a - a % 10) + "\"\n";
+      tree += "users = [";
+      for (int u = 0; u < 10; ++u) tree += (u ? ", \"user" : "\"user") + std::to_string(a * 10 + u) + "\"";
+      tree += "]\n";
+    }
+    pool.setAccounts(parseAccounts(tree, "bench"));
+    for (int u = 0; u < kUsers; ++u) {
+      UsageRecord r;
+      r.id = static_cast<uint64_t>(u + 1);
+      r.lease = "U" + std::to_string(u);
+      r.owner = userOf(u);
+      r.account = accountOf(u);
+      r.node = name(1 + u % 12500);
+      r.start = now - std::chrono::hours(24 + u % 100);
+      r.end = now - std::chrono::hours(u % 24);
+      r.gpus = 8;
+      r.allocated_s = 8.0 * 3600 * (1 + u % 50);
+      r.ended = "released";
+      pool.loadUsage(std::move(r));
+    }
+    pool.finishUsageLoad();
+  }
   pool.takeDirty();
   auto start = std::chrono::steady_clock::now();
   pool.tick(now, std::chrono::hours(1));  // the first pass: victims chosen
@@ -291,9 +325,20 @@ void BM_SchedulingPass(benchmark::State& state) {
   state.counters["p99_ms"] = passes[std::min(passes.size() - 1, (passes.size() * 99 + 99) / 100 - 1)];
   state.counters["preempted"] = static_cast<double>(pool.leasesPreempted());
   state.counters["granted"] = static_cast<double>(pool.leasesGranted() - 10000);
-  state.SetLabel("100,000 GPUs, 10,000 leases, " + std::to_string(waiting) + " waiting");
+  if (fair) {
+    auto t = std::chrono::steady_clock::now();
+    const FairShare shares = pool.fairShare(now);
+    state.counters["factors_ms"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    state.counters["rows"] = static_cast<double>(shares.rows().size());
+  }
+  state.SetLabel("100,000 GPUs, 10,000 leases, " + std::to_string(waiting) + " waiting" +
+                 (fair ? ", fair share over 1,000 accounts and 10,000 users" : ""));
 }
-BENCHMARK(BM_SchedulingPass)->Arg(10)->Arg(100)->Arg(1000)->Iterations(30)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SchedulingPass)
+    ->ArgsProduct({{10, 100, 1000}, {0, 1}})
+    ->Iterations(30)
+    ->Unit(benchmark::kMillisecond);
 
 // One owner's flood of requests that cannot start now (every GPU of a 128-GPU pool, one GPU held
 // without an end): the cost of each enqueue (PoolState::submit, as poold runs it under its state

@@ -120,6 +120,42 @@ void BM_UsageStore(benchmark::State& st) {
 }
 BENCHMARK(BM_UsageStore)->Iterations(1)->Unit(benchmark::kSecond);
 
+// Fair share (docs/fairshare.md): an accounts file of Arg accounts, one user each, parsed and
+// checked (poold reads it at start and at each change).
+void BM_AccountsFile(benchmark::State& state) {
+  std::string text;
+  for (int64_t i = 0; i < state.range(0); ++i)
+    text += "[accounts.a" + std::to_string(i) + "]\nshares = " + std::to_string(1 + i % 9) +
+            "\nusers = [\"u" + std::to_string(i) + "\"]\n";
+  for (auto _ : state) benchmark::DoNotOptimize(parseAccounts(text, "bench"));
+  state.counters["MiB"] = static_cast<double>(text.size()) / (1 << 20);
+}
+BENCHMARK(BM_AccountsFile)->Arg(1'000)->Arg(100'000)->Iterations(3)->Unit(benchmark::kMillisecond);
+
+// Every fair-share factor of a tree of 1,000 accounts (100 under the root, 9 under each) and 10,000
+// users with decayed usage: what a scheduling pass computes first where the pool has accounts.
+void BM_FairShareFactors(benchmark::State& state) {
+  std::string text;
+  for (int a = 0; a < 1000; ++a) {
+    text += "[accounts.a" + std::to_string(a) + "]\nshares = " + std::to_string(1 + a % 7) + "\n";
+    if (a % 10 != 0) text += "parent = \"a" + std::to_string(a - a % 10) + "\"\n";
+    text += "users = [";
+    for (int u = 0; u < 10; ++u)
+      text += std::string(u ? ", " : "") + "\"u" + std::to_string(a * 10 + u) + "\"";
+    text += "]\n";
+  }
+  const Accounts accounts = parseAccounts(text, "bench");
+  DecayedUsage usage;
+  for (int u = 0; u < 10'000; ++u)
+    usage.push_back({{"a" + std::to_string(u / 10), "u" + std::to_string(u)}, 3600.0 * (u % 97)});
+  for (auto _ : state) {
+    FairShare shares(accounts, usage);
+    benchmark::DoNotOptimize(shares.rows().data());
+  }
+  state.SetLabel("1,000 accounts, 10,000 users");
+}
+BENCHMARK(BM_FairShareFactors)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace poolrun::pool
 

@@ -428,6 +428,9 @@ TEST_P(PreemptionSimTest, BadPoolSettingsInTheEnvironmentAreNamed) {
       {"POOLRUN_MIN_RUNTIME=99999999999999999999", "POOLRUN_MIN_RUNTIME"},
       {"POOLRUN_QUOTAS=/dev/zero", "POOLRUN_QUOTAS: /dev/zero"},
       {"POOLRUN_QUOTAS=" + tmp_.write("bad-quotas", "owner bob guaranteed=x\n").string(), "bad-quotas:1"},
+      {"POOLRUN_ACCOUNTS=/dev/zero", "POOLRUN_ACCOUNTS: /dev/zero"},
+      {"POOLRUN_ACCOUNTS=" + tmp_.write("bad-accounts.toml", "[accounts.a]\nshares = -1\n").string(),
+       "POOLRUN_ACCOUNTS: " + (tmp_.path() / "bad-accounts.toml").string() + ":2: [accounts.a] shares"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.env);
@@ -436,6 +439,40 @@ TEST_P(PreemptionSimTest, BadPoolSettingsInTheEnvironmentAreNamed) {
     EXPECT_NE(r.status, 0) << r.out;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
   }
+}
+
+// The embedded pools' account tree (POOLRUN_ACCOUNTS): poolrun --account charges the job's lease to
+// it, the ledger reports it, and an account the user is not in is refused with what to do.
+TEST_P(PreemptionSimTest, PoolrunChargesTheAccountItNames) {
+  const std::string accounts =
+      "POOLRUN_ACCOUNTS=" +
+      tmp_.write("accounts.toml",
+                 "[accounts.physics]\nusers = [\"alice\"]\n[accounts.theory]\nusers = [\"alice\"]\n"
+                 "[accounts.biology]\nusers = [\"bob\"]\n[users.alice]\ndefault = \"physics\"\n")
+          .string() +
+      " ";
+  const std::string run =
+      env() + accounts + "timeout 60 " + POOLRUN_BINARY + " --pool sim:" + cluster_ + " -n 1 ";
+  poolrun::test::ProcessResult r = poolrun::test::runShell(run + "--account theory /bin/true");
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = poolrun::test::runShell(run + "/bin/true");
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = poolrun::test::runShell(env() + accounts + POOLCTL_BINARY + " --pool sim:" + cluster_ +
+                              " --json usage --by account");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  std::vector<std::string> names;
+  for (const nlohmann::json& row : rows) names.push_back(row["name"]);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"physics", "theory"})) << r.out;
+  r = poolrun::test::runShell(run + "--account biology /bin/true");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("user alice may not charge account biology (its accounts: physics,theory)"),
+            std::string::npos)
+      << r.err;
+  r = poolrun::test::runShell(run + "--account 'bad name' /bin/true");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--account 'bad name': only letters"), std::string::npos) << r.err;
 }
 
 TEST_P(PreemptionSimTest, SlurmAllocationsKeepTheirSize) {

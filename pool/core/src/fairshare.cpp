@@ -31,19 +31,20 @@ FairShare::FairShare(const Accounts& accounts, const DecayedUsage& usage,
   const std::vector<Account>& list = accounts.list();
   // Each account's users: the file's, then the default account's implicit ones.
   std::vector<std::vector<Node>> users(list.size());
-  std::unordered_map<std::string, size_t> userNode;  // key(account, user) -> index in users[account]
+  // key(account, user) -> the account's index and the user's in users[account]
+  std::unordered_map<std::string, std::pair<size_t, size_t>> userNode;
   for (size_t a = 0; a < list.size(); ++a)
     for (const std::string& u : list[a].users) {
-      userNode[key(list[a].name, u)] = users[a].size();
+      userNode[key(list[a].name, u)] = {a, users[a].size()};
       users[a].push_back(Node{.account = a, .user = u, .usage = 0, .shares = 1});
     }
   const size_t fallback = accounts.indexOf(accounts.defaultAccount());
   auto implicit = [&](const std::string& account, const std::string& user) -> Node* {
-    auto it = userNode.find(key(account, user));
-    if (it != userNode.end()) return &users[accounts.indexOf(account)][it->second];
+    std::string k = key(account, user);
+    if (auto it = userNode.find(k); it != userNode.end()) return &users[it->second.first][it->second.second];
     if (fallback >= list.size() || account != list[fallback].name || !accounts.accountsOf(user).empty())
       return nullptr;
-    userNode[key(account, user)] = users[fallback].size();
+    userNode.emplace(std::move(k), std::pair(fallback, users[fallback].size()));
     users[fallback].push_back(Node{.account = fallback, .user = user, .usage = 0, .shares = 1});
     return &users[fallback].back();
   };

@@ -75,6 +75,11 @@ std::optional<PriorityFactors> PoolState::factorsOf(const LeaseRequest& request,
   return f;
 }
 
+double PoolState::scoreOf(const QueueEntry& entry) const {
+  std::optional<PriorityFactors> f = factorsOf(entry.request, entry.enqueued);
+  return f ? f->score : accounts_.weights().priority * entry.request.priority;
+}
+
 std::vector<const QueueEntry*> PoolState::waitingInOrder() const {
   std::vector<const QueueEntry*> out;
   out.reserve(waiting_count_);
@@ -91,14 +96,10 @@ std::vector<const QueueEntry*> PoolState::waitingInOrder() const {
     });
     return out;
   }
-  // Highest score first; a request without factors (its owner new to the account since the pass)
-  // counts its priority alone until the next pass.
+  // Highest score first.
   std::vector<std::pair<double, const QueueEntry*>> scored;
   scored.reserve(out.size());
-  for (const QueueEntry* e : out) {
-    std::optional<PriorityFactors> f = factorsOf(e->request, e->enqueued);
-    scored.emplace_back(f ? f->score : accounts_.weights().priority * e->request.priority, e);
-  }
+  for (const QueueEntry* e : out) scored.emplace_back(scoreOf(*e), e);
   std::sort(scored.begin(), scored.end(), [&](const auto& a, const auto& b) {
     if (a.first != b.first) return a.first > b.first;
     return arrival(a.second, b.second);

@@ -526,12 +526,14 @@ void UsageLedger::setHalfLife(std::chrono::seconds halfLife) {
   rebuildDecayed();
 }
 
-std::map<std::pair<std::string, std::string>, double> UsageLedger::decayed(TimePoint now) const {
-  std::map<std::pair<std::string, std::string>, double> out;
+DecayedUsage UsageLedger::decayed(TimePoint now) const {
+  DecayedUsage out;
+  out.reserve(decayed_.size());
   const double h = secondsOf(half_life_);
   for (const auto& [k, d] : decayed_) {
     const double value = now > d.at ? d.value * std::exp2(-secondsOf(now - d.at) / h) : d.value;
-    out[{text(static_cast<uint32_t>(k >> 32)), text(static_cast<uint32_t>(k & 0xffffffffu))}] += value;
+    out.push_back(
+        {{text(static_cast<uint32_t>(k >> 32)), text(static_cast<uint32_t>(k & 0xffffffffu))}, value});
   }
   return out;
 }

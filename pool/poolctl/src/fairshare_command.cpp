@@ -95,10 +95,10 @@ void printQueueFactors(const std::vector<QueueInfo>& queue, PoolControl& pool) {
       continue;
     }
     const PriorityFactors& f = *q.factors;
-    std::cout << decimal(f.score, 2) << " = " << weightText(f.priority) << " x " << weightText(w.priority)
-              << " + fairshare " << decimal(f.fairshare, 4) << " x " << weightText(w.fairshare) << " + age "
-              << decimal(f.age, 4) << " x " << weightText(w.age) << " + size " << decimal(f.size, 4) << " x "
-              << weightText(w.size) << "\n";
+    std::cout << decimal(f.score, 2) << " = priority " << weightText(f.priority) << " x "
+              << weightText(w.priority) << " + fairshare " << decimal(f.fairshare, 4) << " x "
+              << weightText(w.fairshare) << " + age " << decimal(f.age, 4) << " x " << weightText(w.age)
+              << " + size " << decimal(f.size, 4) << " x " << weightText(w.size) << "\n";
   }
 }
 

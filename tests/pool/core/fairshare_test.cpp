@@ -276,7 +276,11 @@ TEST(FairShareUsage, HalvesEveryHalfLifeAndIsMadeAgainFromTheRows) {
   s.release(id, "alice", false, t0() + hours(1));
   // 8 GPU-hours spent evenly over an hour, decayed to its end: 8 h x 3600 x (1 - 1/2) / ln 2.
   const double atEnd = 8 * 3600 * 0.5 / std::numbers::ln2;
-  auto decayed = [](const PoolState& p, TimePoint now) { return p.usage().decayed(now).at({"a", "alice"}); };
+  auto decayed = [](const PoolState& p, TimePoint now) {
+    for (const auto& [who, value] : p.usage().decayed(now))
+      if (who == std::pair<std::string, std::string>("a", "alice")) return value;
+    return -1.0;
+  };
   EXPECT_NEAR(decayed(s, t0() + hours(1)), atEnd, 1e-6);
   EXPECT_NEAR(decayed(s, t0() + hours(3)), atEnd / 4, 1e-6);
   PoolState back = test::throughStateFile(s, dir.path() / "pool.sqlite");

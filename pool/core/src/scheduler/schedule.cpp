@@ -61,11 +61,7 @@ void PoolState::schedule(TimePoint now) {
   for (const QueueEntry* e : order) {
     plan->latest_enqueued = std::max(plan->latest_enqueued, e->enqueued);
     plan->lowest_priority = std::min(plan->lowest_priority, e->request.priority);
-    if (std::optional<PriorityFactors> f =
-            accounts_.empty() ? std::nullopt : factorsOf(e->request, e->enqueued))
-      plan->lowest_score = std::min(plan->lowest_score, f->score);
-    else if (!accounts_.empty())
-      plan->lowest_score = -kNoScore;  // ordered by its priority alone: no request may count on the plan
+    if (!accounts_.empty()) plan->lowest_score = std::min(plan->lowest_score, scoreOf(*e));
   }
   for (const auto& [id, lease] : leases_) {
     plan->valid_until = std::min(plan->valid_until, leaseEnd(lease, preempt_));

@@ -22,11 +22,9 @@
 #include <vector>
 
 #include "poolrun/pool/accounts.hpp"
+#include "poolrun/pool/usage.hpp"
 
 namespace poolrun::pool {
-
-// (account, user) -> allocated GPU-seconds decayed to now.
-using DecayedUsage = std::map<std::pair<std::string, std::string>, double>;
 
 // One line of `poolctl fairshare` (sshare's columns): an account, or a user of one.
 struct FairShareRow {

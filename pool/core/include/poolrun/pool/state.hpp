@@ -509,6 +509,9 @@ class PoolState {
   // nullopt where the request's owner and account have no factor in the snapshot (a user new to
   // the default account: the next pass counts it).
   std::optional<PriorityFactors> factorsOf(const LeaseRequest& request, TimePoint enqueued) const;
+  // What orders a waiting request where the pool has accounts: its factors' score, else (its owner
+  // no longer in its account) its priority's part alone.
+  double scoreOf(const QueueEntry& entry) const;
   Lease grant(const LeaseRequest& request, std::vector<GpuRef> gpus, TimePoint now);
   // A waiting request's lease, granted now: the entry marked granted, its wait kept for metrics.
   Lease grantQueued(const QueueEntry& entry, const std::vector<GpuRef>& gpus, TimePoint now);

@@ -43,6 +43,9 @@ inline const UsageOptions kEmbeddedUsage{std::chrono::seconds(60), std::chrono::
                                          std::chrono::seconds(30 * 86'400), 100'000,
                                          std::chrono::seconds(7 * 86'400)};
 
+// Fair share's usage: ((account, user), allocated GPU-seconds decayed to now), each pair once.
+using DecayedUsage = std::vector<std::pair<std::pair<std::string, std::string>, double>>;
+
 // One row of the ledger.
 struct UsageRecord {
   enum class Kind { kLease, kDay, kTotal };
@@ -133,7 +136,7 @@ class UsageLedger {
   // --usage-detail old). Running rows count up to their last update.
   void setHalfLife(std::chrono::seconds halfLife);
   std::chrono::seconds halfLife() const { return half_life_; }
-  std::map<std::pair<std::string, std::string>, double> decayed(TimePoint now) const;
+  DecayedUsage decayed(TimePoint now) const;
 
   // The store's side.
   std::optional<UsageRecord> find(uint64_t id) const;
