@@ -718,6 +718,7 @@ pool::LeaseRequest leaseRequest(const RunOptions& o) {
   if (o.request.fabric != topo::Fabric::kTcp) lr.fabric = o.request.fabric;  // every node can do TCP
   lr.priority = o.priority;
   lr.account = o.placement.account;
+  lr.reservation = o.placement.reservation;
   lr.no_reclaim = o.no_reclaim;
   lr.preemptible = o.preemptible;
   lr.max_gpus = o.max_ranks;

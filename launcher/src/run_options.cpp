@@ -292,7 +292,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
   CommandOptions command("poolrun options",
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
-  std::string ranks, mig, share, gpuMemory, model, minMemory, memPerGpu, retries, account;
+  std::string ranks, mig, share, gpuMemory, model, minMemory, memPerGpu, retries, account, reservation;
   std::vector<std::string> labels, excluded;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
@@ -324,6 +324,8 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("gpu-memory", po::value(&gpuMemory)->value_name("BYTES"),
        "an MPS share with this much device memory per rank (512M, 10G); with --share, its memory")
       ("priority", po::value(&o.priority)->value_name("P"), "queue priority (higher first)")
+      ("reservation", po::value(&reservation)->value_name("R"),
+       "lease inside reservation R: its nodes, from its start, ending with it (docs/reservations.md)")
       ("account", po::value(&account)->value_name("A"),
        "the account the job is charged to (the pool's accounts file; default: your default account)")
       ("no-reclaim", "(admin) never end the lease as idle (poold --reclaim-idle); a user's token is refused")
@@ -457,6 +459,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     o.placement.one_switch = vm.count("one-switch") > 0;
     if (vm.count("model")) pool::setGpuModel(o.placement, model, "--model");
     if (vm.count("account")) pool::setAccount(o.placement, account, "--account");
+    if (vm.count("reservation")) pool::setReservation(o.placement, reservation, "--reservation");
     if (vm.count("min-memory-gib")) pool::setMinMemoryGib(o.placement, minMemory, "--min-memory-gib");
     for (const std::string& label : labels) pool::addLabel(o.placement, label, "--label");
     for (const std::string& nodes : excluded) pool::addExcludedNodes(o.placement, nodes, "--exclude");

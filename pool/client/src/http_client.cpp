@@ -343,6 +343,24 @@ class HttpPool : public PoolControl, public AgentLink {
   FairShareReport fairShare() override {
     return fairShareReportFromJson(call("GET", "/v1/fairshare", nullptr));
   }
+  std::vector<Reservation> reservations() override {
+    const json reply = call("GET", "/v1/reservations", nullptr);
+    std::vector<Reservation> out;
+    for (const json& r : reply) out.push_back(reservationFromJson(r));
+    return out;
+  }
+  Reservation reserve(const ReservationRequest& r) override {
+    json body = {{"name", r.name},
+                 {"nodes", r.nodes},
+                 {"duration_s", r.duration.count()},
+                 {"users", r.users},
+                 {"accounts", r.accounts}};
+    if (r.start) body["start_ms"] = toMillis(*r.start);
+    return reservationFromJson(call("POST", "/v1/reservations", body));
+  }
+  void unreserve(const std::string& name) override {
+    call("DELETE", "/v1/reservations/" + segment(name), nullptr);
+  }
   std::vector<JobView> job(const std::string& id) override {
     return jobViews(call("GET", "/v1/jobs/" + segment(id), nullptr));
   }
@@ -663,6 +681,22 @@ std::vector<UsageTotals> PoolControl::usage(const UsageQuery&) {
   throw badInput(
       "this pool keeps no usage ledger (Slurm's is sreport): a poold's (--pool http://HOST:PORT) and the "
       "embedded pools' do");
+}
+namespace {
+Error noReservations() {
+  return badInput(
+      "this pool keeps no reservations (Slurm's are scontrol's): a poold's (--pool http://HOST:PORT) "
+      "and the embedded pools' do");
+}
+}  // namespace
+std::vector<Reservation> PoolControl::reservations() {
+  throw noReservations();
+}
+Reservation PoolControl::reserve(const ReservationRequest&) {
+  throw noReservations();
+}
+void PoolControl::unreserve(const std::string&) {
+  throw noReservations();
 }
 FairShareReport PoolControl::fairShare() {
   throw badInput(

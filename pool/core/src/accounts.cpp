@@ -365,6 +365,18 @@ std::vector<std::string> accountChanges(const Accounts& before, const Accounts& 
   if (before.defaultAccount() != after.defaultAccount())
     out.push_back("default_account " + (before.defaultAccount().empty() ? "none" : before.defaultAccount()) +
                   " -> " + (after.defaultAccount().empty() ? "none" : after.defaultAccount()));
+  // One event holds them: at most 100 lines of at most 400 bytes (a line of the event log is at most
+  // 1 MiB), then how many more.
+  for (std::string& line : out)
+    if (line.size() > 400) {
+      const size_t cut = line.rfind(',', 396);  // at a comma: never inside a user's name
+      line = line.substr(0, cut == std::string::npos ? 396 : cut) + ", ...";
+    }
+  if (out.size() > 100) {
+    const size_t more = out.size() - 99;
+    out.resize(99);
+    out.push_back("... and " + std::to_string(more) + " more changes");
+  }
   return out;
 }
 

@@ -47,6 +47,8 @@ std::vector<GpuRef> PoolState::growthFor(const Lease& lease, int most) const {
     v.whole = v.usable.size() == node.gpuCount();
     (mine.count(node.name) ? here : elsewhere).push_back(std::move(v));
   }
+  dropReserved(here, r, view_time_);  // an elastic lease has no end: it grows off reserved nodes
+  dropReserved(elsewhere, r, view_time_);
   std::vector<GpuRef> out;
   // As many per node: only new nodes, each with that many.
   if (r.gpus_per_node > 0) {

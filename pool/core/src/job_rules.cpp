@@ -19,6 +19,7 @@ std::vector<std::string> PoolState::submitJob(JobSpec spec, const std::optional<
   spec.request.wait.reset();  // a job the pool keeps waits as long as the pool could ever run it
   validateRequest(spec.request);
   chargeAccount(spec.request);
+  checkReservation(spec.request, now);
   if (!everFits(spec.request))
     throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                     "the pool can never run this job as asked (" + std::to_string(spec.request.gpus) +

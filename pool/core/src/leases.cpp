@@ -117,6 +117,7 @@ Lease PoolState::grantQueued(const QueueEntry& entry, const std::vector<GpuRef>&
 SubmitResult PoolState::submit(LeaseRequest request, TimePoint now, bool queue) {
   validateRequest(request);
   chargeAccount(request);
+  checkReservation(request, now);
   if (const Quota* q = quotas_.of(request.owner); q && q->limit && request.gpus > *q->limit)
     throw PoolError(PoolFailure::kNeverFits, ErrorCode::kUnsupported,
                     "a request for " + std::to_string(request.gpus) + " GPUs can never be satisfied: " +
@@ -314,6 +315,7 @@ void PoolState::tick(TimePoint now, std::chrono::seconds stale_after) {
   updateLiveness(now);
   reclaimIdle(now);
   forgetRequests(now);
+  tickReservations(now);
   std::vector<std::string> expired, preempted;
   for (auto& [id, lease] : leases_) {
     if (lease.shrink_at && shrinkEnd(lease, preempt_) <= now && lease.expires > now)

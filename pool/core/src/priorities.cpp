@@ -42,7 +42,9 @@ FairShareReport PoolState::fairShareReport(TimePoint now) const {
   r.half_life = usage_options_.half_life;
   r.default_account = accounts_.defaultAccount();
   r.weights = accounts_.weights();
-  r.rows = fairShare(now).rows();
+  // The factors the queue is ordered by (the last pass's, at most a few seconds old: what `poolctl
+  // queue --explain` shows too), else as of now; a copy under the state's lock, not a computation.
+  r.rows = priorities_.at != TimePoint{} ? priorities_.shares.rows() : fairShare(now).rows();
   return r;
 }
 
@@ -59,12 +61,14 @@ void PoolState::refreshPriorities(TimePoint now) {
 }
 
 std::optional<PriorityFactors> PoolState::factorsOf(const LeaseRequest& request, TimePoint enqueued) const {
-  std::optional<double> share = priorities_.shares.factor(request.account, request.owner);
-  if (!share) return std::nullopt;
+  if (accounts_.empty()) return std::nullopt;
   const PriorityWeights& w = accounts_.weights();
   PriorityFactors f;
   f.priority = request.priority;
-  f.fairshare = *share;
+  // A request whose owner has no factor in the snapshot (queued before the pool had accounts, its
+  // owner since removed from its account, or new to the default account until the next pass)
+  // counts as having used its share: neither ahead of everyone nor behind them for good.
+  f.fairshare = priorities_.shares.factor(request.account, request.owner).value_or(0.5);
   const double waited =
       priorities_.at > enqueued ? std::chrono::duration<double>(priorities_.at - enqueued).count() : 0.0;
   f.age = std::min(1.0, waited / static_cast<double>(w.max_age.count()));
@@ -77,7 +81,7 @@ std::optional<PriorityFactors> PoolState::factorsOf(const LeaseRequest& request,
 
 double PoolState::scoreOf(const QueueEntry& entry) const {
   std::optional<PriorityFactors> f = factorsOf(entry.request, entry.enqueued);
-  return f ? f->score : accounts_.weights().priority * entry.request.priority;
+  return f ? f->score : 0.0;
 }
 
 std::vector<const QueueEntry*> PoolState::waitingInOrder() const {

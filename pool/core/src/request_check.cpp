@@ -98,6 +98,9 @@ void checkNames(const LeaseRequest& r, RequestCheck check) {
   if (!r.account.empty())
     if (std::string p = accountNameProblem(r.account); !p.empty())
       bad("field 'account' '" + common::printable(r.account) + "': " + p);
+  if (!r.reservation.empty())
+    if (std::string p = accountNameProblem(r.reservation); !p.empty())
+      bad("field 'reservation' '" + common::printable(r.reservation) + "': " + p);
   common::checkText(r.gpu_model, common::kMaxLabelBytes, field + "gpu_model'");
   for (const auto& [key, value] : r.labels) {
     common::checkText(key, common::kMaxLabelBytes, "bad lease request: a key of field 'labels'");

@@ -46,6 +46,13 @@ void setAccount(LeaseRequest& request, std::string_view text, const std::string&
   request.account = std::string(text);
 }
 
+void setReservation(LeaseRequest& request, std::string_view text, const std::string& option) {
+  if (std::string problem = accountNameProblem(text); !problem.empty())
+    throw badInput(option + " '" + common::printable(text) + "': " + problem +
+                   " (a reservation's name: poolctl reservations lists them)");
+  request.reservation = std::string(text);
+}
+
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option) {
   common::checkText(text, common::kMaxLabelBytes, option);
   request.gpu_model = std::string(text);

@@ -23,6 +23,7 @@ void Dirty::merge(const Dirty& other) {
   credentials.insert(other.credentials.begin(), other.credentials.end());
   jobs.insert(other.jobs.begin(), other.jobs.end());
   usage.insert(other.usage.begin(), other.usage.end());
+  reservations.insert(other.reservations.begin(), other.reservations.end());
   leases.insert(other.leases.begin(), other.leases.end());
   new_leases.insert(other.new_leases.begin(), other.new_leases.end());
   resized.insert(other.resized.begin(), other.resized.end());

@@ -497,7 +497,7 @@ void UsageLedger::finishLoad() {
 }
 
 void UsageLedger::decay(const Row& r, double gpuSeconds, TimePoint from, TimePoint to) {
-  if (gpuSeconds == 0 || r.kind == UsageRecord::Kind::kTotal) return;
+  if (gpuSeconds == 0) return;
   const double h = secondsOf(half_life_);
   const double span = to > from ? secondsOf(to - from) : 0.0;
   // Spread evenly over the span, each second's part halved every h until `to`:
@@ -516,8 +516,18 @@ void UsageLedger::decay(const Row& r, double gpuSeconds, TimePoint from, TimePoi
 
 void UsageLedger::rebuildDecayed() {
   decayed_.clear();
+  // A day's row ends at midnight, which may be ahead of the ledger's last moment (rows folded early,
+  // past max_rows): its usage is counted no later than that moment, so that no value is dated in
+  // the future (where the decay to now would make it grow).
+  TimePoint latest{};
   for (size_t i = 0; i < rows_.size(); ++i)
-    if (!gone_[i]) decay(rows_[i], rows_[i].allocated_s, rows_[i].start, rows_[i].end);
+    if (!gone_[i] && rows_[i].kind == UsageRecord::Kind::kLease) latest = std::max(latest, rows_[i].end);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (gone_[i]) continue;
+    const Row& r = rows_[i];
+    const TimePoint to = latest == TimePoint{} ? r.end : std::min(r.end, latest);
+    decay(r, r.allocated_s, std::min(r.start, to), to);
+  }
 }
 
 void UsageLedger::setHalfLife(std::chrono::seconds halfLife) {

@@ -18,6 +18,7 @@
 #include "poolrun/pool/queue_wait.hpp"
 #include "poolrun/pool/service.hpp"
 #include "poolrun/pool/store.hpp"
+#include "poolrun/topo/hostlist.hpp"
 #include "poolrun/topo/sources.hpp"
 
 namespace poolrun::pool {
@@ -191,6 +192,37 @@ class EmbeddedPool : public PoolControl {
   // The rows of the leases this pool granted and ended (no accounting interval: no heartbeats).
   std::vector<UsageTotals> usage(const UsageQuery& query) override {
     return transact([&](PoolState& s, TimePoint now) { return s.usage().report(query, now); });
+  }
+  std::vector<Reservation> reservations() override {
+    return transact([](PoolState& s, TimePoint) {
+      std::vector<Reservation> out;
+      for (const auto& [name, r] : s.reservations()) out.push_back(r);
+      return out;
+    });
+  }
+  Reservation reserve(const ReservationRequest& request) override {
+    requireAdmin("make reservations");
+    Reservation r;
+    r.name = request.name;
+    r.nodes = topo::expandHostlist(request.nodes, 100'000);
+    r.users = request.users;
+    r.accounts = request.accounts;
+    r.created_by = service_.caller().owner;
+    return transact([&](PoolState& s, TimePoint now) {
+      r.start = request.start.value_or(now);
+      r.end = r.start + request.duration;
+      s.reserve(r, now);
+      s.tick(now);
+      return s.reservations().at(r.name);
+    });
+  }
+  void unreserve(const std::string& name) override {
+    requireAdmin("remove reservations");
+    transact([&](PoolState& s, TimePoint now) {
+      s.unreserve(name);
+      s.tick(now);
+      return 0;
+    });
   }
   FairShareReport fairShare() override {
     return transact([](PoolState& s, TimePoint now) { return s.fairShareReport(now); });

@@ -17,9 +17,13 @@ const char* const kUsage =
     "  fairshare                           the account tree's shares, decayed usage and fair-share\n"
     "                                      factors (sshare's view; poold --accounts)\n"
     "  queue --explain                     the queue, and each factor of each request's priority\n"
+    "  reserve --nodes NODES --duration D [--start T] [--users U,...] [--accounts A,...] [--name N]\n"
+    "                                      (admin) keep nodes for a window (docs/reservations.md)\n"
+    "  reservations | unreserve NAME       list them; (admin) remove one\n"
     "  top [--interval SECONDS] [--once]   a live view of nodes, GPUs, leases and the queue; q quits\n"
     "  acquire -n N|MIN:MAX [--gpus-per-node K | --whole-nodes] [--ttl SECONDS] [--wait SECONDS]\n"
-    "          [--max-duration SECONDS] [--priority P] [--account A] [--job NAME] [--model TEXT]\n"
+    "          [--max-duration SECONDS] [--priority P] [--account A] [--reservation R] [--job NAME]\n"
+    "          [--model TEXT]\n"
     "          [--min-memory-gib G] [--fabric ib|roce|tcp] [--label KEY=VALUE]... [--one-switch]\n"
     "          [--exclude NODES]\n"
     "          [--no-reclaim] [--preemptible] [--resize-interval SECONDS] [--mig PROFILE[+]]\n"
@@ -92,6 +96,21 @@ const std::map<std::string, const char*> kHelp = {
      "job. Where the pool has accounts (poold --accounts), the order is the multi-factor priority's;\n"
      "--explain adds each request's factors (fair share, age, size, its priority) and their weighted\n"
      "sum (docs/fairshare.md). --json has them as each request's `factors`.\n"},
+    {"reserve",
+     "usage: poolctl [--pool URI] reserve --nodes NODES --duration D [--start T] [--users U,...]\n"
+     "                                    [--accounts A,...] [--name N]\n"
+     "(admin) Keeps NODES (n[01-04],n07) for D (3600, 90m, 12h, 2d; at most 366 days) from T (now,\n"
+     "+2h, 2026-12-08T06:00:00Z or a day, UTC): no lease that would run into the window is placed on\n"
+     "them; inside it only the users and accounts named lease them, with --reservation NAME, and their\n"
+     "leases end with it. Naming nobody makes a maintenance window: its nodes are drained at its\n"
+     "start. Refused: nodes the pool does not have, a start in the past, a window that overlaps\n"
+     "another reservation of one of its nodes (docs/reservations.md).\n"},
+    {"reservations",
+     "usage: poolctl [--pool URI] [--json] reservations\n"
+     "Each reservation: its name, window, nodes and who may lease them.\n"},
+    {"unreserve",
+     "usage: poolctl [--pool URI] unreserve NAME\n"
+     "(admin) Removes a reservation: its nodes take any lease again; leases inside it keep their end.\n"},
     {"fairshare",
      "usage: poolctl [--pool URI] [--json] fairshare\n"
      "The account tree (poold --accounts, POOLRUN_ACCOUNTS for the embedded pools) as sshare shows it:\n"
@@ -131,6 +150,7 @@ const std::map<std::string, const char*> kHelp = {
      "  --max-duration SECONDS   the lease ends after SECONDS however it is renewed\n"
      "  --priority P             queue priority (higher first)\n"
      "  --account A              the account charged (the pool's accounts file; default: yours)\n"
+     "  --reservation R          lease inside reservation R (its nodes, its window)\n"
      "  --job NAME               the job's name, shown in leases and queue\n"
      "  --model TEXT             only GPUs whose model contains TEXT\n"
      "  --mig PROFILE            N MIG instances of that profile (1g.10gb, 3g.40gb) instead of whole\n"

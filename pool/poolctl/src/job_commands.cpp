@@ -100,6 +100,7 @@ int showJob(const Command& c) {
                       ? ", " + std::to_string(j.spec.request.gpus_per_node) + " per node"
                       : "")
               << ", priority " << j.spec.request.priority
+              << (j.spec.request.account.empty() ? "" : ", account " + j.spec.request.account)
               << (j.spec.requeue ? ", requeued when preempted" : "") << "\n";
     std::cout << "  command  ";
     for (const std::string& a : j.spec.command) std::cout << " " << a;

@@ -66,6 +66,8 @@ LeaseRequest acquireRequest(const std::vector<std::string>& args) {
       r.priority = number(a, value(), kPriorityRange);
     } else if (a == "--account") {
       setAccount(r, value(), a);
+    } else if (a == "--reservation") {
+      setReservation(r, value(), a);
     } else if (a == "--job") {
       r.job_name = value();
       common::checkText(r.job_name, common::kMaxJobNameBytes, a);

@@ -63,6 +63,9 @@ int nodesCommand(const Command& c);
 int leasesCommand(const Command& c);
 int queueCommand(const Command& c);
 int fairshareCommand(const Command& c);
+int reserveCommand(const Command& c);  // reservation_commands.cpp
+int reservationsCommand(const Command& c);
+int unreserveCommand(const Command& c);
 // queue --explain: each waiting request's factors and weighted sum (fairshare_command.cpp).
 void printQueueFactors(const std::vector<QueueInfo>& queue, PoolControl& pool);
 int quotaCommand(const Command& c);

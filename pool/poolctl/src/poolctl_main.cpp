@@ -19,15 +19,32 @@ using namespace poolrun::pool::ctl;
 
 // poolctl's commands by name.
 const std::map<std::string, int (*)(const Command&)>& commands() {
-  static const std::map<std::string, int (*)(const Command&)> table{
-      {"status", statusCommand},     {"nodes", nodesCommand},          {"leases", leasesCommand},
-      {"queue", queueCommand},       {"quota", quotaCommand},          {"fairshare", fairshareCommand},
-      {"register", registerCommand}, {"drain", drainOrResumeCommand},  {"resume", drainOrResumeCommand},
-      {"fail", failCommand},         {"renew", leaseCommand},          {"release", leaseCommand},
-      {"shrink", leaseCommand},      {"acquire", acquireCommand},      {"top", topCommandOf},
-      {"mig", migCommand},           {"node-token", nodeTokenCommand}, {"jobs", jobsCommand},
-      {"job", jobCommand},           {"cancel", cancelCommand},        {"history", historyCommand},
-      {"usage", usageCommand},       {"events", eventsCommand}};
+  static const std::map<std::string, int (*)(const Command&)> table{{"status", statusCommand},
+                                                                    {"nodes", nodesCommand},
+                                                                    {"leases", leasesCommand},
+                                                                    {"queue", queueCommand},
+                                                                    {"quota", quotaCommand},
+                                                                    {"fairshare", fairshareCommand},
+                                                                    {"reserve", reserveCommand},
+                                                                    {"reservations", reservationsCommand},
+                                                                    {"unreserve", unreserveCommand},
+                                                                    {"register", registerCommand},
+                                                                    {"drain", drainOrResumeCommand},
+                                                                    {"resume", drainOrResumeCommand},
+                                                                    {"fail", failCommand},
+                                                                    {"renew", leaseCommand},
+                                                                    {"release", leaseCommand},
+                                                                    {"shrink", leaseCommand},
+                                                                    {"acquire", acquireCommand},
+                                                                    {"top", topCommandOf},
+                                                                    {"mig", migCommand},
+                                                                    {"node-token", nodeTokenCommand},
+                                                                    {"jobs", jobsCommand},
+                                                                    {"job", jobCommand},
+                                                                    {"cancel", cancelCommand},
+                                                                    {"history", historyCommand},
+                                                                    {"usage", usageCommand},
+                                                                    {"events", eventsCommand}};
   return table;
 }
 

@@ -294,6 +294,7 @@ json toJson(const LeaseRequest& r) {
   doc["wait_s"] = r.wait ? json(r.wait->count()) : json(nullptr);
   doc["max_duration_s"] = r.max_duration ? json(r.max_duration->count()) : json(nullptr);
   if (!r.account.empty()) doc["account"] = r.account;
+  if (!r.reservation.empty()) doc["reservation"] = r.reservation;
   if (r.no_reclaim) doc["no_reclaim"] = true;
   if (r.preemptible) doc["preemptible"] = true;
   if (r.elastic()) {
@@ -354,6 +355,7 @@ LeaseRequest requestFromJson(const json& doc) {
                                "priority",
                                "owner",
                                "account",
+                               "reservation",
                                "job_name",
                                "wait_s",
                                "ttl_s",
@@ -390,6 +392,7 @@ LeaseRequest requestFromJson(const json& doc) {
   r.priority = integerOr(f, "priority", requestRange<int>("priority"), 0);
   r.owner = textOr(f, "owner", 0, Text::kAny);
   r.account = textOr(f, "account", 0, Text::kAny);
+  r.reservation = textOr(f, "reservation", 0, Text::kAny);
   r.job_name = textOr(f, "job_name", 0, Text::kAny);
   r.wait = secondsOr(f, "wait_s", requestRange<int64_t>("wait_s"));
   r.ttl = secondsOr(f, "ttl_s", requestRange<int64_t>("ttl_s")).value_or(seconds(60));
@@ -431,6 +434,7 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
   r.owner = textOr(f, "owner", 0, Text::kStored);
   r.account = textOr(f, "account", 0, Text::kStored);
+  r.reservation = textOr(f, "reservation", 0, Text::kStored);
   r.job_name = textOr(f, "job_name", 0, Text::kStored);
   r.wait = storedSecondsOr(f, "wait_s");
   r.ttl = storedSecondsOr(f, "ttl_s").value_or(seconds(60));
@@ -638,51 +642,6 @@ NodeInfo nodeInfoFromJson(const json& doc) {
     n.gpus.push_back(std::move(gi));
   }
   return n;
-}
-
-json toJson(const QueueInfo& q) {
-  json doc = {{"ticket", q.ticket},
-              {"position", q.position},
-              {"owner", q.owner},
-              {"job_name", q.job_name},
-              {"gpus", q.gpus},
-              {"priority", q.priority},
-              {"enqueued_ms", toMillis(q.enqueued)},
-              {"reason", q.reason},
-              {"planned_start_ms", q.planned_start ? json(toMillis(*q.planned_start)) : json(nullptr)}};
-  if (!q.account.empty()) doc["account"] = q.account;
-  if (q.factors)
-    doc["factors"] = {{"priority", q.factors->priority},
-                      {"fairshare", q.factors->fairshare},
-                      {"age", q.factors->age},
-                      {"size", q.factors->size},
-                      {"score", q.factors->score}};
-  return doc;
-}
-
-QueueInfo queueInfoFromJson(const json& doc) {
-  JsonFields f = fieldsOf(doc);
-  QueueInfo q;
-  q.ticket = integer(f, "ticket", Range<int64_t>{0, INT64_MAX});
-  q.position = integer(f, "position", Range<int>{0, INT32_MAX});
-  q.owner = textOr(f, "owner", 0, Text::kStored);
-  q.account = textOr(f, "account", 0, Text::kStored);
-  q.job_name = textOr(f, "job_name", 0, Text::kStored);
-  q.gpus = integer(f, "gpus", kGpusRange);
-  if (f.has("factors")) {
-    JsonFields x = f.child(f.need("factors"), "factors");
-    constexpr double kMax = 1e300;
-    q.factors = PriorityFactors{.priority = x.number("priority", -kMax, kMax),
-                                .fairshare = x.number("fairshare", 0, 1),
-                                .age = x.number("age", 0, 1),
-                                .size = x.number("size", 0, 1),
-                                .score = x.number("score", -kMax, kMax)};
-  }
-  q.priority = integerOr(f, "priority", kPriorityRange, 0);
-  q.enqueued = timeField(f, "enqueued_ms");
-  q.reason = textOr(f, "reason", 0, Text::kStored);
-  if (f.has("planned_start_ms")) q.planned_start = timeField(f, "planned_start_ms");
-  return q;
 }
 
 json toJson(const QuotaUse& u) {

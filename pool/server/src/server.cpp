@@ -119,7 +119,7 @@ PoolServer::PoolServer(ServerOptions options) : impl_(std::make_unique<Impl>(std
     return 0;
   });
   for (const auto& table : {statusRoutes(), nodeRoutes(), agentRoutes(), memberRoutes(), jobRoutes(),
-                            usageRoutes(), leaseRoutes(), queueRoutes(), eventRoutes()})
+                            usageRoutes(), reservationRoutes(), leaseRoutes(), queueRoutes(), eventRoutes()})
     for (const RouteSpec& spec : table) m.routes.emplace_back(spec);
   for (const ServerRoute& extra : m.opt.routes) m.routes.emplace_back(routeOf(extra));
 }

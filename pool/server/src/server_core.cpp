@@ -64,14 +64,17 @@ void ServerCore::reloadFile(const std::filesystem::path& file, common::FileWatch
   try {
     std::optional<T> value = watch.readIfChanged(file, [&] { return parse(file); });
     if (!value) return;  // unchanged, or being written: read it at a later tick
-    const auto [by, from] = writerOf(file);
+    const std::pair<std::string, std::string> writer = writerOf(file);  // (by, from)
     mutate([&](PoolState& s, TimePoint now) {
       const std::vector<std::string> changes = apply(s, std::move(*value));
       if (!changes.empty())
-        events->record(
-            event,
-            {{"file", file.string()}, {"changes", changes}, {"by", by}, {"auth", "file"}, {"from", from}},
-            now);
+        events->record(event,
+                       {{"file", file.string()},
+                        {"changes", changes},
+                        {"by", writer.first},
+                        {"auth", "file"},
+                        {"from", writer.second}},
+                       now);
       s.tick(now, opt.stale_after);
       return 0;
     });

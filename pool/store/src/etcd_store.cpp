@@ -63,6 +63,23 @@ void EtcdStore::loadJobs(PoolState& state, const std::vector<const EtcdKeyValue*
   }
 }
 
+void EtcdStore::loadReservations(PoolState& state, const std::vector<const EtcdKeyValue*>& reservations) {
+  for (const EtcdKeyValue* kv : reservations) {
+    try {
+      Reservation r = reservationFromJson(json::parse(kv->value));
+      if (kv->key != reservationKey(r.name))
+        throw std::runtime_error("it holds reservation '" + common::printable(r.name) + "'");
+      state.loadReservation(std::move(r));
+    } catch (const std::exception& e) {
+      throw damaged(kv->key, e.what());
+    }
+  }
+}
+
+std::string EtcdStore::reservationKey(const std::string& name) const {
+  return prefix_ + "/reservations/" + name;
+}
+
 std::string EtcdStore::jobKey(const std::string& id) const {
   return prefix_ + "/jobs/" + id;
 }
@@ -187,7 +204,8 @@ void EtcdStore::load(PoolState& state) {
   int64_t revision = 0;
   std::vector<EtcdKeyValue> kvs = client_->range(dir, EtcdClient::prefixEnd(dir), &revision);
   std::map<std::string, std::string> topologies;  // hash -> doc
-  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests, join_tokens, credentials, jobs, usage;
+  std::vector<const EtcdKeyValue*> nodes, leases, queue, requests, join_tokens, credentials, jobs, usage,
+      reservations;
   const EtcdKeyValue* counters = nullptr;
   const EtcdKeyValue* generation = nullptr;
   for (const EtcdKeyValue& kv : kvs) {
@@ -208,6 +226,8 @@ void EtcdStore::load(PoolState& state) {
       credentials.push_back(&kv);
     else if (rel.starts_with("jobs/"))
       jobs.push_back(&kv);
+    else if (rel.starts_with("reservations/"))
+      reservations.push_back(&kv);
     else if (rel.starts_with("usage/"))
       usage.push_back(&kv);
     else if (rel == "counters")
@@ -254,6 +274,7 @@ void EtcdStore::load(PoolState& state) {
   }
   loadMembership(state, join_tokens, credentials);
   loadJobs(state, jobs);
+  loadReservations(state, reservations);
   loadUsage(state, usage);
   loadCounters(state, counters);
   generation_ = 0;
@@ -341,6 +362,14 @@ void EtcdStore::write(const PoolState& state, const Dirty& dirty) {
     ops_[jobKey(id)] =
         job ? std::optional<std::string>(toJson(*job).dump(-1, ' ', false, json::error_handler_t::replace))
             : std::nullopt;
+  }
+  for (const std::string& name : dirty.reservations) {
+    auto it = state.reservations().find(name);
+    ops_[reservationKey(name)] =
+        it == state.reservations().end()
+            ? std::nullopt
+            : std::optional<std::string>(
+                  toJson(it->second).dump(-1, ' ', false, json::error_handler_t::replace));
   }
   for (uint64_t id : dirty.usage) {
     const std::optional<UsageRecord> r = state.usage().find(id);

@@ -36,7 +36,8 @@ using nlohmann::json;
 // 3: join_tokens and node_credentials (nodes that join: membership.hpp).
 // 4: jobs (jobs the pool keeps: job_book.hpp), and meta's next_job.
 // 5: usage (the usage ledger: usage.hpp), and meta's next_usage.
-constexpr int64_t kSchemaVersion = 5;
+// 6: reservations (reservations.hpp).
+constexpr int64_t kSchemaVersion = 6;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topologies(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -53,6 +54,7 @@ CREATE TABLE IF NOT EXISTS requests(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS join_tokens(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS node_credentials(node TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS reservations(name TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS usage(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, lease TEXT NOT NULL,
   job TEXT NOT NULL, owner TEXT NOT NULL, account TEXT NOT NULL, node TEXT NOT NULL,
   model TEXT NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, running INTEGER NOT NULL,
@@ -481,6 +483,7 @@ void Store::load(PoolState& state) {
   loadRequests(state);
   loadMembership(state);
   loadJobs(state);
+  loadReservations(state);
   loadUsage(state);
   loadCounters(state);
   state.takeDirty();
@@ -743,6 +746,7 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
   }
   writeMembership(state, dirty);
   writeJobs(state, dirty);
+  writeReservations(state, dirty);
   writeUsage(state, dirty);
   if (dirty.counters) {
     Step(db_.get(), prepare("INSERT OR REPLACE INTO meta(key, value) VALUES('next_usage', ?)"))

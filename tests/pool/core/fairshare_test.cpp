@@ -387,6 +387,23 @@ TEST(FairShareOrder, AccountsAreCheckedAtSubmit) {
   EXPECT_THROW(s.submit(stranger, t0()), PoolError) << "in no account, and the file names no default";
 }
 
+// A job the pool keeps is charged at its submission: its owner's default account, or the one it
+// names where its owner is in it; another is refused then, not when the job would start.
+TEST(FairShareOrder, DetachedJobsAreChargedWhenSubmitted) {
+  PoolState s = fairPool();
+  JobSpec job;
+  job.owner = "alice";
+  job.uid = job.gid = 1000;
+  job.command = {"-n", "2", "/bin/true"};
+  job.cwd = "/home/alice";
+  job.request.gpus = 2;
+  const std::vector<std::string> ids = s.submitJob(job, std::nullopt, t0());
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(s.jobs().find(ids[0])->spec.request.account, "physics");
+  job.request.account = "biology";
+  EXPECT_THROW(s.submitJob(job, std::nullopt, t0()), PoolError);
+}
+
 // The kept plan (a request planned against the last pass) is taken only by a request that sorts
 // behind every waiting one: with accounts, by its score, not its priority alone.
 TEST(FairShareOrder, TheKeptPlanIsTakenOnlyByARequestThatSortsLast) {

@@ -132,6 +132,7 @@ TEST(InputTest, WhatTheClientWritesReadsBack) {
   r.priority = -3;
   r.owner = "alice@EXAMPLE.ORG";
   r.job_name = "train résumé";
+  r.account = "physics.theory-2";
   r.wait = std::chrono::seconds(5);
   r.ttl = std::chrono::seconds(90);
   r.max_duration = std::chrono::seconds(3600);
@@ -173,6 +174,11 @@ TEST(InputTest, RequestStringsAreCheckedWhereRead) {
        "257 bytes long (at most 256)"},
       {"job name a number", [](json& d) { d["job_name"] = 5; }, "field 'job_name': 5 is not a string"},
       {"owner with a space", [](json& d) { d["owner"] = "al ice"; }, "field 'owner' 'al ice': "},
+      {"account with a space", [](json& d) { d["account"] = "a b"; },
+       "field 'account' 'a b': only letters, digits, '.', '_' and '-' are allowed"},
+      {"account Latin-1", [](json& d) { d["account"] = "r\xe9"; }, "field 'account' 'r\\xe9': "},
+      {"account too long", [](json& d) { d["account"] = std::string(65, 'a'); }, "longer than 64 bytes"},
+      {"account a number", [](json& d) { d["account"] = 5; }, "field 'account': 5 is not a string"},
       {"owner Latin-1", [](json& d) { d["owner"] = "r\xe9mi"; }, "field 'owner' 'r\\xe9mi': byte \\xe9"},
       {"gpu model", [](json& d) { d["gpu_model"] = "H\xff"; }, "field 'gpu_model' 'H\\xff': "},
       {"fabric", [](json& d) { d["fabric"] = "ethernet"; }, "field 'fabric': "},

@@ -493,6 +493,80 @@ TEST_F(Operations, AccountsOrderTheQueueAndPoolctlShowsWhy) {
   ok(call("DELETE", "/v1/leases/" + all, kAlice));
 }
 
+// Reservations on a real poold through poolctl: the reserved nodes take no lease from outside,
+// their user leases them with --reservation (ending with the window), others and bad reservations
+// are refused saying why, and each change is an audit event.
+TEST_F(Operations, ReservationsKeepTheirNodesForTheirUsers) {
+  start();
+  auto as = [&](const char* token) {
+    return "POOLRUN_TOKEN=" + std::string(token) + " " + POOLCTL_BINARY + " --pool " + poold_->uri() + " ";
+  };
+  test::ProcessResult made =
+      test::runShell(as(kRoot) + "reserve --nodes 'hgx[01-02]' --duration 2h --users bob --name train");
+  ASSERT_EQ(made.status, 0) << made.err;
+  EXPECT_TRUE(std::regex_search(
+      made.out, std::regex(R"(^reservation train: 2 nodes \(hgx01,hgx02\) from \S+Z to \S+Z for bob\n$)")))
+      << made.out;
+  test::ProcessResult list = test::runShell(as(kAlice) + "reservations");
+  EXPECT_NE(list.out.find("train"), std::string::npos) << list.out;
+
+  const json outside = json::parse(test::runShell(as(kAlice) + "--json acquire -n 8 --wait 0").out);
+  for (const json& g : outside["gpus"]) EXPECT_NE(g["node"], "hgx01") << outside.dump();
+  const json mine =
+      json::parse(test::runShell(as(kBob) + "--json acquire -n 16 --wait 0 --reservation train").out);
+  ASSERT_EQ(mine["gpus"].size(), 16u) << mine.dump();
+  for (const json& g : mine["gpus"]) EXPECT_TRUE(g["node"] == "hgx01" || g["node"] == "hgx02") << mine.dump();
+  EXPECT_FALSE(mine["max_end_ms"].is_null()) << "it ends with the window";
+  test::ProcessResult notHers = test::runShell(as(kAlice) + "acquire -n 1 --wait 0 --reservation train");
+  EXPECT_EQ(notHers.status, 4) << notHers.err;
+  EXPECT_NE(notHers.err.find("user alice may not lease reservation train"), std::string::npos) << notHers.err;
+  EXPECT_EQ(test::runShell(as(kAlice) + "reserve --nodes hgx05 --duration 1h").status, 4)
+      << "administrators only";
+
+  struct Bad {
+    std::string args, says;
+  };
+  const std::vector<Bad> bad = {
+      {"--nodes hgx99 --duration 1h --name b", "node hgx99 is not in the pool"},
+      {"--nodes hgx05 --duration 1h --start 2020-01-01 --name b", "it starts in the past"},
+      {"--nodes 'hgx[02-03]' --duration 1h --name b", "node hgx02 is kept by reservation train"},
+      {"--nodes hgx05 --duration 0 --name b", "--duration"},
+      {"--nodes hgx05 --duration 1h --start 5h --name b", "+2h for two hours from now"},
+      {"--nodes hgx05 --duration 1h --name 'b c'", "only letters"},
+      {"--duration 1h", "reserve needs --nodes"},
+  };
+  for (const Bad& b : bad) {
+    test::ProcessResult r = test::runShell(as(kRoot) + "reserve " + b.args);
+    EXPECT_NE(r.status, 0) << b.args;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << b.args << ": " << r.err;
+  }
+  for (const std::string body :
+       {R"({"name":"h","nodes":"n[1-99999999]","duration_s":60})",
+        R"({"name":"h","nodes":"hgx05","duration_s":-1})",
+        R"({"name":"h","nodes":"hgx05","duration_s":60,"start_ms":99999999999999999})",
+        R"({"name":"h","nodes":"hgx05","duration_s":60,"colour":1})",
+        R"({"name":"h","nodes":"","duration_s":60})",
+        R"({"name":"h","nodes":"hgx05","duration_s":60,"users":["a b"]})", R"([1,2])", "{"}) {
+    auto r = call("POST", "/v1/reservations", kRoot, body);
+    ASSERT_TRUE(r) << body;
+    EXPECT_EQ(r->status, 400) << body << ": " << r->body;
+  }
+  EXPECT_EQ(
+      call("POST", "/v1/reservations", kAlice, R"({"name":"h","nodes":"hgx05","duration_s":60})")->status,
+      403);
+  EXPECT_EQ(test::runShell(as(kRoot) + "unreserve train").status, 0);
+  EXPECT_EQ(test::runShell(as(kRoot) + "unreserve train").status, 1) << "gone";
+  EXPECT_EQ(test::runShell(as(kAlice) + "reservations").out, "no reservations\n");
+  const json log = events();
+  std::vector<std::string> kinds;
+  for (const json& e : log["events"])
+    if (e["kind"] == "reservation_created" || e["kind"] == "reservation_removed") {
+      kinds.push_back(e["kind"]);
+      EXPECT_EQ(e["by"], "root") << e.dump();
+    }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"reservation_created", "reservation_removed"}));
+}
+
 TEST_F(Operations, MetricsPassPromtoolCheck) {
   if (test::runShell("command -v promtool").status != 0)
     GTEST_SKIP() << "promtool not found: install Debian's prometheus package (scripts/setup-deps.sh)";

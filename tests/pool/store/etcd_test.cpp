@@ -184,6 +184,19 @@ TEST(EtcdStoreTest, WritesThePoolAndLoadsItBack) {
   state.addJoinToken(ha, "root", test::t0(), std::chrono::hours(1));
   state.addJoinToken(hb, "root", test::t0(), std::chrono::hours(2));
   state.joinNode(ha, "n01", h1, test::t0());
+  // Reservations: one kept, one removed after the first write.
+  Reservation kept, gone;
+  kept.name = "train";
+  kept.nodes = {"n02"};
+  kept.start = test::t0() + std::chrono::hours(1);
+  kept.end = test::t0() + std::chrono::hours(2);
+  kept.users = {"bob"};
+  gone = kept;
+  gone.name = "fix";
+  gone.nodes = {"n01"};
+  gone.users.clear();
+  state.reserve(kept, test::t0());
+  state.reserve(gone, test::t0());
   EtcdStore store(etcd, p, {});
   PoolState empty;
   store.load(empty);
@@ -194,6 +207,7 @@ TEST(EtcdStoreTest, WritesThePoolAndLoadsItBack) {
   EXPECT_EQ(store.generation(), 1u);
   ASSERT_TRUE(state.release(a, "alice", false, test::t0()));
   state.revokeNode("n01", "root", test::t0());
+  state.unreserve("fix");
   store.begin();
   store.write(state, state.takeDirty());
   store.commit();
@@ -204,6 +218,9 @@ TEST(EtcdStoreTest, WritesThePoolAndLoadsItBack) {
   EXPECT_EQ(loaded.membership().tokens(), state.membership().tokens());
   EXPECT_EQ(loaded.membership().credentials(), state.membership().credentials());
   EXPECT_EQ(loaded.membership().credentialFor("n01")->revoked_by, "root");
+  EXPECT_EQ(loaded.reservations(), state.reservations());
+  EXPECT_EQ(loaded.reservations().size(), 1u);
+  EXPECT_EQ(etcd->range(p + "/reservations/fix").size(), 0u) << "a removed reservation's key is deleted";
   EXPECT_EQ(again.generation(), 2u);
   EXPECT_EQ(etcd->range(p + "/leases/" + a).size(), 0u) << "a released lease's key is deleted";
   EXPECT_EQ(etcd->range(p + "/leases/" + b).size(), 1u);

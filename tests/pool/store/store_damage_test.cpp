@@ -478,6 +478,18 @@ TEST(DamagedStateFile, ABrokenUsageRowIsRefusedNamingIt) {
   EXPECT_EQ(leasesIn(db).size(), 5u) << "put back, it loads";
 }
 
+TEST(DamagedStateFile, ABrokenReservationIsRefusedNamingIt) {
+  test::TempDir dir;
+  const fs::path db = dir.path() / "pool.sqlite";
+  cleanPool(db, 5);
+  edit(db, "INSERT INTO reservations(name, doc) VALUES('train', '{\"name\": \"train\", \"nodes\": 3}')");
+  expectLoadRefused(db, {"reservation train: its stored document is broken"});
+  edit(db, "UPDATE reservations SET doc = '{not json' WHERE name = 'train'");
+  expectLoadRefused(db, {"reservation train: its stored document is broken"});
+  edit(db, "DELETE FROM reservations");
+  EXPECT_EQ(leasesIn(db).size(), 5u) << "removed, it loads";
+}
+
 TEST(DamagedStateFile, TheEmbeddedPoolsRefuseToo) {
   test::TempDir dir;
   ClientOptions o;

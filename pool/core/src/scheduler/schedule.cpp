@@ -74,7 +74,8 @@ PoolState::PassPlan* PoolState::keptPlanFor(const LeaseRequest& request, TimePoi
   PassPlan* plan = kept_plan_.plan.get();
   // A request that sorts behind every waiting one (a priority no higher than theirs, enqueued
   // last) changes no plan ahead of it. An elastic one grows once granted: a pass's work.
-  if (plan == nullptr || replan_ || slow_scheduling_ || plan->epoch != plan_epoch_ || request.elastic())
+  if (plan == nullptr || replan_ || slow_scheduling_ || plan->epoch != plan_epoch_ || request.elastic() ||
+      !request.reservation.empty())
     return nullptr;
   if (now < plan->at || now < plan->latest_enqueued || now >= plan->valid_until ||
       now - plan->at >= kReplanEvery)
@@ -82,6 +83,8 @@ PoolState::PassPlan* PoolState::keptPlanFor(const LeaseRequest& request, TimePoi
   if (accounts_.empty()) return request.priority <= plan->lowest_priority ? plan : nullptr;
   // With accounts, the queue's order is the score's (ties: the earlier first, and this one is
   // the latest).
+  // A user new to the default account is one more sibling there: every factor changes.
+  if (!priorities_.shares.factor(request.account, request.owner)) return nullptr;
   std::optional<PriorityFactors> f = factorsOf(request, now);
   return f && f->score <= plan->lowest_score ? plan : nullptr;
 }
@@ -264,8 +267,9 @@ void PoolState::scheduleShare(const QueueEntry& entry, PassPlan& pass, std::opti
   auto freeGpu = [&](size_t s, size_t i) {
     return timeline ? timeline->freeOn(s, now, end)(i) : inOrder[s].held->unheld(i);
   };
-  if (std::optional<std::vector<GpuRef>> gpus =
-          place(shareViews(r, freeGpu, false, timeline ? std::optional(end) : std::nullopt), r)) {
+  std::vector<NodeView> views = shareViews(r, freeGpu, false, timeline ? std::optional(end) : std::nullopt);
+  dropReserved(views, r, now);
+  if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) {
     Lease lease = grantQueued(entry, *gpus, now);
     countGranted(lease, pass.book);
     const Lease& held = leases_.at(lease.id);
@@ -279,6 +283,7 @@ void PoolState::scheduleShare(const QueueEntry& entry, PassPlan& pass, std::opti
 
 void PoolState::startTimeline(PassPlan& pass, TimePoint now) {
   pass.timeline.emplace(slots(), slot_cache_.index, leases_, preempt_, now);
+  holdReservations(*pass.timeline, now);
   pass.victims = victimCandidates(now, pass.book);
   for (const auto& [id, lease] : leases_) {
     if (lease.preempt_at) pass.awaitingVictims.insert(lease.preempted_for);
@@ -344,13 +349,18 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, PassP
   for (const QueueEntry* entry : order) {
     const LeaseRequest& r = entry->request;
     if (!quotas_.empty() && !overLimit(r, pass.book).empty()) continue;  // held back by its quota's limit
+    if (!r.reservation.empty()) {
+      scheduleReserved(*entry, pass, now);
+      continue;
+    }
     if (r.shared()) {
       scheduleShare(*entry, pass, waiting, now);
       continue;
     }
     if (!pass.timeline) {
-      if (std::optional<std::vector<GpuRef>> gpus =
-              place(nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld), r)) {
+      std::vector<NodeView> views = nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld);
+      dropReserved(views, r, now);
+      if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) {
         Lease lease = grantQueued(*entry, *gpus, now);
         countGranted(lease, pass.book);
         if (r.elastic()) grantedElastic.push_back(lease.id);

@@ -15,8 +15,9 @@ std::vector<RouteSpec> agentRoutes();  // agents.cpp: a node agent's register an
 std::vector<RouteSpec> leaseRoutes();  // leases.cpp: /v1/leases...
 std::vector<RouteSpec> queueRoutes();  // queue.cpp: /v1/queue...
 std::vector<RouteSpec> eventRoutes();  // events.cpp: /v1/events
-std::vector<RouteSpec> memberRoutes();  // members.cpp: join tokens, a node's join, revocation
-std::vector<RouteSpec> jobRoutes();     // jobs.cpp: /v1/jobs..., a node's jobs
-std::vector<RouteSpec> usageRoutes();   // usage.cpp: /v1/usage
+std::vector<RouteSpec> memberRoutes();       // members.cpp: join tokens, a node's join, revocation
+std::vector<RouteSpec> jobRoutes();          // jobs.cpp: /v1/jobs..., a node's jobs
+std::vector<RouteSpec> usageRoutes();        // usage.cpp: /v1/usage, /v1/fairshare
+std::vector<RouteSpec> reservationRoutes();  // reservations.cpp: /v1/reservations...
 
 }  // namespace poolrun::pool

@@ -13,6 +13,7 @@
 #include "poolrun/pool/fairshare.hpp"
 #include "poolrun/pool/jobs.hpp"
 #include "poolrun/pool/quotas.hpp"
+#include "poolrun/pool/reservations.hpp"
 #include "poolrun/pool/types.hpp"
 #include "poolrun/pool/usage.hpp"
 
@@ -100,6 +101,18 @@ class PoolControl : public PoolClient {
   // The account tree's fair-share factors (a poold's and the embedded pools'; others throw
   // kBadInput): docs/fairshare.md.
   virtual FairShareReport fairShare();
+  // Reservations (a poold's and the embedded pools'; others throw kBadInput): docs/reservations.md.
+  // Making and removing one is an administrator's.
+  struct ReservationRequest {
+    std::string name;
+    std::string nodes;                // a host list: n[01-04],n07
+    std::optional<TimePoint> start;   // nullopt: now
+    std::chrono::seconds duration{};  // its length
+    std::vector<std::string> users, accounts;
+  };
+  virtual std::vector<Reservation> reservations();
+  virtual Reservation reserve(const ReservationRequest& request);
+  virtual void unreserve(const std::string& name);
 };
 
 }  // namespace poolrun::pool

@@ -27,6 +27,8 @@ void setShareMemory(LeaseRequest& request, std::string_view text, const std::str
 // KEY=VALUE (repeatable; a key given twice takes the last).
 // Sets request.account (--account A, docs/fairshare.md): an account's name as accounts files take it.
 void setAccount(LeaseRequest& request, std::string_view text, const std::string& option);
+// Sets request.reservation (--reservation NAME, docs/reservations.md).
+void setReservation(LeaseRequest& request, std::string_view text, const std::string& option);
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option);
 void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option);
 void addLabel(LeaseRequest& request, std::string_view text, const std::string& option);

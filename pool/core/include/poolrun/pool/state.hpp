@@ -20,6 +20,7 @@
 #include "poolrun/pool/job_book.hpp"
 #include "poolrun/pool/membership.hpp"
 #include "poolrun/pool/quotas.hpp"
+#include "poolrun/pool/reservations.hpp"
 #include "poolrun/pool/topology_book.hpp"
 #include "poolrun/pool/types.hpp"
 #include "poolrun/pool/usage.hpp"
@@ -147,20 +148,21 @@ struct QueueEntry {
 
 // What PoolState changed since the last takeDirty(): the rows a store must write.
 struct Dirty {
-  std::set<std::string> nodes;        // upsert, or delete where gone
-  std::set<std::string> leases;       // upsert, or delete where gone
-  std::set<std::string> new_leases;   // their GPUs must be inserted (a subset of `leases`)
-  std::set<std::string> resized;      // their GPUs must be written again (a subset of `leases`)
-  std::set<int64_t> queue;            // upsert, or delete where gone
-  std::set<std::string> requests;     // remembered acquire request ids: upsert, or delete where gone
-  std::set<std::string> join_tokens;  // by hash (membership.hpp): upsert, or delete where gone
-  std::set<std::string> credentials;  // node credentials, by node: upsert, or delete where gone
-  std::set<std::string> jobs;         // job records (job_book.hpp), by id: upsert, or delete where gone
-  std::set<uint64_t> usage;           // usage ledger rows (usage.hpp), by id: upsert, or delete where gone
+  std::set<std::string> nodes;         // upsert, or delete where gone
+  std::set<std::string> leases;        // upsert, or delete where gone
+  std::set<std::string> new_leases;    // their GPUs must be inserted (a subset of `leases`)
+  std::set<std::string> resized;       // their GPUs must be written again (a subset of `leases`)
+  std::set<int64_t> queue;             // upsert, or delete where gone
+  std::set<std::string> requests;      // remembered acquire request ids: upsert, or delete where gone
+  std::set<std::string> join_tokens;   // by hash (membership.hpp): upsert, or delete where gone
+  std::set<std::string> credentials;   // node credentials, by node: upsert, or delete where gone
+  std::set<std::string> jobs;          // job records (job_book.hpp), by id: upsert, or delete where gone
+  std::set<uint64_t> usage;            // usage ledger rows (usage.hpp), by id: upsert, or delete where gone
+  std::set<std::string> reservations;  // by name (reservations.hpp): upsert, or delete where gone
   bool counters = false;
   bool empty() const {
     return nodes.empty() && leases.empty() && queue.empty() && requests.empty() && join_tokens.empty() &&
-           credentials.empty() && jobs.empty() && usage.empty() && !counters;
+           credentials.empty() && jobs.empty() && usage.empty() && reservations.empty() && !counters;
   }
   void merge(const Dirty& other);
 };
@@ -315,6 +317,16 @@ class PoolState {
   }
   const Quotas& quotas() const { return quotas_; }
   std::vector<QuotaUse> quotaUse() const;  // in the quotas' order
+
+  // --- reservations (reservations.hpp): nodes kept for a window, planned around by everyone else
+  // Adds one, checked whole: a name not taken, nodes the pool has, a window that has not ended and
+  // lasts at most kMaxReservationLength, no other reservation of one of its nodes overlapping it.
+  // Throws kBadInput naming what is wrong.
+  void reserve(Reservation r, TimePoint now);
+  // Removes one (its leases keep their end); throws kNotFound for a name it does not know.
+  void unreserve(const std::string& name);
+  const std::map<std::string, Reservation, std::less<>>& reservations() const { return reservations_; }
+  void loadReservation(Reservation r) { reservations_[r.name] = std::move(r); }
 
   // --- the account tree and fair share (accounts.hpp, fairshare.hpp): with accounts, requests are
   // charged to one and the queue is ordered by the multi-factor priority; without, by priority and
@@ -506,6 +518,15 @@ class PoolState {
   // Sets the account a request is charged to (Accounts::accountFor), or refuses one where the pool
   // has no accounts file.
   void chargeAccount(LeaseRequest& request) const;
+  // Reservations' rules (src/reservations.cpp): a request for one checked at submit; a request for
+  // one placed on its free GPUs inside its window; others kept off reserved nodes they would run
+  // into the window of (now: dropReserved; on the timeline: holdReservations); windows ended and
+  // maintenance windows begun (tickReservations).
+  void checkReservation(const LeaseRequest& request, TimePoint now) const;
+  void scheduleReserved(const QueueEntry& entry, PassPlan& pass, TimePoint now);
+  void dropReserved(std::vector<NodeView>& views, const LeaseRequest& request, TimePoint now) const;
+  void holdReservations(Timeline& timeline, TimePoint now) const;
+  void tickReservations(TimePoint now);
   // nullopt where the request's owner and account have no factor in the snapshot (a user new to
   // the default account: the next pass counts it).
   std::optional<PriorityFactors> factorsOf(const LeaseRequest& request, TimePoint enqueued) const;
@@ -669,6 +690,7 @@ class PoolState {
   Lease withLiveView(const Lease& lease, TimePoint now) const;  // at_risk_nodes, idle_since, reclaim_at
   PreemptOptions preempt_;
   Quotas quotas_;
+  std::map<std::string, Reservation, std::less<>> reservations_;
   Accounts accounts_;
   Priorities priorities_;
   uint64_t leases_preempted_ = 0;

@@ -65,6 +65,9 @@ struct LeaseRequest {
   // The account charged (poolrun --account, docs/fairshare.md): where the pool has an accounts
   // file, the pool sets it at submit (the owner's default where empty); empty without one.
   std::string account;
+  // A reservation to lease inside (poolrun --reservation, docs/reservations.md): only its nodes,
+  // only inside its window, the lease ending with it. Empty: anywhere a reservation does not keep.
+  std::string reservation;
   std::string job_name;
   std::optional<std::chrono::seconds> wait;  // nullopt: wait while the pool could ever satisfy it
   std::chrono::seconds ttl{60};

@@ -19,6 +19,7 @@
 
 #include "poolrun/pool/limits.hpp"
 #include "poolrun/pool/quotas.hpp"
+#include "poolrun/pool/reservations.hpp"
 #include "poolrun/pool/types.hpp"
 
 namespace poolrun::pool {
@@ -52,5 +53,11 @@ std::vector<topo::ClusterNode> registrationFromJson(const nlohmann::json& doc);
 // The body of POST /v1/nodes/NAME/gpus/G/mig: {"profiles": ["3g.40gb", "3g.40gb"]}, 1 to
 // kMaxMigLayoutProfiles profile names (docs/mig.md).
 std::vector<std::string> migLayoutFromJson(const nlohmann::json& doc);
+
+// A reservation (reservations.hpp), as GET /v1/reservations lists it and the stores keep it:
+// {"name", "nodes": [...], "start_ms", "end_ms", "users": [...], "accounts": [...], "created_by",
+// "created_ms", "drained"}.
+nlohmann::json toJson(const Reservation& r);
+Reservation reservationFromJson(const nlohmann::json& doc);
 
 }  // namespace poolrun::pool

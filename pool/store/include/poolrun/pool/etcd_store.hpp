@@ -87,6 +87,8 @@ class EtcdStore final : public StateStore {
   std::string requestKey(const std::string& id) const;  // an acquire's "OWNER/REQUEST_ID"
   std::string jobKey(const std::string& id) const;
   void loadJobs(PoolState& state, const std::vector<const EtcdKeyValue*>& jobs);
+  std::string reservationKey(const std::string& name) const;
+  void loadReservations(PoolState& state, const std::vector<const EtcdKeyValue*>& reservations);
   std::string usageKey(uint64_t id) const;
   void loadUsage(PoolState& state, const std::vector<const EtcdKeyValue*>& rows);
   void loadCounters(PoolState& state, const EtcdKeyValue* counters);  // P/counters, where present

@@ -99,6 +99,8 @@ class Store final : public StateStore {
   void writeMembership(const PoolState& state, const Dirty& dirty);
   void loadJobs(PoolState& state);
   void writeJobs(const PoolState& state, const Dirty& dirty);
+  void loadReservations(PoolState& state);
+  void writeReservations(const PoolState& state, const Dirty& dirty);
   void loadUsage(PoolState& state);
   void writeUsage(const PoolState& state, const Dirty& dirty);
   void loadCounters(PoolState& state);
