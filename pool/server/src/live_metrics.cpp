@@ -98,6 +98,25 @@ void writeLiveMetrics(std::ostream& out, const PoolState& state, TimePoint now) 
     quotaFamily("poolrun_quota_limit_gpus", "The most GPUs a quota's owners may hold (quotas with a limit).",
                 [](const QuotaUse& q) { return q.quota.limit; });
   }
+  if (!state.accounts().empty()) {
+    // Per account, as the last scheduling pass computed them (a copy: no computation on a scrape).
+    const FairShareReport report = state.fairShareReport(now);
+    family(out, "poolrun_fairshare_factor",
+           "Each account's fair-share factor, 0 to 1 (docs/fairshare.md), as the last scheduling pass "
+           "computed it.",
+           "gauge");
+    for (const FairShareRow& r : report.rows)
+      if (r.user.empty())
+        out << "poolrun_fairshare_factor{account=\"" << labelValue(r.account) << "\"} " << r.factor << "\n";
+    family(out, "poolrun_fairshare_usage_gpu_seconds",
+           "Each account's allocated GPU-seconds, its sub-accounts' included, halved every "
+           "--fairshare-half-life.",
+           "gauge");
+    for (const FairShareRow& r : report.rows)
+      if (r.user.empty())
+        out << "poolrun_fairshare_usage_gpu_seconds{account=\"" << labelValue(r.account) << "\"} "
+            << r.raw_usage << "\n";
+  }
   family(out, "poolrun_leases_preempted_total",
          "Leases chosen as preemption victims (given notice) since poold started.", "counter");
   out << "poolrun_leases_preempted_total " << state.leasesPreempted() << "\n";

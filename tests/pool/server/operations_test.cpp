@@ -474,6 +474,12 @@ TEST_F(Operations, AccountsOrderTheQueueAndPoolctlShowsWhy) {
   EXPECT_NE(unknown->body.find("account 'chem' is no account of the pool's accounts file"), std::string::npos)
       << unknown->body;
   EXPECT_EQ(call("GET", "/v1/fairshare", "")->status, 401);
+  const std::string m = metrics();
+  const std::optional<double> physics = sample(m, "poolrun_fairshare_factor{account=\"physics\"}");
+  const std::optional<double> biology = sample(m, "poolrun_fairshare_factor{account=\"biology\"}");
+  ASSERT_TRUE(physics && biology) << m;
+  EXPECT_LT(*physics, *biology) << "alice's account used more";
+  EXPECT_GT(sample(m, "poolrun_fairshare_usage_gpu_seconds{account=\"physics\"}").value_or(0), 0) << m;
 
   dir_.write("accounts.toml",
              "[accounts.physics]\nshares = 3\nusers = [\"alice\"]\n[accounts.biology]\nusers = [\"bob\"]\n");
