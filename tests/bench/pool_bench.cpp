@@ -20,6 +20,7 @@
 #include "poolrun/pool/munge_users.hpp"
 #include "poolrun/pool/open_pool.hpp"
 #include "poolrun/pool/placement.hpp"
+#include "poolrun/pool/reservations.hpp"
 #include "poolrun/pool/store.hpp"
 #include "sample_heartbeat.hpp"
 #include "support/etcd_cluster.hpp"
@@ -104,13 +105,35 @@ std::string wholeNodesLeased(Leased leased) {
   return spec;
 }
 
+// Reservations tomorrow of `count` nodes each on the leased nodes of hundredThousandGpus() (nine of
+// every ten), so that they cost each placement its filtering without changing where it lands.
+void reserveLeasedNodes(PoolState& pool, int count, int nodes_each, TimePoint now) {
+  int n = 1;
+  for (int k = 0; k < count; ++k) {
+    Reservation r;
+    r.name = "r" + std::to_string(k);
+    r.users = {"bob"};
+    r.start = now + std::chrono::hours(24);
+    r.end = r.start + std::chrono::hours(2);
+    while (static_cast<int>(r.nodes.size()) < nodes_each && n <= 12500) {
+      char name[16];
+      snprintf(name, sizeof name, "n%05d", n);
+      if (n % 10 != 0) r.nodes.push_back(name);
+      ++n;
+    }
+    pool.reserve(std::move(r), now);
+  }
+}
+
 // The same at the scale of heartbeat_bench: 12,500 nodes x 8 GPUs under 25 leaf switches, 90% of
-// the nodes wholly leased, 8 GPUs acquired and released (what poold does under its state lock).
+// the nodes wholly leased, 8 GPUs acquired and released (what poold does under its state lock);
+// the second argument the reservations of 9 nodes each the pool keeps (placement keeps off them).
 void BM_SubmitRelease100kGpus(benchmark::State& state) {
   const std::string spec = hundredThousandGpus() + wholeNodesLeased([](int n) { return n % 10 != 0; });
   PoolState pool;
   TimePoint now = std::chrono::system_clock::now();
   test::addInventory(pool, spec, now);
+  reserveLeasedNodes(pool, static_cast<int>(state.range(1)), 9, now);
   pool.takeDirty();
   LeaseRequest r = test::parseRequest(std::to_string(state.range(0)));
   for (auto _ : state) {
@@ -118,9 +141,10 @@ void BM_SubmitRelease100kGpus(benchmark::State& state) {
     pool.release(s.lease->id, r.owner, false, now);
     pool.takeDirty();
   }
-  state.SetLabel("100,000 GPUs, 12,500 nodes, 25 switches, 90% leased");
+  state.SetLabel("100,000 GPUs, 12,500 nodes, 25 switches, 90% leased, " + std::to_string(state.range(1)) +
+                 " reservations");
 }
-BENCHMARK(BM_SubmitRelease100kGpus)->Arg(8)->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SubmitRelease100kGpus)->ArgsProduct({{8, 64}, {0, 1000}})->Unit(benchmark::kMicrosecond);
 
 // The dashboard's snapshot of the same 100,000 GPUs, each with a heartbeat's sample: Arg 0 the copy
 // made under the state's lock (captureDashboard), Arg 1 the JSON written after it (dashboardJson).

@@ -475,6 +475,24 @@ TEST_P(PreemptionSimTest, PoolrunChargesTheAccountItNames) {
   EXPECT_NE(r.err.find("--account 'bad name': only letters"), std::string::npos) << r.err;
 }
 
+// The embedded pools' reservations: an administrator (the default role there) keeps a node; a bad
+// --nodes is named as the option it came from; a user may not reserve.
+TEST_P(PreemptionSimTest, EmbeddedPoolsReserveAndNameABadNodeList) {
+  const std::string ctl = env() + POOLCTL_BINARY + " --pool sim:" + cluster_ + " ";
+  poolrun::test::ProcessResult r = poolrun::test::runShell(ctl + "reserve --nodes 'ib[01-' --duration 1h");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("poolctl: error: --nodes: "), std::string::npos) << r.err;
+  r = poolrun::test::runShell(ctl + "--role user reserve --nodes ib01 --duration 1h --name fix");
+  EXPECT_NE(r.status, 0) << "administrators only";
+  EXPECT_NE(r.err.find("make reservations"), std::string::npos) << r.err;
+  r = poolrun::test::runShell(ctl + "reserve --nodes ib01 --duration 1h --name fix");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("reservation fix: 1 node (ib01) from "), std::string::npos) << r.out;
+  r = poolrun::test::runShell(ctl + "reservations");
+  EXPECT_NE(r.out.find("fix"), std::string::npos) << r.out;
+  EXPECT_EQ(poolrun::test::runShell(ctl + "unreserve fix").status, 0);
+}
+
 TEST_P(PreemptionSimTest, SlurmAllocationsKeepTheirSize) {
   poolrun::test::ProcessResult r =
       poolrun::test::runShell(env() + "timeout 60 " + POOLRUN_BINARY + " --pool slurm -n 1:4 /bin/true");

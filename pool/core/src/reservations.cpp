@@ -76,8 +76,26 @@ void PoolState::reserve(Reservation r, TimePoint now) {
   r.created = now;
   r.drained = false;
   dirty_.reservations.insert(r.name);
-  reservations_[r.name] = std::move(r);
+  loadReservation(std::move(r));
   replan_ = true;
+}
+
+void PoolState::loadReservation(Reservation r) {
+  if (auto old = reservations_.find(r.name); old != reservations_.end()) indexReservation(old->second, false);
+  indexReservation(r, true);
+  reservations_[r.name] = std::move(r);
+}
+
+void PoolState::indexReservation(const Reservation& r, bool add) {
+  for (const std::string& n : r.nodes) {
+    std::vector<std::string>& names = reserved_on_[n];
+    if (add) {
+      names.push_back(r.name);
+    } else {
+      std::erase(names, r.name);
+      if (names.empty()) reserved_on_.erase(n);
+    }
+  }
 }
 
 void PoolState::unreserve(const std::string& name) {
@@ -85,6 +103,7 @@ void PoolState::unreserve(const std::string& name) {
   if (it == reservations_.end())
     throw Error(ErrorCode::kNotFound,
                 "no reservation " + common::printable(name) + " (poolctl reservations lists them)");
+  indexReservation(it->second, false);
   reservations_.erase(it);
   dirty_.reservations.insert(name);
   replan_ = true;
@@ -116,9 +135,11 @@ void PoolState::checkReservation(const LeaseRequest& request, TimePoint now) con
 void PoolState::dropReserved(std::vector<NodeView>& views, const LeaseRequest& request, TimePoint now) const {
   if (reservations_.empty()) return;
   std::erase_if(views, [&](const NodeView& v) {
-    for (const auto& [name, r] : reservations_)
-      if (r.holds(v.node->name) && !mayUse(r, request, now)) return true;
-    return false;
+    auto on = reserved_on_.find(v.node->name);
+    if (on == reserved_on_.end()) return false;
+    return std::any_of(on->second.begin(), on->second.end(), [&](const std::string& name) {
+      return !mayUse(reservations_.find(name)->second, request, now);
+    });
   });
 }
 
@@ -177,13 +198,18 @@ void PoolState::tickReservations(TimePoint now) {
     }
     if (r.maintenance() && !r.drained && r.start <= now) {
       for (const std::string& n : r.nodes)
-        if (auto node = nodes_.find(n); node != nodes_.end() && node->second.state == NodeState::kUp)
+        if (auto node = nodes_.find(n); node != nodes_.end() && node->second.state == NodeState::kUp) {
           setNodeState(n, NodeState::kDraining);
+          node_events_.push_back(
+              {NodeEvent::Kind::kMaintenance, n, 0,
+               "reservation " + name + ": a maintenance window until " + common::rfc3339(r.end)});
+        }
       r.drained = true;
       dirty_.reservations.insert(name);
     }
   }
   for (const std::string& name : ended) {
+    indexReservation(reservations_.at(name), false);
     reservations_.erase(name);
     dirty_.reservations.insert(name);
     replan_ = true;

@@ -297,6 +297,19 @@ std::string PoolState::checkInvariants() const {
   if (queued != queued_by_owner_)
     return "the count of queued requests per owner (" + std::to_string(queued_by_owner_.size()) +
            " owners) does not match the queue's entries (" + std::to_string(queued.size()) + " owners)";
+  size_t indexed = 0;
+  for (const auto& [node, names] : reserved_on_)
+    for (const std::string& name : names) {
+      auto r = reservations_.find(name);
+      if (r == reservations_.end() || !r->second.holds(node))
+        return "node " + node + " is indexed as kept by reservation " + name + ", which does not keep it";
+      ++indexed;
+    }
+  size_t kept = 0;
+  for (const auto& [name, r] : reservations_) kept += r.nodes.size();
+  if (kept != indexed)
+    return "the reservations keep " + std::to_string(kept) + " nodes, the index has " +
+           std::to_string(indexed);
   const SlotCache& c = slot_cache_;
   if (c.stale) return "";
   if (c.slots.size() != nodes_.size())

@@ -204,7 +204,11 @@ class EmbeddedPool : public PoolControl {
     requireAdmin("make reservations");
     Reservation r;
     r.name = request.name;
-    r.nodes = topo::expandHostlist(request.nodes, 100'000);
+    try {
+      r.nodes = topo::expandHostlist(request.nodes, kMaxReservedNodes);
+    } catch (const Error& e) {
+      throw badInput("--nodes: " + std::string(e.what()));
+    }
     r.users = request.users;
     r.accounts = request.accounts;
     r.created_by = service_.caller().owner;

@@ -165,6 +165,10 @@ uint64_t ServerCore::recordLeaseEvents(PoolState& s, TimePoint now) {
     if (e.kind == NodeEvent::Kind::kGpuFailed)
       events->record("gpu_failed",
                      {{"node", e.node}, {"index", e.gpu}, {"reason", e.reason}, {"by", "agent"}}, now);
+    else if (e.kind == NodeEvent::Kind::kMaintenance)
+      events->record("node_state",
+                     {{"node", e.node}, {"state", "draining"}, {"by", "reservation"}, {"reason", e.reason}},
+                     now);
     else if (e.kind == NodeEvent::Kind::kDrained || e.kind == NodeEvent::Kind::kResumed)
       events->record("node_state",
                      {{"node", e.node},

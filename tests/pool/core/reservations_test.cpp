@@ -103,8 +103,14 @@ TEST(Reservations, AnAccountNamedLeasesItAndAMaintenanceWindowDrainsItsNodes) {
 
   s.reserve(window("fix-n01", {"n01"}, t0() + hours(2), t0() + hours(4), {}), t0());
   EXPECT_THROW(s.submit(inside("1 owner=bob", "fix-n01"), t0()), PoolError) << "nobody leases maintenance";
+  s.takeNodeEvents();
   s.tick(t0() + hours(2));
   EXPECT_EQ(s.nodeMap().at("n01").state, NodeState::kDraining) << "drained at its start";
+  const std::vector<NodeEvent> events = s.takeNodeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, NodeEvent::Kind::kMaintenance);
+  EXPECT_EQ(events[0].node, "n01");
+  EXPECT_NE(events[0].reason.find("reservation fix-n01: a maintenance window until "), std::string::npos);
   EXPECT_TRUE(s.reservations().at("fix-n01").drained);
   s.tick(t0() + hours(5));
   EXPECT_EQ(s.nodeMap().at("n01").state, NodeState::kDraining) << "an administrator resumes it";

@@ -164,6 +164,18 @@ class Operations : public ::testing::Test {
   json events(uint64_t since = 0) {
     return ok(call("GET", "/v1/events?since=" + std::to_string(since), kRoot));
   }
+  // The latest event of `kind` in the audit trail, waiting up to 20 s for one; null if none came.
+  json waitForEvent(const std::string& kind) {
+    auto end = Steady::now() + 20s;
+    for (;;) {
+      json found;
+      const json log = events();
+      for (const json& e : log["events"])
+        if (e["kind"] == kind) found = e;
+      if (!found.is_null() || Steady::now() >= end) return found;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
 
   // Leases of alice (8 GPUs, held) and bob (16, released), a failed GPU, a drained node and a
   // lease of alice that expires (ttl 1 s). Returns once the expiry is counted.
@@ -390,14 +402,7 @@ TEST_F(Operations, AChangeOfTheQuotasFileIsAnAuditEvent) {
   const auto quotas = dir_.write("quotas", "group vision guaranteed=16 members=alice,bob\n");
   start({"--quotas", quotas.string()});
   dir_.write("quotas", "group vision guaranteed=32 members=alice,bob\nowner carol guaranteed=8\n");
-  json changed;
-  auto end = Steady::now() + 20s;
-  while (changed.is_null() && Steady::now() < end) {
-    const json all = events();
-    for (const json& e : all["events"])
-      if (e["kind"] == "quotas_changed") changed = e;
-    std::this_thread::sleep_for(100ms);
-  }
+  const json changed = waitForEvent("quotas_changed");
   ASSERT_FALSE(changed.is_null()) << events().dump();
   EXPECT_EQ(changed["by"], common::userText(geteuid()));  // the file's owner: who wrote it
   EXPECT_EQ(changed["auth"], "file");
@@ -483,14 +488,7 @@ TEST_F(Operations, AccountsOrderTheQueueAndPoolctlShowsWhy) {
 
   dir_.write("accounts.toml",
              "[accounts.physics]\nshares = 3\nusers = [\"alice\"]\n[accounts.biology]\nusers = [\"bob\"]\n");
-  json changed;
-  auto end = Steady::now() + 20s;
-  while (changed.is_null() && Steady::now() < end) {
-    const json log = events();
-    for (const json& e : log["events"])
-      if (e["kind"] == "accounts_changed") changed = e;
-    std::this_thread::sleep_for(100ms);
-  }
+  const json changed = waitForEvent("accounts_changed");
   ASSERT_FALSE(changed.is_null()) << events().dump();
   EXPECT_EQ(changed["changes"], json({"account physics: shares 1 -> 3"}));
   EXPECT_EQ(changed["by"], common::userText(geteuid()));
@@ -560,6 +558,17 @@ TEST_F(Operations, ReservationsKeepTheirNodesForTheirUsers) {
   EXPECT_EQ(
       call("POST", "/v1/reservations", kAlice, R"({"name":"h","nodes":"hgx05","duration_s":60})")->status,
       403);
+  // A maintenance window (nobody named) drains its nodes at its start, an event of the audit trail.
+  ASSERT_EQ(test::runShell(as(kRoot) + "reserve --nodes hgx05 --duration 1h --name fix").status, 0);
+  const json drained = waitForEvent("node_state");
+  ASSERT_FALSE(drained.is_null()) << events().dump();
+  EXPECT_EQ(drained["node"], "hgx05");
+  EXPECT_EQ(drained["state"], "draining");
+  EXPECT_EQ(drained["by"], "reservation");
+  EXPECT_NE(drained["reason"].get<std::string>().find("reservation fix: a maintenance window until "),
+            std::string::npos)
+      << drained.dump();
+  EXPECT_EQ(test::runShell(as(kRoot) + "unreserve fix").status, 0);
   EXPECT_EQ(test::runShell(as(kRoot) + "unreserve train").status, 0);
   EXPECT_EQ(test::runShell(as(kRoot) + "unreserve train").status, 1) << "gone";
   EXPECT_EQ(test::runShell(as(kAlice) + "reservations").out, "no reservations\n");
@@ -570,7 +579,8 @@ TEST_F(Operations, ReservationsKeepTheirNodesForTheirUsers) {
       kinds.push_back(e["kind"]);
       EXPECT_EQ(e["by"], "root") << e.dump();
     }
-  EXPECT_EQ(kinds, (std::vector<std::string>{"reservation_created", "reservation_removed"}));
+  EXPECT_EQ(kinds, (std::vector<std::string>{"reservation_created", "reservation_created",
+                                             "reservation_removed", "reservation_removed"}));
 }
 
 TEST_F(Operations, MetricsPassPromtoolCheck) {

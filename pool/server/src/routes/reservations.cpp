@@ -14,8 +14,6 @@ namespace {
 using nlohmann::json;
 using namespace json_read;
 
-constexpr size_t kMaxReservedNodes = 100'000;
-
 json reservationList(ServerCore& m, Context&) {
   return m.read([](const PoolState& s) {
     json out = json::array();

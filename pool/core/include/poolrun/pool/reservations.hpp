@@ -29,7 +29,8 @@ struct Reservation {
 };
 
 inline constexpr size_t kMaxReservations = 10'000;
-inline constexpr size_t kMaxReservedUsers = 1'000;  // users, and accounts, a reservation names
+inline constexpr size_t kMaxReservedNodes = 100'000;  // nodes a reservation keeps
+inline constexpr size_t kMaxReservedUsers = 1'000;    // users, and accounts, a reservation names
 inline constexpr std::chrono::seconds kMaxReservationLength{366 * 86'400};
 // A start this far before now is taken as now (a clock a little behind poold's); earlier is the past.
 inline constexpr std::chrono::seconds kReservationStartSlack{60};

@@ -184,11 +184,12 @@ struct LeaseEvent {
 // What the live pool's rules saw happen to a node: its agent went quiet or came back, or a GPU
 // failed by what the agent reported. For poold's event log.
 struct NodeEvent {
-  enum class Kind { kUnreachable, kReachable, kGpuFailed, kDrained, kResumed };
+  // kDrained: by its agent's health checks; kMaintenance: drained at a maintenance window's start
+  enum class Kind { kUnreachable, kReachable, kGpuFailed, kDrained, kResumed, kMaintenance };
   Kind kind = Kind::kUnreachable;
   std::string node;
   size_t gpu = 0;      // kGpuFailed
-  std::string reason;  // kGpuFailed, kDrained: why; kUnreachable: since when nothing was heard
+  std::string reason;  // kGpuFailed, kDrained, kMaintenance: why; kUnreachable: since when nothing was heard
 };
 
 // What an acquire with a client request id got (poolrun and poolctl send one, and the same one
@@ -326,7 +327,7 @@ class PoolState {
   // Removes one (its leases keep their end); throws kNotFound for a name it does not know.
   void unreserve(const std::string& name);
   const std::map<std::string, Reservation, std::less<>>& reservations() const { return reservations_; }
-  void loadReservation(Reservation r) { reservations_[r.name] = std::move(r); }
+  void loadReservation(Reservation r);
 
   // --- the account tree and fair share (accounts.hpp, fairshare.hpp): with accounts, requests are
   // charged to one and the queue is ordered by the multi-factor priority; without, by priority and
@@ -691,6 +692,9 @@ class PoolState {
   PreemptOptions preempt_;
   Quotas quotas_;
   std::map<std::string, Reservation, std::less<>> reservations_;
+  // Per node, the names of the reservations that keep it: dropReserved asks it of each free node.
+  std::unordered_map<std::string, std::vector<std::string>> reserved_on_;
+  void indexReservation(const Reservation& r, bool add);
   Accounts accounts_;
   Priorities priorities_;
   uint64_t leases_preempted_ = 0;
