@@ -2,6 +2,7 @@
 
 #include "poolrun/agent/options.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "poolrun/common/error.hpp"
@@ -31,7 +32,9 @@ std::string agentUsage() {
          "                   [--node NAME] [--interval SECONDS]\n"
          "                   [--ca FILE] [--tls-cert FILE --tls-key FILE]\n"
          "                   [--from TOPOLOGY] [--sysfs-root DIR] [--proc-root DIR]\n"
-         "                   [--dcgm-job-mapping-dir DIR] [--switch NAME] [--label KEY=VALUE]...\n"
+         "                   [--dcgm-job-mapping-dir DIR] [--label KEY=VALUE]...\n"
+         "                   [--nvlink-domain NAME] [--block NAME] [--switch NAME] [--rail-group NAME]\n"
+         "                   [--spine NAME]\n"
          "                   [--mps-dir DIR] [--mps-control PROGRAM] [--poolrun PATH] [--job-dir DIR]\n"
          "                   [--cgroup auto|v1|v2|none] [--cgroup-parent NAME] [--lease-pids N]\n"
          "                   [--health-interval SECONDS]\n"
@@ -107,7 +110,11 @@ std::string agentUsage() {
          "                              1000)\n"
          "  --simulated-node            daemons take the node's name as their host name (a UTS\n"
          "                              namespace): several simulated nodes on one machine\n"
-         "  --switch NAME               the node's leaf switch, for placement under one switch\n"
+         "  --nvlink-domain NAME        the node's multi-node NVLink domain (an NVL72 rack); by default\n"
+         "                              its GPUs' NVML fabric cluster and clique where they have one\n"
+         "  --block NAME, --switch NAME, --rail-group NAME, --spine NAME\n"
+         "                              the node's block, leaf switch, rail group and spine: placement\n"
+         "                              keeps a job under as few and as low as it can (docs/placement.md)\n"
          "  --label KEY=VALUE           a label of the node (repeatable)\n"
          "exit status: 0 when stopped (SIGTERM, SIGINT), 1 when poold refuses the node's registration\n"
          "document (400), 2 for a bad command line\n";
@@ -124,6 +131,17 @@ void checkPool(const std::string& uri) {
   } catch (const Error& e) {
     throw badInput("--pool: " + std::string(e.what()));
   }
+}
+
+// The level an option names (--nvlink-domain: the NVLink domain, --rail-group: the rail group, ...),
+// or null.
+std::string* levelOption(topo::NodeLevels& levels, const std::string& option) {
+  for (const topo::LevelField& level : topo::kLevelFields) {
+    std::string name = "--" + std::string(level.key);
+    std::replace(name.begin(), name.end(), '_', '-');
+    if (option == name) return &(levels.*level.member);
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -219,9 +237,9 @@ AgentOptions parseAgentOptions(const std::vector<std::string>& args) {
     } else if (a == "--mps-control") {
       o.mps_control = value();
       if (o.mps_control.empty()) throw badInput("--mps-control needs a program");
-    } else if (a == "--switch") {
-      o.switch_name = value();
-      common::checkText(o.switch_name, common::kMaxLabelBytes, "--switch");
+    } else if (std::string* level = levelOption(o.levels, a)) {
+      *level = value();
+      common::checkText(*level, common::kMaxLabelBytes, a);
     } else if (a == "--label") {
       std::string v = value();
       size_t eq = v.find('=');

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
                                                                : hostName();
     common::checkNodeName(config.node.name, "the host name (give --node NAME)");
     config.node.topology_file = o.from;
-    config.node.switch_name = o.switch_name;
+    config.node.levels = o.levels;
     config.node.labels = o.labels;
     config.agent_version = topo::versionText("poold-agent");
     config.agent_version.resize(config.agent_version.find('\n'));

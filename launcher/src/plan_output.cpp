@@ -45,11 +45,12 @@ ojson planToJson(const JobPlan& plan) {
   doc["hwthread_slots"] = plan.hwthread_slots;
   ojson nodes = ojson::array();
   for (const NodePlan& n : plan.nodes) {
-    nodes.push_back({{"name", n.name},
-                     {"switch", n.node.switch_name.empty() ? ojson(nullptr) : ojson(n.node.switch_name)},
-                     {"topology", n.node.topology_file.string()},
-                     {"first_rank", n.first_rank},
-                     {"ranks", n.ranks}});
+    nodes.push_back(
+        {{"name", n.name},
+         {"switch", n.node.levels.switch_name.empty() ? ojson(nullptr) : ojson(n.node.levels.switch_name)},
+         {"topology", n.node.topology_file.string()},
+         {"first_rank", n.first_rank},
+         {"ranks", n.ranks}});
   }
   doc["nodes"] = nodes;
   ojson ranks = ojson::array();

@@ -570,11 +570,11 @@ const std::vector<std::string>& plannedVariables() {
 // following rank order; nodes keep their order otherwise.
 static std::vector<size_t> switchOrder(const std::vector<const topo::ClusterNode*>& nodes) {
   std::map<std::string, size_t> firstSeen;
-  for (size_t i = 0; i < nodes.size(); ++i) firstSeen.emplace(nodes[i]->switch_name, i);
+  for (size_t i = 0; i < nodes.size(); ++i) firstSeen.emplace(nodes[i]->levels.switch_name, i);
   std::vector<size_t> order(nodes.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return firstSeen[nodes[a]->switch_name] < firstSeen[nodes[b]->switch_name];
+    return firstSeen[nodes[a]->levels.switch_name] < firstSeen[nodes[b]->levels.switch_name];
   });
   return order;
 }

@@ -26,7 +26,8 @@ TEST(AgentOptions, ReadsEveryOption) {
   agent::AgentOptions o = agent::parseAgentOptions(words(
       "--pool http://127.0.0.1:7450 --token-file /t --node n01 --interval 60 --from f.xml --sysfs-root " +
       (sys.path() / "sys").string() + " --proc-root " + sys.path().string() +
-      " --dcgm-job-mapping-dir /run/dcgm --switch leaf1 --label rack=r1 --label zone=a --job-dir /srv/jobs"));
+      " --dcgm-job-mapping-dir /run/dcgm --switch leaf1 --nvlink-domain rack7 --spine s2 --label rack=r1 "
+      "--label zone=a --job-dir /srv/jobs"));
   EXPECT_EQ(o.job_dir, "/srv/jobs");
   EXPECT_EQ(
       agent::parseAgentOptions(words("--pool http://h:1 --token-file t --cgroup v2 --cgroup-parent site"))
@@ -53,7 +54,9 @@ TEST(AgentOptions, ReadsEveryOption) {
   EXPECT_EQ(o.interval, std::chrono::seconds(60));
   EXPECT_EQ(o.from, "f.xml");
   EXPECT_EQ(o.job_mapping_dir, "/run/dcgm");
-  EXPECT_EQ(o.switch_name, "leaf1");
+  EXPECT_EQ(o.levels.switch_name, "leaf1");
+  EXPECT_EQ(o.levels.nvlink_domain, "rack7");
+  EXPECT_EQ(o.levels.spine, "s2");
   EXPECT_EQ(o.labels, (std::map<std::string, std::string>{{"rack", "r1"}, {"zone", "a"}}));
   EXPECT_EQ(agent::parseAgentOptions(words("--pool http://h:1 --token-file t")).interval,
             std::chrono::seconds(5));

@@ -80,7 +80,7 @@ int run(const Options& o) {
           pool::NodeRegistration r;
           r.node.name = nodeName(n);
           r.node.topology = topology;
-          r.node.switch_name = switchName(n, o.per_switch);
+          r.node.levels.switch_name = switchName(n, o.per_switch);
           r.agent_version = "poold-agent bench";
           link->registerNode(r);
           link->heartbeat(heartbeatOf(r.node.name, n, *topology, hash, n < o.busy * o.nodes));

@@ -468,7 +468,7 @@ int run(const Options& o) {
             NodeRegistration r;
             r.node.name = nodeName(n);
             r.node.topology = topology;
-            r.node.switch_name = "leaf" + std::to_string(n / 500);
+            r.node.levels.switch_name = "leaf" + std::to_string(n / 500);
             r.agent_version = "poold-agent bench";
             link->registerNode(r);
           }

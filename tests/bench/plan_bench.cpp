@@ -45,7 +45,7 @@ topo::Cluster cluster(int nodes) {
     topo::ClusterNode n;
     n.name = "node" + std::to_string(i);
     n.topology = topology;
-    n.switch_name = "leaf" + std::to_string(i / 32);
+    n.levels.switch_name = "leaf" + std::to_string(i / 32);
     c.nodes.push_back(std::move(n));
   }
   return c;

@@ -146,6 +146,46 @@ void BM_SubmitRelease100kGpus(benchmark::State& state) {
 }
 BENCHMARK(BM_SubmitRelease100kGpus)->ArgsProduct({{8, 64}, {0, 1000}})->Unit(benchmark::kMicrosecond);
 
+// 99,936 GPUs in NVL72 racks: 1,388 NVLink domains of 18 nodes x 4 GPUs, 8 domains under each leaf,
+// 8 leaves under each spine; Arg 1: 1 leases every whole node but one in ten (each rack keeps 1-2
+// nodes free, so a large request spans many domains), 0 none.
+std::string nvl72Racks(bool fragmented) {
+  std::string spec;
+  char buf[128];
+  for (int rack = 0; rack < 1388; ++rack) {
+    snprintf(buf, sizeof buf, "r%04dn[01-18]/gpu[0-3]@leaf%d nvl=rack%d spine=s%d; ", rack, rack / 8, rack,
+             rack / 64);
+    spec += buf;
+    for (int n = 1; fragmented && n <= 18; ++n)
+      if ((rack * 18 + n) % 10 != 0) {
+        snprintf(buf, sizeof buf, "r%04dn%02d leased 0-3; ", rack, n);
+        spec += buf;
+      }
+  }
+  return spec;
+}
+
+// An acquire and release of Arg 0 GPUs on nvl72Racks(Arg 1), as poold makes it under its lock.
+void BM_SubmitReleaseNvl72(benchmark::State& state) {
+  PoolState pool;
+  TimePoint now = std::chrono::system_clock::now();
+  test::addInventory(pool, nvl72Racks(state.range(1) != 0), now);
+  pool.takeDirty();
+  LeaseRequest r = test::parseRequest(std::to_string(state.range(0)));
+  for (auto _ : state) {
+    SubmitResult s = pool.submit(r, now);
+    if (!s.lease) {
+      state.SkipWithError("did not fit");
+      break;
+    }
+    pool.release(s.lease->id, r.owner, false, now);
+    pool.takeDirty();
+  }
+  state.SetLabel(std::string("99,936 GPUs in 1,388 NVL72 domains") +
+                 (state.range(1) ? ", 90% of nodes leased" : ""));
+}
+BENCHMARK(BM_SubmitReleaseNvl72)->ArgsProduct({{4, 64, 72, 144, 200}, {0, 1}})->Unit(benchmark::kMicrosecond);
+
 // The dashboard's snapshot of the same 100,000 GPUs, each with a heartbeat's sample: Arg 0 the copy
 // made under the state's lock (captureDashboard), Arg 1 the JSON written after it (dashboardJson).
 void BM_DashboardSnapshot100kGpus(benchmark::State& state) {
@@ -203,7 +243,7 @@ void BM_HeartbeatParts(benchmark::State& state) {
     NodeRegistration r;
     r.node.name = name(n);
     r.node.topology = topology;
-    r.node.switch_name = "leaf" + std::to_string(n / 500);
+    r.node.levels.switch_name = "leaf" + std::to_string(n / 500);
     r.agent_version = "poold-agent bench";
     pool.registerAgentNode(r, now);
   }
@@ -268,7 +308,7 @@ void BM_SchedulingPass(benchmark::State& state) {
     node.name = name(n);
     node.order = n;
     node.topology = topology;
-    node.switch_name = "leaf" + std::to_string((n - 1) / 500);
+    node.levels.switch_name = "leaf" + std::to_string((n - 1) / 500);
     pool.loadNode(std::move(node));
   }
   auto lease = [&](int id, std::vector<int> nodes) {

@@ -34,7 +34,7 @@ Cluster clusterOf(const topo::NodeTopology& t, int nodes, std::vector<std::strin
     n.name = "n" + std::to_string(i + 1);
     n.topology = shared;
     n.topology_file = "synthetic";
-    if (!switches.empty()) n.switch_name = switches[static_cast<size_t>(i) % switches.size()];
+    if (!switches.empty()) n.levels.switch_name = switches[static_cast<size_t>(i) % switches.size()];
     c.nodes.push_back(n);
   }
   return c;

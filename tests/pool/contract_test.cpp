@@ -120,7 +120,7 @@ TEST_P(Contract, AcquireRenewRelease) {
 TEST_P(Contract, NodeAndDescribe) {
   auto alice = harness_->client("alice");
   topo::ClusterNode n = alice->node("hgx09");
-  EXPECT_EQ(n.switch_name, "leaf2");
+  EXPECT_EQ(n.levels.switch_name, "leaf2");
   ASSERT_TRUE(n.topology);
   EXPECT_EQ(n.topology->gpus.size(), 8u);
   EXPECT_EQ(n.labels.at("rack"), "r2");

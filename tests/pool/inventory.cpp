@@ -103,6 +103,8 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
       std::string model = "NVIDIA H100 80GB HBM3";
       uint64_t mem = uint64_t{80} << 30;
       std::map<std::string, std::string> labels;
+      topo::NodeLevels levels;
+      levels.switch_name = sw;
       std::vector<size_t> migNow, migAfterReset;
       std::vector<std::string> layouts;
       std::string opt;
@@ -112,6 +114,10 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
         if (opt.rfind("mig-after-reset=", 0) == 0) migAfterReset = indexes(opt.substr(16));
         if (opt.rfind("model=", 0) == 0) model = "NVIDIA " + opt.substr(6);
         if (opt.rfind("mem=", 0) == 0) mem = std::stoull(opt.substr(4)) << 30;
+        if (opt.rfind("nvl=", 0) == 0) levels.nvlink_domain = opt.substr(4);
+        if (opt.rfind("block=", 0) == 0) levels.block = opt.substr(6);
+        if (opt.rfind("rail=", 0) == 0) levels.rail_group = opt.substr(5);
+        if (opt.rfind("spine=", 0) == 0) levels.spine = opt.substr(6);
         if (opt.rfind("label=", 0) == 0) {
           std::string kv = opt.substr(6);
           labels[kv.substr(0, kv.find(':'))] = kv.substr(kv.find(':') + 1);
@@ -136,7 +142,7 @@ void addInventory(pool::PoolState& state, const std::string& spec, pool::TimePoi
         topo::ClusterNode n;
         n.name = name;
         n.topology = topology;
-        n.switch_name = sw;
+        n.levels = levels;
         n.labels = labels;
         state.registerNode(n);
       }
@@ -229,6 +235,8 @@ pool::LeaseRequest parseRequest(const std::string& spec) {
       r.whole_nodes = true;
     else if (w == "one-switch")
       r.one_switch = true;
+    else if (w == "strict")
+      r.topology_strict = true;
     else if (w.rfind("model=", 0) == 0)
       r.gpu_model = value("model=");
     else if (w.rfind("mem=", 0) == 0)
@@ -302,7 +310,7 @@ pool::PoolState livePool(const std::string& spec, pool::LiveOptions options) {
     topo::ClusterNode c;
     c.name = name;
     c.topology = node.topology;
-    c.switch_name = node.switch_name;
+    c.levels.switch_name = node.levels.switch_name;
     c.labels = node.labels;
     nodes.push_back(c);
   }

@@ -15,8 +15,9 @@
 //                                                created 700 s ago; named A for expectations;
 //                                                elastic from 2 to 8 GPUs [4 per node], resized
 //                                                at any time)
+//     [nvl=rack1] [block=b1] [rail=a] [spine=s1]  the levels above the nodes (docs/placement.md)
 //   n02 failed 1,3 | n03 draining | n04 down
-// Request: "16 ppn=8 whole one-switch model=H100 mem=80 label=rack:r1 prio=5 max=100 owner=bob
+// Request: "16 ppn=8 whole one-switch strict model=H100 mem=80 label=rack:r1 prio=5 max=100 owner=bob
 //           preemptible upto=32 every=60" (the last two: elastic up to 32 GPUs, resized at most
 //           every 60 s); "2 share=0.25 gpumem=10G": two MPS shares (poolrun --share, --gpu-memory)
 // GPU lists print as "n01:0-3 n02:4-7".

@@ -59,6 +59,9 @@ nodes = "a[01-02]"
 topology = "topo/node.xml"
 switch = "leaf1"
 rail_group = "x"
+nvlink_domain = "rack1"
+block = "b1"
+spine = "s1"
 fabric = "roce"
 labels = { rack = "r1", gpu = "h100" }
 
@@ -69,8 +72,12 @@ topology = "topo/node.xml"
   Cluster c = readClusterFile(file);
   ASSERT_EQ(c.nodes.size(), 3u);
   EXPECT_EQ(c.nodes[0].name, "a01");
-  EXPECT_EQ(c.nodes[0].switch_name, "leaf1");
-  EXPECT_EQ(c.nodes[0].rail_group, "x");
+  EXPECT_EQ(c.nodes[0].levels.switch_name, "leaf1");
+  EXPECT_EQ(c.nodes[0].levels.rail_group, "x");
+  EXPECT_EQ(c.nodes[1].levels.nvlink_domain, "rack1");
+  EXPECT_EQ(c.nodes[1].levels.block, "b1");
+  EXPECT_EQ(c.nodes[1].levels.spine, "s1");
+  EXPECT_EQ(c.nodes[2].levels, NodeLevels{}) << "no level given";
   EXPECT_EQ(c.nodes[0].fabric, Fabric::kRoce);
   EXPECT_EQ(c.nodes[0].labels.at("rack"), "r1");
   EXPECT_EQ(c.nodes[0].topology.get(), c.nodes[2].topology.get()) << "one file is read once";
@@ -128,7 +135,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nfabric=\"ib\\u0000x\"\n",
                        "group 1: fabric 'ib\\x00x': control character"},
         BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nlabels={rack=\"r\\u001b1\"}\n",
-                       "group 1: label 'rack' 'r\\x1b1': control character"}),
+                       "group 1: label 'rack' 'r\\x1b1': control character"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nnvlink_domain=\"r\\u001b1\"\n",
+                       "group 1: nvlink_domain 'r\\x1b1': control character"},
+        BadClusterFile{
+            "[[group]]\nnodes='n[1-10000]'\ntopology='node.xml'\nnvlink_domain='big'\n",
+            "nvlink_domain 'big' joins 10000 GPUs on 10000 nodes; one NVLink domain joins at most 576"},
+        BadClusterFile{"[[group]]\nnodes='a[1-2]'\ntopology='node.xml'\nnvlink_domain='r1'\nspine='s1'\n"
+                       "[[group]]\nnodes='a3'\ntopology='node.xml'\nnvlink_domain='r1'\nspine='s2'\n",
+                       "nvlink_domain 'r1': node a3 has spine 's2', node a1 of the same domain spine 's1'"},
+        BadClusterFile{"[[group]]\nnodes='a'\ntopology='node.xml'\nspine=7\n", "'spine' must be a string"}),
     [](const ::testing::TestParamInfo<BadClusterFile>& p) {
       std::string name = poolrun::test::testName(p.param.message);
       return std::isdigit(static_cast<unsigned char>(name[0])) ? "syntax_error_at_line_" + name : name;

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "file_util.hpp"
@@ -36,6 +37,45 @@ const ClusterNode* Cluster::node(const std::string& name) const {
   return nullptr;
 }
 
+std::string domainConflict(const std::string& node, const NodeLevels& levels, const std::string& other,
+                           const NodeLevels& otherLevels) {
+  for (auto [key, member] : {std::pair{"block", &NodeLevels::block}, std::pair{"spine", &NodeLevels::spine}})
+    if (levels.*member != otherLevels.*member)
+      return "nvlink_domain '" + common::printable(levels.nvlink_domain) + "': node " + node + " has " + key +
+             " '" + common::printable(levels.*member) + "', node " + other + " of the same domain " + key +
+             " '" + common::printable(otherLevels.*member) +
+             "' (the nodes of one NVLink domain share their block and spine: give them the same)";
+  return "";
+}
+
+namespace {
+
+// Each NVLink domain of the file: at most kMaxNvlinkDomainGpus, its nodes under one block and spine.
+void checkDomains(const std::vector<ClusterNode>& nodes, const std::string& file) {
+  struct Domain {
+    const ClusterNode* first;
+    size_t gpus = 0, nodes = 0;
+  };
+  std::map<std::string, Domain> domains;
+  for (const ClusterNode& n : nodes) {
+    if (n.levels.nvlink_domain.empty()) continue;
+    Domain& d = domains.try_emplace(n.levels.nvlink_domain, Domain{&n}).first->second;
+    if (std::string problem = domainConflict(n.name, n.levels, d.first->name, d.first->levels);
+        !problem.empty())
+      throw badInput(file + ": " + problem);
+    d.gpus += n.topology ? n.topology->gpus.size() : 0;
+    ++d.nodes;
+  }
+  for (const auto& [name, d] : domains)
+    if (d.gpus > kMaxNvlinkDomainGpus)
+      throw badInput(file + ": nvlink_domain '" + common::printable(name) + "' joins " +
+                     std::to_string(d.gpus) + " GPUs on " + std::to_string(d.nodes) +
+                     " nodes; one NVLink domain joins at most " + std::to_string(kMaxNvlinkDomainGpus) +
+                     " (an NVL72 rack: 72): give each rack's nodes their own nvlink_domain");
+}
+
+}  // namespace
+
 Cluster readClusterString(const std::string& text, const std::filesystem::path& file) {
   const std::string name = file.string();
   common::checkTomlKeyDepth(text, name, "cluster files nest 3: [[group]] labels.KEY");
@@ -59,8 +99,8 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
   cluster.file = file;
   std::map<std::filesystem::path, std::shared_ptr<const NodeTopology>> loaded;
   std::set<std::string> seen;
-  static const std::set<std::string> kKeys = {"nodes",      "topology", "switch",
-                                              "rail_group", "fabric",   "labels"};
+  static const std::set<std::string> kKeys = {"nodes",      "topology", "nvlink_domain", "block", "switch",
+                                              "rail_group", "spine",    "fabric",        "labels"};
   for (size_t g = 0; g < groups->size(); ++g) {
     const toml::table* group = (*groups)[g].as_table();
     std::string where = name + ": group " + std::to_string(g + 1);
@@ -68,7 +108,8 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
     for (auto&& [key, value] : *group) {
       if (!kKeys.contains(std::string(key.str()))) {
         throw badInput(where + ": unknown key '" + std::string(key.str()) +
-                       "' (known: nodes, topology, switch, rail_group, fabric, labels)");
+                       "' (known: nodes, topology, nvlink_domain, block, switch, rail_group, spine, fabric, "
+                       "labels)");
       }
     }
     auto str = [&](const char* key, bool required) -> std::string {
@@ -80,7 +121,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
       if (!n->is_string()) throw badInput(where + ": '" + key + "' must be a string");
       return std::string(*n->value<std::string>());
     };
-    // Names the pool stores and shows (switch, rail group, labels): UTF-8 without control
+    // Names the pool stores and shows (levels, labels): UTF-8 without control
     // characters, as poold takes them in a registration.
     auto stored = [&](const char* key) {
       std::string value = str(key, false);
@@ -105,8 +146,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
     ClusterNode proto;
     proto.topology = it->second;
     proto.topology_file = topoFile;
-    proto.switch_name = stored("switch");
-    proto.rail_group = stored("rail_group");
+    for (const LevelField& level : kLevelFields) proto.levels.*level.member = stored(level.key);
     if (std::string f = str("fabric", false); !f.empty()) {
       common::checkText(f, common::kMaxLabelBytes, where + ": fabric");
       try {
@@ -135,6 +175,7 @@ Cluster readClusterString(const std::string& text, const std::filesystem::path& 
       cluster.nodes.push_back(std::move(node));
     }
   }
+  checkDomains(cluster.nodes, name);
   return cluster;
 }
 

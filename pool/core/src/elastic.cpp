@@ -31,14 +31,14 @@ std::vector<GpuRef> PoolState::growthFor(const Lease& lease, int most) const {
   // lease there grows on its own nodes only.
   std::string leaf;
   if (r.one_switch)
-    if (auto n = nodes_.find(lease.gpus.front().node); n != nodes_.end()) leaf = n->second.switch_name;
+    if (auto n = nodes_.find(lease.gpus.front().node); n != nodes_.end()) leaf = n->second.levels.switch_name;
   // The free GPUs that match the request, on nodes its shape allows.
   std::vector<NodeView> here, elsewhere;
   for (size_t s = 0; s < slots().size(); ++s) {
     if (slot_cache_.unheld[s] == 0) continue;
     const PoolNode& node = *slots()[s].node;
     if (!nodeMatches(node, r)) continue;
-    if (r.one_switch && (leaf.empty() ? !mine.count(node.name) : node.switch_name != leaf)) continue;
+    if (r.one_switch && (leaf.empty() ? !mine.count(node.name) : node.levels.switch_name != leaf)) continue;
     const Occupancy& held = *slots()[s].held;
     NodeView v{&node, {}, false};
     for (size_t i = 0; i < node.gpuCount(); ++i)

@@ -1,8 +1,12 @@
 #include "poolrun/pool/placement.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
+#include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "poolrun/topo/fabric.hpp"
 
@@ -13,13 +17,15 @@ struct Candidate {
   const NodeView* view;
   int free;
   bool whole;
+  int cap;  // the GPUs it can give the request: `free`, or the request's GPUs per node
 };
 
 // Nodes chosen for a request and how many GPUs each gives.
 struct Choice {
   std::vector<std::pair<const NodeView*, int>> takes;
-  long waste = 0;  // usable GPUs left on the chosen nodes
-  int whole = 0;   // whole nodes broken into
+  long waste = 0;    // usable GPUs left on the chosen nodes
+  int whole = 0;     // whole nodes broken into
+  size_t units = 1;  // NVLink domains it spans (a node outside any counting as one)
   size_t count() const { return takes.size(); }
 };
 
@@ -224,7 +230,176 @@ std::vector<size_t> pickMigUnits(const PoolNode& node, const std::vector<size_t>
   return out;
 }
 
+// --- the levels above the node (docs/placement.md): lowest first, a node's name at each
+enum Level { kDomain, kBlock, kLeaf, kSpine };
+
+// The leaf is the switch, or in a rail-optimised fabric named only by rail groups, the rail group.
+const std::string& levelKey(const PoolNode& n, int level) {
+  switch (level) {
+    case kDomain:
+      return n.levels.nvlink_domain;
+    case kBlock:
+      return n.levels.block;
+    case kLeaf:
+      return n.levels.switch_name.empty() ? n.levels.rail_group : n.levels.switch_name;
+    default:
+      return n.levels.spine;
+  }
+}
+
+// Nodes that share their name at a level; a node with none there is a group of its own.
+struct Group {
+  std::vector<Candidate> nodes;
+  long cap = 0;       // the GPUs its nodes can give the request
+  int64_t first = 0;  // the pool order of its first node
+};
+
+std::vector<Group> groupBy(const std::vector<Candidate>& cands, int level) {
+  std::vector<Group> groups;
+  std::unordered_map<std::string_view, size_t> index;
+  for (const Candidate& c : cands) {
+    const std::string& key = levelKey(*c.view->node, level);
+    size_t at = groups.size();
+    if (!key.empty()) at = index.try_emplace(key, groups.size()).first->second;
+    if (at == groups.size()) groups.push_back({{}, 0, c.view->node->order});
+    Group& g = groups[at];
+    g.nodes.push_back(c);
+    g.cap += c.cap;
+    g.first = std::min(g.first, c.view->node->order);
+  }
+  return groups;
+}
+
+bool hasLevel(const std::vector<Candidate>& cands, int level) {
+  return std::any_of(cands.begin(), cands.end(),
+                     [&](const Candidate& c) { return !levelKey(*c.view->node, level).empty(); });
+}
+
+using Fit = std::function<std::optional<Choice>(const std::vector<Candidate>&, int)>;
+
+// n GPUs inside one NVLink domain (or one node outside any): the best fit, the tighter domain
+// where two fit alike, so that roomy domains stay whole for large requests. Domains are tried
+// tightest first; one that takes the fewest nodes any could, with nothing left over, ends the search.
+std::optional<Choice> inOneDomain(std::vector<Group> domains, int n, const Fit& fit) {
+  std::erase_if(domains, [&](const Group& g) { return g.cap < n; });
+  std::sort(domains.begin(), domains.end(), [](const Group& a, const Group& b) {
+    return a.cap != b.cap ? a.cap < b.cap : a.first < b.first;
+  });
+  int largest = 1;
+  for (const Group& g : domains)
+    for (const Candidate& c : g.nodes) largest = std::max(largest, c.cap);
+  const size_t fewest = static_cast<size_t>((n + largest - 1) / largest);
+  std::optional<Choice> best;
+  for (const Group& g : domains) {
+    std::optional<Choice> c = fit(g.nodes, n);
+    if (c && (!best || better(*c, *best))) best = std::move(c);
+    if (best && best->count() == fewest && best->waste == 0) break;
+  }
+  return best;
+}
+
+// n GPUs over the fewest domains of `domains`: the largest whole, the last the smallest that
+// completes the request, each part placed inside its domain by `fit`.
+std::optional<Choice> acrossDomains(std::vector<Group> domains, int n, const Fit& fit) {
+  std::sort(domains.begin(), domains.end(), [](const Group& a, const Group& b) {
+    return a.cap != b.cap ? a.cap > b.cap : a.first < b.first;
+  });
+  long sum = 0;
+  size_t m = 0;
+  while (m < domains.size() && sum < n) sum += domains[m++].cap;
+  if (sum < n) return std::nullopt;
+  const long need = n - (sum - domains[m - 1].cap);
+  size_t last = m - 1;
+  for (size_t i = m; i < domains.size(); ++i)
+    if (domains[i].cap >= need && domains[i].cap < domains[last].cap) last = i;
+  Choice out;
+  out.units = m;
+  for (size_t i = 0; i < m; ++i) {
+    const Group& g = i + 1 < m ? domains[i] : domains[last];
+    std::optional<Choice> part = fit(g.nodes, static_cast<int>(i + 1 < m ? g.cap : need));
+    if (!part) return std::nullopt;
+    out.takes.insert(out.takes.end(), part->takes.begin(), part->takes.end());
+    out.waste += part->waste;
+    out.whole += part->whole;
+  }
+  return out;
+}
+
+// n GPUs out of `cands` on the fewest NVLink domains (where the pool has them), else the fewest nodes.
+std::optional<Choice> spanFit(const std::vector<Candidate>& cands, int n, const Fit& fit, bool domains) {
+  if (!domains) {
+    std::optional<Choice> c = fit(cands, n);
+    if (c) c->units = c->count();
+    return c;
+  }
+  return acrossDomains(groupBy(cands, kDomain), n, fit);
+}
+
+// How many distinct names at `level` the chosen nodes have (a node with none counting alone).
+size_t namesAt(const Choice& c, int level) {
+  std::set<std::string_view> names;
+  size_t alone = 0;
+  for (const auto& [view, take] : c.takes) {
+    const std::string& key = levelKey(*view->node, level);
+    if (key.empty())
+      ++alone;
+    else
+      names.insert(key);
+  }
+  return names.size() + alone;
+}
+
+Spread spreadOfChoice(const Choice& c) {
+  return {.nodes = c.count(),
+          .domains = namesAt(c, kDomain),
+          .blocks = namesAt(c, kBlock),
+          .leaves = namesAt(c, kLeaf),
+          .spines = namesAt(c, kSpine)};
+}
+
+// The placement by levels: inside one NVLink domain where one holds the request; else over the
+// fewest domains, under one block, leaf or spine where that takes no more domains and nodes than
+// the pool at large (the lowest such level first). --one-switch: under one leaf or not at all.
+// `atMost` (--topology strict): no more of any level than that.
+std::optional<Choice> chooseByLevels(const std::vector<Candidate>& all, int n, const Fit& fit,
+                                     const LeaseRequest& request, const Spread* atMost) {
+  auto within = [&](const std::optional<Choice>& c) {
+    return c && (!atMost || spreadOfChoice(*c) <= *atMost);
+  };
+  const bool domains = hasLevel(all, kDomain);
+  if (domains && !request.one_switch) {
+    std::optional<Choice> one = inOneDomain(groupBy(all, kDomain), n, fit);
+    if (within(one)) return one;
+  }
+  std::optional<Choice> global = request.one_switch ? std::nullopt : spanFit(all, n, fit, domains);
+  for (int level : {kBlock, kLeaf, kSpine}) {
+    if (request.one_switch && level != kLeaf) continue;
+    if (!request.one_switch && !hasLevel(all, level)) continue;
+    std::optional<Choice> best;
+    for (const Group& g : groupBy(all, level)) {
+      if (g.cap < n) continue;
+      std::optional<Choice> c = spanFit(g.nodes, n, fit, domains);
+      if (!c || (atMost && !within(c))) continue;
+      if (!best || c->units < best->units || (c->units == best->units && better(*c, *best)))
+        best = std::move(c);
+    }
+    if (best && (request.one_switch || atMost || !global ||
+                 (best->units <= global->units && best->count() <= global->count())))
+      return best;
+  }
+  return within(global) ? global : std::nullopt;
+}
+
 }  // namespace
+
+Spread spreadOf(std::span<const PoolNode* const> nodes) {
+  Choice c;
+  std::vector<NodeView> views;
+  views.reserve(nodes.size());
+  for (const PoolNode* n : nodes) views.push_back(NodeView{n, {}, false});
+  for (const NodeView& v : views) c.takes.emplace_back(&v, 0);
+  return spreadOfChoice(c);
+}
 
 bool nodeMatches(const PoolNode& node, const LeaseRequest& request, bool anyState) {
   if ((!anyState && (node.state != NodeState::kUp || node.live.unreachable)) || !node.topology) return false;
@@ -277,7 +452,8 @@ bool unitMatches(const PoolNode& node, size_t unit, const LeaseRequest& request)
   return false;
 }
 
-std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request) {
+std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request,
+                                         const Spread* atMost) {
   const int n = request.gpus;
   if (n <= 0) return std::nullopt;
   std::vector<Candidate> all;
@@ -285,35 +461,17 @@ std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const 
     if (v.usable.empty()) continue;
     if (request.whole_nodes && !v.whole) continue;
     if (request.gpus_per_node > 0 && static_cast<int>(v.usable.size()) < request.gpus_per_node) continue;
-    all.push_back({&v, static_cast<int>(v.usable.size()), v.whole});
+    const int free = static_cast<int>(v.usable.size());
+    all.push_back({&v, free, v.whole, request.gpus_per_node > 0 ? request.gpus_per_node : free});
   }
 
-  auto fit = [&](const std::vector<Candidate>& cands) -> std::optional<Choice> {
-    if (request.whole_nodes) return wholeFit(cands, n);
+  const Fit fit = [&request](const std::vector<Candidate>& cands, int k) -> std::optional<Choice> {
+    if (request.whole_nodes) return wholeFit(cands, k);
     if (request.gpus_per_node > 0)
-      return perNodeFit(cands, request.gpus_per_node, static_cast<size_t>(n / request.gpus_per_node));
-    return bestFit(cands, n);
+      return perNodeFit(cands, request.gpus_per_node, static_cast<size_t>(k / request.gpus_per_node));
+    return bestFit(cands, k);
   };
-
-  // Groups of nodes under one leaf switch; a node with no known switch is a group of its own.
-  std::map<std::string, std::vector<Candidate>> groups;
-  for (const Candidate& c : all) {
-    const std::string& sw = c.view->node->switch_name;
-    groups[sw.empty() ? "\x01" + c.view->node->name : sw].push_back(c);
-  }
-  std::optional<Choice> inGroup;
-  for (const auto& [sw, cands] : groups) {
-    std::optional<Choice> c = fit(cands);
-    if (c && (!inGroup || better(*c, *inGroup))) inGroup = std::move(c);
-  }
-  std::optional<Choice> choice;
-  if (request.one_switch) {
-    choice = std::move(inGroup);
-  } else {
-    choice = fit(all);
-    // One switch wins whenever it needs no more nodes than the best split across switches.
-    if (choice && inGroup && inGroup->count() <= choice->count()) choice = std::move(inGroup);
-  }
+  std::optional<Choice> choice = chooseByLevels(all, n, fit, request, atMost);
   if (!choice) return std::nullopt;
 
   std::sort(choice->takes.begin(), choice->takes.end(),

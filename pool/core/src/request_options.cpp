@@ -53,6 +53,13 @@ void setReservation(LeaseRequest& request, std::string_view text, const std::str
   request.reservation = std::string(text);
 }
 
+void setTopology(LeaseRequest& request, std::string_view text, const std::string& option) {
+  if (text != "strict" && text != "best-effort")
+    throw badInput(option + " '" + common::printable(text) +
+                   "': give strict (wait rather than cross a level an empty pool would not) or best-effort");
+  request.topology_strict = text == "strict";
+}
+
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option) {
   common::checkText(text, common::kMaxLabelBytes, option);
   request.gpu_model = std::string(text);

@@ -178,7 +178,7 @@ void PoolState::scheduleReserved(const QueueEntry& entry, PassPlan& pass, TimePo
   }
   std::vector<NodeView> views = nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld);
   std::erase_if(views, [&](const NodeView& v) { return !res.holds(v.node->name); });
-  std::optional<std::vector<GpuRef>> gpus = place(views, r);
+  std::optional<std::vector<GpuRef>> gpus = placeFor(views, r);
   if (!gpus) return;
   Lease granted = grantQueued(entry, *gpus, now);
   Lease& lease = leases_.at(granted.id);

@@ -50,6 +50,7 @@ PoolState::Occupancy& PoolState::occupancy(const std::string& node) {
 }
 
 void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances, std::string topologyDoc) {
+  checkDomain(cn);  // before anything changes
   if (cn.name.empty()) throw badInput("cannot register a node without a name");
   common::checkNodeName(cn.name, "cannot register node");  // the last guard, whatever the entry point
   if (!cn.topology) throw badInput("cannot register node " + cn.name + " without a topology");
@@ -115,8 +116,9 @@ void PoolState::registerNode(const topo::ClusterNode& cn, bool endLostInstances,
   node.name = cn.name;
   TopologyBook::Shared topology = topologies_.share(cn.topology, std::move(topologyDoc));
   node.setTopology(topology.topology);
-  node.switch_name = cn.switch_name;
-  node.rail_group = cn.rail_group;
+  indexDomain(node, false);
+  node.levels = cn.levels;
+  indexDomain(node, true);
   node.fabric = cn.fabric;
   node.labels = cn.labels;
   node.topology_hash = std::move(topology.hash);
@@ -379,6 +381,54 @@ bool PoolState::everFits(const LeaseRequest& request) const {
   return place(nodeViews(slots(), request, allFree<Slot>, true), request).has_value();
 }
 
+void PoolState::indexDomain(const PoolNode& node, bool add) {
+  const std::string& domain = node.levels.nvlink_domain;
+  if (domain.empty()) return;
+  std::set<std::string>& members = domain_nodes_[domain];
+  if (add) {
+    members.insert(node.name);
+  } else {
+    members.erase(node.name);
+    if (members.empty()) domain_nodes_.erase(domain);
+  }
+}
+
+void PoolState::checkDomain(const topo::ClusterNode& cn) const {
+  const std::string& domain = cn.levels.nvlink_domain;
+  if (domain.empty()) return;
+  size_t gpus = cn.topology ? cn.topology->gpus.size() : 0;
+  if (auto d = domain_nodes_.find(domain); d != domain_nodes_.end())
+    for (const std::string& member : d->second) {
+      if (member == cn.name) continue;
+      const PoolNode& other = nodes_.at(member);
+      if (std::string problem = topo::domainConflict(cn.name, cn.levels, member, other.levels);
+          !problem.empty())
+        throw badInput("node " + cn.name + ": " + problem);
+      gpus += other.gpuCount();
+    }
+  if (gpus > topo::kMaxNvlinkDomainGpus)
+    throw badInput("node " + cn.name + ": nvlink_domain '" + common::printable(domain) + "' would join " +
+                   std::to_string(gpus) + " GPUs; one NVLink domain joins at most " +
+                   std::to_string(topo::kMaxNvlinkDomainGpus) +
+                   " (an NVL72 rack: 72): check its --nvlink-domain");
+}
+
+std::optional<Spread> PoolState::strictLimit(const LeaseRequest& request) const {
+  if (!request.topology_strict || request.shared()) return std::nullopt;
+  std::optional<std::vector<GpuRef>> ideal = place(nodeViews(slots(), request, allFree<Slot>, true), request);
+  if (!ideal) return std::nullopt;
+  std::vector<const PoolNode*> nodes;
+  for (const GpuRef& g : *ideal)
+    if (nodes.empty() || nodes.back()->name != g.node) nodes.push_back(&nodes_.at(g.node));
+  return spreadOf(nodes);
+}
+
+std::optional<std::vector<GpuRef>> PoolState::placeFor(std::span<const NodeView> views,
+                                                       const LeaseRequest& request) const {
+  const std::optional<Spread> limit = strictLimit(request);
+  return place(views, request, limit ? &*limit : nullptr);
+}
+
 void PoolState::loadNode(PoolNode node) {
   next_order_ = std::max(next_order_, node.order + 1);
   std::string name = node.name;
@@ -388,7 +438,9 @@ void PoolState::loadNode(PoolNode node) {
     node.setTopology(std::move(topology.topology));
   }
   node.live = NodeLive{};
+  if (auto old = nodes_.find(name); old != nodes_.end()) indexDomain(old->second, false);
   nodes_[name] = std::move(node);
+  indexDomain(nodes_[name], true);
   occupancy_[name].holder.resize(nodes_[name].unitCount());
   slotsChanged();
 }

@@ -64,8 +64,7 @@ std::vector<NodeInfo> PoolState::nodeInfos() const {
   for (const PoolNode* node : nodesInOrder()) {
     NodeInfo info;
     info.name = node->name;
-    info.switch_name = node->switch_name;
-    info.rail_group = node->rail_group;
+    info.levels = node->levels;
     info.fabric = topo::toString(topo::nodeFabrics(*node->topology, node->fabric).front());
     info.labels = node->labels;
     info.state = node->state;
@@ -210,7 +209,7 @@ std::string PoolState::waitReason(int64_t ticket) const {
   // A request its quota's limit holds back is not about to start, whatever is free.
   const std::string limit = quotas_.empty() ? std::string() : overLimit(r, quotaBook());
   if (free >= r.gpus) {
-    if (!place(nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld), r))
+    if (!placeFor(nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld), r))
       text += ", not in that shape";
     else if (ahead.empty() && limit.empty())
       text += ", about to start";

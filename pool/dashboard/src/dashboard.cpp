@@ -144,7 +144,7 @@ DashboardData captureDashboard(const PoolState& state, TimePoint now) {
   std::vector<PoolState::GpuUse> uses;
   for (const PoolNode* n : nodes) {
     state.gpusOf(*n, uses);
-    DashboardData::NodeRow row{n->name,      n->switch_name,     n->agent, n->state, n->live.unreachable,
+    DashboardData::NodeRow row{n->name,      n->levels.switch_name, n->agent, n->state, n->live.unreachable,
                                std::nullopt, d.gpu_states.size()};
     if (n->live.last_heartbeat != TimePoint{})
       row.heartbeat_age_s = std::max<int64_t>(

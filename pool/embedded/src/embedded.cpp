@@ -33,8 +33,7 @@ using std::chrono::seconds;
 constexpr int kIdleCheckpointFrames = 64;
 
 bool sameNode(const PoolNode& n, const topo::ClusterNode& c) {
-  if (n.switch_name != c.switch_name || n.rail_group != c.rail_group || n.fabric != c.fabric ||
-      n.labels != c.labels || !n.topology || !c.topology)
+  if (n.levels != c.levels || n.fabric != c.fabric || n.labels != c.labels || !n.topology || !c.topology)
     return false;
   // The same hardware, wherever each copy was read from: the pool's copy comes back from its
   // JSON ("json:NODE"), the cluster file's from a topology file.

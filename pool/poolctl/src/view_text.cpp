@@ -267,9 +267,22 @@ std::string statusLine(const std::string& pool, const PoolStatus& s) {
          std::to_string(s.leases) + " leases, " + std::to_string(s.queued) + " queued";
 }
 
+// A node's levels, lowest first: "nvl:rack1 leaf:leaf1 spine:s1" ("-" where none is known).
+std::string levelsText(const topo::NodeLevels& levels) {
+  const std::pair<const char*, const std::string*> shown[] = {{"nvl", &levels.nvlink_domain},
+                                                              {"block", &levels.block},
+                                                              {"leaf", &levels.switch_name},
+                                                              {"rail", &levels.rail_group},
+                                                              {"spine", &levels.spine}};
+  std::string out;
+  for (const auto& [key, name] : shown)
+    if (!name->empty()) out += (out.empty() ? "" : " ") + std::string(key) + ":" + *name;
+  return orDash(out);
+}
+
 std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::time_point now) {
   std::vector<std::vector<std::string>> nodeRows{
-      {"NODE", "STATE", "SWITCH", "FABRIC", "AGENT", "HEARTBEAT", "GPUS (free/leased/failed/foreign)"}};
+      {"NODE", "STATE", "LEVELS", "FABRIC", "AGENT", "HEARTBEAT", "GPUS (free/leased/failed/foreign)"}};
   std::vector<std::vector<std::string>> gpuRows{
       {"  GPU", "STATE", "UTIL", "MEM GiB", "TEMP", "POWER", "LEASE", "NOTE"}};
   enum class Row { kNode, kGpu, kNote };
@@ -278,7 +291,7 @@ std::vector<std::string> nodeTable(const std::vector<NodeInfo>& nodes, Clock::ti
   for (const NodeInfo& n : nodes) {
     GpuCounts c = countGpus(n);
     order.push_back({Row::kNode, nodeRows.size()});
-    nodeRows.push_back({n.name, nodeStateText(n), orDash(n.switch_name), orDash(n.fabric), agentText(n),
+    nodeRows.push_back({n.name, nodeStateText(n), levelsText(n.levels), orDash(n.fabric), agentText(n),
                         heartbeatText(n, now),
                         std::to_string(n.gpus.size()) + " (" + std::to_string(c.free) + "/" +
                             std::to_string(c.leased) + "/" + std::to_string(c.failed) + "/" +

@@ -66,6 +66,17 @@ std::string textOr(const JsonFields& f, std::string_view key, size_t maxBytes, T
   return f.has(key) ? text(f, key, maxBytes, mode) : std::string();
 }
 
+topo::NodeLevels levelsOr(const JsonFields& f, size_t maxBytes, Text mode) {
+  topo::NodeLevels levels;
+  for (const topo::LevelField& level : topo::kLevelFields)
+    levels.*level.member = textOr(f, level.key, maxBytes, mode);
+  return levels;
+}
+
+void putLevels(json& doc, const topo::NodeLevels& levels) {
+  for (const topo::LevelField& level : topo::kLevelFields) doc[level.key] = levels.*level.member;
+}
+
 std::map<std::string, std::string> labelsOr(const JsonFields& f, std::string_view key, Text mode) {
   std::map<std::string, std::string> out;
   if (!f.has(key)) return out;
@@ -286,6 +297,7 @@ json toJson(const LeaseRequest& r) {
               {"min_memory_bytes", r.min_memory_bytes},
               {"labels", r.labels},
               {"one_switch", r.one_switch},
+              {"topology", r.topology_strict ? "strict" : "best-effort"},
               {"priority", r.priority},
               {"owner", r.owner},
               {"job_name", r.job_name},
@@ -312,6 +324,14 @@ json toJson(const LeaseRequest& r) {
 }
 
 namespace {
+
+// A request's field "topology": "strict" or "best-effort" (the default).
+bool topologyOr(const JsonFields& f, Text mode) {
+  const std::string t = textOr(f, "topology", 16, mode);
+  if (t.empty() || t == "best-effort") return false;
+  if (t == "strict") return true;
+  f.failField("topology", "'" + common::printable(t) + "': give strict or best-effort");
+}
 
 // A request's excluded nodes: a list of node names, at most kMaxExcludedNodes.
 std::set<std::string> excludedNodes(const JsonFields& f) {
@@ -352,6 +372,7 @@ LeaseRequest requestFromJson(const json& doc) {
                                "fabric",
                                "labels",
                                "one_switch",
+                               "topology",
                                "priority",
                                "owner",
                                "account",
@@ -389,6 +410,7 @@ LeaseRequest requestFromJson(const json& doc) {
   r.labels = labelsOr(f, "labels", Text::kAny);
   r.exclude_nodes = excludedNodes(f);
   r.one_switch = f.boolean("one_switch", false);
+  r.topology_strict = topologyOr(f, Text::kAny);
   r.priority = integerOr(f, "priority", requestRange<int>("priority"), 0);
   r.owner = textOr(f, "owner", 0, Text::kAny);
   r.account = textOr(f, "account", 0, Text::kAny);
@@ -431,6 +453,7 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.labels = labelsOr(f, "labels", Text::kStored);
   r.exclude_nodes = excludedNodes(f);
   r.one_switch = f.boolean("one_switch", false);
+  r.topology_strict = topologyOr(f, Text::kStored);
   r.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
   r.owner = textOr(f, "owner", 0, Text::kStored);
   r.account = textOr(f, "account", 0, Text::kStored);
@@ -554,13 +577,12 @@ json toJson(const NodeInfo& n) {
     gpus.push_back(std::move(j));
   }
   json doc = {{"name", n.name},
-              {"switch", n.switch_name},
-              {"rail_group", n.rail_group},
               {"fabric", n.fabric},
               {"labels", n.labels},
               {"state", n.unreachable ? "unreachable" : toString(n.state)},
               {"admin_state", toString(n.state)},
               {"gpus", std::move(gpus)}};
+  putLevels(doc, n.levels);
   doc["agent"] = n.agent.empty() ? json(nullptr) : json(n.agent);
   doc["last_heartbeat"] = n.last_heartbeat ? json(rfc3339(*n.last_heartbeat)) : json(nullptr);
   if (!n.drain_reason.empty()) doc["drain_reason"] = n.drain_reason;
@@ -571,8 +593,7 @@ NodeInfo nodeInfoFromJson(const json& doc) {
   JsonFields f = fieldsOf(doc);
   NodeInfo n;
   n.name = nodeName(f, "name");
-  n.switch_name = textOr(f, "switch", 0, Text::kStored);
-  n.rail_group = textOr(f, "rail_group", 0, Text::kStored);
+  n.levels = levelsOr(f, 0, Text::kStored);
   n.fabric = textOr(f, "fabric", 0, Text::kStored);
   n.labels = labelsOr(f, "labels", Text::kStored);
   std::string state = text(f, "state", 0, Text::kStored);
@@ -683,24 +704,22 @@ QuotaUse quotaUseFromJson(const json& doc) {
 }
 
 json toJson(const topo::ClusterNode& n) {
-  json doc = {{"name", n.name},
-              {"switch", n.switch_name},
-              {"rail_group", n.rail_group},
-              {"labels", n.labels},
-              {"topology_file", n.topology_file.string()}};
+  json doc = {{"name", n.name}, {"labels", n.labels}, {"topology_file", n.topology_file.string()}};
+  putLevels(doc, n.levels);
   doc["fabric"] = n.fabric ? json(topo::toString(*n.fabric)) : json(nullptr);
   doc["topology"] = n.topology ? json(topo::toJson(*n.topology)) : json(nullptr);
   return doc;
 }
 
 topo::ClusterNode clusterNodeFromJson(const json& doc) {
-  JsonFields f = clientFields(
-      doc, {"name", "switch", "rail_group", "labels", "topology_file", "fabric", "topology"}, "the node");
+  JsonFields f = clientFields(doc,
+                              {"name", "nvlink_domain", "block", "switch", "rail_group", "spine", "labels",
+                               "topology_file", "fabric", "topology"},
+                              "the node");
   topo::ClusterNode n;
   n.name = nodeName(f, "name");
   const std::string where = "node " + n.name;
-  n.switch_name = textOr(f, "switch", common::kMaxLabelBytes, Text::kClient);
-  n.rail_group = textOr(f, "rail_group", common::kMaxLabelBytes, Text::kClient);
+  n.levels = levelsOr(f, common::kMaxLabelBytes, Text::kClient);
   n.labels = labelsOr(f, "labels", Text::kClient);
   n.topology_file = textOr(f, "topology_file", 4096, Text::kClient);
   if (f.has("fabric")) {

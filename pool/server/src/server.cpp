@@ -135,8 +135,8 @@ void PoolServer::registerNodes(const std::vector<topo::ClusterNode>& nodes) {
     for (const auto& n : nodes) {
       auto it = s.nodeMap().find(n.name);
       bool same = it != s.nodeMap().end() && it->second.topology && *it->second.topology == *n.topology &&
-                  it->second.switch_name == n.switch_name && it->second.labels == n.labels &&
-                  it->second.fabric == n.fabric && it->second.rail_group == n.rail_group;
+                  it->second.levels == n.levels && it->second.labels == n.labels &&
+                  it->second.fabric == n.fabric;
       if (!same) s.registerNode(n);
     }
     s.tick(now, impl_->opt.stale_after);

@@ -71,8 +71,7 @@ topo::ClusterNode PoolService::clusterNode(const PoolNode& n) {
   topo::ClusterNode c;
   c.name = n.name;
   c.topology = n.topology;
-  c.switch_name = n.switch_name;
-  c.rail_group = n.rail_group;
+  c.levels = n.levels;
   c.fabric = n.fabric;
   c.labels = n.labels;
   return c;

@@ -16,11 +16,10 @@ namespace {
 using nlohmann::json;
 
 json nodeDoc(const PoolNode& n, const std::string& topology) {
-  json doc = {{"name", n.name},           {"order", n.order},
-              {"switch", n.switch_name},  {"rail_group", n.rail_group},
-              {"labels", n.labels},       {"state", toString(n.state)},
-              {"failed", n.failed},       {"topology", topology},
-              {"health", healthToJson(n)}};
+  json doc = {
+      {"name", n.name},     {"order", n.order},     {"labels", n.labels},       {"state", toString(n.state)},
+      {"failed", n.failed}, {"topology", topology}, {"health", healthToJson(n)}};
+  for (const topo::LevelField& level : topo::kLevelFields) doc[level.key] = n.levels.*level.member;
   if (n.fabric) doc["fabric"] = topo::toString(*n.fabric);
   return doc;
 }
@@ -137,8 +136,9 @@ PoolNode EtcdStore::nodeFromKey(const EtcdKeyValue& kv, const std::map<std::stri
   n.name = doc.at("name").get<std::string>();
   if (kv.key != nodeKey(n.name)) throw std::runtime_error("it names node '" + n.name + "'");
   n.order = doc.at("order").get<int64_t>();
-  n.switch_name = doc.at("switch").get<std::string>();
-  n.rail_group = doc.at("rail_group").get<std::string>();
+  for (const topo::LevelField& level : topo::kLevelFields)
+    n.levels.*level.member =
+        doc.value(level.key, std::string());  // written before levels: switch, rail_group
   if (doc.contains("fabric")) n.fabric = topo::fabricFromString(doc["fabric"].get<std::string>());
   n.labels = doc.at("labels").get<std::map<std::string, std::string>>();
   n.state = nodeStateFromString(doc.at("state").get<std::string>());

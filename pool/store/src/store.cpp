@@ -37,14 +37,15 @@ using nlohmann::json;
 // 4: jobs (jobs the pool keeps: job_book.hpp), and meta's next_job.
 // 5: usage (the usage ledger: usage.hpp), and meta's next_usage.
 // 6: reservations (reservations.hpp).
-constexpr int64_t kSchemaVersion = 6;
+// 7: nodes.levels (the levels above a node other than its leaf and rail group: topo::NodeLevels).
+constexpr int64_t kSchemaVersion = 7;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topologies(hash TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(name TEXT PRIMARY KEY, ord INTEGER NOT NULL, switch TEXT NOT NULL,
   rail_group TEXT NOT NULL, fabric TEXT, labels TEXT NOT NULL, state TEXT NOT NULL,
   failed TEXT NOT NULL, topology TEXT NOT NULL, topology_file TEXT NOT NULL,
-  health TEXT NOT NULL DEFAULT '{}');
+  health TEXT NOT NULL DEFAULT '{}', levels TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS leases(id TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS lease_gpus(node TEXT NOT NULL, idx INTEGER NOT NULL, lease TEXT NOT NULL,
   PRIMARY KEY(node, idx));
@@ -272,6 +273,7 @@ Store::Store(const std::filesystem::path& file, Durability durability, StartChec
     if (found != kSchemaVersion) {
       exec(kSchema);
       if (found == 1) exec("ALTER TABLE nodes ADD COLUMN health TEXT NOT NULL DEFAULT '{}'");
+      if (found >= 1 && found < 7) exec("ALTER TABLE nodes ADD COLUMN levels TEXT NOT NULL DEFAULT '{}'");
       exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
     }
     commit();
@@ -492,15 +494,16 @@ void Store::load(PoolState& state) {
 void Store::loadNodes(PoolState& state) {
   const char* select =
       "SELECT name, ord, switch, rail_group, fabric, labels, state, failed, topology, topology_file, "
-      "health FROM nodes";
+      "health, levels FROM nodes";
   Step s(db_.get(), prepare(select));
   sqlite3_stmt* st = prepare(select);
   while (s.row()) {
     PoolNode n;
     n.name = text(st, 0);
     n.order = sqlite3_column_int64(st, 1);
-    n.switch_name = text(st, 2);
-    n.rail_group = text(st, 3);
+    n.levels = levelsFromJson(json::parse(text(st, 11)));
+    n.levels.switch_name = text(st, 2);
+    n.levels.rail_group = text(st, 3);
     if (sqlite3_column_type(st, 4) != SQLITE_NULL) n.fabric = topo::fabricFromString(text(st, 4));
     n.labels = json::parse(text(st, 5)).get<std::map<std::string, std::string>>();
     n.state = nodeStateFromString(text(st, 6));
@@ -680,10 +683,12 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
       continue;
     }
     const PoolNode& n = it->second;
-    Step s(db_.get(),
-           prepare("INSERT OR REPLACE INTO nodes(name, ord, switch, rail_group, fabric, labels, state, "
-                   "failed, topology, topology_file, health) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-    s.bind(n.name).bind(n.order).bind(n.switch_name).bind(n.rail_group);
+    Step s(
+        db_.get(),
+        prepare(
+            "INSERT OR REPLACE INTO nodes(name, ord, switch, rail_group, fabric, labels, state, "
+            "failed, topology, topology_file, health, levels) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    s.bind(n.name).bind(n.order).bind(n.levels.switch_name).bind(n.levels.rail_group);
     if (n.fabric)
       s.bind(topo::toString(*n.fabric));
     else
@@ -694,6 +699,7 @@ void Store::write(const PoolState& state, const Dirty& dirty) {
         .bind(topologyHash(n.topology));
     s.bind(std::string());
     s.bind(healthToJson(n).dump());
+    s.bind(levelsDoc(n.levels).dump());
     s.run();
   }
   // Deletions first, so that GPUs a batch moves from one lease to another are free when inserted;

@@ -20,6 +20,20 @@ json healthToJson(const PoolNode& n) {
   return doc;
 }
 
+json levelsDoc(const topo::NodeLevels& levels) {
+  json doc = json::object();
+  for (const topo::LevelField& level : topo::kLevelFields)
+    if (!(levels.*level.member).empty()) doc[level.key] = levels.*level.member;
+  return doc;
+}
+
+topo::NodeLevels levelsFromJson(const json& doc) {
+  topo::NodeLevels levels;
+  for (const topo::LevelField& level : topo::kLevelFields)
+    levels.*level.member = doc.value(level.key, std::string());
+  return levels;
+}
+
 void healthFromJson(const json& doc, PoolNode& n) {
   if (!doc.is_object()) return;
   n.agent = doc.value("agent", "");

@@ -15,6 +15,10 @@ namespace poolrun::pool {
 nlohmann::json healthToJson(const PoolNode& n);
 void healthFromJson(const nlohmann::json& doc, PoolNode& n);
 
+// A node's levels, those it has: {"nvlink_domain": "rack1", "spine": "s1"} (topo::kLevelFields).
+nlohmann::json levelsDoc(const topo::NodeLevels& levels);
+topo::NodeLevels levelsFromJson(const nlohmann::json& doc);
+
 // {"ticket", "request", "enqueued_ms", "heartbeat_ms", "status", "lease", "reason"}
 nlohmann::json queueDoc(const QueueEntry& e);
 QueueEntry queueFromDoc(const nlohmann::json& doc);

@@ -218,7 +218,7 @@ TEST(Elastic, GrowsByWholeNodesForAPerNodeShapeAndUnderItsOwnSwitch) {
   // but a lease starts under the switch placement picks and grows only there.
   const std::string first = r.lease->gpus.front().node;
   for (const GpuRef& g : r.lease->gpus)
-    EXPECT_EQ(s.nodeMap().at(g.node).switch_name, s.nodeMap().at(first).switch_name);
+    EXPECT_EQ(s.nodeMap().at(g.node).levels.switch_name, s.nodeMap().at(first).levels.switch_name);
   std::map<std::string, int> perNode;
   for (const GpuRef& g : r.lease->gpus) ++perNode[g.node];
   for (const auto& [node, n] : perNode) EXPECT_EQ(n, 4) << node;
@@ -229,7 +229,7 @@ TEST(Elastic, GrowsByWholeNodesForAPerNodeShapeAndUnderItsOwnSwitch) {
   perNode.clear();
   for (const GpuRef& g : l.gpus) {
     ++perNode[g.node];
-    EXPECT_EQ(s.nodeMap().at(g.node).switch_name, s.nodeMap().at(first).switch_name) << g.node;
+    EXPECT_EQ(s.nodeMap().at(g.node).levels.switch_name, s.nodeMap().at(first).levels.switch_name) << g.node;
   }
   for (const auto& [node, n] : perNode) EXPECT_EQ(n, 4) << node;
   EXPECT_LE(l.gpus.size(), 16u);

@@ -49,7 +49,7 @@ NodeInfo node(std::string name, std::string agent, std::optional<Clock::time_poi
               std::vector<GpuInfo> gpus) {
   NodeInfo n;
   n.name = std::move(name);
-  n.switch_name = "leaf1";
+  n.levels.switch_name = "leaf1";
   n.fabric = "ib";
   n.agent = std::move(agent);
   n.last_heartbeat = heartbeat;
@@ -273,23 +273,26 @@ TEST(PoolctlTables, NodesShowStateAgentHeartbeatAndEveryGpuReading) {
   const Clock::time_point now = noon();
   std::vector<std::string> lines = nodeTable(compactPool(now).nodes, now);
   const std::string text = joined(lines);
-  EXPECT_EQ(
-      lines[0],
-      "NODE  STATE        SWITCH  FABRIC  AGENT              HEARTBEAT  GPUS (free/leased/failed/foreign)")
+  EXPECT_EQ(lines[0],
+            "NODE  STATE        LEVELS      FABRIC  AGENT              HEARTBEAT  GPUS "
+            "(free/leased/failed/foreign)")
       << text;
   EXPECT_EQ(lines[1], "  GPU  STATE    UTIL  MEM GiB    TEMP  POWER  LEASE              NOTE") << text;
-  EXPECT_EQ(lines[2], "n01   up           leaf1   ib      poold-agent 0.1.0  0:03 ago   2 (0/1/1/0)") << text;
+  EXPECT_EQ(lines[2], "n01   up           leaf:leaf1  ib      poold-agent 0.1.0  0:03 ago   2 (0/1/1/0)")
+      << text;
   EXPECT_EQ(lines[3], "  0    leased   87%   61.0/80.0  64C   412W   L00000000000000a1") << text;
   EXPECT_EQ(lines[4],
             "  1    failed   -     -/80.0     -     -      -                  XID 79 (fallen off the bus) at "
             "11:59:00")
       << text;
-  EXPECT_EQ(lines[5], "n02   unreachable  leaf1   ib      poold-agent 0.1.0  1:05 ago   2 (0/1/0/1)") << text;
+  EXPECT_EQ(lines[5], "n02   unreachable  leaf:leaf1  ib      poold-agent 0.1.0  1:05 ago   2 (0/1/0/1)")
+      << text;
   EXPECT_EQ(lines[6],
             "  0    foreign  35%   10.0/80.0  50C   200W   -                  pids 4242 (9.5 GiB), 4243 "
             "(memory not known)")
       << text;
-  EXPECT_EQ(lines[8], "n03   up           leaf1   ib      no agent           -          2 (2/0/0/0)") << text;
+  EXPECT_EQ(lines[8], "n03   up           leaf:leaf1  ib      no agent           -          2 (2/0/0/0)")
+      << text;
   EXPECT_EQ(lines.size(), 9u) << text;  // n03's free GPUs: no line
 }
 

@@ -231,7 +231,7 @@ TEST(InputTest, RequestStringsAreCheckedWhereRead) {
 json goodNode() {
   topo::ClusterNode n;
   n.name = "dgx01";
-  n.switch_name = "leaf1";
+  n.levels.switch_name = "leaf1";
   n.labels = {{"rack", "r1"}};
   n.topology = std::make_shared<topo::NodeTopology>(test::synthetic({}));
   return json::parse(toJson(n).dump());
@@ -250,9 +250,13 @@ TEST(InputTest, NodeRegistrationIsCheckedFieldByField) {
       {"name a number", [](json& d) { d["name"] = 1; }, "field 'name': 1 is not a string"},
       {"name Latin-1", [](json& d) { d["name"] = "n\xe9"; }, "field 'name' 'n\\xe9': "},
       {"unknown field", [](json& d) { d["switch_name"] = "leaf1"; },
-       "unknown field 'switch_name' in the node (known: name, switch, rail_group, labels, topology_file, "
-       "fabric, "
-       "topology)"},
+       "unknown field 'switch_name' in the node (known: name, nvlink_domain, block, switch, rail_group, "
+       "spine, "
+       "labels, topology_file, fabric, topology)"},
+      {"nvlink_domain with a control character", [](json& d) { d["nvlink_domain"] = "rack\x07"; },
+       "field 'nvlink_domain' 'rack\\x07': control character"},
+      {"spine not a string", [](json& d) { d["spine"] = 7; }, "field 'spine': 7 is not a string"},
+      {"block too long", [](json& d) { d["block"] = std::string(300, 'b'); }, "field 'block'"},
       {"switch with a control character", [](json& d) { d["switch"] = "leaf\x1b[2J"; },
        "field 'switch' 'leaf\\x1b[2J': control character"},
       {"switch with a bidirectional isolate", [](json& d) { d["switch"] = "leaf\u2066x"; },

@@ -99,7 +99,7 @@ TEST(PoolServiceTest, ANodesViewIsItsRegistration) {
   addInventory(s, "n01/gpu[0-3]@leaf1", t0());
   const topo::ClusterNode c = PoolService::clusterNode(s, "n01", "the pool");
   EXPECT_EQ(c.name, "n01");
-  EXPECT_EQ(c.switch_name, "leaf1");
+  EXPECT_EQ(c.levels.switch_name, "leaf1");
   ASSERT_TRUE(c.topology);
   try {
     PoolService::clusterNode(s, "n09", "the pool");

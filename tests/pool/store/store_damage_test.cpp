@@ -211,8 +211,10 @@ TEST(DamagedStateFile, ASchema1FileIsMigratedInPlace) {
   {
     sqlite3* c = nullptr;
     ASSERT_EQ(sqlite3_open_v2(db.c_str(), &c, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(c, "ALTER TABLE nodes DROP COLUMN health; PRAGMA user_version=1", nullptr, nullptr,
-                           nullptr),
+    ASSERT_EQ(sqlite3_exec(c,
+                           "ALTER TABLE nodes DROP COLUMN health; ALTER TABLE nodes DROP COLUMN levels; "
+                           "PRAGMA user_version=1",
+                           nullptr, nullptr, nullptr),
               SQLITE_OK)
         << sqlite3_errmsg(c);
     sqlite3_close(c);
@@ -223,6 +225,28 @@ TEST(DamagedStateFile, ASchema1FileIsMigratedInPlace) {
   store.load(state);
   EXPECT_FALSE(state.nodeMap().empty());
   for (const auto& [name, node] : state.nodeMap()) EXPECT_TRUE(node.agent.empty()) << name;
+}
+
+// A file of schema 6 (before nodes' levels) gains the column and keeps its nodes, without levels.
+TEST(DamagedStateFile, ASchema6FileGainsLevels) {
+  test::TempDir dir;
+  const fs::path db = dir.path() / "pool.sqlite";
+  Acknowledged a = cleanPool(db, 10);
+  {
+    sqlite3* c = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(db.c_str(), &c, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(c, "ALTER TABLE nodes DROP COLUMN levels; PRAGMA user_version=6", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(c);
+    sqlite3_close(c);
+  }
+  EXPECT_EQ(leasesIn(db), a.leases);
+  Store store(db);
+  PoolState state;
+  store.load(state);
+  ASSERT_FALSE(state.nodeMap().empty());
+  for (const auto& [name, node] : state.nodeMap()) EXPECT_TRUE(node.levels.nvlink_domain.empty()) << name;
 }
 
 TEST(DamagedStateFile, ACleanFileOpensWithEveryLeaseAfterAKill9) {

@@ -57,7 +57,7 @@ struct AgentOptions {
   bool allow_root_launches = false;
   int64_t launch_min_uid = 1000;  // --launch-min-uid
   bool simulated_node = false;
-  std::string switch_name;
+  topo::NodeLevels levels;  // --nvlink-domain, --block, --switch, --rail-group, --spine
   std::map<std::string, std::string> labels;
   bool help = false;
   bool version = false;

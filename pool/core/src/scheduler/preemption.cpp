@@ -319,7 +319,7 @@ std::optional<std::vector<GpuRef>> PoolState::Preemption::placeWhere(Taken taken
     views.back().usable.push_back(x.gpu);
   }
   for (NodeView& v : views) v.whole = !r_.mig() && v.usable.size() == v.node->gpuCount();
-  return place(views, r_);
+  return pool_.placeFor(views, r_);
 }
 
 // Of `among`, the candidates whose GPUs `gpus` (a placement) takes.

@@ -97,7 +97,13 @@ class PoolState::EarliestStart {
   // fabric or labels shares the pass's answers (most requests: a node's state is all that decides).
   EarliestStart(const PoolState& pool, const LeaseRequest& r, const Timeline& timeline,
                 std::vector<signed char>& nodeOk, TimePoint now)
-      : pool_(pool), r_(r), timeline_(timeline), in_order_(pool.slots()), node_ok_(nodeOk), now_(now) {}
+      : pool_(pool),
+        r_(r),
+        timeline_(timeline),
+        in_order_(pool.slots()),
+        node_ok_(nodeOk),
+        now_(now),
+        limit_(pool.strictLimit(r)) {}
 
   Fit find() {
     if (!r_.max_duration && !pool_.slow_scheduling_) return forGood();
@@ -123,6 +129,8 @@ class PoolState::EarliestStart {
   const std::vector<Slot>& in_order_;
   std::vector<signed char>& node_ok_;
   const TimePoint now_;
+  const std::optional<Spread> limit_;  // --topology strict: the spread an empty pool gives
+  const Spread* limit() const { return limit_ ? &*limit_ : nullptr; }
 };
 
 // Requests without a maximum duration: the GPUs free from t on are those the timeline's index
@@ -139,7 +147,7 @@ PoolState::EarliestStart::Fit PoolState::EarliestStart::forGood() {
     std::optional<std::vector<GpuRef>> gpus;
     if (t == kNever) {
       auto freeThen = [&](size_t slot, const Slot&) { return timeline_.freeOn(slot, t, kNever); };
-      gpus = place(nodeViews(in_order_, r_, freeThen), r_);
+      gpus = place(nodeViews(in_order_, r_, freeThen), r_, limit());
     } else {
       std::vector<std::pair<size_t, size_t>> free;
       timeline_.freeForGoodBy(t, [&](size_t s, size_t i, TimePoint) {
@@ -154,7 +162,7 @@ PoolState::EarliestStart::Fit PoolState::EarliestStart::forGood() {
         views.back().usable.push_back(i);
       }
       for (NodeView& v : views) v.whole = !r_.mig() && v.usable.size() == v.node->gpuCount();
-      gpus = place(views, r_);
+      gpus = place(views, r_, limit());
     }
     if (gpus) fit = std::pair{t, std::move(*gpus)};
     return fit.has_value();
@@ -201,7 +209,8 @@ PoolState::EarliestStart::Fit PoolState::EarliestStart::withLength() {
       views.back().usable.push_back(f.gpu);
     }
     for (NodeView& v : views) v.whole = !r_.mig() && v.usable.size() == v.node->gpuCount();
-    if (std::optional<std::vector<GpuRef>> gpus = place(views, r_)) fit = std::pair{t, std::move(*gpus)};
+    if (std::optional<std::vector<GpuRef>> gpus = place(views, r_, limit()))
+      fit = std::pair{t, std::move(*gpus)};
     return fit.has_value();
   });
   return fit;
@@ -269,7 +278,7 @@ void PoolState::scheduleShare(const QueueEntry& entry, PassPlan& pass, std::opti
   };
   std::vector<NodeView> views = shareViews(r, freeGpu, false, timeline ? std::optional(end) : std::nullopt);
   dropReserved(views, r, now);
-  if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) {
+  if (std::optional<std::vector<GpuRef>> gpus = placeFor(views, r)) {
     Lease lease = grantQueued(entry, *gpus, now);
     countGranted(lease, pass.book);
     const Lease& held = leases_.at(lease.id);
@@ -360,7 +369,7 @@ void PoolState::scheduleQueue(const std::vector<const QueueEntry*>& order, PassP
     if (!pass.timeline) {
       std::vector<NodeView> views = nodeViews(slots(), r, unheld<Slot>, false, &slot_cache_.unheld);
       dropReserved(views, r, now);
-      if (std::optional<std::vector<GpuRef>> gpus = place(views, r)) {
+      if (std::optional<std::vector<GpuRef>> gpus = placeFor(views, r)) {
         Lease lease = grantQueued(*entry, *gpus, now);
         countGranted(lease, pass.book);
         if (r.elastic()) grantedElastic.push_back(lease.id);

@@ -1,9 +1,11 @@
 #pragma once
 
 // Gang placement: which GPUs a request gets out of those it may use, all or none.
-// Rules, in order: fewest nodes; all nodes under one leaf switch when the request fits there;
-// best fit (the tightest set of partly used nodes, so that whole nodes stay free for large
-// requests); inside a node, GPUs that share a PCIe switch, else a NUMA node.
+// Rules, in order (docs/placement.md): inside one NVLink domain where one holds the request, else
+// over the fewest domains (a node outside any counting as one); fewest nodes; under one block,
+// leaf switch (or rail group) or spine, the lowest that takes no more domains and nodes than the
+// pool at large; best fit (the tightest set of partly used nodes, so that whole nodes stay free
+// for large requests); inside a node, GPUs that share a PCIe switch, else a NUMA node.
 
 #include <optional>
 #include <span>
@@ -41,10 +43,23 @@ bool inMigMode(const topo::Gpu& gpu);
 // percentage of the GPU's memory (PoolNode::memoryOf; 0, not limited, where that is unknown).
 uint64_t shareMemory(const PoolNode& node, size_t gpu, const LeaseRequest& request);
 
+// How far a placement spreads: its nodes, and the names at each level above them it crosses (a
+// node with no name at a level counting as one of its own).
+struct Spread {
+  size_t nodes = 0, domains = 0, blocks = 0, leaves = 0, spines = 0;
+  // No more of any level than `o` (--topology strict holds a placement to the best an empty pool gives).
+  bool operator<=(const Spread& o) const {
+    return domains <= o.domains && blocks <= o.blocks && leaves <= o.leaves && spines <= o.spines;
+  }
+};
+Spread spreadOf(std::span<const PoolNode* const> nodes);  // each node once
+
 // The GPUs for `request`, sorted by pool order of their nodes then index; nullopt when it does
-// not fit. For an MPS share request (LeaseRequest::shared), one share on each of `gpus` GPUs: on the
-// fewest nodes as for GPUs, within a node the GPUs with the least room first (NodeView::room). Cost: O(nodes
-// log nodes) plus a small enumeration for requests spanning <= 3 nodes.
-std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request);
+// not fit, or (`atMost`) fits only spread further than that. For an MPS share request (LeaseRequest::shared),
+// one share on each of `gpus` GPUs: on the fewest nodes as for GPUs, within a node the GPUs with the least
+// room first (NodeView::room). Cost: O(nodes log nodes) plus a small enumeration for requests spanning <= 3
+// nodes.
+std::optional<std::vector<GpuRef>> place(std::span<const NodeView> nodes, const LeaseRequest& request,
+                                         const Spread* atMost = nullptr);
 
 }  // namespace poolrun::pool

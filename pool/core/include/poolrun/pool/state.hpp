@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -56,8 +57,7 @@ struct NodeLive {
 struct PoolNode {
   std::string name;
   std::shared_ptr<const topo::NodeTopology> topology;
-  std::string switch_name;
-  std::string rail_group;
+  topo::NodeLevels levels;             // its NVLink domain, block, leaf, rail group and spine
   std::optional<topo::Fabric> fabric;  // where the cluster file says; else topo::nodeFabrics decides
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;
@@ -221,6 +221,7 @@ struct PollResult {
 };
 
 struct NodeView;  // placement.hpp
+struct Spread;    // placement.hpp
 class Timeline;   // the scheduler's plan of when GPUs are busy (src/scheduler/timeline.hpp)
 
 class PoolState {
@@ -540,6 +541,12 @@ class PoolState {
   void dropLease(const std::string& id, TimePoint now, LeaseEvent::Kind end = LeaseEvent::Kind::kReleased,
                  std::string reason = {});
   bool everFits(const LeaseRequest& request) const;
+  // --topology strict (docs/placement.md): the spread of the request's placement on the pool as if
+  // no lease were held, which no placement of it may exceed; nullopt for best effort, or where it
+  // could never fit. placeFor: place() held to it.
+  std::optional<Spread> strictLimit(const LeaseRequest& request) const;
+  std::optional<std::vector<GpuRef>> placeFor(std::span<const NodeView> views,
+                                              const LeaseRequest& request) const;
   // The leases that may be preempted now (preemptible, not yet under notice, past the minimum
   // runtime), the smallest first, then the youngest.
   // What each quota's owners hold, and which of their leases are borrowed (the youngest, beyond
@@ -694,6 +701,11 @@ class PoolState {
   std::map<std::string, Reservation, std::less<>> reservations_;
   // Per node, the names of the reservations that keep it: dropReserved asks it of each free node.
   std::unordered_map<std::string, std::vector<std::string>> reserved_on_;
+  // Each NVLink domain's nodes: a registration that would make a domain too large, or put its nodes
+  // under two blocks or spines, is refused (checkDomain).
+  std::map<std::string, std::set<std::string>> domain_nodes_;
+  void indexDomain(const PoolNode& node, bool add);
+  void checkDomain(const topo::ClusterNode& cn) const;
   void indexReservation(const Reservation& r, bool add);
   Accounts accounts_;
   Priorities priorities_;

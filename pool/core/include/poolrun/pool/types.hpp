@@ -60,7 +60,10 @@ struct LeaseRequest {
   // poolrun --retries); at most kMaxExcludedNodes.
   std::set<std::string> exclude_nodes;
   bool one_switch = false;  // all nodes under one leaf switch
-  int priority = 0;         // higher first
+  // --topology strict: wait rather than spread over more NVLink domains, blocks, leaves or spines
+  // than the pool could place it in were it empty (docs/placement.md); else best effort.
+  bool topology_strict = false;
+  int priority = 0;  // higher first
   std::string owner;
   // The account charged (poolrun --account, docs/fairshare.md): where the pool has an accounts
   // file, the pool sets it at submit (the owner's default where empty); empty without one.
@@ -231,8 +234,7 @@ struct GpuInfo {
 
 struct NodeInfo {
   std::string name;
-  std::string switch_name;
-  std::string rail_group;
+  topo::NodeLevels levels;
   std::string fabric;  // "ib", "roce", "tcp"
   std::map<std::string, std::string> labels;
   NodeState state = NodeState::kUp;  // the administrator's state

@@ -76,6 +76,10 @@ void checkUtf8(const std::string& s, const std::string& name);
 std::string text(const JsonFields& f, std::string_view key, size_t maxBytes, Text mode);
 std::string textOr(const JsonFields& f, std::string_view key, size_t maxBytes, Text mode);
 std::map<std::string, std::string> labelsOr(const JsonFields& f, std::string_view key, Text mode);
+// A node's levels (topo::kLevelFields), each where `f` has it, else empty.
+topo::NodeLevels levelsOr(const JsonFields& f, size_t maxBytes, Text mode);
+// Every level of `levels` into `doc` under its key (the leaf as "switch"), empty ones as "".
+void putLevels(nlohmann::json& doc, const topo::NodeLevels& levels);
 std::string nodeName(const JsonFields& f, std::string_view key);  // checked as topo/names.hpp says
 std::string leaseId(const JsonFields& f, std::string_view key);
 // Every string (keys too) of a nested document is UTF-8, and it is at most `depth` levels deep:

@@ -2,7 +2,8 @@
 
 // The pool's state in etcd (v3 API, through its JSON gateway): the StateStore of poold replicas, of
 // which one leads and writes. Under the prefix P (default /poolrun):
-//   P/nodes/NAME          a node: {"name","order","switch","rail_group","fabric","labels","state",
+//   P/nodes/NAME          a node:
+//   {"name","order","nvlink_domain","block","switch","rail_group","spine","fabric","labels","state",
 //                         "failed","topology":HASH,"health"}
 //   P/topologies/HASH     a node topology (poolrun.topology/1), shared by the nodes that have it
 //   P/leases/ID           a lease (toJson(Lease): its GPUs included)
