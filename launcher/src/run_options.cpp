@@ -293,7 +293,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
                          {kRunUsage, std::string("\n") + kCommandList + "\n", kRunHelpTail});
   long wait = 0, leaseTtl = o.lease_ttl.count(), timeout = 0, resizeInterval = o.resize_interval.count();
   std::string ranks, mig, share, gpuMemory, model, minMemory, memPerGpu, retries, account, reservation,
-      topology;
+      placement;
   std::vector<std::string> labels, excluded;
   std::string fabric = "auto", gdr = "auto", tuner = "on", mpiFlavor = "auto", launcher = "mpirun",
               preemptSignal = "TERM";
@@ -315,7 +315,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
       ("min-memory-gib", po::value(&minMemory)->value_name("G"), "only GPUs with at least G GiB of memory")
       ("label", po::value(&labels)->value_name("KEY=VALUE"), "only nodes with that label (repeatable)")
       ("one-switch", "only nodes under one leaf switch")
-      ("topology", po::value(&topology)->value_name("strict|best-effort"),
+      ("placement", po::value(&placement)->value_name("strict|best-effort"),
        "best-effort (default): as few NVLink domains, leaves and spines as the free GPUs allow; strict: wait "
        "rather than cross more than an empty pool would (docs/placement.md)")
       ("exclude", po::value(&excluded)->value_name("NODES"), "never these nodes (n01,n[05-08]; repeatable)")
@@ -461,7 +461,7 @@ std::optional<int> parseRunOptions(const std::vector<std::string>& args, RunOpti
     // The same options, names and errors as poolctl acquire's (pool/client.hpp).
     o.placement.whole_nodes = vm.count("whole-nodes") > 0;
     o.placement.one_switch = vm.count("one-switch") > 0;
-    if (vm.count("topology")) pool::setTopology(o.placement, topology, "--topology");
+    if (vm.count("placement")) pool::setPlacement(o.placement, placement, "--placement");
     if (vm.count("model")) pool::setGpuModel(o.placement, model, "--model");
     if (vm.count("account")) pool::setAccount(o.placement, account, "--account");
     if (vm.count("reservation")) pool::setReservation(o.placement, reservation, "--reservation");

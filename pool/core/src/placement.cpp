@@ -360,7 +360,7 @@ Spread spreadOfChoice(const Choice& c) {
 // The placement by levels: inside one NVLink domain where one holds the request; else over the
 // fewest domains, under one block, leaf or spine where that takes no more domains and nodes than
 // the pool at large (the lowest such level first). --one-switch: under one leaf or not at all.
-// `atMost` (--topology strict): no more of any level than that.
+// `atMost` (--placement strict): no more of any level than that.
 std::optional<Choice> chooseByLevels(const std::vector<Candidate>& all, int n, const Fit& fit,
                                      const LeaseRequest& request, const Spread* atMost) {
   auto within = [&](const std::optional<Choice>& c) {

@@ -53,7 +53,7 @@ void setReservation(LeaseRequest& request, std::string_view text, const std::str
   request.reservation = std::string(text);
 }
 
-void setTopology(LeaseRequest& request, std::string_view text, const std::string& option) {
+void setPlacement(LeaseRequest& request, std::string_view text, const std::string& option) {
   if (text != "strict" && text != "best-effort")
     throw badInput(option + " '" + common::printable(text) +
                    "': give strict (wait rather than cross a level an empty pool would not) or best-effort");

@@ -85,8 +85,8 @@ LeaseRequest acquireRequest(const std::vector<std::string>& args) {
       r.fabric = topo::fabricFromString(value());
     } else if (a == "--one-switch") {
       r.one_switch = true;
-    } else if (a == "--topology") {
-      setTopology(r, value(), a);
+    } else if (a == "--placement") {
+      setPlacement(r, value(), a);
     } else if (a == "--no-reclaim") {
       r.no_reclaim = true;
     } else if (a == "--preemptible") {

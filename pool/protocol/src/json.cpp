@@ -297,7 +297,7 @@ json toJson(const LeaseRequest& r) {
               {"min_memory_bytes", r.min_memory_bytes},
               {"labels", r.labels},
               {"one_switch", r.one_switch},
-              {"topology", r.topology_strict ? "strict" : "best-effort"},
+              {"placement", r.topology_strict ? "strict" : "best-effort"},
               {"priority", r.priority},
               {"owner", r.owner},
               {"job_name", r.job_name},
@@ -325,12 +325,12 @@ json toJson(const LeaseRequest& r) {
 
 namespace {
 
-// A request's field "topology": "strict" or "best-effort" (the default).
-bool topologyOr(const JsonFields& f, Text mode) {
-  const std::string t = textOr(f, "topology", 16, mode);
+// A request's field "placement": "strict" or "best-effort" (the default).
+bool placementOr(const JsonFields& f, Text mode) {
+  const std::string t = textOr(f, "placement", 16, mode);
   if (t.empty() || t == "best-effort") return false;
   if (t == "strict") return true;
-  f.failField("topology", "'" + common::printable(t) + "': give strict or best-effort");
+  f.failField("placement", "'" + common::printable(t) + "': give strict or best-effort");
 }
 
 // A request's excluded nodes: a list of node names, at most kMaxExcludedNodes.
@@ -372,7 +372,7 @@ LeaseRequest requestFromJson(const json& doc) {
                                "fabric",
                                "labels",
                                "one_switch",
-                               "topology",
+                               "placement",
                                "priority",
                                "owner",
                                "account",
@@ -410,7 +410,7 @@ LeaseRequest requestFromJson(const json& doc) {
   r.labels = labelsOr(f, "labels", Text::kAny);
   r.exclude_nodes = excludedNodes(f);
   r.one_switch = f.boolean("one_switch", false);
-  r.topology_strict = topologyOr(f, Text::kAny);
+  r.topology_strict = placementOr(f, Text::kAny);
   r.priority = integerOr(f, "priority", requestRange<int>("priority"), 0);
   r.owner = textOr(f, "owner", 0, Text::kAny);
   r.account = textOr(f, "account", 0, Text::kAny);
@@ -453,7 +453,7 @@ LeaseRequest storedRequestFromJson(const json& doc) {
   r.labels = labelsOr(f, "labels", Text::kStored);
   r.exclude_nodes = excludedNodes(f);
   r.one_switch = f.boolean("one_switch", false);
-  r.topology_strict = topologyOr(f, Text::kStored);
+  r.topology_strict = placementOr(f, Text::kStored);
   r.priority = storedInteger<int>(f, "priority", INT32_MIN, INT32_MAX, 0);
   r.owner = textOr(f, "owner", 0, Text::kStored);
   r.account = textOr(f, "account", 0, Text::kStored);

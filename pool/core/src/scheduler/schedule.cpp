@@ -129,7 +129,7 @@ class PoolState::EarliestStart {
   const std::vector<Slot>& in_order_;
   std::vector<signed char>& node_ok_;
   const TimePoint now_;
-  const std::optional<Spread> limit_;  // --topology strict: the spread an empty pool gives
+  const std::optional<Spread> limit_;  // --placement strict: the spread an empty pool gives
   const Spread* limit() const { return limit_ ? &*limit_ : nullptr; }
 };
 

@@ -47,7 +47,7 @@ uint64_t shareMemory(const PoolNode& node, size_t gpu, const LeaseRequest& reque
 // node with no name at a level counting as one of its own).
 struct Spread {
   size_t nodes = 0, domains = 0, blocks = 0, leaves = 0, spines = 0;
-  // No more of any level than `o` (--topology strict holds a placement to the best an empty pool gives).
+  // No more of any level than `o` (--placement strict holds a placement to the best an empty pool gives).
   bool operator<=(const Spread& o) const {
     return domains <= o.domains && blocks <= o.blocks && leaves <= o.leaves && spines <= o.spines;
   }

@@ -29,8 +29,8 @@ void setShareMemory(LeaseRequest& request, std::string_view text, const std::str
 void setAccount(LeaseRequest& request, std::string_view text, const std::string& option);
 // Sets request.reservation (--reservation NAME, docs/reservations.md).
 void setReservation(LeaseRequest& request, std::string_view text, const std::string& option);
-// --topology strict|best-effort (docs/placement.md).
-void setTopology(LeaseRequest& request, std::string_view text, const std::string& option);
+// --placement strict|best-effort (docs/placement.md).
+void setPlacement(LeaseRequest& request, std::string_view text, const std::string& option);
 void setGpuModel(LeaseRequest& request, std::string_view text, const std::string& option);
 void setMinMemoryGib(LeaseRequest& request, std::string_view text, const std::string& option);
 void addLabel(LeaseRequest& request, std::string_view text, const std::string& option);

@@ -541,7 +541,7 @@ class PoolState {
   void dropLease(const std::string& id, TimePoint now, LeaseEvent::Kind end = LeaseEvent::Kind::kReleased,
                  std::string reason = {});
   bool everFits(const LeaseRequest& request) const;
-  // --topology strict (docs/placement.md): the spread of the request's placement on the pool as if
+  // --placement strict (docs/placement.md): the spread of the request's placement on the pool as if
   // no lease were held, which no placement of it may exceed; nullopt for best effort, or where it
   // could never fit. placeFor: place() held to it.
   std::optional<Spread> strictLimit(const LeaseRequest& request) const;

@@ -60,7 +60,7 @@ struct LeaseRequest {
   // poolrun --retries); at most kMaxExcludedNodes.
   std::set<std::string> exclude_nodes;
   bool one_switch = false;  // all nodes under one leaf switch
-  // --topology strict: wait rather than spread over more NVLink domains, blocks, leaves or spines
+  // --placement strict: wait rather than spread over more NVLink domains, blocks, leaves or spines
   // than the pool could place it in were it empty (docs/placement.md); else best effort.
   bool topology_strict = false;
   int priority = 0;  // higher first
