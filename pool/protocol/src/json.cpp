@@ -327,8 +327,9 @@ namespace {
 
 // A request's field "placement": "strict" or "best-effort" (the default).
 bool placementOr(const JsonFields& f, Text mode) {
-  const std::string t = textOr(f, "placement", 16, mode);
-  if (t.empty() || t == "best-effort") return false;
+  if (!f.has("placement")) return false;
+  const std::string t = text(f, "placement", 0, mode);
+  if (t == "best-effort") return false;
   if (t == "strict") return true;
   f.failField("placement", "'" + common::printable(t) + "': give strict or best-effort");
 }

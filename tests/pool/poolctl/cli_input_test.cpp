@@ -43,6 +43,13 @@ TEST(CliInputTest, PoolctlOptionValues) {
       {"acquire -n 4 --job \"$(printf 'a\\033[2Jb')\"",
        "poolctl: error: --job 'a\\x1b[2Jb': control character \\x1b at byte 1 (not allowed)"},
       {"acquire -n 4 --ttl", "poolctl: error: --ttl needs a value"},
+      {"acquire -n 4 --placement tight",
+       "poolctl: error: --placement 'tight': give strict (wait rather than cross a level an empty pool would "
+       "not) or best-effort"},
+      {"acquire -n 4 --placement ''",
+       "poolctl: error: --placement '': give strict (wait rather than cross a level an empty pool would not) "
+       "or "
+       "best-effort"},
       {"acquire -n 8:4", "poolctl: error: -n '8:4': MIN:MAX with MAX at least MIN"},
       {"acquire -n 4:", "poolctl: error: -n '4:': MIN:MAX needs both numbers (4:16, say)"},
       {"acquire -n :8", "poolctl: error: -n ':8': MIN:MAX needs both numbers (4:16, say)"},

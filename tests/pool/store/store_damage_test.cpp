@@ -204,49 +204,40 @@ TEST(DamagedStateFile, ACleanFileOpensWithEveryLeaseAfterACleanStop) {
 }
 
 // A state file of schema 1 (before nodes.health) opens, gains the column, and keeps every lease.
-TEST(DamagedStateFile, ASchema1FileIsMigratedInPlace) {
+// A clean pool of 10 leases whose file `sql` turns back into an older schema's, opened again: the
+// state as the migrated file loads it, every lease there before and after.
+PoolState openedAfterDowngrade(const char* sql) {
   test::TempDir dir;
   const fs::path db = dir.path() / "pool.sqlite";
   Acknowledged a = cleanPool(db, 10);
-  {
-    sqlite3* c = nullptr;
-    ASSERT_EQ(sqlite3_open_v2(db.c_str(), &c, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(c,
-                           "ALTER TABLE nodes DROP COLUMN health; ALTER TABLE nodes DROP COLUMN levels; "
-                           "PRAGMA user_version=1",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK)
-        << sqlite3_errmsg(c);
-    sqlite3_close(c);
-  }
+  sqlite3* c = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &c, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(c, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(c);
+  sqlite3_close(c);
   EXPECT_EQ(leasesIn(db), a.leases);
   Store store(db);
   PoolState state;
   store.load(state);
+  EXPECT_EQ(state.leaseMap().size(), a.leases.size());
+  return state;
+}
+
+TEST(DamagedStateFile, ASchema1FileIsMigratedInPlace) {
+  PoolState state = openedAfterDowngrade(
+      "ALTER TABLE nodes DROP COLUMN health; ALTER TABLE nodes DROP COLUMN levels; PRAGMA user_version=1");
   EXPECT_FALSE(state.nodeMap().empty());
   for (const auto& [name, node] : state.nodeMap()) EXPECT_TRUE(node.agent.empty()) << name;
 }
 
 // A file of schema 6 (before nodes' levels) gains the column and keeps its nodes, without levels.
 TEST(DamagedStateFile, ASchema6FileGainsLevels) {
-  test::TempDir dir;
-  const fs::path db = dir.path() / "pool.sqlite";
-  Acknowledged a = cleanPool(db, 10);
-  {
-    sqlite3* c = nullptr;
-    ASSERT_EQ(sqlite3_open_v2(db.c_str(), &c, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(c, "ALTER TABLE nodes DROP COLUMN levels; PRAGMA user_version=6", nullptr, nullptr,
-                           nullptr),
-              SQLITE_OK)
-        << sqlite3_errmsg(c);
-    sqlite3_close(c);
-  }
-  EXPECT_EQ(leasesIn(db), a.leases);
-  Store store(db);
-  PoolState state;
-  store.load(state);
+  PoolState state = openedAfterDowngrade("ALTER TABLE nodes DROP COLUMN levels; PRAGMA user_version=6");
   ASSERT_FALSE(state.nodeMap().empty());
-  for (const auto& [name, node] : state.nodeMap()) EXPECT_TRUE(node.levels.nvlink_domain.empty()) << name;
+  for (const auto& [name, node] : state.nodeMap()) {
+    EXPECT_TRUE(node.levels.nvlink_domain.empty() && node.levels.block.empty() && node.levels.spine.empty())
+        << name;
+    EXPECT_FALSE(node.levels.switch_name.empty()) << name << ": its leaf, in its own column, kept";
+  }
 }
 
 TEST(DamagedStateFile, ACleanFileOpensWithEveryLeaseAfterAKill9) {
